@@ -1,0 +1,102 @@
+/*
+ * common: what every ckstore library shares: status codes and their strings,
+ * logging, monotonic time, small helpers. Depends on nothing but libc.
+ */
+#ifndef CKS_COMMON_H
+#define CKS_COMMON_H
+
+#include "ckstore_defs.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CKS_API __attribute__((visibility("default")))
+
+#define CKS_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define CKS_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define CKS_MAX(a, b)     ((a) > (b) ? (a) : (b))
+#define CKS_ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
+#define CKS_UNLIKELY(x)   __builtin_expect(!!(x), 0)
+
+/* Limits shared by client, server and the wire codec. */
+#define CKS_JOB_MAX_LEN 128  /* bytes of a job name */
+#define CKS_KEY_MAX_LEN 256  /* bytes of an object key (LMDB keys are <= 511 B) */
+#define CKS_MSG_MAX_LEN 256  /* bytes of an error message on the wire */
+
+/* ---- logging ---------------------------------------------------------- */
+typedef enum {
+    CKS_LOG_ERROR = 0,
+    CKS_LOG_WARN  = 1,
+    CKS_LOG_INFO  = 2,
+    CKS_LOG_DEBUG = 3,
+    CKS_LOG_TRACE = 4,
+} cks_log_level_t;
+
+/** Current threshold; messages above it are dropped. Default WARN, or
+ *  CKS_LOG_LEVEL from the environment (error|warn|info|debug|trace). */
+extern cks_log_level_t cks_log_threshold;
+
+void cks_log_set_level(cks_log_level_t level);
+/** Parse "error".."trace"; returns CKS_ERR_INVALID_PARAM on unknown text. */
+cks_status_t cks_log_level_parse(const char *text, cks_log_level_t *level_p);
+/** Prefix printed before every line (e.g. "server 3"); copied. */
+void cks_log_set_prefix(const char *prefix);
+void cks_log_write(cks_log_level_t level, const char *file, int line,
+                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#define cks_log(level, ...) \
+    do { \
+        if ((level) <= cks_log_threshold) \
+            cks_log_write((level), __FILE__, __LINE__, __VA_ARGS__); \
+    } while (0)
+#define cks_error(...) cks_log(CKS_LOG_ERROR, __VA_ARGS__)
+#define cks_warn(...)  cks_log(CKS_LOG_WARN, __VA_ARGS__)
+#define cks_info(...)  cks_log(CKS_LOG_INFO, __VA_ARGS__)
+#define cks_debug(...) cks_log(CKS_LOG_DEBUG, __VA_ARGS__)
+#define cks_trace(...) cks_log(CKS_LOG_TRACE, __VA_ARGS__)
+
+/* ---- time ------------------------------------------------------------- */
+/** Monotonic clock in nanoseconds. */
+uint64_t cks_time_ns(void);
+
+/* ---- names -------------------------------------------------------------- */
+/** Check a job name or key: 1..max_len bytes, valid UTF-8, no NUL.
+ *  Returns CKS_ERR_KEY_TOO_LONG or CKS_ERR_NAME_INVALID on failure. */
+cks_status_t cks_name_check(const char *name, size_t len, size_t max_len);
+
+/* ---- byte order --------------------------------------------------------- */
+static inline void cks_put_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+static inline uint64_t cks_get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+/* ---- fault points ------------------------------------------------------
+ * Named points in the code where a test can make an operation fail
+ * deterministically. Armed from the environment (CKS_FAULTS="name:mode,...",
+ * mode = once | always) or by cks_fault_arm(). Cheap when nothing is armed.
+ */
+typedef enum {
+    CKS_FAULT_OFF    = 0,
+    CKS_FAULT_ONCE   = 1,
+    CKS_FAULT_ALWAYS = 2,
+} cks_fault_mode_t;
+
+cks_status_t cks_fault_arm(const char *name, cks_fault_mode_t mode);
+void cks_fault_disarm_all(void);
+/** Returns nonzero when the named point fires now. */
+int cks_fault_fire(const char *name);
+
+#endif

@@ -1,0 +1,252 @@
+/*
+ * DESIGN: status strings, logging, time, name checks and fault points.
+ * Thread-safe: logging writes one line per call with a single write; the fault
+ * table is guarded by a mutex and only touched when armed.
+ */
+#include "cks_common.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *cks_status_string(cks_status_t status)
+{
+    switch (status) {
+#define CKS_STATUS_STR_(name, value, str) \
+    case name: \
+        return str;
+        CKS_STATUS_LIST(CKS_STATUS_STR_)
+#undef CKS_STATUS_STR_
+    }
+    return "unknown status";
+}
+
+const char *cks_status_name(cks_status_t status)
+{
+    switch (status) {
+#define CKS_STATUS_NAME_(name, value, str) \
+    case name: \
+        return #name;
+        CKS_STATUS_LIST(CKS_STATUS_NAME_)
+#undef CKS_STATUS_NAME_
+    }
+    return "CKS_ERR_UNKNOWN";
+}
+
+const char *cks_vstate_string(cks_vstate_t state)
+{
+    static const char *names[] = {"OPEN", "SEALED", "PROTECTED", "DEGRADED", "ABORTED"};
+    return (unsigned)state < CKS_ARRAY_SIZE(names) ? names[state] : "UNKNOWN";
+}
+
+const char *cks_kind_string(cks_kind_t kind)
+{
+    static const char *names[] = {"dense", "expert", "optimizer", "rng", "other"};
+    return (unsigned)kind < CKS_ARRAY_SIZE(names) ? names[kind] : "unknown";
+}
+
+/* ---- logging ------------------------------------------------------------ */
+static const char *cks_log_names[] = {"error", "warn", "info", "debug", "trace"};
+static char cks_log_prefix[64] = "ckstore";
+cks_log_level_t cks_log_threshold = CKS_LOG_WARN;
+
+cks_status_t cks_log_level_parse(const char *text, cks_log_level_t *level_p)
+{
+    for (size_t i = 0; i < CKS_ARRAY_SIZE(cks_log_names); i++) {
+        if (text != NULL && strcasecmp(text, cks_log_names[i]) == 0) {
+            *level_p = (cks_log_level_t)i;
+            return CKS_OK;
+        }
+    }
+    return CKS_ERR_INVALID_PARAM;
+}
+
+__attribute__((constructor)) static void cks_log_init_from_env(void)
+{
+    cks_log_level_t level;
+    const char *env = getenv("CKS_LOG_LEVEL");
+    if (env != NULL && cks_log_level_parse(env, &level) == CKS_OK) {
+        cks_log_threshold = level;
+    }
+    env = getenv("CKS_FAULTS");
+    if (env != NULL) {
+        char buf[512];
+        snprintf(buf, sizeof(buf), "%s", env);
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok != NULL;
+             tok = strtok_r(NULL, ",", &save)) {
+            char *colon          = strchr(tok, ':');
+            cks_fault_mode_t mode = CKS_FAULT_ONCE;
+            if (colon != NULL) {
+                *colon = '\0';
+                mode   = strcmp(colon + 1, "always") == 0 ? CKS_FAULT_ALWAYS
+                                                          : CKS_FAULT_ONCE;
+            }
+            cks_fault_arm(tok, mode);
+        }
+    }
+}
+
+void cks_log_set_level(cks_log_level_t level)
+{
+    cks_log_threshold = level;
+}
+
+void cks_log_set_prefix(const char *prefix)
+{
+    snprintf(cks_log_prefix, sizeof(cks_log_prefix), "%s", prefix);
+}
+
+void cks_log_write(cks_log_level_t level, const char *file, int line,
+                   const char *fmt, ...)
+{
+    char buf[1024];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const char *base = strrchr(file, '/');
+    int n = snprintf(buf, sizeof(buf), "[%ld.%06ld] %s %s %s:%d ", (long)ts.tv_sec,
+                     ts.tv_nsec / 1000, cks_log_prefix, cks_log_names[level],
+                     base ? base + 1 : file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof(buf)) {
+        int m = vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+        n     = m < 0 ? n : CKS_MIN(n + m, (int)sizeof(buf) - 2);
+    }
+    va_end(ap);
+    if (n < 0) {
+        return;
+    }
+    buf[n++] = '\n';
+    ssize_t ret = write(STDERR_FILENO, buf, (size_t)n);
+    (void)ret;
+}
+
+uint64_t cks_time_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- names ---------------------------------------------------------------- */
+cks_status_t cks_name_check(const char *name, size_t len, size_t max_len)
+{
+    if (name == NULL || len == 0) {
+        return CKS_ERR_NAME_INVALID;
+    }
+    if (len > max_len) {
+        return CKS_ERR_KEY_TOO_LONG;
+    }
+    const uint8_t *s = (const uint8_t *)name;
+    size_t i         = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        size_t extra;
+        uint32_t cp;
+        if (c == 0) {
+            return CKS_ERR_NAME_INVALID;
+        } else if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            extra = 1;
+            cp    = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            extra = 2;
+            cp    = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            extra = 3;
+            cp    = c & 0x07;
+        } else {
+            return CKS_ERR_NAME_INVALID;
+        }
+        if (i + extra >= len) {
+            return CKS_ERR_NAME_INVALID;
+        }
+        for (size_t j = 1; j <= extra; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) {
+                return CKS_ERR_NAME_INVALID;
+            }
+            cp = (cp << 6) | (s[i + j] & 0x3F);
+        }
+        /* reject overlong forms, surrogates and values past U+10FFFF */
+        if ((extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) ||
+            (extra == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF)) {
+            return CKS_ERR_NAME_INVALID;
+        }
+        i += extra + 1;
+    }
+    return CKS_OK;
+}
+
+/* ---- fault points ------------------------------------------------------------ */
+#define CKS_FAULT_MAX 32
+
+typedef struct {
+    char name[48];
+    cks_fault_mode_t mode;
+} cks_fault_t;
+
+static pthread_mutex_t cks_fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static cks_fault_t cks_faults[CKS_FAULT_MAX];
+static volatile int cks_fault_count;
+
+cks_status_t cks_fault_arm(const char *name, cks_fault_mode_t mode)
+{
+    cks_status_t status = CKS_ERR_NO_MEMORY;
+    if (name == NULL || strlen(name) >= sizeof(cks_faults[0].name)) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    pthread_mutex_lock(&cks_fault_lock);
+    for (int i = 0; i < cks_fault_count; i++) {
+        if (strcmp(cks_faults[i].name, name) == 0) {
+            cks_faults[i].mode = mode;
+            status             = CKS_OK;
+            goto out_unlock;
+        }
+    }
+    if (cks_fault_count < CKS_FAULT_MAX) {
+        snprintf(cks_faults[cks_fault_count].name, sizeof(cks_faults[0].name), "%s",
+                 name);
+        cks_faults[cks_fault_count].mode = mode;
+        cks_fault_count++;
+        status = CKS_OK;
+    }
+out_unlock:
+    pthread_mutex_unlock(&cks_fault_lock);
+    return status;
+}
+
+void cks_fault_disarm_all(void)
+{
+    pthread_mutex_lock(&cks_fault_lock);
+    cks_fault_count = 0;
+    pthread_mutex_unlock(&cks_fault_lock);
+}
+
+int cks_fault_fire(const char *name)
+{
+    int fire = 0;
+    if (cks_fault_count == 0) {
+        return 0;
+    }
+    pthread_mutex_lock(&cks_fault_lock);
+    for (int i = 0; i < cks_fault_count; i++) {
+        if (strcmp(cks_faults[i].name, name) == 0 && cks_faults[i].mode != CKS_FAULT_OFF) {
+            fire = 1;
+            if (cks_faults[i].mode == CKS_FAULT_ONCE) {
+                cks_faults[i].mode = CKS_FAULT_OFF;
+            }
+            cks_log(CKS_LOG_WARN, "fault point '%s' fired", name);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cks_fault_lock);
+    return fire;
+}
