@@ -99,4 +99,25 @@ void cks_fault_disarm_all(void);
 /** Returns nonzero when the named point fires now. */
 int cks_fault_fire(const char *name);
 
+/* ---- a small hash map with byte-string keys --------------------------------
+ * Chained, power-of-two buckets, grows at load 1. Keys are copied; values are
+ * the caller's pointers. Not thread-safe: one owner thread.
+ */
+typedef struct cks_hmap cks_hmap_t;
+
+cks_status_t cks_hmap_create(cks_hmap_t **map_p);
+/** Frees the map and its key copies; values are the caller's. */
+void cks_hmap_destroy(cks_hmap_t *map);
+/** Value for key, or NULL. */
+void *cks_hmap_get(const cks_hmap_t *map, const void *key, size_t len);
+/** Insert or replace. */
+cks_status_t cks_hmap_put(cks_hmap_t *map, const void *key, size_t len, void *value);
+/** Remove; returns the value that was there, or NULL. */
+void *cks_hmap_del(cks_hmap_t *map, const void *key, size_t len);
+size_t cks_hmap_count(const cks_hmap_t *map);
+/** Call cb for every entry; cb may not modify the map. */
+void cks_hmap_foreach(const cks_hmap_t *map,
+                      void (*cb)(const void *key, size_t len, void *value, void *arg),
+                      void *arg);
+
 #endif

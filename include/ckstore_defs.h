@@ -19,6 +19,10 @@
 extern "C" {
 #endif
 
+#ifndef CKS_DEFS_API
+#define CKS_DEFS_API __attribute__((visibility("default")))
+#endif
+
 #define CKS_STATUS_LIST(_) \
     _(CKS_OK,                     0, "success") \
     _(CKS_INPROGRESS,             1, "operation in progress") \
@@ -86,15 +90,15 @@ typedef enum {
 } cks_mem_type_t;
 
 /** "OPEN", "SEALED", ...; never NULL. */
-const char *cks_vstate_string(cks_vstate_t state);
+CKS_DEFS_API const char *cks_vstate_string(cks_vstate_t state);
 /** "dense", "expert", ...; never NULL. */
-const char *cks_kind_string(cks_kind_t kind);
+CKS_DEFS_API const char *cks_kind_string(cks_kind_t kind);
 
 /** Human-readable text of a status; never NULL (unknown codes get a fixed text). */
-const char *cks_status_string(cks_status_t status);
+CKS_DEFS_API const char *cks_status_string(cks_status_t status);
 
 /** Symbolic name of a status ("CKS_ERR_TIMEOUT"); never NULL. */
-const char *cks_status_name(cks_status_t status);
+CKS_DEFS_API const char *cks_status_name(cks_status_t status);
 
 #ifdef __cplusplus
 }

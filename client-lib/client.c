@@ -1,0 +1,1257 @@
+/*
+ * DESIGN: libckstore's client. Owns one UCX worker, the connection to the
+ * server, and a progress thread that is the worker's only user.
+ *
+ * Application threads never touch UCX: a call packs its request into an op,
+ * appends it to the submit queue (mutex) and wakes the progress thread with
+ * cks_tp_worker_signal(). The progress thread sends the op, matches the
+ * reply by request id, receives payloads zero-copy into the caller's buffer,
+ * runs the callback, and enforces timeouts: ops are kept in submission order,
+ * and all have the same timeout, so the oldest is the next to expire. An op
+ * that times out while UCX still uses the caller's buffer closes the
+ * connection (UCX then fails the transfer) so that the buffer is returned
+ * only when nothing writes to it any more. The progress thread sleeps on
+ * the worker's event fd when there is nothing to do.
+ *
+ * Blocking calls are *_nb calls plus a wait on a condition variable.
+ */
+#include "ckstore.h"
+#include "cks_coding.h"
+#include "cks_tp.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CKS_CLIENT_TIMEOUT_DEFAULT 60000
+
+typedef struct cks_op cks_op_t;
+
+/* How a reply is turned into results. */
+typedef enum {
+    CKS_OP_STATUS,       /* STATUS_REPLY only */
+    CKS_OP_PUT,          /* send with payload + STATUS_REPLY */
+    CKS_OP_SEAL,         /* SEAL_REPLY */
+    CKS_OP_GET,          /* GET_REPLY + payload */
+    CKS_OP_VERSION_STAT, /* VERSION_STAT_REPLY */
+    CKS_OP_OBJECT_STAT,  /* OBJECT_STAT_REPLY */
+    CKS_OP_LIST,         /* LIST_REPLY + page */
+    CKS_OP_HELLO,        /* HELLO_REPLY */
+} cks_op_kind_t;
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+    cks_status_t status;
+} cks_waiter_t;
+
+struct cks_op {
+    cks_op_t *next, *prev;  /* submit queue, then in-flight list */
+    cks_client_h client;
+    cks_op_kind_t kind;
+    unsigned type;          /* request message type */
+    uint64_t req_id;
+    uint64_t deadline_ns;
+    cks_msg_any_t body;     /* request; strings point into `names` */
+    char names[CKS_JOB_MAX_LEN + 2 * CKS_KEY_MAX_LEN + 3];
+    const void *payload;    /* PUT */
+    uint64_t payload_len;
+    cks_mem_type_t mem_type;
+    void *buf;              /* GET destination */
+    uint64_t buf_size;
+    uint64_t *length_p;
+    uint32_t flags;
+    void *out;              /* stat / list results (caller's) */
+    size_t out_max;
+    size_t *count_p;
+    int *more_p;
+    cks_wire_entry_t entry; /* LIST */
+    uint8_t *page;          /* LIST: received page */
+    size_t page_len;
+    uint64_t crc64, obj_size; /* GET */
+    int sending;            /* UCX holds the payload (send) */
+    int receiving;          /* UCX writes into buf */
+    int replied;
+    cks_status_t status;
+    cks_done_cb_t cb;
+    void *arg;
+};
+
+struct cks_client {
+    char name[CKS_WIRE_MAX_NAME + 1];
+    char addr[64];
+    uint16_t port;
+    int timeout_ms;
+    cks_tp_worker_h tp;
+    cks_tp_conn_h conn;
+    pthread_t thread;
+    pthread_mutex_t lock;    /* submit queue, stop, last error */
+    cks_op_t *sub_head, *sub_tail;
+    int stop;
+    cks_status_t conn_status; /* set once the connection failed */
+    char last_error[CKS_MSG_MAX_LEN + 64];
+    /* progress thread only */
+    cks_hmap_t *inflight;     /* req_id -> op */
+    cks_op_t *fl_head, *fl_tail; /* in flight, oldest first */
+    uint64_t next_req_id;
+};
+
+struct cks_restore {
+    cks_client_h client;
+    char job[CKS_JOB_MAX_LEN + 1];
+    cks_version_info_t info;
+};
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static void cks_cl_set_error(cks_client_h c, cks_status_t status, const char *text,
+                             size_t len)
+{
+    pthread_mutex_lock(&c->lock);
+    snprintf(c->last_error, sizeof(c->last_error), "%s: %.*s", cks_status_name(status),
+             (int)CKS_MIN(len, (size_t)CKS_MSG_MAX_LEN), text);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void cks_client_last_error(cks_client_h c, char *buf, size_t len)
+{
+    if (buf == NULL || len == 0) {
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    snprintf(buf, len, "%s", c->last_error);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void cks_waiter_cb(void *arg, cks_status_t status)
+{
+    cks_waiter_t *w = arg;
+    pthread_mutex_lock(&w->lock);
+    w->status = status;
+    w->done   = 1;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+static void cks_waiter_init(cks_waiter_t *w)
+{
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, NULL);
+    w->done   = 0;
+    w->status = CKS_INPROGRESS;
+}
+
+/* Wait for an op submitted with cks_waiter_cb; `status` is what submit returned. */
+static cks_status_t cks_waiter_wait(cks_waiter_t *w, cks_status_t status)
+{
+    if (status == CKS_INPROGRESS) {
+        pthread_mutex_lock(&w->lock);
+        while (!w->done) {
+            pthread_cond_wait(&w->cond, &w->lock);
+        }
+        status = w->status;
+        pthread_mutex_unlock(&w->lock);
+    }
+    pthread_cond_destroy(&w->cond);
+    pthread_mutex_destroy(&w->lock);
+    return status;
+}
+
+/* Copy a name into the op and point a wire string at the copy. */
+static cks_status_t cks_op_name(cks_op_t *op, size_t *used, const char *name,
+                                size_t max, cks_wire_str_t *s)
+{
+    size_t len;
+    cks_status_t status;
+
+    if (name == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    len    = strnlen(name, max + 1);
+    status = cks_name_check(name, len, max);
+    if (status != CKS_OK) {
+        return status;
+    }
+    memcpy(op->names + *used, name, len);
+    s->ptr = op->names + *used;
+    s->len = (uint32_t)len;
+    *used += len + 1;
+    return CKS_OK;
+}
+
+static cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type)
+{
+    cks_op_t *op = calloc(1, sizeof(*op));
+    if (op != NULL) {
+        op->kind     = kind;
+        op->type     = type;
+        op->status   = CKS_OK;
+        op->mem_type = CKS_MEM_HOST;
+    }
+    return op;
+}
+
+/* ---- progress thread ------------------------------------------------------------ */
+
+static void cks_cl_fl_unlink(cks_client_h c, cks_op_t *op)
+{
+    if (op->prev != NULL) {
+        op->prev->next = op->next;
+    } else {
+        c->fl_head = op->next;
+    }
+    if (op->next != NULL) {
+        op->next->prev = op->prev;
+    } else {
+        c->fl_tail = op->prev;
+    }
+    op->next = op->prev = NULL;
+}
+
+/* Finish an op when nothing of UCX uses its buffers any more. */
+static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
+{
+    if (op->sending || op->receiving || !op->replied) {
+        return;
+    }
+    cks_hmap_del(c->inflight, &op->req_id, sizeof(op->req_id));
+    cks_cl_fl_unlink(c, op);
+    free(op->page);
+    op->cb(op->arg, op->status);
+    free(op);
+}
+
+/* Fail an op: it completes as soon as UCX lets go of its buffers. */
+static void cks_cl_op_fail(cks_client_h c, cks_op_t *op, cks_status_t status)
+{
+    if (op->status == CKS_OK) {
+        op->status = status;
+    }
+    op->replied = 1;
+    cks_cl_op_try_complete(c, op);
+}
+
+static void cks_cl_send_done(void *arg, cks_status_t status)
+{
+    cks_op_t *op = arg;
+    op->sending  = 0;
+    if (status != CKS_OK && op->status == CKS_OK) {
+        op->status = status;
+    }
+    cks_cl_op_try_complete(op->client, op);
+}
+
+static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
+{
+    cks_status_t status;
+
+    op->req_id      = c->next_req_id++;
+    op->deadline_ns = cks_time_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+    /* in flight from now on, in deadline order */
+    op->prev = c->fl_tail;
+    op->next = NULL;
+    if (c->fl_tail != NULL) {
+        c->fl_tail->next = op;
+    } else {
+        c->fl_head = op;
+    }
+    c->fl_tail = op;
+    if (cks_hmap_put(c->inflight, &op->req_id, sizeof(op->req_id), op) != CKS_OK) {
+        op->replied = 1;
+        op->status  = CKS_ERR_NO_MEMORY;
+        cks_cl_fl_unlink(c, op);
+        op->cb(op->arg, op->status);
+        free(op);
+        return;
+    }
+    if (c->conn_status != CKS_OK) {
+        cks_cl_op_fail(c, op, c->conn_status);
+        return;
+    }
+    if (op->kind == CKS_OP_PUT && op->payload_len > 0) {
+        op->sending = 1;
+        status = cks_tp_send(c->conn, op->type, 0, op->req_id, &op->body, op->payload,
+                             op->payload_len, op->mem_type, NULL, cks_cl_send_done, op);
+        if (status != CKS_INPROGRESS) {
+            op->sending = 0;
+            cks_cl_op_fail(c, op, status);
+        }
+        return;
+    }
+    status = cks_tp_send(c->conn, op->type, 0, op->req_id, &op->body, NULL, 0,
+                         CKS_MEM_HOST, NULL, NULL, NULL);
+    if (status != CKS_INPROGRESS) {
+        cks_cl_op_fail(c, op, status);
+    }
+}
+
+static void cks_cl_reply_error(cks_client_h c, cks_op_t *op, int32_t st,
+                               const cks_wire_str_t *msg)
+{
+    cks_status_t status = (cks_status_t)st;
+    if (status >= CKS_OK) {
+        status = CKS_ERR_BAD_MESSAGE; /* a failed reply must carry an error */
+    }
+    cks_cl_set_error(c, status, msg->ptr, msg->len);
+    cks_cl_op_fail(c, op, status);
+}
+
+static void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t *e)
+{
+    info->version    = e->version;
+    info->parent     = e->parent;
+    info->state      = (cks_vstate_t)e->state;
+    info->nranks     = e->nranks;
+    info->created_ns = e->created_ns;
+    info->sealed_ns  = e->sealed_ns;
+    info->nobjects   = e->nobjects;
+    info->bytes      = e->bytes;
+}
+
+static void cks_cl_object_info(cks_object_info_t *info, const cks_msg_object_entry_t *e)
+{
+    memcpy(info->key, e->key.ptr, e->key.len);
+    info->key[e->key.len] = '\0';
+    info->tags.kind       = (cks_kind_t)e->kind;
+    info->tags.layer      = e->layer;
+    info->tags.expert     = e->expert;
+    info->tags.rank       = e->rank;
+    info->size            = e->size;
+    info->crc64           = e->crc64;
+}
+
+/* Decode a received list page into the caller's array. */
+static cks_status_t cks_cl_page_decode(cks_op_t *op, uint32_t count)
+{
+    size_t off = 0;
+    if (count > op->out_max) {
+        return CKS_ERR_BAD_MESSAGE;
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        union {
+            cks_msg_version_entry_t v;
+            cks_msg_object_entry_t o;
+            cks_msg_job_entry_t j;
+        } e;
+        cks_status_t status = cks_wire_entry_unpack(op->entry, op->page, op->page_len,
+                                                    &off, &e);
+        if (status != CKS_OK) {
+            return status;
+        }
+        if (op->entry == CKS_WIRE_ENTRY_VERSION) {
+            cks_cl_version_info((cks_version_info_t *)op->out + i, &e.v);
+        } else if (op->entry == CKS_WIRE_ENTRY_OBJECT) {
+            if (cks_name_check(e.o.key.ptr, e.o.key.len, CKS_KEY_MAX_LEN) != CKS_OK) {
+                return CKS_ERR_BAD_MESSAGE;
+            }
+            cks_cl_object_info((cks_object_info_t *)op->out + i, &e.o);
+        } else {
+            char(*names)[CKS_JOB_NAME_MAX + 1] = op->out;
+            if (cks_name_check(e.j.name.ptr, e.j.name.len, CKS_JOB_MAX_LEN) != CKS_OK) {
+                return CKS_ERR_BAD_MESSAGE;
+            }
+            memcpy(names[i], e.j.name.ptr, e.j.name.len);
+            names[i][e.j.name.len] = '\0';
+        }
+    }
+    return off == op->page_len ? CKS_OK : CKS_ERR_BAD_MESSAGE;
+}
+
+static void cks_cl_recv_done(void *arg, cks_status_t status)
+{
+    cks_op_t *op   = arg;
+    cks_client_h c = op->client;
+    op->receiving  = 0;
+    if (status != CKS_OK && op->status == CKS_OK) {
+        op->status = status;
+    }
+    if (op->status == CKS_OK && op->kind == CKS_OP_LIST) {
+        op->status = cks_cl_page_decode(op, (uint32_t)*op->count_p);
+    }
+    if (op->status == CKS_OK && op->kind == CKS_OP_GET && (op->flags & CKS_GET_VERIFY) &&
+        cks_crc64(0, op->buf, op->obj_size) != op->crc64) {
+        cks_cl_set_error(c, CKS_ERR_CRC_MISMATCH, "object bytes fail their CRC", 28);
+        op->status = CKS_ERR_CRC_MISMATCH;
+    }
+    cks_cl_op_try_complete(c, op);
+}
+
+/* Take a payload into dst: copy an eager one, receive a rendezvous one. */
+static void cks_cl_take_payload(cks_client_h c, cks_op_t *op, cks_tp_data_t *data,
+                                void *dst, cks_mem_type_t mem_type)
+{
+    cks_status_t status;
+
+    op->receiving = 1;
+    if (!data->is_rndv) {
+        memcpy(dst, data->ptr, data->length); /* eager: small, already here */
+        cks_cl_recv_done(op, CKS_OK);
+        return;
+    }
+    status = cks_tp_data_recv(c->tp, data, dst, mem_type, NULL, cks_cl_recv_done, op);
+    if (status != CKS_INPROGRESS) {
+        op->receiving = 0;
+        cks_cl_op_fail(c, op, status);
+    }
+}
+
+static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                          const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    cks_client_h c = arg;
+    cks_op_t *op   = cks_hmap_get(c->inflight, &hdr->req_id, sizeof(hdr->req_id));
+
+    if (op == NULL || op->replied) {
+        cks_debug("reply %s for unknown request %llu dropped", cks_msg_name(hdr->type),
+                  (unsigned long long)hdr->req_id);
+        return;
+    }
+    if (hdr->type == CKS_MSG_STATUS_REPLY) {
+        /* any request may be answered by a plain status (errors, STORED) */
+        const cks_msg_status_t *m = &b->m_STATUS_REPLY;
+        if (m->status != CKS_OK) {
+            cks_cl_reply_error(c, op, m->status, &m->msg);
+            return;
+        }
+        if (op->kind != CKS_OP_STATUS && op->kind != CKS_OP_PUT) {
+            cks_cl_op_fail(c, op, CKS_ERR_BAD_MESSAGE);
+            return;
+        }
+        op->replied = 1;
+        cks_cl_op_try_complete(c, op);
+        return;
+    }
+    op->replied = 1;
+    switch (op->kind) {
+        case CKS_OP_HELLO:
+            if (hdr->type != CKS_MSG_HELLO_REPLY || data != NULL) {
+                break;
+            }
+            if (b->m_HELLO_REPLY.status != CKS_OK) {
+                cks_cl_reply_error(c, op, b->m_HELLO_REPLY.status, &b->m_HELLO_REPLY.msg);
+                return;
+            }
+            cks_cl_op_try_complete(c, op);
+            return;
+        case CKS_OP_SEAL:
+            if (hdr->type != CKS_MSG_SEAL_REPLY || data != NULL) {
+                break;
+            }
+            if (b->m_SEAL_REPLY.status != CKS_OK) {
+                cks_cl_reply_error(c, op, b->m_SEAL_REPLY.status, &b->m_SEAL_REPLY.msg);
+                return;
+            }
+            cks_cl_op_try_complete(c, op);
+            return;
+        case CKS_OP_VERSION_STAT:
+            if (hdr->type != CKS_MSG_VERSION_STAT_REPLY || data != NULL) {
+                break;
+            }
+            if (b->m_VERSION_STAT_REPLY.status != CKS_OK) {
+                cks_cl_reply_error(c, op, b->m_VERSION_STAT_REPLY.status,
+                                   &b->m_VERSION_STAT_REPLY.msg);
+                return;
+            }
+            cks_cl_version_info(op->out, &b->m_VERSION_STAT_REPLY.v);
+            cks_cl_op_try_complete(c, op);
+            return;
+        case CKS_OP_OBJECT_STAT:
+            if (hdr->type != CKS_MSG_OBJECT_STAT_REPLY || data != NULL ||
+                (b->m_OBJECT_STAT_REPLY.status == CKS_OK &&
+                 cks_name_check(b->m_OBJECT_STAT_REPLY.o.key.ptr,
+                                b->m_OBJECT_STAT_REPLY.o.key.len,
+                                CKS_KEY_MAX_LEN) != CKS_OK)) {
+                break;
+            }
+            if (b->m_OBJECT_STAT_REPLY.status != CKS_OK) {
+                cks_cl_reply_error(c, op, b->m_OBJECT_STAT_REPLY.status,
+                                   &b->m_OBJECT_STAT_REPLY.msg);
+                return;
+            }
+            cks_cl_object_info(op->out, &b->m_OBJECT_STAT_REPLY.o);
+            cks_cl_op_try_complete(c, op);
+            return;
+        case CKS_OP_LIST: {
+            const cks_msg_list_reply_t *m = &b->m_LIST_REPLY;
+            if (hdr->type != CKS_MSG_LIST_REPLY) {
+                break;
+            }
+            if (m->status != CKS_OK) {
+                cks_cl_reply_error(c, op, m->status, &m->msg);
+                return;
+            }
+            if (m->count > op->out_max || (m->count > 0) != (data != NULL) ||
+                (data != NULL && data->length > CKS_WIRE_MAX_PAGE)) {
+                break;
+            }
+            *op->count_p = m->count;
+            *op->more_p  = m->more != 0;
+            if (data == NULL) {
+                cks_cl_op_try_complete(c, op);
+                return;
+            }
+            op->page     = malloc(data->length);
+            op->page_len = data->length;
+            if (op->page == NULL) {
+                cks_cl_op_fail(c, op, CKS_ERR_NO_MEMORY);
+                return;
+            }
+            cks_cl_take_payload(c, op, data, op->page, CKS_MEM_HOST);
+            return;
+        }
+        case CKS_OP_GET: {
+            const cks_msg_get_reply_t *m = &b->m_GET_REPLY;
+            if (hdr->type != CKS_MSG_GET_REPLY) {
+                break;
+            }
+            if (m->status != CKS_OK) {
+                cks_cl_reply_error(c, op, m->status, &m->msg);
+                return;
+            }
+            if ((data == NULL ? 0 : data->length) != m->length ||
+                m->offset != op->body.m_GET.offset ||
+                (op->body.m_GET.length != UINT64_MAX && m->length != op->body.m_GET.length)) {
+                break;
+            }
+            if (m->length > op->buf_size) {
+                char text[96];
+                int n = snprintf(text, sizeof(text),
+                                 "buffer of %llu bytes too small for %llu bytes",
+                                 (unsigned long long)op->buf_size,
+                                 (unsigned long long)m->length);
+                cks_cl_set_error(c, CKS_ERR_INVALID_PARAM, text, (size_t)n);
+                cks_cl_op_fail(c, op, CKS_ERR_INVALID_PARAM);
+                return;
+            }
+            if (op->length_p != NULL) {
+                *op->length_p = m->length;
+            }
+            op->crc64    = m->crc64;
+            op->obj_size = m->size;
+            if (m->length != m->size) {
+                op->flags &= ~CKS_GET_VERIFY; /* a range cannot be checked alone */
+            }
+            if (data == NULL) {
+                cks_cl_op_try_complete(c, op);
+                return;
+            }
+            cks_cl_take_payload(c, op, data, op->buf, op->mem_type);
+            return;
+        }
+        default:
+            break;
+    }
+    cks_warn("unexpected %s for request %llu", cks_msg_name(hdr->type),
+             (unsigned long long)hdr->req_id);
+    cks_cl_set_error(c, CKS_ERR_BAD_MESSAGE, "unexpected reply", 16);
+    cks_cl_op_fail(c, op, CKS_ERR_BAD_MESSAGE);
+}
+
+static void cks_cl_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                              cks_status_t status, const char *reason)
+{
+    cks_client_h c = arg;
+    cks_op_t *op   = hdr ? cks_hmap_get(c->inflight, &hdr->req_id, sizeof(hdr->req_id))
+                         : NULL;
+    if (op != NULL && !op->replied) {
+        cks_cl_set_error(c, status, reason, strlen(reason));
+        cks_cl_op_fail(c, op, status);
+    }
+}
+
+static void cks_cl_fail_all(cks_client_h c, cks_status_t status)
+{
+    /* completing may unlink and free ops: walk a snapshot of the order */
+    cks_op_t *op = c->fl_head;
+    while (op != NULL) {
+        cks_op_t *next = op->next;
+        if (!op->replied) {
+            cks_cl_op_fail(c, op, status);
+        }
+        op = next;
+    }
+}
+
+static void cks_cl_on_conn_err(void *arg, cks_tp_conn_h conn, cks_status_t status)
+{
+    cks_client_h c = arg;
+    cks_error("connection to %s:%u lost: %s", c->addr, c->port, cks_status_string(status));
+    c->conn_status = status == CKS_ERR_TIMEOUT ? CKS_ERR_TIMEOUT : CKS_ERR_CONN_LOST;
+    cks_cl_fail_all(c, c->conn_status);
+}
+
+static void cks_cl_check_timeouts(cks_client_h c)
+{
+    uint64_t now = cks_time_ns();
+    int close    = 0;
+    for (cks_op_t *op = c->fl_head; op != NULL && op->deadline_ns <= now;) {
+        cks_op_t *next = op->next;
+        if (!op->replied || op->sending || op->receiving) {
+            cks_warn("request %llu (%s) timed out after %d ms", (unsigned long long)op->req_id,
+                     cks_msg_name(op->type), c->timeout_ms);
+            cks_cl_set_error(c, CKS_ERR_TIMEOUT, "no answer from the server in time", 33);
+            close |= op->sending || op->receiving;
+            op->deadline_ns = UINT64_MAX;
+            cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT);
+        }
+        op = next;
+    }
+    if (close && c->conn_status == CKS_OK) {
+        /* UCX still holds a caller's buffer: only closing releases it */
+        c->conn_status = CKS_ERR_TIMEOUT;
+        cks_tp_conn_close(c->conn);
+        cks_cl_fail_all(c, CKS_ERR_TIMEOUT);
+    }
+}
+
+static void *cks_cl_thread(void *arg)
+{
+    cks_client_h c    = arg;
+    struct pollfd pfd = {.fd = cks_tp_worker_efd(c->tp), .events = POLLIN};
+
+    for (;;) {
+        cks_op_t *list;
+        int stop;
+
+        cks_tp_worker_progress(c->tp);
+        pthread_mutex_lock(&c->lock);
+        list        = c->sub_head;
+        c->sub_head = c->sub_tail = NULL;
+        stop        = c->stop;
+        pthread_mutex_unlock(&c->lock);
+        while (list != NULL) {
+            cks_op_t *next = list->next;
+            cks_cl_send_op(c, list);
+            list = next;
+        }
+        cks_cl_check_timeouts(c);
+        if (stop) {
+            break;
+        }
+        if (cks_tp_worker_arm(c->tp) == CKS_ERR_BUSY) {
+            continue;
+        }
+        pthread_mutex_lock(&c->lock);
+        int queued = c->sub_head != NULL || c->stop;
+        pthread_mutex_unlock(&c->lock);
+        if (queued) {
+            continue;
+        }
+        int timeout = -1;
+        if (c->fl_head != NULL) {
+            uint64_t now = cks_time_ns();
+            uint64_t dl  = c->fl_head->deadline_ns;
+            timeout      = dl <= now ? 0 : (int)CKS_MIN((dl - now) / 1000000 + 1, 1000);
+        }
+        if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
+            cks_error("poll: %s", strerror(errno));
+        }
+    }
+    /* stopping: cancel what is left, and let UCX release the buffers */
+    c->conn_status = CKS_ERR_CANCELED;
+    if (c->conn != NULL) {
+        cks_tp_conn_close(c->conn);
+    }
+    cks_cl_fail_all(c, CKS_ERR_CANCELED);
+    for (int i = 0; i < 1000 && c->fl_head != NULL; i++) {
+        cks_tp_worker_progress(c->tp);
+    }
+    return NULL;
+}
+
+/* Hand an op to the progress thread. Returns CKS_INPROGRESS. */
+static cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg)
+{
+    op->client = c;
+    op->cb   = cb;
+    op->arg  = arg;
+    op->next = NULL;
+    pthread_mutex_lock(&c->lock);
+    if (c->stop) {
+        pthread_mutex_unlock(&c->lock);
+        free(op);
+        return CKS_ERR_CANCELED;
+    }
+    if (c->sub_tail != NULL) {
+        c->sub_tail->next = op;
+    } else {
+        c->sub_head = op;
+    }
+    c->sub_tail = op;
+    pthread_mutex_unlock(&c->lock);
+    cks_tp_worker_signal(c->tp);
+    return CKS_INPROGRESS;
+}
+
+static cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op)
+{
+    cks_waiter_t w;
+    cks_waiter_init(&w);
+    return cks_waiter_wait(&w, cks_cl_submit(c, op, cks_waiter_cb, &w));
+}
+
+/* ---- client life cycle ---------------------------------------------------------------- */
+
+static cks_status_t cks_cl_parse_server(const char *server, char *addr, size_t addr_len,
+                                        uint16_t *port_p)
+{
+    const char *colon = server ? strrchr(server, ':') : NULL;
+    char *end;
+    unsigned long port;
+
+    if (colon == NULL || colon == server || (size_t)(colon - server) >= addr_len) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    port = strtoul(colon + 1, &end, 10);
+    if (*end != '\0' || port == 0 || port > 65535) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    memcpy(addr, server, (size_t)(colon - server));
+    addr[colon - server] = '\0';
+    *port_p              = (uint16_t)port;
+    return CKS_OK;
+}
+
+cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *client_p)
+{
+    cks_tp_worker_params_t wp;
+    cks_client_h c;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (params == NULL || client_p == NULL || !(params->field_mask & CKS_CLIENT_FIELD_SERVER)) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_cl_parse_server(params->server, c->addr, sizeof(c->addr), &c->port);
+    if (status != CKS_OK) {
+        cks_error("server address '%s' is not ipv4:port", params->server ? params->server : "");
+        goto err_free;
+    }
+    c->timeout_ms = (params->field_mask & CKS_CLIENT_FIELD_TIMEOUT_MS) && params->timeout_ms > 0
+                        ? params->timeout_ms
+                        : CKS_CLIENT_TIMEOUT_DEFAULT;
+    snprintf(c->name, sizeof(c->name), "%s",
+             (params->field_mask & CKS_CLIENT_FIELD_NAME) && params->name ? params->name
+                                                                          : "libckstore");
+    c->next_req_id = 1;
+    pthread_mutex_init(&c->lock, NULL);
+    status = cks_hmap_create(&c->inflight);
+    if (status != CKS_OK) {
+        goto err_lock;
+    }
+    memset(&wp, 0, sizeof(wp));
+    wp.name        = c->name;
+    wp.on_msg      = cks_cl_on_msg;
+    wp.on_bad_msg  = cks_cl_on_bad_msg;
+    wp.on_conn_err = cks_cl_on_conn_err;
+    wp.arg         = c;
+    status         = cks_tp_worker_create(&wp, &c->tp);
+    if (status != CKS_OK) {
+        goto err_map;
+    }
+    status = cks_tp_conn_connect(c->tp, c->addr, c->port, &c->conn);
+    if (status != CKS_OK) {
+        goto err_tp;
+    }
+    if (pthread_create(&c->thread, NULL, cks_cl_thread, c) != 0) {
+        status = CKS_ERR_NO_MEMORY;
+        goto err_conn;
+    }
+    /* the handshake proves that the server is there and speaks our protocol */
+    op = cks_op_new(CKS_OP_HELLO, CKS_MSG_HELLO);
+    if (op == NULL) {
+        status = CKS_ERR_NO_MEMORY;
+    } else {
+        op->body.m_HELLO.name = cks_wire_cstr(c->name);
+        status                = cks_cl_run(c, op);
+    }
+    if (status != CKS_OK) {
+        cks_error("cannot reach ckstore server %s:%u: %s", c->addr, c->port,
+                  cks_status_string(status));
+        cks_client_destroy(c);
+        return status == CKS_ERR_CONN_LOST ? CKS_ERR_UNREACHABLE : status;
+    }
+    *client_p = c;
+    return CKS_OK;
+
+err_conn:
+    cks_tp_conn_put(c->conn);
+err_tp:
+    cks_tp_worker_destroy(c->tp);
+err_map:
+    cks_hmap_destroy(c->inflight);
+err_lock:
+    pthread_mutex_destroy(&c->lock);
+err_free:
+    free(c);
+    return status;
+}
+
+void cks_client_destroy(cks_client_h c)
+{
+    if (c == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    c->stop = 1;
+    pthread_mutex_unlock(&c->lock);
+    cks_tp_worker_signal(c->tp);
+    pthread_join(c->thread, NULL);
+    /* ops submitted after the thread's last look at the queue */
+    while (c->sub_head != NULL) {
+        cks_op_t *op = c->sub_head;
+        c->sub_head  = op->next;
+        op->cb(op->arg, CKS_ERR_CANCELED);
+        free(op);
+    }
+    cks_tp_conn_put(c->conn);
+    cks_tp_worker_destroy(c->tp);
+    cks_hmap_destroy(c->inflight);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* ---- versions ----------------------------------------------------------------------- */
+
+static cks_status_t cks_cl_version_ref_op(unsigned type, cks_op_kind_t kind, const char *job,
+                                          uint64_t version, cks_op_t **op_p)
+{
+    size_t used  = 0;
+    cks_op_t *op = cks_op_new(kind, type);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    cks_status_t status = cks_op_name(op, &used, job, CKS_JOB_MAX_LEN,
+                                      &op->body.m_VERSION_SEAL.job);
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    op->body.m_VERSION_SEAL.version = version;
+    *op_p                           = op;
+    return CKS_OK;
+}
+
+cks_status_t cks_version_begin_nb(cks_client_h c, const cks_version_params_t *p,
+                                  cks_done_cb_t cb, void *arg)
+{
+    cks_msg_version_begin_t *m;
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (c == NULL || p == NULL || cb == NULL || p->version == UINT64_MAX) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_STATUS, CKS_MSG_VERSION_BEGIN);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    m      = &op->body.m_VERSION_BEGIN;
+    status = cks_op_name(op, &used, p->job, CKS_JOB_MAX_LEN, &m->job);
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    m->version = p->version;
+    m->parent  = (p->field_mask & CKS_VERSION_FIELD_PARENT) ? p->parent : CKS_NO_PARENT;
+    m->nranks  = (p->field_mask & CKS_VERSION_FIELD_NRANKS) ? p->nranks : 1;
+    if (m->nranks == 0) {
+        free(op);
+        return CKS_ERR_INVALID_PARAM;
+    }
+    return cks_cl_submit(c, op, cb, arg);
+}
+
+cks_status_t cks_version_begin(cks_client_h c, const cks_version_params_t *p)
+{
+    cks_waiter_t w;
+    cks_waiter_init(&w);
+    return cks_waiter_wait(&w, cks_version_begin_nb(c, p, cks_waiter_cb, &w));
+}
+
+cks_status_t cks_version_seal_nb(cks_client_h c, const char *job, uint64_t version,
+                                 cks_done_cb_t cb, void *arg)
+{
+    cks_op_t *op;
+    if (c == NULL || cb == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    cks_status_t status = cks_cl_version_ref_op(CKS_MSG_VERSION_SEAL, CKS_OP_SEAL, job,
+                                                version, &op);
+    return status == CKS_OK ? cks_cl_submit(c, op, cb, arg) : status;
+}
+
+cks_status_t cks_version_seal(cks_client_h c, const char *job, uint64_t version)
+{
+    cks_waiter_t w;
+    cks_waiter_init(&w);
+    return cks_waiter_wait(&w, cks_version_seal_nb(c, job, version, cks_waiter_cb, &w));
+}
+
+static cks_status_t cks_cl_version_simple(cks_client_h c, unsigned type, const char *job,
+                                          uint64_t version)
+{
+    cks_op_t *op;
+    if (c == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    cks_status_t status = cks_cl_version_ref_op(type, CKS_OP_STATUS, job, version, &op);
+    return status == CKS_OK ? cks_cl_run(c, op) : status;
+}
+
+cks_status_t cks_version_abort(cks_client_h c, const char *job, uint64_t version)
+{
+    return cks_cl_version_simple(c, CKS_MSG_VERSION_ABORT, job, version);
+}
+
+cks_status_t cks_version_delete(cks_client_h c, const char *job, uint64_t version)
+{
+    return cks_cl_version_simple(c, CKS_MSG_VERSION_DELETE, job, version);
+}
+
+static cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t version,
+                                        int latest, cks_version_info_t *info_p)
+{
+    cks_version_info_t info;
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (c == NULL || info_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_VERSION_STAT, CKS_MSG_VERSION_STAT);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_op_name(op, &used, job, CKS_JOB_MAX_LEN, &op->body.m_VERSION_STAT.job);
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    op->body.m_VERSION_STAT.version = version;
+    op->body.m_VERSION_STAT.latest  = (uint32_t)latest;
+    op->out                         = &info;
+    status                          = cks_cl_run(c, op);
+    if (status == CKS_OK) {
+        *info_p = info;
+    }
+    return status;
+}
+
+cks_status_t cks_version_stat(cks_client_h c, const char *job, uint64_t version,
+                              cks_version_info_t *info_p)
+{
+    return cks_cl_version_stat(c, job, version, 0, info_p);
+}
+
+cks_status_t cks_version_latest(cks_client_h c, const char *job, cks_version_info_t *info_p)
+{
+    return cks_cl_version_stat(c, job, 0, 1, info_p);
+}
+
+static cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,
+                                size_t *count_p, int *more_p)
+{
+    size_t count = 0;
+    int more     = 0;
+    cks_status_t status;
+
+    if (out == NULL || count_p == NULL || max == 0) {
+        free(op);
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op->out     = out;
+    op->out_max = CKS_MIN(max, (size_t)CKS_WIRE_MAX_ENTRIES);
+    op->count_p = &count;
+    op->more_p  = &more;
+    status      = cks_cl_run(c, op);
+    if (status == CKS_OK) {
+        *count_p = count;
+        if (more_p != NULL) {
+            *more_p = more;
+        }
+    }
+    return status;
+}
+
+cks_status_t cks_version_list(cks_client_h c, const char *job, const uint64_t *after,
+                              cks_version_info_t *out, size_t max, size_t *count_p,
+                              int *more_p)
+{
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (c == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_LIST, CKS_MSG_VERSION_LIST);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_op_name(op, &used, job, CKS_JOB_MAX_LEN, &op->body.m_VERSION_LIST.job);
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    op->entry                          = CKS_WIRE_ENTRY_VERSION;
+    op->body.m_VERSION_LIST.has_after  = after != NULL;
+    op->body.m_VERSION_LIST.after      = after ? *after : 0;
+    op->body.m_VERSION_LIST.max        = (uint32_t)CKS_MIN(max, (size_t)CKS_WIRE_MAX_ENTRIES);
+    return cks_cl_list(c, op, out, max, count_p, more_p);
+}
+
+cks_status_t cks_job_list(cks_client_h c, const char *after,
+                          char (*names)[CKS_JOB_NAME_MAX + 1], size_t max, size_t *count_p,
+                          int *more_p)
+{
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (c == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_LIST, CKS_MSG_JOB_LIST);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    if (after != NULL && after[0] != '\0') {
+        status = cks_op_name(op, &used, after, CKS_JOB_MAX_LEN, &op->body.m_JOB_LIST.after);
+        if (status != CKS_OK) {
+            free(op);
+            return status;
+        }
+    } else {
+        op->body.m_JOB_LIST.after = cks_wire_cstr(NULL);
+    }
+    op->entry               = CKS_WIRE_ENTRY_JOB;
+    op->body.m_JOB_LIST.max = (uint32_t)CKS_MIN(max, (size_t)CKS_WIRE_MAX_ENTRIES);
+    return cks_cl_list(c, op, names, max, count_p, more_p);
+}
+
+/* ---- puts -------------------------------------------------------------------------------- */
+
+cks_status_t cks_put_nb(cks_client_h c, const cks_put_params_t *p, cks_done_cb_t cb,
+                        void *arg)
+{
+    cks_msg_put_t *m;
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (c == NULL || p == NULL || cb == NULL || (p->size > 0 && p->buffer == NULL)) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if ((p->field_mask & CKS_PUT_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
+        return CKS_ERR_UNSUPPORTED; /* device memory: not in this build yet */
+    }
+    if ((p->field_mask & CKS_PUT_FIELD_TAGS) && (unsigned)p->tags.kind > CKS_KIND_OTHER) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_PUT, CKS_MSG_PUT);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    m      = &op->body.m_PUT;
+    status = cks_op_name(op, &used, p->job, CKS_JOB_MAX_LEN, &m->job);
+    if (status == CKS_OK) {
+        status = cks_op_name(op, &used, p->key, CKS_KEY_MAX_LEN, &m->key);
+    }
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    m->version = p->version;
+    if (p->field_mask & CKS_PUT_FIELD_TAGS) {
+        m->kind   = p->tags.kind;
+        m->layer  = p->tags.layer;
+        m->expert = p->tags.expert;
+        m->rank   = p->tags.rank;
+    } else {
+        m->kind   = CKS_KIND_OTHER;
+        m->layer  = m->expert = m->rank = CKS_TAG_NONE;
+    }
+    m->size         = p->size;
+    op->payload     = p->buffer;
+    op->payload_len = p->size;
+    return cks_cl_submit(c, op, cb, arg);
+}
+
+cks_status_t cks_put(cks_client_h c, const cks_put_params_t *p)
+{
+    cks_waiter_t w;
+    cks_waiter_init(&w);
+    return cks_waiter_wait(&w, cks_put_nb(c, p, cks_waiter_cb, &w));
+}
+
+/* ---- restore ----------------------------------------------------------------------------- */
+
+cks_status_t cks_restore_open(cks_client_h c, const char *job, uint64_t version,
+                              cks_restore_h *r_p)
+{
+    cks_version_info_t info;
+    cks_restore_h r;
+    cks_status_t status;
+
+    if (c == NULL || r_p == NULL || job == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    status = version == CKS_VERSION_LATEST ? cks_version_latest(c, job, &info)
+                                           : cks_version_stat(c, job, version, &info);
+    if (status != CKS_OK) {
+        return status;
+    }
+    if (info.state != CKS_VSTATE_SEALED && info.state != CKS_VSTATE_PROTECTED &&
+        info.state != CKS_VSTATE_DEGRADED) {
+        char text[96];
+        int n = snprintf(text, sizeof(text), "version %llu is %s",
+                         (unsigned long long)info.version, cks_vstate_string(info.state));
+        cks_cl_set_error(c, CKS_ERR_NOT_RESTORABLE, text, (size_t)n);
+        return CKS_ERR_NOT_RESTORABLE;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    r->client = c;
+    snprintf(r->job, sizeof(r->job), "%s", job);
+    r->info = info;
+    *r_p    = r;
+    return CKS_OK;
+}
+
+void cks_restore_close(cks_restore_h r)
+{
+    free(r);
+}
+
+cks_status_t cks_restore_info(cks_restore_h r, cks_version_info_t *info_p)
+{
+    if (r == NULL || info_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    *info_p = r->info;
+    return CKS_OK;
+}
+
+cks_status_t cks_object_stat(cks_restore_h r, const char *key, cks_object_info_t *info_p)
+{
+    cks_object_info_t info;
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (r == NULL || info_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_OBJECT_STAT, CKS_MSG_OBJECT_STAT);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &op->body.m_OBJECT_STAT.job);
+    if (status == CKS_OK) {
+        status = cks_op_name(op, &used, key, CKS_KEY_MAX_LEN, &op->body.m_OBJECT_STAT.key);
+    }
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    op->body.m_OBJECT_STAT.version = r->info.version;
+    op->out                        = &info;
+    status                         = cks_cl_run(r->client, op);
+    if (status == CKS_OK) {
+        *info_p = info;
+    }
+    return status;
+}
+
+cks_status_t cks_object_list(cks_restore_h r, const char *after_key, cks_object_info_t *out,
+                             size_t max, size_t *count_p, int *more_p)
+{
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (r == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_LIST, CKS_MSG_OBJECT_LIST);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &op->body.m_OBJECT_LIST.job);
+    if (status == CKS_OK && after_key != NULL && after_key[0] != '\0') {
+        status = cks_op_name(op, &used, after_key, CKS_KEY_MAX_LEN,
+                             &op->body.m_OBJECT_LIST.after);
+    } else {
+        op->body.m_OBJECT_LIST.after = cks_wire_cstr(NULL);
+    }
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    op->entry                      = CKS_WIRE_ENTRY_OBJECT;
+    op->body.m_OBJECT_LIST.version = r->info.version;
+    op->body.m_OBJECT_LIST.max     = (uint32_t)CKS_MIN(max, (size_t)CKS_WIRE_MAX_ENTRIES);
+    return cks_cl_list(r->client, op, out, max, count_p, more_p);
+}
+
+cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                        cks_done_cb_t cb, void *arg)
+{
+    cks_msg_get_t *m;
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+    int range;
+
+    if (r == NULL || p == NULL || cb == NULL || (p->buffer == NULL && p->buffer_size > 0)) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
+        return CKS_ERR_UNSUPPORTED;
+    }
+    range = !!(p->field_mask & CKS_GET_FIELD_RANGE);
+    if (range && (p->length > p->buffer_size || p->length == UINT64_MAX)) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_GET, CKS_MSG_GET);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    m      = &op->body.m_GET;
+    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &m->job);
+    if (status == CKS_OK) {
+        status = cks_op_name(op, &used, p->key, CKS_KEY_MAX_LEN, &m->key);
+    }
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    m->version   = r->info.version;
+    m->offset    = range ? p->offset : 0;
+    m->length    = range ? p->length : UINT64_MAX; /* the whole object */
+    op->buf      = p->buffer;
+    op->buf_size = p->buffer_size;
+    op->length_p = length_p;
+    op->flags    = (p->field_mask & CKS_GET_FIELD_FLAGS) ? p->flags : 0;
+    return cks_cl_submit(r->client, op, cb, arg);
+}
+
+cks_status_t cks_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p)
+{
+    cks_waiter_t w;
+    cks_waiter_init(&w);
+    return cks_waiter_wait(&w, cks_get_nb(r, p, length_p, cks_waiter_cb, &w));
+}

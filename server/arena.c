@@ -1,0 +1,272 @@
+/*
+ * DESIGN: the arena (see arena.h). Owns the mapping of the arena file and the
+ * free list. Runs on the progress thread only. Never writes object bytes:
+ * those arrive straight from UCX.
+ */
+#include "arena.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define CKS_ARENA_MAGIC 0x434b5341524e4131ull /* "CKSARNA1" */
+
+typedef struct cks_extent {
+    struct cks_extent *next;
+    uint64_t off, len;
+} cks_extent_t;
+
+struct cks_arena {
+    uint8_t *base;
+    uint64_t size;
+    uint64_t used;
+    int is_new;
+    cks_extent_t *free_list; /* ordered by offset, coalesced */
+};
+
+typedef struct {
+    uint64_t magic;
+    uint64_t size;
+} cks_arena_hdr_t;
+
+uint64_t cks_arena_extent_len(uint64_t size)
+{
+    /* large objects page-aligned (copy engines and CMA like it), small ones 64 B */
+    uint64_t align = size >= (1u << 20) ? 4096 : 64;
+    return size == 0 ? 0 : CKS_ALIGN_UP(size, align);
+}
+
+static void cks_arena_prefault(uint8_t *base, uint64_t size)
+{
+    if (madvise(base, size, MADV_POPULATE_WRITE) == 0) {
+        return;
+    }
+    /* older kernels: touch every page without changing its contents */
+    long page = sysconf(_SC_PAGESIZE);
+    for (uint64_t off = 0; off < size; off += (uint64_t)page) {
+        volatile uint8_t *p = base + off;
+        *p                  = *p;
+    }
+}
+
+cks_status_t cks_arena_open(const char *path, uint64_t size, cks_arena_t **arena_p)
+{
+    cks_status_t status = CKS_ERR_IO;
+    cks_arena_hdr_t *hdr;
+    struct stat st;
+    cks_arena_t *a;
+    int fd;
+
+    if (size < 2 * CKS_ARENA_HDR_LEN || size % 4096 != 0) {
+        cks_error("arena size %llu must be a multiple of 4096 and at least 8 KiB",
+                  (unsigned long long)size);
+        return CKS_ERR_INVALID_PARAM;
+    }
+    a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        cks_error("arena file %s: %s", path, strerror(errno));
+        goto err_close;
+    }
+    a->is_new = st.st_size == 0;
+    if (!a->is_new && (uint64_t)st.st_size != size) {
+        cks_error("arena file %s holds %llu bytes but the arena size is %llu; "
+                  "use the same size or another file",
+                  path, (unsigned long long)st.st_size, (unsigned long long)size);
+        status = CKS_ERR_INVALID_PARAM;
+        goto err_close;
+    }
+    if (a->is_new && ftruncate(fd, (off_t)size) != 0) {
+        cks_error("arena file %s: cannot size to %llu: %s", path,
+                  (unsigned long long)size, strerror(errno));
+        goto err_close;
+    }
+    a->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (a->base == MAP_FAILED) {
+        cks_error("arena file %s: mmap: %s", path, strerror(errno));
+        goto err_close;
+    }
+    close(fd);
+    fd = -1;
+    madvise(a->base, size, MADV_HUGEPAGE); /* honoured where shmem THP is "advise" */
+    cks_arena_prefault(a->base, size);
+    hdr = (cks_arena_hdr_t *)a->base;
+    if (a->is_new) {
+        hdr->magic = CKS_ARENA_MAGIC;
+        hdr->size  = size;
+    } else if (hdr->magic != CKS_ARENA_MAGIC || hdr->size != size) {
+        cks_error("arena file %s is not a ckstore arena", path);
+        status = CKS_ERR_INVALID_PARAM;
+        goto err_unmap;
+    }
+    a->size      = size;
+    a->free_list = malloc(sizeof(*a->free_list));
+    if (a->free_list == NULL) {
+        status = CKS_ERR_NO_MEMORY;
+        goto err_unmap;
+    }
+    a->free_list->next = NULL;
+    a->free_list->off  = CKS_ARENA_HDR_LEN;
+    a->free_list->len  = size - CKS_ARENA_HDR_LEN;
+    *arena_p           = a;
+    return CKS_OK;
+
+err_unmap:
+    munmap(a->base, size);
+err_close:
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(a);
+    return status;
+}
+
+void cks_arena_close(cks_arena_t *a)
+{
+    if (a == NULL) {
+        return;
+    }
+    while (a->free_list != NULL) {
+        cks_extent_t *e = a->free_list;
+        a->free_list    = e->next;
+        free(e);
+    }
+    munmap(a->base, a->size);
+    free(a);
+}
+
+uint8_t *cks_arena_base(cks_arena_t *a)
+{
+    return a->base;
+}
+
+uint64_t cks_arena_size(cks_arena_t *a)
+{
+    return a->size;
+}
+
+uint64_t cks_arena_used(cks_arena_t *a)
+{
+    return a->used;
+}
+
+int cks_arena_is_new(cks_arena_t *a)
+{
+    return a->is_new;
+}
+
+/* Take [off, off+len) out of extent *pp, which contains it. */
+static cks_status_t cks_arena_carve(cks_arena_t *a, cks_extent_t **pp, uint64_t off,
+                                    uint64_t len)
+{
+    cks_extent_t *e = *pp;
+    uint64_t end = off + len, e_end = e->off + e->len;
+
+    if (off > e->off && end < e_end) {
+        cks_extent_t *tail = malloc(sizeof(*tail));
+        if (tail == NULL) {
+            return CKS_ERR_NO_MEMORY;
+        }
+        tail->off  = end;
+        tail->len  = e_end - end;
+        tail->next = e->next;
+        e->len     = off - e->off;
+        e->next    = tail;
+    } else if (off > e->off) {
+        e->len = off - e->off;
+    } else if (end < e_end) {
+        e->off = end;
+        e->len = e_end - end;
+    } else {
+        *pp = e->next;
+        free(e);
+    }
+    a->used += len;
+    return CKS_OK;
+}
+
+cks_status_t cks_arena_alloc(cks_arena_t *a, uint64_t len, uint64_t *off_p)
+{
+    if (len == 0) {
+        *off_p = 0;
+        return CKS_OK;
+    }
+    if (cks_fault_fire("arena_alloc")) {
+        return CKS_ERR_ARENA_FULL;
+    }
+    for (cks_extent_t **pp = &a->free_list; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->len >= len) {
+            uint64_t off        = (*pp)->off;
+            cks_status_t status = cks_arena_carve(a, pp, off, len);
+            if (status == CKS_OK) {
+                *off_p = off;
+            }
+            return status;
+        }
+    }
+    return CKS_ERR_ARENA_FULL;
+}
+
+cks_status_t cks_arena_reserve(cks_arena_t *a, uint64_t off, uint64_t len)
+{
+    if (len == 0) {
+        return CKS_OK;
+    }
+    for (cks_extent_t **pp = &a->free_list; *pp != NULL; pp = &(*pp)->next) {
+        cks_extent_t *e = *pp;
+        if (off >= e->off && off - e->off <= e->len && len <= e->len - (off - e->off)) {
+            return cks_arena_carve(a, pp, off, len);
+        }
+    }
+    return CKS_ERR_INVALID_PARAM;
+}
+
+void cks_arena_free(cks_arena_t *a, uint64_t off, uint64_t len)
+{
+    cks_extent_t **pp = &a->free_list, *prev = NULL;
+
+    if (len == 0) {
+        return;
+    }
+    while (*pp != NULL && (*pp)->off < off) {
+        prev = *pp;
+        pp   = &(*pp)->next;
+    }
+    a->used -= len;
+    if (prev != NULL && prev->off + prev->len == off) {
+        prev->len += len;
+        if (prev->next != NULL && prev->off + prev->len == prev->next->off) {
+            cks_extent_t *n = prev->next;
+            prev->len += n->len;
+            prev->next = n->next;
+            free(n);
+        }
+        return;
+    }
+    if (*pp != NULL && off + len == (*pp)->off) {
+        (*pp)->off = off;
+        (*pp)->len += len;
+        return;
+    }
+    cks_extent_t *e = malloc(sizeof(*e));
+    if (e == NULL) {
+        /* cannot track it: the space is leaked until restart, never reused wrongly */
+        cks_error("arena: out of memory freeing %llu bytes", (unsigned long long)len);
+        return;
+    }
+    e->off  = off;
+    e->len  = len;
+    e->next = *pp;
+    *pp     = e;
+}

@@ -1,0 +1,46 @@
+/*
+ * server: the ckstore-server daemon as a library, so that the daemon's main()
+ * and an embedded test or benchmark cluster run the same code.
+ *
+ * One server owns: an arena (file-backed, pre-faulted, registered with UCX
+ * once), an LMDB environment, a UCX worker with a listener, and a metadata
+ * writer thread. cks_server_run() is the progress thread: it sleeps on the
+ * worker's event fd (an idle server uses no CPU) and returns after
+ * cks_server_stop() or SIGTERM/SIGINT when `handle_signals` is set.
+ */
+#ifndef CKS_SERVER_H
+#define CKS_SERVER_H
+
+#include "cks_common.h"
+
+typedef struct cks_server *cks_server_h;
+
+typedef struct {
+    const char *name;       /* for logs and HELLO; default "ckstore-server" */
+    const char *listen_addr;/* IPv4 address; default "0.0.0.0" */
+    uint16_t port;          /* 0: pick a free port */
+    uint64_t arena_size;    /* bytes, multiple of 4096 */
+    const char *arena_file; /* created when missing */
+    const char *data_dir;   /* LMDB environment; created when missing */
+    uint64_t md_map_size;   /* 0: default */
+    int handle_signals;     /* 1: SIGTERM/SIGINT stop the server */
+} cks_server_params_t;
+
+/** Open the arena and metadata, re-check every stored object's CRC, abort
+ *  versions that a crash left OPEN, and start listening. Strings in params
+ *  are copied. */
+cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *server_p);
+
+/** The port the listener got (useful with port 0). */
+uint16_t cks_server_port(cks_server_h server);
+
+/** Serve until stopped. Returns CKS_OK on a clean stop. */
+cks_status_t cks_server_run(cks_server_h server);
+
+/** Ask a running server to stop; safe from any thread and from a signal handler. */
+void cks_server_stop(cks_server_h server);
+
+/** Close connections, stop the metadata thread, unmap the arena. */
+void cks_server_destroy(cks_server_h server);
+
+#endif

@@ -1,0 +1,166 @@
+/*
+ * DESIGN: ckstore-server's command line. Parses flags, builds the server and
+ * runs its progress loop on the main thread until SIGTERM/SIGINT.
+ */
+#include "cks_server.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ckstore-server [options]\n"
+            "\n"
+            "Storage server of the ckstore checkpoint store: keeps objects in a\n"
+            "file-backed DRAM arena and their metadata in LMDB, and serves clients\n"
+            "over UCX.\n"
+            "\n"
+            "  -a, --listen ADDR      IPv4 address to listen on (default 0.0.0.0)\n"
+            "  -p, --port N           port (default 13337; 0 picks a free one)\n"
+            "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
+            "  -f, --arena-file PATH  arena file (default /dev/shm/ckstore-<port>.arena)\n"
+            "  -d, --data-dir DIR     LMDB directory (default ./ckstore-data)\n"
+            "  -m, --md-map-size SIZE most metadata bytes (default 1G)\n"
+            "  -n, --name NAME        name in logs (default ckstore-server)\n"
+            "  -P, --port-file PATH   write the listening port there once serving\n"
+            "  -l, --log-level LEVEL  error|warn|info|debug|trace (default info)\n"
+            "  -h, --help             this text\n"
+            "\n"
+            "SIGTERM or SIGINT stops the server cleanly. After a crash, start it\n"
+            "again with the same arena file and data directory: it re-attaches\n"
+            "every sealed version and re-checks their CRCs before serving.\n");
+}
+
+static int parse_size(const char *text, uint64_t *size_p)
+{
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    uint64_t mult        = 1;
+    if (end == text) {
+        return -1;
+    }
+    switch (*end) {
+        case 'k': case 'K': mult = 1ull << 10; end++; break;
+        case 'm': case 'M': mult = 1ull << 20; end++; break;
+        case 'g': case 'G': mult = 1ull << 30; end++; break;
+        case 't': case 'T': mult = 1ull << 40; end++; break;
+        default: break;
+    }
+    if (*end == 'i' || *end == 'B') {
+        end++;
+    }
+    if (*end == 'B') {
+        end++;
+    }
+    if (*end != '\0' || v > UINT64_MAX / mult) {
+        return -1;
+    }
+    *size_p = v * mult;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, 'a'},
+        {"port", required_argument, NULL, 'p'},
+        {"arena-size", required_argument, NULL, 's'},
+        {"arena-file", required_argument, NULL, 'f'},
+        {"data-dir", required_argument, NULL, 'd'},
+        {"md-map-size", required_argument, NULL, 'm'},
+        {"name", required_argument, NULL, 'n'},
+        {"port-file", required_argument, NULL, 'P'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    cks_server_params_t p = {0};
+    const char *port_file = NULL;
+    char arena_default[128];
+    cks_log_level_t level = CKS_LOG_INFO;
+    cks_server_h server;
+    cks_status_t status;
+    unsigned long port = 13337;
+    char *end;
+    int c;
+
+    p.listen_addr    = "0.0.0.0";
+    p.arena_size     = 1ull << 30;
+    p.data_dir       = "./ckstore-data";
+    p.handle_signals = 1;
+    if (getenv("CKS_LOG_LEVEL") != NULL) {
+        level = cks_log_threshold;
+    }
+    while ((c = getopt_long(argc, argv, "a:p:s:f:d:m:n:P:l:h", opts, NULL)) != -1) {
+        switch (c) {
+            case 'a': p.listen_addr = optarg; break;
+            case 'p':
+                port = strtoul(optarg, &end, 10);
+                if (*end != '\0' || port > 65535) {
+                    fprintf(stderr, "ckstore-server: bad port '%s'\n", optarg);
+                    return 2;
+                }
+                break;
+            case 's':
+                if (parse_size(optarg, &p.arena_size) != 0) {
+                    fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'f': p.arena_file = optarg; break;
+            case 'd': p.data_dir = optarg; break;
+            case 'm':
+                if (parse_size(optarg, &p.md_map_size) != 0) {
+                    fprintf(stderr, "ckstore-server: bad map size '%s'\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'n': p.name = optarg; break;
+            case 'P': port_file = optarg; break;
+            case 'l':
+                if (cks_log_level_parse(optarg, &level) != CKS_OK) {
+                    fprintf(stderr, "ckstore-server: bad log level '%s'\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'h': usage(stdout); return 0;
+            default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ckstore-server: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    cks_log_set_level(level);
+    cks_log_set_prefix(p.name ? p.name : "ckstore-server");
+    p.port = (uint16_t)port;
+    if (p.arena_file == NULL) {
+        snprintf(arena_default, sizeof(arena_default), "/dev/shm/ckstore-%lu.arena", port);
+        p.arena_file = arena_default;
+    }
+    status = cks_server_create(&p, &server);
+    if (status != CKS_OK) {
+        fprintf(stderr, "ckstore-server: cannot start: %s\n", cks_status_string(status));
+        return 1;
+    }
+    if (port_file != NULL) {
+        char tmp[4096];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", port_file);
+        FILE *f = fopen(tmp, "w");
+        if (f == NULL || fprintf(f, "%u\n", cks_server_port(server)) < 0 ||
+            fclose(f) != 0 || rename(tmp, port_file) != 0) {
+            fprintf(stderr, "ckstore-server: cannot write port file %s\n", port_file);
+            cks_server_destroy(server);
+            return 1;
+        }
+    }
+    printf("ckstore-server listening on %s:%u\n", p.listen_addr, cks_server_port(server));
+    fflush(stdout);
+    status = cks_server_run(server);
+    cks_server_destroy(server);
+    return status == CKS_OK ? 0 : 1;
+}

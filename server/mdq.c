@@ -1,0 +1,223 @@
+/*
+ * DESIGN: the metadata writer thread. Owns every LMDB write transaction of
+ * the server (one writer, as LMDB wants) and the CRC of every stored object
+ * (ISA-L, off the progress thread).
+ *
+ * It takes all queued jobs at once, computes the CRCs of new objects outside
+ * any transaction, then applies the batch in one write transaction (group
+ * commit), and hands the jobs back through the done queue, waking the
+ * progress thread with cks_tp_worker_signal(). Jobs are applied in the order
+ * they were queued, so a version record is always written before the
+ * objects that follow it, and a seal after every put queued before it.
+ * Never: touch UCX (other than the thread-safe signal), or hold a write
+ * transaction while waiting for anything but LMDB itself.
+ */
+#include "cks_coding.h"
+#include "server_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+cks_status_t cks_sv_collect_extents(cks_md_txn_h txn, const char *job, size_t job_len,
+                                    uint64_t version, cks_sv_extent_t **ext_p,
+                                    size_t *n_p)
+{
+    enum { PAGE = 256 };
+    cks_md_object_t *page = malloc(PAGE * sizeof(*page));
+    cks_sv_extent_t *ext = NULL, *grown;
+    size_t n = 0, cap = 0, count;
+    char after[CKS_KEY_MAX_LEN + 1];
+    size_t after_len = 0;
+    cks_status_t status;
+    int more = 1;
+
+    if (page == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    while (more) {
+        status = cks_md_object_list(txn, job, job_len, version, after_len ? after : NULL,
+                                    after_len, page, PAGE, &count, &more);
+        if (status != CKS_OK) {
+            goto err_free;
+        }
+        if (n + count > cap) {
+            cap   = CKS_MAX(cap * 2, n + count);
+            grown = realloc(ext, cap * sizeof(*ext));
+            if (grown == NULL) {
+                status = CKS_ERR_NO_MEMORY;
+                goto err_free;
+            }
+            ext = grown;
+        }
+        for (size_t i = 0; i < count; i++) {
+            ext[n].off = page[i].arena_offset;
+            ext[n].len = page[i].arena_len;
+            n++;
+        }
+        if (count > 0) {
+            memcpy(after, page[count - 1].key, page[count - 1].key_len);
+            after_len = page[count - 1].key_len;
+        }
+    }
+    free(page);
+    *ext_p = ext;
+    *n_p   = n;
+    return CKS_OK;
+
+err_free:
+    free(ext);
+    free(page);
+    return status;
+}
+
+static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
+{
+    const char *job = j->v->job;
+    size_t job_len  = j->v->job_len;
+    cks_status_t status;
+
+    switch (j->type) {
+        case CKS_MDQ_BEGIN:
+            return cks_md_version_put(txn, job, job_len, &j->rec, 0);
+        case CKS_MDQ_PUT:
+            if (cks_fault_fire("md_put")) {
+                return CKS_ERR_IO;
+            }
+            return cks_md_object_put(txn, job, job_len, j->v->version, &j->obj);
+        case CKS_MDQ_SEAL:
+            return cks_md_version_put(txn, job, job_len, &j->rec, 1);
+        case CKS_MDQ_ABORT:
+        case CKS_MDQ_DELETE:
+            status = cks_sv_collect_extents(txn, job, job_len, j->v->version, &j->freed,
+                                            &j->nfreed);
+            if (status != CKS_OK) {
+                return status;
+            }
+            status = cks_md_version_del(txn, job, job_len, j->v->version);
+            if (status == CKS_OK && j->type == CKS_MDQ_ABORT) {
+                status = cks_md_version_put(txn, job, job_len, &j->rec, 1);
+            }
+            return status;
+    }
+    return CKS_ERR_INTERNAL;
+}
+
+static void cks_mdq_run_batch(cks_mdq_t *q, cks_mdq_job_t *batch)
+{
+    cks_md_txn_h txn;
+    cks_status_t status;
+
+    /* CRCs first, outside the transaction */
+    for (cks_mdq_job_t *j = batch; j != NULL; j = j->next) {
+        if (j->type == CKS_MDQ_PUT) {
+            j->obj.crc64 = cks_crc64(0, j->data, j->obj.size);
+        }
+    }
+    status = cks_md_txn_begin(q->md, 1, &txn);
+    if (status == CKS_OK) {
+        for (cks_mdq_job_t *j = batch; j != NULL; j = j->next) {
+            j->status = cks_mdq_apply(txn, j);
+        }
+        if (cks_fault_fire("md_commit")) {
+            cks_md_txn_abort(txn);
+            status = CKS_ERR_IO;
+        } else {
+            status = cks_md_txn_commit(txn);
+        }
+    }
+    if (status != CKS_OK) {
+        cks_error("metadata commit of a batch failed: %s", cks_status_string(status));
+        for (cks_mdq_job_t *j = batch; j != NULL; j = j->next) {
+            if (j->status == CKS_OK) {
+                j->status = status;
+            }
+            free(j->freed); /* nothing was deleted */
+            j->freed  = NULL;
+            j->nfreed = 0;
+        }
+    }
+}
+
+static void *cks_mdq_thread(void *arg)
+{
+    cks_mdq_t *q = arg;
+    pthread_mutex_lock(&q->lock);
+    for (;;) {
+        while (q->head == NULL && !q->stop) {
+            pthread_cond_wait(&q->cond, &q->lock);
+        }
+        if (q->head == NULL) {
+            break;
+        }
+        cks_mdq_job_t *batch = q->head, *last = q->tail;
+        q->head = q->tail = NULL;
+        pthread_mutex_unlock(&q->lock);
+
+        cks_mdq_run_batch(q, batch);
+
+        pthread_mutex_lock(&q->lock);
+        if (q->done_tail != NULL) {
+            q->done_tail->next = batch;
+        } else {
+            q->done_head = batch;
+        }
+        q->done_tail = last;
+        cks_tp_worker_signal(q->tp);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return NULL;
+}
+
+cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp)
+{
+    memset(q, 0, sizeof(*q));
+    q->md = md;
+    q->tp = tp;
+    pthread_mutex_init(&q->lock, NULL);
+    pthread_cond_init(&q->cond, NULL);
+    if (pthread_create(&q->thread, NULL, cks_mdq_thread, q) != 0) {
+        pthread_cond_destroy(&q->cond);
+        pthread_mutex_destroy(&q->lock);
+        return CKS_ERR_NO_MEMORY;
+    }
+    q->started = 1;
+    return CKS_OK;
+}
+
+void cks_mdq_stop(cks_mdq_t *q)
+{
+    if (!q->started) {
+        return;
+    }
+    pthread_mutex_lock(&q->lock);
+    q->stop = 1;
+    pthread_cond_signal(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+    pthread_join(q->thread, NULL);
+    pthread_cond_destroy(&q->cond);
+    pthread_mutex_destroy(&q->lock);
+    q->started = 0;
+}
+
+void cks_mdq_push(cks_mdq_t *q, cks_mdq_job_t *job)
+{
+    job->next = NULL;
+    pthread_mutex_lock(&q->lock);
+    if (q->tail != NULL) {
+        q->tail->next = job;
+    } else {
+        q->head = job;
+    }
+    q->tail = job;
+    pthread_cond_signal(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+}
+
+cks_mdq_job_t *cks_mdq_take_done(cks_mdq_t *q)
+{
+    pthread_mutex_lock(&q->lock);
+    cks_mdq_job_t *list = q->done_head;
+    q->done_head = q->done_tail = NULL;
+    pthread_mutex_unlock(&q->lock);
+    return list;
+}

@@ -1,0 +1,1291 @@
+/*
+ * DESIGN: the server's progress thread. Owns the UCX worker and listener,
+ * the arena allocator, and the table of versions with operations in flight.
+ * Handles every request: validates it (names, states, sizes, duplicates),
+ * reserves arena space and receives payloads zero-copy into it, answers
+ * STORED as soon as the bytes are in the arena, and hands CRCs and LMDB
+ * writes to the metadata writer thread (mdq.c). Reads (stat, list, get) use
+ * short LMDB read transactions here; payloads of gets go zero-copy from the
+ * arena.
+ *
+ * Sleeps on the worker's event fd (and a signalfd) when idle: no polling.
+ * Never: run a write transaction, compute a CRC, or block on anything but
+ * the event fds.
+ */
+#include "cks_coding.h"
+#include "server_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+struct cks_server {
+    cks_server_params_t p;
+    char name[64];
+    char *arena_file, *data_dir, *listen_addr;
+    cks_tp_worker_h tp;
+    cks_tp_listener_h listener;
+    cks_tp_mem_h arena_mem;
+    cks_arena_t *arena;
+    cks_md_h md;
+    cks_mdq_t mdq;
+    cks_hmap_t *versions; /* "job\0be64(version)" -> cks_sv_version_t */
+    cks_hmap_t *bad;      /* objects whose CRC failed at start: same key + obj key */
+    volatile int stop;
+    int sigfd;
+    uint64_t nconns;
+};
+
+static uint64_t cks_sv_realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Key of a version in the in-memory tables; returns its length. */
+static size_t cks_sv_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version)
+{
+    memcpy(buf, job, job_len);
+    buf[job_len] = 0;
+    cks_put_be64(buf + job_len + 1, version);
+    return job_len + 9;
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
+static void cks_sv_reply_status(cks_tp_conn_h conn, uint64_t req_id, cks_status_t status,
+                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void cks_sv_reply_status(cks_tp_conn_h conn, uint64_t req_id, cks_status_t status,
+                                const char *fmt, ...)
+{
+    char text[CKS_MSG_MAX_LEN];
+    cks_msg_status_t m;
+    va_list ap;
+
+    text[0] = '\0';
+    if (fmt != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof(text), fmt, ap);
+        va_end(ap);
+    }
+    m.status = status;
+    m.msg    = cks_wire_cstr(text);
+    cks_status_t st = cks_tp_send(conn, CKS_MSG_STATUS_REPLY, 0, req_id, &m, NULL, 0,
+                                  CKS_MEM_HOST, NULL, NULL, NULL);
+    if (st != CKS_INPROGRESS) {
+        cks_debug("reply to %s: %s", cks_tp_conn_peer(conn), cks_status_string(st));
+    }
+}
+
+/* Send a fixed-type reply whose first fields are status and msg. */
+static void cks_sv_reply(cks_tp_conn_h conn, unsigned type, uint64_t req_id, void *body)
+{
+    cks_status_t st = cks_tp_send(conn, type, 0, req_id, body, NULL, 0, CKS_MEM_HOST,
+                                  NULL, NULL, NULL);
+    if (st != CKS_INPROGRESS) {
+        cks_debug("reply to %s: %s", cks_tp_conn_peer(conn), cks_status_string(st));
+    }
+}
+
+/* ---- version table ---------------------------------------------------------- */
+
+static cks_sv_version_t *cks_sv_version_find(cks_server_h s, const cks_wire_str_t *job,
+                                             uint64_t version)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + 9];
+    return cks_hmap_get(s->versions, key, cks_sv_vkey(key, job->ptr, job->len, version));
+}
+
+static cks_sv_version_t *cks_sv_version_new(cks_server_h s, const cks_wire_str_t *job,
+                                            uint64_t version)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + 9];
+    cks_sv_version_t *v = calloc(1, sizeof(*v));
+    if (v == NULL) {
+        return NULL;
+    }
+    memcpy(v->job, job->ptr, job->len);
+    v->job_len = job->len;
+    v->version = version;
+    if (cks_hmap_put(s->versions, key, cks_sv_vkey(key, job->ptr, job->len, version), v) !=
+        CKS_OK) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + 9];
+    cks_hmap_del(s->versions, key, cks_sv_vkey(key, v->job, v->job_len, v->version));
+    cks_hmap_destroy(v->keys);
+    free(v);
+}
+
+/* Drop the entry when nothing needs it any more. */
+static void cks_sv_version_release(cks_server_h s, cks_sv_version_t *v)
+{
+    if (!v->open && v->pending == 0 && v->readers == 0 && v->wait == CKS_SV_WAIT_NONE) {
+        cks_sv_version_free(s, v);
+    }
+}
+
+/* Explain why (job, version) cannot take puts or be read: one LMDB lookup. */
+static cks_status_t cks_sv_version_lookup(cks_server_h s, const cks_wire_str_t *job,
+                                          uint64_t version, cks_md_version_t *rec_p)
+{
+    cks_md_txn_h txn;
+    cks_status_t status = cks_md_txn_begin(s->md, 0, &txn);
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = cks_md_version_get(txn, job->ptr, job->len, version, rec_p);
+    if (status == CKS_ERR_NO_SUCH_VERSION &&
+        cks_md_job_exists(txn, job->ptr, job->len) != CKS_OK) {
+        status = CKS_ERR_NO_SUCH_JOB;
+    }
+    cks_md_txn_abort(txn);
+    return status;
+}
+
+static int cks_sv_restorable(cks_vstate_t st)
+{
+    return st == CKS_VSTATE_SEALED || st == CKS_VSTATE_PROTECTED ||
+           st == CKS_VSTATE_DEGRADED;
+}
+
+static cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key)
+{
+    cks_status_t status = cks_name_check(job->ptr, job->len, CKS_JOB_MAX_LEN);
+    if (status == CKS_OK && key != NULL) {
+        status = cks_name_check(key->ptr, key->len, CKS_KEY_MAX_LEN);
+    }
+    return status;
+}
+
+/* ---- deferred seal / abort / delete ----------------------------------------- */
+
+static void cks_sv_queue(cks_server_h s, cks_sv_version_t *v, cks_mdq_type_t type,
+                         cks_tp_conn_h conn, uint64_t req_id)
+{
+    cks_mdq_job_t *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    j->type   = type;
+    j->v      = v;
+    j->rec    = v->rec;
+    j->conn   = conn;
+    j->req_id = req_id;
+    j->server = s;
+    cks_tp_conn_get(conn);
+    if (type == CKS_MDQ_SEAL) {
+        j->rec.state     = CKS_VSTATE_SEALED;
+        j->rec.sealed_ns = cks_sv_realtime_ns();
+        j->rec.nobjects  = v->nobjects;
+        j->rec.bytes     = v->bytes;
+    } else if (type == CKS_MDQ_ABORT) {
+        j->rec.state    = CKS_VSTATE_ABORTED;
+        j->rec.nobjects = 0;
+        j->rec.bytes    = 0;
+    }
+    v->pending++; /* the job itself keeps the entry alive */
+    cks_mdq_push(&s->mdq, j);
+}
+
+/* Run the waiting request of v when its puts (and, to delete, gets) drained. */
+static void cks_sv_version_kick(cks_server_h s, cks_sv_version_t *v)
+{
+    if (v->wait == CKS_SV_WAIT_NONE || v->pending > 0 ||
+        (v->wait == CKS_SV_WAIT_DELETE && v->readers > 0)) {
+        return;
+    }
+    cks_sv_wait_t wait = v->wait;
+    cks_tp_conn_h conn = v->wait_conn;
+    v->wait            = CKS_SV_WAIT_NONE;
+    v->wait_conn       = NULL;
+    if (wait == CKS_SV_WAIT_SEAL && v->failed != CKS_OK) {
+        /* a put could not be recorded: the version cannot be sealed whole */
+        cks_sv_reply_status(conn, v->wait_req_id, v->failed,
+                            "version %llu of '%s' lost an object (%s); aborting it",
+                            (unsigned long long)v->version, v->job,
+                            cks_status_string(v->failed));
+        cks_sv_queue(s, v, CKS_MDQ_ABORT, conn, 0); /* no second reply */
+        cks_tp_conn_put(conn);
+        return;
+    }
+    cks_sv_queue(s, v, wait == CKS_SV_WAIT_SEAL    ? CKS_MDQ_SEAL
+                       : wait == CKS_SV_WAIT_ABORT ? CKS_MDQ_ABORT
+                                                   : CKS_MDQ_DELETE,
+                 conn, v->wait_req_id);
+    cks_tp_conn_put(conn);
+}
+
+static void cks_sv_version_defer(cks_server_h s, cks_sv_version_t *v, cks_sv_wait_t wait,
+                                 cks_tp_conn_h conn, uint64_t req_id)
+{
+    v->open        = 0;
+    v->wait        = wait;
+    v->wait_conn   = conn;
+    v->wait_req_id = req_id;
+    cks_tp_conn_get(conn);
+    cks_sv_version_kick(s, v);
+}
+
+/* ---- metadata writer completions ------------------------------------------- */
+
+static void cks_sv_mdq_done(cks_server_h s, cks_mdq_job_t *j)
+{
+    cks_sv_version_t *v = j->v;
+    cks_msg_seal_reply_t seal;
+
+    v->pending--;
+    switch (j->type) {
+        case CKS_MDQ_BEGIN:
+            if (j->status == CKS_OK) {
+                v->begun = 1;
+                cks_sv_reply_status(j->conn, j->req_id, CKS_OK, NULL);
+            } else {
+                v->open = 0;
+                cks_sv_reply_status(j->conn, j->req_id, j->status,
+                                    "cannot record version %llu of '%s'",
+                                    (unsigned long long)v->version, v->job);
+            }
+            break;
+        case CKS_MDQ_PUT:
+            if (j->status == CKS_OK) {
+                v->nobjects++;
+                v->bytes += j->obj.size;
+            } else {
+                cks_error("object '%s' of version %llu of '%s' not recorded: %s",
+                          j->obj.key, (unsigned long long)v->version, v->job,
+                          cks_status_string(j->status));
+                if (v->failed == CKS_OK) {
+                    v->failed = j->status;
+                }
+                cks_arena_free(s->arena, j->obj.arena_offset, j->obj.arena_len);
+            }
+            break;
+        case CKS_MDQ_SEAL:
+            seal.status = j->status;
+            seal.msg    = cks_wire_cstr(j->status == CKS_OK ? "" : "seal not recorded");
+            if (j->status == CKS_OK) {
+                v->rec = j->rec;
+                cks_info("sealed version %llu of '%s': %llu objects, %llu bytes",
+                         (unsigned long long)v->version, v->job,
+                         (unsigned long long)v->nobjects, (unsigned long long)v->bytes);
+            }
+            seal.nobjects = v->nobjects;
+            seal.bytes    = v->bytes;
+            cks_sv_reply(j->conn, CKS_MSG_SEAL_REPLY, j->req_id, &seal);
+            break;
+        case CKS_MDQ_ABORT:
+        case CKS_MDQ_DELETE:
+            for (size_t i = 0; i < j->nfreed; i++) {
+                cks_arena_free(s->arena, j->freed[i].off, j->freed[i].len);
+            }
+            if (j->conn != NULL && j->req_id != 0) {
+                cks_sv_reply_status(j->conn, j->req_id, j->status, NULL);
+            }
+            if (j->status == CKS_OK) {
+                v->nobjects = v->bytes = 0;
+            }
+            free(j->freed);
+            break;
+    }
+    if (j->conn != NULL) {
+        cks_tp_conn_put(j->conn);
+    }
+    cks_sv_version_kick(s, v);
+    cks_sv_version_release(s, v);
+    free(j);
+}
+
+static void cks_sv_drain_done(cks_server_h s)
+{
+    cks_mdq_job_t *j = cks_mdq_take_done(&s->mdq);
+    while (j != NULL) {
+        cks_mdq_job_t *next = j->next;
+        cks_sv_mdq_done(s, j);
+        j = next;
+    }
+}
+
+/* ---- request handlers ---------------------------------------------------------- */
+
+static void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                         const cks_msg_hello_t *m)
+{
+    cks_msg_hello_reply_t r = {0};
+    r.status     = CKS_OK;
+    r.msg        = cks_wire_cstr(NULL);
+    r.name       = cks_wire_cstr(s->name);
+    r.arena_size = cks_arena_size(s->arena);
+    r.arena_used = cks_arena_used(s->arena);
+    cks_debug("hello from %.*s at %s", (int)m->name.len, m->name.ptr,
+              cks_tp_conn_peer(conn));
+    cks_sv_reply(conn, CKS_MSG_HELLO_REPLY, req_id, &r);
+}
+
+static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                 const cks_msg_version_begin_t *m)
+{
+    cks_md_version_t rec;
+    cks_sv_version_t *v;
+    cks_status_t status;
+
+    status = cks_sv_check_names(&m->job, NULL);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "bad job name");
+        return;
+    }
+    if (m->version == CKS_MD_NO_PARENT || m->nranks == 0) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                            "version must be < 2^64-1 and nranks >= 1");
+        return;
+    }
+    if (cks_sv_version_find(s, &m->job, m->version) != NULL ||
+        (status = cks_sv_version_lookup(s, &m->job, m->version, &rec)) == CKS_OK) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_VERSION_EXISTS,
+                            "version %llu of '%.*s' already exists",
+                            (unsigned long long)m->version, (int)m->job.len, m->job.ptr);
+        return;
+    }
+    if (status != CKS_ERR_NO_SUCH_VERSION && status != CKS_ERR_NO_SUCH_JOB) {
+        cks_sv_reply_status(conn, req_id, status, "metadata lookup failed");
+        return;
+    }
+    v = cks_sv_version_new(s, &m->job, m->version);
+    if (v == NULL || cks_hmap_create(&v->keys) != CKS_OK) {
+        if (v != NULL) {
+            cks_sv_version_free(s, v);
+        }
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    memset(&v->rec, 0, sizeof(v->rec));
+    v->rec.version    = m->version;
+    v->rec.parent     = m->parent;
+    v->rec.state      = CKS_VSTATE_OPEN;
+    v->rec.nranks     = m->nranks;
+    v->rec.created_ns = cks_sv_realtime_ns();
+    v->open           = 1;
+    v->pending        = 0;
+    cks_mdq_job_t *j  = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        cks_sv_version_free(s, v);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    j->type   = CKS_MDQ_BEGIN;
+    j->v      = v;
+    j->rec    = v->rec;
+    j->conn   = conn;
+    j->req_id = req_id;
+    cks_tp_conn_get(conn);
+    v->pending++;
+    cks_mdq_push(&s->mdq, j);
+}
+
+/* A put whose payload is in the arena: answer STORED, queue the record. */
+static void cks_sv_put_stored(cks_server_h s, cks_mdq_job_t *j)
+{
+    cks_sv_reply_status(j->conn, j->req_id, CKS_OK, NULL);
+    cks_tp_conn_put(j->conn);
+    j->conn = NULL;
+    cks_mdq_push(&s->mdq, j);
+}
+
+static void cks_sv_put_failed(cks_server_h s, cks_mdq_job_t *j, cks_status_t status)
+{
+    cks_sv_version_t *v = j->v;
+    cks_sv_reply_status(j->conn, j->req_id, status, "payload of '%s' not received",
+                        j->obj.key);
+    cks_arena_free(s->arena, j->obj.arena_offset, j->obj.arena_len);
+    cks_hmap_del(v->keys, j->obj.key, j->obj.key_len);
+    cks_tp_conn_put(j->conn);
+    free(j);
+    v->pending--;
+    cks_sv_version_kick(s, v);
+    cks_sv_version_release(s, v);
+}
+
+static void cks_sv_put_recv_done(void *arg, cks_status_t status)
+{
+    cks_mdq_job_t *j = arg;
+    if (status == CKS_OK && cks_fault_fire("chunk_recv")) {
+        status = CKS_ERR_TRANSPORT;
+    }
+    if (status == CKS_OK) {
+        cks_sv_put_stored(j->server, j);
+    } else {
+        cks_sv_put_failed(j->server, j, status);
+    }
+}
+
+static void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                       const cks_msg_put_t *m, cks_tp_data_t *data)
+{
+    cks_md_version_t rec;
+    cks_sv_version_t *v;
+    cks_mdq_job_t *j;
+    cks_status_t status;
+    uint64_t off = 0, len;
+
+    status = cks_sv_check_names(&m->job, &m->key);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "bad job name or key (%u, %u bytes)",
+                            m->job.len, m->key.len);
+        return;
+    }
+    if ((data == NULL ? 0 : data->length) != m->size) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_BAD_MESSAGE,
+                            "put announces %llu bytes but carries %zu",
+                            (unsigned long long)m->size, data ? data->length : (size_t)0);
+        return;
+    }
+    if (m->kind > CKS_KIND_OTHER) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM, "unknown object kind %u",
+                            m->kind);
+        return;
+    }
+    v = cks_sv_version_find(s, &m->job, m->version);
+    if (v == NULL || !v->open) {
+        status = cks_sv_version_lookup(s, &m->job, m->version, &rec);
+        if (status == CKS_OK || v != NULL) {
+            status = CKS_ERR_VERSION_NOT_OPEN;
+        }
+        cks_sv_reply_status(conn, req_id, status, "cannot put into version %llu of '%.*s'",
+                            (unsigned long long)m->version, (int)m->job.len, m->job.ptr);
+        return;
+    }
+    if (cks_hmap_get(v->keys, m->key.ptr, m->key.len) != NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_DUPLICATE_KEY,
+                            "key '%.*s' already written in version %llu", (int)m->key.len,
+                            m->key.ptr, (unsigned long long)m->version);
+        return;
+    }
+    len    = cks_arena_extent_len(m->size);
+    status = cks_arena_alloc(s->arena, len, &off);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status,
+                            "arena full: %llu bytes wanted, %llu of %llu used",
+                            (unsigned long long)len,
+                            (unsigned long long)cks_arena_used(s->arena),
+                            (unsigned long long)cks_arena_size(s->arena));
+        return;
+    }
+    j = calloc(1, sizeof(*j));
+    if (j == NULL || cks_hmap_put(v->keys, m->key.ptr, m->key.len, v) != CKS_OK) {
+        free(j);
+        cks_arena_free(s->arena, off, len);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    j->type = CKS_MDQ_PUT;
+    j->v    = v;
+    memcpy(j->obj.key, m->key.ptr, m->key.len);
+    j->obj.key[m->key.len] = '\0';
+    j->obj.key_len         = m->key.len;
+    j->obj.kind            = (cks_kind_t)m->kind;
+    j->obj.layer           = m->layer;
+    j->obj.expert          = m->expert;
+    j->obj.rank            = m->rank;
+    j->obj.size            = m->size;
+    j->obj.arena_offset    = off;
+    j->obj.arena_len       = len;
+    j->data                = cks_arena_base(s->arena) + off;
+    j->conn                = conn;
+    j->req_id              = req_id;
+    j->server              = s;
+    cks_tp_conn_get(conn);
+    v->pending++;
+
+    if (data == NULL) {
+        cks_sv_put_stored(s, j);
+    } else if (!data->is_rndv) {
+        memcpy(cks_arena_base(s->arena) + off, data->ptr, data->length);
+        cks_sv_put_stored(s, j);
+    } else {
+        status = cks_tp_data_recv(s->tp, data, cks_arena_base(s->arena) + off,
+                                  CKS_MEM_HOST, s->arena_mem, cks_sv_put_recv_done, j);
+        if (status != CKS_INPROGRESS) {
+            cks_sv_put_failed(s, j, status);
+        }
+    }
+}
+
+static void cks_sv_version_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                               unsigned type, const cks_msg_version_ref_t *m)
+{
+    cks_md_version_t rec;
+    cks_sv_version_t *v;
+    cks_status_t status;
+
+    status = cks_sv_check_names(&m->job, NULL);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "bad job name");
+        return;
+    }
+    v = cks_sv_version_find(s, &m->job, m->version);
+    if (v != NULL && v->wait != CKS_SV_WAIT_NONE) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY,
+                            "version %llu is being sealed, aborted or deleted",
+                            (unsigned long long)m->version);
+        return;
+    }
+    if (type != CKS_MSG_VERSION_DELETE) {
+        /* seal and abort: only an open version */
+        if (v == NULL || !v->open) {
+            status = cks_sv_version_lookup(s, &m->job, m->version, &rec);
+            if (status == CKS_OK || v != NULL) {
+                status = CKS_ERR_VERSION_NOT_OPEN;
+            }
+            cks_sv_reply_status(conn, req_id, status, "version %llu of '%.*s' is not open",
+                                (unsigned long long)m->version, (int)m->job.len,
+                                m->job.ptr);
+            return;
+        }
+        cks_sv_version_defer(s, v,
+                             type == CKS_MSG_VERSION_SEAL ? CKS_SV_WAIT_SEAL
+                                                          : CKS_SV_WAIT_ABORT,
+                             conn, req_id);
+        return;
+    }
+    if (v == NULL) {
+        status = cks_sv_version_lookup(s, &m->job, m->version, &rec);
+        if (status != CKS_OK) {
+            cks_sv_reply_status(conn, req_id, status, "no version %llu of '%.*s'",
+                                (unsigned long long)m->version, (int)m->job.len,
+                                m->job.ptr);
+            return;
+        }
+        v = cks_sv_version_new(s, &m->job, m->version);
+        if (v == NULL) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+            return;
+        }
+        v->rec = rec;
+    }
+    cks_sv_version_defer(s, v, CKS_SV_WAIT_DELETE, conn, req_id);
+}
+
+/* Resolve a readable version: open LMDB read txn is the caller's. */
+static cks_status_t cks_sv_readable(cks_md_txn_h txn, const cks_wire_str_t *job,
+                                    uint64_t version, cks_md_version_t *rec_p)
+{
+    cks_status_t status = cks_md_version_get(txn, job->ptr, job->len, version, rec_p);
+    if (status == CKS_ERR_NO_SUCH_VERSION &&
+        cks_md_job_exists(txn, job->ptr, job->len) != CKS_OK) {
+        return CKS_ERR_NO_SUCH_JOB;
+    }
+    if (status == CKS_OK && !cks_sv_restorable(rec_p->state)) {
+        return CKS_ERR_NOT_RESTORABLE;
+    }
+    return status;
+}
+
+typedef struct {
+    cks_server_h server;
+    cks_sv_version_t *v;
+} cks_sv_get_ctx_t;
+
+static void cks_sv_get_done(void *arg, cks_status_t status)
+{
+    cks_sv_get_ctx_t *c = arg;
+    c->v->readers--;
+    cks_sv_version_kick(c->server, c->v);
+    cks_sv_version_release(c->server, c->v);
+    free(c);
+}
+
+static int cks_sv_is_bad(cks_server_h s, const cks_wire_str_t *job, uint64_t version,
+                         const cks_wire_str_t *key)
+{
+    uint8_t k[CKS_JOB_MAX_LEN + 9 + CKS_KEY_MAX_LEN];
+    size_t n;
+    if (cks_hmap_count(s->bad) == 0) {
+        return 0;
+    }
+    n = cks_sv_vkey(k, job->ptr, job->len, version);
+    memcpy(k + n, key->ptr, key->len);
+    return cks_hmap_get(s->bad, k, n + key->len) != NULL;
+}
+
+static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                       const cks_msg_get_t *m)
+{
+    cks_msg_get_reply_t r = {0};
+    cks_md_version_t rec;
+    cks_md_object_t obj;
+    cks_md_txn_h txn;
+    cks_sv_get_ctx_t *c;
+    cks_sv_version_t *v;
+    cks_status_t status;
+
+    status = cks_sv_check_names(&m->job, &m->key);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "bad job name or key");
+        return;
+    }
+    v = cks_sv_version_find(s, &m->job, m->version);
+    if (v != NULL && v->wait == CKS_SV_WAIT_DELETE) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_SUCH_VERSION, "version being deleted");
+        return;
+    }
+    status = cks_md_txn_begin(s->md, 0, &txn);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "metadata unavailable");
+        return;
+    }
+    status = cks_sv_readable(txn, &m->job, m->version, &rec);
+    if (status == CKS_OK) {
+        status = cks_md_object_get(txn, m->job.ptr, m->job.len, m->version, m->key.ptr,
+                                   m->key.len, &obj);
+    }
+    cks_md_txn_abort(txn);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "cannot read '%.*s' of version %llu of '%.*s'",
+                            (int)m->key.len, m->key.ptr, (unsigned long long)m->version,
+                            (int)m->job.len, m->job.ptr);
+        return;
+    }
+    uint64_t length = m->length == UINT64_MAX && m->offset <= obj.size
+                          ? obj.size - m->offset /* the whole object, or its tail */
+                          : m->length;
+    if (m->offset > obj.size || length > obj.size - m->offset) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_OUT_OF_RANGE,
+                            "range %llu+%llu past the end of '%s' (%llu bytes)",
+                            (unsigned long long)m->offset, (unsigned long long)m->length,
+                            obj.key, (unsigned long long)obj.size);
+        return;
+    }
+    if (cks_sv_is_bad(s, &m->job, m->version, &m->key)) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_DATA_LOST,
+                            "'%s' failed its CRC check at server start", obj.key);
+        return;
+    }
+    if (v == NULL && (v = cks_sv_version_new(s, &m->job, m->version)) == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    c = malloc(sizeof(*c));
+    if (c == NULL) {
+        cks_sv_version_release(s, v);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    c->server = s;
+    c->v      = v;
+    v->readers++;
+    r.status = CKS_OK;
+    r.msg    = cks_wire_cstr(NULL);
+    r.size   = obj.size;
+    r.crc64  = obj.crc64;
+    r.offset = m->offset;
+    r.length = length;
+    status   = cks_tp_send(conn, CKS_MSG_GET_REPLY, 0, req_id, &r,
+                           cks_arena_base(s->arena) + obj.arena_offset + m->offset,
+                           length, CKS_MEM_HOST, s->arena_mem, cks_sv_get_done, c);
+    if (status != CKS_INPROGRESS) {
+        cks_sv_get_done(c, status);
+    }
+}
+
+static void cks_sv_entry_from_rec(cks_msg_version_entry_t *e, const cks_md_version_t *rec)
+{
+    e->version    = rec->version;
+    e->parent     = rec->parent;
+    e->state      = rec->state;
+    e->nranks     = rec->nranks;
+    e->created_ns = rec->created_ns;
+    e->sealed_ns  = rec->sealed_ns;
+    e->nobjects   = rec->nobjects;
+    e->bytes      = rec->bytes;
+}
+
+static void cks_sv_entry_from_obj(cks_msg_object_entry_t *e, const cks_md_object_t *o)
+{
+    e->key    = (cks_wire_str_t){o->key, o->key_len};
+    e->kind   = o->kind;
+    e->layer  = o->layer;
+    e->expert = o->expert;
+    e->rank   = o->rank;
+    e->size   = o->size;
+    e->crc64  = o->crc64;
+}
+
+static void cks_sv_version_stat(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                const cks_msg_version_stat_t *m)
+{
+    cks_msg_version_stat_reply_t r = {0};
+    cks_md_version_t rec;
+    cks_md_txn_h txn;
+    cks_status_t status;
+
+    status = cks_sv_check_names(&m->job, NULL);
+    if (status == CKS_OK) {
+        status = cks_md_txn_begin(s->md, 0, &txn);
+    }
+    if (status == CKS_OK) {
+        if (m->latest) {
+            status = cks_md_version_latest(txn, m->job.ptr, m->job.len, 1, &rec);
+        } else {
+            status = cks_md_version_get(txn, m->job.ptr, m->job.len, m->version, &rec);
+            if (status == CKS_ERR_NO_SUCH_VERSION &&
+                cks_md_job_exists(txn, m->job.ptr, m->job.len) != CKS_OK) {
+                status = CKS_ERR_NO_SUCH_JOB;
+            }
+        }
+        cks_md_txn_abort(txn);
+    }
+    r.status = status;
+    r.msg    = cks_wire_cstr(status == CKS_OK ? NULL : cks_status_string(status));
+    if (status == CKS_OK) {
+        cks_sv_entry_from_rec(&r.v, &rec);
+    }
+    cks_sv_reply(conn, CKS_MSG_VERSION_STAT_REPLY, req_id, &r);
+}
+
+static void cks_sv_object_stat(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                               const cks_msg_object_stat_t *m)
+{
+    cks_msg_object_stat_reply_t r = {0};
+    cks_md_version_t rec;
+    cks_md_object_t obj;
+    cks_md_txn_h txn;
+    cks_status_t status;
+
+    status = cks_sv_check_names(&m->job, &m->key);
+    if (status == CKS_OK) {
+        status = cks_md_txn_begin(s->md, 0, &txn);
+        if (status == CKS_OK) {
+            status = cks_sv_readable(txn, &m->job, m->version, &rec);
+            if (status == CKS_OK) {
+                status = cks_md_object_get(txn, m->job.ptr, m->job.len, m->version,
+                                           m->key.ptr, m->key.len, &obj);
+            }
+            cks_md_txn_abort(txn);
+        }
+    }
+    r.status = status;
+    r.msg    = cks_wire_cstr(status == CKS_OK ? NULL : cks_status_string(status));
+    if (status == CKS_OK) {
+        cks_sv_entry_from_obj(&r.o, &obj);
+    }
+    cks_sv_reply(conn, CKS_MSG_OBJECT_STAT_REPLY, req_id, &r);
+}
+
+/* List replies: header with count/more, and a msgpack page as AM data. */
+static void cks_sv_page_sent(void *arg, cks_status_t status)
+{
+    free(arg);
+}
+
+static void cks_sv_list_reply(cks_tp_conn_h conn, uint64_t req_id, cks_status_t status,
+                              uint8_t *page, size_t page_len, uint32_t count, int more)
+{
+    cks_msg_list_reply_t r;
+    r.status = status;
+    r.msg    = cks_wire_cstr(status == CKS_OK ? NULL : cks_status_string(status));
+    r.count  = status == CKS_OK ? count : 0;
+    r.more   = status == CKS_OK ? (uint32_t)more : 0;
+    if (status != CKS_OK || page_len == 0) {
+        free(page);
+        cks_sv_reply(conn, CKS_MSG_LIST_REPLY, req_id, &r);
+        return;
+    }
+    cks_status_t st = cks_tp_send(conn, CKS_MSG_LIST_REPLY, CKS_WIRE_F_PAGE, req_id, &r,
+                                  page, page_len, CKS_MEM_HOST, NULL, cks_sv_page_sent,
+                                  page);
+    if (st != CKS_INPROGRESS) {
+        free(page);
+    }
+}
+
+static void cks_sv_list(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
+                        const cks_msg_any_t *body)
+{
+    union {
+        cks_md_version_t v[CKS_WIRE_MAX_ENTRIES];
+        cks_md_object_t o[CKS_WIRE_MAX_ENTRIES];
+        char j[CKS_WIRE_MAX_ENTRIES][CKS_JOB_MAX_LEN + 1];
+    } *buf      = NULL;
+    uint8_t *page = NULL;
+    size_t count = 0, off = 0;
+    cks_md_txn_h txn;
+    cks_status_t status;
+    uint32_t max;
+    int more = 0;
+
+    max = type == CKS_MSG_VERSION_LIST ? body->m_VERSION_LIST.max
+          : type == CKS_MSG_OBJECT_LIST ? body->m_OBJECT_LIST.max
+                                        : body->m_JOB_LIST.max;
+    max = CKS_MIN(CKS_MAX(max, 1u), CKS_WIRE_MAX_ENTRIES);
+    buf  = malloc(sizeof(*buf));
+    page = malloc(CKS_WIRE_MAX_PAGE);
+    if (buf == NULL || page == NULL) {
+        status = CKS_ERR_NO_MEMORY;
+        goto out;
+    }
+    status = cks_md_txn_begin(s->md, 0, &txn);
+    if (status != CKS_OK) {
+        goto out;
+    }
+    if (type == CKS_MSG_VERSION_LIST) {
+        const cks_msg_version_list_t *m = &body->m_VERSION_LIST;
+        status = cks_sv_check_names(&m->job, NULL);
+        if (status == CKS_OK) {
+            status = cks_md_version_list(txn, m->job.ptr, m->job.len,
+                                         m->has_after ? &m->after : NULL, buf->v, max,
+                                         &count, &more);
+        }
+        if (status == CKS_OK && count == 0 && !m->has_after &&
+            cks_md_job_exists(txn, m->job.ptr, m->job.len) != CKS_OK) {
+            status = CKS_ERR_NO_SUCH_JOB;
+        }
+        for (size_t i = 0; status == CKS_OK && i < count; i++) {
+            cks_msg_version_entry_t e;
+            cks_sv_entry_from_rec(&e, &buf->v[i]);
+            status = cks_wire_entry_pack(CKS_WIRE_ENTRY_VERSION, &e, page,
+                                         CKS_WIRE_MAX_PAGE, &off);
+        }
+    } else if (type == CKS_MSG_OBJECT_LIST) {
+        const cks_msg_object_list_t *m = &body->m_OBJECT_LIST;
+        cks_md_version_t rec;
+        status = cks_sv_check_names(&m->job, NULL);
+        if (status == CKS_OK) {
+            status = cks_sv_readable(txn, &m->job, m->version, &rec);
+        }
+        if (status == CKS_OK) {
+            status = cks_md_object_list(txn, m->job.ptr, m->job.len, m->version,
+                                        m->after.len ? m->after.ptr : NULL, m->after.len,
+                                        buf->o, max, &count, &more);
+        }
+        for (size_t i = 0; status == CKS_OK && i < count; i++) {
+            cks_msg_object_entry_t e;
+            cks_sv_entry_from_obj(&e, &buf->o[i]);
+            status = cks_wire_entry_pack(CKS_WIRE_ENTRY_OBJECT, &e, page,
+                                         CKS_WIRE_MAX_PAGE, &off);
+        }
+    } else {
+        const cks_msg_job_list_t *m = &body->m_JOB_LIST;
+        status = cks_md_job_list(txn, m->after.len ? m->after.ptr : NULL, m->after.len,
+                                 buf->j, max, &count, &more);
+        for (size_t i = 0; status == CKS_OK && i < count; i++) {
+            cks_msg_job_entry_t e = {cks_wire_cstr(buf->j[i])};
+            status = cks_wire_entry_pack(CKS_WIRE_ENTRY_JOB, &e, page, CKS_WIRE_MAX_PAGE,
+                                         &off);
+        }
+    }
+    cks_md_txn_abort(txn);
+out:
+    free(buf);
+    cks_sv_list_reply(conn, req_id, status, page, off, (uint32_t)count, more);
+}
+
+/* ---- transport callbacks -------------------------------------------------------- */
+
+static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                          const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    cks_server_h s = arg;
+
+    if (s->stop) {
+        cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_SHUTTING_DOWN, NULL);
+        return;
+    }
+    if (data != NULL && hdr->type != CKS_MSG_PUT) {
+        cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_BAD_MESSAGE,
+                            "%s carries no payload", cks_msg_name(hdr->type));
+        return;
+    }
+    cks_trace("%s from %s (req %llu)", cks_msg_name(hdr->type), cks_tp_conn_peer(conn),
+              (unsigned long long)hdr->req_id);
+    switch (hdr->type) {
+        case CKS_MSG_HELLO:
+            cks_sv_hello(s, conn, hdr->req_id, &b->m_HELLO);
+            break;
+        case CKS_MSG_VERSION_BEGIN:
+            cks_sv_version_begin(s, conn, hdr->req_id, &b->m_VERSION_BEGIN);
+            break;
+        case CKS_MSG_PUT:
+            cks_sv_put(s, conn, hdr->req_id, &b->m_PUT, data);
+            break;
+        case CKS_MSG_VERSION_SEAL:
+        case CKS_MSG_VERSION_ABORT:
+        case CKS_MSG_VERSION_DELETE:
+            cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_SEAL);
+            break;
+        case CKS_MSG_GET:
+            cks_sv_get(s, conn, hdr->req_id, &b->m_GET);
+            break;
+        case CKS_MSG_VERSION_STAT:
+            cks_sv_version_stat(s, conn, hdr->req_id, &b->m_VERSION_STAT);
+            break;
+        case CKS_MSG_OBJECT_STAT:
+            cks_sv_object_stat(s, conn, hdr->req_id, &b->m_OBJECT_STAT);
+            break;
+        case CKS_MSG_VERSION_LIST:
+        case CKS_MSG_OBJECT_LIST:
+        case CKS_MSG_JOB_LIST:
+            cks_sv_list(s, conn, hdr->req_id, hdr->type, b);
+            break;
+        default:
+            cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
+                                "%s is not a request", cks_msg_name(hdr->type));
+            break;
+    }
+}
+
+static void cks_sv_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                              cks_status_t status, const char *reason)
+{
+    /* answer when we know which request it was; the connection stays up */
+    cks_sv_reply_status(conn, hdr != NULL ? hdr->req_id : 0, status, "%s", reason);
+}
+
+static void cks_sv_on_accept(void *arg, cks_tp_conn_h conn)
+{
+    cks_server_h s = arg;
+    s->nconns++;
+}
+
+static void cks_sv_on_conn_err(void *arg, cks_tp_conn_h conn, cks_status_t status)
+{
+    cks_server_h s = arg;
+    cks_debug("client %s gone: %s", cks_tp_conn_peer(conn), cks_status_string(status));
+    s->nconns--;
+    cks_tp_conn_put(conn); /* the reference the accept gave us */
+}
+
+/* ---- start-up recovery ------------------------------------------------------------- */
+
+typedef struct {
+    cks_server_h s;
+    uint64_t objects, bytes, bad;
+    char (*open_jobs)[CKS_JOB_MAX_LEN + 1];
+    uint64_t *open_versions;
+    size_t nopen, capopen;
+} cks_sv_recover_t;
+
+static cks_status_t cks_sv_recover_version(const char *job, size_t job_len,
+                                           const cks_md_version_t *v, void *arg)
+{
+    cks_sv_recover_t *r = arg;
+    if (v->state != CKS_VSTATE_OPEN) {
+        return CKS_OK;
+    }
+    if (r->nopen == r->capopen) {
+        size_t cap = r->capopen ? r->capopen * 2 : 8;
+        void *j    = realloc(r->open_jobs, cap * sizeof(*r->open_jobs));
+        if (j == NULL) {
+            return CKS_ERR_NO_MEMORY;
+        }
+        r->open_jobs = j;
+        void *vv     = realloc(r->open_versions, cap * sizeof(*r->open_versions));
+        if (vv == NULL) {
+            return CKS_ERR_NO_MEMORY;
+        }
+        r->open_versions = vv;
+        r->capopen       = cap;
+    }
+    memcpy(r->open_jobs[r->nopen], job, job_len);
+    r->open_jobs[r->nopen][job_len] = '\0';
+    r->open_versions[r->nopen++]    = v->version;
+    return CKS_OK;
+}
+
+/* Versions a crash left OPEN lost the puts that were in flight: abort them. */
+static cks_status_t cks_sv_abort_open_versions(cks_server_h s)
+{
+    cks_sv_recover_t r = {.s = s};
+    cks_md_txn_h txn;
+    cks_status_t status;
+
+    status = cks_md_txn_begin(s->md, 1, &txn);
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = cks_md_version_foreach(txn, cks_sv_recover_version, &r);
+    for (size_t i = 0; status == CKS_OK && i < r.nopen; i++) {
+        cks_md_version_t rec;
+        size_t jl = strlen(r.open_jobs[i]);
+        status    = cks_md_version_get(txn, r.open_jobs[i], jl, r.open_versions[i], &rec);
+        if (status == CKS_OK) {
+            status = cks_md_version_del(txn, r.open_jobs[i], jl, r.open_versions[i]);
+        }
+        if (status == CKS_OK) {
+            rec.state    = CKS_VSTATE_ABORTED;
+            rec.nobjects = rec.bytes = 0;
+            status = cks_md_version_put(txn, r.open_jobs[i], jl, &rec, 1);
+        }
+        if (status == CKS_OK) {
+            cks_warn("version %llu of '%s' was still open when the server stopped: "
+                     "marked ABORTED",
+                     (unsigned long long)r.open_versions[i], r.open_jobs[i]);
+        }
+    }
+    if (status == CKS_OK) {
+        status = cks_md_txn_commit(txn);
+    } else {
+        cks_md_txn_abort(txn);
+    }
+    free(r.open_jobs);
+    free(r.open_versions);
+    return status;
+}
+
+static cks_status_t cks_sv_recover_object(const char *job, size_t job_len,
+                                          uint64_t version, const cks_md_object_t *o,
+                                          void *arg)
+{
+    cks_sv_recover_t *r = arg;
+    cks_server_h s      = r->s;
+    uint64_t size       = cks_arena_size(s->arena);
+    int ok              = o->arena_offset >= CKS_ARENA_HDR_LEN && o->arena_len >= o->size &&
+             o->arena_offset <= size && o->arena_len <= size - o->arena_offset;
+
+    if (ok && cks_arena_reserve(s->arena, o->arena_offset, o->arena_len) != CKS_OK) {
+        ok = 0;
+    }
+    if (ok && cks_crc64(0, cks_arena_base(s->arena) + o->arena_offset, o->size) != o->crc64) {
+        ok = 0;
+    }
+    if (ok) {
+        r->objects++;
+        r->bytes += o->size;
+        return CKS_OK;
+    }
+    uint8_t k[CKS_JOB_MAX_LEN + 9 + CKS_KEY_MAX_LEN];
+    size_t n = cks_sv_vkey(k, job, job_len, version);
+    memcpy(k + n, o->key, o->key_len);
+    cks_error("object '%s' of version %llu of '%s' failed its check at start "
+              "(CRC or arena extent): it will not be served",
+              o->key, (unsigned long long)version, job);
+    r->bad++;
+    return cks_hmap_put(s->bad, k, n + o->key_len, s);
+}
+
+static cks_status_t cks_sv_recover(cks_server_h s)
+{
+    cks_sv_recover_t r = {.s = s};
+    cks_md_txn_h txn;
+    cks_status_t status;
+    uint64_t t0 = cks_time_ns();
+
+    status = cks_sv_abort_open_versions(s);
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = cks_md_txn_begin(s->md, 0, &txn);
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = cks_md_object_foreach(txn, cks_sv_recover_object, &r);
+    cks_md_txn_abort(txn);
+    if (status == CKS_OK && (r.objects > 0 || r.bad > 0)) {
+        cks_info("re-attached %llu objects (%llu bytes) in %.1f ms, CRCs checked; "
+                 "%llu failed",
+                 (unsigned long long)r.objects, (unsigned long long)r.bytes,
+                 (double)(cks_time_ns() - t0) / 1e6, (unsigned long long)r.bad);
+    }
+    if (r.bad > 0) {
+        cks_error("%llu objects failed their check at start; restores of them return "
+                  "CKS_ERR_DATA_LOST",
+                  (unsigned long long)r.bad);
+    }
+    return status;
+}
+
+/* ---- life cycle ----------------------------------------------------------------------- */
+
+static void cks_sv_params_free(cks_server_h s)
+{
+    free(s->arena_file);
+    free(s->data_dir);
+    free(s->listen_addr);
+}
+
+cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *server_p)
+{
+    cks_tp_worker_params_t wp;
+    cks_server_h s;
+    cks_status_t status;
+
+    if (params == NULL || params->arena_file == NULL || params->data_dir == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    s->p     = *params;
+    s->sigfd = -1;
+    if (params->handle_signals) {
+        /* block before any thread (UCX's, the writer) exists, so that every
+         * thread inherits the mask and the signals reach only the signalfd */
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        s->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    }
+    s->arena_file  = strdup(params->arena_file);
+    s->data_dir    = strdup(params->data_dir);
+    s->listen_addr = strdup(params->listen_addr ? params->listen_addr : "0.0.0.0");
+    snprintf(s->name, sizeof(s->name), "%s", params->name ? params->name : "ckstore-server");
+    if (s->arena_file == NULL || s->data_dir == NULL || s->listen_addr == NULL ||
+        cks_hmap_create(&s->versions) != CKS_OK || cks_hmap_create(&s->bad) != CKS_OK) {
+        status = CKS_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    status = cks_md_open(s->data_dir, params->md_map_size, &s->md);
+    if (status != CKS_OK) {
+        cks_error("cannot open metadata in %s: %s", s->data_dir, cks_status_string(status));
+        goto err_free;
+    }
+    status = cks_arena_open(s->arena_file, params->arena_size, &s->arena);
+    if (status != CKS_OK) {
+        goto err_md;
+    }
+    status = cks_sv_recover(s);
+    if (status != CKS_OK) {
+        cks_error("recovery failed: %s", cks_status_string(status));
+        goto err_arena;
+    }
+    memset(&wp, 0, sizeof(wp));
+    wp.name        = s->name;
+    wp.on_msg      = cks_sv_on_msg;
+    wp.on_bad_msg  = cks_sv_on_bad_msg;
+    wp.on_conn_err = cks_sv_on_conn_err;
+    wp.arg         = s;
+    status         = cks_tp_worker_create(&wp, &s->tp);
+    if (status != CKS_OK) {
+        goto err_arena;
+    }
+    status = cks_tp_mem_map(s->tp, cks_arena_base(s->arena), cks_arena_size(s->arena),
+                            &s->arena_mem);
+    if (status != CKS_OK) {
+        cks_error("cannot register the arena with UCX: %s", cks_status_string(status));
+        goto err_tp;
+    }
+    status = cks_tp_listener_create(s->tp, s->listen_addr, params->port, cks_sv_on_accept,
+                                    s, &s->listener);
+    if (status != CKS_OK) {
+        goto err_mem;
+    }
+    status = cks_mdq_start(&s->mdq, s->md, s->tp);
+    if (status != CKS_OK) {
+        goto err_listener;
+    }
+    *server_p = s;
+    return CKS_OK;
+
+err_listener:
+    cks_tp_listener_destroy(s->listener);
+err_mem:
+    cks_tp_mem_unmap(s->arena_mem);
+err_tp:
+    cks_tp_worker_destroy(s->tp);
+err_arena:
+    cks_arena_close(s->arena);
+err_md:
+    cks_md_close(s->md);
+err_free:
+    cks_hmap_destroy(s->bad);
+    cks_hmap_destroy(s->versions);
+    cks_sv_params_free(s);
+    if (s->sigfd >= 0) {
+        close(s->sigfd);
+    }
+    free(s);
+    return status;
+}
+
+uint16_t cks_server_port(cks_server_h s)
+{
+    return cks_tp_listener_port(s->listener);
+}
+
+cks_status_t cks_server_run(cks_server_h s)
+{
+    struct pollfd pfd[2];
+    int nfds = 1;
+
+    pfd[0].fd     = cks_tp_worker_efd(s->tp);
+    pfd[0].events = POLLIN;
+    if (s->sigfd >= 0) {
+        pfd[1].fd     = s->sigfd;
+        pfd[1].events = POLLIN;
+        nfds          = 2;
+    }
+    cks_info("%s serving on %s:%u (arena %llu MiB)", s->name, s->listen_addr,
+             cks_server_port(s),
+             (unsigned long long)(cks_arena_size(s->arena) >> 20));
+    while (!s->stop) {
+        cks_tp_worker_progress(s->tp);
+        cks_sv_drain_done(s);
+        if (cks_tp_worker_arm(s->tp) == CKS_ERR_BUSY) {
+            continue;
+        }
+        if (poll(pfd, (nfds_t)nfds, -1) < 0 && errno != EINTR) {
+            cks_error("poll: %s", strerror(errno));
+            return CKS_ERR_INTERNAL;
+        }
+        if (nfds == 2 && (pfd[1].revents & POLLIN)) {
+            struct signalfd_siginfo si;
+            if (read(s->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                cks_info("signal %u: shutting down", si.ssi_signo);
+                s->stop = 1;
+            }
+        }
+    }
+    return CKS_OK;
+}
+
+void cks_server_stop(cks_server_h s)
+{
+    s->stop = 1;
+    cks_tp_worker_signal(s->tp);
+}
+
+static void cks_sv_free_version(const void *key, size_t len, void *value, void *arg)
+{
+    cks_sv_version_t *v = value;
+    cks_hmap_destroy(v->keys);
+    free(v);
+}
+
+void cks_server_destroy(cks_server_h s)
+{
+    if (s == NULL) {
+        return;
+    }
+    /* Let queued metadata work finish, then answer what it finished. */
+    cks_mdq_stop(&s->mdq);
+    cks_sv_drain_done(s);
+    cks_tp_listener_destroy(s->listener);
+    cks_tp_mem_unmap(s->arena_mem);
+    cks_tp_worker_destroy(s->tp);
+    cks_hmap_foreach(s->versions, cks_sv_free_version, NULL);
+    cks_hmap_destroy(s->versions);
+    cks_hmap_destroy(s->bad);
+    cks_arena_close(s->arena);
+    cks_md_close(s->md);
+    if (s->sigfd >= 0) {
+        close(s->sigfd);
+    }
+    cks_sv_params_free(s);
+    free(s);
+}

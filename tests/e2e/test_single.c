@@ -1,0 +1,583 @@
+/*
+ * End-to-end: one real ckstore-server process on 127.0.0.1 (port picked at
+ * run time, stopped by pid) and libckstore clients. Put/get round trips,
+ * byte ranges, many objects, concurrent clients, restart persistence, and
+ * bad input that must get a clear error while the server keeps serving.
+ */
+#include "ckstore.h"
+#include "cks_coding.h"
+#include "cks_test.h"
+#include "cks_tp.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define MiB (1ull << 20)
+
+static cks_test_server_t srv;
+static cks_client_h cl;
+
+static cks_client_h connect_client(const cks_test_server_t *s)
+{
+    cks_client_params_t p = {0};
+    cks_client_h c        = NULL;
+    p.field_mask          = CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS;
+    p.server              = s->addr;
+    p.timeout_ms          = 60000;
+    cr_assert_eq(cks_client_create(&p, &c), CKS_OK, "connect to %s", s->addr);
+    return c;
+}
+
+static void setup_server(uint64_t arena)
+{
+    cr_assert_eq(cks_test_server_start(&srv, arena), 0);
+    cl = connect_client(&srv);
+}
+
+static void setup(void)
+{
+    setup_server(64 * MiB);
+}
+
+static void setup_big(void)
+{
+    setup_server(640 * MiB);
+}
+
+static void teardown(void)
+{
+    cks_client_destroy(cl);
+    cl = NULL;
+    cks_test_server_cleanup(&srv);
+}
+
+static void begin(const char *job, uint64_t version)
+{
+    cks_version_params_t vp = {0};
+    vp.job                  = job;
+    vp.version              = version;
+    cr_assert_eq(cks_version_begin(cl, &vp), CKS_OK, "begin %s/%llu", job,
+                 (unsigned long long)version);
+}
+
+static cks_status_t put(cks_client_h c, const char *job, uint64_t version, const char *key,
+                        const void *buf, uint64_t size)
+{
+    cks_put_params_t p = {0};
+    p.field_mask       = CKS_PUT_FIELD_TAGS;
+    p.job              = job;
+    p.version          = version;
+    p.key              = key;
+    p.buffer           = buf;
+    p.size             = size;
+    p.tags.kind        = CKS_KIND_EXPERT;
+    p.tags.layer       = 3;
+    p.tags.expert      = 7;
+    p.tags.rank        = 1;
+    return cks_put(c, &p);
+}
+
+static cks_status_t get_range(cks_restore_h r, const char *key, void *buf, uint64_t off,
+                              uint64_t len)
+{
+    cks_get_params_t g = {0};
+    g.field_mask       = CKS_GET_FIELD_RANGE;
+    g.key              = key;
+    g.buffer           = buf;
+    g.buffer_size      = len;
+    g.offset           = off;
+    g.length           = len;
+    return cks_get(r, &g, NULL);
+}
+
+static cks_status_t get_whole(cks_restore_h r, const char *key, void *buf, uint64_t cap,
+                              uint64_t *len_p)
+{
+    cks_get_params_t g = {0};
+    g.field_mask       = CKS_GET_FIELD_FLAGS;
+    g.key              = key;
+    g.buffer           = buf;
+    g.buffer_size      = cap;
+    g.flags            = CKS_GET_VERIFY;
+    return cks_get(r, &g, len_p);
+}
+
+TestSuite(single, .init = setup, .fini = teardown, .timeout = 120);
+
+Test(single, round_trip_sizes, .init = setup_big, .timeout = 300)
+{
+    static const uint64_t sizes[] = {0, 1, 4096, MiB + 1, 256 * MiB};
+    uint64_t seed = cks_test_seed(42);
+    char key[32];
+
+    begin("job", 1);
+    uint8_t *src = malloc(256 * MiB), *dst = malloc(256 * MiB);
+    cr_assert(src && dst);
+    cks_test_fill(src, 256 * MiB, seed);
+    for (size_t i = 0; i < CKS_ARRAY_SIZE(sizes); i++) {
+        snprintf(key, sizeof(key), "obj-%zu", i);
+        cr_assert_eq(put(cl, "job", 1, key, src, sizes[i]), CKS_OK, "put %llu",
+                     (unsigned long long)sizes[i]);
+    }
+    cr_assert_eq(cks_version_seal(cl, "job", 1), CKS_OK);
+
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(cl, "job", CKS_VERSION_LATEST, &r), CKS_OK);
+    cks_version_info_t vi;
+    cks_restore_info(r, &vi);
+    cr_expect_eq(vi.version, 1);
+    cr_expect_eq(vi.state, CKS_VSTATE_SEALED);
+    cr_expect_eq(vi.nobjects, CKS_ARRAY_SIZE(sizes));
+    for (size_t i = 0; i < CKS_ARRAY_SIZE(sizes); i++) {
+        uint64_t len = UINT64_MAX;
+        snprintf(key, sizeof(key), "obj-%zu", i);
+        memset(dst, 0xA5, sizes[i] + (sizes[i] < 256 * MiB));
+        cr_assert_eq(get_whole(r, key, dst, 256 * MiB, &len), CKS_OK, "get %s", key);
+        cr_assert_eq(len, sizes[i]);
+        cr_assert(memcmp(src, dst, sizes[i]) == 0, "bytes of %s differ", key);
+        if (sizes[i] < 256 * MiB) {
+            cr_assert_eq(dst[sizes[i]], 0xA5, "get wrote past the object");
+        }
+        cks_object_info_t oi;
+        cr_assert_eq(cks_object_stat(r, key, &oi), CKS_OK);
+        cr_expect_eq(oi.size, sizes[i]);
+        cr_expect_eq(oi.crc64, cks_crc64(0, src, sizes[i]));
+        cr_expect_eq(oi.tags.kind, CKS_KIND_EXPERT);
+        cr_expect_eq(oi.tags.layer, 3);
+        cr_expect_eq(oi.tags.expert, 7);
+        cr_expect_eq(oi.tags.rank, 1);
+    }
+    cks_restore_close(r);
+    free(src);
+    free(dst);
+}
+
+Test(single, byte_ranges)
+{
+    const uint64_t size = 3 * MiB + 12345;
+    uint8_t *src = malloc(size), *dst = malloc(size);
+    cks_test_fill(src, size, cks_test_seed(7));
+    begin("job", 5);
+    cr_assert_eq(put(cl, "job", 5, "tensor", src, size), CKS_OK);
+    cr_assert_eq(cks_version_seal(cl, "job", 5), CKS_OK);
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(cl, "job", 5, &r), CKS_OK);
+
+    static const uint64_t offs[] = {0, 1, 7, 4095, 4097, MiB - 3, 2 * MiB + 1};
+    static const uint64_t lens[] = {1, 3, 4096, 65537, MiB + 7};
+    for (size_t i = 0; i < CKS_ARRAY_SIZE(offs); i++) {
+        for (size_t j = 0; j < CKS_ARRAY_SIZE(lens); j++) {
+            uint64_t len = CKS_MIN(lens[j], size - offs[i]);
+            cr_assert_eq(get_range(r, "tensor", dst, offs[i], len), CKS_OK);
+            cr_assert(memcmp(dst, src + offs[i], len) == 0, "range %llu+%llu",
+                      (unsigned long long)offs[i], (unsigned long long)len);
+        }
+    }
+    /* the last byte, and an empty range at the very end */
+    cr_assert_eq(get_range(r, "tensor", dst, size - 1, 1), CKS_OK);
+    cr_assert_eq(dst[0], src[size - 1]);
+    cr_assert_eq(get_range(r, "tensor", dst, size, 0), CKS_OK);
+    /* past the end */
+    cr_assert_eq(get_range(r, "tensor", dst, size - 10, 11), CKS_ERR_OUT_OF_RANGE);
+    cr_assert_eq(get_range(r, "tensor", dst, size + 1, 0), CKS_ERR_OUT_OF_RANGE);
+    char text[256];
+    cks_client_last_error(cl, text, sizeof(text));
+    cr_expect(strstr(text, "past the end") != NULL, "message: %s", text);
+    cks_restore_close(r);
+    free(src);
+    free(dst);
+}
+
+typedef struct {
+    int done;
+    cks_status_t status;
+    pthread_mutex_t *lock;
+    pthread_cond_t *cond;
+    int *outstanding;
+} nb_slot_t;
+
+static void nb_done(void *arg, cks_status_t status)
+{
+    nb_slot_t *s = arg;
+    pthread_mutex_lock(s->lock);
+    s->status = status;
+    s->done   = 1;
+    (*s->outstanding)--;
+    pthread_cond_signal(s->cond);
+    pthread_mutex_unlock(s->lock);
+}
+
+Test(single, ten_thousand_small_objects, .timeout = 300)
+{
+    enum { N = 10000, WINDOW = 256 };
+    static nb_slot_t slots[N];
+    static uint64_t vals[N];
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cond  = PTHREAD_COND_INITIALIZER;
+    int outstanding      = 0;
+    char key[64];
+
+    begin("many", 1);
+    for (int i = 0; i < N; i++) {
+        vals[i] = (uint64_t)i * 2654435761u;
+        pthread_mutex_lock(&lock);
+        while (outstanding >= WINDOW) {
+            pthread_cond_wait(&cond, &lock);
+        }
+        outstanding++;
+        pthread_mutex_unlock(&lock);
+        slots[i] = (nb_slot_t){0, CKS_INPROGRESS, &lock, &cond, &outstanding};
+        cks_put_params_t p = {0};
+        snprintf(key, sizeof(key), "layer%02d/expert%03d/shard%05d", i % 24, i % 128, i);
+        p.job     = "many";
+        p.version = 1;
+        p.key     = key;
+        p.buffer  = &vals[i];
+        p.size    = sizeof(vals[i]);
+        cr_assert_eq(cks_put_nb(cl, &p, nb_done, &slots[i]), CKS_INPROGRESS);
+    }
+    pthread_mutex_lock(&lock);
+    while (outstanding > 0) {
+        pthread_cond_wait(&cond, &lock);
+    }
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(slots[i].status, CKS_OK, "put %d", i);
+    }
+    cr_assert_eq(cks_version_seal(cl, "many", 1), CKS_OK);
+
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(cl, "many", 1, &r), CKS_OK);
+    cks_version_info_t vi;
+    cks_restore_info(r, &vi);
+    cr_assert_eq(vi.nobjects, N);
+    cr_assert_eq(vi.bytes, N * sizeof(uint64_t));
+    /* list everything, page by page, in key order */
+    static cks_object_info_t page[100];
+    char after[CKS_KEY_NAME_MAX + 1] = "";
+    size_t total = 0, count;
+    int more = 1, pages = 0;
+    while (more && pages < N) {
+        cr_assert_eq(cks_object_list(r, after[0] ? after : NULL, page, 100, &count, &more),
+                     CKS_OK);
+        for (size_t i = 0; i < count; i++) {
+            if (total + i > 0 && i > 0) {
+                cr_assert(strcmp(page[i - 1].key, page[i].key) < 0);
+            }
+        }
+        total += count;
+        if (count > 0) {
+            strcpy(after, page[count - 1].key);
+        }
+        pages++;
+    }
+    cr_assert_eq(total, N);
+    for (int i = 0; i < N; i += 997) {
+        uint64_t v = 0;
+        snprintf(key, sizeof(key), "layer%02d/expert%03d/shard%05d", i % 24, i % 128, i);
+        cr_assert_eq(get_whole(r, key, &v, sizeof(v), NULL), CKS_OK);
+        cr_assert_eq(v, vals[i]);
+    }
+    cks_restore_close(r);
+}
+
+typedef struct {
+    const cks_test_server_t *s;
+    int id;
+    int ok;
+} worker_arg_t;
+
+static void *client_worker(void *arg)
+{
+    worker_arg_t *w = arg;
+    cks_client_params_t p = {0};
+    cks_client_h c;
+    char job[32], key[32];
+    const uint64_t size = 8 * MiB + (uint64_t)w->id;
+    uint8_t *src = malloc(size), *dst = malloc(size);
+
+    p.field_mask = CKS_CLIENT_FIELD_SERVER;
+    p.server     = w->s->addr;
+    if (src == NULL || dst == NULL || cks_client_create(&p, &c) != CKS_OK) {
+        return NULL;
+    }
+    snprintf(job, sizeof(job), "job-%d", w->id);
+    cks_test_fill(src, size, 100 + (uint64_t)w->id);
+    cks_version_params_t vp = {0};
+    vp.job                  = job;
+    int ok                  = 1;
+    for (uint64_t v = 1; v <= 3 && ok; v++) {
+        vp.version = v;
+        ok &= cks_version_begin(c, &vp) == CKS_OK;
+        for (int k = 0; k < 3 && ok; k++) {
+            snprintf(key, sizeof(key), "k%d", k);
+            src[0] = (uint8_t)(v * 10 + (uint64_t)k);
+            ok &= put(c, job, v, key, src, size) == CKS_OK;
+        }
+        ok &= cks_version_seal(c, job, v) == CKS_OK;
+    }
+    cks_restore_h r;
+    ok &= cks_restore_open(c, job, CKS_VERSION_LATEST, &r) == CKS_OK;
+    for (int k = 0; k < 3 && ok; k++) {
+        uint64_t len;
+        snprintf(key, sizeof(key), "k%d", k);
+        src[0] = (uint8_t)(3 * 10 + k);
+        ok &= get_whole(r, key, dst, size, &len) == CKS_OK && len == size &&
+              memcmp(src, dst, size) == 0;
+    }
+    if (ok) {
+        cks_restore_close(r);
+    }
+    cks_client_destroy(c);
+    free(src);
+    free(dst);
+    w->ok = ok;
+    return NULL;
+}
+
+Test(single, four_concurrent_clients, .init = setup_big)
+{
+    pthread_t t[4];
+    worker_arg_t a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (worker_arg_t){&srv, i, 0};
+        cr_assert_eq(pthread_create(&t[i], NULL, client_worker, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+    }
+    for (int i = 0; i < 4; i++) {
+        cr_expect(a[i].ok, "client %d failed", i);
+    }
+    char names[8][CKS_JOB_NAME_MAX + 1];
+    size_t count;
+    int more;
+    cr_assert_eq(cks_job_list(cl, NULL, names, 8, &count, &more), CKS_OK);
+    cr_expect_eq(count, 4);
+    cr_expect_eq(more, 0);
+}
+
+Test(single, restart_persistence)
+{
+    const uint64_t size = 5 * MiB + 3;
+    uint8_t *src = malloc(size), *dst = malloc(size);
+    cks_test_fill(src, size, cks_test_seed(9));
+
+    begin("persist", 10);
+    cr_assert_eq(put(cl, "persist", 10, "a", src, size), CKS_OK);
+    cr_assert_eq(put(cl, "persist", 10, "b", src + 1, size - 1), CKS_OK);
+    cr_assert_eq(cks_version_seal(cl, "persist", 10), CKS_OK);
+    /* version 11 is cut short by the crash */
+    cks_version_params_t vp = {0};
+    vp.field_mask           = CKS_VERSION_FIELD_PARENT;
+    vp.job                  = "persist";
+    vp.version              = 11;
+    vp.parent               = 10;
+    cr_assert_eq(cks_version_begin(cl, &vp), CKS_OK);
+    cr_assert_eq(put(cl, "persist", 11, "a", src, size), CKS_OK);
+
+    cks_client_destroy(cl);
+    cl = NULL;
+    cr_assert_eq(cks_test_server_restart(&srv), 0); /* SIGKILL, then start again */
+    cl = connect_client(&srv);
+
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(cl, "persist", CKS_VERSION_LATEST, &r), CKS_OK);
+    cks_version_info_t vi;
+    cks_restore_info(r, &vi);
+    cr_assert_eq(vi.version, 10, "latest restorable is the sealed one");
+    uint64_t len;
+    cr_assert_eq(get_whole(r, "a", dst, size, &len), CKS_OK);
+    cr_assert(len == size && memcmp(dst, src, size) == 0);
+    cr_assert_eq(get_whole(r, "b", dst, size, &len), CKS_OK);
+    cr_assert(len == size - 1 && memcmp(dst, src + 1, size - 1) == 0);
+    cks_restore_close(r);
+
+    cr_assert_eq(cks_version_stat(cl, "persist", 11, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_ABORTED, "cut-short version is reported ABORTED");
+    cr_assert_eq(cks_restore_open(cl, "persist", 11, &r), CKS_ERR_NOT_RESTORABLE);
+    /* puts into it are refused too */
+    cr_assert_eq(put(cl, "persist", 11, "c", src, 10), CKS_ERR_VERSION_NOT_OPEN);
+    free(src);
+    free(dst);
+}
+
+Test(single, sigterm_is_clean)
+{
+    int st = cks_test_server_stop(&srv, SIGTERM);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+}
+
+Test(single, bad_input_gets_clear_errors)
+{
+    uint8_t buf[4096] = {1, 2, 3};
+    char longkey[CKS_KEY_NAME_MAX + 2];
+    cks_restore_h r;
+    cks_version_info_t vi;
+
+    memset(longkey, 'k', sizeof(longkey) - 1);
+    longkey[sizeof(longkey) - 1] = '\0';
+    cr_assert_eq(cks_restore_open(cl, "nojob", 1, &r), CKS_ERR_NO_SUCH_JOB);
+    cr_assert_eq(cks_version_stat(cl, "nojob", 1, &vi), CKS_ERR_NO_SUCH_JOB);
+
+    begin("bad", 1);
+    cr_assert_eq(put(cl, "bad", 1, "x", buf, sizeof(buf)), CKS_OK);
+    cr_assert_eq(put(cl, "bad", 1, "x", buf, 10), CKS_ERR_DUPLICATE_KEY);
+    cr_assert_eq(put(cl, "bad", 2, "x", buf, 10), CKS_ERR_NO_SUCH_VERSION);
+    cr_assert_eq(put(cl, "bad", 1, longkey, buf, 10), CKS_ERR_KEY_TOO_LONG);
+    cr_assert_eq(put(cl, "bad", 1, "", buf, 10), CKS_ERR_NAME_INVALID);
+    cr_assert_eq(put(cl, "bad", 1, "\xff\xfe", buf, 10), CKS_ERR_NAME_INVALID);
+    cr_assert_eq(cks_restore_open(cl, "bad", 1, &r), CKS_ERR_NOT_RESTORABLE, "open version");
+    cr_assert_eq(cks_version_begin(cl, &(cks_version_params_t){.job = "bad", .version = 1}),
+                 CKS_ERR_VERSION_EXISTS);
+    cr_assert_eq(cks_version_seal(cl, "bad", 1), CKS_OK);
+    cr_assert_eq(put(cl, "bad", 1, "y", buf, 10), CKS_ERR_VERSION_NOT_OPEN);
+    cr_assert_eq(cks_version_seal(cl, "bad", 1), CKS_ERR_VERSION_NOT_OPEN);
+    cr_assert_eq(cks_restore_open(cl, "bad", 2, &r), CKS_ERR_NO_SUCH_VERSION);
+    cr_assert_eq(cks_restore_open(cl, "bad", 1, &r), CKS_OK);
+    cks_object_info_t oi;
+    cr_assert_eq(cks_object_stat(r, "nokey", &oi), CKS_ERR_NO_SUCH_KEY);
+    cr_assert_eq(get_range(r, "nokey", buf, 0, 1), CKS_ERR_NO_SUCH_KEY);
+    cr_assert_eq(get_range(r, "x", buf, 4000, 97), CKS_ERR_OUT_OF_RANGE);
+    /* a buffer too small for the whole object */
+    cr_assert_eq(get_whole(r, "x", buf, 100, NULL), CKS_ERR_INVALID_PARAM);
+    cks_restore_close(r);
+
+    /* arena full: the put is refused, and space is there again after a delete */
+    begin("bad", 3);
+    uint64_t big = 40 * MiB;
+    uint8_t *blob = calloc(1, big);
+    cr_assert_eq(put(cl, "bad", 3, "big1", blob, big), CKS_OK);
+    cr_assert_eq(put(cl, "bad", 3, "big2", blob, big), CKS_ERR_ARENA_FULL);
+    char text[256];
+    cks_client_last_error(cl, text, sizeof(text));
+    cr_expect(strstr(text, "arena full") != NULL, "message: %s", text);
+    cr_assert_eq(cks_version_abort(cl, "bad", 3), CKS_OK);
+    cr_assert_eq(cks_version_stat(cl, "bad", 3, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_ABORTED);
+    begin("bad", 4);
+    cr_assert_eq(put(cl, "bad", 4, "big2", blob, big), CKS_OK, "space freed by abort");
+    cr_assert_eq(cks_version_seal(cl, "bad", 4), CKS_OK);
+    cr_assert_eq(cks_version_delete(cl, "bad", 4), CKS_OK);
+    cr_assert_eq(cks_version_stat(cl, "bad", 4, &vi), CKS_ERR_NO_SUCH_VERSION);
+    free(blob);
+
+    /* the server still serves */
+    cr_assert_eq(cks_restore_open(cl, "bad", 1, &r), CKS_OK);
+    cr_assert_eq(get_range(r, "x", buf, 0, 3), CKS_OK);
+    cr_assert(buf[0] == 1 && buf[1] == 2 && buf[2] == 3);
+    cks_restore_close(r);
+}
+
+/* ---- malformed messages, sent with the raw transport --------------------- */
+
+typedef struct {
+    int got;
+    cks_wire_hdr_t hdr;
+    int32_t status;
+    int bad;
+} raw_ctx_t;
+
+static void raw_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                       const cks_msg_any_t *body, cks_tp_data_t *data)
+{
+    raw_ctx_t *r = arg;
+    r->got++;
+    r->hdr    = *hdr;
+    r->status = body->m_STATUS_REPLY.status; /* every reply starts with status */
+}
+
+static void raw_on_bad(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                       cks_status_t status, const char *why)
+{
+    ((raw_ctx_t *)arg)->bad++;
+}
+
+static void raw_on_err(void *arg, cks_tp_conn_h conn, cks_status_t status)
+{
+}
+
+/* Send bytes as a message; wait (bounded) for one reply; return its status. */
+static int32_t raw_exchange(cks_tp_worker_h w, cks_tp_conn_h conn, raw_ctx_t *ctx,
+                            const void *bytes, size_t len, int expect_reply)
+{
+    ctx->got = 0;
+    cr_assert_eq(cks_tp_send_raw(conn, bytes, len, NULL, 0, NULL, NULL), CKS_INPROGRESS);
+    uint64_t until = cks_time_ns() + 10ull * 1000000000ull;
+    while (ctx->got == 0 && cks_time_ns() < until) {
+        cks_tp_worker_wait(w, 100);
+    }
+    if (expect_reply) {
+        cr_assert_eq(ctx->got, 1, "no reply to a malformed message");
+    }
+    return ctx->status;
+}
+
+Test(single, truncated_and_garbage_messages)
+{
+    raw_ctx_t ctx = {0};
+    cks_tp_worker_params_t wp = {.name = "raw", .on_msg = raw_on_msg,
+                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
+                                 .arg = &ctx};
+    cks_tp_worker_h w;
+    cks_tp_conn_h conn;
+    uint8_t msg[CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY];
+    size_t len;
+
+    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn), CKS_OK);
+
+    /* a valid HELLO first: the connection works */
+    cks_msg_hello_t hello = {cks_wire_cstr("raw")};
+    cr_assert_eq(cks_wire_pack(CKS_MSG_HELLO, 0, 1, &hello, msg, sizeof(msg), &len), CKS_OK);
+    cr_assert_eq(raw_exchange(w, conn, &ctx, msg, len, 1), CKS_OK);
+
+    /* truncated: body cut short (header still says the full length) */
+    cks_msg_version_stat_t vs = {cks_wire_cstr("job"), 1, 0};
+    cr_assert_eq(cks_wire_pack(CKS_MSG_VERSION_STAT, 0, 2, &vs, msg, sizeof(msg), &len),
+                 CKS_OK);
+    cr_assert_eq(raw_exchange(w, conn, &ctx, msg, len - 3, 1), CKS_ERR_BAD_MESSAGE);
+    cr_assert_eq(ctx.hdr.req_id, 2);
+    /* garbage body with a valid header */
+    uint8_t garbage[64];
+    memcpy(garbage, msg, CKS_WIRE_HDR_LEN);
+    memset(garbage + CKS_WIRE_HDR_LEN, 0xc1, sizeof(garbage) - CKS_WIRE_HDR_LEN);
+    garbage[12] = 0;
+    garbage[13] = 0;
+    garbage[14] = 0;
+    garbage[15] = sizeof(garbage) - CKS_WIRE_HDR_LEN;
+    cr_assert_eq(raw_exchange(w, conn, &ctx, garbage, sizeof(garbage), 1),
+                 CKS_ERR_BAD_MESSAGE);
+    /* unknown message type */
+    memcpy(garbage, msg, len);
+    garbage[6] = 0x7f;
+    cr_assert_eq(raw_exchange(w, conn, &ctx, garbage, len, 1), CKS_ERR_UNSUPPORTED);
+    /* another protocol version */
+    memcpy(garbage, msg, len);
+    garbage[5] = 99;
+    cr_assert_eq(raw_exchange(w, conn, &ctx, garbage, len, 1), CKS_ERR_PROTOCOL);
+    /* a reply type sent as a request */
+    cks_msg_status_t st = {0, cks_wire_cstr("")};
+    cr_assert_eq(cks_wire_pack(CKS_MSG_STATUS_REPLY, 0, 3, &st, msg, sizeof(msg), &len),
+                 CKS_OK);
+    cr_assert_eq(raw_exchange(w, conn, &ctx, msg, len, 1), CKS_ERR_UNSUPPORTED);
+    /* shorter than a header, and pure noise: no request id to answer, the
+     * server must drop them and keep serving */
+    raw_exchange(w, conn, &ctx, "\x01\x02\x03", 3, 0);
+    memset(garbage, 0x5a, sizeof(garbage));
+    raw_exchange(w, conn, &ctx, garbage, sizeof(garbage), 0);
+
+    /* still serving, on this connection and to others */
+    cr_assert_eq(cks_wire_pack(CKS_MSG_HELLO, 0, 9, &hello, msg, sizeof(msg), &len), CKS_OK);
+    cr_assert_eq(raw_exchange(w, conn, &ctx, msg, len, 1), CKS_OK);
+    cr_assert_eq(ctx.hdr.req_id, 9);
+    cks_tp_conn_put(conn);
+    cks_tp_worker_destroy(w);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(cl, "job", 1, &vi), CKS_ERR_NO_SUCH_JOB);
+}

@@ -1,0 +1,40 @@
+/*
+ * Test support: real ckstore-server processes on 127.0.0.1 with ports picked
+ * at run time, each stopped by its own pid; seeds that are printed; paths in
+ * a private temporary directory.
+ */
+#ifndef CKS_TEST_H
+#define CKS_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;            /* 0 when not running */
+    uint16_t port;
+    uint64_t arena_size;
+    char dir[256];        /* private temp dir: arena file, data dir, log */
+    char arena[300];
+    char data[300];
+    char log[300];
+    char addr[64];        /* "127.0.0.1:port", for cks_client_params_t.server */
+} cks_test_server_t;
+
+/** Start a server with a fresh temp dir; waits (bounded) until it serves.
+ *  Returns 0 or -1 (with a message on stderr). */
+int cks_test_server_start(cks_test_server_t *s, uint64_t arena_size);
+/** Start again on the same arena file and data dir (a new port). */
+int cks_test_server_restart(cks_test_server_t *s);
+/** Send sig to the server and reap it (bounded wait; SIGKILL after 10 s). */
+int cks_test_server_stop(cks_test_server_t *s, int sig);
+/** Stop if running and remove the temp dir. */
+void cks_test_server_cleanup(cks_test_server_t *s);
+
+/** Seed for random data: CKS_TEST_SEED from the environment, or `dflt`;
+ *  printed so that a failure can be replayed. */
+uint64_t cks_test_seed(uint64_t dflt);
+/** Deterministic bytes (xorshift) for seed and offset. */
+void cks_test_fill(void *buf, size_t len, uint64_t seed);
+
+#endif

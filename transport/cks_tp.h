@@ -1,0 +1,409 @@
+/*
+ * transport: everything that crosses the wire.
+ *
+ *  1. The wire codec: a fixed 24-byte header and a msgpack body, described by
+ *     one message table (CKS_MSG_LIST). The decoder is the only code that
+ *     touches untrusted bytes: it checks the header, bounds every length and
+ *     count, checks every field's type, and rejects unknown types and
+ *     protocol versions with a status and a message.
+ *  2. UCX: a worker (context + worker + active-message handler), listeners,
+ *     connections (endpoints), message sends with zero-copy payloads, and
+ *     receipt of rendezvous payloads straight into the caller's memory.
+ *
+ * Threads: a cks_tp_worker_h and everything made from it belong to the one
+ * thread that progresses it, except cks_tp_worker_signal(), which any thread
+ * may call. Callbacks run on that thread, from inside cks_tp_worker_progress().
+ */
+#ifndef CKS_TP_H
+#define CKS_TP_H
+
+#include "cks_common.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ======================================================================
+ * Wire codec
+ * ====================================================================== */
+
+#define CKS_WIRE_MAGIC       0x434b5331u /* "CKS1" */
+#define CKS_WIRE_PROTO       1u
+#define CKS_WIRE_HDR_LEN     24u
+#define CKS_WIRE_MAX_BODY    4096u /* msgpack body carried in the AM header */
+#define CKS_WIRE_MAX_ENTRIES 256u  /* entries in one page of a list reply */
+#define CKS_WIRE_MAX_PAGE    (CKS_WIRE_MAX_ENTRIES * (CKS_KEY_MAX_LEN + 128u))
+#define CKS_WIRE_MAX_NAME    64u   /* client/server names in HELLO */
+
+/** Header flags. */
+#define CKS_WIRE_F_PAYLOAD 0x1u /* raw payload bytes follow as AM data */
+#define CKS_WIRE_F_PAGE    0x2u /* a msgpack page of entries follows as AM data */
+
+/** Fixed header; on the wire big-endian: magic u32, proto u16, type u16,
+ *  flags u32, body_len u32, req_id u64. */
+typedef struct {
+    uint16_t type;
+    uint32_t flags;
+    uint32_t body_len;
+    uint64_t req_id;
+} cks_wire_hdr_t;
+
+/** A string field: points into the decoded buffer (not NUL-terminated),
+ *  valid as long as that buffer. When packing, points to the sender's bytes. */
+typedef struct {
+    const char *ptr;
+    uint32_t len;
+} cks_wire_str_t;
+
+/* ---- message bodies ---------------------------------------------------- */
+
+/* Every reply starts with these two fields. */
+#define CKS_MSG_REPLY_FIELDS \
+    int32_t status; \
+    cks_wire_str_t msg
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+} cks_msg_status_t;
+
+typedef struct {
+    cks_wire_str_t name; /* client's name, for logs */
+} cks_msg_hello_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    cks_wire_str_t name; /* server's name */
+    uint64_t arena_size;
+    uint64_t arena_used;
+} cks_msg_hello_reply_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    uint64_t parent; /* UINT64_MAX: none */
+    uint32_t nranks;
+} cks_msg_version_begin_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+} cks_msg_version_ref_t; /* SEAL, ABORT, DELETE */
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    uint64_t nobjects;
+    uint64_t bytes;
+} cks_msg_seal_reply_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    cks_wire_str_t key;
+    uint32_t kind;
+    int32_t layer;
+    int32_t expert;
+    int32_t rank;
+    uint64_t size; /* payload bytes that follow */
+} cks_msg_put_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    cks_wire_str_t key;
+    uint64_t offset;
+    uint64_t length;
+} cks_msg_get_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    uint64_t size; /* whole object */
+    uint64_t crc64;
+    uint64_t offset;
+    uint64_t length; /* payload bytes that follow */
+} cks_msg_get_reply_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    uint32_t latest; /* 1: ignore version, use the newest restorable one */
+} cks_msg_version_stat_t;
+
+/** A version, as listed. Also the page entry of VERSION_LIST_REPLY. */
+typedef struct {
+    uint64_t version;
+    uint64_t parent;
+    uint32_t state;
+    uint32_t nranks;
+    uint64_t created_ns;
+    uint64_t sealed_ns;
+    uint64_t nobjects;
+    uint64_t bytes;
+} cks_msg_version_entry_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    cks_msg_version_entry_t v;
+} cks_msg_version_stat_reply_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint32_t has_after;
+    uint64_t after; /* list versions > after when has_after */
+    uint32_t max;
+} cks_msg_version_list_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    uint32_t count; /* entries in the page that follows */
+    uint32_t more;  /* 1: more entries after the last one */
+} cks_msg_list_reply_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    cks_wire_str_t key;
+} cks_msg_object_stat_t;
+
+/** An object, as listed. Also the page entry of OBJECT_LIST_REPLY. */
+typedef struct {
+    cks_wire_str_t key;
+    uint32_t kind;
+    int32_t layer;
+    int32_t expert;
+    int32_t rank;
+    uint64_t size;
+    uint64_t crc64;
+} cks_msg_object_entry_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    cks_msg_object_entry_t o;
+} cks_msg_object_stat_reply_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    cks_wire_str_t after; /* empty: from the start */
+    uint32_t max;
+} cks_msg_object_list_t;
+
+typedef struct {
+    cks_wire_str_t after; /* empty: from the start */
+    uint32_t max;
+} cks_msg_job_list_t;
+
+typedef struct {
+    cks_wire_str_t name;
+} cks_msg_job_entry_t;
+
+/*
+ * The message table: the one place that lists every message.
+ * _(NAME, id, body type, direction)
+ */
+#define CKS_MSG_LIST(_) \
+    _(HELLO,              1, cks_msg_hello_t,              "c>s") \
+    _(HELLO_REPLY,        2, cks_msg_hello_reply_t,        "s>c") \
+    _(STATUS_REPLY,       3, cks_msg_status_t,             "s>c") \
+    _(VERSION_BEGIN,      4, cks_msg_version_begin_t,      "c>s") \
+    _(VERSION_SEAL,       5, cks_msg_version_ref_t,        "c>s") \
+    _(SEAL_REPLY,         6, cks_msg_seal_reply_t,         "s>c") \
+    _(VERSION_ABORT,      7, cks_msg_version_ref_t,        "c>s") \
+    _(VERSION_DELETE,     8, cks_msg_version_ref_t,        "c>s") \
+    _(PUT,                9, cks_msg_put_t,                "c>s") \
+    _(GET,               10, cks_msg_get_t,                "c>s") \
+    _(GET_REPLY,         11, cks_msg_get_reply_t,          "s>c") \
+    _(VERSION_STAT,      12, cks_msg_version_stat_t,       "c>s") \
+    _(VERSION_STAT_REPLY,13, cks_msg_version_stat_reply_t, "s>c") \
+    _(VERSION_LIST,      14, cks_msg_version_list_t,       "c>s") \
+    _(LIST_REPLY,        15, cks_msg_list_reply_t,         "s>c") \
+    _(OBJECT_STAT,       16, cks_msg_object_stat_t,        "c>s") \
+    _(OBJECT_STAT_REPLY, 17, cks_msg_object_stat_reply_t,  "s>c") \
+    _(OBJECT_LIST,       18, cks_msg_object_list_t,        "c>s") \
+    _(JOB_LIST,          19, cks_msg_job_list_t,           "c>s")
+
+typedef enum {
+    CKS_MSG_NONE = 0,
+#define CKS_MSG_ENUM_(name, id, type, dir) CKS_MSG_##name = id,
+    CKS_MSG_LIST(CKS_MSG_ENUM_)
+#undef CKS_MSG_ENUM_
+    CKS_MSG_LAST
+} cks_msg_type_t;
+
+/** Entry kinds of a list page (AM data of LIST_REPLY). */
+typedef enum {
+    CKS_WIRE_ENTRY_VERSION = 0, /* cks_msg_version_entry_t */
+    CKS_WIRE_ENTRY_OBJECT  = 1, /* cks_msg_object_entry_t */
+    CKS_WIRE_ENTRY_JOB     = 2, /* cks_msg_job_entry_t */
+} cks_wire_entry_t;
+
+/** A union big enough for any body; what cks_wire_unpack() fills. */
+typedef union {
+#define CKS_MSG_UNION_(name, id, type, dir) type m_##name;
+    CKS_MSG_LIST(CKS_MSG_UNION_)
+#undef CKS_MSG_UNION_
+} cks_msg_any_t;
+
+/** Name of a message type ("PUT"); "UNKNOWN" for others. */
+const char *cks_msg_name(unsigned type);
+
+/** Pack header and body into buf (at least CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY
+ *  bytes). `body` points to the struct of `type`'s table entry. Returns
+ *  CKS_ERR_INVALID_PARAM for an unknown type or a string over its bound, and
+ *  CKS_ERR_BAD_MESSAGE when the body does not fit. */
+cks_status_t cks_wire_pack(unsigned type, uint32_t flags, uint64_t req_id,
+                           const void *body, void *buf, size_t buf_len, size_t *len_p);
+
+/** Decode an untrusted message (header followed by body_len body bytes).
+ *  On success fills hdr_p and body_p (the struct of hdr_p->type); string
+ *  fields point into buf. On failure returns CKS_ERR_BAD_MESSAGE,
+ *  CKS_ERR_UNSUPPORTED or CKS_ERR_PROTOCOL, and writes a reason into err
+ *  (err_len bytes, may be NULL). */
+cks_status_t cks_wire_unpack(const void *buf, size_t len, cks_wire_hdr_t *hdr_p,
+                             cks_msg_any_t *body_p, char *err, size_t err_len);
+
+/** Pack one list-page entry (kind `entry`) at buf+*off, advancing *off.
+ *  Returns CKS_ERR_BAD_MESSAGE when it does not fit in buf_len. */
+cks_status_t cks_wire_entry_pack(cks_wire_entry_t entry, const void *e, void *buf,
+                                 size_t buf_len, size_t *off);
+
+/** Decode the next entry of an untrusted page at buf+*off into e (the struct
+ *  of `entry`), advancing *off. String fields point into buf. */
+cks_status_t cks_wire_entry_unpack(cks_wire_entry_t entry, const void *buf, size_t len,
+                                   size_t *off, void *e);
+
+/** Convenience: a cks_wire_str_t for a C string (NULL gives an empty one). */
+cks_wire_str_t cks_wire_cstr(const char *s);
+
+/* ======================================================================
+ * UCX
+ * ====================================================================== */
+
+typedef struct cks_tp_worker *cks_tp_worker_h;
+typedef struct cks_tp_conn *cks_tp_conn_h;
+typedef struct cks_tp_listener *cks_tp_listener_h;
+typedef struct cks_tp_mem *cks_tp_mem_h;
+
+/** A payload announced by a received message (AM data). */
+typedef struct {
+    size_t length;
+    int is_rndv;     /* 1: not yet here; receive with cks_tp_data_recv() */
+    const void *ptr; /* !is_rndv: the bytes, valid during the callback only */
+    void *desc;      /* is_rndv: UCX's data descriptor */
+} cks_tp_data_t;
+
+/** A received message, already decoded and validated. `data` is NULL when
+ *  the message carries no payload. Runs on the worker thread. A rendezvous
+ *  payload that the callback neither receives nor keeps is dropped. */
+typedef void (*cks_tp_msg_cb_t)(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                                const cks_msg_any_t *body, cks_tp_data_t *data);
+
+/** A message that failed to decode: the worker calls this so the owner can
+ *  answer with an error (hdr is NULL when even the header was bad). */
+typedef void (*cks_tp_bad_msg_cb_t)(void *arg, cks_tp_conn_h conn,
+                                    const cks_wire_hdr_t *hdr, cks_status_t status,
+                                    const char *reason);
+
+/** A connection failed or was closed by the peer. Called once; the owner
+ *  must release its reference with cks_tp_conn_put(). */
+typedef void (*cks_tp_conn_err_cb_t)(void *arg, cks_tp_conn_h conn, cks_status_t status);
+
+/** A new connection from a listener (already accepted; the callee owns one
+ *  reference). */
+typedef void (*cks_tp_accept_cb_t)(void *arg, cks_tp_conn_h conn);
+
+/** Completion of a send or a receive: status CKS_OK or an error. */
+typedef void (*cks_tp_done_cb_t)(void *arg, cks_status_t status);
+
+typedef struct {
+    const char *name;            /* for logs */
+    cks_tp_msg_cb_t on_msg;
+    cks_tp_bad_msg_cb_t on_bad_msg;
+    cks_tp_conn_err_cb_t on_conn_err;
+    void *arg;                   /* passed to the three callbacks */
+} cks_tp_worker_params_t;
+
+/** Create a UCX context and worker (single-threaded, with a wake-up fd). */
+cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
+                                  cks_tp_worker_h *worker_p);
+/** Destroy: closes every connection and listener still open. */
+void cks_tp_worker_destroy(cks_tp_worker_h worker);
+
+/** Run callbacks for everything that has happened; returns nonzero when
+ *  something progressed. */
+int cks_tp_worker_progress(cks_tp_worker_h worker);
+
+/** The fd to poll for readability before calling cks_tp_worker_arm(). */
+int cks_tp_worker_efd(cks_tp_worker_h worker);
+
+/** Arm the fd: CKS_OK means the thread may now sleep on it; CKS_ERR_BUSY
+ *  means events are pending (progress again first). */
+cks_status_t cks_tp_worker_arm(cks_tp_worker_h worker);
+
+/** Progress until nothing happens, then sleep on the event fd for at most
+ *  timeout_ms (-1: no limit) or until cks_tp_worker_signal(). */
+cks_status_t cks_tp_worker_wait(cks_tp_worker_h worker, int timeout_ms);
+
+/** Wake the worker's thread; safe from any thread. */
+void cks_tp_worker_signal(cks_tp_worker_h worker);
+
+/** Listen on addr:port (port 0: pick one; see cks_tp_listener_port()). */
+cks_status_t cks_tp_listener_create(cks_tp_worker_h worker, const char *addr,
+                                    uint16_t port, cks_tp_accept_cb_t on_accept,
+                                    void *arg, cks_tp_listener_h *listener_p);
+uint16_t cks_tp_listener_port(cks_tp_listener_h listener);
+void cks_tp_listener_destroy(cks_tp_listener_h listener);
+
+/** Start connecting to addr:port. The connection is usable at once (sends
+ *  queue until it is up); a failure arrives through on_conn_err. The caller
+ *  owns one reference. */
+cks_status_t cks_tp_conn_connect(cks_tp_worker_h worker, const char *addr,
+                                 uint16_t port, cks_tp_conn_h *conn_p);
+
+/** Attach the owner's pointer to a connection, and read it back. */
+void cks_tp_conn_set_user(cks_tp_conn_h conn, void *user);
+void *cks_tp_conn_user(cks_tp_conn_h conn);
+/** Peer's address as text ("127.0.0.1:4242"), for logs. */
+const char *cks_tp_conn_peer(cks_tp_conn_h conn);
+/** Nonzero once the connection failed or was closed. */
+int cks_tp_conn_failed(cks_tp_conn_h conn);
+
+/** Take / release a reference. The last release closes the endpoint. */
+void cks_tp_conn_get(cks_tp_conn_h conn);
+void cks_tp_conn_put(cks_tp_conn_h conn);
+
+/** Close now: outstanding sends and receives on it complete with
+ *  CKS_ERR_CANCELED or CKS_ERR_CONN_LOST. The references stay valid. */
+void cks_tp_conn_close(cks_tp_conn_h conn);
+
+/** Send a message: header + body packed from `body`, and `payload_len`
+ *  bytes from `payload` (zero-copy; not touched through msgpack). `flags`
+ *  carries CKS_WIRE_F_PAGE for list pages; CKS_WIRE_F_PAYLOAD is set for
+ *  any payload. `payload_memh` may name a registered region holding it.
+ *  Returns CKS_INPROGRESS, and `cb` (may be NULL) runs exactly once when UCX
+ *  is done with the payload, or an error, and `cb` never runs. The payload
+ *  belongs to the caller until then. */
+cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                         uint64_t req_id, const void *body, const void *payload,
+                         size_t payload_len, cks_mem_type_t mem_type,
+                         cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb, void *arg);
+
+/** Send `len` bytes as a message header exactly as given (no packing), with
+ *  an optional payload: for tests that must send malformed messages. Same
+ *  completion contract as cks_tp_send(); `bytes` is copied. */
+cks_status_t cks_tp_send_raw(cks_tp_conn_h conn, const void *bytes, size_t len,
+                             const void *payload, size_t payload_len,
+                             cks_tp_done_cb_t cb, void *arg);
+
+/** Receive a rendezvous payload into buf (len == data->length); call it from
+ *  the message callback. Returns CKS_INPROGRESS, and cb runs exactly once
+ *  when the bytes are in buf (buf belongs to UCX until then), or an error,
+ *  and cb never runs. */
+cks_status_t cks_tp_data_recv(cks_tp_worker_h worker, cks_tp_data_t *data, void *buf,
+                              cks_mem_type_t mem_type, cks_tp_mem_h buf_memh,
+                              cks_tp_done_cb_t cb, void *arg);
+
+/** Register memory once with UCX (the arena, staging rings). */
+cks_status_t cks_tp_mem_map(cks_tp_worker_h worker, void *addr, size_t len,
+                            cks_tp_mem_h *mem_p);
+void cks_tp_mem_unmap(cks_tp_mem_h mem);
+
+#endif

@@ -1,0 +1,925 @@
+/*
+ * DESIGN: the UCX side of the transport. Owns the UCP context and worker,
+ * listeners, endpoints (wrapped as reference-counted connections) and the one
+ * active-message handler through which every ckstore message arrives.
+ *
+ * Thread: everything here runs on the thread that progresses the worker,
+ * except cks_tp_worker_signal(). Callbacks into the owner run from
+ * cks_tp_worker_progress(); a callback may send, receive and drop references,
+ * but a connection is freed only when its last reference goes, never inside
+ * its own UCX callback (close requests finish on their own).
+ *
+ * Never: copy a payload (payloads go zero-copy to or from the caller's
+ * memory, or are copied exactly once from an eager buffer by the owner),
+ * block, or translate a ucs_status_t anywhere but cks_tp_status().
+ */
+#include "cks_tp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucp/api/ucp.h>
+
+#define CKS_TP_AM_ID 0
+#define CKS_TP_SEND_BUF (CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY)
+
+typedef struct cks_tp_send_req cks_tp_send_req_t;
+
+struct cks_tp_send_req {
+    cks_tp_send_req_t *next; /* free list */
+    cks_tp_worker_h worker;
+    cks_tp_conn_h conn;
+    cks_tp_done_cb_t cb;
+    void *arg;
+    uint8_t hdr[CKS_TP_SEND_BUF];
+};
+
+typedef struct {
+    cks_tp_worker_h worker;
+    cks_tp_done_cb_t cb;
+    void *arg;
+} cks_tp_recv_req_t;
+
+struct cks_tp_conn {
+    cks_tp_worker_h worker;
+    ucp_ep_h ep;
+    unsigned refs;
+    int failed;
+    int closed;
+    void *user;
+    char peer[64];
+    cks_tp_conn_h prev, next; /* worker's list */
+};
+
+struct cks_tp_listener {
+    cks_tp_worker_h worker;
+    ucp_listener_h listener;
+    uint16_t port;
+    cks_tp_accept_cb_t on_accept;
+    void *arg;
+};
+
+struct cks_tp_mem {
+    cks_tp_worker_h worker;
+    ucp_mem_h memh;
+};
+
+/* Map from ucp_ep_h to its connection: reply endpoints arrive as ucp_ep_h. */
+typedef struct {
+    ucp_ep_h ep;
+    cks_tp_conn_h conn;
+} cks_tp_slot_t;
+
+struct cks_tp_worker {
+    cks_tp_worker_params_t params;
+    char name[64];
+    ucp_context_h context;
+    ucp_worker_h worker;
+    int efd;
+    cks_tp_conn_h conns; /* every open connection */
+    cks_tp_slot_t *slots;
+    size_t nslots, nused;
+    cks_tp_send_req_t *free_sends;
+    unsigned closing; /* endpoint close requests in flight */
+};
+
+/* ---- status translation (the one place) ---------------------------------- */
+
+static cks_status_t cks_tp_status(ucs_status_t st, const char *what)
+{
+    switch (st) {
+        case UCS_OK:
+            return CKS_OK;
+        case UCS_INPROGRESS:
+            return CKS_INPROGRESS;
+        case UCS_ERR_CANCELED:
+            return CKS_ERR_CANCELED;
+        case UCS_ERR_NO_MEMORY:
+            cks_warn("%s: %s", what, ucs_status_string(st));
+            return CKS_ERR_NO_MEMORY;
+        case UCS_ERR_TIMED_OUT:
+        case UCS_ERR_ENDPOINT_TIMEOUT:
+            cks_info("%s: %s", what, ucs_status_string(st));
+            return CKS_ERR_TIMEOUT;
+        case UCS_ERR_UNREACHABLE:
+        case UCS_ERR_REJECTED:
+            cks_info("%s: %s", what, ucs_status_string(st));
+            return CKS_ERR_UNREACHABLE;
+        case UCS_ERR_CONNECTION_RESET:
+        case UCS_ERR_NOT_CONNECTED:
+        case UCS_ERR_IO_ERROR:
+            cks_info("%s: %s", what, ucs_status_string(st));
+            return CKS_ERR_CONN_LOST;
+        default:
+            cks_warn("%s: %s", what, ucs_status_string(st));
+            return CKS_ERR_TRANSPORT;
+    }
+}
+
+/* ---- ep -> conn map (open addressing, tombstone-free by rehash) ---------- */
+
+static size_t cks_tp_slot_hash(ucp_ep_h ep, size_t n)
+{
+    uint64_t x = (uint64_t)(uintptr_t)ep;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (size_t)x & (n - 1);
+}
+
+static cks_status_t cks_tp_slot_rehash(cks_tp_worker_h w, size_t n)
+{
+    cks_tp_slot_t *slots = calloc(n, sizeof(*slots));
+    if (slots == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < w->nslots; i++) {
+        if (w->slots[i].ep != NULL) {
+            size_t j = cks_tp_slot_hash(w->slots[i].ep, n);
+            while (slots[j].ep != NULL) {
+                j = (j + 1) & (n - 1);
+            }
+            slots[j] = w->slots[i];
+        }
+    }
+    free(w->slots);
+    w->slots  = slots;
+    w->nslots = n;
+    return CKS_OK;
+}
+
+static cks_status_t cks_tp_slot_add(cks_tp_worker_h w, cks_tp_conn_h conn)
+{
+    if ((w->nused + 1) * 2 > w->nslots) {
+        cks_status_t status = cks_tp_slot_rehash(w, w->nslots ? w->nslots * 2 : 16);
+        if (status != CKS_OK) {
+            return status;
+        }
+    }
+    size_t j = cks_tp_slot_hash(conn->ep, w->nslots);
+    while (w->slots[j].ep != NULL) {
+        j = (j + 1) & (w->nslots - 1);
+    }
+    w->slots[j].ep   = conn->ep;
+    w->slots[j].conn = conn;
+    w->nused++;
+    return CKS_OK;
+}
+
+static cks_tp_conn_h cks_tp_slot_find(cks_tp_worker_h w, ucp_ep_h ep)
+{
+    if (w->nslots == 0 || ep == NULL) {
+        return NULL;
+    }
+    for (size_t j = cks_tp_slot_hash(ep, w->nslots); w->slots[j].ep != NULL;
+         j = (j + 1) & (w->nslots - 1)) {
+        if (w->slots[j].ep == ep) {
+            return w->slots[j].conn;
+        }
+    }
+    return NULL;
+}
+
+static void cks_tp_slot_del(cks_tp_worker_h w, ucp_ep_h ep)
+{
+    if (w->nslots == 0) {
+        return;
+    }
+    size_t j = cks_tp_slot_hash(ep, w->nslots);
+    while (w->slots[j].ep != ep) {
+        if (w->slots[j].ep == NULL) {
+            return;
+        }
+        j = (j + 1) & (w->nslots - 1);
+    }
+    w->slots[j].ep = NULL;
+    w->nused--;
+    /* re-insert the rest of the cluster so that lookups stay correct */
+    for (j = (j + 1) & (w->nslots - 1); w->slots[j].ep != NULL;
+         j = (j + 1) & (w->nslots - 1)) {
+        cks_tp_slot_t s = w->slots[j];
+        w->slots[j].ep  = NULL;
+        size_t k        = cks_tp_slot_hash(s.ep, w->nslots);
+        while (w->slots[k].ep != NULL) {
+            k = (k + 1) & (w->nslots - 1);
+        }
+        w->slots[k] = s;
+    }
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
+static void cks_tp_close_done(void *request, ucs_status_t st, void *arg)
+{
+    cks_tp_worker_h w = arg;
+    w->closing--;
+    ucp_request_free(request);
+}
+
+/* Detach the endpoint from UCX: the conn stays until its last reference. */
+static void cks_tp_conn_detach(cks_tp_conn_h conn, int force)
+{
+    ucp_request_param_t param;
+    void *req;
+
+    if (conn->closed) {
+        return;
+    }
+    conn->closed = 1;
+    cks_tp_slot_del(conn->worker, conn->ep);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA;
+    param.flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    param.cb.send      = cks_tp_close_done;
+    param.user_data    = conn->worker;
+    req                = ucp_ep_close_nbx(conn->ep, &param);
+    if (UCS_PTR_IS_ERR(req)) {
+        cks_debug("close %s: %s", conn->peer, ucs_status_string(UCS_PTR_STATUS(req)));
+    } else if (req != NULL) {
+        conn->worker->closing++;
+    }
+}
+
+static void cks_tp_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    cks_tp_worker_h w   = arg;
+    cks_tp_conn_h conn  = cks_tp_slot_find(w, ep);
+    cks_status_t status = cks_tp_status(st, "endpoint error");
+
+    if (conn == NULL || conn->failed) {
+        return;
+    }
+    conn->failed = 1;
+    cks_info("%s: connection to %s failed: %s", w->name, conn->peer,
+             cks_status_string(status));
+    cks_tp_conn_get(conn);
+    cks_tp_conn_detach(conn, 1);
+    if (w->params.on_conn_err != NULL) {
+        w->params.on_conn_err(w->params.arg, conn, status);
+    }
+    cks_tp_conn_put(conn);
+}
+
+static cks_status_t cks_tp_conn_new(cks_tp_worker_h w, const char *peer,
+                                    cks_tp_conn_h *conn_p)
+{
+    cks_tp_conn_h conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    conn->worker = w;
+    conn->refs   = 1;
+    snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
+    *conn_p = conn;
+    return CKS_OK;
+}
+
+static cks_status_t cks_tp_conn_attach(cks_tp_conn_h conn, ucp_ep_h ep)
+{
+    cks_tp_worker_h w = conn->worker;
+    conn->ep          = ep;
+    cks_status_t status = cks_tp_slot_add(w, conn);
+    if (status != CKS_OK) {
+        return status;
+    }
+    conn->next = w->conns;
+    if (w->conns != NULL) {
+        w->conns->prev = conn;
+    }
+    w->conns = conn;
+    return CKS_OK;
+}
+
+void cks_tp_conn_get(cks_tp_conn_h conn)
+{
+    conn->refs++;
+}
+
+void cks_tp_conn_put(cks_tp_conn_h conn)
+{
+    cks_tp_worker_h w = conn->worker;
+    if (--conn->refs > 0) {
+        return;
+    }
+    cks_tp_conn_detach(conn, conn->failed);
+    if (conn->prev != NULL) {
+        conn->prev->next = conn->next;
+    } else if (w->conns == conn) {
+        w->conns = conn->next;
+    }
+    if (conn->next != NULL) {
+        conn->next->prev = conn->prev;
+    }
+    free(conn);
+}
+
+void cks_tp_conn_close(cks_tp_conn_h conn)
+{
+    conn->failed = 1;
+    cks_tp_conn_detach(conn, 1);
+}
+
+void cks_tp_conn_set_user(cks_tp_conn_h conn, void *user)
+{
+    conn->user = user;
+}
+
+void *cks_tp_conn_user(cks_tp_conn_h conn)
+{
+    return conn->user;
+}
+
+const char *cks_tp_conn_peer(cks_tp_conn_h conn)
+{
+    return conn->peer;
+}
+
+int cks_tp_conn_failed(cks_tp_conn_h conn)
+{
+    return conn->failed;
+}
+
+static void cks_tp_ep_params(cks_tp_worker_h w, ucp_ep_params_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p->err_mode   = UCP_ERR_HANDLING_MODE_PEER;
+    p->err_handler.cb  = cks_tp_ep_err_cb;
+    p->err_handler.arg = w;
+}
+
+static cks_status_t cks_tp_sockaddr(const char *addr, uint16_t port,
+                                    struct sockaddr_in *sa)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_port   = htons(port);
+    if (addr == NULL) {
+        sa->sin_addr.s_addr = INADDR_ANY;
+    } else if (inet_pton(AF_INET, addr, &sa->sin_addr) != 1) {
+        cks_error("'%s' is not an IPv4 address", addr);
+        return CKS_ERR_INVALID_PARAM;
+    }
+    return CKS_OK;
+}
+
+cks_status_t cks_tp_conn_connect(cks_tp_worker_h w, const char *addr, uint16_t port,
+                                 cks_tp_conn_h *conn_p)
+{
+    struct sockaddr_in sa;
+    ucp_ep_params_t p;
+    cks_tp_conn_h conn;
+    ucp_ep_h ep;
+    char peer[64];
+    cks_status_t status;
+
+    status = cks_tp_sockaddr(addr, port, &sa);
+    if (status != CKS_OK) {
+        return status;
+    }
+    snprintf(peer, sizeof(peer), "%s:%u", addr, port);
+    status = cks_tp_conn_new(w, peer, &conn);
+    if (status != CKS_OK) {
+        return status;
+    }
+    cks_tp_ep_params(w, &p);
+    p.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    p.flags            = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    p.sockaddr.addr    = (const struct sockaddr *)&sa;
+    p.sockaddr.addrlen = sizeof(sa);
+    status = cks_tp_status(ucp_ep_create(w->worker, &p, &ep), "connect");
+    if (status != CKS_OK) {
+        cks_error("%s: cannot connect to %s: %s", w->name, peer, cks_status_string(status));
+        goto err_free;
+    }
+    status = cks_tp_conn_attach(conn, ep);
+    if (status != CKS_OK) {
+        cks_tp_conn_detach(conn, 1);
+        goto err_free;
+    }
+    *conn_p = conn;
+    return CKS_OK;
+
+err_free:
+    free(conn);
+    return status;
+}
+
+/* ---- listener ----------------------------------------------------------------- */
+
+static void cks_tp_listener_conn_cb(ucp_conn_request_h req, void *arg)
+{
+    cks_tp_listener_h l = arg;
+    cks_tp_worker_h w   = l->worker;
+    ucp_conn_request_attr_t attr;
+    ucp_ep_params_t p;
+    char peer[64] = "?";
+    cks_tp_conn_h conn;
+    ucp_ep_h ep;
+
+    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (ucp_conn_request_query(req, &attr) == UCS_OK &&
+        attr.client_address.ss_family == AF_INET) {
+        struct sockaddr_in *sa = (struct sockaddr_in *)&attr.client_address;
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
+        snprintf(peer, sizeof(peer), "%s:%u", ip, ntohs(sa->sin_port));
+    }
+    if (cks_tp_conn_new(w, peer, &conn) != CKS_OK) {
+        ucp_listener_reject(l->listener, req);
+        return;
+    }
+    cks_tp_ep_params(w, &p);
+    p.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    p.conn_request = req;
+    if (cks_tp_status(ucp_ep_create(w->worker, &p, &ep), "accept") != CKS_OK) {
+        free(conn);
+        return;
+    }
+    if (cks_tp_conn_attach(conn, ep) != CKS_OK) {
+        cks_tp_conn_detach(conn, 1);
+        free(conn);
+        return;
+    }
+    cks_debug("%s: accepted connection from %s", w->name, peer);
+    l->on_accept(l->arg, conn);
+}
+
+cks_status_t cks_tp_listener_create(cks_tp_worker_h w, const char *addr, uint16_t port,
+                                    cks_tp_accept_cb_t on_accept, void *arg,
+                                    cks_tp_listener_h *listener_p)
+{
+    struct sockaddr_in sa;
+    ucp_listener_params_t p;
+    ucp_listener_attr_t attr;
+    cks_tp_listener_h l;
+    cks_status_t status;
+
+    status = cks_tp_sockaddr(addr, port, &sa);
+    if (status != CKS_OK) {
+        return status;
+    }
+    l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    l->worker    = w;
+    l->on_accept = on_accept;
+    l->arg       = arg;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    p.sockaddr.addr      = (const struct sockaddr *)&sa;
+    p.sockaddr.addrlen   = sizeof(sa);
+    p.conn_handler.cb    = cks_tp_listener_conn_cb;
+    p.conn_handler.arg   = l;
+    status = cks_tp_status(ucp_listener_create(w->worker, &p, &l->listener), "listen");
+    if (status != CKS_OK) {
+        cks_error("%s: cannot listen on %s:%u: %s", w->name, addr ? addr : "*", port,
+                  cks_status_string(status));
+        goto err_free;
+    }
+    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    if (ucp_listener_query(l->listener, &attr) != UCS_OK) {
+        status = CKS_ERR_TRANSPORT;
+        goto err_destroy;
+    }
+    l->port     = ntohs(((struct sockaddr_in *)&attr.sockaddr)->sin_port);
+    *listener_p = l;
+    return CKS_OK;
+
+err_destroy:
+    ucp_listener_destroy(l->listener);
+err_free:
+    free(l);
+    return status;
+}
+
+uint16_t cks_tp_listener_port(cks_tp_listener_h l)
+{
+    return l->port;
+}
+
+void cks_tp_listener_destroy(cks_tp_listener_h l)
+{
+    if (l != NULL) {
+        ucp_listener_destroy(l->listener);
+        free(l);
+    }
+}
+
+/* ---- receiving --------------------------------------------------------------- */
+
+static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_length,
+                                 void *data, size_t length,
+                                 const ucp_am_recv_param_t *param)
+{
+    cks_tp_worker_h w = arg;
+    cks_tp_conn_h conn = NULL;
+    cks_wire_hdr_t hdr;
+    cks_msg_any_t body;
+    cks_tp_data_t d;
+    char why[128];
+    cks_status_t status;
+
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+        conn = cks_tp_slot_find(w, param->reply_ep);
+    }
+    if (conn == NULL || conn->failed) {
+        cks_debug("%s: message from an unknown or closed endpoint dropped", w->name);
+        return UCS_OK;
+    }
+    status = cks_wire_unpack(header, header_length, &hdr, &body, why, sizeof(why));
+    if (status != CKS_OK) {
+        int have_hdr = header_length >= CKS_WIRE_HDR_LEN;
+        if (have_hdr) {
+            const uint8_t *h = header;
+            hdr.type         = (uint16_t)((h[6] << 8) | h[7]);
+            hdr.flags        = 0;
+            hdr.body_len     = 0;
+            hdr.req_id       = cks_get_be64(h + 16);
+        }
+        cks_warn("%s: bad message from %s: %s (%s)", w->name, conn->peer, why,
+                 cks_status_name(status));
+        if (w->params.on_bad_msg != NULL) {
+            w->params.on_bad_msg(w->params.arg, conn, have_hdr ? &hdr : NULL, status, why);
+        }
+        return UCS_OK; /* drops any payload */
+    }
+    if ((length > 0) != !!(hdr.flags & (CKS_WIRE_F_PAYLOAD | CKS_WIRE_F_PAGE))) {
+        cks_warn("%s: message %s from %s: payload and flags disagree", w->name,
+                 cks_msg_name(hdr.type), conn->peer);
+        if (w->params.on_bad_msg != NULL) {
+            w->params.on_bad_msg(w->params.arg, conn, &hdr, CKS_ERR_BAD_MESSAGE,
+                                 "payload and flags disagree");
+        }
+        return UCS_OK;
+    }
+    d.length  = length;
+    d.is_rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+    d.ptr     = d.is_rndv ? NULL : data;
+    d.desc    = d.is_rndv ? data : NULL;
+    cks_tp_conn_get(conn);
+    w->params.on_msg(w->params.arg, conn, &hdr, &body, length > 0 ? &d : NULL);
+    cks_tp_conn_put(conn);
+    return UCS_OK;
+}
+
+static void cks_tp_recv_done(void *request, ucs_status_t st, size_t length, void *arg)
+{
+    cks_tp_recv_req_t *r = arg;
+    cks_status_t status  = cks_tp_status(st, "receive payload");
+    r->cb(r->arg, status);
+    free(r);
+    ucp_request_free(request);
+}
+
+static ucs_memory_type_t cks_tp_mem_type(cks_mem_type_t t)
+{
+    return t == CKS_MEM_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+}
+
+cks_status_t cks_tp_data_recv(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
+                              cks_mem_type_t mem_type, cks_tp_mem_h buf_memh,
+                              cks_tp_done_cb_t cb, void *arg)
+{
+    ucp_request_param_t p;
+    cks_tp_recv_req_t *r;
+    void *req;
+
+    if (!data->is_rndv || data->desc == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    r = malloc(sizeof(*r));
+    if (r == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    r->worker = w;
+    r->cb     = cb;
+    r->arg    = arg;
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.recv_am     = cks_tp_recv_done;
+    p.user_data      = r;
+    p.memory_type    = cks_tp_mem_type(mem_type);
+    if (buf_memh != NULL) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        p.memh = buf_memh->memh;
+    }
+    req        = ucp_am_recv_data_nbx(w->worker, data->desc, buf, data->length, &p);
+    data->desc = NULL;
+    if (UCS_PTR_IS_ERR(req)) {
+        free(r);
+        return cks_tp_status(UCS_PTR_STATUS(req), "receive payload");
+    }
+    return CKS_INPROGRESS;
+}
+
+/* ---- sending ---------------------------------------------------------------- */
+
+static cks_tp_send_req_t *cks_tp_send_req_get(cks_tp_worker_h w)
+{
+    cks_tp_send_req_t *s = w->free_sends;
+    if (s != NULL) {
+        w->free_sends = s->next;
+        return s;
+    }
+    return malloc(sizeof(*s));
+}
+
+static void cks_tp_send_req_put(cks_tp_worker_h w, cks_tp_send_req_t *s)
+{
+    s->next       = w->free_sends;
+    w->free_sends = s;
+}
+
+static void cks_tp_send_done(void *request, ucs_status_t st, void *arg)
+{
+    cks_tp_send_req_t *s = arg;
+    cks_tp_worker_h w    = s->worker;
+    cks_status_t status  = cks_tp_status(st, "send");
+
+    if (s->cb != NULL) {
+        s->cb(s->arg, status);
+    }
+    cks_tp_conn_put(s->conn);
+    cks_tp_send_req_put(w, s);
+    ucp_request_free(request);
+}
+
+/* Send s->hdr[0..hdr_len) and the payload; s is recycled on every path. */
+static cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s,
+                                    size_t hdr_len, const void *payload,
+                                    size_t payload_len, cks_mem_type_t mem_type,
+                                    cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb,
+                                    void *arg)
+{
+    cks_tp_worker_h w = conn->worker;
+    ucp_request_param_t p;
+    cks_status_t status;
+    void *req;
+
+    if (cks_fault_fire("chunk_send")) {
+        cks_tp_send_req_put(w, s);
+        return CKS_ERR_TRANSPORT;
+    }
+    s->worker = w;
+    s->conn   = conn;
+    s->cb     = cb;
+    s->arg    = arg;
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
+                     UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.send      = cks_tp_send_done;
+    p.user_data    = s;
+    p.flags        = UCP_AM_SEND_FLAG_REPLY;
+    p.memory_type  = cks_tp_mem_type(mem_type);
+    if (payload_memh != NULL) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        p.memh = payload_memh->memh;
+    }
+    /* the callback may run inside ucp_am_send_nbx(): take the reference first */
+    cks_tp_conn_get(conn);
+    req = ucp_am_send_nbx(conn->ep, CKS_TP_AM_ID, s->hdr, hdr_len, payload, payload_len,
+                          &p);
+    if (UCS_PTR_IS_ERR(req)) {
+        status = cks_tp_status(UCS_PTR_STATUS(req), "send");
+        cks_tp_send_req_put(w, s);
+        cks_tp_conn_put(conn);
+        return status;
+    }
+    return CKS_INPROGRESS;
+}
+
+cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                         uint64_t req_id, const void *body, const void *payload,
+                         size_t payload_len, cks_mem_type_t mem_type,
+                         cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb, void *arg)
+{
+    cks_tp_worker_h w = conn->worker;
+    cks_tp_send_req_t *s;
+    size_t hdr_len;
+    cks_status_t status;
+
+    if (conn->failed || conn->closed) {
+        return CKS_ERR_CONN_LOST;
+    }
+    if ((s = cks_tp_send_req_get(w)) == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    if (payload_len > 0 && !(flags & CKS_WIRE_F_PAGE)) {
+        flags |= CKS_WIRE_F_PAYLOAD;
+    }
+    status = cks_wire_pack(type, flags, req_id, body, s->hdr, sizeof(s->hdr), &hdr_len);
+    if (status != CKS_OK) {
+        cks_error("%s: cannot pack %s: %s", w->name, cks_msg_name(type),
+                  cks_status_string(status));
+        cks_tp_send_req_put(w, s);
+        return status;
+    }
+    return cks_tp_send_hdr(conn, s, hdr_len, payload, payload_len, mem_type, payload_memh,
+                           cb, arg);
+}
+
+cks_status_t cks_tp_send_raw(cks_tp_conn_h conn, const void *bytes, size_t len,
+                             const void *payload, size_t payload_len,
+                             cks_tp_done_cb_t cb, void *arg)
+{
+    cks_tp_send_req_t *s;
+
+    if (conn->failed || conn->closed) {
+        return CKS_ERR_CONN_LOST;
+    }
+    if (len > CKS_TP_SEND_BUF || (s = cks_tp_send_req_get(conn->worker)) == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    memcpy(s->hdr, bytes, len);
+    return cks_tp_send_hdr(conn, s, len, payload, payload_len, CKS_MEM_HOST, NULL, cb, arg);
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+cks_status_t cks_tp_mem_map(cks_tp_worker_h w, void *addr, size_t len, cks_tp_mem_h *mem_p)
+{
+    ucp_mem_map_params_t p;
+    cks_tp_mem_h m;
+    cks_status_t status;
+
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    m->worker    = w;
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    p.address    = addr;
+    p.length     = len;
+    status       = cks_tp_status(ucp_mem_map(w->context, &p, &m->memh), "mem map");
+    if (status != CKS_OK) {
+        free(m);
+        return status;
+    }
+    *mem_p = m;
+    return CKS_OK;
+}
+
+void cks_tp_mem_unmap(cks_tp_mem_h m)
+{
+    if (m != NULL) {
+        ucp_mem_unmap(m->worker->context, m->memh);
+        free(m);
+    }
+}
+
+/* ---- worker ----------------------------------------------------------------- */
+
+cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
+                                  cks_tp_worker_h *worker_p)
+{
+    ucp_params_t cp;
+    ucp_worker_params_t wp;
+    ucp_am_handler_param_t ap;
+    ucp_config_t *config;
+    cks_tp_worker_h w;
+    cks_status_t status;
+
+    if (params == NULL || params->on_msg == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    w->params = *params;
+    snprintf(w->name, sizeof(w->name), "%s", params->name ? params->name : "ckstore");
+
+    status = cks_tp_status(ucp_config_read(NULL, NULL, &config), "config read");
+    if (status != CKS_OK) {
+        goto err_free;
+    }
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+    cp.features   = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    cp.name       = w->name;
+    status = cks_tp_status(ucp_init(&cp, config, &w->context), "ucp init");
+    ucp_config_release(config);
+    if (status != CKS_OK) {
+        goto err_free;
+    }
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    status = cks_tp_status(ucp_worker_create(w->context, &wp, &w->worker), "worker");
+    if (status != CKS_OK) {
+        goto err_cleanup;
+    }
+    status = cks_tp_status(ucp_worker_get_efd(w->worker, &w->efd), "worker efd");
+    if (status != CKS_OK) {
+        goto err_worker;
+    }
+    memset(&ap, 0, sizeof(ap));
+    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    ap.id    = CKS_TP_AM_ID;
+    ap.cb    = cks_tp_am_cb;
+    ap.arg   = w;
+    ap.flags = UCP_AM_FLAG_WHOLE_MSG;
+    status   = cks_tp_status(ucp_worker_set_am_recv_handler(w->worker, &ap), "am handler");
+    if (status != CKS_OK) {
+        goto err_worker;
+    }
+    *worker_p = w;
+    return CKS_OK;
+
+err_worker:
+    ucp_worker_destroy(w->worker);
+err_cleanup:
+    ucp_cleanup(w->context);
+err_free:
+    free(w);
+    return status;
+}
+
+void cks_tp_worker_destroy(cks_tp_worker_h w)
+{
+    if (w == NULL) {
+        return;
+    }
+    /* Close what is still open; progress briefly so close requests finish. */
+    for (cks_tp_conn_h c = w->conns; c != NULL; c = c->next) {
+        c->failed = 1;
+        cks_tp_conn_detach(c, 1);
+    }
+    uint64_t until = cks_time_ns() + 2000000000ull; /* bounded: 2 s */
+    while (w->closing > 0 && cks_time_ns() < until) {
+        ucp_worker_progress(w->worker);
+    }
+    if (w->closing > 0) {
+        cks_warn("%s: %u endpoints did not finish closing", w->name, w->closing);
+    }
+    while (w->conns != NULL) {
+        cks_tp_conn_h c = w->conns;
+        w->conns        = c->next;
+        free(c);
+    }
+    while (w->free_sends != NULL) {
+        cks_tp_send_req_t *s = w->free_sends;
+        w->free_sends        = s->next;
+        free(s);
+    }
+    free(w->slots);
+    ucp_worker_destroy(w->worker);
+    ucp_cleanup(w->context);
+    free(w);
+}
+
+int cks_tp_worker_progress(cks_tp_worker_h w)
+{
+    int any = 0;
+    while (ucp_worker_progress(w->worker)) {
+        any = 1;
+    }
+    return any;
+}
+
+int cks_tp_worker_efd(cks_tp_worker_h w)
+{
+    return w->efd;
+}
+
+cks_status_t cks_tp_worker_arm(cks_tp_worker_h w)
+{
+    ucs_status_t st = ucp_worker_arm(w->worker);
+    if (st == UCS_ERR_BUSY) {
+        return CKS_ERR_BUSY;
+    }
+    return cks_tp_status(st, "worker arm");
+}
+
+cks_status_t cks_tp_worker_wait(cks_tp_worker_h w, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = w->efd, .events = POLLIN};
+    cks_status_t status;
+
+    cks_tp_worker_progress(w);
+    status = cks_tp_worker_arm(w);
+    if (status == CKS_ERR_BUSY) {
+        return CKS_OK;
+    } else if (status != CKS_OK) {
+        return status;
+    }
+    if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR) {
+        cks_error("poll: %s", strerror(errno));
+        return CKS_ERR_INTERNAL;
+    }
+    return CKS_OK;
+}
+
+void cks_tp_worker_signal(cks_tp_worker_h w)
+{
+    ucp_worker_signal(w->worker);
+}
