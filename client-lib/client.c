@@ -435,6 +435,15 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 cks_cl_reply_error(c, op, b->m_HELLO_REPLY.status, &b->m_HELLO_REPLY.msg);
                 return;
             }
+            if (b->m_HELLO_REPLY.addr.len > 0) {
+                /* move to an endpoint made from the server's worker address */
+                cks_status_t status = cks_tp_conn_upgrade(conn, b->m_HELLO_REPLY.addr.ptr,
+                                                          b->m_HELLO_REPLY.addr.len);
+                if (status != CKS_OK) {
+                    cks_cl_op_fail(c, op, status);
+                    return;
+                }
+            }
             cks_cl_op_try_complete(c, op);
             return;
         case CKS_OP_SEAL:
@@ -770,7 +779,11 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
     if (op == NULL) {
         status = CKS_ERR_NO_MEMORY;
     } else {
+        const void *addr;
+        size_t addr_len;
+        cks_tp_worker_address(c->tp, &addr, &addr_len);
         op->body.m_HELLO.name = cks_wire_cstr(c->name);
+        op->body.m_HELLO.addr = (cks_wire_str_t){addr, (uint32_t)addr_len};
         status                = cks_cl_run(c, op);
     }
     if (status != CKS_OK) {

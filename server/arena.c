@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -57,6 +58,52 @@ static void cks_arena_prefault(uint8_t *base, uint64_t size)
     }
 }
 
+/* Map the file at a 2 MiB-aligned address: transparent huge pages (and
+ * hugetlbfs) need the alignment, and huge pages make UCX's shared-memory
+ * copies 2-3x faster than 4 KiB pages on this class of machine. */
+static uint8_t *cks_arena_map(int fd, uint64_t size)
+{
+    const uint64_t huge = 2u << 20;
+    uint8_t *area = mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED) {
+        return NULL;
+    }
+    uint8_t *base = (uint8_t *)CKS_ALIGN_UP((uintptr_t)area, huge);
+    if (mmap(base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+        MAP_FAILED) {
+        munmap(area, size + huge);
+        return NULL;
+    }
+    /* give back the unused head and tail of the reservation */
+    if (base > area) {
+        munmap(area, (size_t)(base - area));
+    }
+    uint8_t *tail = base + size, *end = area + size + huge;
+    if (end > tail) {
+        munmap(tail, (size_t)(end - tail));
+    }
+    return base;
+}
+
+static void cks_arena_report_pages(const char *path)
+{
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+    if (f != NULL) {
+        if (fgets(mode, sizeof(mode), f) == NULL) {
+            mode[0] = '\0';
+        }
+        fclose(f);
+    }
+    if (strstr(mode, "[never]") != NULL || strstr(mode, "[deny]") != NULL) {
+        cks_warn("arena %s uses 4 KiB pages: shmem transparent huge pages are off "
+                 "(%s is '%.*s'); UCX copies run 2-3x faster with them: "
+                 "echo advise > that file (scripts/setup-host does it)",
+                 path, "/sys/kernel/mm/transparent_hugepage/shmem_enabled",
+                 (int)strcspn(mode, "\n"), mode);
+    }
+}
+
 cks_status_t cks_arena_open(const char *path, uint64_t size, cks_arena_t **arena_p)
 {
     cks_status_t status = CKS_ERR_IO;
@@ -92,14 +139,16 @@ cks_status_t cks_arena_open(const char *path, uint64_t size, cks_arena_t **arena
                   (unsigned long long)size, strerror(errno));
         goto err_close;
     }
-    a->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (a->base == MAP_FAILED) {
+    a->base = cks_arena_map(fd, size);
+    if (a->base == NULL) {
         cks_error("arena file %s: mmap: %s", path, strerror(errno));
         goto err_close;
     }
     close(fd);
     fd = -1;
-    madvise(a->base, size, MADV_HUGEPAGE); /* honoured where shmem THP is "advise" */
+    if (madvise(a->base, size, MADV_HUGEPAGE) == 0) { /* where shmem THP is "advise" */
+        cks_arena_report_pages(path);
+    }
     cks_arena_prefault(a->base, size);
     hdr = (cks_arena_hdr_t *)a->base;
     if (a->is_new) {

@@ -326,14 +326,28 @@ static void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                          const cks_msg_hello_t *m)
 {
     cks_msg_hello_reply_t r = {0};
+    const void *addr;
+    size_t addr_len;
+
+    cks_tp_worker_address(s->tp, &addr, &addr_len);
     r.status     = CKS_OK;
     r.msg        = cks_wire_cstr(NULL);
     r.name       = cks_wire_cstr(s->name);
+    r.addr       = (cks_wire_str_t){addr, (uint32_t)addr_len};
     r.arena_size = cks_arena_size(s->arena);
     r.arena_used = cks_arena_used(s->arena);
     cks_debug("hello from %.*s at %s", (int)m->name.len, m->name.ptr,
               cks_tp_conn_peer(conn));
+    /* the reply goes on the listener's endpoint; then the connection moves
+     * to an endpoint made from the client's worker address (all transports) */
     cks_sv_reply(conn, CKS_MSG_HELLO_REPLY, req_id, &r);
+    if (m->addr.len > 0) {
+        cks_status_t status = cks_tp_conn_upgrade(conn, m->addr.ptr, m->addr.len);
+        if (status != CKS_OK) {
+            cks_warn("cannot connect back to %s by worker address: %s",
+                     cks_tp_conn_peer(conn), cks_status_string(status));
+        }
+    }
 }
 
 static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,

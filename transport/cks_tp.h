@@ -33,6 +33,7 @@
 #define CKS_WIRE_MAX_ENTRIES 256u  /* entries in one page of a list reply */
 #define CKS_WIRE_MAX_PAGE    (CKS_WIRE_MAX_ENTRIES * (CKS_KEY_MAX_LEN + 128u))
 #define CKS_WIRE_MAX_NAME    64u   /* client/server names in HELLO */
+#define CKS_WIRE_MAX_ADDR    2048u /* UCX worker address in HELLO */
 
 /** Header flags. */
 #define CKS_WIRE_F_PAYLOAD 0x1u /* raw payload bytes follow as AM data */
@@ -67,11 +68,13 @@ typedef struct {
 
 typedef struct {
     cks_wire_str_t name; /* client's name, for logs */
+    cks_wire_str_t addr; /* client's UCX worker address (binary) */
 } cks_msg_hello_t;
 
 typedef struct {
     CKS_MSG_REPLY_FIELDS;
     cks_wire_str_t name; /* server's name */
+    cks_wire_str_t addr; /* server's UCX worker address (binary) */
     uint64_t arena_size;
     uint64_t arena_used;
 } cks_msg_hello_reply_t;
@@ -365,6 +368,16 @@ void *cks_tp_conn_user(cks_tp_conn_h conn);
 const char *cks_tp_conn_peer(cks_tp_conn_h conn);
 /** Nonzero once the connection failed or was closed. */
 int cks_tp_conn_failed(cks_tp_conn_h conn);
+
+/** This worker's UCX address (valid until the worker is destroyed). */
+void cks_tp_worker_address(cks_tp_worker_h worker, const void **addr_p, size_t *len_p);
+
+/** Upgrade a connection made through the listener (sockaddr, TCP only) to
+ *  one made from the peer's worker address, so that UCX can use every
+ *  transport both sides share (shared memory and CMA on one host). Both
+ *  sides call it with the other's address; from then on sends use the new
+ *  endpoint, and UCX pairs the two explicit endpoints. */
+cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size_t len);
 
 /** Take / release a reference. The last release closes the endpoint. */
 void cks_tp_conn_get(cks_tp_conn_h conn);

@@ -46,7 +46,8 @@ typedef struct {
 
 struct cks_tp_conn {
     cks_tp_worker_h worker;
-    ucp_ep_h ep;
+    ucp_ep_h ep;      /* made through the listener or by sockaddr */
+    ucp_ep_h data_ep; /* made from the peer's worker address; NULL until upgraded */
     unsigned refs;
     int failed;
     int closed;
@@ -85,6 +86,9 @@ struct cks_tp_worker {
     size_t nslots, nused;
     cks_tp_send_req_t *free_sends;
     unsigned closing; /* endpoint close requests in flight */
+    ucp_address_t *address;
+    size_t address_len;
+    int data_peer_errmode; /* see cks_tp_conn_upgrade() */
 };
 
 /* ---- status translation (the one place) ---------------------------------- */
@@ -152,7 +156,7 @@ static cks_status_t cks_tp_slot_rehash(cks_tp_worker_h w, size_t n)
     return CKS_OK;
 }
 
-static cks_status_t cks_tp_slot_add(cks_tp_worker_h w, cks_tp_conn_h conn)
+static cks_status_t cks_tp_slot_add(cks_tp_worker_h w, ucp_ep_h ep, cks_tp_conn_h conn)
 {
     if ((w->nused + 1) * 2 > w->nslots) {
         cks_status_t status = cks_tp_slot_rehash(w, w->nslots ? w->nslots * 2 : 16);
@@ -160,11 +164,11 @@ static cks_status_t cks_tp_slot_add(cks_tp_worker_h w, cks_tp_conn_h conn)
             return status;
         }
     }
-    size_t j = cks_tp_slot_hash(conn->ep, w->nslots);
+    size_t j = cks_tp_slot_hash(ep, w->nslots);
     while (w->slots[j].ep != NULL) {
         j = (j + 1) & (w->nslots - 1);
     }
-    w->slots[j].ep   = conn->ep;
+    w->slots[j].ep   = ep;
     w->slots[j].conn = conn;
     w->nused++;
     return CKS_OK;
@@ -220,28 +224,36 @@ static void cks_tp_close_done(void *request, ucs_status_t st, void *arg)
     ucp_request_free(request);
 }
 
-/* Detach the endpoint from UCX: the conn stays until its last reference. */
-static void cks_tp_conn_detach(cks_tp_conn_h conn, int force)
+static void cks_tp_ep_close(cks_tp_worker_h w, ucp_ep_h ep, int force)
 {
     ucp_request_param_t param;
     void *req;
 
-    if (conn->closed) {
-        return;
-    }
-    conn->closed = 1;
-    cks_tp_slot_del(conn->worker, conn->ep);
+    cks_tp_slot_del(w, ep);
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA;
     param.flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     param.cb.send      = cks_tp_close_done;
-    param.user_data    = conn->worker;
-    req                = ucp_ep_close_nbx(conn->ep, &param);
+    param.user_data    = w;
+    req                = ucp_ep_close_nbx(ep, &param);
     if (UCS_PTR_IS_ERR(req)) {
-        cks_debug("close %s: %s", conn->peer, ucs_status_string(UCS_PTR_STATUS(req)));
+        cks_debug("%s: close: %s", w->name, ucs_status_string(UCS_PTR_STATUS(req)));
     } else if (req != NULL) {
-        conn->worker->closing++;
+        w->closing++;
     }
+}
+
+/* Detach the endpoints from UCX: the conn stays until its last reference. */
+static void cks_tp_conn_detach(cks_tp_conn_h conn, int force)
+{
+    if (conn->closed) {
+        return;
+    }
+    conn->closed = 1;
+    if (conn->data_ep != NULL) {
+        cks_tp_ep_close(conn->worker, conn->data_ep, force);
+    }
+    cks_tp_ep_close(conn->worker, conn->ep, force);
 }
 
 static void cks_tp_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
@@ -282,7 +294,7 @@ static cks_status_t cks_tp_conn_attach(cks_tp_conn_h conn, ucp_ep_h ep)
 {
     cks_tp_worker_h w = conn->worker;
     conn->ep          = ep;
-    cks_status_t status = cks_tp_slot_add(w, conn);
+    cks_status_t status = cks_tp_slot_add(w, ep, conn);
     if (status != CKS_OK) {
         return status;
     }
@@ -333,6 +345,63 @@ void *cks_tp_conn_user(cks_tp_conn_h conn)
     return conn->user;
 }
 
+static void cks_tp_ep_params(cks_tp_worker_h w, ucp_ep_params_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p->err_mode   = UCP_ERR_HANDLING_MODE_PEER;
+    p->err_handler.cb  = cks_tp_ep_err_cb;
+    p->err_handler.arg = w;
+}
+
+void cks_tp_worker_address(cks_tp_worker_h w, const void **addr_p, size_t *len_p)
+{
+    *addr_p = w->address;
+    *len_p  = w->address_len;
+}
+
+cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size_t len)
+{
+    cks_tp_worker_h w = conn->worker;
+    ucp_ep_params_t p;
+    ucp_ep_h ep;
+    cks_status_t status;
+
+    if (conn->failed || conn->closed) {
+        return CKS_ERR_CONN_LOST;
+    }
+    if (conn->data_ep != NULL || peer_addr == NULL || len == 0) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    cks_tp_ep_params(w, &p);
+    /*
+     * UCX 1.13 offers no shared-memory or CMA transport to endpoints that ask
+     * for peer-failure handling, so such an endpoint moves bytes over TCP
+     * loopback even between processes of one host (about half the speed).
+     * The data endpoint therefore asks for none; the listener's endpoint keeps
+     * it, and its keepalive and error callback fail the whole connection
+     * (closing the data endpoint with FORCE, which completes every transfer
+     * on it with an error). CKS_TP_DATA_PEER_ERRMODE=1 restores peer-failure
+     * handling on the data endpoint too.
+     */
+    if (!w->data_peer_errmode) {
+        p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    }
+    p.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    p.address = peer_addr;
+    status    = cks_tp_status(ucp_ep_create(w->worker, &p, &ep), "connect to address");
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = cks_tp_slot_add(w, ep, conn);
+    if (status != CKS_OK) {
+        cks_tp_ep_close(w, ep, 1);
+        return status;
+    }
+    conn->data_ep = ep;
+    return CKS_OK;
+}
+
 const char *cks_tp_conn_peer(cks_tp_conn_h conn)
 {
     return conn->peer;
@@ -343,14 +412,6 @@ int cks_tp_conn_failed(cks_tp_conn_h conn)
     return conn->failed;
 }
 
-static void cks_tp_ep_params(cks_tp_worker_h w, ucp_ep_params_t *p)
-{
-    memset(p, 0, sizeof(*p));
-    p->field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    p->err_mode   = UCP_ERR_HANDLING_MODE_PEER;
-    p->err_handler.cb  = cks_tp_ep_err_cb;
-    p->err_handler.arg = w;
-}
 
 static cks_status_t cks_tp_sockaddr(const char *addr, uint16_t port,
                                     struct sockaddr_in *sa)
@@ -685,8 +746,8 @@ static cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s,
     }
     /* the callback may run inside ucp_am_send_nbx(): take the reference first */
     cks_tp_conn_get(conn);
-    req = ucp_am_send_nbx(conn->ep, CKS_TP_AM_ID, s->hdr, hdr_len, payload, payload_len,
-                          &p);
+    req = ucp_am_send_nbx(conn->data_ep ? conn->data_ep : conn->ep, CKS_TP_AM_ID, s->hdr,
+                          hdr_len, payload, payload_len, &p);
     if (UCS_PTR_IS_ERR(req)) {
         status = cks_tp_status(UCS_PTR_STATUS(req), "send");
         cks_tp_send_req_put(w, s);
@@ -794,7 +855,9 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
     if (w == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    w->params = *params;
+    w->params            = *params;
+    w->data_peer_errmode = getenv("CKS_TP_DATA_PEER_ERRMODE") != NULL &&
+                           strcmp(getenv("CKS_TP_DATA_PEER_ERRMODE"), "0") != 0;
     snprintf(w->name, sizeof(w->name), "%s", params->name ? params->name : "ckstore");
 
     status = cks_tp_status(ucp_config_read(NULL, NULL, &config), "config read");
@@ -821,6 +884,11 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
     if (status != CKS_OK) {
         goto err_worker;
     }
+    status = cks_tp_status(ucp_worker_get_address(w->worker, &w->address, &w->address_len),
+                           "worker address");
+    if (status != CKS_OK) {
+        goto err_worker;
+    }
     memset(&ap, 0, sizeof(ap));
     ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                     UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
@@ -830,11 +898,13 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
     ap.flags = UCP_AM_FLAG_WHOLE_MSG;
     status   = cks_tp_status(ucp_worker_set_am_recv_handler(w->worker, &ap), "am handler");
     if (status != CKS_OK) {
-        goto err_worker;
+        goto err_address;
     }
     *worker_p = w;
     return CKS_OK;
 
+err_address:
+    ucp_worker_release_address(w->worker, w->address);
 err_worker:
     ucp_worker_destroy(w->worker);
 err_cleanup:
@@ -872,6 +942,7 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
         free(s);
     }
     free(w->slots);
+    ucp_worker_release_address(w->worker, w->address);
     ucp_worker_destroy(w->worker);
     ucp_cleanup(w->context);
     free(w);

@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef enum { F_U32, F_I32, F_U64, F_STR } cks_wire_ftype_t;
+typedef enum { F_U32, F_I32, F_U64, F_STR, F_BIN } cks_wire_ftype_t;
 
 typedef struct {
     uint8_t type;
@@ -36,6 +36,7 @@ typedef struct {
 #define FD_I32(T, f)      {F_I32, offsetof(T, f), 0}
 #define FD_U64(T, f)      {F_U64, offsetof(T, f), 0}
 #define FD_STR(T, f, max) {F_STR, offsetof(T, f), (max)}
+#define FD_BIN(T, f, max) {F_BIN, offsetof(T, f), (max)}
 #define FD_REPLY(T)       FD_I32(T, status), FD_STR(T, msg, CKS_MSG_MAX_LEN)
 
 #define FD_VERSION_ENTRY(T, p) \
@@ -48,10 +49,12 @@ typedef struct {
 
 static const cks_wire_field_t fd_status[] = {FD_REPLY(cks_msg_status_t)};
 static const cks_wire_field_t fd_hello[]  = {
-    FD_STR(cks_msg_hello_t, name, CKS_WIRE_MAX_NAME)};
+    FD_STR(cks_msg_hello_t, name, CKS_WIRE_MAX_NAME),
+    FD_BIN(cks_msg_hello_t, addr, CKS_WIRE_MAX_ADDR)};
 static const cks_wire_field_t fd_hello_reply[] = {
     FD_REPLY(cks_msg_hello_reply_t),
     FD_STR(cks_msg_hello_reply_t, name, CKS_WIRE_MAX_NAME),
+    FD_BIN(cks_msg_hello_reply_t, addr, CKS_WIRE_MAX_ADDR),
     FD_U64(cks_msg_hello_reply_t, arena_size),
     FD_U64(cks_msg_hello_reply_t, arena_used)};
 static const cks_wire_field_t fd_version_begin[] = {
@@ -210,6 +213,15 @@ static cks_status_t cks_wire_fields_pack(const cks_wire_desc_t *desc, const void
                 }
                 msgpack_pack_str(&pk, s->len);
                 msgpack_pack_str_body(&pk, s->ptr, s->len);
+                break;
+            }
+            case F_BIN: {
+                const cks_wire_str_t *s = p;
+                if (s->len > f->max || (s->len > 0 && s->ptr == NULL)) {
+                    return CKS_ERR_INVALID_PARAM;
+                }
+                msgpack_pack_bin(&pk, s->len);
+                msgpack_pack_bin_body(&pk, s->ptr, s->len);
                 break;
             }
         }
@@ -421,6 +433,20 @@ static cks_status_t cks_wire_fields_unpack(const cks_wire_desc_t *desc,
                 }
                 s->ptr = o->via.str.ptr;
                 s->len = o->via.str.size;
+                break;
+            }
+            case F_BIN: {
+                cks_wire_str_t *s = p;
+                if (o->type != MSGPACK_OBJECT_BIN) {
+                    *why = "field is not binary";
+                    goto out_destroy;
+                }
+                if (o->via.bin.size > f->max) {
+                    *why = "binary field too long";
+                    goto out_destroy;
+                }
+                s->ptr = o->via.bin.ptr;
+                s->len = o->via.bin.size;
                 break;
             }
         }
