@@ -1,0 +1,376 @@
+/*
+ * DESIGN: the `ckstore` command line: inspect and manage what a server holds.
+ * Uses only the public client API; every failure prints the status and the
+ * server's message and exits non-zero.
+ */
+#include "ckstore.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static cks_client_h cl;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ckstore [--server IP:PORT] [--timeout MS] COMMAND [ARGS]\n"
+            "\n"
+            "commands:\n"
+            "  jobs                          list jobs\n"
+            "  versions JOB                  list versions (state, objects, size, age)\n"
+            "  objects JOB VERSION|latest    list the objects of a restorable version\n"
+            "  stat JOB VERSION|latest [KEY] show a version or one object\n"
+            "  verify JOB VERSION|latest     read every object and check its CRC\n"
+            "  get JOB VERSION|latest KEY FILE   write one object to FILE\n"
+            "  delete JOB VERSION            delete a version and free its space\n"
+            "\n"
+            "The server defaults to $CKSTORE_SERVER, else 127.0.0.1:13337.\n");
+}
+
+static int fail(const char *what, cks_status_t st)
+{
+    char err[512] = "";
+    if (cl != NULL) {
+        cks_client_last_error(cl, err, sizeof(err));
+    }
+    fprintf(stderr, "ckstore: %s: %s%s%s\n", what, cks_status_string(st), err[0] ? " - " : "",
+            err);
+    return 1;
+}
+
+static int parse_version(const char *t, uint64_t *v_p)
+{
+    char *end;
+    if (strcmp(t, "latest") == 0) {
+        *v_p = CKS_VERSION_LATEST;
+        return 0;
+    }
+    *v_p = strtoull(t, &end, 10);
+    if (*end != '\0' || end == t) {
+        fprintf(stderr, "ckstore: '%s' is not a version number or 'latest'\n", t);
+        return -1;
+    }
+    return 0;
+}
+
+static void print_age(uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    double s     = ns && now > ns ? (double)(now - ns) / 1e9 : 0;
+    if (s < 120) {
+        printf("%7.1fs", s);
+    } else if (s < 7200) {
+        printf("%7.1fm", s / 60);
+    } else {
+        printf("%7.1fh", s / 3600);
+    }
+}
+
+static int cmd_jobs(void)
+{
+    char names[64][CKS_JOB_NAME_MAX + 1], after[CKS_JOB_NAME_MAX + 1] = "";
+    size_t count;
+    int more = 1;
+    while (more) {
+        cks_status_t st = cks_job_list(cl, after[0] ? after : NULL, names, 64, &count, &more);
+        if (st != CKS_OK) {
+            return fail("list jobs", st);
+        }
+        for (size_t i = 0; i < count; i++) {
+            printf("%s\n", names[i]);
+        }
+        if (count == 0) {
+            break;
+        }
+        snprintf(after, sizeof(after), "%s", names[count - 1]);
+    }
+    return 0;
+}
+
+static int cmd_versions(const char *job)
+{
+    cks_version_info_t v[64];
+    uint64_t after = 0;
+    size_t count;
+    int more = 1, first = 1;
+    printf("%10s %10s %-9s %8s %14s %8s\n", "VERSION", "PARENT", "STATE", "OBJECTS", "BYTES",
+           "AGE");
+    while (more) {
+        cks_status_t st = cks_version_list(cl, job, first ? NULL : &after, v, 64, &count,
+                                           &more);
+        if (st != CKS_OK) {
+            return fail("list versions", st);
+        }
+        for (size_t i = 0; i < count; i++) {
+            char parent[24] = "-";
+            if (v[i].parent != CKS_NO_PARENT) {
+                snprintf(parent, sizeof(parent), "%" PRIu64, v[i].parent);
+            }
+            printf("%10" PRIu64 " %10s %-9s %8" PRIu64 " %14" PRIu64 " ", v[i].version, parent,
+                   cks_vstate_string(v[i].state), v[i].nobjects, v[i].bytes);
+            print_age(v[i].created_ns);
+            printf("\n");
+        }
+        if (count == 0) {
+            break;
+        }
+        after = v[count - 1].version;
+        first = 0;
+    }
+    return 0;
+}
+
+static int open_version(const char *job, const char *ver, cks_restore_h *r_p)
+{
+    uint64_t v;
+    if (parse_version(ver, &v) != 0) {
+        return 2;
+    }
+    cks_status_t st = cks_restore_open(cl, job, v, r_p);
+    return st == CKS_OK ? 0 : fail("open version", st);
+}
+
+typedef int (*obj_cb_t)(cks_restore_h r, const cks_object_info_t *o, void *arg);
+
+static int foreach_object(cks_restore_h r, obj_cb_t cb, void *arg)
+{
+    static cks_object_info_t o[128];
+    char after[CKS_KEY_NAME_MAX + 1] = "";
+    size_t count;
+    int more = 1, rc = 0;
+    while (more) {
+        cks_status_t st = cks_object_list(r, after[0] ? after : NULL, o, 128, &count, &more);
+        if (st != CKS_OK) {
+            return fail("list objects", st);
+        }
+        for (size_t i = 0; i < count; i++) {
+            rc |= cb(r, &o[i], arg);
+        }
+        if (count == 0) {
+            break;
+        }
+        snprintf(after, sizeof(after), "%s", o[count - 1].key);
+    }
+    return rc;
+}
+
+static void print_tag(int32_t t)
+{
+    if (t == CKS_TAG_NONE) {
+        printf("%6s", "-");
+    } else {
+        printf("%6d", t);
+    }
+}
+
+static int print_object(cks_restore_h r, const cks_object_info_t *o, void *arg)
+{
+    printf("%-9s", cks_kind_string(o->tags.kind));
+    print_tag(o->tags.layer);
+    print_tag(o->tags.expert);
+    print_tag(o->tags.rank);
+    printf(" %14" PRIu64 " %016" PRIx64 " %s\n", o->size, o->crc64, o->key);
+    return 0;
+}
+
+static int cmd_objects(const char *job, const char *ver)
+{
+    cks_restore_h r;
+    int rc = open_version(job, ver, &r);
+    if (rc != 0) {
+        return rc;
+    }
+    printf("%-9s%6s%6s%6s %14s %16s %s\n", "KIND", "LAYER", "EXPERT", "RANK", "BYTES", "CRC64",
+           "KEY");
+    rc = foreach_object(r, print_object, NULL);
+    cks_restore_close(r);
+    return rc;
+}
+
+static int cmd_stat(const char *job, const char *ver, const char *key)
+{
+    cks_restore_h r;
+    cks_version_info_t vi;
+    int rc = open_version(job, ver, &r);
+    if (rc != 0) {
+        return rc;
+    }
+    cks_restore_info(r, &vi);
+    if (key == NULL) {
+        printf("job %s version %" PRIu64 " state %s objects %" PRIu64 " bytes %" PRIu64 "\n",
+               job, vi.version, cks_vstate_string(vi.state), vi.nobjects, vi.bytes);
+    } else {
+        cks_object_info_t o;
+        cks_status_t st = cks_object_stat(r, key, &o);
+        rc              = st == CKS_OK ? print_object(r, &o, NULL) : fail("stat", st);
+    }
+    cks_restore_close(r);
+    return rc;
+}
+
+typedef struct {
+    uint8_t *buf;
+    uint64_t cap;
+    uint64_t objects, bytes, bad;
+} verify_t;
+
+static int verify_object(cks_restore_h r, const cks_object_info_t *o, void *arg)
+{
+    verify_t *v = arg;
+    if (o->size > v->cap) {
+        free(v->buf);
+        v->buf = malloc(o->size);
+        v->cap = v->buf ? o->size : 0;
+        if (v->buf == NULL) {
+            fprintf(stderr, "ckstore: out of memory for %s\n", o->key);
+            v->bad++;
+            return 1;
+        }
+    }
+    cks_get_params_t g = {0};
+    g.field_mask       = CKS_GET_FIELD_FLAGS;
+    g.key              = o->key;
+    g.buffer           = v->buf;
+    g.buffer_size      = v->cap;
+    g.flags            = CKS_GET_VERIFY;
+    cks_status_t st    = cks_get(r, &g, NULL);
+    if (st != CKS_OK) {
+        fprintf(stderr, "BAD %s: %s\n", o->key, cks_status_string(st));
+        v->bad++;
+        return 1;
+    }
+    v->objects++;
+    v->bytes += o->size;
+    return 0;
+}
+
+static int cmd_verify(const char *job, const char *ver)
+{
+    cks_restore_h r;
+    verify_t v = {0};
+    int rc     = open_version(job, ver, &r);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = foreach_object(r, verify_object, &v);
+    printf("%" PRIu64 " objects, %" PRIu64 " bytes verified, %" PRIu64 " bad\n", v.objects,
+           v.bytes, v.bad);
+    free(v.buf);
+    cks_restore_close(r);
+    return rc || v.bad ? 1 : 0;
+}
+
+static int cmd_get(const char *job, const char *ver, const char *key, const char *file)
+{
+    cks_restore_h r;
+    cks_object_info_t o;
+    int rc = open_version(job, ver, &r);
+    if (rc != 0) {
+        return rc;
+    }
+    cks_status_t st = cks_object_stat(r, key, &o);
+    uint8_t *buf    = st == CKS_OK ? malloc(o.size ? o.size : 1) : NULL;
+    if (st == CKS_OK && buf == NULL) {
+        st = CKS_ERR_NO_MEMORY;
+    }
+    if (st == CKS_OK) {
+        cks_get_params_t g = {0};
+        g.field_mask       = CKS_GET_FIELD_FLAGS;
+        g.key              = key;
+        g.buffer           = buf;
+        g.buffer_size      = o.size;
+        g.flags            = CKS_GET_VERIFY;
+        st                 = cks_get(r, &g, NULL);
+    }
+    if (st != CKS_OK) {
+        rc = fail("get", st);
+    } else {
+        FILE *f = fopen(file, "wb");
+        if (f == NULL || fwrite(buf, 1, o.size, f) != o.size || fclose(f) != 0) {
+            fprintf(stderr, "ckstore: cannot write %s\n", file);
+            rc = 1;
+        }
+    }
+    free(buf);
+    cks_restore_close(r);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"server", required_argument, NULL, 's'},
+                                         {"timeout", required_argument, NULL, 't'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *server = getenv("CKSTORE_SERVER");
+    int timeout_ms     = 30000, c, rc;
+
+    while ((c = getopt_long(argc, argv, "+s:t:h", opts, NULL)) != -1) {
+        switch (c) {
+            case 's': server = optarg; break;
+            case 't': timeout_ms = atoi(optarg); break;
+            case 'h': usage(stdout); return 0;
+            default: usage(stderr); return 2;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[optind];
+    int nargs       = argc - optind - 1;
+    char **a        = argv + optind + 1;
+    struct {
+        const char *name;
+        int min, max;
+    } cmds[] = {{"jobs", 0, 0},   {"versions", 1, 1}, {"objects", 2, 2}, {"stat", 2, 3},
+                {"verify", 2, 2}, {"get", 4, 4},      {"delete", 2, 2}};
+    size_t i;
+    for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        if (strcmp(cmd, cmds[i].name) == 0) {
+            break;
+        }
+    }
+    if (i == sizeof(cmds) / sizeof(cmds[0]) || nargs < cmds[i].min || nargs > cmds[i].max) {
+        fprintf(stderr, "ckstore: bad command or arguments: %s\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+
+    cks_client_params_t p = {0};
+    p.field_mask = CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_NAME;
+    p.server     = server ? server : "127.0.0.1:13337";
+    p.timeout_ms = timeout_ms;
+    p.name       = "ckstore-cli";
+    cks_status_t st = cks_client_create(&p, &cl);
+    if (st != CKS_OK) {
+        return fail("connect", st);
+    }
+    if (strcmp(cmd, "jobs") == 0) {
+        rc = cmd_jobs();
+    } else if (strcmp(cmd, "versions") == 0) {
+        rc = cmd_versions(a[0]);
+    } else if (strcmp(cmd, "objects") == 0) {
+        rc = cmd_objects(a[0], a[1]);
+    } else if (strcmp(cmd, "stat") == 0) {
+        rc = cmd_stat(a[0], a[1], nargs > 2 ? a[2] : NULL);
+    } else if (strcmp(cmd, "verify") == 0) {
+        rc = cmd_verify(a[0], a[1]);
+    } else if (strcmp(cmd, "get") == 0) {
+        rc = cmd_get(a[0], a[1], a[2], a[3]);
+    } else {
+        uint64_t v;
+        rc = parse_version(a[1], &v) != 0 ? 2 : 0;
+        if (rc == 0 && (st = cks_version_delete(cl, a[0], v)) != CKS_OK) {
+            rc = fail("delete", st);
+        }
+    }
+    cks_client_destroy(cl);
+    return rc;
+}
