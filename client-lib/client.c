@@ -834,22 +834,29 @@ void cks_client_destroy(cks_client_h c)
 
 /* ---- versions ----------------------------------------------------------------------- */
 
+/* An op whose body is (job, version): seal, abort, delete. */
 static cks_status_t cks_cl_version_ref_op(unsigned type, cks_op_kind_t kind, const char *job,
                                           uint64_t version, cks_op_t **op_p)
 {
     size_t used  = 0;
+    cks_wire_str_t job_str;
     cks_op_t *op = cks_op_new(kind, type);
     if (op == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    cks_status_t status = cks_op_name(op, &used, job, CKS_JOB_MAX_LEN,
-                                      &op->body.m_VERSION_SEAL.job);
+    cks_status_t status = cks_op_name(op, &used, job, CKS_JOB_MAX_LEN, &job_str);
     if (status != CKS_OK) {
         free(op);
         return status;
     }
-    op->body.m_VERSION_SEAL.version = version;
-    *op_p                           = op;
+    if (type == CKS_MSG_VERSION_SEAL) {
+        op->body.m_VERSION_SEAL.job     = job_str;
+        op->body.m_VERSION_SEAL.version = version;
+    } else {
+        op->body.m_VERSION_ABORT.job     = job_str;
+        op->body.m_VERSION_ABORT.version = version;
+    }
+    *op_p = op;
     return CKS_OK;
 }
 

@@ -935,10 +935,14 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         case CKS_MSG_PUT:
             cks_sv_put(s, conn, hdr->req_id, &b->m_PUT, data);
             break;
-        case CKS_MSG_VERSION_SEAL:
+        case CKS_MSG_VERSION_SEAL: {
+            cks_msg_version_ref_t ref = {b->m_VERSION_SEAL.job, b->m_VERSION_SEAL.version};
+            cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &ref);
+            break;
+        }
         case CKS_MSG_VERSION_ABORT:
         case CKS_MSG_VERSION_DELETE:
-            cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_SEAL);
+            cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT);
             break;
         case CKS_MSG_GET:
             cks_sv_get(s, conn, hdr->req_id, &b->m_GET);

@@ -84,7 +84,16 @@ typedef struct {
     uint64_t version;
     uint64_t parent; /* UINT64_MAX: none */
     uint32_t nranks;
+    uint32_t k, m;       /* Reed-Solomon geometry; 0, 0 on a standalone server */
+    uint64_t chunk_size;
 } cks_msg_version_begin_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    uint64_t nobjects; /* objects the sealing client put (cluster: the
+                          coordinator waits until that many are protected) */
+} cks_msg_version_seal_t;
 
 typedef struct {
     cks_wire_str_t job;
@@ -106,6 +115,8 @@ typedef struct {
     int32_t expert;
     int32_t rank;
     uint64_t size; /* payload bytes that follow */
+    uint32_t k, m; /* geometry of the version (cluster); 0, 0 standalone */
+    uint64_t chunk_size;
 } cks_msg_put_t;
 
 typedef struct {
@@ -140,6 +151,8 @@ typedef struct {
     uint64_t sealed_ns;
     uint64_t nobjects;
     uint64_t bytes;
+    uint32_t k, m;
+    uint64_t chunk_size;
 } cks_msg_version_entry_t;
 
 typedef struct {
@@ -198,6 +211,63 @@ typedef struct {
     cks_wire_str_t name;
 } cks_msg_job_entry_t;
 
+/* ---- server to server (cluster) ---------------------------------------- */
+
+/** A chunk of a stripe, primary -> group member; payload: chunk_size bytes. */
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    cks_wire_str_t key;
+    uint64_t stripe;
+    uint32_t idx;        /* 0..k-1 data, k..k+m-1 parity */
+    uint64_t crc64;      /* of the chunk bytes */
+} cks_msg_chunk_put_t;
+
+/** Read (part of) a chunk; client -> member. */
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    cks_wire_str_t key;
+    uint64_t stripe;
+    uint32_t idx;
+    uint64_t offset;
+    uint64_t length;
+} cks_msg_chunk_get_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    uint64_t crc64;     /* of the whole chunk */
+    uint64_t chunk_len;
+    uint64_t offset;
+    uint64_t length;    /* payload bytes that follow */
+} cks_msg_chunk_get_reply_t;
+
+/** Primary -> coordinator: an object of an open version is protected (or
+ *  could not be: status < 0). */
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    int32_t status;
+    cks_msg_object_entry_t o;
+} cks_msg_object_done_t;
+
+/** Coordinator -> every server: a page of a committed version's manifest
+ *  (object entries follow as a page). The version record is written with
+ *  the page whose `last` is 1. */
+typedef struct {
+    cks_wire_str_t job;
+    cks_msg_version_entry_t v;
+    uint32_t last;
+} cks_msg_version_commit_t;
+
+/** Coordinator -> every server: free a version's chunks; state ABORTED
+ *  keeps its record as ABORTED, anything else deletes the record. */
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    uint32_t state;
+} cks_msg_version_drop_t;
+
 /*
  * The message table: the one place that lists every message.
  * _(NAME, id, body type, direction)
@@ -207,7 +277,7 @@ typedef struct {
     _(HELLO_REPLY,        2, cks_msg_hello_reply_t,        "s>c") \
     _(STATUS_REPLY,       3, cks_msg_status_t,             "s>c") \
     _(VERSION_BEGIN,      4, cks_msg_version_begin_t,      "c>s") \
-    _(VERSION_SEAL,       5, cks_msg_version_ref_t,        "c>s") \
+    _(VERSION_SEAL,       5, cks_msg_version_seal_t,       "c>s") \
     _(SEAL_REPLY,         6, cks_msg_seal_reply_t,         "s>c") \
     _(VERSION_ABORT,      7, cks_msg_version_ref_t,        "c>s") \
     _(VERSION_DELETE,     8, cks_msg_version_ref_t,        "c>s") \
@@ -221,7 +291,20 @@ typedef struct {
     _(OBJECT_STAT,       16, cks_msg_object_stat_t,        "c>s") \
     _(OBJECT_STAT_REPLY, 17, cks_msg_object_stat_reply_t,  "s>c") \
     _(OBJECT_LIST,       18, cks_msg_object_list_t,        "c>s") \
-    _(JOB_LIST,          19, cks_msg_job_list_t,           "c>s")
+    _(JOB_LIST,          19, cks_msg_job_list_t,           "c>s") \
+    _(CHUNK_PUT,         20, cks_msg_chunk_put_t,          "s>s") \
+    _(CHUNK_GET,         21, cks_msg_chunk_get_t,          "c>s") \
+    _(CHUNK_GET_REPLY,   22, cks_msg_chunk_get_reply_t,    "s>c") \
+    _(OBJECT_DONE,       23, cks_msg_object_done_t,        "s>s") \
+    _(VERSION_COMMIT,    24, cks_msg_version_commit_t,     "s>s") \
+    _(VERSION_DROP,      25, cks_msg_version_drop_t,       "s>s")
+
+/** Nonzero for message types that answer a request (matched by req_id). */
+#define CKS_MSG_IS_REPLY(t) \
+    ((t) == CKS_MSG_HELLO_REPLY || (t) == CKS_MSG_STATUS_REPLY || \
+     (t) == CKS_MSG_SEAL_REPLY || (t) == CKS_MSG_GET_REPLY || \
+     (t) == CKS_MSG_VERSION_STAT_REPLY || (t) == CKS_MSG_LIST_REPLY || \
+     (t) == CKS_MSG_OBJECT_STAT_REPLY || (t) == CKS_MSG_CHUNK_GET_REPLY)
 
 typedef enum {
     CKS_MSG_NONE = 0,
@@ -405,6 +488,25 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
 cks_status_t cks_tp_send_raw(cks_tp_conn_h conn, const void *bytes, size_t len,
                              const void *payload, size_t payload_len,
                              cks_tp_done_cb_t cb, void *arg);
+
+/** Completion of a call: `status` is a transport error (timeout, lost
+ *  connection) or the status the peer's reply carried; `msg` its text. */
+typedef void (*cks_tp_call_cb_t)(void *arg, cks_status_t status, const char *msg);
+
+/** A request whose reply only carries a status (server to server): send it,
+ *  match the reply by request id, and complete exactly once - with the
+ *  reply's status, or CKS_ERR_TIMEOUT after timeout_ms, or the connection's
+ *  error - and only when UCX no longer uses the payload. A call that times
+ *  out while its payload is still in flight closes the connection, because
+ *  only that releases the payload. Returns CKS_INPROGRESS or an error (then
+ *  cb never runs). Expiry needs cks_tp_worker_expire() from the owner's loop. */
+cks_status_t cks_tp_call(cks_tp_conn_h conn, unsigned type, uint32_t flags, const void *body,
+                         const void *payload, size_t payload_len, cks_tp_mem_h payload_memh,
+                         int timeout_ms, cks_tp_call_cb_t cb, void *arg);
+
+/** Fail calls past their deadline; returns the milliseconds until the next
+ *  deadline (-1: none), for the owner's poll timeout. */
+int cks_tp_worker_expire(cks_tp_worker_h worker);
 
 /** Receive a rendezvous payload into buf (len == data->length); call it from
  *  the message callback. Returns CKS_INPROGRESS, and cb runs exactly once

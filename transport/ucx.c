@@ -44,6 +44,18 @@ typedef struct {
     void *arg;
 } cks_tp_recv_req_t;
 
+typedef struct cks_tp_call_req {
+    struct cks_tp_call_req *next, *prev; /* worker's list, oldest first */
+    uint64_t req_id;
+    uint64_t deadline_ns;
+    cks_tp_conn_h conn;
+    int sending, replied;
+    cks_status_t status;
+    char msg[CKS_MSG_MAX_LEN + 1];
+    cks_tp_call_cb_t cb;
+    void *arg;
+} cks_tp_call_req_t;
+
 struct cks_tp_conn {
     cks_tp_worker_h worker;
     ucp_ep_h ep;      /* made through the listener or by sockaddr */
@@ -89,7 +101,15 @@ struct cks_tp_worker {
     ucp_address_t *address;
     size_t address_len;
     int data_peer_errmode; /* see cks_tp_conn_upgrade() */
+    cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
+    cks_tp_call_req_t *calls_head, *calls_tail;
+    uint64_t next_call_id;
 };
+
+static int cks_tp_call_reply(cks_tp_worker_h w, const cks_wire_hdr_t *hdr,
+                             const cks_msg_any_t *body);
+static void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn,
+                                   cks_status_t status);
 
 /* ---- status translation (the one place) ---------------------------------- */
 
@@ -270,6 +290,7 @@ static void cks_tp_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
              cks_status_string(status));
     cks_tp_conn_get(conn);
     cks_tp_conn_detach(conn, 1);
+    cks_tp_calls_fail_conn(w, conn, status);
     if (w->params.on_conn_err != NULL) {
         w->params.on_conn_err(w->params.arg, conn, status);
     }
@@ -333,6 +354,7 @@ void cks_tp_conn_close(cks_tp_conn_h conn)
 {
     conn->failed = 1;
     cks_tp_conn_detach(conn, 1);
+    cks_tp_calls_fail_conn(conn->worker, conn, CKS_ERR_CONN_LOST);
 }
 
 void cks_tp_conn_set_user(cks_tp_conn_h conn, void *user)
@@ -619,6 +641,9 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
         }
         return UCS_OK;
     }
+    if (cks_tp_call_reply(w, &hdr, &body)) {
+        return UCS_OK; /* a reply to one of our calls; any payload is dropped */
+    }
     d.length  = length;
     d.is_rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
     d.ptr     = d.is_rndv ? NULL : data;
@@ -803,6 +828,167 @@ cks_status_t cks_tp_send_raw(cks_tp_conn_h conn, const void *bytes, size_t len,
     return cks_tp_send_hdr(conn, s, len, payload, payload_len, CKS_MEM_HOST, NULL, cb, arg);
 }
 
+/* ---- calls ------------------------------------------------------------------ */
+
+static void cks_tp_call_try_complete(cks_tp_worker_h w, cks_tp_call_req_t *c)
+{
+    if (c->sending || !c->replied) {
+        return;
+    }
+    cks_hmap_del(w->calls, &c->req_id, sizeof(c->req_id));
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        w->calls_head = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    } else {
+        w->calls_tail = c->prev;
+    }
+    cks_tp_conn_h conn = c->conn;
+    c->cb(c->arg, c->status, c->msg);
+    cks_tp_conn_put(conn);
+    free(c);
+}
+
+static void cks_tp_call_fail(cks_tp_worker_h w, cks_tp_call_req_t *c, cks_status_t status,
+                             const char *msg)
+{
+    if (c->replied) {
+        return;
+    }
+    c->replied = 1;
+    c->status  = status;
+    snprintf(c->msg, sizeof(c->msg), "%s", msg);
+    cks_tp_call_try_complete(w, c);
+}
+
+static void cks_tp_call_sent(void *arg, cks_status_t status)
+{
+    cks_tp_call_req_t *c = arg;
+    cks_tp_worker_h w    = c->conn->worker;
+    c->sending           = 0;
+    if (status != CKS_OK) {
+        cks_tp_call_fail(w, c, status, "send failed");
+    }
+    cks_tp_call_try_complete(w, c);
+}
+
+/* A reply: returns 1 when it answered one of our calls. */
+static int cks_tp_call_reply(cks_tp_worker_h w, const cks_wire_hdr_t *hdr,
+                             const cks_msg_any_t *body)
+{
+    cks_tp_call_req_t *c;
+    if (!CKS_MSG_IS_REPLY(hdr->type) ||
+        (c = cks_hmap_get(w->calls, &hdr->req_id, sizeof(hdr->req_id))) == NULL) {
+        return 0;
+    }
+    if (!c->replied) {
+        /* every reply body starts with status and msg */
+        const cks_msg_status_t *r = &body->m_STATUS_REPLY;
+        c->replied                = 1;
+        c->status                 = r->status > 0 ? CKS_ERR_BAD_MESSAGE : r->status;
+        snprintf(c->msg, sizeof(c->msg), "%.*s", (int)r->msg.len, r->msg.ptr);
+        cks_tp_call_try_complete(w, c);
+    }
+    return 1;
+}
+
+static void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn, cks_status_t status)
+{
+    cks_tp_call_req_t *c = w->calls_head;
+    while (c != NULL) {
+        cks_tp_call_req_t *next = c->next;
+        if (conn == NULL || c->conn == conn) {
+            cks_tp_call_fail(w, c, status, "connection failed");
+        }
+        c = next;
+    }
+}
+
+cks_status_t cks_tp_call(cks_tp_conn_h conn, unsigned type, uint32_t flags, const void *body,
+                         const void *payload, size_t payload_len, cks_tp_mem_h payload_memh,
+                         int timeout_ms, cks_tp_call_cb_t cb, void *arg)
+{
+    cks_tp_worker_h w = conn->worker;
+    cks_tp_call_req_t *c;
+    cks_status_t status;
+
+    if (cb == NULL || timeout_ms <= 0) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    c->req_id      = ++w->next_call_id | (1ull << 63); /* apart from the owner's ids */
+    c->deadline_ns = cks_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    c->conn        = conn;
+    c->cb          = cb;
+    c->arg         = arg;
+    c->sending     = 1;
+    if (cks_hmap_put(w->calls, &c->req_id, sizeof(c->req_id), c) != CKS_OK) {
+        free(c);
+        return CKS_ERR_NO_MEMORY;
+    }
+    c->prev = w->calls_tail;
+    if (w->calls_tail != NULL) {
+        w->calls_tail->next = c;
+    } else {
+        w->calls_head = c;
+    }
+    w->calls_tail = c;
+    cks_tp_conn_get(conn);
+    status = cks_tp_send(conn, type, flags, c->req_id, body, payload, payload_len,
+                         CKS_MEM_HOST, payload_memh, cks_tp_call_sent, c);
+    if (status != CKS_INPROGRESS) {
+        /* unlink without a callback: the caller gets the error */
+        c->cb      = NULL;
+        c->sending = 0;
+        c->replied = 1;
+        cks_hmap_del(w->calls, &c->req_id, sizeof(c->req_id));
+        if (c->prev != NULL) {
+            c->prev->next = NULL;
+        } else {
+            w->calls_head = NULL;
+        }
+        w->calls_tail = c->prev;
+        cks_tp_conn_put(conn);
+        free(c);
+        return status;
+    }
+    return CKS_INPROGRESS;
+}
+
+int cks_tp_worker_expire(cks_tp_worker_h w)
+{
+    uint64_t now = cks_time_ns();
+    cks_tp_call_req_t *c = w->calls_head;
+    while (c != NULL && c->deadline_ns <= now) {
+        cks_tp_call_req_t *next = c->next;
+        if (!c->replied) {
+            cks_tp_conn_h conn = c->conn;
+            int in_flight      = c->sending;
+            cks_warn("%s: %s did not answer in time", w->name, conn->peer);
+            cks_tp_call_fail(w, c, CKS_ERR_TIMEOUT, "no answer in time");
+            if (in_flight && !conn->closed) {
+                /* UCX still reads the payload: only closing releases it */
+                cks_tp_conn_close(conn);
+                cks_tp_calls_fail_conn(w, conn, CKS_ERR_TIMEOUT);
+            }
+        }
+        c->deadline_ns = UINT64_MAX;
+        c = next;
+    }
+    for (c = w->calls_head; c != NULL; c = c->next) {
+        if (!c->replied) {
+            return c->deadline_ns <= now ? 0 : (int)((c->deadline_ns - now) / 1000000 + 1);
+        }
+    }
+    return -1;
+}
+
 /* ---- memory ------------------------------------------------------------------ */
 
 cks_status_t cks_tp_mem_map(cks_tp_worker_h w, void *addr, size_t len, cks_tp_mem_h *mem_p)
@@ -853,6 +1039,10 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
     }
     w = calloc(1, sizeof(*w));
     if (w == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    if (cks_hmap_create(&w->calls) != CKS_OK) {
+        free(w);
         return CKS_ERR_NO_MEMORY;
     }
     w->params            = *params;
@@ -910,6 +1100,7 @@ err_worker:
 err_cleanup:
     ucp_cleanup(w->context);
 err_free:
+    cks_hmap_destroy(w->calls);
     free(w);
     return status;
 }
@@ -920,6 +1111,7 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
         return;
     }
     /* Close what is still open; progress briefly so close requests finish. */
+    cks_tp_calls_fail_conn(w, NULL, CKS_ERR_CANCELED);
     for (cks_tp_conn_h c = w->conns; c != NULL; c = c->next) {
         c->failed = 1;
         cks_tp_conn_detach(c, 1);
@@ -942,6 +1134,7 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
         free(s);
     }
     free(w->slots);
+    cks_hmap_destroy(w->calls);
     ucp_worker_release_address(w->worker, w->address);
     ucp_worker_destroy(w->worker);
     ucp_cleanup(w->context);

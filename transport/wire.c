@@ -42,7 +42,8 @@ typedef struct {
 #define FD_VERSION_ENTRY(T, p) \
     FD_U64(T, p version), FD_U64(T, p parent), FD_U32(T, p state), \
     FD_U32(T, p nranks), FD_U64(T, p created_ns), FD_U64(T, p sealed_ns), \
-    FD_U64(T, p nobjects), FD_U64(T, p bytes)
+    FD_U64(T, p nobjects), FD_U64(T, p bytes), FD_U32(T, p k), FD_U32(T, p m), \
+    FD_U64(T, p chunk_size)
 #define FD_OBJECT_ENTRY(T, p) \
     FD_STR(T, p key, CKS_KEY_MAX_LEN), FD_U32(T, p kind), FD_I32(T, p layer), \
     FD_I32(T, p expert), FD_I32(T, p rank), FD_U64(T, p size), FD_U64(T, p crc64)
@@ -60,7 +61,11 @@ static const cks_wire_field_t fd_hello_reply[] = {
 static const cks_wire_field_t fd_version_begin[] = {
     FD_STR(cks_msg_version_begin_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_begin_t, version), FD_U64(cks_msg_version_begin_t, parent),
-    FD_U32(cks_msg_version_begin_t, nranks)};
+    FD_U32(cks_msg_version_begin_t, nranks), FD_U32(cks_msg_version_begin_t, k),
+    FD_U32(cks_msg_version_begin_t, m), FD_U64(cks_msg_version_begin_t, chunk_size)};
+static const cks_wire_field_t fd_version_seal[] = {
+    FD_STR(cks_msg_version_seal_t, job, CKS_JOB_MAX_LEN),
+    FD_U64(cks_msg_version_seal_t, version), FD_U64(cks_msg_version_seal_t, nobjects)};
 static const cks_wire_field_t fd_version_ref[] = {
     FD_STR(cks_msg_version_ref_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_ref_t, version)};
@@ -71,7 +76,8 @@ static const cks_wire_field_t fd_put[] = {
     FD_STR(cks_msg_put_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_put_t, version),
     FD_STR(cks_msg_put_t, key, CKS_KEY_MAX_LEN), FD_U32(cks_msg_put_t, kind),
     FD_I32(cks_msg_put_t, layer), FD_I32(cks_msg_put_t, expert),
-    FD_I32(cks_msg_put_t, rank), FD_U64(cks_msg_put_t, size)};
+    FD_I32(cks_msg_put_t, rank), FD_U64(cks_msg_put_t, size), FD_U32(cks_msg_put_t, k),
+    FD_U32(cks_msg_put_t, m), FD_U64(cks_msg_put_t, chunk_size)};
 static const cks_wire_field_t fd_get[] = {
     FD_STR(cks_msg_get_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_get_t, version),
     FD_STR(cks_msg_get_t, key, CKS_KEY_MAX_LEN), FD_U64(cks_msg_get_t, offset),
@@ -108,6 +114,30 @@ static const cks_wire_field_t fd_object_list[] = {
 static const cks_wire_field_t fd_job_list[] = {
     FD_STR(cks_msg_job_list_t, after, CKS_JOB_MAX_LEN), FD_U32(cks_msg_job_list_t, max)};
 
+static const cks_wire_field_t fd_chunk_put[] = {
+    FD_STR(cks_msg_chunk_put_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_chunk_put_t, version),
+    FD_STR(cks_msg_chunk_put_t, key, CKS_KEY_MAX_LEN), FD_U64(cks_msg_chunk_put_t, stripe),
+    FD_U32(cks_msg_chunk_put_t, idx), FD_U64(cks_msg_chunk_put_t, crc64)};
+static const cks_wire_field_t fd_chunk_get[] = {
+    FD_STR(cks_msg_chunk_get_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_chunk_get_t, version),
+    FD_STR(cks_msg_chunk_get_t, key, CKS_KEY_MAX_LEN), FD_U64(cks_msg_chunk_get_t, stripe),
+    FD_U32(cks_msg_chunk_get_t, idx), FD_U64(cks_msg_chunk_get_t, offset),
+    FD_U64(cks_msg_chunk_get_t, length)};
+static const cks_wire_field_t fd_chunk_get_reply[] = {
+    FD_REPLY(cks_msg_chunk_get_reply_t), FD_U64(cks_msg_chunk_get_reply_t, crc64),
+    FD_U64(cks_msg_chunk_get_reply_t, chunk_len), FD_U64(cks_msg_chunk_get_reply_t, offset),
+    FD_U64(cks_msg_chunk_get_reply_t, length)};
+static const cks_wire_field_t fd_object_done[] = {
+    FD_STR(cks_msg_object_done_t, job, CKS_JOB_MAX_LEN),
+    FD_U64(cks_msg_object_done_t, version), FD_I32(cks_msg_object_done_t, status),
+    FD_OBJECT_ENTRY(cks_msg_object_done_t, o.)};
+static const cks_wire_field_t fd_version_commit[] = {
+    FD_STR(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
+    FD_VERSION_ENTRY(cks_msg_version_commit_t, v.), FD_U32(cks_msg_version_commit_t, last)};
+static const cks_wire_field_t fd_version_drop[] = {
+    FD_STR(cks_msg_version_drop_t, job, CKS_JOB_MAX_LEN),
+    FD_U64(cks_msg_version_drop_t, version), FD_U32(cks_msg_version_drop_t, state)};
+
 /* page entries */
 static const cks_wire_field_t fd_version_entry[] = {
     FD_VERSION_ENTRY(cks_msg_version_entry_t, )};
@@ -123,7 +153,7 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_HELLO_REPLY]        = FD_TABLE(fd_hello_reply),
     [CKS_MSG_STATUS_REPLY]       = FD_TABLE(fd_status),
     [CKS_MSG_VERSION_BEGIN]      = FD_TABLE(fd_version_begin),
-    [CKS_MSG_VERSION_SEAL]       = FD_TABLE(fd_version_ref),
+    [CKS_MSG_VERSION_SEAL]       = FD_TABLE(fd_version_seal),
     [CKS_MSG_SEAL_REPLY]         = FD_TABLE(fd_seal_reply),
     [CKS_MSG_VERSION_ABORT]      = FD_TABLE(fd_version_ref),
     [CKS_MSG_VERSION_DELETE]     = FD_TABLE(fd_version_ref),
@@ -138,6 +168,12 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_OBJECT_STAT_REPLY]  = FD_TABLE(fd_object_stat_reply),
     [CKS_MSG_OBJECT_LIST]        = FD_TABLE(fd_object_list),
     [CKS_MSG_JOB_LIST]           = FD_TABLE(fd_job_list),
+    [CKS_MSG_CHUNK_PUT]          = FD_TABLE(fd_chunk_put),
+    [CKS_MSG_CHUNK_GET]          = FD_TABLE(fd_chunk_get),
+    [CKS_MSG_CHUNK_GET_REPLY]    = FD_TABLE(fd_chunk_get_reply),
+    [CKS_MSG_OBJECT_DONE]        = FD_TABLE(fd_object_done),
+    [CKS_MSG_VERSION_COMMIT]     = FD_TABLE(fd_version_commit),
+    [CKS_MSG_VERSION_DROP]       = FD_TABLE(fd_version_drop),
 };
 
 static const cks_wire_desc_t cks_wire_entry_desc[] = {
