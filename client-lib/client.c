@@ -15,100 +15,17 @@
  *
  * Blocking calls are *_nb calls plus a wait on a condition variable.
  */
-#include "ckstore.h"
-#include "cks_coding.h"
-#include "cks_tp.h"
+#include "client_int.h"
 
 #include <errno.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CKS_CLIENT_TIMEOUT_DEFAULT 60000
-
-typedef struct cks_op cks_op_t;
-
-/* How a reply is turned into results. */
-typedef enum {
-    CKS_OP_STATUS,       /* STATUS_REPLY only */
-    CKS_OP_PUT,          /* send with payload + STATUS_REPLY */
-    CKS_OP_SEAL,         /* SEAL_REPLY */
-    CKS_OP_GET,          /* GET_REPLY + payload */
-    CKS_OP_VERSION_STAT, /* VERSION_STAT_REPLY */
-    CKS_OP_OBJECT_STAT,  /* OBJECT_STAT_REPLY */
-    CKS_OP_LIST,         /* LIST_REPLY + page */
-    CKS_OP_HELLO,        /* HELLO_REPLY */
-} cks_op_kind_t;
-
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int done;
-    cks_status_t status;
-} cks_waiter_t;
-
-struct cks_op {
-    cks_op_t *next, *prev;  /* submit queue, then in-flight list */
-    cks_client_h client;
-    cks_op_kind_t kind;
-    unsigned type;          /* request message type */
-    uint64_t req_id;
-    uint64_t deadline_ns;
-    cks_msg_any_t body;     /* request; strings point into `names` */
-    char names[CKS_JOB_MAX_LEN + 2 * CKS_KEY_MAX_LEN + 3];
-    const void *payload;    /* PUT */
-    uint64_t payload_len;
-    cks_mem_type_t mem_type;
-    void *buf;              /* GET destination */
-    uint64_t buf_size;
-    uint64_t *length_p;
-    uint32_t flags;
-    void *out;              /* stat / list results (caller's) */
-    size_t out_max;
-    size_t *count_p;
-    int *more_p;
-    cks_wire_entry_t entry; /* LIST */
-    uint8_t *page;          /* LIST: received page */
-    size_t page_len;
-    uint64_t crc64, obj_size; /* GET */
-    int sending;            /* UCX holds the payload (send) */
-    int receiving;          /* UCX writes into buf */
-    int replied;
-    cks_status_t status;
-    cks_done_cb_t cb;
-    void *arg;
-};
-
-struct cks_client {
-    char name[CKS_WIRE_MAX_NAME + 1];
-    char addr[64];
-    uint16_t port;
-    int timeout_ms;
-    cks_tp_worker_h tp;
-    cks_tp_conn_h conn;
-    pthread_t thread;
-    pthread_mutex_t lock;    /* submit queue, stop, last error */
-    cks_op_t *sub_head, *sub_tail;
-    int stop;
-    cks_status_t conn_status; /* set once the connection failed */
-    char last_error[CKS_MSG_MAX_LEN + 64];
-    /* progress thread only */
-    cks_hmap_t *inflight;     /* req_id -> op */
-    cks_op_t *fl_head, *fl_tail; /* in flight, oldest first */
-    uint64_t next_req_id;
-};
-
-struct cks_restore {
-    cks_client_h client;
-    char job[CKS_JOB_MAX_LEN + 1];
-    cks_version_info_t info;
-};
-
 /* ---- small helpers ------------------------------------------------------------ */
 
-static void cks_cl_set_error(cks_client_h c, cks_status_t status, const char *text,
+void cks_cl_set_error(cks_client_h c, cks_status_t status, const char *text,
                              size_t len)
 {
     pthread_mutex_lock(&c->lock);
@@ -127,7 +44,7 @@ void cks_client_last_error(cks_client_h c, char *buf, size_t len)
     pthread_mutex_unlock(&c->lock);
 }
 
-static void cks_waiter_cb(void *arg, cks_status_t status)
+void cks_waiter_cb(void *arg, cks_status_t status)
 {
     cks_waiter_t *w = arg;
     pthread_mutex_lock(&w->lock);
@@ -137,7 +54,7 @@ static void cks_waiter_cb(void *arg, cks_status_t status)
     pthread_mutex_unlock(&w->lock);
 }
 
-static void cks_waiter_init(cks_waiter_t *w)
+void cks_waiter_init(cks_waiter_t *w)
 {
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
@@ -146,7 +63,7 @@ static void cks_waiter_init(cks_waiter_t *w)
 }
 
 /* Wait for an op submitted with cks_waiter_cb; `status` is what submit returned. */
-static cks_status_t cks_waiter_wait(cks_waiter_t *w, cks_status_t status)
+cks_status_t cks_waiter_wait(cks_waiter_t *w, cks_status_t status)
 {
     if (status == CKS_INPROGRESS) {
         pthread_mutex_lock(&w->lock);
@@ -162,7 +79,7 @@ static cks_status_t cks_waiter_wait(cks_waiter_t *w, cks_status_t status)
 }
 
 /* Copy a name into the op and point a wire string at the copy. */
-static cks_status_t cks_op_name(cks_op_t *op, size_t *used, const char *name,
+cks_status_t cks_op_name(cks_op_t *op, size_t *used, const char *name,
                                 size_t max, cks_wire_str_t *s)
 {
     size_t len;
@@ -183,7 +100,7 @@ static cks_status_t cks_op_name(cks_op_t *op, size_t *used, const char *name,
     return CKS_OK;
 }
 
-static cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type)
+cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type)
 {
     cks_op_t *op = calloc(1, sizeof(*op));
     if (op != NULL) {
@@ -195,7 +112,57 @@ static cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type)
     return op;
 }
 
-/* ---- progress thread ------------------------------------------------------------ */
+/* ---- puts per version (what a seal tells the coordinator) -------------------- */
+
+static size_t cks_cl_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version)
+{
+    memcpy(buf, job, job_len);
+    buf[job_len] = 0;
+    cks_put_be64(buf + job_len + 1, version);
+    return job_len + 9;
+}
+
+/* A put completed: count it for its version's seal. */
+static void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + 9];
+    size_t len = cks_cl_vkey(key, m->job.ptr, m->job.len, m->version);
+    pthread_mutex_lock(&c->lock);
+    uintptr_t n = (uintptr_t)cks_hmap_get(c->put_counts, key, len);
+    if (cks_hmap_put(c->put_counts, key, len, (void *)(n + 1)) != CKS_OK) {
+        cks_warn("cannot count a put of version %llu", (unsigned long long)m->version);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Puts completed for (job, version); `take` forgets them. */
+static uint64_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version, int take)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + 9];
+    size_t job_len = strnlen(job, CKS_JOB_MAX_LEN);
+    size_t len     = cks_cl_vkey(key, job, job_len, version);
+    pthread_mutex_lock(&c->lock);
+    uintptr_t n = (uintptr_t)(take ? cks_hmap_del(c->put_counts, key, len)
+                                   : cks_hmap_get(c->put_counts, key, len));
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+/* ---- progress thread: ops and servers ---------------------------------------- */
+
+static void cks_cl_dispatch(cks_client_h c, cks_op_t *op);
+
+static void cks_cl_fl_link(cks_client_h c, cks_op_t *op)
+{
+    op->prev = c->fl_tail;
+    op->next = NULL;
+    if (c->fl_tail != NULL) {
+        c->fl_tail->next = op;
+    } else {
+        c->fl_head = op;
+    }
+    c->fl_tail = op;
+}
 
 static void cks_cl_fl_unlink(cks_client_h c, cks_op_t *op)
 {
@@ -212,15 +179,38 @@ static void cks_cl_fl_unlink(cks_client_h c, cks_op_t *op)
     op->next = op->prev = NULL;
 }
 
-/* Finish an op when nothing of UCX uses its buffers any more. */
+/* Errors after which another server may answer the same question. */
+static int cks_cl_retryable(cks_status_t st)
+{
+    return st == CKS_ERR_CONN_LOST || st == CKS_ERR_UNREACHABLE || st == CKS_ERR_TIMEOUT ||
+           st == CKS_ERR_TRANSPORT || st == CKS_ERR_SHUTTING_DOWN;
+}
+
+/* Finish an op when nothing of UCX uses its buffers any more: run its
+ * callback, or send it to the next server when another may answer. */
 static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
 {
     if (op->sending || op->receiving || !op->replied) {
         return;
     }
-    cks_hmap_del(c->inflight, &op->req_id, sizeof(op->req_id));
-    cks_cl_fl_unlink(c, op);
+    if (op->req_id != 0) {
+        cks_hmap_del(c->inflight, &op->req_id, sizeof(op->req_id));
+        cks_cl_fl_unlink(c, op);
+        op->req_id = 0;
+    }
     free(op->page);
+    op->page = NULL;
+    if (op->target == CKS_TARGET_ANY && cks_cl_retryable(op->status) &&
+        ++op->tries < c->nsrv && !c->stop) {
+        op->srv     = (op->srv + 1) % c->nsrv;
+        op->status  = CKS_OK;
+        op->replied = 0;
+        cks_cl_dispatch(c, op);
+        return;
+    }
+    if (op->kind == CKS_OP_PUT && op->status == CKS_OK) {
+        cks_cl_put_counted(c, &op->body.m_PUT);
+    }
     op->cb(op->arg, op->status);
     free(op);
 }
@@ -245,36 +235,24 @@ static void cks_cl_send_done(void *arg, cks_status_t status)
     cks_cl_op_try_complete(op->client, op);
 }
 
+/* Send an op to its server, whose connection exists. */
 static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
 {
+    cks_cl_srv_t *sv = &c->srv[op->srv];
     cks_status_t status;
 
     op->req_id      = c->next_req_id++;
     op->deadline_ns = cks_time_ns() + (uint64_t)c->timeout_ms * 1000000ull;
-    /* in flight from now on, in deadline order */
-    op->prev = c->fl_tail;
-    op->next = NULL;
-    if (c->fl_tail != NULL) {
-        c->fl_tail->next = op;
-    } else {
-        c->fl_head = op;
-    }
-    c->fl_tail = op;
+    cks_cl_fl_link(c, op); /* in flight from now on, in deadline order */
     if (cks_hmap_put(c->inflight, &op->req_id, sizeof(op->req_id), op) != CKS_OK) {
-        op->replied = 1;
-        op->status  = CKS_ERR_NO_MEMORY;
         cks_cl_fl_unlink(c, op);
-        op->cb(op->arg, op->status);
-        free(op);
-        return;
-    }
-    if (c->conn_status != CKS_OK) {
-        cks_cl_op_fail(c, op, c->conn_status);
+        op->req_id = 0;
+        cks_cl_op_fail(c, op, CKS_ERR_NO_MEMORY);
         return;
     }
     if (op->kind == CKS_OP_PUT && op->payload_len > 0) {
         op->sending = 1;
-        status = cks_tp_send(c->conn, op->type, 0, op->req_id, &op->body, op->payload,
+        status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, op->payload,
                              op->payload_len, op->mem_type, NULL, cks_cl_send_done, op);
         if (status != CKS_INPROGRESS) {
             op->sending = 0;
@@ -282,11 +260,147 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
         }
         return;
     }
-    status = cks_tp_send(c->conn, op->type, 0, op->req_id, &op->body, NULL, 0,
+    status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, NULL, 0,
                          CKS_MEM_HOST, NULL, NULL, NULL);
     if (status != CKS_INPROGRESS) {
         cks_cl_op_fail(c, op, status);
     }
+}
+
+static void cks_cl_srv_wait(cks_cl_srv_t *sv, cks_op_t *op)
+{
+    op->queued = 1;
+    op->next   = NULL;
+    op->prev   = sv->wait_tail;
+    if (sv->wait_tail != NULL) {
+        sv->wait_tail->next = op;
+    } else {
+        sv->wait_head = op;
+    }
+    sv->wait_tail = op;
+}
+
+/* The server's connection came up (status OK) or could not: run or fail
+ * what waited for it. */
+static void cks_cl_srv_settle(cks_client_h c, size_t pos, cks_status_t status)
+{
+    cks_cl_srv_t *sv = &c->srv[pos];
+    cks_op_t *op     = sv->wait_head;
+    sv->wait_head = sv->wait_tail = NULL;
+    while (op != NULL) {
+        cks_op_t *next = op->next;
+        op->queued     = 0;
+        op->next = op->prev = NULL;
+        if (status == CKS_OK) {
+            cks_cl_dispatch(c, op);
+        } else {
+            cks_cl_op_fail(c, op, status);
+        }
+        op = next;
+    }
+}
+
+/* Drop a server's connection after a failure; its ops fail (and may move on). */
+static void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status)
+{
+    cks_cl_srv_t *sv = &c->srv[pos];
+    if (sv->conn == NULL) {
+        return;
+    }
+    cks_log(status == CKS_ERR_CANCELED ? CKS_LOG_DEBUG : CKS_LOG_WARN, "server %s:%u: %s",
+            sv->addr, sv->port, cks_status_string(status));
+    cks_tp_conn_h conn = sv->conn;
+    sv->conn           = NULL;
+    sv->state          = CKS_SRV_IDLE;
+    sv->last_error     = status;
+    sv->failed_ns      = cks_time_ns();
+    cks_tp_conn_close(conn); /* UCX fails what is still in flight on it */
+    for (cks_op_t *op = c->fl_head; op != NULL;) {
+        cks_op_t *next = op->next;
+        if (op->srv == pos && !op->replied) {
+            cks_cl_op_fail(c, op, status);
+        }
+        op = next;
+    }
+    cks_cl_srv_settle(c, pos, status);
+    cks_tp_conn_put(conn);
+}
+
+static void cks_cl_hello_done(void *arg, cks_status_t status)
+{
+    cks_cl_srv_t *sv = arg;
+    cks_client_h c   = sv->client;
+    size_t pos       = (size_t)(sv - c->srv);
+    if (status == CKS_OK && sv->conn != NULL) {
+        sv->state = CKS_SRV_UP;
+        cks_cl_srv_settle(c, pos, CKS_OK);
+    } else if (sv->conn != NULL) {
+        cks_cl_srv_down(c, pos, status == CKS_ERR_CONN_LOST ? CKS_ERR_UNREACHABLE : status);
+    }
+}
+
+/* Connect to a server and say HELLO (which moves the connection to a
+ * worker-address endpoint); ops wait on the server until it answers. */
+static void cks_cl_srv_connect(cks_client_h c, size_t pos)
+{
+    cks_cl_srv_t *sv = &c->srv[pos];
+    const void *addr;
+    size_t addr_len;
+    cks_op_t *op;
+    cks_status_t status;
+
+    status = cks_tp_conn_connect(c->tp, sv->addr, sv->port, &sv->conn);
+    if (status != CKS_OK) {
+        sv->conn       = NULL;
+        sv->last_error = status;
+        sv->failed_ns  = cks_time_ns();
+        cks_cl_srv_settle(c, pos, CKS_ERR_UNREACHABLE);
+        return;
+    }
+    cks_tp_conn_set_user(sv->conn, sv);
+    sv->state = CKS_SRV_CONNECTING;
+    op        = cks_op_new(CKS_OP_HELLO, CKS_MSG_HELLO);
+    if (op == NULL) {
+        cks_cl_srv_down(c, pos, CKS_ERR_NO_MEMORY);
+        return;
+    }
+    cks_tp_worker_address(c->tp, &addr, &addr_len);
+    op->body.m_HELLO.name = cks_wire_cstr(c->name);
+    op->body.m_HELLO.addr = (cks_wire_str_t){addr, (uint32_t)addr_len};
+    op->client            = c;
+    op->srv               = pos;
+    op->cb                = cks_cl_hello_done;
+    op->arg               = sv;
+    cks_cl_send_op(c, op);
+}
+
+/* Route an op (progress thread): send it, or wait for its server's
+ * connection, starting one when there is none. */
+static void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
+{
+    cks_cl_srv_t *sv = &c->srv[op->srv];
+
+    if (sv->state == CKS_SRV_UP) {
+        if (op->kind == CKS_OP_HELLO) { /* a connect request: the server is up */
+            op->replied = 1;
+            cks_cl_op_try_complete(c, op);
+        } else {
+            cks_cl_send_op(c, op);
+        }
+        return;
+    }
+    if (sv->state == CKS_SRV_IDLE) {
+        /* a server that just failed is not asked again at once */
+        if (sv->failed_ns != 0 && cks_time_ns() - sv->failed_ns < 1000000000ull) {
+            cks_cl_op_fail(c, op, sv->last_error == CKS_ERR_CONN_LOST ? CKS_ERR_CONN_LOST
+                                                                      : CKS_ERR_UNREACHABLE);
+            return;
+        }
+        cks_cl_srv_wait(sv, op);
+        cks_cl_srv_connect(c, op->srv);
+        return;
+    }
+    cks_cl_srv_wait(sv, op);
 }
 
 static void cks_cl_reply_error(cks_client_h c, cks_op_t *op, int32_t st,
@@ -300,7 +414,7 @@ static void cks_cl_reply_error(cks_client_h c, cks_op_t *op, int32_t st,
     cks_cl_op_fail(c, op, status);
 }
 
-static void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t *e)
+void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t *e)
 {
     info->version    = e->version;
     info->parent     = e->parent;
@@ -310,6 +424,9 @@ static void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_
     info->sealed_ns  = e->sealed_ns;
     info->nobjects   = e->nobjects;
     info->bytes      = e->bytes;
+    info->ec_k       = e->k;
+    info->ec_m       = e->m;
+    info->chunk_size = e->chunk_size;
 }
 
 static void cks_cl_object_info(cks_object_info_t *info, const cks_msg_object_entry_t *e)
@@ -372,9 +489,9 @@ static void cks_cl_recv_done(void *arg, cks_status_t status)
     if (op->status == CKS_OK && op->kind == CKS_OP_LIST) {
         op->status = cks_cl_page_decode(op, (uint32_t)*op->count_p);
     }
-    if (op->status == CKS_OK && op->kind == CKS_OP_GET && (op->flags & CKS_GET_VERIFY) &&
-        cks_crc64(0, op->buf, op->obj_size) != op->crc64) {
-        cks_cl_set_error(c, CKS_ERR_CRC_MISMATCH, "object bytes fail their CRC", 28);
+    if (op->status == CKS_OK && (op->kind == CKS_OP_GET || op->kind == CKS_OP_CHUNK_GET) &&
+        (op->flags & CKS_GET_VERIFY) && cks_crc64(0, op->buf, op->obj_size) != op->crc64) {
+        cks_cl_set_error(c, CKS_ERR_CRC_MISMATCH, "bytes fail their CRC", 20);
         op->status = CKS_ERR_CRC_MISMATCH;
     }
     cks_cl_op_try_complete(c, op);
@@ -551,6 +668,33 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             cks_cl_take_payload(c, op, data, op->buf, op->mem_type);
             return;
         }
+        case CKS_OP_CHUNK_GET: {
+            const cks_msg_chunk_get_reply_t *m = &b->m_CHUNK_GET_REPLY;
+            const cks_msg_chunk_get_t *q       = &op->body.m_CHUNK_GET;
+            if (hdr->type != CKS_MSG_CHUNK_GET_REPLY) {
+                break;
+            }
+            if (m->status != CKS_OK) {
+                cks_cl_reply_error(c, op, m->status, &m->msg);
+                return;
+            }
+            if ((data == NULL ? 0 : data->length) != m->length || m->offset != q->offset ||
+                m->length != q->length || m->length > op->buf_size) {
+                break;
+            }
+            /* a whole chunk is checked here; a part of one, by the server */
+            if (m->offset == 0 && m->length == m->chunk_len) {
+                op->flags |= CKS_GET_VERIFY;
+            }
+            op->crc64    = m->crc64;
+            op->obj_size = m->length;
+            if (data == NULL) {
+                cks_cl_op_try_complete(c, op);
+                return;
+            }
+            cks_cl_take_payload(c, op, data, op->buf, op->mem_type);
+            return;
+        }
         default:
             break;
     }
@@ -572,48 +716,38 @@ static void cks_cl_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_
     }
 }
 
-static void cks_cl_fail_all(cks_client_h c, cks_status_t status)
-{
-    /* completing may unlink and free ops: walk a snapshot of the order */
-    cks_op_t *op = c->fl_head;
-    while (op != NULL) {
-        cks_op_t *next = op->next;
-        if (!op->replied) {
-            cks_cl_op_fail(c, op, status);
-        }
-        op = next;
-    }
-}
-
 static void cks_cl_on_conn_err(void *arg, cks_tp_conn_h conn, cks_status_t status)
 {
-    cks_client_h c = arg;
-    cks_error("connection to %s:%u lost: %s", c->addr, c->port, cks_status_string(status));
-    c->conn_status = status == CKS_ERR_TIMEOUT ? CKS_ERR_TIMEOUT : CKS_ERR_CONN_LOST;
-    cks_cl_fail_all(c, c->conn_status);
+    cks_client_h c   = arg;
+    cks_cl_srv_t *sv = cks_tp_conn_user(conn);
+    if (sv == NULL || sv->conn != conn) {
+        return; /* a connection we already dropped */
+    }
+    cks_cl_srv_down(c, (size_t)(sv - c->srv),
+                    status == CKS_ERR_TIMEOUT ? CKS_ERR_TIMEOUT : CKS_ERR_CONN_LOST);
 }
 
 static void cks_cl_check_timeouts(cks_client_h c)
 {
     uint64_t now = cks_time_ns();
-    int close    = 0;
     for (cks_op_t *op = c->fl_head; op != NULL && op->deadline_ns <= now;) {
         cks_op_t *next = op->next;
         if (!op->replied || op->sending || op->receiving) {
-            cks_warn("request %llu (%s) timed out after %d ms", (unsigned long long)op->req_id,
-                     cks_msg_name(op->type), c->timeout_ms);
+            size_t pos = op->srv;
+            int busy   = op->sending || op->receiving;
+            cks_warn("request %llu (%s) to %s:%u timed out after %d ms",
+                     (unsigned long long)op->req_id, cks_msg_name(op->type),
+                     c->srv[pos].addr, c->srv[pos].port, c->timeout_ms);
             cks_cl_set_error(c, CKS_ERR_TIMEOUT, "no answer from the server in time", 33);
-            close |= op->sending || op->receiving;
             op->deadline_ns = UINT64_MAX;
             cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT);
+            if (busy) {
+                /* UCX still holds a caller's buffer: only closing releases it */
+                cks_cl_srv_down(c, pos, CKS_ERR_TIMEOUT);
+                next = c->fl_head; /* the list changed under us */
+            }
         }
         op = next;
-    }
-    if (close && c->conn_status == CKS_OK) {
-        /* UCX still holds a caller's buffer: only closing releases it */
-        c->conn_status = CKS_ERR_TIMEOUT;
-        cks_tp_conn_close(c->conn);
-        cks_cl_fail_all(c, CKS_ERR_TIMEOUT);
     }
 }
 
@@ -634,7 +768,8 @@ static void *cks_cl_thread(void *arg)
         pthread_mutex_unlock(&c->lock);
         while (list != NULL) {
             cks_op_t *next = list->next;
-            cks_cl_send_op(c, list);
+            list->next     = NULL;
+            cks_cl_dispatch(c, list);
             list = next;
         }
         cks_cl_check_timeouts(c);
@@ -661,24 +796,23 @@ static void *cks_cl_thread(void *arg)
         }
     }
     /* stopping: cancel what is left, and let UCX release the buffers */
-    c->conn_status = CKS_ERR_CANCELED;
-    if (c->conn != NULL) {
-        cks_tp_conn_close(c->conn);
+    for (size_t i = 0; i < c->nsrv; i++) {
+        cks_cl_srv_down(c, i, CKS_ERR_CANCELED);
     }
-    cks_cl_fail_all(c, CKS_ERR_CANCELED);
-    for (int i = 0; i < 1000 && c->fl_head != NULL; i++) {
+    uint64_t until = cks_time_ns() + 2000000000ull;
+    while (c->fl_head != NULL && cks_time_ns() < until) {
         cks_tp_worker_progress(c->tp);
     }
     return NULL;
 }
 
 /* Hand an op to the progress thread. Returns CKS_INPROGRESS. */
-static cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg)
+cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg)
 {
     op->client = c;
-    op->cb   = cb;
-    op->arg  = arg;
-    op->next = NULL;
+    op->cb     = cb;
+    op->arg    = arg;
+    op->next   = NULL;
     pthread_mutex_lock(&c->lock);
     if (c->stop) {
         pthread_mutex_unlock(&c->lock);
@@ -696,11 +830,29 @@ static cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb
     return CKS_INPROGRESS;
 }
 
-static cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op)
+void cks_cl_start(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg)
+{
+    op->client = c;
+    op->cb     = cb;
+    op->arg    = arg;
+    cks_cl_dispatch(c, op);
+}
+
+cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op)
 {
     cks_waiter_t w;
     cks_waiter_init(&w);
     return cks_waiter_wait(&w, cks_cl_submit(c, op, cks_waiter_cb, &w));
+}
+
+size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version)
+{
+    uint16_t group[2];
+    if (c->map == NULL || cks_place(c->map, job, job_len, "", 0, version, 1, 1, NULL, group) !=
+                              CKS_OK) {
+        return 0;
+    }
+    return group[0];
 }
 
 /* ---- client life cycle ---------------------------------------------------------------- */
@@ -725,6 +877,80 @@ static cks_status_t cks_cl_parse_server(const char *server, char *addr, size_t a
     return CKS_OK;
 }
 
+/* Servers from the params: one standalone server, or a cluster map. */
+static cks_status_t cks_cl_servers(cks_client_h c, const cks_client_params_t *params)
+{
+    char err[256];
+    cks_status_t status;
+
+    if (params->field_mask & CKS_CLIENT_FIELD_CLUSTER) {
+        status = cks_cluster_load(params->cluster, &c->map, err, sizeof(err));
+        if (status != CKS_OK) {
+            cks_cl_set_error(c, status, err, strlen(err));
+            return status;
+        }
+        c->k          = 4;
+        c->m          = 2;
+        c->chunk_size = 1u << 20;
+        if (params->field_mask & CKS_CLIENT_FIELD_EC) {
+            c->k          = params->ec_k;
+            c->m          = params->ec_m;
+            c->chunk_size = params->chunk_size;
+        }
+        if (c->chunk_size == 0 || c->chunk_size % 4096 != 0 || c->chunk_size > (64u << 20)) {
+            cks_error("chunk size %llu must be a multiple of 4096 up to 64 MiB",
+                      (unsigned long long)c->chunk_size);
+            return CKS_ERR_INVALID_PARAM;
+        }
+        status = cks_cluster_check(c->map, c->k, c->m, err, sizeof(err));
+        if (status != CKS_OK) {
+            cks_cl_set_error(c, status, err, strlen(err));
+            return status;
+        }
+        c->nsrv = cks_cluster_nservers(c->map);
+    } else if (params->field_mask & CKS_CLIENT_FIELD_SERVER) {
+        c->nsrv = 1;
+    } else {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    c->srv = calloc(c->nsrv, sizeof(*c->srv));
+    if (c->srv == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < c->nsrv; i++) {
+        c->srv[i].client = c;
+        if (c->map != NULL) {
+            const cks_cluster_server_t *cs = cks_cluster_server(c->map, i);
+            snprintf(c->srv[i].addr, sizeof(c->srv[i].addr), "%s", cs->addr);
+            c->srv[i].port = cs->port;
+        } else {
+            status = cks_cl_parse_server(params->server, c->srv[i].addr,
+                                         sizeof(c->srv[i].addr), &c->srv[i].port);
+            if (status != CKS_OK) {
+                cks_error("server address '%s' is not ipv4:port",
+                          params->server ? params->server : "");
+                return status;
+            }
+        }
+    }
+    return CKS_OK;
+}
+
+static void cks_cl_free(cks_client_h c)
+{
+    for (unsigned k = 0; k <= CKS_EC_MAX_K; k++) {
+        for (unsigned m = 0; m <= CKS_EC_MAX_M; m++) {
+            cks_ec_destroy(c->ec[k][m]);
+        }
+    }
+    free(c->srv);
+    cks_cluster_free(c->map);
+    cks_hmap_destroy(c->inflight);
+    cks_hmap_destroy(c->put_counts);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
 cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *client_p)
 {
     cks_tp_worker_params_t wp;
@@ -732,18 +958,14 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
     cks_op_t *op;
     cks_status_t status;
 
-    if (params == NULL || client_p == NULL || !(params->field_mask & CKS_CLIENT_FIELD_SERVER)) {
+    if (params == NULL || client_p == NULL) {
         return CKS_ERR_INVALID_PARAM;
     }
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    status = cks_cl_parse_server(params->server, c->addr, sizeof(c->addr), &c->port);
-    if (status != CKS_OK) {
-        cks_error("server address '%s' is not ipv4:port", params->server ? params->server : "");
-        goto err_free;
-    }
+    pthread_mutex_init(&c->lock, NULL);
     c->timeout_ms = (params->field_mask & CKS_CLIENT_FIELD_TIMEOUT_MS) && params->timeout_ms > 0
                         ? params->timeout_ms
                         : CKS_CLIENT_TIMEOUT_DEFAULT;
@@ -751,10 +973,16 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
              (params->field_mask & CKS_CLIENT_FIELD_NAME) && params->name ? params->name
                                                                           : "libckstore");
     c->next_req_id = 1;
-    pthread_mutex_init(&c->lock, NULL);
-    status = cks_hmap_create(&c->inflight);
+    status         = cks_hmap_create(&c->inflight);
+    if (status == CKS_OK) {
+        status = cks_hmap_create(&c->put_counts);
+    }
+    if (status == CKS_OK) {
+        status = cks_cl_servers(c, params);
+    }
     if (status != CKS_OK) {
-        goto err_lock;
+        cks_cl_free(c);
+        return status;
     }
     memset(&wp, 0, sizeof(wp));
     wp.name        = c->name;
@@ -764,48 +992,30 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
     wp.arg         = c;
     status         = cks_tp_worker_create(&wp, &c->tp);
     if (status != CKS_OK) {
-        goto err_map;
-    }
-    status = cks_tp_conn_connect(c->tp, c->addr, c->port, &c->conn);
-    if (status != CKS_OK) {
-        goto err_tp;
+        cks_cl_free(c);
+        return status;
     }
     if (pthread_create(&c->thread, NULL, cks_cl_thread, c) != 0) {
-        status = CKS_ERR_NO_MEMORY;
-        goto err_conn;
+        cks_tp_worker_destroy(c->tp);
+        cks_cl_free(c);
+        return CKS_ERR_NO_MEMORY;
     }
-    /* the handshake proves that the server is there and speaks our protocol */
+    /* a server must answer: the first that does (any, for a cluster) */
     op = cks_op_new(CKS_OP_HELLO, CKS_MSG_HELLO);
     if (op == NULL) {
         status = CKS_ERR_NO_MEMORY;
     } else {
-        const void *addr;
-        size_t addr_len;
-        cks_tp_worker_address(c->tp, &addr, &addr_len);
-        op->body.m_HELLO.name = cks_wire_cstr(c->name);
-        op->body.m_HELLO.addr = (cks_wire_str_t){addr, (uint32_t)addr_len};
-        status                = cks_cl_run(c, op);
+        op->target = CKS_TARGET_ANY;
+        status     = cks_cl_run(c, op);
     }
     if (status != CKS_OK) {
-        cks_error("cannot reach ckstore server %s:%u: %s", c->addr, c->port,
+        cks_error("cannot reach %s: %s", c->map ? "any server of the cluster" : "the server",
                   cks_status_string(status));
         cks_client_destroy(c);
-        return status == CKS_ERR_CONN_LOST ? CKS_ERR_UNREACHABLE : status;
+        return cks_cl_retryable(status) ? CKS_ERR_UNREACHABLE : status;
     }
     *client_p = c;
     return CKS_OK;
-
-err_conn:
-    cks_tp_conn_put(c->conn);
-err_tp:
-    cks_tp_worker_destroy(c->tp);
-err_map:
-    cks_hmap_destroy(c->inflight);
-err_lock:
-    pthread_mutex_destroy(&c->lock);
-err_free:
-    free(c);
-    return status;
 }
 
 void cks_client_destroy(cks_client_h c)
@@ -825,11 +1035,8 @@ void cks_client_destroy(cks_client_h c)
         op->cb(op->arg, CKS_ERR_CANCELED);
         free(op);
     }
-    cks_tp_conn_put(c->conn);
     cks_tp_worker_destroy(c->tp);
-    cks_hmap_destroy(c->inflight);
-    pthread_mutex_destroy(&c->lock);
-    free(c);
+    cks_cl_free(c);
 }
 
 /* ---- versions ----------------------------------------------------------------------- */
@@ -881,13 +1088,17 @@ cks_status_t cks_version_begin_nb(cks_client_h c, const cks_version_params_t *p,
         free(op);
         return status;
     }
-    m->version = p->version;
-    m->parent  = (p->field_mask & CKS_VERSION_FIELD_PARENT) ? p->parent : CKS_NO_PARENT;
-    m->nranks  = (p->field_mask & CKS_VERSION_FIELD_NRANKS) ? p->nranks : 1;
+    m->version    = p->version;
+    m->parent     = (p->field_mask & CKS_VERSION_FIELD_PARENT) ? p->parent : CKS_NO_PARENT;
+    m->nranks     = (p->field_mask & CKS_VERSION_FIELD_NRANKS) ? p->nranks : 1;
+    m->k          = c->k;
+    m->m          = c->m;
+    m->chunk_size = c->chunk_size;
     if (m->nranks == 0) {
         free(op);
         return CKS_ERR_INVALID_PARAM;
     }
+    op->srv = cks_cl_coordinator(c, m->job.ptr, m->job.len, m->version);
     return cks_cl_submit(c, op, cb, arg);
 }
 
@@ -907,7 +1118,13 @@ cks_status_t cks_version_seal_nb(cks_client_h c, const char *job, uint64_t versi
     }
     cks_status_t status = cks_cl_version_ref_op(CKS_MSG_VERSION_SEAL, CKS_OP_SEAL, job,
                                                 version, &op);
-    return status == CKS_OK ? cks_cl_submit(c, op, cb, arg) : status;
+    if (status != CKS_OK) {
+        return status;
+    }
+    op->srv = cks_cl_coordinator(c, op->body.m_VERSION_SEAL.job.ptr,
+                                 op->body.m_VERSION_SEAL.job.len, version);
+    op->body.m_VERSION_SEAL.nobjects = cks_cl_put_count(c, job, version, 1);
+    return cks_cl_submit(c, op, cb, arg);
 }
 
 cks_status_t cks_version_seal(cks_client_h c, const char *job, uint64_t version)
@@ -925,7 +1142,15 @@ static cks_status_t cks_cl_version_simple(cks_client_h c, unsigned type, const c
         return CKS_ERR_INVALID_PARAM;
     }
     cks_status_t status = cks_cl_version_ref_op(type, CKS_OP_STATUS, job, version, &op);
-    return status == CKS_OK ? cks_cl_run(c, op) : status;
+    if (status != CKS_OK) {
+        return status;
+    }
+    op->srv = cks_cl_coordinator(c, op->body.m_VERSION_ABORT.job.ptr,
+                                 op->body.m_VERSION_ABORT.job.len, version);
+    if (type == CKS_MSG_VERSION_ABORT) {
+        cks_cl_put_count(c, job, version, 1);
+    }
+    return cks_cl_run(c, op);
 }
 
 cks_status_t cks_version_abort(cks_client_h c, const char *job, uint64_t version)
@@ -938,8 +1163,8 @@ cks_status_t cks_version_delete(cks_client_h c, const char *job, uint64_t versio
     return cks_cl_version_simple(c, CKS_MSG_VERSION_DELETE, job, version);
 }
 
-static cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t version,
-                                        int latest, cks_version_info_t *info_p)
+cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t version, int latest,
+                                 cks_version_info_t *info_p)
 {
     cks_version_info_t info;
     size_t used = 0;
@@ -961,7 +1186,9 @@ static cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_
     op->body.m_VERSION_STAT.version = version;
     op->body.m_VERSION_STAT.latest  = (uint32_t)latest;
     op->out                         = &info;
-    status                          = cks_cl_run(c, op);
+    op->target                      = CKS_TARGET_ANY; /* every server has the manifests */
+    op->srv    = latest ? 0 : cks_cl_coordinator(c, job, strlen(job), version);
+    status     = cks_cl_run(c, op);
     if (status == CKS_OK) {
         *info_p = info;
     }
@@ -979,7 +1206,7 @@ cks_status_t cks_version_latest(cks_client_h c, const char *job, cks_version_inf
     return cks_cl_version_stat(c, job, 0, 1, info_p);
 }
 
-static cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,
+cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,
                                 size_t *count_p, int *more_p)
 {
     size_t count = 0;
@@ -1024,6 +1251,7 @@ cks_status_t cks_version_list(cks_client_h c, const char *job, const uint64_t *a
         free(op);
         return status;
     }
+    op->target                         = CKS_TARGET_ANY;
     op->entry                          = CKS_WIRE_ENTRY_VERSION;
     op->body.m_VERSION_LIST.has_after  = after != NULL;
     op->body.m_VERSION_LIST.after      = after ? *after : 0;
@@ -1055,6 +1283,7 @@ cks_status_t cks_job_list(cks_client_h c, const char *after,
     } else {
         op->body.m_JOB_LIST.after = cks_wire_cstr(NULL);
     }
+    op->target              = CKS_TARGET_ANY;
     op->entry               = CKS_WIRE_ENTRY_JOB;
     op->body.m_JOB_LIST.max = (uint32_t)CKS_MIN(max, (size_t)CKS_WIRE_MAX_ENTRIES);
     return cks_cl_list(c, op, names, max, count_p, more_p);
@@ -1103,8 +1332,21 @@ cks_status_t cks_put_nb(cks_client_h c, const cks_put_params_t *p, cks_done_cb_t
         m->layer  = m->expert = m->rank = CKS_TAG_NONE;
     }
     m->size         = p->size;
+    m->k            = c->k;
+    m->m            = c->m;
+    m->chunk_size   = c->chunk_size;
     op->payload     = p->buffer;
     op->payload_len = p->size;
+    if (c->map != NULL) {
+        uint16_t group[CKS_PLACE_WIDTH_MAX];
+        status = cks_place(c->map, m->job.ptr, m->job.len, m->key.ptr, m->key.len, 0, c->k,
+                           c->m, NULL, group);
+        if (status != CKS_OK) {
+            free(op);
+            return status;
+        }
+        op->srv = group[0]; /* the primary: first member of stripe 0's group */
+    }
     return cks_cl_submit(c, op, cb, arg);
 }
 
@@ -1115,163 +1357,3 @@ cks_status_t cks_put(cks_client_h c, const cks_put_params_t *p)
     return cks_waiter_wait(&w, cks_put_nb(c, p, cks_waiter_cb, &w));
 }
 
-/* ---- restore ----------------------------------------------------------------------------- */
-
-cks_status_t cks_restore_open(cks_client_h c, const char *job, uint64_t version,
-                              cks_restore_h *r_p)
-{
-    cks_version_info_t info;
-    cks_restore_h r;
-    cks_status_t status;
-
-    if (c == NULL || r_p == NULL || job == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    status = version == CKS_VERSION_LATEST ? cks_version_latest(c, job, &info)
-                                           : cks_version_stat(c, job, version, &info);
-    if (status != CKS_OK) {
-        return status;
-    }
-    if (info.state != CKS_VSTATE_SEALED && info.state != CKS_VSTATE_PROTECTED &&
-        info.state != CKS_VSTATE_DEGRADED) {
-        char text[96];
-        int n = snprintf(text, sizeof(text), "version %llu is %s",
-                         (unsigned long long)info.version, cks_vstate_string(info.state));
-        cks_cl_set_error(c, CKS_ERR_NOT_RESTORABLE, text, (size_t)n);
-        return CKS_ERR_NOT_RESTORABLE;
-    }
-    r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    r->client = c;
-    snprintf(r->job, sizeof(r->job), "%s", job);
-    r->info = info;
-    *r_p    = r;
-    return CKS_OK;
-}
-
-void cks_restore_close(cks_restore_h r)
-{
-    free(r);
-}
-
-cks_status_t cks_restore_info(cks_restore_h r, cks_version_info_t *info_p)
-{
-    if (r == NULL || info_p == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    *info_p = r->info;
-    return CKS_OK;
-}
-
-cks_status_t cks_object_stat(cks_restore_h r, const char *key, cks_object_info_t *info_p)
-{
-    cks_object_info_t info;
-    size_t used = 0;
-    cks_op_t *op;
-    cks_status_t status;
-
-    if (r == NULL || info_p == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    op = cks_op_new(CKS_OP_OBJECT_STAT, CKS_MSG_OBJECT_STAT);
-    if (op == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &op->body.m_OBJECT_STAT.job);
-    if (status == CKS_OK) {
-        status = cks_op_name(op, &used, key, CKS_KEY_MAX_LEN, &op->body.m_OBJECT_STAT.key);
-    }
-    if (status != CKS_OK) {
-        free(op);
-        return status;
-    }
-    op->body.m_OBJECT_STAT.version = r->info.version;
-    op->out                        = &info;
-    status                         = cks_cl_run(r->client, op);
-    if (status == CKS_OK) {
-        *info_p = info;
-    }
-    return status;
-}
-
-cks_status_t cks_object_list(cks_restore_h r, const char *after_key, cks_object_info_t *out,
-                             size_t max, size_t *count_p, int *more_p)
-{
-    size_t used = 0;
-    cks_op_t *op;
-    cks_status_t status;
-
-    if (r == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    op = cks_op_new(CKS_OP_LIST, CKS_MSG_OBJECT_LIST);
-    if (op == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &op->body.m_OBJECT_LIST.job);
-    if (status == CKS_OK && after_key != NULL && after_key[0] != '\0') {
-        status = cks_op_name(op, &used, after_key, CKS_KEY_MAX_LEN,
-                             &op->body.m_OBJECT_LIST.after);
-    } else {
-        op->body.m_OBJECT_LIST.after = cks_wire_cstr(NULL);
-    }
-    if (status != CKS_OK) {
-        free(op);
-        return status;
-    }
-    op->entry                      = CKS_WIRE_ENTRY_OBJECT;
-    op->body.m_OBJECT_LIST.version = r->info.version;
-    op->body.m_OBJECT_LIST.max     = (uint32_t)CKS_MIN(max, (size_t)CKS_WIRE_MAX_ENTRIES);
-    return cks_cl_list(r->client, op, out, max, count_p, more_p);
-}
-
-cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
-                        cks_done_cb_t cb, void *arg)
-{
-    cks_msg_get_t *m;
-    size_t used = 0;
-    cks_op_t *op;
-    cks_status_t status;
-    int range;
-
-    if (r == NULL || p == NULL || cb == NULL || (p->buffer == NULL && p->buffer_size > 0)) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
-        return CKS_ERR_UNSUPPORTED;
-    }
-    range = !!(p->field_mask & CKS_GET_FIELD_RANGE);
-    if (range && (p->length > p->buffer_size || p->length == UINT64_MAX)) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    op = cks_op_new(CKS_OP_GET, CKS_MSG_GET);
-    if (op == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    m      = &op->body.m_GET;
-    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &m->job);
-    if (status == CKS_OK) {
-        status = cks_op_name(op, &used, p->key, CKS_KEY_MAX_LEN, &m->key);
-    }
-    if (status != CKS_OK) {
-        free(op);
-        return status;
-    }
-    m->version   = r->info.version;
-    m->offset    = range ? p->offset : 0;
-    m->length    = range ? p->length : UINT64_MAX; /* the whole object */
-    op->buf      = p->buffer;
-    op->buf_size = p->buffer_size;
-    op->length_p = length_p;
-    op->flags    = (p->field_mask & CKS_GET_FIELD_FLAGS) ? p->flags : 0;
-    return cks_cl_submit(r->client, op, cb, arg);
-}
-
-cks_status_t cks_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p)
-{
-    cks_waiter_t w;
-    cks_waiter_init(&w);
-    return cks_waiter_wait(&w, cks_get_nb(r, p, length_p, cks_waiter_cb, &w));
-}

@@ -55,16 +55,25 @@ enum {
     CKS_CLIENT_FIELD_SERVER     = 1u << 0,
     CKS_CLIENT_FIELD_TIMEOUT_MS = 1u << 1,
     CKS_CLIENT_FIELD_NAME       = 1u << 2,
+    CKS_CLIENT_FIELD_CLUSTER    = 1u << 3,
+    CKS_CLIENT_FIELD_EC         = 1u << 4,
 };
 
 typedef struct {
     uint64_t field_mask;  /**< CKS_CLIENT_FIELD_* bits of the fields that are set */
-    const char *server;   /**< "ipv4:port" (required); copied */
+    const char *server;   /**< "ipv4:port" of a standalone server; copied */
     int timeout_ms;       /**< per request; default 60000 */
     const char *name;     /**< shown in server logs; default "libckstore"; copied */
+    const char *cluster;  /**< path of a cluster map (docs/CLUSTER_MAP.md): use the
+                               erasure-coded cluster it lists instead of `server` */
+    uint32_t ec_k;        /**< with CKS_CLIENT_FIELD_EC: data chunks per stripe of the
+                               versions this client begins (default 4) */
+    uint32_t ec_m;        /**< parity chunks (default 2) */
+    uint64_t chunk_size;  /**< bytes per chunk, multiple of 4096 (default 1 MiB) */
 } cks_client_params_t;
 
-/** Connect to a server (and check it answers, within the timeout). */
+/** Connect to a standalone server (`server`) or a cluster (`cluster`): at
+ *  least one server must answer within the timeout. */
 CKS_API_VISIBLE cks_status_t cks_client_create(const cks_client_params_t *params,
                                                cks_client_h *client_p);
 
@@ -118,6 +127,8 @@ typedef struct {
     uint64_t sealed_ns;   /**< 0 until sealed */
     uint64_t nobjects;
     uint64_t bytes;
+    uint32_t ec_k, ec_m;  /**< Reed-Solomon geometry; 0, 0 on a standalone server */
+    uint64_t chunk_size;
 } cks_version_info_t;
 
 /** One version's record. */

@@ -1,0 +1,150 @@
+/*
+ * client-lib private: the op machinery shared by client.c (connections,
+ * progress thread, versions, puts) and read.c (restores: stats, lists, and
+ * gets of whole objects or byte ranges, with degraded decoding).
+ */
+#ifndef CKS_CLIENT_INT_H
+#define CKS_CLIENT_INT_H
+
+#include "ckstore.h"
+#include "cks_coding.h"
+#include "cks_md.h"
+#include "cks_tp.h"
+
+#include <pthread.h>
+
+#define CKS_CLIENT_TIMEOUT_DEFAULT 60000
+
+typedef struct cks_op cks_op_t;
+
+/* How a reply is turned into results. */
+typedef enum {
+    CKS_OP_STATUS,       /* STATUS_REPLY only */
+    CKS_OP_PUT,          /* send with payload + STATUS_REPLY */
+    CKS_OP_SEAL,         /* SEAL_REPLY */
+    CKS_OP_GET,          /* GET_REPLY + payload (standalone server) */
+    CKS_OP_CHUNK_GET,    /* CHUNK_GET_REPLY + payload (cluster) */
+    CKS_OP_VERSION_STAT, /* VERSION_STAT_REPLY */
+    CKS_OP_OBJECT_STAT,  /* OBJECT_STAT_REPLY */
+    CKS_OP_LIST,         /* LIST_REPLY + page */
+    CKS_OP_HELLO,        /* HELLO_REPLY */
+} cks_op_kind_t;
+
+/* Where an op may go. */
+typedef enum {
+    CKS_TARGET_FIXED = 0, /* op->srv only */
+    CKS_TARGET_ANY   = 1, /* op->srv first, then every other server in turn */
+} cks_target_t;
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+    cks_status_t status;
+} cks_waiter_t;
+
+struct cks_op {
+    cks_op_t *next, *prev;  /* submit queue, then in-flight list or a server's wait list */
+    cks_client_h client;
+    cks_op_kind_t kind;
+    unsigned type;          /* request message type */
+    uint64_t req_id;
+    uint64_t deadline_ns;
+    size_t srv;             /* target server position */
+    cks_target_t target;
+    size_t tries;           /* servers tried (CKS_TARGET_ANY) */
+    cks_msg_any_t body;     /* request; strings point into `names` */
+    char names[CKS_JOB_MAX_LEN + 2 * CKS_KEY_MAX_LEN + 3];
+    const void *payload;    /* PUT */
+    uint64_t payload_len;
+    cks_mem_type_t mem_type;
+    void *buf;              /* GET / CHUNK_GET destination */
+    uint64_t buf_size;
+    uint64_t *length_p;
+    uint32_t flags;
+    void *out;              /* stat / list results (caller's) */
+    size_t out_max;
+    size_t *count_p;
+    int *more_p;
+    cks_wire_entry_t entry; /* LIST */
+    uint8_t *page;          /* LIST: received page */
+    size_t page_len;
+    uint64_t crc64, obj_size; /* GET: whole object; CHUNK_GET: whole chunk */
+    int sending;            /* UCX holds the payload (send) */
+    int receiving;          /* UCX writes into buf */
+    int replied;
+    int queued;             /* on a server's wait list */
+    cks_status_t status;
+    cks_done_cb_t cb;
+    void *arg;
+};
+
+/* A server as the client sees it. */
+typedef enum {
+    CKS_SRV_IDLE = 0,    /* no connection yet, or the last one failed */
+    CKS_SRV_CONNECTING,  /* HELLO in flight; ops wait */
+    CKS_SRV_UP,
+} cks_srv_state_t;
+
+typedef struct {
+    cks_client_h client;
+    char addr[64];
+    uint16_t port;
+    cks_tp_conn_h conn;
+    cks_srv_state_t state;
+    cks_status_t last_error;
+    uint64_t failed_ns;      /* when it last failed (reconnects are paced) */
+    cks_op_t *wait_head, *wait_tail;
+} cks_cl_srv_t;
+
+struct cks_client {
+    char name[CKS_WIRE_MAX_NAME + 1];
+    int timeout_ms;
+    cks_cluster_h map;        /* NULL: one standalone server */
+    size_t nsrv;
+    cks_cl_srv_t *srv;
+    unsigned k, m;            /* geometry of versions this client begins */
+    uint64_t chunk_size;
+    cks_ec_h ec[CKS_EC_MAX_K + 1][CKS_EC_MAX_M + 1]; /* decoders, made on demand */
+    cks_tp_worker_h tp;
+    pthread_t thread;
+    pthread_mutex_t lock;     /* submit queue, stop, last error */
+    cks_op_t *sub_head, *sub_tail;
+    int stop;
+    char last_error[CKS_MSG_MAX_LEN + 64];
+    cks_hmap_t *put_counts;   /* job\0be64(version) -> puts completed (under lock) */
+    /* progress thread only */
+    cks_hmap_t *inflight;     /* req_id -> op */
+    cks_op_t *fl_head, *fl_tail; /* in flight, oldest first */
+    uint64_t next_req_id;
+};
+
+struct cks_restore {
+    cks_client_h client;
+    char job[CKS_JOB_MAX_LEN + 1];
+    cks_version_info_t info;
+};
+
+/* client.c */
+void cks_cl_set_error(cks_client_h c, cks_status_t status, const char *text, size_t len);
+void cks_waiter_init(cks_waiter_t *w);
+void cks_waiter_cb(void *arg, cks_status_t status);
+cks_status_t cks_waiter_wait(cks_waiter_t *w, cks_status_t status);
+cks_status_t cks_op_name(cks_op_t *op, size_t *used, const char *name, size_t max,
+                         cks_wire_str_t *s);
+cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type);
+/* Queue an op from any thread; CKS_INPROGRESS (cb runs once) or an error. */
+cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
+/* Submit and wait. */
+cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op);
+/* Start an op from the progress thread (a callback); cb runs once, later. */
+void cks_cl_start(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
+/* Server that coordinates (job, version); 0 on a standalone server. */
+size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version);
+void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t *e);
+cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t version, int latest,
+                                 cks_version_info_t *info_p);
+cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,
+                         size_t *count_p, int *more_p);
+
+#endif

@@ -1,0 +1,535 @@
+/*
+ * DESIGN: restores. Opens a restorable version, answers object stats and
+ * lists (from the version's coordinator, or any other server: every server
+ * holds the manifests), and reads whole objects or byte ranges straight into
+ * the caller's buffer.
+ *
+ * On a cluster a read is a small state machine on the progress thread: stat
+ * the object, then read exactly the byte ranges of the data chunks that the
+ * range covers, from up to k servers of each stripe's placement group in
+ * parallel, into their final place in the caller's buffer. A chunk that
+ * fails (server gone, timeout, CRC mismatch) marks its stripe degraded; the
+ * stripe's other chunks, parity included, are then fetched whole into a
+ * temporary buffer and the missing data chunks rebuilt with ISA-L.
+ * Never: block, or hand back a byte that was not checked (whole chunks are
+ * CRC-checked here, partial ones by the server before it sends them).
+ */
+#include "client_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- restore ----------------------------------------------------------------------------- */
+
+cks_status_t cks_restore_open(cks_client_h c, const char *job, uint64_t version,
+                              cks_restore_h *r_p)
+{
+    cks_version_info_t info;
+    cks_restore_h r;
+    cks_status_t status;
+
+    if (c == NULL || r_p == NULL || job == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    status = version == CKS_VERSION_LATEST ? cks_version_latest(c, job, &info)
+                                           : cks_version_stat(c, job, version, &info);
+    if (status != CKS_OK) {
+        return status;
+    }
+    if (info.state != CKS_VSTATE_SEALED && info.state != CKS_VSTATE_PROTECTED &&
+        info.state != CKS_VSTATE_DEGRADED) {
+        char text[96];
+        int n = snprintf(text, sizeof(text), "version %llu is %s",
+                         (unsigned long long)info.version, cks_vstate_string(info.state));
+        cks_cl_set_error(c, CKS_ERR_NOT_RESTORABLE, text, (size_t)n);
+        return CKS_ERR_NOT_RESTORABLE;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    r->client = c;
+    snprintf(r->job, sizeof(r->job), "%s", job);
+    r->info = info;
+    *r_p    = r;
+    return CKS_OK;
+}
+
+void cks_restore_close(cks_restore_h r)
+{
+    free(r);
+}
+
+cks_status_t cks_restore_info(cks_restore_h r, cks_version_info_t *info_p)
+{
+    if (r == NULL || info_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    *info_p = r->info;
+    return CKS_OK;
+}
+
+cks_status_t cks_object_stat(cks_restore_h r, const char *key, cks_object_info_t *info_p)
+{
+    cks_object_info_t info;
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (r == NULL || info_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_OBJECT_STAT, CKS_MSG_OBJECT_STAT);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &op->body.m_OBJECT_STAT.job);
+    if (status == CKS_OK) {
+        status = cks_op_name(op, &used, key, CKS_KEY_MAX_LEN, &op->body.m_OBJECT_STAT.key);
+    }
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    op->body.m_OBJECT_STAT.version = r->info.version;
+    op->out                        = &info;
+    op->target                     = CKS_TARGET_ANY;
+    op->srv = cks_cl_coordinator(r->client, r->job, strlen(r->job), r->info.version);
+    status                         = cks_cl_run(r->client, op);
+    if (status == CKS_OK) {
+        *info_p = info;
+    }
+    return status;
+}
+
+cks_status_t cks_object_list(cks_restore_h r, const char *after_key, cks_object_info_t *out,
+                             size_t max, size_t *count_p, int *more_p)
+{
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (r == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    op = cks_op_new(CKS_OP_LIST, CKS_MSG_OBJECT_LIST);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &op->body.m_OBJECT_LIST.job);
+    if (status == CKS_OK && after_key != NULL && after_key[0] != '\0') {
+        status = cks_op_name(op, &used, after_key, CKS_KEY_MAX_LEN,
+                             &op->body.m_OBJECT_LIST.after);
+    } else {
+        op->body.m_OBJECT_LIST.after = cks_wire_cstr(NULL);
+    }
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    op->entry                      = CKS_WIRE_ENTRY_OBJECT;
+    op->target                     = CKS_TARGET_ANY;
+    op->srv = cks_cl_coordinator(r->client, r->job, strlen(r->job), r->info.version);
+    op->body.m_OBJECT_LIST.version = r->info.version;
+    op->body.m_OBJECT_LIST.max     = (uint32_t)CKS_MIN(max, (size_t)CKS_WIRE_MAX_ENTRIES);
+    return cks_cl_list(r->client, op, out, max, count_p, more_p);
+}
+
+/* ---- reads on a cluster ------------------------------------------------------ */
+
+typedef struct cks_read cks_read_t;
+
+typedef struct {
+    cks_read_t *rd;
+    uint64_t stripe;
+    unsigned idx;
+    int whole;     /* degraded phase: the whole chunk into the stripe buffer */
+} cks_read_sub_t;
+
+typedef struct {
+    uint64_t stripe;
+    uint32_t failed; /* bitmask of chunks that failed */
+    uint32_t got;    /* degraded phase: chunks that arrived whole */
+    uint8_t *buf;    /* degraded phase: (k + m) chunks */
+} cks_read_stripe_t;
+
+struct cks_read {
+    cks_restore_h r;
+    cks_client_h c;
+    char key[CKS_KEY_MAX_LEN + 1];
+    uint8_t *buf;
+    uint64_t buf_size, off, len;
+    int whole;
+    uint64_t *length_p;
+    uint32_t flags;
+    cks_object_info_t info;
+    unsigned k, m;
+    uint64_t chunk;
+    uint64_t s0, s1;           /* stripes the range covers */
+    cks_read_stripe_t *stripes; /* s1 - s0 + 1 */
+    cks_read_sub_t *subs;
+    size_t nsubs;
+    unsigned pending;
+    int degraded;
+    cks_status_t status;
+    cks_done_cb_t cb;
+    void *arg;
+};
+
+static void cks_read_finish(cks_read_t *rd, cks_status_t status)
+{
+    if (status == CKS_OK && rd->whole && (rd->flags & CKS_GET_VERIFY) &&
+        cks_crc64(0, rd->buf, rd->len) != rd->info.crc64) {
+        cks_cl_set_error(rd->c, CKS_ERR_CRC_MISMATCH, rd->key, strlen(rd->key));
+        status = CKS_ERR_CRC_MISMATCH;
+    }
+    for (uint64_t s = rd->s0; rd->stripes != NULL && s <= rd->s1; s++) {
+        free(rd->stripes[s - rd->s0].buf);
+    }
+    free(rd->stripes);
+    free(rd->subs);
+    rd->cb(rd->arg, status);
+    free(rd);
+}
+
+static cks_op_t *cks_read_chunk_op(cks_read_t *rd, uint64_t stripe, unsigned idx,
+                                   uint64_t off, uint64_t len, uint8_t *dst, size_t srv)
+{
+    size_t used  = 0;
+    cks_op_t *op = cks_op_new(CKS_OP_CHUNK_GET, CKS_MSG_CHUNK_GET);
+    if (op == NULL ||
+        cks_op_name(op, &used, rd->r->job, CKS_JOB_MAX_LEN, &op->body.m_CHUNK_GET.job) !=
+            CKS_OK ||
+        cks_op_name(op, &used, rd->key, CKS_KEY_MAX_LEN, &op->body.m_CHUNK_GET.key) !=
+            CKS_OK) {
+        free(op);
+        return NULL;
+    }
+    op->body.m_CHUNK_GET.version = rd->r->info.version;
+    op->body.m_CHUNK_GET.stripe  = stripe;
+    op->body.m_CHUNK_GET.idx     = idx;
+    op->body.m_CHUNK_GET.offset  = off;
+    op->body.m_CHUNK_GET.length  = len;
+    op->buf                      = dst;
+    op->buf_size                 = len;
+    op->srv                      = srv;
+    return op;
+}
+
+static void cks_read_decode(cks_read_t *rd);
+static void cks_read_step(cks_read_t *rd);
+
+static void cks_read_sub_done(void *arg, cks_status_t status)
+{
+    cks_read_sub_t *sub   = arg;
+    cks_read_t *rd        = sub->rd;
+    cks_read_stripe_t *st = &rd->stripes[sub->stripe - rd->s0];
+
+    if (status == CKS_OK && sub->whole) {
+        st->got |= 1u << sub->idx;
+    } else if (status != CKS_OK) {
+        st->failed |= 1u << sub->idx;
+        if (rd->status == CKS_OK || rd->status == CKS_ERR_CRC_MISMATCH) {
+            rd->status = status;
+        }
+        cks_info("chunk %u of stripe %llu of '%s' unavailable (%s)%s", sub->idx,
+                 (unsigned long long)sub->stripe, rd->key, cks_status_string(status),
+                 sub->whole ? "" : ": decoding around it");
+    }
+    if (--rd->pending == 0) {
+        cks_read_step(rd);
+    }
+}
+
+/* Every read of the current phase is done: finish, or go degraded. */
+static void cks_read_step(cks_read_t *rd)
+{
+    if (!rd->degraded) {
+        int any_bad = 0;
+        for (uint64_t s = rd->s0; s <= rd->s1; s++) {
+            any_bad |= rd->stripes[s - rd->s0].failed != 0;
+        }
+        if (!any_bad) {
+            cks_read_finish(rd, CKS_OK);
+            return;
+        }
+        /* degraded: fetch every chunk of the failed stripes that did not fail */
+        rd->degraded = 1;
+        rd->pending  = 1; /* hold */
+        size_t n     = 0, width = rd->k + rd->m;
+        for (uint64_t s = rd->s0; s <= rd->s1; s++) {
+            if (rd->stripes[s - rd->s0].failed != 0) {
+                n += width;
+            }
+        }
+        free(rd->subs);
+        rd->subs  = calloc(n, sizeof(*rd->subs));
+        rd->nsubs = 0;
+        if (rd->subs == NULL) {
+            cks_read_finish(rd, CKS_ERR_NO_MEMORY);
+            return;
+        }
+        for (uint64_t s = rd->s0; s <= rd->s1; s++) {
+            cks_read_stripe_t *bs = &rd->stripes[s - rd->s0];
+            uint16_t group[CKS_PLACE_WIDTH_MAX];
+            if (bs->failed == 0) {
+                continue;
+            }
+            bs->buf = malloc(width * rd->chunk);
+            if (bs->buf == NULL ||
+                cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key,
+                          strlen(rd->key), s, rd->k, rd->m, NULL, group) != CKS_OK) {
+                continue; /* decode reports the loss */
+            }
+            for (unsigned i = 0; i < width; i++) {
+                if (bs->failed & (1u << i)) {
+                    continue;
+                }
+                cks_op_t *op = cks_read_chunk_op(rd, s, i, 0, rd->chunk,
+                                                 bs->buf + i * rd->chunk, group[i]);
+                if (op == NULL) {
+                    continue;
+                }
+                cks_read_sub_t *sb = &rd->subs[rd->nsubs++];
+                *sb                = (cks_read_sub_t){rd, s, i, 1};
+                rd->pending++;
+                cks_cl_start(rd->c, op, cks_read_sub_done, sb);
+            }
+        }
+        if (--rd->pending == 0) {
+            cks_read_decode(rd);
+        }
+        return;
+    }
+    cks_read_decode(rd);
+}
+
+/* All degraded fetches are in: rebuild the missing data chunks, copy the
+ * range's parts of them into the caller's buffer. */
+static void cks_read_decode(cks_read_t *rd)
+{
+    cks_client_h c    = rd->c;
+    unsigned width    = rd->k + rd->m;
+    uint64_t stripe_b = (uint64_t)rd->k * rd->chunk;
+
+    if (c->ec[rd->k][rd->m] == NULL && cks_ec_create(rd->k, rd->m, &c->ec[rd->k][rd->m]) !=
+                                           CKS_OK) {
+        cks_read_finish(rd, CKS_ERR_NO_MEMORY);
+        return;
+    }
+    for (uint64_t s = rd->s0; s <= rd->s1; s++) {
+        cks_read_stripe_t *bs = &rd->stripes[s - rd->s0];
+        uint8_t *chunks[CKS_PLACE_WIDTH_MAX];
+        uint8_t present[CKS_PLACE_WIDTH_MAX];
+        unsigned have = 0;
+        if (bs->failed == 0) {
+            continue;
+        }
+        for (unsigned i = 0; i < width; i++) {
+            present[i] = bs->buf != NULL && (bs->got & (1u << i)) != 0;
+            chunks[i]  = bs->buf ? bs->buf + i * rd->chunk : NULL;
+            have += present[i];
+        }
+        if (bs->buf == NULL || have < rd->k ||
+            cks_ec_decode(c->ec[rd->k][rd->m], rd->chunk, chunks, present) != CKS_OK) {
+            char text[CKS_KEY_MAX_LEN + 96];
+            int n = snprintf(text, sizeof(text),
+                             "object '%s': stripe %llu has %u of %u chunks, needs %u",
+                             rd->key, (unsigned long long)s, have, width, rd->k);
+            cks_cl_set_error(c, CKS_ERR_DATA_LOST, text, (size_t)n);
+            cks_error("%s", text);
+            cks_read_finish(rd, CKS_ERR_DATA_LOST);
+            return;
+        }
+        /* the range's bytes of this stripe, now all in the stripe buffer */
+        uint64_t lo = CKS_MAX(rd->off, s * stripe_b);
+        uint64_t hi = CKS_MIN(rd->off + rd->len, (s + 1) * stripe_b);
+        memcpy(rd->buf + (lo - rd->off), bs->buf + (lo - s * stripe_b), hi - lo);
+    }
+    cks_read_finish(rd, CKS_OK);
+}
+
+static void cks_read_stat_done(void *arg, cks_status_t status)
+{
+    cks_read_t *rd = arg;
+    uint64_t stripe_b, size = rd->info.size;
+
+    if (status != CKS_OK) {
+        cks_read_finish(rd, status);
+        return;
+    }
+    if (rd->whole) {
+        rd->len = size;
+    }
+    if (rd->off > size || rd->len > size - rd->off) {
+        char text[128];
+        int n = snprintf(text, sizeof(text), "range %llu+%llu past the end (%llu bytes)",
+                         (unsigned long long)rd->off, (unsigned long long)rd->len,
+                         (unsigned long long)size);
+        cks_cl_set_error(rd->c, CKS_ERR_OUT_OF_RANGE, text, (size_t)n);
+        cks_read_finish(rd, CKS_ERR_OUT_OF_RANGE);
+        return;
+    }
+    if (rd->len > rd->buf_size) {
+        cks_cl_set_error(rd->c, CKS_ERR_INVALID_PARAM, "buffer too small", 16);
+        cks_read_finish(rd, CKS_ERR_INVALID_PARAM);
+        return;
+    }
+    if (rd->length_p != NULL) {
+        *rd->length_p = rd->len;
+    }
+    if (rd->len == 0) {
+        cks_read_finish(rd, CKS_OK);
+        return;
+    }
+    stripe_b   = (uint64_t)rd->k * rd->chunk;
+    rd->s0     = rd->off / stripe_b;
+    rd->s1     = (rd->off + rd->len - 1) / stripe_b;
+    uint64_t n = rd->s1 - rd->s0 + 1;
+    rd->stripes = calloc(n, sizeof(*rd->stripes));
+    rd->subs    = calloc(n * rd->k, sizeof(*rd->subs));
+    if (rd->stripes == NULL || rd->subs == NULL) {
+        cks_read_finish(rd, CKS_ERR_NO_MEMORY);
+        return;
+    }
+    rd->pending = 1; /* held until every read is started */
+    for (uint64_t s = rd->s0; s <= rd->s1; s++) {
+        uint16_t group[CKS_PLACE_WIDTH_MAX];
+        rd->stripes[s - rd->s0].stripe = s;
+        status = cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key,
+                           strlen(rd->key), s, rd->k, rd->m, NULL, group);
+        for (unsigned i = 0; i < rd->k; i++) {
+            uint64_t base = s * stripe_b + i * rd->chunk;
+            uint64_t lo   = CKS_MAX(rd->off, base);
+            uint64_t hi   = CKS_MIN(rd->off + rd->len, base + rd->chunk);
+            if (lo >= hi) {
+                continue;
+            }
+            cks_read_sub_t *sub = &rd->subs[rd->nsubs++];
+            *sub                = (cks_read_sub_t){rd, s, i, 0};
+            rd->pending++;
+            cks_op_t *op = status == CKS_OK ? cks_read_chunk_op(rd, s, i, lo - base, hi - lo,
+                                                                rd->buf + (lo - rd->off),
+                                                                group[i])
+                                            : NULL;
+            if (op == NULL) {
+                cks_read_sub_done(sub, status == CKS_OK ? CKS_ERR_NO_MEMORY : status);
+            } else {
+                cks_cl_start(rd->c, op, cks_read_sub_done, sub);
+            }
+        }
+    }
+    /* drop the hold; the last completion continues the machine */
+    if (--rd->pending == 0) {
+        cks_read_step(rd);
+    }
+}
+
+static cks_status_t cks_read_start(cks_restore_h r, const cks_get_params_t *p, int range,
+                                   uint64_t *length_p, cks_done_cb_t cb, void *arg)
+{
+    cks_client_h c = r->client;
+    size_t used    = 0;
+    cks_read_t *rd;
+    cks_op_t *op;
+    cks_status_t status;
+
+    rd = calloc(1, sizeof(*rd));
+    op = cks_op_new(CKS_OP_OBJECT_STAT, CKS_MSG_OBJECT_STAT);
+    if (rd == NULL || op == NULL) {
+        free(rd);
+        free(op);
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &op->body.m_OBJECT_STAT.job);
+    if (status == CKS_OK) {
+        status = cks_op_name(op, &used, p->key, CKS_KEY_MAX_LEN, &op->body.m_OBJECT_STAT.key);
+    }
+    if (status != CKS_OK) {
+        free(rd);
+        free(op);
+        return status;
+    }
+    memcpy(rd->key, op->body.m_OBJECT_STAT.key.ptr, op->body.m_OBJECT_STAT.key.len);
+    rd->r        = r;
+    rd->c        = c;
+    rd->buf      = p->buffer;
+    rd->buf_size = p->buffer_size;
+    rd->whole    = !range;
+    rd->off      = range ? p->offset : 0;
+    rd->len      = range ? p->length : 0;
+    rd->length_p = length_p;
+    rd->flags    = (p->field_mask & CKS_GET_FIELD_FLAGS) ? p->flags : 0;
+    rd->k        = r->info.ec_k;
+    rd->m        = r->info.ec_m;
+    rd->chunk    = r->info.chunk_size;
+    rd->status   = CKS_OK;
+    rd->cb       = cb;
+    rd->arg      = arg;
+    op->body.m_OBJECT_STAT.version = r->info.version;
+    op->out                        = &rd->info;
+    op->target                     = CKS_TARGET_ANY;
+    op->srv = cks_cl_coordinator(c, r->job, strlen(r->job), r->info.version);
+    status  = cks_cl_submit(c, op, cks_read_stat_done, rd);
+    if (status != CKS_INPROGRESS) {
+        free(rd);
+    }
+    return status;
+}
+
+cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                        cks_done_cb_t cb, void *arg)
+{
+    cks_msg_get_t *m;
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+    int range;
+
+    if (r == NULL || p == NULL || cb == NULL || (p->buffer == NULL && p->buffer_size > 0)) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
+        return CKS_ERR_UNSUPPORTED;
+    }
+    range = !!(p->field_mask & CKS_GET_FIELD_RANGE);
+    if (range && (p->length > p->buffer_size || p->length == UINT64_MAX)) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (r->info.ec_k > 0) {
+        if (r->client->map == NULL || r->info.ec_k > CKS_EC_MAX_K ||
+            r->info.ec_m > CKS_EC_MAX_M || r->info.chunk_size == 0) {
+            return CKS_ERR_UNSUPPORTED;
+        }
+        return cks_read_start(r, p, range, length_p, cb, arg);
+    }
+    op = cks_op_new(CKS_OP_GET, CKS_MSG_GET);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    m      = &op->body.m_GET;
+    status = cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &m->job);
+    if (status == CKS_OK) {
+        status = cks_op_name(op, &used, p->key, CKS_KEY_MAX_LEN, &m->key);
+    }
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    m->version   = r->info.version;
+    m->offset    = range ? p->offset : 0;
+    m->length    = range ? p->length : UINT64_MAX; /* the whole object */
+    op->buf      = p->buffer;
+    op->buf_size = p->buffer_size;
+    op->length_p = length_p;
+    op->flags    = (p->field_mask & CKS_GET_FIELD_FLAGS) ? p->flags : 0;
+    return cks_cl_submit(r->client, op, cb, arg);
+}
+
+cks_status_t cks_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p)
+{
+    cks_waiter_t w;
+    cks_waiter_init(&w);
+    return cks_waiter_wait(&w, cks_get_nb(r, p, length_p, cks_waiter_cb, &w));
+}
