@@ -65,6 +65,8 @@ typedef struct {
     uint64_t sealed_ns;  /**< CLOCK_REALTIME, nanoseconds; 0 until sealed */
     uint64_t nobjects;   /**< objects written in this version (kept by the caller) */
     uint64_t bytes;      /**< their total size (kept by the caller) */
+    uint32_t ec_k, ec_m; /**< Reed-Solomon geometry; 0, 0 on a standalone server */
+    uint64_t chunk_size; /**< bytes per chunk (cluster) */
 } cks_md_version_t;
 
 /** One object of one version. */
@@ -208,6 +210,253 @@ cks_status_t cks_md_object_list(cks_md_txn_h txn, const char *job, size_t job_le
 /** Every object of every version of every job, in key order. A record that
  *  does not decode stops the walk with CKS_ERR_IO. */
 cks_status_t cks_md_object_foreach(cks_md_txn_h txn, cks_md_object_cb_t cb, void *arg);
+
+/* ---- chunks (cluster) ----------------------------------------------------
+ * "chunks": job + 0x00 + be64(version) + key + 0x00 + be64(stripe) + u8(idx)
+ * -> [fmt, len, crc64, arena_offset, arena_len]. One record per chunk of a
+ * stripe that this server holds. Object keys contain no NUL, so the 0x00
+ * after the key keeps one object's chunks apart from another's.
+ */
+
+/** A chunk held by this server. */
+typedef struct {
+    uint64_t stripe;
+    uint32_t idx;          /**< 0..k-1 data, k..k+m-1 parity */
+    uint64_t len;          /**< bytes of the chunk */
+    uint64_t crc64;        /**< of those bytes (computed by the primary) */
+    uint64_t arena_offset; /**< where they live in this server's arena */
+    uint64_t arena_len;
+} cks_md_chunk_t;
+
+/** Per chunk, by cks_md_chunk_del_version(); non-OK stops and is returned. */
+typedef cks_status_t (*cks_md_chunk_cb_t)(const cks_md_chunk_t *c, void *arg);
+
+/** Per chunk, by cks_md_chunk_foreach(); strings valid during the call. */
+typedef cks_status_t (*cks_md_chunk_each_cb_t)(const char *job, size_t job_len,
+                                               uint64_t version, const char *key,
+                                               size_t key_len, const cks_md_chunk_t *c,
+                                               void *arg);
+
+/** Record a chunk; CKS_ERR_DUPLICATE_KEY when that chunk is already there. */
+cks_status_t cks_md_chunk_put(cks_md_txn_h txn, const char *job, size_t job_len,
+                              uint64_t version, const char *key, size_t key_len,
+                              const cks_md_chunk_t *c);
+
+/** One chunk; CKS_ERR_NO_SUCH_KEY when this server does not hold it. */
+cks_status_t cks_md_chunk_get(cks_md_txn_h txn, const char *job, size_t job_len,
+                              uint64_t version, const char *key, size_t key_len,
+                              uint64_t stripe, uint32_t idx, cks_md_chunk_t *c_p);
+
+/** Delete every chunk of a version, calling cb (may be NULL) for each first
+ *  (so that the caller can free its arena space). */
+cks_status_t cks_md_chunk_del_version(cks_md_txn_h txn, const char *job, size_t job_len,
+                                      uint64_t version, cks_md_chunk_cb_t cb, void *arg);
+
+/** Every chunk of every version, in key order. */
+cks_status_t cks_md_chunk_foreach(cks_md_txn_h txn, cks_md_chunk_each_cb_t cb, void *arg);
+
+
+/* ======================================================================
+ * cluster map (metadata/cluster.c)
+ *
+ * The servers of one ckstore cluster and an epoch that grows on every
+ * membership change. Text format (docs/CLUSTER_MAP.md), one item per line,
+ * '#' starts a comment:
+ *
+ *     epoch 3
+ *     server 0 127.0.0.1:7001 node=n0 rack=r0
+ *
+ * Rules, each refused with CKS_ERR_INVALID_PARAM and a message that names the
+ * line: exactly one epoch (decimal u64); 1 .. CKS_CLUSTER_MAX_SERVERS
+ * servers; ids 0..65535 and unique; addresses IPv4 dotted quads (not
+ * 0.0.0.0), ports 1..65535, address:port unique; node and rack labels 1..63
+ * bytes of [A-Za-z0-9._-], both required; a node lies in one rack only.
+ *
+ * A loaded map is immutable: any number of threads may read it and call
+ * cks_place() on it at once, with no lock. Its owner frees it once no reader
+ * is left. Liveness is not part of the map: callers pass a down bitmap to
+ * cks_place().
+ *
+ * Server positions: a map keeps its servers in increasing id order, whatever
+ * the order of the lines; the position of a server (0 .. nservers - 1) is its
+ * rank in that order. Nodes and racks get dense indices (0 .. nnodes - 1,
+ * 0 .. nracks - 1) in order of first appearance in that same order, so two
+ * maps with the same servers have the same positions and indices.
+ *
+ * Error messages: the parse, load and check calls take `err`, a caller
+ * buffer of `err_len` bytes (may be NULL / 0). On failure they write a
+ * NUL-terminated message there (truncated to fit) and log the same message
+ * once with cks_error(); on success they leave `err` alone.
+ * ====================================================================== */
+
+/** Most servers in one map. */
+#define CKS_CLUSTER_MAX_SERVERS 4096u
+/** Longest node or rack label, in bytes (without the NUL). */
+#define CKS_CLUSTER_LABEL_MAX 63u
+/** Longest line of a map file, in bytes (without the newline). */
+#define CKS_CLUSTER_LINE_MAX 1024u
+/** Largest map text accepted by cks_cluster_load() and cks_cluster_parse(). */
+#define CKS_CLUSTER_TEXT_MAX (4u << 20)
+/** Bytes of a dotted-quad address with its NUL ("255.255.255.255"). */
+#define CKS_CLUSTER_ADDR_LEN 16u
+
+/** A loaded cluster map; immutable. */
+typedef struct cks_cluster *cks_cluster_h;
+
+/** One server of a map, as returned by cks_cluster_server(). */
+typedef struct {
+    uint16_t id;   /**< unique id from the map, 0..65535 */
+    uint16_t port; /**< 1..65535 */
+    uint16_t node; /**< dense node index, 0 .. cks_cluster_nnodes() - 1 */
+    uint16_t rack; /**< dense rack index, 0 .. cks_cluster_nracks() - 1 */
+    uint32_t ipv4; /**< the address, host byte order */
+    char addr[CKS_CLUSTER_ADDR_LEN];             /**< canonical dotted quad */
+    char node_label[CKS_CLUSTER_LABEL_MAX + 1]; /**< NUL-terminated */
+    char rack_label[CKS_CLUSTER_LABEL_MAX + 1]; /**< NUL-terminated */
+} cks_cluster_server_t;
+
+/**
+ * Read and validate the map file `path` (at most CKS_CLUSTER_TEXT_MAX
+ * bytes). Messages name the file and the line. CKS_ERR_IO when the file
+ * cannot be read, CKS_ERR_INVALID_PARAM when it is not a valid map,
+ * CKS_ERR_NO_MEMORY. On success `*map_p` is the caller's; free it with
+ * cks_cluster_free().
+ */
+cks_status_t cks_cluster_load(const char *path, cks_cluster_h *map_p, char *err,
+                              size_t err_len);
+
+/**
+ * As cks_cluster_load(), from `len` bytes of `text` (need not be
+ * NUL-terminated; a NUL byte inside is an error). For tests and for maps
+ * received over the wire, which are untrusted input: every length and count
+ * is bounded.
+ */
+cks_status_t cks_cluster_parse(const char *text, size_t len, cks_cluster_h *map_p,
+                               char *err, size_t err_len);
+
+/**
+ * The map as text in the same format, canonical: a comment line, the epoch,
+ * then one server line per server in increasing id order. Parsing the text
+ * gives an equal map, and serializing that gives the same bytes.
+ * `*text_p` is NUL-terminated, `*len_p` bytes long without the NUL, and
+ * belongs to the caller: release it with free().
+ */
+cks_status_t cks_cluster_serialize(cks_cluster_h map, char **text_p, size_t *len_p);
+
+/** Free a map. NULL is a no-op. No thread may still be reading it. */
+void cks_cluster_free(cks_cluster_h map);
+
+/**
+ * Check that the map can hold stripes of `k` data and `m` parity chunks:
+ * k in 1..CKS_PLACE_K_MAX, m in 1..CKS_PLACE_M_MAX, and at least k + m
+ * distinct nodes (placement puts at most one chunk of a stripe on a node).
+ * CKS_ERR_INVALID_PARAM with a message otherwise. Racks fewer than k + m are
+ * allowed (chunks then share racks as evenly as possible; see cks_place()).
+ */
+cks_status_t cks_cluster_check(cks_cluster_h map, unsigned k, unsigned m, char *err,
+                               size_t err_len);
+
+/** The map's epoch. */
+uint64_t cks_cluster_epoch(cks_cluster_h map);
+
+/** Number of servers (1 .. CKS_CLUSTER_MAX_SERVERS). */
+size_t cks_cluster_nservers(cks_cluster_h map);
+
+/** Number of distinct node labels. */
+size_t cks_cluster_nnodes(cks_cluster_h map);
+
+/** Number of distinct rack labels. */
+size_t cks_cluster_nracks(cks_cluster_h map);
+
+/** The server at position `pos`, or NULL when pos >= nservers. The entry
+ *  lives as long as the map. */
+const cks_cluster_server_t *cks_cluster_server(cks_cluster_h map, size_t pos);
+
+/** Position of the server with id `id`; CKS_ERR_INVALID_PARAM when the map
+ *  has no such server. */
+cks_status_t cks_cluster_find(cks_cluster_h map, uint16_t id, size_t *pos_p);
+
+/* ======================================================================
+ * placement (metadata/placement.c)
+ *
+ * The placement group of a stripe: k + m servers of the map, chunk i on
+ * out[i] (0 .. k-1 data, k .. k+m-1 parity); out[0] is the primary. The
+ * function is part of the storage format: every client and server must
+ * compute the same groups for the same map, on any platform and in any
+ * release, or data cannot be found. Changing it moves every chunk.
+ *
+ * Definition (docs/CLUSTER_MAP.md has it in full). Integers are little-endian.
+ *   g = XXH64(le32(job_len) job le32(key_len) key le64(stripe), seed 0)
+ *   w(slot, server) = XXH64(le64(g) le32(server id) le32(slot), seed 0)
+ * Let L = the live servers (not marked down), their nodes and racks the live
+ * nodes and racks, W = k + m, D = min(W, live racks), and C the smallest cap
+ * such that sum over live racks of min(C, live nodes of the rack) >= W.
+ * Slots 0 .. W-1 are filled in order; slot s takes, among live servers
+ * that are eligible, the one with the highest w(s, server), ties to the lower
+ * id. A server is eligible when its node holds no chunk of this stripe yet,
+ * its rack holds fewer than C, and, if its rack already holds one, the slots
+ * left after this one still suffice to reach D distinct racks.
+ *
+ * Consequences (tested):
+ *  - at most one chunk per node; chunks on exactly D distinct racks, so on
+ *    distinct racks whenever there are at least W live racks; no rack holds
+ *    more than C, the least possible;
+ *  - each slot is a rendezvous choice of its own, so load spreads evenly and
+ *    a membership change moves few chunks: when a server joins or leaves (or
+ *    goes down) and D and C stay the same, a group changes only if that
+ *    server is in its new (old) group, its slots before that server's slot
+ *    stay the same, and usually only that one slot changes;
+ *  - placing with a down bitmap gives the same servers as placing on the map
+ *    without the down servers: the deterministic fallback.
+ * ====================================================================== */
+
+/** Largest k (data chunks per stripe). */
+#define CKS_PLACE_K_MAX 16u
+/** Largest m (parity chunks per stripe). */
+#define CKS_PLACE_M_MAX 4u
+/** Largest k + m: the length of a placement group. */
+#define CKS_PLACE_WIDTH_MAX (CKS_PLACE_K_MAX + CKS_PLACE_M_MAX)
+/** Bytes of a down bitmap for `n` servers. */
+#define CKS_PLACE_DOWN_BYTES(n) (((size_t)(n) + 7) / 8)
+
+/** Mark position `pos` down in a bitmap of CKS_PLACE_DOWN_BYTES(n) bytes:
+ *  bit (pos % 8) of byte (pos / 8), least significant bit first. */
+static inline void cks_place_down_set(uint8_t *down, size_t pos)
+{
+    down[pos / 8] |= (uint8_t)(1u << (pos % 8));
+}
+
+/** Nonzero when position `pos` is marked down; a NULL bitmap marks none. */
+static inline int cks_place_down_test(const uint8_t *down, size_t pos)
+{
+    return (down != NULL) && ((down[pos / 8] >> (pos % 8)) & 1u);
+}
+
+/**
+ * XXH64 (xxHash, 64-bit variant, as published by Yann Collet) of `len` bytes
+ * at `data`. The hash under cks_place(); exposed so that tests and tools can
+ * check it against the reference vectors. Not a cryptographic hash.
+ */
+uint64_t cks_place_hash64(const void *data, size_t len, uint64_t seed);
+
+/**
+ * Placement group of stripe `stripe` of object (`job`, `key`): writes k + m
+ * server positions to out[0 .. k+m-1] (chunk i on out[i], out[0] the
+ * primary), as defined above. `down` is NULL or a bitmap of
+ * CKS_PLACE_DOWN_BYTES(nservers) bytes (see cks_place_down_set()); servers
+ * marked there are skipped. Pure: no allocation, no lock, no I/O; safe from
+ * any number of threads. Cost: (k + m) x nservers short hashes.
+ *
+ * Returns CKS_ERR_INVALID_PARAM for NULL pointers, an empty job or key, k or
+ * m out of range, or a map with fewer than k + m nodes (cks_cluster_check()
+ * refuses those maps); CKS_ERR_KEY_TOO_LONG when job_len > CKS_JOB_MAX_LEN
+ * or key_len > CKS_KEY_MAX_LEN; CKS_ERR_UNREACHABLE when fewer than k + m
+ * nodes have a live server (logged at debug level only: the caller reports
+ * it with its context). `out` is written only on CKS_OK.
+ */
+cks_status_t cks_place(cks_cluster_h map, const char *job, size_t job_len,
+                       const char *key, size_t key_len, uint64_t stripe, unsigned k,
+                       unsigned m, const uint8_t *down, uint16_t *out);
 
 #ifdef __cplusplus
 }

@@ -64,8 +64,13 @@
 /* Record formats: [fmt, version, parent, state, nranks, created_ns, sealed_ns,
  * nobjects, bytes] and [fmt, kind, layer, expert, rank, size, crc64,
  * arena_offset, arena_len]. Fields are only ever appended, with a new fmt. */
-#define MD_VREC_FMT     1
-#define MD_VREC_NFIELDS 9
+#define MD_VREC_FMT     2 /* 1 lacked ec_k, ec_m, chunk_size; still read */
+#define MD_VREC_NFIELDS 12
+#define MD_CREC_FMT     1 /* chunks: [fmt, len, crc64, arena_offset, arena_len] */
+#define MD_CREC_NFIELDS 5
+#define MD_DB_CHUNKS    "chunks"
+/* chunk key: version key + object key + 0x00 + be64(stripe) + u8(idx) */
+#define MD_CKEY_MAX (MD_VKEY_MAX + CKS_KEY_MAX_LEN + 1 + 8 + 1)
 #define MD_OREC_FMT     1
 #define MD_OREC_NFIELDS 9
 #define MD_VALUE_MAX    128 /* 1 + 9 * 9 bytes at most */
@@ -75,6 +80,7 @@ struct cks_md {
     MDB_dbi dbi_versions;
     MDB_dbi dbi_objects;
     MDB_dbi dbi_meta;
+    MDB_dbi dbi_chunks;
 };
 
 struct cks_md_txn {
@@ -255,6 +261,9 @@ static cks_status_t md_version_encode(const cks_md_version_t *v, md_wbuf_t *w)
     rc |= msgpack_pack_uint64(&pk, v->sealed_ns);
     rc |= msgpack_pack_uint64(&pk, v->nobjects);
     rc |= msgpack_pack_uint64(&pk, v->bytes);
+    rc |= msgpack_pack_uint32(&pk, v->ec_k);
+    rc |= msgpack_pack_uint32(&pk, v->ec_m);
+    rc |= msgpack_pack_uint64(&pk, v->chunk_size);
     if (rc != 0) {
         cks_error("metadata: msgpack packing of a version record failed");
         return CKS_ERR_INTERNAL;
@@ -453,18 +462,29 @@ static cks_status_t md_version_decode(const char *job, size_t job_len,
     cks_md_version_t v;
     uint64_t state, nranks;
 
+    uint64_t n = 0, fmt = 0, k = 0, m = 0;
     memset(&v, 0, sizeof(v));
-    if ((md_rd_header(&r, MD_VREC_FMT, MD_VREC_NFIELDS) != 0) ||
-        (md_rd_u64(&r, UINT64_MAX, &v.version) != 0) ||
+    /* format 1 (9 fields) or 2 (12 fields: + ec_k, ec_m, chunk_size) */
+    if ((md_rd_array(&r, &n) != 0) || (md_rd_u64(&r, UINT32_MAX, &fmt) != 0) ||
+        !((fmt == 1 && n == 9) || (fmt == MD_VREC_FMT && n == MD_VREC_NFIELDS))) {
+        md_rd_fail(&r, "unknown record format or field count");
+        goto corrupt;
+    }
+    if ((md_rd_u64(&r, UINT64_MAX, &v.version) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &v.parent) != 0) ||
         (md_rd_u64(&r, CKS_VSTATE_ABORTED, &state) != 0) ||
         (md_rd_u64(&r, UINT32_MAX, &nranks) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &v.created_ns) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &v.sealed_ns) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &v.nobjects) != 0) ||
-        (md_rd_u64(&r, UINT64_MAX, &v.bytes) != 0)) {
+        (md_rd_u64(&r, UINT64_MAX, &v.bytes) != 0) ||
+        (fmt == MD_VREC_FMT &&
+         ((md_rd_u64(&r, 16, &k) != 0) || (md_rd_u64(&r, 4, &m) != 0) ||
+          (md_rd_u64(&r, UINT64_MAX, &v.chunk_size) != 0)))) {
         goto corrupt;
     }
+    v.ec_k = (uint32_t)k;
+    v.ec_m = (uint32_t)m;
     if (r.p != r.end) {
         md_rd_fail(&r, "trailing bytes");
         goto corrupt;
@@ -674,7 +694,8 @@ cks_status_t cks_md_open(const char *dir, uint64_t map_size, cks_md_h *md_p)
     }
     if (((rc = mdb_dbi_open(txn, MD_DB_VERSIONS, MDB_CREATE, &md->dbi_versions)) != 0) ||
         ((rc = mdb_dbi_open(txn, MD_DB_OBJECTS, MDB_CREATE, &md->dbi_objects)) != 0) ||
-        ((rc = mdb_dbi_open(txn, MD_DB_META, MDB_CREATE, &md->dbi_meta)) != 0)) {
+        ((rc = mdb_dbi_open(txn, MD_DB_META, MDB_CREATE, &md->dbi_meta)) != 0) ||
+        ((rc = mdb_dbi_open(txn, MD_DB_CHUNKS, MDB_CREATE, &md->dbi_chunks)) != 0)) {
         status = md_status_from_mdb(NULL, rc, "mdb_dbi_open");
         goto abort_txn;
     }
@@ -1408,6 +1429,213 @@ cks_status_t cks_md_object_foreach(cks_md_txn_h txn, cks_md_object_cb_t cb, void
             break;
         }
         status = md_cursor_get(txn, cur, &k, &val, MDB_NEXT, &found);
+    }
+    mdb_cursor_close(cur);
+    return status;
+}
+
+/* ---- chunks ------------------------------------------------------------- */
+
+static size_t md_ckey(uint8_t *buf, const char *job, size_t job_len, uint64_t version,
+                      const char *key, size_t key_len, uint64_t stripe, uint32_t idx)
+{
+    size_t n = md_vkey(buf, job, job_len, version);
+    memcpy(buf + n, key, key_len);
+    n += key_len;
+    buf[n++] = 0;
+    cks_put_be64(buf + n, stripe);
+    n += 8;
+    buf[n++] = (uint8_t)idx;
+    return n;
+}
+
+static cks_status_t md_chunk_decode(const MDB_val *k, const MDB_val *val, cks_md_chunk_t *c_p)
+{
+    md_rbuf_t r = {val->mv_data, (const uint8_t *)val->mv_data + val->mv_size, NULL};
+    cks_md_chunk_t c;
+
+    memset(&c, 0, sizeof(c));
+    if (k->mv_size < 10) {
+        md_rd_fail(&r, "key too short");
+        goto corrupt;
+    }
+    c.stripe = cks_get_be64((const uint8_t *)k->mv_data + k->mv_size - 9);
+    c.idx    = ((const uint8_t *)k->mv_data)[k->mv_size - 1];
+    if ((md_rd_header(&r, MD_CREC_FMT, MD_CREC_NFIELDS) != 0) ||
+        (md_rd_u64(&r, UINT64_MAX, &c.len) != 0) || (md_rd_u64(&r, UINT64_MAX, &c.crc64) != 0) ||
+        (md_rd_u64(&r, UINT64_MAX, &c.arena_offset) != 0) ||
+        (md_rd_u64(&r, UINT64_MAX, &c.arena_len) != 0)) {
+        goto corrupt;
+    }
+    if (r.p != r.end) {
+        md_rd_fail(&r, "trailing bytes");
+        goto corrupt;
+    }
+    *c_p = c;
+    return CKS_OK;
+
+corrupt:
+    cks_error("metadata: corrupt chunk record (%zu bytes): %s", val->mv_size, r.what);
+    return CKS_ERR_IO;
+}
+
+cks_status_t cks_md_chunk_put(cks_md_txn_h txn, const char *job, size_t job_len,
+                              uint64_t version, const char *key, size_t key_len,
+                              const cks_md_chunk_t *c)
+{
+    uint8_t kbuf[MD_CKEY_MAX];
+    md_wbuf_t w = {.len = 0};
+    msgpack_packer pk;
+    MDB_val k, val;
+    cks_status_t status;
+    int rc = 0;
+
+    status = md_txn_job_check(txn, 1, job, job_len);
+    if (status == CKS_OK) {
+        status = md_key_check(key, key_len);
+    }
+    if (status != CKS_OK) {
+        return status;
+    }
+    if (c == NULL || c->idx > 255) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    msgpack_packer_init(&pk, &w, md_wbuf_write);
+    rc |= msgpack_pack_array(&pk, MD_CREC_NFIELDS);
+    rc |= msgpack_pack_uint32(&pk, MD_CREC_FMT);
+    rc |= msgpack_pack_uint64(&pk, c->len);
+    rc |= msgpack_pack_uint64(&pk, c->crc64);
+    rc |= msgpack_pack_uint64(&pk, c->arena_offset);
+    rc |= msgpack_pack_uint64(&pk, c->arena_len);
+    if (rc != 0) {
+        return CKS_ERR_INTERNAL;
+    }
+    k.mv_size   = md_ckey(kbuf, job, job_len, version, key, key_len, c->stripe, c->idx);
+    k.mv_data   = kbuf;
+    val.mv_size = w.len;
+    val.mv_data = w.buf;
+    rc          = mdb_put(txn->txn, txn->md->dbi_chunks, &k, &val, MDB_NOOVERWRITE);
+    if (rc == MDB_KEYEXIST) {
+        return CKS_ERR_DUPLICATE_KEY;
+    }
+    return rc == 0 ? CKS_OK : md_status_from_mdb(txn, rc, "mdb_put(chunk)");
+}
+
+cks_status_t cks_md_chunk_get(cks_md_txn_h txn, const char *job, size_t job_len,
+                              uint64_t version, const char *key, size_t key_len,
+                              uint64_t stripe, uint32_t idx, cks_md_chunk_t *c_p)
+{
+    uint8_t kbuf[MD_CKEY_MAX];
+    MDB_val k, val;
+    cks_status_t status;
+    int rc;
+
+    status = md_txn_job_check(txn, 0, job, job_len);
+    if (status == CKS_OK) {
+        status = md_key_check(key, key_len);
+    }
+    if (status != CKS_OK) {
+        return status;
+    }
+    if (idx > 255) {
+        return CKS_ERR_NO_SUCH_KEY;
+    }
+    k.mv_size = md_ckey(kbuf, job, job_len, version, key, key_len, stripe, idx);
+    k.mv_data = kbuf;
+    rc        = mdb_get(txn->txn, txn->md->dbi_chunks, &k, &val);
+    if (rc == MDB_NOTFOUND) {
+        return CKS_ERR_NO_SUCH_KEY;
+    }
+    if (rc != 0) {
+        return md_status_from_mdb(txn, rc, "mdb_get(chunk)");
+    }
+    return md_chunk_decode(&k, &val, c_p);
+}
+
+cks_status_t cks_md_chunk_del_version(cks_md_txn_h txn, const char *job, size_t job_len,
+                                      uint64_t version, cks_md_chunk_cb_t cb, void *arg)
+{
+    uint8_t kbuf[MD_VKEY_MAX];
+    cks_status_t status;
+    MDB_cursor *cur;
+    MDB_val k, val;
+    size_t plen;
+    int found, rc;
+
+    status = md_txn_job_check(txn, 1, job, job_len);
+    if (status != CKS_OK) {
+        return status;
+    }
+    plen   = md_vkey(kbuf, job, job_len, version);
+    status = md_cursor_open(txn, txn->md->dbi_chunks, &cur);
+    if (status != CKS_OK) {
+        return status;
+    }
+    for (;;) {
+        k.mv_size = plen;
+        k.mv_data = kbuf;
+        status    = md_cursor_get(txn, cur, &k, &val, MDB_SET_RANGE, &found);
+        if ((status != CKS_OK) || !found || !md_key_has_prefix(&k, kbuf, plen)) {
+            break;
+        }
+        if (cb != NULL) {
+            cks_md_chunk_t c;
+            status = md_chunk_decode(&k, &val, &c);
+            if (status == CKS_OK) {
+                status = cb(&c, arg);
+            }
+            if (status != CKS_OK && status != CKS_ERR_IO) {
+                break; /* a corrupt record is deleted all the same */
+            }
+        }
+        rc = mdb_cursor_del(cur, 0);
+        if (rc != 0) {
+            status = md_status_from_mdb(txn, rc, "mdb_cursor_del(chunk)");
+            break;
+        }
+        status = CKS_OK;
+    }
+    mdb_cursor_close(cur);
+    return status;
+}
+
+cks_status_t cks_md_chunk_foreach(cks_md_txn_h txn, cks_md_chunk_each_cb_t cb, void *arg)
+{
+    cks_status_t status = md_txn_check(txn, 0);
+    MDB_cursor *cur;
+    MDB_val k, val;
+    int found;
+
+    if (status != CKS_OK || cb == NULL) {
+        return status != CKS_OK ? status : CKS_ERR_INVALID_PARAM;
+    }
+    status = md_cursor_open(txn, txn->md->dbi_chunks, &cur);
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = md_cursor_get(txn, cur, &k, &val, MDB_FIRST, &found);
+    while (status == CKS_OK && found) {
+        const uint8_t *p = k.mv_data;
+        size_t jl        = md_key_job_len(&k);
+        cks_md_chunk_t c;
+        /* job 0x00 be64(version) key 0x00 be64(stripe) u8(idx) */
+        if (jl == 0 || k.mv_size < jl + 9 + 1 + 1 + 9) {
+            cks_error("metadata: malformed chunk key (%zu bytes)", k.mv_size);
+            status = CKS_ERR_IO;
+            break;
+        }
+        size_t klen = k.mv_size - (jl + 9) - 10;
+        status      = md_chunk_decode(&k, &val, &c);
+        if (status == CKS_OK) {
+            char job[CKS_JOB_MAX_LEN + 1];
+            memcpy(job, p, jl);
+            job[jl] = '\0';
+            status  = cb(job, jl, cks_get_be64(p + jl + 1), (const char *)p + jl + 9, klen, &c,
+                         arg);
+        }
+        if (status == CKS_OK) {
+            status = md_cursor_get(txn, cur, &k, &val, MDB_NEXT, &found);
+        }
     }
     mdb_cursor_close(cur);
     return status;

@@ -24,6 +24,9 @@ typedef struct {
     const char *data_dir;   /* LMDB environment; created when missing */
     uint64_t md_map_size;   /* 0: default */
     int handle_signals;     /* 1: SIGTERM/SIGINT stop the server */
+    const char *cluster_map;/* cluster map file; NULL: a standalone server */
+    uint16_t server_id;     /* this server's id in the map */
+    unsigned encoders;      /* encoder threads (cluster); 0: 1 */
 } cks_server_params_t;
 
 /** Open the arena and metadata, re-check every stored object's CRC, abort

@@ -18,8 +18,13 @@ static void usage(FILE *out)
             "file-backed DRAM arena and their metadata in LMDB, and serves clients\n"
             "over UCX.\n"
             "\n"
-            "  -a, --listen ADDR      IPv4 address to listen on (default 0.0.0.0)\n"
-            "  -p, --port N           port (default 13337; 0 picks a free one)\n"
+            "  -a, --listen ADDR      IPv4 address to listen on (default 0.0.0.0, or the\n"
+            "                         map's address for --id in a cluster)\n"
+            "  -p, --port N           port (default 13337, or the map's; 0 picks one)\n"
+            "  -c, --cluster FILE     cluster map (docs/CLUSTER_MAP.md): serve as a member\n"
+            "                         of that erasure-coded cluster\n"
+            "  -i, --id N             this server's id in the cluster map\n"
+            "  -e, --encoders N       encoder threads (cluster; default 1)\n"
             "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
             "  -f, --arena-file PATH  arena file (default /dev/shm/ckstore-<port>.arena)\n"
             "  -d, --data-dir DIR     LMDB directory (default ./ckstore-data)\n"
@@ -74,6 +79,9 @@ int main(int argc, char **argv)
         {"name", required_argument, NULL, 'n'},
         {"port-file", required_argument, NULL, 'P'},
         {"log-level", required_argument, NULL, 'l'},
+        {"cluster", required_argument, NULL, 'c'},
+        {"id", required_argument, NULL, 'i'},
+        {"encoders", required_argument, NULL, 'e'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -83,18 +91,19 @@ int main(int argc, char **argv)
     cks_log_level_t level = CKS_LOG_INFO;
     cks_server_h server;
     cks_status_t status;
-    unsigned long port = 13337;
+    unsigned long port = 13337, id = 0;
+    int port_given = 0, id_given = 0;
     char *end;
     int c;
 
-    p.listen_addr    = "0.0.0.0";
+    p.listen_addr    = NULL;
     p.arena_size     = 1ull << 30;
     p.data_dir       = "./ckstore-data";
     p.handle_signals = 1;
     if (getenv("CKS_LOG_LEVEL") != NULL) {
         level = cks_log_threshold;
     }
-    while ((c = getopt_long(argc, argv, "a:p:s:f:d:m:n:P:l:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "a:p:s:f:d:m:n:P:l:c:i:e:h", opts, NULL)) != -1) {
         switch (c) {
             case 'a': p.listen_addr = optarg; break;
             case 'p':
@@ -103,7 +112,18 @@ int main(int argc, char **argv)
                     fprintf(stderr, "ckstore-server: bad port '%s'\n", optarg);
                     return 2;
                 }
+                port_given = 1;
                 break;
+            case 'c': p.cluster_map = optarg; break;
+            case 'i':
+                id = strtoul(optarg, &end, 10);
+                if (*end != '\0' || id > 65535) {
+                    fprintf(stderr, "ckstore-server: bad id '%s'\n", optarg);
+                    return 2;
+                }
+                id_given = 1;
+                break;
+            case 'e': p.encoders = (unsigned)atoi(optarg); break;
             case 's':
                 if (parse_size(optarg, &p.arena_size) != 0) {
                     fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);
@@ -135,11 +155,28 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (p.cluster_map != NULL && !id_given) {
+        fprintf(stderr, "ckstore-server: --cluster needs --id\n");
+        return 2;
+    }
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "%s", p.name ? p.name : "ckstore-server");
+    if (p.cluster_map != NULL && p.name == NULL) {
+        snprintf(prefix, sizeof(prefix), "server %lu", id);
+    }
     cks_log_set_level(level);
-    cks_log_set_prefix(p.name ? p.name : "ckstore-server");
+    cks_log_set_prefix(prefix);
+    p.server_id = (uint16_t)id;
+    if (p.cluster_map != NULL && !port_given) {
+        port = 0; /* the map's port */
+    }
     p.port = (uint16_t)port;
     if (p.arena_file == NULL) {
-        snprintf(arena_default, sizeof(arena_default), "/dev/shm/ckstore-%lu.arena", port);
+        if (p.cluster_map != NULL) {
+            snprintf(arena_default, sizeof(arena_default), "/dev/shm/ckstore-id%lu.arena", id);
+        } else {
+            snprintf(arena_default, sizeof(arena_default), "/dev/shm/ckstore-%lu.arena", port);
+        }
         p.arena_file = arena_default;
     }
     status = cks_server_create(&p, &server);
@@ -158,7 +195,8 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    printf("ckstore-server listening on %s:%u\n", p.listen_addr, cks_server_port(server));
+    printf("ckstore-server listening on %s:%u\n", p.listen_addr ? p.listen_addr : "0.0.0.0",
+           cks_server_port(server));
     fflush(stdout);
     status = cks_server_run(server);
     cks_server_destroy(server);

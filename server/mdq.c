@@ -70,10 +70,33 @@ err_free:
     return status;
 }
 
+typedef struct {
+    cks_sv_extent_t *ext;
+    size_t n, cap;
+} cks_mdq_extents_t;
+
+static cks_status_t cks_mdq_chunk_freed(const cks_md_chunk_t *c, void *arg)
+{
+    cks_mdq_extents_t *e = arg;
+    if (e->n == e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 64;
+        void *p    = realloc(e->ext, cap * sizeof(*e->ext));
+        if (p == NULL) {
+            return CKS_ERR_NO_MEMORY;
+        }
+        e->ext = p;
+        e->cap = cap;
+    }
+    e->ext[e->n].off = c->arena_offset;
+    e->ext[e->n].len = c->arena_len;
+    e->n++;
+    return CKS_OK;
+}
+
 static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
 {
-    const char *job = j->v->job;
-    size_t job_len  = j->v->job_len;
+    const char *job = j->job;
+    size_t job_len  = j->job_len;
     cks_status_t status;
 
     switch (j->type) {
@@ -83,21 +106,56 @@ static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
             if (cks_fault_fire("md_put")) {
                 return CKS_ERR_IO;
             }
-            return cks_md_object_put(txn, job, job_len, j->v->version, &j->obj);
+            return cks_md_object_put(txn, job, job_len, j->version, &j->obj);
         case CKS_MDQ_SEAL:
             return cks_md_version_put(txn, job, job_len, &j->rec, 1);
         case CKS_MDQ_ABORT:
         case CKS_MDQ_DELETE:
-            status = cks_sv_collect_extents(txn, job, job_len, j->v->version, &j->freed,
+            status = cks_sv_collect_extents(txn, job, job_len, j->version, &j->freed,
                                             &j->nfreed);
             if (status != CKS_OK) {
                 return status;
             }
-            status = cks_md_version_del(txn, job, job_len, j->v->version);
+            status = cks_md_version_del(txn, job, job_len, j->version);
             if (status == CKS_OK && j->type == CKS_MDQ_ABORT) {
                 status = cks_md_version_put(txn, job, job_len, &j->rec, 1);
             }
             return status;
+        case CKS_MDQ_CHUNKS:
+            for (size_t i = 0; i < j->nchunks; i++) {
+                status = cks_md_chunk_put(txn, job, job_len, j->version, j->key, j->key_len,
+                                          &j->chunks[i]);
+                if (status != CKS_OK) {
+                    return status;
+                }
+            }
+            return CKS_OK;
+        case CKS_MDQ_MANIFEST:
+            for (size_t i = 0; i < j->nobjs; i++) {
+                status = cks_md_object_put(txn, job, job_len, j->version, &j->objs[i]);
+                if (status != CKS_OK && status != CKS_ERR_DUPLICATE_KEY) {
+                    return status; /* a page sent twice is harmless */
+                }
+            }
+            return j->has_rec ? cks_md_version_put(txn, job, job_len, &j->rec, 1) : CKS_OK;
+        case CKS_MDQ_DROP: {
+            cks_mdq_extents_t e = {0};
+            status = cks_md_chunk_del_version(txn, job, job_len, j->version,
+                                              cks_mdq_chunk_freed, &e);
+            j->freed  = e.ext;
+            j->nfreed = e.n;
+            if (status != CKS_OK) {
+                return status;
+            }
+            status = cks_md_version_del(txn, job, job_len, j->version);
+            if (status == CKS_ERR_NO_SUCH_VERSION) {
+                status = CKS_OK; /* chunks without a manifest yet */
+            }
+            if (status == CKS_OK && j->has_rec) {
+                status = cks_md_version_put(txn, job, job_len, &j->rec, 1);
+            }
+            return status;
+        }
     }
     return CKS_ERR_INTERNAL;
 }

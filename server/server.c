@@ -24,24 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-struct cks_server {
-    cks_server_params_t p;
-    char name[64];
-    char *arena_file, *data_dir, *listen_addr;
-    cks_tp_worker_h tp;
-    cks_tp_listener_h listener;
-    cks_tp_mem_h arena_mem;
-    cks_arena_t *arena;
-    cks_md_h md;
-    cks_mdq_t mdq;
-    cks_hmap_t *versions; /* "job\0be64(version)" -> cks_sv_version_t */
-    cks_hmap_t *bad;      /* objects whose CRC failed at start: same key + obj key */
-    volatile int stop;
-    int sigfd;
-    uint64_t nconns;
-};
 
-static uint64_t cks_sv_realtime_ns(void)
+uint64_t cks_sv_realtime_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -59,10 +43,7 @@ static size_t cks_sv_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_
 
 /* ---- replies ------------------------------------------------------------- */
 
-static void cks_sv_reply_status(cks_tp_conn_h conn, uint64_t req_id, cks_status_t status,
-                                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static void cks_sv_reply_status(cks_tp_conn_h conn, uint64_t req_id, cks_status_t status,
+void cks_sv_reply_status(cks_tp_conn_h conn, uint64_t req_id, cks_status_t status,
                                 const char *fmt, ...)
 {
     char text[CKS_MSG_MAX_LEN];
@@ -85,7 +66,7 @@ static void cks_sv_reply_status(cks_tp_conn_h conn, uint64_t req_id, cks_status_
 }
 
 /* Send a fixed-type reply whose first fields are status and msg. */
-static void cks_sv_reply(cks_tp_conn_h conn, unsigned type, uint64_t req_id, void *body)
+void cks_sv_reply(cks_tp_conn_h conn, unsigned type, uint64_t req_id, void *body)
 {
     cks_status_t st = cks_tp_send(conn, type, 0, req_id, body, NULL, 0, CKS_MEM_HOST,
                                   NULL, NULL, NULL);
@@ -96,14 +77,14 @@ static void cks_sv_reply(cks_tp_conn_h conn, unsigned type, uint64_t req_id, voi
 
 /* ---- version table ---------------------------------------------------------- */
 
-static cks_sv_version_t *cks_sv_version_find(cks_server_h s, const cks_wire_str_t *job,
+cks_sv_version_t *cks_sv_version_find(cks_server_h s, const cks_wire_str_t *job,
                                              uint64_t version)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 9];
     return cks_hmap_get(s->versions, key, cks_sv_vkey(key, job->ptr, job->len, version));
 }
 
-static cks_sv_version_t *cks_sv_version_new(cks_server_h s, const cks_wire_str_t *job,
+cks_sv_version_t *cks_sv_version_new(cks_server_h s, const cks_wire_str_t *job,
                                             uint64_t version)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 9];
@@ -127,11 +108,12 @@ static void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
     uint8_t key[CKS_JOB_MAX_LEN + 9];
     cks_hmap_del(s->versions, key, cks_sv_vkey(key, v->job, v->job_len, v->version));
     cks_hmap_destroy(v->keys);
+    free(v->objs);
     free(v);
 }
 
 /* Drop the entry when nothing needs it any more. */
-static void cks_sv_version_release(cks_server_h s, cks_sv_version_t *v)
+void cks_sv_version_release(cks_server_h s, cks_sv_version_t *v)
 {
     if (!v->open && v->pending == 0 && v->readers == 0 && v->wait == CKS_SV_WAIT_NONE) {
         cks_sv_version_free(s, v);
@@ -139,7 +121,7 @@ static void cks_sv_version_release(cks_server_h s, cks_sv_version_t *v)
 }
 
 /* Explain why (job, version) cannot take puts or be read: one LMDB lookup. */
-static cks_status_t cks_sv_version_lookup(cks_server_h s, const cks_wire_str_t *job,
+cks_status_t cks_sv_version_lookup(cks_server_h s, const cks_wire_str_t *job,
                                           uint64_t version, cks_md_version_t *rec_p)
 {
     cks_md_txn_h txn;
@@ -162,7 +144,7 @@ static int cks_sv_restorable(cks_vstate_t st)
            st == CKS_VSTATE_DEGRADED;
 }
 
-static cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key)
+cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key)
 {
     cks_status_t status = cks_name_check(job->ptr, job->len, CKS_JOB_MAX_LEN);
     if (status == CKS_OK && key != NULL) {
@@ -171,22 +153,34 @@ static cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire
     return status;
 }
 
+cks_mdq_job_t *cks_sv_mdq_job(cks_server_h s, cks_mdq_type_t type, const char *job,
+                              size_t job_len, uint64_t version)
+{
+    cks_mdq_job_t *j = calloc(1, sizeof(*j));
+    if (j != NULL) {
+        j->type = type;
+        memcpy(j->job, job, job_len);
+        j->job_len = (uint32_t)job_len;
+        j->version = version;
+        j->server  = s;
+    }
+    return j;
+}
+
 /* ---- deferred seal / abort / delete ----------------------------------------- */
 
 static void cks_sv_queue(cks_server_h s, cks_sv_version_t *v, cks_mdq_type_t type,
                          cks_tp_conn_h conn, uint64_t req_id)
 {
-    cks_mdq_job_t *j = calloc(1, sizeof(*j));
+    cks_mdq_job_t *j = cks_sv_mdq_job(s, type, v->job, v->job_len, v->version);
     if (j == NULL) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
     }
-    j->type   = type;
     j->v      = v;
     j->rec    = v->rec;
     j->conn   = conn;
     j->req_id = req_id;
-    j->server = s;
     cks_tp_conn_get(conn);
     if (type == CKS_MDQ_SEAL) {
         j->rec.state     = CKS_VSTATE_SEALED;
@@ -248,6 +242,10 @@ static void cks_sv_mdq_done(cks_server_h s, cks_mdq_job_t *j)
     cks_sv_version_t *v = j->v;
     cks_msg_seal_reply_t seal;
 
+    if (j->done != NULL) { /* cluster work: its owner finishes it */
+        j->done(s, j);
+        return;
+    }
     v->pending--;
     switch (j->type) {
         case CKS_MDQ_BEGIN:
@@ -301,6 +299,10 @@ static void cks_sv_mdq_done(cks_server_h s, cks_mdq_job_t *j)
             }
             free(j->freed);
             break;
+        case CKS_MDQ_CHUNKS:
+        case CKS_MDQ_MANIFEST:
+        case CKS_MDQ_DROP:
+            break; /* cluster jobs finish through j->done */
     }
     if (j->conn != NULL) {
         cks_tp_conn_put(j->conn);
@@ -367,6 +369,22 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
                             "version must be < 2^64-1 and nranks >= 1");
         return;
     }
+    if (s->map == NULL && (m->k != 0 || m->m != 0)) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_UNSUPPORTED,
+                            "this server is standalone: no erasure coding");
+        return;
+    }
+    if (s->map != NULL) {
+        char err[160];
+        if (m->k < 1 || m->k > CKS_EC_MAX_K || m->m < 1 || m->m > CKS_EC_MAX_M ||
+            m->chunk_size == 0 || m->chunk_size % 4096 != 0 || m->chunk_size > (64u << 20) ||
+            cks_cluster_check(s->map, m->k, m->m, err, sizeof(err)) != CKS_OK) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                                "bad geometry RS(%u,%u) with %llu-byte chunks", m->k, m->m,
+                                (unsigned long long)m->chunk_size);
+            return;
+        }
+    }
     if (cks_sv_version_find(s, &m->job, m->version) != NULL ||
         (status = cks_sv_version_lookup(s, &m->job, m->version, &rec)) == CKS_OK) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_VERSION_EXISTS,
@@ -392,15 +410,28 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
     v->rec.state      = CKS_VSTATE_OPEN;
     v->rec.nranks     = m->nranks;
     v->rec.created_ns = cks_sv_realtime_ns();
+    v->rec.ec_k       = m->k;
+    v->rec.ec_m       = m->m;
+    v->rec.chunk_size = m->chunk_size;
     v->open           = 1;
     v->pending        = 0;
-    cks_mdq_job_t *j  = calloc(1, sizeof(*j));
+    if (s->map != NULL) { /* this server coordinates the version */
+        v->cluster  = 1;
+        v->expected = UINT64_MAX;
+        v->capobjs  = 64;
+        v->objs     = malloc(v->capobjs * sizeof(*v->objs));
+        if (v->objs == NULL) {
+            cks_sv_version_free(s, v);
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+            return;
+        }
+    }
+    cks_mdq_job_t *j  = cks_sv_mdq_job(s, CKS_MDQ_BEGIN, v->job, v->job_len, v->version);
     if (j == NULL) {
         cks_sv_version_free(s, v);
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
     }
-    j->type   = CKS_MDQ_BEGIN;
     j->v      = v;
     j->rec    = v->rec;
     j->conn   = conn;
@@ -498,14 +529,13 @@ static void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                             (unsigned long long)cks_arena_size(s->arena));
         return;
     }
-    j = calloc(1, sizeof(*j));
+    j = cks_sv_mdq_job(s, CKS_MDQ_PUT, v->job, v->job_len, v->version);
     if (j == NULL || cks_hmap_put(v->keys, m->key.ptr, m->key.len, v) != CKS_OK) {
         free(j);
         cks_arena_free(s->arena, off, len);
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
     }
-    j->type = CKS_MDQ_PUT;
     j->v    = v;
     memcpy(j->obj.key, m->key.ptr, m->key.len);
     j->obj.key[m->key.len] = '\0';
@@ -520,7 +550,6 @@ static void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     j->data                = cks_arena_base(s->arena) + off;
     j->conn                = conn;
     j->req_id              = req_id;
-    j->server              = s;
     cks_tp_conn_get(conn);
     v->pending++;
 
@@ -725,6 +754,9 @@ static void cks_sv_entry_from_rec(cks_msg_version_entry_t *e, const cks_md_versi
     e->sealed_ns  = rec->sealed_ns;
     e->nobjects   = rec->nobjects;
     e->bytes      = rec->bytes;
+    e->k          = rec->ec_k;
+    e->m          = rec->ec_m;
+    e->chunk_size = rec->chunk_size;
 }
 
 static void cks_sv_entry_from_obj(cks_msg_object_entry_t *e, const cks_md_object_t *o)
@@ -918,7 +950,8 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_SHUTTING_DOWN, NULL);
         return;
     }
-    if (data != NULL && hdr->type != CKS_MSG_PUT) {
+    if (data != NULL && hdr->type != CKS_MSG_PUT && hdr->type != CKS_MSG_CHUNK_PUT &&
+        hdr->type != CKS_MSG_VERSION_COMMIT) {
         cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_BAD_MESSAGE,
                             "%s carries no payload", cks_msg_name(hdr->type));
         return;
@@ -933,19 +966,59 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             cks_sv_version_begin(s, conn, hdr->req_id, &b->m_VERSION_BEGIN);
             break;
         case CKS_MSG_PUT:
-            cks_sv_put(s, conn, hdr->req_id, &b->m_PUT, data);
+            if (s->map != NULL) {
+                cks_sv_cluster_put(s, conn, hdr->req_id, &b->m_PUT, data);
+            } else {
+                cks_sv_put(s, conn, hdr->req_id, &b->m_PUT, data);
+            }
             break;
         case CKS_MSG_VERSION_SEAL: {
             cks_msg_version_ref_t ref = {b->m_VERSION_SEAL.job, b->m_VERSION_SEAL.version};
-            cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &ref);
+            if (s->map != NULL) {
+                cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &ref.job, ref.version,
+                                   b->m_VERSION_SEAL.nobjects);
+            } else {
+                cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &ref);
+            }
             break;
         }
         case CKS_MSG_VERSION_ABORT:
         case CKS_MSG_VERSION_DELETE:
-            cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT);
+            if (s->map != NULL) {
+                cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT.job,
+                                   b->m_VERSION_ABORT.version, 0);
+            } else {
+                cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT);
+            }
             break;
         case CKS_MSG_GET:
-            cks_sv_get(s, conn, hdr->req_id, &b->m_GET);
+            if (s->map != NULL) {
+                cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
+                                    "a cluster server serves chunks (CHUNK_GET)");
+            } else {
+                cks_sv_get(s, conn, hdr->req_id, &b->m_GET);
+            }
+            break;
+        case CKS_MSG_CHUNK_PUT:
+        case CKS_MSG_CHUNK_GET:
+        case CKS_MSG_OBJECT_DONE:
+        case CKS_MSG_VERSION_COMMIT:
+        case CKS_MSG_VERSION_DROP:
+            if (s->map == NULL) {
+                cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
+                                    "%s: this server is not in a cluster",
+                                    cks_msg_name(hdr->type));
+            } else if (hdr->type == CKS_MSG_CHUNK_PUT) {
+                cks_sv_chunk_put(s, conn, hdr->req_id, &b->m_CHUNK_PUT, data);
+            } else if (hdr->type == CKS_MSG_CHUNK_GET) {
+                cks_sv_chunk_get(s, conn, hdr->req_id, &b->m_CHUNK_GET);
+            } else if (hdr->type == CKS_MSG_OBJECT_DONE) {
+                cks_sv_object_done(s, conn, hdr->req_id, &b->m_OBJECT_DONE);
+            } else if (hdr->type == CKS_MSG_VERSION_COMMIT) {
+                cks_sv_version_commit(s, conn, hdr->req_id, &b->m_VERSION_COMMIT, data);
+            } else {
+                cks_sv_version_drop(s, conn, hdr->req_id, &b->m_VERSION_DROP);
+            }
             break;
         case CKS_MSG_VERSION_STAT:
             cks_sv_version_stat(s, conn, hdr->req_id, &b->m_VERSION_STAT);
@@ -981,6 +1054,10 @@ static void cks_sv_on_accept(void *arg, cks_tp_conn_h conn)
 static void cks_sv_on_conn_err(void *arg, cks_tp_conn_h conn, cks_status_t status)
 {
     cks_server_h s = arg;
+    if (cks_sv_cluster_conn_err(s, conn)) {
+        cks_info("peer %s gone: %s", cks_tp_conn_peer(conn), cks_status_string(status));
+        return;
+    }
     cks_debug("client %s gone: %s", cks_tp_conn_peer(conn), cks_status_string(status));
     s->nconns--;
     cks_tp_conn_put(conn); /* the reference the accept gave us */
@@ -1198,8 +1275,26 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
         cks_error("cannot register the arena with UCX: %s", cks_status_string(status));
         goto err_tp;
     }
-    status = cks_tp_listener_create(s->tp, s->listen_addr, params->port, cks_sv_on_accept,
-                                    s, &s->listener);
+    uint16_t port = params->port;
+    if (params->cluster_map != NULL) {
+        status = cks_sv_cluster_init(s);
+        if (status != CKS_OK) {
+            goto err_mem;
+        }
+        const cks_cluster_server_t *me = cks_cluster_server(s->map, s->self);
+        if (params->listen_addr == NULL) { /* listen where the map says */
+            free(s->listen_addr);
+            s->listen_addr = strdup(me->addr);
+        }
+        if (port == 0) {
+            port = me->port;
+        }
+        snprintf(s->name, sizeof(s->name), "%s", params->name ? params->name : "ckstore-server");
+    }
+    status = s->listen_addr == NULL ? CKS_ERR_NO_MEMORY
+                                    : cks_tp_listener_create(s->tp, s->listen_addr, port,
+                                                             cks_sv_on_accept, s,
+                                                             &s->listener);
     if (status != CKS_OK) {
         goto err_mem;
     }
@@ -1213,6 +1308,7 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
 err_listener:
     cks_tp_listener_destroy(s->listener);
 err_mem:
+    cks_sv_cluster_fini(s);
     cks_tp_mem_unmap(s->arena_mem);
 err_tp:
     cks_tp_worker_destroy(s->tp);
@@ -1254,10 +1350,11 @@ cks_status_t cks_server_run(cks_server_h s)
     while (!s->stop) {
         cks_tp_worker_progress(s->tp);
         cks_sv_drain_done(s);
+        int timeout = cks_sv_cluster_progress(s);
         if (cks_tp_worker_arm(s->tp) == CKS_ERR_BUSY) {
             continue;
         }
-        if (poll(pfd, (nfds_t)nfds, -1) < 0 && errno != EINTR) {
+        if (poll(pfd, (nfds_t)nfds, timeout) < 0 && errno != EINTR) {
             cks_error("poll: %s", strerror(errno));
             return CKS_ERR_INTERNAL;
         }
@@ -1282,6 +1379,7 @@ static void cks_sv_free_version(const void *key, size_t len, void *value, void *
 {
     cks_sv_version_t *v = value;
     cks_hmap_destroy(v->keys);
+    free(v->objs);
     free(v);
 }
 
@@ -1293,6 +1391,7 @@ void cks_server_destroy(cks_server_h s)
     /* Let queued metadata work finish, then answer what it finished. */
     cks_mdq_stop(&s->mdq);
     cks_sv_drain_done(s);
+    cks_sv_cluster_fini(s); /* joins the encoders; frees the map */
     cks_tp_listener_destroy(s->listener);
     cks_tp_mem_unmap(s->arena_mem);
     cks_tp_worker_destroy(s->tp);

@@ -6,6 +6,7 @@
 #define CKS_SERVER_INT_H
 
 #include "arena.h"
+#include "cks_coding.h"
 #include "cks_md.h"
 #include "cks_server.h"
 #include "cks_tp.h"
@@ -40,36 +41,97 @@ struct cks_sv_version {
     cks_sv_wait_t wait;    /* a seal/abort/delete waiting to run */
     cks_tp_conn_h wait_conn;
     uint64_t wait_req_id;
+    /* cluster: the coordinator's manifest under construction */
+    int cluster;
+    cks_md_object_t *objs;
+    size_t nobjs, capobjs;
+    uint64_t expected;     /* objects the sealer put; UINT64_MAX until sealed */
+    uint64_t seal_deadline_ns;
+    char why[CKS_MSG_MAX_LEN]; /* why `failed` */
+    unsigned bcast;        /* peers still to answer a commit/drop broadcast */
+    cks_status_t bcast_reply; /* the status the client gets when the broadcast ends */
 };
+
+/* Encoding work, on the encoder threads (encoder.c). */
+typedef struct cks_enc_job {
+    struct cks_enc_job *next;
+    cks_ec_h ec;
+    uint8_t *base;          /* data (stripes x k chunks) then parity (stripes x m) */
+    uint64_t size;          /* object bytes at base */
+    uint64_t chunk, stripes;
+    unsigned k, m;
+    uint64_t *crcs;         /* out: stripes x (k + m) chunk CRCs, data then parity */
+    uint64_t obj_crc;       /* out: CRC of the object bytes */
+    cks_status_t status;    /* out */
+    void *arg;              /* the put it belongs to */
+} cks_enc_job_t;
+
+typedef struct {
+    pthread_t *threads;
+    unsigned nthreads;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    cks_enc_job_t *head, *tail, *done_head, *done_tail;
+    int stop;
+    cks_tp_worker_h tp;
+} cks_enc_t;
+
+cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, cks_tp_worker_h tp);
+void cks_enc_stop(cks_enc_t *e);
+void cks_enc_push(cks_enc_t *e, cks_enc_job_t *job);
+cks_enc_job_t *cks_enc_take_done(cks_enc_t *e);
+
+/* A server of the cluster as this server sees it (cluster.c). */
+typedef struct {
+    cks_tp_conn_h conn; /* NULL until first needed, and after a failure */
+} cks_sv_peer_t;
+
 
 /* Work for the metadata writer thread. */
 typedef enum {
-    CKS_MDQ_BEGIN,  /* write rec (new, OPEN) */
-    CKS_MDQ_PUT,    /* CRC the bytes, write the object record */
-    CKS_MDQ_SEAL,   /* write rec (SEALED) */
-    CKS_MDQ_ABORT,  /* delete objects, write rec (ABORTED) */
-    CKS_MDQ_DELETE, /* delete the version and its objects */
+    CKS_MDQ_BEGIN,    /* write rec (new, OPEN) */
+    CKS_MDQ_PUT,      /* CRC the bytes, write the object record */
+    CKS_MDQ_SEAL,     /* write rec (SEALED) */
+    CKS_MDQ_ABORT,    /* delete objects, write rec (ABORTED) */
+    CKS_MDQ_DELETE,   /* delete the version and its objects */
+    CKS_MDQ_CHUNKS,   /* cluster: write chunk records */
+    CKS_MDQ_MANIFEST, /* cluster: write object records (and rec, when has_rec) */
+    CKS_MDQ_DROP,     /* cluster: delete chunks and objects; rec ABORTED or deleted */
 } cks_mdq_type_t;
 
 typedef struct {
     uint64_t off, len;
 } cks_sv_extent_t;
 
-typedef struct cks_mdq_job {
-    struct cks_mdq_job *next;
+typedef struct cks_mdq_job cks_mdq_job_t;
+
+struct cks_mdq_job {
+    cks_mdq_job_t *next;
     cks_mdq_type_t type;
-    cks_sv_version_t *v;    /* job/version strings are read by the writer */
-    cks_md_version_t rec;   /* BEGIN, SEAL, ABORT */
+    cks_sv_version_t *v;    /* standalone jobs: the version entry (may be NULL) */
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version;
+    cks_md_version_t rec;   /* BEGIN, SEAL, ABORT, MANIFEST (has_rec), DROP (ABORTED) */
+    int has_rec;
     cks_md_object_t obj;    /* PUT */
     const uint8_t *data;    /* PUT: bytes in the arena */
+    char key[CKS_KEY_MAX_LEN + 1]; /* CHUNKS: the object */
+    uint32_t key_len;
+    cks_md_chunk_t *chunks; /* CHUNKS (owned) */
+    size_t nchunks;
+    cks_md_object_t *objs;  /* MANIFEST (owned) */
+    size_t nobjs;
     cks_tp_conn_h conn;     /* who gets the reply (one reference) */
     uint64_t req_id;
     cks_status_t status;    /* result, set by the writer */
-    cks_sv_extent_t *freed; /* ABORT, DELETE: extents to return to the arena */
+    cks_sv_extent_t *freed; /* ABORT, DELETE, DROP: extents to return to the arena */
     size_t nfreed;
-    cks_tp_worker_h tp;     /* PUT: payload receipt context */
     struct cks_server *server;
-} cks_mdq_job_t;
+    /* cluster jobs: what to do when done (progress thread), and its context */
+    void (*done)(struct cks_server *s, cks_mdq_job_t *j);
+    void *ctx;
+};
 
 typedef struct {
     pthread_t thread;
@@ -83,6 +145,29 @@ typedef struct {
     cks_tp_worker_h tp; /* signalled when jobs are done */
 } cks_mdq_t;
 
+struct cks_server {
+    cks_server_params_t p;
+    char name[64];
+    char *arena_file, *data_dir, *listen_addr;
+    cks_tp_worker_h tp;
+    cks_tp_listener_h listener;
+    cks_tp_mem_h arena_mem;
+    cks_arena_t *arena;
+    cks_md_h md;
+    cks_mdq_t mdq;
+    cks_hmap_t *versions; /* "job\0be64(version)" -> cks_sv_version_t */
+    cks_hmap_t *bad;      /* objects whose CRC failed at start: same key + obj key */
+    volatile int stop;
+    int sigfd;
+    uint64_t nconns;
+    /* cluster mode (cluster.c); map == NULL on a standalone server */
+    cks_cluster_h map;
+    size_t self;          /* this server's position in the map */
+    cks_sv_peer_t *peers; /* by position */
+    cks_enc_t enc;
+    cks_ec_h ec[CKS_EC_MAX_K + 1][CKS_EC_MAX_M + 1];
+};
+
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
 /** Finish queued jobs, then stop the thread. */
 void cks_mdq_stop(cks_mdq_t *q);
@@ -95,5 +180,45 @@ cks_mdq_job_t *cks_mdq_take_done(cks_mdq_t *q);
 cks_status_t cks_sv_collect_extents(cks_md_txn_h txn, const char *job, size_t job_len,
                                     uint64_t version, cks_sv_extent_t **ext_p,
                                     size_t *n_p);
+
+/* server.c, for cluster.c */
+cks_mdq_job_t *cks_sv_mdq_job(struct cks_server *s, cks_mdq_type_t type, const char *job,
+                              size_t job_len, uint64_t version);
+void cks_sv_reply_status(cks_tp_conn_h conn, uint64_t req_id, cks_status_t status,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void cks_sv_reply(cks_tp_conn_h conn, unsigned type, uint64_t req_id, void *body);
+cks_sv_version_t *cks_sv_version_find(struct cks_server *s, const cks_wire_str_t *job,
+                                      uint64_t version);
+cks_sv_version_t *cks_sv_version_new(struct cks_server *s, const cks_wire_str_t *job,
+                                     uint64_t version);
+void cks_sv_version_release(struct cks_server *s, cks_sv_version_t *v);
+cks_status_t cks_sv_version_lookup(struct cks_server *s, const cks_wire_str_t *job,
+                                   uint64_t version, cks_md_version_t *rec_p);
+cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key);
+uint64_t cks_sv_realtime_ns(void);
+
+/* cluster.c */
+cks_status_t cks_sv_cluster_init(struct cks_server *s);
+void cks_sv_cluster_fini(struct cks_server *s);
+/* Encoder completions, call timeouts, seal deadlines; returns the poll timeout. */
+int cks_sv_cluster_progress(struct cks_server *s);
+/* A connection failed: 1 when it was one of our peer connections. */
+int cks_sv_cluster_conn_err(struct cks_server *s, cks_tp_conn_h conn);
+void cks_sv_cluster_put(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_put_t *m, cks_tp_data_t *data);
+void cks_sv_chunk_put(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                      const cks_msg_chunk_put_t *m, cks_tp_data_t *data);
+void cks_sv_chunk_get(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                      const cks_msg_chunk_get_t *m);
+void cks_sv_object_done(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_object_done_t *m);
+/* Seal, abort or delete on the coordinator of a cluster version. */
+void cks_sv_cluster_end(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                        unsigned type, const cks_wire_str_t *job, uint64_t version,
+                        uint64_t nobjects);
+void cks_sv_version_commit(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                           const cks_msg_version_commit_t *m, cks_tp_data_t *data);
+void cks_sv_version_drop(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                         const cks_msg_version_drop_t *m);
 
 #endif

@@ -889,6 +889,15 @@ static int cks_tp_call_reply(cks_tp_worker_h w, const cks_wire_hdr_t *hdr,
         const cks_msg_status_t *r = &body->m_STATUS_REPLY;
         c->replied                = 1;
         c->status                 = r->status > 0 ? CKS_ERR_BAD_MESSAGE : r->status;
+        if (hdr->type == CKS_MSG_HELLO_REPLY && r->status == CKS_OK &&
+            body->m_HELLO_REPLY.addr.len > 0 && c->conn->data_ep == NULL) {
+            /* a handshake: move to the peer's worker-address endpoint */
+            cks_status_t st = cks_tp_conn_upgrade(c->conn, body->m_HELLO_REPLY.addr.ptr,
+                                                  body->m_HELLO_REPLY.addr.len);
+            if (st != CKS_OK) {
+                c->status = st;
+            }
+        }
         snprintf(c->msg, sizeof(c->msg), "%.*s", (int)r->msg.len, r->msg.ptr);
         cks_tp_call_try_complete(w, c);
     }

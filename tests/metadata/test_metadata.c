@@ -1140,7 +1140,10 @@ Test(metadata, values_are_plain_msgpack)
     msgpack_object_array *a;
     size_t len, off = 0;
 
-    o.layer = -1;
+    o.layer      = -1;
+    v.ec_k       = 4;
+    v.ec_m       = 2;
+    v.chunk_size = 1u << 20;
     txn = txn_begin(md, 1);
     ST_OK(cks_md_version_put(txn, J("job"), &v, 0));
     ST_OK(cks_md_object_put(txn, J("job"), v.version, &o));
@@ -1154,12 +1157,15 @@ Test(metadata, values_are_plain_msgpack)
     cr_assert_eq(off, len);
     cr_assert_eq(u.data.type, MSGPACK_OBJECT_ARRAY);
     a = &u.data.via.array;
-    cr_assert_eq(a->size, 9);
-    cr_assert_eq(a->ptr[0].via.u64, 1); /* record format */
+    cr_assert_eq(a->size, 12);
+    cr_assert_eq(a->ptr[0].via.u64, 2); /* record format */
     cr_assert_eq(a->ptr[1].via.u64, v.version);
     cr_assert_eq(a->ptr[2].via.u64, v.parent);
     cr_assert_eq(a->ptr[3].via.u64, CKS_VSTATE_DEGRADED);
     cr_assert_eq(a->ptr[8].via.u64, v.bytes);
+    cr_assert_eq(a->ptr[9].via.u64, 4);
+    cr_assert_eq(a->ptr[10].via.u64, 2);
+    cr_assert_eq(a->ptr[11].via.u64, 1u << 20);
     msgpack_unpacked_destroy(&u);
 
     len = raw_get("objects", k, okey(k, "job", v.version, "w"), buf, sizeof(buf));

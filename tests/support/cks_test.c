@@ -57,11 +57,22 @@ static int spawn(cks_test_server_t *s)
             dup2(logfd, STDERR_FILENO);
         }
         close(pfd[0]);
-        execl(CKS_SERVER_BIN, "ckstore-server", "--listen", "127.0.0.1", "--port", "0",
-              "--arena-size", size, "--arena-file", s->arena, "--data-dir", s->data,
-              "--log-level", getenv("CKS_TEST_SERVER_LOG") ? getenv("CKS_TEST_SERVER_LOG")
-                                                             : "info",
-              (char *)NULL);
+        const char *log = getenv("CKS_TEST_SERVER_LOG") ? getenv("CKS_TEST_SERVER_LOG")
+                                                          : "info";
+        if (s->faults[0] != '\0') {
+            setenv("CKS_FAULTS", s->faults, 1);
+        }
+        if (s->map != NULL) {
+            char id[16];
+            snprintf(id, sizeof(id), "%d", s->id);
+            execl(CKS_SERVER_BIN, "ckstore-server", "--cluster", s->map, "--id", id,
+                  "--arena-size", size, "--arena-file", s->arena, "--data-dir", s->data,
+                  "--log-level", log, (char *)NULL);
+        } else {
+            execl(CKS_SERVER_BIN, "ckstore-server", "--listen", "127.0.0.1", "--port", "0",
+                  "--arena-size", size, "--arena-file", s->arena, "--data-dir", s->data,
+                  "--log-level", log, (char *)NULL);
+        }
         _exit(127);
     }
     close(pfd[1]);
@@ -99,9 +110,8 @@ static int spawn(cks_test_server_t *s)
     return -1;
 }
 
-int cks_test_server_start(cks_test_server_t *s, uint64_t arena_size)
+static int server_init(cks_test_server_t *s, uint64_t arena_size)
 {
-    memset(s, 0, sizeof(*s));
     snprintf(s->dir, sizeof(s->dir), "/tmp/cks-test-XXXXXX");
     if (mkdtemp(s->dir) == NULL) {
         perror("mkdtemp");
@@ -112,7 +122,99 @@ int cks_test_server_start(cks_test_server_t *s, uint64_t arena_size)
     snprintf(s->arena, sizeof(s->arena), "/dev/shm/%s.arena", s->dir + 5);
     snprintf(s->data, sizeof(s->data), "%s/md", s->dir);
     snprintf(s->log, sizeof(s->log), "%s/server.log", s->dir);
-    return spawn(s);
+    return 0;
+}
+
+int cks_test_server_start(cks_test_server_t *s, uint64_t arena_size)
+{
+    memset(s, 0, sizeof(*s));
+    return server_init(s, arena_size) == 0 ? spawn(s) : -1;
+}
+
+/* Ports for a cluster: random in [20000, 60000), distinct; a clash with a
+ * port in use shows as a server that fails to start, and the caller retries
+ * with other ports. */
+static uint16_t pick_port(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return (uint16_t)(20000 + *x % 40000);
+}
+
+int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t arena_size,
+                           int fault_id, const char *faults)
+{
+    uint64_t x = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ now_ms();
+    if (n == 0 || n > CKS_TEST_MAX_SERVERS || racks == 0) {
+        return -1;
+    }
+    memset(c, 0, sizeof(*c));
+    c->n = n;
+    snprintf(c->dir, sizeof(c->dir), "/tmp/cks-cluster-XXXXXX");
+    if (mkdtemp(c->dir) == NULL) {
+        return -1;
+    }
+    snprintf(c->map, sizeof(c->map), "%s/cluster.map", c->dir);
+    for (size_t i = 0; i < n; i++) {
+        if (server_init(&c->srv[i], arena_size) != 0) {
+            return -1;
+        }
+        c->srv[i].map = c->map;
+        c->srv[i].id  = (int)i;
+        if (faults != NULL && fault_id == (int)i) {
+            snprintf(c->srv[i].faults, sizeof(c->srv[i].faults), "%s", faults);
+        }
+    }
+    for (int attempt = 0; attempt < 5; attempt++) {
+        FILE *f = fopen(c->map, "w");
+        if (f == NULL) {
+            return -1;
+        }
+        fprintf(f, "# test cluster\nepoch 1\n");
+        for (size_t i = 0; i < n; i++) {
+            uint16_t port;
+            int clash;
+            do { /* distinct ports */
+                port  = pick_port(&x);
+                clash = 0;
+                for (size_t j = 0; j < i; j++) {
+                    clash |= c->srv[j].port == port;
+                }
+            } while (clash);
+            c->srv[i].port = port;
+            fprintf(f, "server %zu 127.0.0.1:%u node=n%zu rack=r%zu\n", i, port, i, i % racks);
+        }
+        fclose(f);
+        int ok = 1;
+        for (size_t i = 0; i < n && ok; i++) {
+            ok = spawn(&c->srv[i]) == 0;
+        }
+        if (ok) {
+            return 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+            cks_test_server_stop(&c->srv[i], SIGKILL);
+        }
+        fprintf(stderr, "cluster start failed (ports in use?); retrying with other ports\n");
+    }
+    return -1;
+}
+
+void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i)
+{
+    cks_test_server_stop(&c->srv[i], SIGKILL);
+}
+
+void cks_test_cluster_cleanup(cks_test_cluster_t *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        cks_test_server_cleanup(&c->srv[i]);
+    }
+    if (getenv("CKS_TEST_KEEP") == NULL && c->dir[0] != '\0') {
+        unlink(c->map);
+        rmdir(c->dir);
+    }
 }
 
 int cks_test_server_restart(cks_test_server_t *s)

@@ -19,7 +19,30 @@ typedef struct {
     char data[300];
     char log[300];
     char addr[64];        /* "127.0.0.1:port", for cks_client_params_t.server */
+    const char *map;      /* cluster map file, or NULL (standalone) */
+    int id;               /* id in the map */
+    char faults[128];     /* CKS_FAULTS for this server ("" for none) */
 } cks_test_server_t;
+
+#define CKS_TEST_MAX_SERVERS 16
+
+/* A cluster of servers on 127.0.0.1, one per "node", with racks as labels. */
+typedef struct {
+    size_t n;
+    char dir[256];
+    char map[300];
+    cks_test_server_t srv[CKS_TEST_MAX_SERVERS];
+} cks_test_cluster_t;
+
+/** Write a map of n servers (node i = "n<i>", rack = "r<i % racks>") with ports
+ *  picked at run time, start them all, wait until each serves. `faults`
+ *  (may be NULL) arms fault points on server `fault_id` only. */
+int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t arena_size,
+                           int fault_id, const char *faults);
+/** SIGKILL server i (and reap it). */
+void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i);
+/** Stop every server and remove the files. */
+void cks_test_cluster_cleanup(cks_test_cluster_t *c);
 
 /** Start a server with a fresh temp dir; waits (bounded) until it serves.
  *  Returns 0 or -1 (with a message on stderr). */

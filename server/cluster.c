@@ -1,0 +1,1232 @@
+/*
+ * DESIGN: the server's part in an erasure-coded cluster. Runs on the
+ * progress thread; owns the connections to the other servers (peers), the
+ * primary's puts while they are encoded and spread, the coordinator's
+ * manifests under construction, and the member side of chunk puts, chunk
+ * reads, manifest commits and drops.
+ *
+ *   client --PUT--> primary: bytes land in one arena extent laid out as
+ *     [stripes x k data chunks][stripes x m parity chunks]; STORED at once.
+ *   primary: encoder thread zero-pads, encodes (ISA-L), CRCs every chunk;
+ *     then chunk i of stripe s goes to member i of the stripe's placement
+ *     group (CHUNK_PUT, zero-copy from the arena); chunks placed on the
+ *     primary itself stay where they are. When every member has recorded its
+ *     chunk, the primary tells the version's coordinator (OBJECT_DONE) and
+ *     frees what it sent.
+ *   client --SEAL(n objects)--> coordinator: waits until n objects are done
+ *     (or one failed, or the seal deadline passed), records the manifest
+ *     (state PROTECTED) and sends it to every other server (VERSION_COMMIT,
+ *     pages of entries), then answers; on failure it aborts the version
+ *     everywhere (VERSION_DROP) and answers with the reason.
+ *
+ * Never: encode or run an LMDB write here (encoder threads and the metadata
+ * writer do), or wait: every step is a callback.
+ */
+#include "server_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CKS_SV_CALL_TIMEOUT_MS 30000
+#define CKS_SV_SEAL_TIMEOUT_NS (60ull * 1000000000ull)
+#define CKS_SV_CHUNK_MAX       (64u << 20)
+
+/* ---- peers ------------------------------------------------------------------------ */
+
+static void cks_sv_hello_done(void *arg, cks_status_t status, const char *msg)
+{
+    if (status != CKS_OK) {
+        cks_info("handshake with a peer failed: %s %s", cks_status_string(status), msg);
+    }
+}
+
+/* The connection to the server at `pos`, made on first use. */
+static cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
+{
+    cks_sv_peer_t *p = &s->peers[pos];
+    const cks_cluster_server_t *cs;
+    cks_msg_hello_t hello;
+    const void *addr;
+    size_t addr_len;
+
+    if (p->conn != NULL && !cks_tp_conn_failed(p->conn)) {
+        return p->conn;
+    }
+    if (p->conn != NULL) {
+        cks_tp_conn_put(p->conn);
+        p->conn = NULL;
+    }
+    cs = cks_cluster_server(s->map, pos);
+    if (cks_tp_conn_connect(s->tp, cs->addr, cs->port, &p->conn) != CKS_OK) {
+        p->conn = NULL;
+        return NULL;
+    }
+    cks_tp_conn_set_user(p->conn, p);
+    cks_tp_worker_address(s->tp, &addr, &addr_len);
+    hello.name = cks_wire_cstr(s->name);
+    hello.addr = (cks_wire_str_t){addr, (uint32_t)addr_len};
+    if (cks_tp_call(p->conn, CKS_MSG_HELLO, 0, &hello, NULL, 0, NULL, CKS_SV_CALL_TIMEOUT_MS,
+                    cks_sv_hello_done, NULL) != CKS_INPROGRESS) {
+        cks_tp_conn_put(p->conn);
+        p->conn = NULL;
+    }
+    return p->conn;
+}
+
+int cks_sv_cluster_conn_err(cks_server_h s, cks_tp_conn_h conn)
+{
+    cks_sv_peer_t *p = cks_tp_conn_user(conn);
+    if (s->map == NULL || p == NULL || p < s->peers ||
+        p >= s->peers + cks_cluster_nservers(s->map)) {
+        return 0;
+    }
+    if (p->conn == conn) {
+        p->conn = NULL;
+        cks_tp_conn_put(conn);
+    }
+    return 1;
+}
+
+static size_t cks_sv_coordinator(cks_server_h s, const char *job, size_t job_len,
+                                 uint64_t version)
+{
+    uint16_t group[2];
+    if (cks_place(s->map, job, job_len, "", 0, version, 1, 1, NULL, group) != CKS_OK) {
+        return 0;
+    }
+    return group[0];
+}
+
+static cks_ec_h cks_sv_ec(cks_server_h s, unsigned k, unsigned m)
+{
+    if (s->ec[k][m] == NULL && cks_ec_create(k, m, &s->ec[k][m]) != CKS_OK) {
+        return NULL;
+    }
+    return s->ec[k][m];
+}
+
+/* ---- the primary's puts -------------------------------------------------------------- */
+
+typedef struct {
+    cks_server_h s;
+    cks_sv_version_t *v;        /* dup-key tracking on this primary */
+    cks_msg_object_entry_t e;   /* strings point at key[] */
+    char key[CKS_KEY_MAX_LEN + 1];
+    unsigned k, m;
+    uint64_t chunk, stripes;
+    uint64_t off, len;          /* the arena extent */
+    cks_enc_job_t enc;
+    unsigned acks;              /* chunk puts in flight */
+    cks_status_t status;
+    char why[CKS_MSG_MAX_LEN];
+    cks_md_chunk_t *local;      /* chunks that stay on this server */
+    size_t nlocal;
+    cks_tp_conn_h conn;         /* the client, until STORED */
+    uint64_t req_id;
+} cks_cput_t;
+
+static void cks_cput_free(cks_cput_t *p)
+{
+    cks_sv_version_t *v = p->v;
+    free(p->enc.crcs);
+    free(p->local);
+    if (p->status != CKS_OK) {
+        cks_hmap_del(v->keys, p->key, p->e.key.len); /* the key may be written again */
+    }
+    v->pending--;
+    cks_sv_version_release(p->s, v);
+    free(p);
+}
+
+static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
+                                     cks_status_t *status_p, char *why, size_t why_len);
+
+static void cks_cput_reported(void *arg, cks_status_t status, const char *msg)
+{
+    cks_cput_t *p = arg;
+    if (status != CKS_OK) {
+        cks_warn("coordinator refused object '%s' of version %llu: %s %s", p->key,
+                 (unsigned long long)p->v->version, cks_status_string(status), msg);
+    }
+    cks_cput_free(p);
+}
+
+/* Tell the coordinator that the object is protected, or why it is not. */
+static void cks_cput_report(cks_cput_t *p)
+{
+    cks_server_h s = p->s;
+    cks_msg_object_done_t m;
+    size_t coord;
+
+    m.job     = (cks_wire_str_t){p->v->job, p->v->job_len};
+    m.version = p->v->version;
+    m.status  = p->status;
+    m.o       = p->e;
+    coord     = cks_sv_coordinator(s, p->v->job, p->v->job_len, p->v->version);
+    if (coord == s->self) {
+        cks_status_t st;
+        char why[CKS_MSG_MAX_LEN];
+        cks_sv_object_done_local(s, &m, &st, why, sizeof(why));
+        cks_cput_reported(p, st, why);
+        return;
+    }
+    cks_tp_conn_h conn = cks_sv_peer(s, coord);
+    if (conn == NULL || cks_tp_call(conn, CKS_MSG_OBJECT_DONE, 0, &m, NULL, 0, NULL,
+                                    CKS_SV_CALL_TIMEOUT_MS, cks_cput_reported,
+                                    p) != CKS_INPROGRESS) {
+        cks_cput_reported(p, CKS_ERR_UNREACHABLE, "coordinator unreachable");
+    }
+}
+
+static void cks_cput_fail(cks_cput_t *p, cks_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void cks_cput_fail(cks_cput_t *p, cks_status_t status, const char *fmt, ...)
+{
+    if (p->status == CKS_OK) {
+        va_list ap;
+        p->status = status;
+        va_start(ap, fmt);
+        vsnprintf(p->why, sizeof(p->why), fmt, ap);
+        va_end(ap);
+    }
+}
+
+static void cks_cput_chunks_recorded(cks_server_h s, cks_mdq_job_t *j)
+{
+    cks_cput_t *p = j->ctx;
+    if (j->status != CKS_OK) {
+        cks_cput_fail(p, j->status, "chunks of '%s' not recorded", p->key);
+        for (size_t i = 0; i < p->nlocal; i++) {
+            cks_arena_free(s->arena, p->local[i].arena_offset, p->local[i].arena_len);
+        }
+    }
+    free(j);
+    cks_cput_report(p);
+}
+
+/* Every member answered: record the chunks kept here, then report. */
+static void cks_cput_settle(cks_cput_t *p)
+{
+    cks_server_h s = p->s;
+    cks_mdq_job_t *j;
+
+    if (p->status != CKS_OK || p->nlocal == 0) {
+        for (size_t i = 0; p->status != CKS_OK && i < p->nlocal; i++) {
+            cks_arena_free(s->arena, p->local[i].arena_offset, p->local[i].arena_len);
+        }
+        if (p->status != CKS_OK) {
+            cks_warn("object '%s' of version %llu not protected: %s", p->key,
+                     (unsigned long long)p->v->version, p->why);
+        }
+        cks_cput_report(p);
+        return;
+    }
+    j = cks_sv_mdq_job(s, CKS_MDQ_CHUNKS, p->v->job, p->v->job_len, p->v->version);
+    if (j == NULL) {
+        cks_cput_fail(p, CKS_ERR_NO_MEMORY, "server out of memory");
+        p->nlocal = 0; /* nothing recorded: they are freed below */
+        cks_cput_settle(p);
+        return;
+    }
+    memcpy(j->key, p->key, p->e.key.len);
+    j->key_len = p->e.key.len;
+    j->chunks  = p->local;
+    j->nchunks = p->nlocal;
+    j->done    = cks_cput_chunks_recorded;
+    j->ctx     = p;
+    cks_mdq_push(&s->mdq, j);
+}
+
+typedef struct {
+    cks_cput_t *p;
+    uint64_t off; /* the slice that was sent */
+    uint64_t stripe;
+    unsigned idx;
+} cks_cput_ack_t;
+
+static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
+{
+    cks_cput_ack_t *a = arg;
+    cks_cput_t *p     = a->p;
+    cks_arena_free(p->s->arena, a->off, p->chunk); /* UCX is done with it */
+    if (status != CKS_OK) {
+        cks_cput_fail(p, status, "chunk %u of stripe %llu: %s %s", a->idx,
+                      (unsigned long long)a->stripe, cks_status_string(status), msg);
+    }
+    free(a);
+    if (--p->acks == 0) {
+        cks_cput_settle(p);
+    }
+}
+
+/* Encoded: send every chunk to its member; keep those placed here. */
+static void cks_cput_spread(cks_cput_t *p)
+{
+    cks_server_h s        = p->s;
+    const unsigned width  = p->k + p->m;
+    const uint64_t data_b = p->stripes * p->k * p->chunk;
+
+    p->e.crc64 = p->enc.obj_crc;
+    if (p->enc.status != CKS_OK) {
+        cks_cput_fail(p, p->enc.status, "encoding failed");
+        cks_arena_free(s->arena, p->off, p->len);
+        cks_cput_settle(p);
+        return;
+    }
+    p->local = calloc(p->stripes * width, sizeof(*p->local));
+    if (p->local == NULL) {
+        cks_cput_fail(p, CKS_ERR_NO_MEMORY, "server out of memory");
+        cks_arena_free(s->arena, p->off, p->len);
+        cks_cput_settle(p);
+        return;
+    }
+    p->acks = 1; /* held until every chunk is on its way */
+    for (uint64_t st = 0; st < p->stripes; st++) {
+        uint16_t group[CKS_PLACE_WIDTH_MAX];
+        cks_status_t status = cks_place(s->map, p->v->job, p->v->job_len, p->key,
+                                        p->e.key.len, st, p->k, p->m, NULL, group);
+        for (unsigned i = 0; i < width; i++) {
+            uint64_t rel = i < p->k ? (st * p->k + i) * p->chunk
+                                    : data_b + (st * p->m + (i - p->k)) * p->chunk;
+            uint64_t crc = p->enc.crcs[st * width + i];
+            if (status == CKS_OK && group[i] == s->self) {
+                cks_md_chunk_t *c = &p->local[p->nlocal++];
+                c->stripe         = st;
+                c->idx            = i;
+                c->len            = p->chunk;
+                c->crc64          = crc;
+                c->arena_offset   = p->off + rel;
+                c->arena_len      = p->chunk;
+                continue;
+            }
+            cks_tp_conn_h conn = status == CKS_OK ? cks_sv_peer(s, group[i]) : NULL;
+            cks_cput_ack_t *a  = malloc(sizeof(*a));
+            if (conn == NULL || a == NULL) {
+                free(a);
+                cks_cput_fail(p, CKS_ERR_UNREACHABLE, "member of stripe %llu unreachable",
+                              (unsigned long long)st);
+                cks_arena_free(s->arena, p->off + rel, p->chunk);
+                continue;
+            }
+            *a = (cks_cput_ack_t){p, p->off + rel, st, i};
+            cks_msg_chunk_put_t m = {
+                .job     = {p->v->job, p->v->job_len},
+                .version = p->v->version,
+                .key     = p->e.key,
+                .stripe  = st,
+                .idx     = i,
+                .crc64   = crc,
+            };
+            p->acks++;
+            if (cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
+                            p->chunk, s->arena_mem, CKS_SV_CALL_TIMEOUT_MS, cks_cput_acked,
+                            a) != CKS_INPROGRESS) {
+                cks_cput_acked(a, CKS_ERR_UNREACHABLE, "send failed");
+            }
+        }
+    }
+    if (--p->acks == 0) {
+        cks_cput_settle(p);
+    }
+}
+
+static void cks_cput_received(void *arg, cks_status_t status)
+{
+    cks_cput_t *p  = arg;
+    cks_server_h s = p->s;
+
+    cks_sv_reply_status(p->conn, p->req_id, status,
+                        status == CKS_OK ? NULL : "payload not received");
+    cks_tp_conn_put(p->conn);
+    p->conn = NULL;
+    if (status != CKS_OK) {
+        p->status = status;
+        cks_arena_free(s->arena, p->off, p->len);
+        cks_cput_free(p);
+        return;
+    }
+    cks_enc_push(&s->enc, &p->enc); /* STORED: now protect it */
+}
+
+void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_put_t *m, cks_tp_data_t *data)
+{
+    cks_md_version_t rec;
+    cks_sv_version_t *v;
+    cks_cput_t *p;
+    cks_status_t status;
+    char err[128];
+
+    status = cks_sv_check_names(&m->job, &m->key);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "bad job name or key");
+        return;
+    }
+    if ((data == NULL ? 0 : data->length) != m->size || m->kind > CKS_KIND_OTHER) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_BAD_MESSAGE,
+                            "put announces %llu bytes of kind %u",
+                            (unsigned long long)m->size, m->kind);
+        return;
+    }
+    if (m->k < 1 || m->k > CKS_EC_MAX_K || m->m < 1 || m->m > CKS_EC_MAX_M ||
+        m->chunk_size == 0 || m->chunk_size % 4096 != 0 || m->chunk_size > CKS_SV_CHUNK_MAX ||
+        cks_cluster_check(s->map, m->k, m->m, err, sizeof(err)) != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                            "bad geometry RS(%u,%u), chunk %llu", m->k, m->m,
+                            (unsigned long long)m->chunk_size);
+        return;
+    }
+    v = cks_sv_version_find(s, &m->job, m->version);
+    if (v == NULL) {
+        /* the coordinator decides whether the version is open; here, only a
+         * version this server already holds a manifest of is refused */
+        if (cks_sv_version_lookup(s, &m->job, m->version, &rec) == CKS_OK) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_VERSION_NOT_OPEN,
+                                "version %llu is %s", (unsigned long long)m->version,
+                                cks_vstate_string(rec.state));
+            return;
+        }
+        v = cks_sv_version_new(s, &m->job, m->version);
+        if (v == NULL || cks_hmap_create(&v->keys) != CKS_OK) {
+            if (v != NULL) {
+                cks_sv_version_release(s, v);
+            }
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+            return;
+        }
+        v->cluster = 1;
+        v->open    = 1; /* until the coordinator commits or drops it */
+    }
+    if (v->keys == NULL || cks_hmap_get(v->keys, m->key.ptr, m->key.len) != NULL) {
+        cks_sv_reply_status(conn, req_id, v->keys ? CKS_ERR_DUPLICATE_KEY
+                                                  : CKS_ERR_VERSION_NOT_OPEN,
+                            "key '%.*s' already written in version %llu", (int)m->key.len,
+                            m->key.ptr, (unsigned long long)m->version);
+        return;
+    }
+    p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    p->s       = s;
+    p->v       = v;
+    p->k       = m->k;
+    p->m       = m->m;
+    p->chunk   = m->chunk_size;
+    p->stripes = cks_ec_stripe_count(m->size, m->k, m->chunk_size);
+    p->len     = p->stripes * (m->k + m->m) * m->chunk_size;
+    memcpy(p->key, m->key.ptr, m->key.len);
+    p->e = (cks_msg_object_entry_t){{p->key, m->key.len}, m->kind, m->layer, m->expert,
+                                    m->rank, m->size, 0};
+    status = cks_arena_alloc(s->arena, p->len, &p->off);
+    if (status != CKS_OK) {
+        free(p);
+        cks_sv_reply_status(conn, req_id, status,
+                            "arena full: %llu bytes wanted for RS(%u,%u), %llu of %llu used",
+                            (unsigned long long)(m->size), m->k, m->m,
+                            (unsigned long long)cks_arena_used(s->arena),
+                            (unsigned long long)cks_arena_size(s->arena));
+        return;
+    }
+    p->enc.crcs = calloc(p->stripes ? p->stripes * (m->k + m->m) : 1, sizeof(uint64_t));
+    if (p->enc.crcs == NULL || cks_sv_ec(s, m->k, m->m) == NULL ||
+        cks_hmap_put(v->keys, m->key.ptr, m->key.len, v) != CKS_OK) {
+        free(p->enc.crcs);
+        cks_arena_free(s->arena, p->off, p->len);
+        free(p);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    p->enc.ec      = s->ec[m->k][m->m];
+    p->enc.base    = cks_arena_base(s->arena) + p->off;
+    p->enc.size    = m->size;
+    p->enc.chunk   = m->chunk_size;
+    p->enc.stripes = p->stripes;
+    p->enc.k       = m->k;
+    p->enc.m       = m->m;
+    p->enc.arg     = p;
+    p->conn        = conn;
+    p->req_id      = req_id;
+    cks_tp_conn_get(conn);
+    v->pending++;
+    if (data == NULL) {
+        cks_cput_received(p, CKS_OK);
+    } else if (!data->is_rndv) {
+        memcpy(p->enc.base, data->ptr, data->length);
+        cks_cput_received(p, CKS_OK);
+    } else {
+        status = cks_tp_data_recv(s->tp, data, p->enc.base, CKS_MEM_HOST, s->arena_mem,
+                                  cks_cput_received, p);
+        if (status != CKS_INPROGRESS) {
+            cks_cput_received(p, status);
+        }
+    }
+}
+
+/* ---- members: chunks ------------------------------------------------------------------- */
+
+typedef struct {
+    cks_server_h s;
+    cks_tp_conn_h conn;
+    uint64_t req_id;
+    cks_mdq_job_t *j;
+} cks_chunk_in_t;
+
+static void cks_chunk_recorded(cks_server_h s, cks_mdq_job_t *j)
+{
+    cks_chunk_in_t *c = j->ctx;
+    if (j->status != CKS_OK) {
+        cks_arena_free(s->arena, j->chunks[0].arena_offset, j->chunks[0].arena_len);
+    }
+    cks_sv_reply_status(c->conn, c->req_id, j->status,
+                        j->status == CKS_OK ? NULL : "chunk not recorded");
+    cks_tp_conn_put(c->conn);
+    free(j->chunks);
+    free(j);
+    free(c);
+}
+
+static void cks_chunk_received(void *arg, cks_status_t status)
+{
+    cks_chunk_in_t *c  = arg;
+    cks_mdq_job_t *j   = c->j;
+    cks_md_chunk_t *ch = &j->chunks[0];
+    if (status == CKS_OK && cks_fault_fire("chunk_recv")) {
+        status = CKS_ERR_TRANSPORT;
+    }
+    if (status != CKS_OK) {
+        j->status = status;
+        cks_chunk_recorded(c->s, j);
+        return;
+    }
+    if (cks_fault_fire("chunk_corrupt")) {
+        /* a bit flips in memory after the primary computed the CRC */
+        cks_arena_base(c->s->arena)[ch->arena_offset + ch->len / 2] ^= 0x10;
+    }
+    cks_mdq_push(&c->s->mdq, j);
+}
+
+void cks_sv_chunk_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                      const cks_msg_chunk_put_t *m, cks_tp_data_t *data)
+{
+    cks_chunk_in_t *c;
+    cks_mdq_job_t *j;
+    uint64_t off;
+    cks_status_t status = cks_sv_check_names(&m->job, &m->key);
+
+    if (status == CKS_OK && (data == NULL || data->length == 0 || data->length % 4096 ||
+                             data->length > CKS_SV_CHUNK_MAX ||
+                             m->idx >= CKS_PLACE_WIDTH_MAX)) {
+        status = CKS_ERR_BAD_MESSAGE;
+    }
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "bad chunk");
+        return;
+    }
+    status = cks_arena_alloc(s->arena, data->length, &off);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "arena full for a chunk of %zu bytes",
+                            data->length);
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    j = cks_sv_mdq_job(s, CKS_MDQ_CHUNKS, m->job.ptr, m->job.len, m->version);
+    if (c == NULL || j == NULL || (j->chunks = calloc(1, sizeof(*j->chunks))) == NULL) {
+        free(c);
+        free(j);
+        cks_arena_free(s->arena, off, data->length);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    memcpy(j->key, m->key.ptr, m->key.len);
+    j->key_len      = m->key.len;
+    j->nchunks      = 1;
+    j->chunks[0]    = (cks_md_chunk_t){m->stripe, m->idx, data->length, m->crc64, off,
+                                       data->length};
+    j->done         = cks_chunk_recorded;
+    j->ctx          = c;
+    c->s            = s;
+    c->conn         = conn;
+    c->req_id       = req_id;
+    c->j            = j;
+    cks_tp_conn_get(conn);
+    if (!data->is_rndv) {
+        memcpy(cks_arena_base(s->arena) + off, data->ptr, data->length);
+        cks_chunk_received(c, CKS_OK);
+        return;
+    }
+    status = cks_tp_data_recv(s->tp, data, cks_arena_base(s->arena) + off, CKS_MEM_HOST,
+                              s->arena_mem, cks_chunk_received, c);
+    if (status != CKS_INPROGRESS) {
+        cks_chunk_received(c, status);
+    }
+}
+
+typedef struct {
+    cks_server_h s;
+    cks_sv_version_t *v;
+} cks_chunk_out_t;
+
+static void cks_chunk_sent(void *arg, cks_status_t status)
+{
+    cks_chunk_out_t *o = arg;
+    o->v->readers--;
+    cks_sv_version_release(o->s, o->v);
+    free(o);
+}
+
+void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                      const cks_msg_chunk_get_t *m)
+{
+    cks_msg_chunk_get_reply_t r = {0};
+    cks_md_chunk_t ch;
+    cks_md_txn_h txn;
+    cks_sv_version_t *v;
+    cks_chunk_out_t *o;
+    cks_status_t status = cks_sv_check_names(&m->job, &m->key);
+
+    if (status == CKS_OK) {
+        status = cks_md_txn_begin(s->md, 0, &txn);
+    }
+    if (status == CKS_OK) {
+        status = cks_md_chunk_get(txn, m->job.ptr, m->job.len, m->version, m->key.ptr,
+                                  m->key.len, m->stripe, m->idx, &ch);
+        cks_md_txn_abort(txn);
+    }
+    if (status == CKS_OK && (m->offset > ch.len || m->length > ch.len - m->offset)) {
+        status = CKS_ERR_OUT_OF_RANGE;
+    }
+    const uint8_t *bytes = status == CKS_OK ? cks_arena_base(s->arena) + ch.arena_offset
+                                            : NULL;
+    /* a part of a chunk cannot be checked by the reader: check it here */
+    if (status == CKS_OK && (m->offset != 0 || m->length != ch.len) &&
+        cks_crc64(0, bytes, ch.len) != ch.crc64) {
+        cks_error("chunk %u of stripe %llu of '%.*s' fails its CRC", m->idx,
+                  (unsigned long long)m->stripe, (int)m->key.len, m->key.ptr);
+        status = CKS_ERR_CRC_MISMATCH;
+    }
+    v = status == CKS_OK ? cks_sv_version_find(s, &m->job, m->version) : NULL;
+    if (status == CKS_OK && v == NULL && (v = cks_sv_version_new(s, &m->job, m->version)) ==
+                                             NULL) {
+        status = CKS_ERR_NO_MEMORY;
+    }
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "chunk %u of stripe %llu of '%.*s': %s",
+                            m->idx, (unsigned long long)m->stripe, (int)m->key.len,
+                            m->key.ptr, cks_status_string(status));
+        return;
+    }
+    o = malloc(sizeof(*o));
+    if (o == NULL) {
+        cks_sv_version_release(s, v);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    *o = (cks_chunk_out_t){s, v};
+    v->readers++;
+    r.status    = CKS_OK;
+    r.msg       = cks_wire_cstr(NULL);
+    r.crc64     = ch.crc64;
+    r.chunk_len = ch.len;
+    r.offset    = m->offset;
+    r.length    = m->length;
+    status = cks_tp_send(conn, CKS_MSG_CHUNK_GET_REPLY, 0, req_id, &r, bytes + m->offset,
+                         m->length, CKS_MEM_HOST, s->arena_mem, cks_chunk_sent, o);
+    if (status != CKS_INPROGRESS) {
+        cks_chunk_sent(o, status);
+    }
+}
+
+/* ---- coordinator: manifests ------------------------------------------------------------ */
+
+static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v);
+
+static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
+                                     cks_status_t *status_p, char *why, size_t why_len)
+{
+    cks_sv_version_t *v = cks_sv_version_find(s, &m->job, m->version);
+    cks_md_object_t *o;
+
+    why[0] = '\0';
+    if (v == NULL || !v->cluster || v->objs == NULL || v->expected == 0) {
+        *status_p = CKS_ERR_VERSION_NOT_OPEN;
+        snprintf(why, why_len, "version %llu is not open here",
+                 (unsigned long long)m->version);
+        return;
+    }
+    if (m->status != CKS_OK) {
+        if (v->failed == CKS_OK) {
+            v->failed = m->status < 0 ? m->status : CKS_ERR_INTERNAL;
+            snprintf(v->why, sizeof(v->why), "object '%.*s' could not be protected (%s)",
+                     (int)m->o.key.len, m->o.key.ptr, cks_status_string(v->failed));
+        }
+        *status_p = CKS_OK;
+        cks_sv_cv_check(s, v);
+        return;
+    }
+    if (v->nobjs == v->capobjs) {
+        size_t cap = v->capobjs * 2;
+        void *p    = realloc(v->objs, cap * sizeof(*v->objs));
+        if (p == NULL) {
+            *status_p = CKS_ERR_NO_MEMORY;
+            return;
+        }
+        v->objs    = p;
+        v->capobjs = cap;
+    }
+    o = &v->objs[v->nobjs++];
+    memset(o, 0, sizeof(*o));
+    memcpy(o->key, m->o.key.ptr, m->o.key.len);
+    o->key_len = m->o.key.len;
+    o->kind    = (cks_kind_t)m->o.kind;
+    o->layer   = m->o.layer;
+    o->expert  = m->o.expert;
+    o->rank    = m->o.rank;
+    o->size    = m->o.size;
+    o->crc64   = m->o.crc64;
+    v->nobjects++;
+    v->bytes += m->o.size;
+    *status_p = CKS_OK;
+    cks_sv_cv_check(s, v);
+}
+
+void cks_sv_object_done(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_object_done_t *m)
+{
+    char why[CKS_MSG_MAX_LEN];
+    cks_status_t status = cks_sv_check_names(&m->job, &m->o.key);
+    if (status == CKS_OK) {
+        cks_sv_object_done_local(s, m, &status, why, sizeof(why));
+    } else {
+        snprintf(why, sizeof(why), "bad names");
+    }
+    cks_sv_reply_status(conn, req_id, status, "%s", why);
+}
+
+/* Broadcasts to every other server: a manifest in pages, or a drop. */
+typedef struct {
+    cks_server_h s;
+    cks_sv_version_t *v;
+    size_t pos;
+    size_t next;   /* commit: next object to send */
+    int drop;      /* 1: VERSION_DROP */
+    uint32_t drop_state;
+    uint8_t *page;
+} cks_bcast_t;
+
+static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v);
+static void cks_bcast_send(cks_bcast_t *b);
+
+static void cks_bcast_done(void *arg, cks_status_t status, const char *msg)
+{
+    cks_bcast_t *b = arg;
+    free(b->page);
+    b->page = NULL;
+    if (status != CKS_OK) {
+        const cks_cluster_server_t *cs = cks_cluster_server(b->s->map, b->pos);
+        cks_warn("server %u (%s:%u) did not take the %s of version %llu of '%s': %s %s",
+                 cs->id, cs->addr, cs->port, b->drop ? "drop" : "manifest",
+                 (unsigned long long)b->v->version, b->v->job, cks_status_string(status),
+                 msg);
+    } else if (!b->drop && b->next < b->v->nobjs) {
+        cks_bcast_send(b); /* the next page */
+        return;
+    }
+    cks_sv_version_t *v = b->v;
+    cks_server_h s      = b->s;
+    free(b);
+    if (--v->bcast == 0) {
+        cks_sv_bcast_finish(s, v);
+    }
+}
+
+static void cks_bcast_send(cks_bcast_t *b)
+{
+    cks_server_h s      = b->s;
+    cks_sv_version_t *v = b->v;
+    cks_tp_conn_h conn  = cks_sv_peer(s, b->pos);
+    cks_status_t status = conn ? CKS_OK : CKS_ERR_UNREACHABLE;
+
+    if (status == CKS_OK && b->drop) {
+        cks_msg_version_drop_t m = {{v->job, v->job_len}, v->version, b->drop_state};
+        status = cks_tp_call(conn, CKS_MSG_VERSION_DROP, 0, &m, NULL, 0, NULL,
+                             CKS_SV_CALL_TIMEOUT_MS, cks_bcast_done, b);
+    } else if (status == CKS_OK) {
+        cks_msg_version_commit_t m = {0};
+        size_t off = 0, n = 0;
+        b->page    = malloc(CKS_WIRE_MAX_PAGE);
+        status     = b->page ? CKS_OK : CKS_ERR_NO_MEMORY;
+        while (status == CKS_OK && b->next + n < v->nobjs && n < CKS_WIRE_MAX_ENTRIES) {
+            const cks_md_object_t *o = &v->objs[b->next + n];
+            cks_msg_object_entry_t e = {{o->key, o->key_len}, o->kind, o->layer, o->expert,
+                                        o->rank, o->size, o->crc64};
+            status = cks_wire_entry_pack(CKS_WIRE_ENTRY_OBJECT, &e, b->page,
+                                         CKS_WIRE_MAX_PAGE, &off);
+            n += status == CKS_OK;
+        }
+        b->next += n;
+        m.job = (cks_wire_str_t){v->job, v->job_len};
+        m.v   = (cks_msg_version_entry_t){v->version,     v->rec.parent,   v->rec.state,
+                                          v->rec.nranks,  v->rec.created_ns, v->rec.sealed_ns,
+                                          v->rec.nobjects, v->rec.bytes,   v->rec.ec_k,
+                                          v->rec.ec_m,    v->rec.chunk_size};
+        m.last = b->next >= v->nobjs;
+        if (status == CKS_OK) {
+            status = cks_tp_call(conn, CKS_MSG_VERSION_COMMIT, off ? CKS_WIRE_F_PAGE : 0, &m,
+                                 off ? b->page : NULL, off, NULL, CKS_SV_CALL_TIMEOUT_MS,
+                                 cks_bcast_done, b);
+        }
+    }
+    if (status != CKS_INPROGRESS) {
+        cks_bcast_done(b, status == CKS_OK ? CKS_ERR_INTERNAL : status, "not sent");
+    }
+}
+
+/* Send to every other server; the last answer calls cks_sv_bcast_finish(). */
+static void cks_sv_bcast(cks_server_h s, cks_sv_version_t *v, int drop, uint32_t drop_state)
+{
+    size_t n = cks_cluster_nservers(s->map);
+    v->bcast = 1; /* hold */
+    for (size_t pos = 0; pos < n; pos++) {
+        if (pos == s->self) {
+            continue;
+        }
+        cks_bcast_t *b = calloc(1, sizeof(*b));
+        if (b == NULL) {
+            continue;
+        }
+        *b = (cks_bcast_t){s, v, pos, 0, drop, drop_state, NULL};
+        v->bcast++;
+        cks_bcast_send(b);
+    }
+    if (--v->bcast == 0) {
+        cks_sv_bcast_finish(s, v);
+    }
+}
+
+static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
+{
+    if (v->wait_conn != NULL) {
+        if (v->wait == CKS_SV_WAIT_SEAL && v->bcast_reply == CKS_OK) {
+            cks_msg_seal_reply_t r = {CKS_OK, cks_wire_cstr(NULL), v->nobjects, v->bytes};
+            cks_sv_reply(v->wait_conn, CKS_MSG_SEAL_REPLY, v->wait_req_id, &r);
+        } else {
+            cks_sv_reply_status(v->wait_conn, v->wait_req_id, v->bcast_reply, "%s", v->why);
+        }
+        cks_tp_conn_put(v->wait_conn);
+        v->wait_conn = NULL;
+    }
+    v->wait = CKS_SV_WAIT_NONE;
+    free(v->objs);
+    v->objs    = NULL;
+    v->nobjs   = v->capobjs = 0;
+    v->pending--;
+    cks_sv_version_release(s, v);
+}
+
+static void cks_sv_cv_recorded(cks_server_h s, cks_mdq_job_t *j)
+{
+    cks_sv_version_t *v = j->ctx;
+    for (size_t i = 0; i < j->nfreed; i++) {
+        cks_arena_free(s->arena, j->freed[i].off, j->freed[i].len);
+    }
+    free(j->freed);
+    free(j->objs); /* a copy; v->objs is what the broadcast sends */
+    if (j->status != CKS_OK && v->bcast_reply == CKS_OK) {
+        v->bcast_reply = j->status;
+        snprintf(v->why, sizeof(v->why), "manifest not recorded");
+    }
+    if (j->type == CKS_MDQ_MANIFEST && j->status == CKS_OK) {
+        v->rec = j->rec;
+        cks_info("version %llu of '%s' committed: %llu objects, %llu bytes, PROTECTED",
+                 (unsigned long long)v->version, v->job, (unsigned long long)v->nobjects,
+                 (unsigned long long)v->bytes);
+    }
+    int drop = j->type == CKS_MDQ_DROP;
+    uint32_t st = j->has_rec ? (uint32_t)j->rec.state : UINT32_MAX;
+    free(j);
+    if (!drop && v->bcast_reply != CKS_OK) {
+        /* not recorded here: do not tell others it is committed */
+        cks_sv_bcast_finish(s, v);
+        return;
+    }
+    cks_sv_bcast(s, v, drop, st);
+}
+
+/* Record locally (commit or drop), then broadcast. */
+static void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit)
+{
+    cks_mdq_job_t *j = cks_sv_mdq_job(s, commit ? CKS_MDQ_MANIFEST : CKS_MDQ_DROP, v->job,
+                                      v->job_len, v->version);
+    v->open = 0;
+    if (j == NULL) {
+        v->bcast_reply = CKS_ERR_NO_MEMORY;
+        cks_sv_bcast_finish(s, v);
+        return;
+    }
+    j->rec     = v->rec;
+    j->has_rec = 1;
+    if (commit) {
+        j->rec.state     = CKS_VSTATE_PROTECTED;
+        j->rec.sealed_ns = cks_sv_realtime_ns();
+        j->rec.nobjects  = v->nobjects;
+        j->rec.bytes     = v->bytes;
+        j->objs          = malloc((v->nobjs ? v->nobjs : 1) * sizeof(*j->objs));
+        if (j->objs == NULL) {
+            free(j);
+            v->bcast_reply = CKS_ERR_NO_MEMORY;
+            cks_sv_bcast_finish(s, v);
+            return;
+        }
+        memcpy(j->objs, v->objs, v->nobjs * sizeof(*j->objs));
+        j->nobjs = v->nobjs;
+        v->rec   = j->rec; /* what the broadcast carries */
+    } else if (v->wait == CKS_SV_WAIT_DELETE) {
+        j->has_rec = 0;
+    } else {
+        j->rec.state    = CKS_VSTATE_ABORTED;
+        j->rec.nobjects = j->rec.bytes = 0;
+    }
+    j->done = cks_sv_cv_recorded;
+    j->ctx  = v;
+    cks_mdq_push(&s->mdq, j);
+}
+
+/* A sealing version: commit when every object is in, abort on failure. */
+static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v)
+{
+    if (v->wait != CKS_SV_WAIT_SEAL || v->bcast > 0 || v->objs == NULL) {
+        return;
+    }
+    if (v->failed != CKS_OK) {
+        v->bcast_reply = v->failed;
+        cks_warn("aborting version %llu of '%s': %s", (unsigned long long)v->version, v->job,
+                 v->why);
+        v->wait = CKS_SV_WAIT_ABORT; /* the reply is the failure */
+        cks_sv_cv_finish(s, v, 0);
+        return;
+    }
+    if (v->nobjects >= v->expected) {
+        v->bcast = 1; /* held while the manifest is recorded */
+        v->bcast_reply = CKS_OK;
+        cks_sv_cv_finish(s, v, 1);
+    }
+}
+
+void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
+                        const cks_wire_str_t *job, uint64_t version, uint64_t nobjects)
+{
+    cks_sv_version_t *v = cks_sv_version_find(s, job, version);
+    cks_md_version_t rec;
+    cks_status_t status;
+
+    if (v != NULL && v->wait != CKS_SV_WAIT_NONE) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY,
+                            "version %llu is being sealed, aborted or deleted",
+                            (unsigned long long)version);
+        return;
+    }
+    if (type == CKS_MSG_VERSION_DELETE) {
+        status = cks_sv_version_lookup(s, job, version, &rec);
+        if (status != CKS_OK) {
+            cks_sv_reply_status(conn, req_id, status, "no version %llu of '%.*s'",
+                                (unsigned long long)version, (int)job->len, job->ptr);
+            return;
+        }
+        if (v == NULL && (v = cks_sv_version_new(s, job, version)) == NULL) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+            return;
+        }
+        v->rec = rec;
+    } else if (v == NULL || !v->open || v->objs == NULL) {
+        status = v == NULL ? cks_sv_version_lookup(s, job, version, &rec) : CKS_OK;
+        cks_sv_reply_status(conn, req_id, status == CKS_OK ? CKS_ERR_VERSION_NOT_OPEN : status,
+                            "version %llu of '%.*s' is not open", (unsigned long long)version,
+                            (int)job->len, job->ptr);
+        return;
+    }
+    v->open        = 0;
+    v->wait        = type == CKS_MSG_VERSION_SEAL    ? CKS_SV_WAIT_SEAL
+                     : type == CKS_MSG_VERSION_ABORT ? CKS_SV_WAIT_ABORT
+                                                     : CKS_SV_WAIT_DELETE;
+    v->wait_conn   = conn;
+    v->wait_req_id = req_id;
+    v->bcast_reply = CKS_OK;
+    v->pending++; /* the entry lives until the broadcast ends */
+    cks_tp_conn_get(conn);
+    snprintf(v->why, sizeof(v->why), "%s", "");
+    if (type == CKS_MSG_VERSION_SEAL) {
+        v->expected         = nobjects;
+        v->seal_deadline_ns = cks_time_ns() + CKS_SV_SEAL_TIMEOUT_NS;
+        cks_sv_cv_check(s, v);
+    } else {
+        cks_sv_cv_finish(s, v, 0);
+    }
+}
+
+/* ---- members: manifests and drops --------------------------------------------------- */
+
+typedef struct {
+    cks_tp_conn_h conn;
+    uint64_t req_id;
+    uint8_t *page;
+    size_t page_len;
+    uint32_t count;
+    cks_mdq_job_t *j;
+} cks_commit_in_t;
+
+static void cks_commit_recorded(cks_server_h s, cks_mdq_job_t *j)
+{
+    cks_commit_in_t *c = j->ctx;
+    cks_wire_str_t job = {j->job, j->job_len};
+    cks_sv_version_t *v = cks_sv_version_find(s, &job, j->version);
+    if (v != NULL && v->cluster && v->objs == NULL &&
+        (j->type == CKS_MDQ_DROP || j->has_rec)) {
+        v->open = 0; /* a primary's key set is no longer needed */
+        cks_sv_version_release(s, v);
+    }
+    for (size_t i = 0; i < j->nfreed; i++) {
+        cks_arena_free(s->arena, j->freed[i].off, j->freed[i].len);
+    }
+    cks_sv_reply_status(c->conn, c->req_id, j->status, NULL);
+    cks_tp_conn_put(c->conn);
+    free(j->freed);
+    free(j->objs);
+    free(j);
+    free(c->page);
+    free(c);
+}
+
+static void cks_commit_page_in(void *arg, cks_status_t status)
+{
+    cks_commit_in_t *c = arg;
+    cks_mdq_job_t *j   = c->j;
+    size_t off         = 0;
+
+    /* decode the page: every entry is untrusted */
+    j->objs = calloc(CKS_WIRE_MAX_ENTRIES, sizeof(*j->objs));
+    if (status == CKS_OK && j->objs == NULL) {
+        status = CKS_ERR_NO_MEMORY;
+    }
+    while (status == CKS_OK && off < c->page_len && j->nobjs < CKS_WIRE_MAX_ENTRIES) {
+        cks_msg_object_entry_t e;
+        status = cks_wire_entry_unpack(CKS_WIRE_ENTRY_OBJECT, c->page, c->page_len, &off, &e);
+        if (status == CKS_OK) {
+            status = cks_name_check(e.key.ptr, e.key.len, CKS_KEY_MAX_LEN);
+        }
+        if (status == CKS_OK) {
+            cks_md_object_t *o = &j->objs[j->nobjs++];
+            memcpy(o->key, e.key.ptr, e.key.len);
+            o->key_len = e.key.len;
+            o->kind    = e.kind > CKS_KIND_OTHER ? CKS_KIND_OTHER : (cks_kind_t)e.kind;
+            o->layer   = e.layer;
+            o->expert  = e.expert;
+            o->rank    = e.rank;
+            o->size    = e.size;
+            o->crc64   = e.crc64;
+        }
+    }
+    if (status == CKS_OK && off != c->page_len) {
+        status = CKS_ERR_BAD_MESSAGE;
+    }
+    if (status != CKS_OK) {
+        j->status = status;
+        cks_commit_recorded(j->server, j);
+        return;
+    }
+    cks_mdq_push(&j->server->mdq, j);
+}
+
+void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                           const cks_msg_version_commit_t *m, cks_tp_data_t *data)
+{
+    cks_commit_in_t *c;
+    cks_mdq_job_t *j;
+    cks_status_t status = cks_sv_check_names(&m->job, NULL);
+
+    if (status == CKS_OK && (m->v.state > CKS_VSTATE_ABORTED ||
+                             (data != NULL && data->length > CKS_WIRE_MAX_PAGE))) {
+        status = CKS_ERR_BAD_MESSAGE;
+    }
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "bad manifest page");
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    j = cks_sv_mdq_job(s, CKS_MDQ_MANIFEST, m->job.ptr, m->job.len, m->v.version);
+    if (c == NULL || j == NULL) {
+        free(c);
+        free(j);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    j->has_rec = m->last != 0;
+    j->rec     = (cks_md_version_t){m->v.version,  m->v.parent,     (cks_vstate_t)m->v.state,
+                                    m->v.nranks,   m->v.created_ns, m->v.sealed_ns,
+                                    m->v.nobjects, m->v.bytes,      m->v.k,
+                                    m->v.m,        m->v.chunk_size};
+    j->done           = cks_commit_recorded;
+    j->ctx            = c;
+    c->conn           = conn;
+    c->req_id         = req_id;
+    c->j              = j;
+    cks_tp_conn_get(conn);
+    if (data == NULL) {
+        cks_commit_page_in(c, CKS_OK);
+        return;
+    }
+    c->page     = malloc(data->length);
+    c->page_len = data->length;
+    if (c->page == NULL) {
+        cks_commit_page_in(c, CKS_ERR_NO_MEMORY);
+    } else if (!data->is_rndv) {
+        memcpy(c->page, data->ptr, data->length);
+        cks_commit_page_in(c, CKS_OK);
+    } else {
+        status = cks_tp_data_recv(s->tp, data, c->page, CKS_MEM_HOST, NULL,
+                                  cks_commit_page_in, c);
+        if (status != CKS_INPROGRESS) {
+            cks_commit_page_in(c, status);
+        }
+    }
+}
+
+void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                         const cks_msg_version_drop_t *m)
+{
+    cks_commit_in_t *c;
+    cks_mdq_job_t *j;
+    cks_md_version_t rec;
+    cks_status_t status = cks_sv_check_names(&m->job, NULL);
+
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "bad drop");
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    j = cks_sv_mdq_job(s, CKS_MDQ_DROP, m->job.ptr, m->job.len, m->version);
+    if (c == NULL || j == NULL) {
+        free(c);
+        free(j);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    if (m->state == CKS_VSTATE_ABORTED) {
+        if (cks_sv_version_lookup(s, &m->job, m->version, &rec) != CKS_OK) {
+            memset(&rec, 0, sizeof(rec));
+            rec.version = m->version;
+            rec.parent  = CKS_MD_NO_PARENT;
+            rec.nranks  = 1;
+        }
+        rec.state    = CKS_VSTATE_ABORTED;
+        rec.nobjects = rec.bytes = 0;
+        j->rec       = rec;
+        j->has_rec   = 1;
+    }
+    j->done   = cks_commit_recorded;
+    j->ctx    = c;
+    c->conn   = conn;
+    c->req_id = req_id;
+    c->j      = j;
+    cks_tp_conn_get(conn);
+    /* a put still spreading this version on this server keeps its chunks
+     * until it ends; the drop removes what is recorded now */
+    cks_mdq_push(&s->mdq, j);
+}
+
+/* ---- life cycle and progress ------------------------------------------------------ */
+
+static void cks_sv_cv_expire(const void *key, size_t len, void *value, void *arg)
+{
+    cks_sv_version_t *v = value;
+    uint64_t now        = *(uint64_t *)arg;
+    if (v->cluster && v->wait == CKS_SV_WAIT_SEAL && v->bcast == 0 && v->objs != NULL &&
+        v->seal_deadline_ns <= now && v->failed == CKS_OK) {
+        v->failed = CKS_ERR_TIMEOUT;
+        snprintf(v->why, sizeof(v->why),
+                 "only %llu of %llu objects were protected before the seal deadline",
+                 (unsigned long long)v->nobjects, (unsigned long long)v->expected);
+    }
+}
+
+static void cks_sv_cv_kick(const void *key, size_t len, void *value, void *arg)
+{
+    cks_sv_version_t *v = value;
+    if (v->cluster && v->wait == CKS_SV_WAIT_SEAL && v->failed != CKS_OK && v->bcast == 0 &&
+        v->objs != NULL) {
+        *(cks_sv_version_t **)arg = v;
+    }
+}
+
+int cks_sv_cluster_progress(cks_server_h s)
+{
+    cks_enc_job_t *e;
+    uint64_t now = cks_time_ns();
+
+    if (s->map == NULL) {
+        return -1;
+    }
+    e = cks_enc_take_done(&s->enc);
+    while (e != NULL) {
+        cks_enc_job_t *next = e->next;
+        cks_cput_spread(e->arg);
+        e = next;
+    }
+    /* seals past their deadline fail (one per pass: checking changes the table) */
+    cks_hmap_foreach(s->versions, cks_sv_cv_expire, &now);
+    cks_sv_version_t *late = NULL;
+    cks_hmap_foreach(s->versions, cks_sv_cv_kick, &late);
+    if (late != NULL) {
+        cks_sv_cv_check(s, late);
+    }
+    int timeout = cks_tp_worker_expire(s->tp);
+    /* wake at least once a second while seals wait */
+    return timeout < 0 || timeout > 1000 ? 1000 : timeout;
+}
+
+cks_status_t cks_sv_cluster_init(cks_server_h s)
+{
+    char err[256];
+    cks_status_t status;
+    unsigned encoders = s->p.encoders ? s->p.encoders : 1;
+
+    status = cks_cluster_load(s->p.cluster_map, &s->map, err, sizeof(err));
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = cks_cluster_find(s->map, s->p.server_id, &s->self);
+    if (status != CKS_OK) {
+        cks_error("server id %u is not in the cluster map %s", s->p.server_id,
+                  s->p.cluster_map);
+        return CKS_ERR_INVALID_PARAM;
+    }
+    s->peers = calloc(cks_cluster_nservers(s->map), sizeof(*s->peers));
+    if (s->peers == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    return cks_enc_start(&s->enc, encoders, s->tp);
+}
+
+void cks_sv_cluster_fini(cks_server_h s)
+{
+    if (s->map == NULL) {
+        return;
+    }
+    cks_enc_stop(&s->enc);
+    for (size_t i = 0; s->peers != NULL && i < cks_cluster_nservers(s->map); i++) {
+        if (s->peers[i].conn != NULL) {
+            cks_tp_conn_put(s->peers[i].conn);
+        }
+    }
+    free(s->peers);
+    for (unsigned k = 0; k <= CKS_EC_MAX_K; k++) {
+        for (unsigned m = 0; m <= CKS_EC_MAX_M; m++) {
+            cks_ec_destroy(s->ec[k][m]);
+        }
+    }
+    cks_cluster_free(s->map);
+    s->map = NULL;
+}
