@@ -847,12 +847,7 @@ cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op)
 
 size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version)
 {
-    uint16_t group[2];
-    if (c->map == NULL || cks_place(c->map, job, job_len, "", 0, version, 1, 1, NULL, group) !=
-                              CKS_OK) {
-        return 0;
-    }
-    return group[0];
+    return c->map == NULL ? 0 : cks_place_coordinator(c->map, job, job_len, version);
 }
 
 /* ---- client life cycle ---------------------------------------------------------------- */

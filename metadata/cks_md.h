@@ -458,6 +458,24 @@ cks_status_t cks_place(cks_cluster_h map, const char *job, size_t job_len,
                        const char *key, size_t key_len, uint64_t stripe, unsigned k,
                        unsigned m, const uint8_t *down, uint16_t *out);
 
+/**
+ * Coordinator of (job, version): the first member of the placement group of
+ * the reserved key ".version-coordinator" at stripe `version` (k = m = 1,
+ * no servers excluded). Every client and server computes the same. Returns
+ * a server position (0 when the map is unusable).
+ */
+static inline size_t cks_place_coordinator(cks_cluster_h map, const char *job, size_t job_len,
+                                           uint64_t version)
+{
+    static const char key[] = ".version-coordinator";
+    uint16_t group[2];
+    if (cks_place(map, job, job_len, key, sizeof(key) - 1, version, 1, 1, NULL, group) !=
+        CKS_OK) {
+        return 0;
+    }
+    return group[0];
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -91,11 +91,7 @@ int cks_sv_cluster_conn_err(cks_server_h s, cks_tp_conn_h conn)
 static size_t cks_sv_coordinator(cks_server_h s, const char *job, size_t job_len,
                                  uint64_t version)
 {
-    uint16_t group[2];
-    if (cks_place(s->map, job, job_len, "", 0, version, 1, 1, NULL, group) != CKS_OK) {
-        return 0;
-    }
-    return group[0];
+    return cks_place_coordinator(s->map, job, job_len, version);
 }
 
 static cks_ec_h cks_sv_ec(cks_server_h s, unsigned k, unsigned m)

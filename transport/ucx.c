@@ -63,6 +63,7 @@ struct cks_tp_conn {
     unsigned refs;
     int failed;
     int closed;
+    int implicit; /* made by UCX, adopted by cks_tp_conn_adopt() */
     void *user;
     char peer[64];
     cks_tp_conn_h prev, next; /* worker's list */
@@ -492,6 +493,27 @@ err_free:
     return status;
 }
 
+/*
+ * A message came on an endpoint that UCX made by itself: a peer connected to
+ * our worker address before we made our own endpoint to it, so UCX could not
+ * pair the two. Wrap it so that requests on it are served and replies go back
+ * on it; the worker keeps the only reference and closes it at destroy.
+ */
+static cks_tp_conn_h cks_tp_conn_adopt(cks_tp_worker_h w, ucp_ep_h ep)
+{
+    cks_tp_conn_h conn;
+    if (cks_tp_conn_new(w, "peer (implicit endpoint)", &conn) != CKS_OK) {
+        return NULL;
+    }
+    if (cks_tp_conn_attach(conn, ep) != CKS_OK) {
+        free(conn);
+        return NULL;
+    }
+    conn->implicit = 1;
+    cks_debug("%s: adopted an endpoint UCX created for a peer", w->name);
+    return conn;
+}
+
 /* ---- listener ----------------------------------------------------------------- */
 
 static void cks_tp_listener_conn_cb(ucp_conn_request_h req, void *arg)
@@ -610,6 +632,9 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
 
     if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
         conn = cks_tp_slot_find(w, param->reply_ep);
+        if (conn == NULL && param->reply_ep != NULL) {
+            conn = cks_tp_conn_adopt(w, param->reply_ep);
+        }
     }
     if (conn == NULL || conn->failed) {
         cks_debug("%s: message from an unknown or closed endpoint dropped", w->name);
@@ -869,10 +894,11 @@ static void cks_tp_call_sent(void *arg, cks_status_t status)
     cks_tp_call_req_t *c = arg;
     cks_tp_worker_h w    = c->conn->worker;
     c->sending           = 0;
-    if (status != CKS_OK) {
-        cks_tp_call_fail(w, c, status, "send failed");
+    if (status != CKS_OK && !c->replied) {
+        cks_tp_call_fail(w, c, status, "send failed"); /* completes the call */
+    } else {
+        cks_tp_call_try_complete(w, c);
     }
-    cks_tp_call_try_complete(w, c);
 }
 
 /* A reply: returns 1 when it answered one of our calls. */

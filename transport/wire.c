@@ -212,6 +212,9 @@ typedef struct {
 static int cks_wire_out_write(void *data, const char *bytes, size_t len)
 {
     cks_wire_out_t *out = data;
+    if (len == 0) {
+        return 0; /* an empty string's body: bytes may be NULL */
+    }
     if (out->overflow || len > out->len - out->off) {
         out->overflow = 1;
         return -1;
@@ -467,7 +470,8 @@ static cks_status_t cks_wire_fields_unpack(const cks_wire_desc_t *desc,
                     *why = "string field too long";
                     goto out_destroy;
                 }
-                s->ptr = o->via.str.ptr;
+                /* msgpack-c gives NULL for an empty str: point into buf */
+                s->ptr = o->via.str.size ? o->via.str.ptr : (const char *)buf + *off;
                 s->len = o->via.str.size;
                 break;
             }
@@ -481,7 +485,7 @@ static cks_status_t cks_wire_fields_unpack(const cks_wire_desc_t *desc,
                     *why = "binary field too long";
                     goto out_destroy;
                 }
-                s->ptr = o->via.bin.ptr;
+                s->ptr = o->via.bin.size ? o->via.bin.ptr : (const char *)buf + *off;
                 s->len = o->via.bin.size;
                 break;
             }

@@ -256,9 +256,11 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 void cks_test_server_cleanup(cks_test_server_t *s)
 {
     cks_test_server_stop(s, SIGKILL);
+    if (s->arena[0] != '\0') {
+        unlink(s->arena); /* always: arenas are memory (CKS_TEST_KEEP keeps the logs) */
+    }
     if (s->dir[0] != '\0' && getenv("CKS_TEST_KEEP") == NULL) {
         nftw(s->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-        unlink(s->arena);
     }
 }
 
