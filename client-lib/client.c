@@ -307,8 +307,11 @@ static void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status)
     if (sv->conn == NULL) {
         return;
     }
-    cks_log(status == CKS_ERR_CANCELED ? CKS_LOG_DEBUG : CKS_LOG_WARN, "server %s:%u: %s",
-            sv->addr, sv->port, cks_status_string(status));
+    /* warn when a working server goes; retries of a dead one are routine */
+    cks_log(status == CKS_ERR_CANCELED     ? CKS_LOG_DEBUG
+            : sv->state == CKS_SRV_UP      ? CKS_LOG_WARN
+                                           : CKS_LOG_INFO,
+            "server %s:%u: %s", sv->addr, sv->port, cks_status_string(status));
     cks_tp_conn_h conn = sv->conn;
     sv->conn           = NULL;
     sv->state          = CKS_SRV_IDLE;

@@ -102,7 +102,10 @@ static uint64_t parse_size(const char *t)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ckstore-demo write|verify --server IP:PORT [options]\n"
+    fprintf(f, "usage: ckstore-demo write|verify (--server IP:PORT | --cluster MAP) [options]\n"
+               "  --cluster MAP     a cluster map: RS-coded cluster (see --k, --m, --chunk)\n"
+               "  --k N, --m N      data and parity chunks per stripe (default 4, 2)\n"
+               "  --chunk SIZE      chunk size (default 1M)\n"
                "  --job NAME        (default demo)\n"
                "  --version N       (default 1)\n"
                "  --layers N        (default 2)\n"
@@ -119,8 +122,12 @@ int main(int argc, char **argv)
         {"version", required_argument, NULL, 'v'}, {"layers", required_argument, NULL, 'l'},
         {"experts", required_argument, NULL, 'e'}, {"size", required_argument, NULL, 'z'},
         {"seed", required_argument, NULL, 'r'},   {"rank", required_argument, NULL, 'k'},
+        {"cluster", required_argument, NULL, 'c'}, {"k", required_argument, NULL, 'K'},
+        {"m", required_argument, NULL, 'M'},       {"chunk", required_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
-    const char *server = NULL, *job = "demo";
+    const char *server = NULL, *cluster = NULL, *job = "demo";
+    unsigned ec_k = 4, ec_m = 2;
+    uint64_t chunk = 1u << 20;
     uint64_t version = 1, size = 32ull << 20, seed = 1;
     int layers = 2, experts = 4, rank = 0, c;
     demo_obj_t objs[1024];
@@ -133,7 +140,7 @@ int main(int argc, char **argv)
     }
     int writing = strcmp(argv[1], "write") == 0;
     optind      = 2;
-    while ((c = getopt_long(argc, argv, "s:j:v:l:e:z:r:k:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "s:j:v:l:e:z:r:k:c:K:M:C:h", opts, NULL)) != -1) {
         switch (c) {
             case 's': server = optarg; break;
             case 'j': job = optarg; break;
@@ -143,11 +150,15 @@ int main(int argc, char **argv)
             case 'z': size = parse_size(optarg); break;
             case 'r': seed = strtoull(optarg, NULL, 10); break;
             case 'k': rank = atoi(optarg); break;
+            case 'c': cluster = optarg; break;
+            case 'K': ec_k = (unsigned)atoi(optarg); break;
+            case 'M': ec_m = (unsigned)atoi(optarg); break;
+            case 'C': chunk = parse_size(optarg); break;
             case 'h': usage(stdout); return 0;
             default: usage(stderr); return 2;
         }
     }
-    if (server == NULL || layers < 1 || experts < 0 || size == 0) {
+    if ((server == NULL) == (cluster == NULL) || layers < 1 || experts < 0 || size == 0) {
         usage(stderr);
         return 2;
     }
@@ -160,13 +171,22 @@ int main(int argc, char **argv)
 
     cks_client_params_t cp = {0};
     cks_client_h cl;
-    cp.field_mask = CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_NAME;
-    cp.server     = server;
+    cp.field_mask = CKS_CLIENT_FIELD_NAME;
     cp.name       = "ckstore-demo";
+    if (cluster != NULL) {
+        cp.field_mask |= CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC;
+        cp.cluster    = cluster;
+        cp.ec_k       = ec_k;
+        cp.ec_m       = ec_m;
+        cp.chunk_size = chunk;
+    } else {
+        cp.field_mask |= CKS_CLIENT_FIELD_SERVER;
+        cp.server = server;
+    }
     st            = cks_client_create(&cp, &cl);
     if (st != CKS_OK) {
-        fprintf(stderr, "ckstore-demo: cannot connect to %s: %s\n", server,
-                cks_status_string(st));
+        fprintf(stderr, "ckstore-demo: cannot connect to %s: %s\n",
+                server ? server : cluster, cks_status_string(st));
         return 1;
     }
     /* one buffer per object, as a trainer has its tensors */
@@ -214,10 +234,12 @@ int main(int argc, char **argv)
                     err);
             rc = 1;
         } else {
-            printf("wrote %s version %llu: %zu objects, %.1f MiB; put %.2f GB/s "
-                   "(%.3f s), sealed in %.1f ms\n",
+            printf("wrote %s version %llu: %zu objects, %.1f MiB; stored at %.2f GB/s "
+                   "(%.3f s), %s at %.2f GB/s (seal after %.3f s)\n",
                    job, (unsigned long long)version, n, (double)total / (1 << 20),
-                   (double)total / (t1 - t0) / 1e9, t1 - t0, (t2 - t1) * 1e3);
+                   (double)total / (t1 - t0) / 1e9, t1 - t0,
+                   cluster ? "protected" : "sealed", (double)total / (t2 - t0) / 1e9,
+                   t2 - t0);
         }
     } else {
         cks_restore_h r = NULL;
