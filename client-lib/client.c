@@ -384,7 +384,7 @@ static void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
     cks_cl_srv_t *sv = &c->srv[op->srv];
 
     if (sv->state == CKS_SRV_UP) {
-        if (op->kind == CKS_OP_HELLO) { /* a connect request: the server is up */
+        if (op->kind == CKS_OP_HELLO && op->out == NULL) { /* a connect request: it is up */
             op->replied = 1;
             cks_cl_op_try_complete(c, op);
         } else {
@@ -442,6 +442,7 @@ static void cks_cl_object_info(cks_object_info_t *info, const cks_msg_object_ent
     info->tags.rank       = e->rank;
     info->size            = e->size;
     info->crc64           = e->crc64;
+    info->source_version  = e->source;
 }
 
 /* Decode a received list page into the caller's array. */
@@ -555,7 +556,11 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 cks_cl_reply_error(c, op, b->m_HELLO_REPLY.status, &b->m_HELLO_REPLY.msg);
                 return;
             }
-            if (b->m_HELLO_REPLY.addr.len > 0) {
+            if (op->out != NULL) { /* a usage query, not a handshake */
+                uint64_t *usage = op->out;
+                usage[0]        = b->m_HELLO_REPLY.arena_used;
+                usage[1]        = b->m_HELLO_REPLY.arena_size;
+            } else if (b->m_HELLO_REPLY.addr.len > 0) {
                 /* move to an endpoint made from the server's worker address */
                 cks_status_t status = cks_tp_conn_upgrade(conn, b->m_HELLO_REPLY.addr.ptr,
                                                           b->m_HELLO_REPLY.addr.len);
@@ -1092,6 +1097,8 @@ cks_status_t cks_version_begin_nb(cks_client_h c, const cks_version_params_t *p,
     m->k          = c->k;
     m->m          = c->m;
     m->chunk_size = c->chunk_size;
+    m->retain     = (p->field_mask & CKS_VERSION_FIELD_RETAIN) ? p->retain : 0;
+    m->timeout_s  = (p->field_mask & CKS_VERSION_FIELD_TIMEOUT) ? p->timeout_s : 0;
     if (m->nranks == 0) {
         free(op);
         return CKS_ERR_INVALID_PARAM;
@@ -1110,6 +1117,52 @@ cks_status_t cks_version_begin(cks_client_h c, const cks_version_params_t *p)
 cks_status_t cks_version_seal_nb(cks_client_h c, const char *job, uint64_t version,
                                  cks_done_cb_t cb, void *arg)
 {
+    return cks_version_finish_nb(c, job, version, 0, cb, arg);
+}
+
+cks_status_t cks_version_finish(cks_client_h c, const char *job, uint64_t version,
+                                uint32_t rank)
+{
+    cks_waiter_t w;
+    cks_waiter_init(&w);
+    return cks_waiter_wait(&w, cks_version_finish_nb(c, job, version, rank, cks_waiter_cb,
+                                                     &w));
+}
+
+cks_status_t cks_object_delete(cks_client_h c, const char *job, uint64_t version,
+                               const char *key)
+{
+    size_t used = 0;
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (c == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (c->map == NULL) {
+        return CKS_ERR_UNSUPPORTED;
+    }
+    op = cks_op_new(CKS_OP_STATUS, CKS_MSG_OBJECT_DELETE);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_op_name(op, &used, job, CKS_JOB_MAX_LEN, &op->body.m_OBJECT_DELETE.job);
+    if (status == CKS_OK) {
+        status = cks_op_name(op, &used, key, CKS_KEY_MAX_LEN, &op->body.m_OBJECT_DELETE.key);
+    }
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    op->body.m_OBJECT_DELETE.version = version;
+    op->srv = cks_cl_coordinator(c, op->body.m_OBJECT_DELETE.job.ptr,
+                                 op->body.m_OBJECT_DELETE.job.len, version);
+    return cks_cl_run(c, op);
+}
+
+cks_status_t cks_version_finish_nb(cks_client_h c, const char *job, uint64_t version,
+                                   uint32_t rank, cks_done_cb_t cb, void *arg)
+{
     cks_op_t *op;
     if (c == NULL || cb == NULL) {
         return CKS_ERR_INVALID_PARAM;
@@ -1122,6 +1175,7 @@ cks_status_t cks_version_seal_nb(cks_client_h c, const char *job, uint64_t versi
     op->srv = cks_cl_coordinator(c, op->body.m_VERSION_SEAL.job.ptr,
                                  op->body.m_VERSION_SEAL.job.len, version);
     op->body.m_VERSION_SEAL.nobjects = cks_cl_put_count(c, job, version, 1);
+    op->body.m_VERSION_SEAL.rank     = rank;
     return cks_cl_submit(c, op, cb, arg);
 }
 
@@ -1355,3 +1409,60 @@ cks_status_t cks_put(cks_client_h c, const cks_put_params_t *p)
     return cks_waiter_wait(&w, cks_put_nb(c, p, cks_waiter_cb, &w));
 }
 
+
+/* ---- usage ------------------------------------------------------------------------ */
+
+typedef struct {
+    cks_waiter_t w;
+    uint64_t usage[2];
+} cks_usage_t;
+
+cks_status_t cks_cluster_usage(cks_client_h c, uint64_t *used_p, uint64_t *capacity_p)
+{
+    uint64_t used = 0, capacity = 0;
+    size_t answered = 0;
+    cks_usage_t *u;
+
+    if (c == NULL || used_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    u = calloc(c->nsrv, sizeof(*u));
+    if (u == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    /* ask every server at once, then collect */
+    cks_status_t *st = calloc(c->nsrv, sizeof(*st));
+    for (size_t i = 0; st != NULL && i < c->nsrv; i++) {
+        cks_op_t *op = cks_op_new(CKS_OP_HELLO, CKS_MSG_HELLO);
+        cks_waiter_init(&u[i].w);
+        if (op == NULL) {
+            st[i] = CKS_ERR_NO_MEMORY;
+            continue;
+        }
+        op->body.m_HELLO.name = cks_wire_cstr(c->name);
+        op->body.m_HELLO.addr = cks_wire_cstr(NULL);
+        op->out               = u[i].usage;
+        op->srv               = i;
+        op->kind              = CKS_OP_HELLO;
+        op->target            = CKS_TARGET_FIXED;
+        op->deadline_ns       = 0;
+        st[i]                 = cks_cl_submit(c, op, cks_waiter_cb, &u[i].w);
+    }
+    for (size_t i = 0; st != NULL && i < c->nsrv; i++) {
+        if (cks_waiter_wait(&u[i].w, st[i]) == CKS_OK) {
+            used += u[i].usage[0];
+            capacity += u[i].usage[1];
+            answered++;
+        }
+    }
+    free(st);
+    free(u);
+    if (answered == 0) {
+        return CKS_ERR_UNREACHABLE;
+    }
+    *used_p = used;
+    if (capacity_p != NULL) {
+        *capacity_p = capacity;
+    }
+    return CKS_OK;
+}

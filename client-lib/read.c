@@ -206,7 +206,7 @@ static cks_op_t *cks_read_chunk_op(cks_read_t *rd, uint64_t stripe, unsigned idx
         free(op);
         return NULL;
     }
-    op->body.m_CHUNK_GET.version = rd->r->info.version;
+    op->body.m_CHUNK_GET.version = rd->info.source_version; /* where the chunks are */
     op->body.m_CHUNK_GET.stripe  = stripe;
     op->body.m_CHUNK_GET.idx     = idx;
     op->body.m_CHUNK_GET.offset  = off;
@@ -532,4 +532,60 @@ cks_status_t cks_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *lengt
     cks_waiter_t w;
     cks_waiter_init(&w);
     return cks_waiter_wait(&w, cks_get_nb(r, p, length_p, cks_waiter_cb, &w));
+}
+
+static int cks_filter_match(const cks_tag_filter_t *f, const cks_tags_t *t)
+{
+    return (!(f->field_mask & CKS_FILTER_KIND) || f->tags.kind == t->kind) &&
+           (!(f->field_mask & CKS_FILTER_LAYER) || f->tags.layer == t->layer) &&
+           (!(f->field_mask & CKS_FILTER_EXPERT) || f->tags.expert == t->expert) &&
+           (!(f->field_mask & CKS_FILTER_RANK) || f->tags.rank == t->rank);
+}
+
+cks_status_t cks_object_find(cks_restore_h r, const char *after_key,
+                             const cks_tag_filter_t *filter, cks_object_info_t *out,
+                             size_t max, size_t *count_p, int *more_p)
+{
+    enum { PAGE = 128 };
+    cks_object_info_t *page;
+    char after[CKS_KEY_NAME_MAX + 1] = "";
+    size_t n = 0, count;
+    int more = 1;
+    cks_status_t status = CKS_OK;
+
+    if (r == NULL || filter == NULL || out == NULL || count_p == NULL || max == 0) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (after_key != NULL) {
+        snprintf(after, sizeof(after), "%s", after_key);
+    }
+    page = malloc(PAGE * sizeof(*page));
+    if (page == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    /* page through the manifest, keeping the matches, until `max` are found */
+    while (status == CKS_OK && more && n < max) {
+        status = cks_object_list(r, after[0] ? after : NULL, page, PAGE, &count, &more);
+        for (size_t i = 0; status == CKS_OK && i < count; i++) {
+            snprintf(after, sizeof(after), "%s", page[i].key);
+            if (cks_filter_match(filter, &page[i].tags)) {
+                out[n++] = page[i];
+                if (n == max) {
+                    more = more || i + 1 < count;
+                    break;
+                }
+            }
+        }
+        if (count == 0) {
+            more = 0;
+        }
+    }
+    free(page);
+    if (status == CKS_OK) {
+        *count_p = n;
+        if (more_p != NULL) {
+            *more_p = more;
+        }
+    }
+    return status;
 }

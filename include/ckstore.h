@@ -88,16 +88,27 @@ CKS_API_VISIBLE void cks_client_last_error(cks_client_h client, char *buf, size_
 /* ---- versions ------------------------------------------------------------ */
 
 enum {
-    CKS_VERSION_FIELD_PARENT = 1u << 0,
-    CKS_VERSION_FIELD_NRANKS = 1u << 1,
+    CKS_VERSION_FIELD_PARENT  = 1u << 0,
+    CKS_VERSION_FIELD_NRANKS  = 1u << 1,
+    CKS_VERSION_FIELD_RETAIN  = 1u << 2,
+    CKS_VERSION_FIELD_TIMEOUT = 1u << 3,
 };
 
 typedef struct {
     uint64_t field_mask;
     const char *job;   /**< job name (required) */
     uint64_t version;  /**< version number, e.g. the step (required; < UINT64_MAX) */
-    uint64_t parent;   /**< default CKS_NO_PARENT */
-    uint32_t nranks;   /**< ranks that write it; default 1 */
+    uint64_t parent;   /**< default CKS_NO_PARENT. With a parent (cluster), the
+                            version's manifest is the parent's overlaid with the
+                            objects written in it (newer wins; see
+                            cks_object_delete()): a partial-expert checkpoint. */
+    uint32_t nranks;   /**< ranks that write it; each calls cks_version_finish()
+                            (default 1; more than 1 needs a cluster) */
+    uint32_t retain;   /**< cluster: once it commits, keep the newest `retain`
+                            restorable versions of the job and every chunk their
+                            manifests use; free the rest (default 0: keep all) */
+    uint32_t timeout_s;/**< cluster: abort the version when not every rank has
+                            finished within this many seconds (default 600) */
 } cks_version_params_t;
 
 /** Begin a version: it is OPEN until sealed or aborted. */
@@ -105,7 +116,26 @@ CKS_API_VISIBLE cks_status_t cks_version_begin_nb(cks_client_h c, const cks_vers
                                                   cks_done_cb_t cb, void *arg);
 CKS_API_VISIBLE cks_status_t cks_version_begin(cks_client_h c, const cks_version_params_t *p);
 
-/** Seal: waits for every put to be recorded; then the version is restorable. */
+/** A rank finished writing `version` (it put everything it will put). The call
+ *  completes when the version's outcome is known: CKS_OK once every rank has
+ *  finished and every object is protected (the version is restorable), or
+ *  the reason it was aborted. Ranks are 0 .. nranks-1, each finishes once. */
+CKS_API_VISIBLE cks_status_t cks_version_finish_nb(cks_client_h c, const char *job,
+                                                   uint64_t version, uint32_t rank,
+                                                   cks_done_cb_t cb, void *arg);
+CKS_API_VISIBLE cks_status_t cks_version_finish(cks_client_h c, const char *job,
+                                                uint64_t version, uint32_t rank);
+
+/** Remove the parent's object `key` from an open version with a parent (a
+ *  delete marker): restores of this version do not see it. Cluster only. */
+CKS_API_VISIBLE cks_status_t cks_object_delete(cks_client_h c, const char *job,
+                                               uint64_t version, const char *key);
+
+/** Arena bytes in use and capacity, summed over the servers that answer. */
+CKS_API_VISIBLE cks_status_t cks_cluster_usage(cks_client_h c, uint64_t *used_p,
+                                               uint64_t *capacity_p);
+
+/** Seal (one rank, rank 0): as cks_version_finish() for single-rank versions. */
 CKS_API_VISIBLE cks_status_t cks_version_seal_nb(cks_client_h c, const char *job,
                                                  uint64_t version, cks_done_cb_t cb,
                                                  void *arg);
@@ -189,6 +219,8 @@ typedef struct {
     cks_tags_t tags;
     uint64_t size;
     uint64_t crc64;  /**< CRC-64 (ECMA-182, reflected, ISA-L crc64_ecma_refl) */
+    uint64_t source_version; /**< the version the bytes were written in: this
+                                  one, or an ancestor (partial-expert versions) */
 } cks_object_info_t;
 
 /* ---- restore ------------------------------------------------------------- */
@@ -210,6 +242,25 @@ CKS_API_VISIBLE cks_status_t cks_object_stat(cks_restore_h r, const char *key,
 
 /** Objects of the version in key order, after `after_key` (NULL: first). */
 CKS_API_VISIBLE cks_status_t cks_object_list(cks_restore_h r, const char *after_key,
+                                             cks_object_info_t *out, size_t max,
+                                             size_t *count_p, int *more_p);
+
+enum {
+    CKS_FILTER_KIND   = 1u << 0,
+    CKS_FILTER_LAYER  = 1u << 1,
+    CKS_FILTER_EXPERT = 1u << 2,
+    CKS_FILTER_RANK   = 1u << 3,
+};
+
+/** Which tags an object must have (the fields named in field_mask). */
+typedef struct {
+    uint64_t field_mask;
+    cks_tags_t tags;
+} cks_tag_filter_t;
+
+/** As cks_object_list(), keeping only objects whose tags match `filter`. */
+CKS_API_VISIBLE cks_status_t cks_object_find(cks_restore_h r, const char *after_key,
+                                             const cks_tag_filter_t *filter,
                                              cks_object_info_t *out, size_t max,
                                              size_t *count_p, int *more_p);
 
@@ -241,6 +292,131 @@ CKS_API_VISIBLE cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t 
                                         uint64_t *length_p, cks_done_cb_t cb, void *arg);
 CKS_API_VISIBLE cks_status_t cks_get(cks_restore_h r, const cks_get_params_t *p,
                                      uint64_t *length_p);
+
+/* ---- PEC helpers ---------------------------------------------------------- */
+/*
+ * Partial Experts Checkpoint (PEC; Cai et al., 2024): each version holds the
+ * dense part of the model plus only K of the E experts of every MoE layer;
+ * the versioned manifest (a version is its parent overlaid with what it
+ * writes) supplies every other expert from an older version. These helpers
+ * choose which experts to write, and measure what a restore loses. They are
+ * pure functions: no I/O, no allocation, no client handle, safe from any
+ * thread. docs/PEC.md gives the definitions and a worked example.
+ *
+ * Arrays are indexed [layer * experts + expert] (layer-major), have
+ * layers * experts entries, and belong to the caller: inputs are only read
+ * during the call, outputs only written, and only when the call returns
+ * CKS_OK. Counts of tokens are token-to-expert assignments (a token routed
+ * to k experts in each of L layers counts k * L times).
+ */
+
+/** "Never saved": last_saved / saved_step entry, and staleness result. */
+#define CKS_PEC_NEVER UINT64_MAX
+/** Most array entries (layers * experts) the helpers accept. */
+#define CKS_PEC_MAX_ENTRIES (UINT64_C(1) << 32)
+
+enum {
+    CKS_PEC_FIELD_RANKS        = 1u << 0,
+    CKS_PEC_FIELD_LAYER_OFFSET = 1u << 1,
+    CKS_PEC_FIELD_MAX_AGE      = 1u << 2,
+};
+
+typedef struct {
+    uint64_t field_mask;    /**< CKS_PEC_FIELD_* bits of the optional fields set */
+    uint32_t layers;        /**< MoE layers (required, >= 1) */
+    uint32_t experts;       /**< experts per layer, E (required, >= 1) */
+    uint32_t per_step;      /**< K: experts of each layer saved per checkpoint
+                                 (required, 1..E) */
+    uint32_t ranks;         /**< expert-parallel ranks, R (default 1; R divides E):
+                                 rank r holds experts [r*E/R, (r+1)*E/R) of every
+                                 layer (contiguous blocks, as Megatron-LM and
+                                 DeepSpeed place them) */
+    uint64_t layer_offset;  /**< round-robin: layer l starts l * layer_offset
+                                 positions further on (default K, so that the
+                                 layers of one checkpoint continue each other;
+                                 0: every layer saves the same experts) */
+    uint64_t max_age;       /**< load-aware: an expert whose newest save is at
+                                 least max_age checkpoints old is saved first
+                                 (default: no limit) */
+} cks_pec_params_t;
+
+/** What a round-robin schedule guarantees. */
+typedef struct {
+    uint64_t period;          /**< ceil(E/K): every expert is saved at least once
+                                   in any `period` consecutive checkpoints */
+    uint64_t max_staleness;   /**< period - 1: restoring checkpoint c >= period - 1,
+                                   every expert's newest save is at most this many
+                                   checkpoints older than c */
+    uint64_t saved_per_ckpt;  /**< K * layers expert objects per checkpoint */
+    uint32_t experts_per_rank; /**< E / R */
+    uint64_t rank_load_min;   /**< every rank saves at least this many experts
+                                   (all layers together) at every checkpoint */
+    uint64_t rank_load_max;   /**< and at most this many; with the default
+                                   layer_offset, rank_load_max - rank_load_min <= 1 */
+} cks_pec_bounds_t;
+
+/** Guarantees of the round-robin schedule for these params. */
+CKS_API_VISIBLE cks_status_t cks_pec_bounds(const cks_pec_params_t *p,
+                                            cks_pec_bounds_t *bounds_p);
+
+/** The expert-parallel rank that holds `expert` (0..E-1). */
+CKS_API_VISIBLE cks_status_t cks_pec_expert_rank(const cks_pec_params_t *p, uint32_t expert,
+                                                 uint32_t *rank_p);
+
+/** Round-robin selection for checkpoint number `ckpt` (0, 1, 2, ... counted
+ *  by the trainer): sets mask[l*E + e] to 1 when expert e of layer l is
+ *  saved, else 0. Exactly K per layer; the order walks the ranks in turn
+ *  (expert 0 of rank 0, expert 0 of rank 1, ..., expert 1 of rank 0, ...);
+ *  layer l starts ckpt*K + l*layer_offset positions into it (mod E). */
+CKS_API_VISIBLE cks_status_t cks_pec_select_round_robin(const cks_pec_params_t *p,
+                                                        uint64_t ckpt, uint8_t *mask);
+
+/** Load-aware selection for checkpoint number `ckpt`: per layer, first the
+ *  experts due under max_age (oldest first; with CKS_PEC_FIELD_MAX_AGE),
+ *  then the experts with the most tokens_since_save (ties: the stalest,
+ *  never-saved stalest of all; then the lowest id), K in all. last_saved[i]
+ *  is the checkpoint number of expert i's newest save (<= ckpt) or
+ *  CKS_PEC_NEVER. Writes mask as cks_pec_select_round_robin() does. */
+CKS_API_VISIBLE cks_status_t cks_pec_select_load_aware(const cks_pec_params_t *p,
+                                                       const uint64_t *tokens_since_save,
+                                                       const uint64_t *last_saved,
+                                                       uint64_t ckpt, uint8_t *mask);
+
+/** Book-keeping after the experts of `mask` were written at checkpoint
+ *  `ckpt`: last_saved[i] = ckpt and, when tokens_since_save is not NULL,
+ *  tokens_since_save[i] = 0, for every i with mask[i] != 0 (both arrays are
+ *  the caller's and updated in place). */
+CKS_API_VISIBLE cks_status_t cks_pec_note_saved(const cks_pec_params_t *p, const uint8_t *mask,
+                                                uint64_t ckpt, uint64_t *last_saved,
+                                                uint64_t *tokens_since_save);
+
+/** Summary of cks_pec_staleness(). */
+typedef struct {
+    uint64_t max;    /**< largest staleness of a saved expert (0 when none) */
+    double mean;     /**< mean staleness of the saved experts (0 when none) */
+    uint64_t stale;  /**< experts with staleness > 0 (never-saved included) */
+    uint64_t never;  /**< experts never saved (staleness CKS_PEC_NEVER) */
+} cks_pec_staleness_stats_t;
+
+/** Staleness after restoring version `restored_step`: staleness[i] =
+ *  restored_step - saved_step[i], where saved_step[i] is the version (the
+ *  step) that expert i's object came from; CKS_PEC_NEVER in, CKS_PEC_NEVER
+ *  out (the trainer must initialise that expert). A saved_step past
+ *  restored_step is CKS_ERR_INVALID_PARAM. stats_p may be NULL. */
+CKS_API_VISIBLE cks_status_t cks_pec_staleness(const cks_pec_params_t *p,
+                                               uint64_t restored_step,
+                                               const uint64_t *saved_step,
+                                               uint64_t *staleness,
+                                               cks_pec_staleness_stats_t *stats_p);
+
+/** Proportion of lost tokens: *plt_p = sum(tokens_lost) / tokens_routed, in
+ *  [0, 1]. tokens_lost[i]: tokens routed to expert i after its newest save
+ *  up to the restored step (their updates are lost on restore);
+ *  tokens_routed: all tokens routed, to any expert, in the window measured
+ *  (it must cover every expert's lost tokens). 0 when tokens_routed is 0.
+ *  A sum over tokens_routed, or past UINT64_MAX: CKS_ERR_INVALID_PARAM. */
+CKS_API_VISIBLE cks_status_t cks_pec_plt(const cks_pec_params_t *p, const uint64_t *tokens_lost,
+                                         uint64_t tokens_routed, double *plt_p);
 
 #ifdef __cplusplus
 }

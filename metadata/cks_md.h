@@ -79,6 +79,9 @@ typedef struct {
     uint64_t crc64;        /**< crc64_ecma_refl of the bytes, computed by the caller */
     uint64_t arena_offset; /**< where the bytes live in this server's arena */
     uint64_t arena_len;    /**< bytes reserved in the arena (>= size, aligned) */
+    uint64_t source_version; /**< version whose chunks hold the bytes: this one,
+                                  or an ancestor (partial-expert versions);
+                                  records of format 1 read as this version */
 } cks_md_object_t;
 
 /**
@@ -251,6 +254,16 @@ cks_status_t cks_md_chunk_get(cks_md_txn_h txn, const char *job, size_t job_len,
  *  (so that the caller can free its arena space). */
 cks_status_t cks_md_chunk_del_version(cks_md_txn_h txn, const char *job, size_t job_len,
                                       uint64_t version, cks_md_chunk_cb_t cb, void *arg);
+
+/** Keep-or-free test for cks_md_chunk_gc(): nonzero keeps the chunks of
+ *  object `key` of `version`. */
+typedef int (*cks_md_chunk_keep_cb_t)(uint64_t version, const char *key, size_t key_len,
+                                      void *arg);
+
+/** Garbage-collect the chunks of one job: every chunk for which `keep`
+ *  returns 0 is deleted, after `freed` (may be NULL) saw it. */
+cks_status_t cks_md_chunk_gc(cks_md_txn_h txn, const char *job, size_t job_len,
+                             cks_md_chunk_keep_cb_t keep, cks_md_chunk_cb_t freed, void *arg);
 
 /** Every chunk of every version, in key order. */
 cks_status_t cks_md_chunk_foreach(cks_md_txn_h txn, cks_md_chunk_each_cb_t cb, void *arg);

@@ -71,8 +71,8 @@
 #define MD_DB_CHUNKS    "chunks"
 /* chunk key: version key + object key + 0x00 + be64(stripe) + u8(idx) */
 #define MD_CKEY_MAX (MD_VKEY_MAX + CKS_KEY_MAX_LEN + 1 + 8 + 1)
-#define MD_OREC_FMT     1
-#define MD_OREC_NFIELDS 9
+#define MD_OREC_FMT     2 /* 1 lacked source_version; still read */
+#define MD_OREC_NFIELDS 10
 #define MD_VALUE_MAX    128 /* 1 + 9 * 9 bytes at most */
 
 struct cks_md {
@@ -288,6 +288,7 @@ static cks_status_t md_object_encode(const cks_md_object_t *o, md_wbuf_t *w)
     rc |= msgpack_pack_uint64(&pk, o->crc64);
     rc |= msgpack_pack_uint64(&pk, o->arena_offset);
     rc |= msgpack_pack_uint64(&pk, o->arena_len);
+    rc |= msgpack_pack_uint64(&pk, o->source_version);
     if (rc != 0) {
         cks_error("metadata: msgpack packing of an object record failed");
         return CKS_ERR_INTERNAL;
@@ -518,13 +519,20 @@ static cks_status_t md_object_decode(const char *job, size_t job_len, uint64_t v
         md_rd_fail(&r, "key length out of range");
         goto corrupt;
     }
-    if ((md_rd_header(&r, MD_OREC_FMT, MD_OREC_NFIELDS) != 0) ||
-        (md_rd_u64(&r, CKS_KIND_OTHER, &kind) != 0) || (md_rd_i32(&r, &o.layer) != 0) ||
+    uint64_t n = 0, fmt = 0;
+    if ((md_rd_array(&r, &n) != 0) || (md_rd_u64(&r, UINT32_MAX, &fmt) != 0) ||
+        !((fmt == 1 && n == 9) || (fmt == MD_OREC_FMT && n == MD_OREC_NFIELDS))) {
+        md_rd_fail(&r, "unknown record format or field count");
+        goto corrupt;
+    }
+    o.source_version = version;
+    if ((md_rd_u64(&r, CKS_KIND_OTHER, &kind) != 0) || (md_rd_i32(&r, &o.layer) != 0) ||
         (md_rd_i32(&r, &o.expert) != 0) || (md_rd_i32(&r, &o.rank) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &o.size) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &o.crc64) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &o.arena_offset) != 0) ||
-        (md_rd_u64(&r, UINT64_MAX, &o.arena_len) != 0)) {
+        (md_rd_u64(&r, UINT64_MAX, &o.arena_len) != 0) ||
+        (fmt == MD_OREC_FMT && md_rd_u64(&r, UINT64_MAX, &o.source_version) != 0)) {
         goto corrupt;
     }
     if (r.p != r.end) {
@@ -1636,6 +1644,64 @@ cks_status_t cks_md_chunk_foreach(cks_md_txn_h txn, cks_md_chunk_each_cb_t cb, v
         if (status == CKS_OK) {
             status = md_cursor_get(txn, cur, &k, &val, MDB_NEXT, &found);
         }
+    }
+    mdb_cursor_close(cur);
+    return status;
+}
+
+cks_status_t cks_md_chunk_gc(cks_md_txn_h txn, const char *job, size_t job_len,
+                             cks_md_chunk_keep_cb_t keep, cks_md_chunk_cb_t freed, void *arg)
+{
+    uint8_t prefix[CKS_JOB_MAX_LEN + 1];
+    cks_status_t status;
+    MDB_cursor *cur;
+    MDB_val k, val;
+    int found, rc;
+
+    status = md_txn_job_check(txn, 1, job, job_len);
+    if (status != CKS_OK || keep == NULL) {
+        return status != CKS_OK ? status : CKS_ERR_INVALID_PARAM;
+    }
+    memcpy(prefix, job, job_len);
+    prefix[job_len] = 0;
+    status          = md_cursor_open(txn, txn->md->dbi_chunks, &cur);
+    if (status != CKS_OK) {
+        return status;
+    }
+    k.mv_size = job_len + 1;
+    k.mv_data = prefix;
+    status    = md_cursor_get(txn, cur, &k, &val, MDB_SET_RANGE, &found);
+    while (status == CKS_OK && found && md_key_has_prefix(&k, prefix, job_len + 1)) {
+        const uint8_t *p = k.mv_data;
+        cks_md_chunk_t c;
+        if (k.mv_size < job_len + 9 + 1 + 1 + 9) {
+            status = CKS_ERR_IO;
+            break;
+        }
+        size_t klen      = k.mv_size - (job_len + 9) - 10;
+        uint64_t version = cks_get_be64(p + job_len + 1);
+        if (keep(version, (const char *)p + job_len + 9, klen, arg)) {
+            status = md_cursor_get(txn, cur, &k, &val, MDB_NEXT, &found);
+            continue;
+        }
+        if (freed != NULL && md_chunk_decode(&k, &val, &c) == CKS_OK) {
+            status = freed(&c, arg);
+            if (status != CKS_OK) {
+                break;
+            }
+        }
+        uint8_t again[MD_CKEY_MAX];
+        size_t again_len = CKS_MIN(k.mv_size, sizeof(again));
+        memcpy(again, k.mv_data, again_len);
+        rc = mdb_cursor_del(cur, 0);
+        if (rc != 0) {
+            status = md_status_from_mdb(txn, rc, "mdb_cursor_del(chunk)");
+            break;
+        }
+        /* seek again rather than rely on where the cursor lands after a delete */
+        k.mv_size = again_len;
+        k.mv_data = again;
+        status    = md_cursor_get(txn, cur, &k, &val, MDB_SET_RANGE, &found);
     }
     mdb_cursor_close(cur);
     return status;

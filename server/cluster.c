@@ -416,7 +416,7 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     p->len     = p->stripes * (m->k + m->m) * m->chunk_size;
     memcpy(p->key, m->key.ptr, m->key.len);
     p->e = (cks_msg_object_entry_t){{p->key, m->key.len}, m->kind, m->layer, m->expert,
-                                    m->rank, m->size, 0};
+                                    m->rank, m->size, 0, m->version};
     status = cks_arena_alloc(s->arena, p->len, &p->off);
     if (status != CKS_OK) {
         free(p);
@@ -639,6 +639,13 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 /* ---- coordinator: manifests ------------------------------------------------------------ */
 
 static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v);
+static void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit);
+
+/* Is `v` a version this server coordinates and that still takes work? */
+static int cks_sv_cv_open(const cks_sv_version_t *v)
+{
+    return v != NULL && v->cluster && v->objs != NULL && v->open && v->bcast == 0;
+}
 
 static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
                                      cks_status_t *status_p, char *why, size_t why_len)
@@ -647,7 +654,8 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
     cks_md_object_t *o;
 
     why[0] = '\0';
-    if (v == NULL || !v->cluster || v->objs == NULL || v->expected == 0) {
+    if (v == NULL || !v->cluster || v->objs == NULL || v->bcast > 0 ||
+        v->wait == CKS_SV_WAIT_ABORT || v->wait == CKS_SV_WAIT_DELETE) {
         *status_p = CKS_ERR_VERSION_NOT_OPEN;
         snprintf(why, why_len, "version %llu is not open here",
                  (unsigned long long)m->version);
@@ -676,13 +684,14 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
     o = &v->objs[v->nobjs++];
     memset(o, 0, sizeof(*o));
     memcpy(o->key, m->o.key.ptr, m->o.key.len);
-    o->key_len = m->o.key.len;
-    o->kind    = (cks_kind_t)m->o.kind;
-    o->layer   = m->o.layer;
-    o->expert  = m->o.expert;
-    o->rank    = m->o.rank;
-    o->size    = m->o.size;
-    o->crc64   = m->o.crc64;
+    o->key_len        = m->o.key.len;
+    o->kind           = (cks_kind_t)m->o.kind;
+    o->layer          = m->o.layer;
+    o->expert         = m->o.expert;
+    o->rank           = m->o.rank;
+    o->size           = m->o.size;
+    o->crc64          = m->o.crc64;
+    o->source_version = m->version;
     v->nobjects++;
     v->bytes += m->o.size;
     *status_p = CKS_OK;
@@ -700,6 +709,26 @@ void cks_sv_object_done(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         snprintf(why, sizeof(why), "bad names");
     }
     cks_sv_reply_status(conn, req_id, status, "%s", why);
+}
+
+/* A delete marker: the parent's object `key` is not part of this version. */
+void cks_sv_object_delete(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                          const cks_msg_object_stat_t *m)
+{
+    cks_sv_version_t *v = cks_sv_version_find(s, &m->job, m->version);
+    cks_status_t status = cks_sv_check_names(&m->job, &m->key);
+
+    if (status == CKS_OK && !cks_sv_cv_open(v)) {
+        status = CKS_ERR_VERSION_NOT_OPEN;
+    }
+    if (status == CKS_OK && v->deleted == NULL && cks_hmap_create(&v->deleted) != CKS_OK) {
+        status = CKS_ERR_NO_MEMORY;
+    }
+    if (status == CKS_OK) {
+        status = cks_hmap_put(v->deleted, m->key.ptr, m->key.len, v);
+    }
+    cks_sv_reply_status(conn, req_id, status, status == CKS_OK ? NULL : "cannot delete '%.*s'",
+                        (int)m->key.len, m->key.ptr);
 }
 
 /* Broadcasts to every other server: a manifest in pages, or a drop. */
@@ -758,7 +787,7 @@ static void cks_bcast_send(cks_bcast_t *b)
         while (status == CKS_OK && b->next + n < v->nobjs && n < CKS_WIRE_MAX_ENTRIES) {
             const cks_md_object_t *o = &v->objs[b->next + n];
             cks_msg_object_entry_t e = {{o->key, o->key_len}, o->kind, o->layer, o->expert,
-                                        o->rank, o->size, o->crc64};
+                                        o->rank, o->size, o->crc64, o->source_version};
             status = cks_wire_entry_pack(CKS_WIRE_ENTRY_OBJECT, &e, b->page,
                                          CKS_WIRE_MAX_PAGE, &off);
             n += status == CKS_OK;
@@ -769,7 +798,8 @@ static void cks_bcast_send(cks_bcast_t *b)
                                           v->rec.nranks,  v->rec.created_ns, v->rec.sealed_ns,
                                           v->rec.nobjects, v->rec.bytes,   v->rec.ec_k,
                                           v->rec.ec_m,    v->rec.chunk_size};
-        m.last = b->next >= v->nobjs;
+        m.last   = b->next >= v->nobjs;
+        m.retain = v->retain;
         if (status == CKS_OK) {
             status = cks_tp_call(conn, CKS_MSG_VERSION_COMMIT, off ? CKS_WIRE_F_PAGE : 0, &m,
                                  off ? b->page : NULL, off, NULL, CKS_SV_CALL_TIMEOUT_MS,
@@ -803,22 +833,51 @@ static void cks_sv_bcast(cks_server_h s, cks_sv_version_t *v, int drop, uint32_t
     }
 }
 
+static cks_status_t cks_sv_waiter_add(cks_sv_version_t *v, cks_tp_conn_h conn,
+                                      uint64_t req_id, int seal)
+{
+    if (v->nwaiters == v->capwaiters) {
+        size_t cap = v->capwaiters ? v->capwaiters * 2 : 4;
+        void *p    = realloc(v->waiters, cap * sizeof(*v->waiters));
+        if (p == NULL) {
+            return CKS_ERR_NO_MEMORY;
+        }
+        v->waiters    = p;
+        v->capwaiters = cap;
+    }
+    v->waiters[v->nwaiters++] = (cks_sv_waiter_t){conn, req_id, seal};
+    cks_tp_conn_get(conn);
+    return CKS_OK;
+}
+
+/* The version's outcome is known everywhere: answer everyone who waits. */
 static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
 {
-    if (v->wait_conn != NULL) {
-        if (v->wait == CKS_SV_WAIT_SEAL && v->bcast_reply == CKS_OK) {
+    int committed = v->wait == CKS_SV_WAIT_SEAL && v->bcast_reply == CKS_OK;
+    for (size_t i = 0; i < v->nwaiters; i++) {
+        cks_sv_waiter_t *w = &v->waiters[i];
+        if (committed && w->seal) {
             cks_msg_seal_reply_t r = {CKS_OK, cks_wire_cstr(NULL), v->nobjects, v->bytes};
-            cks_sv_reply(v->wait_conn, CKS_MSG_SEAL_REPLY, v->wait_req_id, &r);
+            cks_sv_reply(w->conn, CKS_MSG_SEAL_REPLY, w->req_id, &r);
+        } else if (!w->seal && v->bcast_reply == CKS_OK) {
+            cks_sv_reply_status(w->conn, w->req_id, CKS_OK, NULL); /* abort, delete */
         } else {
-            cks_sv_reply_status(v->wait_conn, v->wait_req_id, v->bcast_reply, "%s", v->why);
+            cks_status_t st = v->bcast_reply != CKS_OK ? v->bcast_reply : CKS_ERR_CANCELED;
+            cks_sv_reply_status(w->conn, w->req_id, st, "%s", v->why);
         }
-        cks_tp_conn_put(v->wait_conn);
-        v->wait_conn = NULL;
+        cks_tp_conn_put(w->conn);
     }
-    v->wait = CKS_SV_WAIT_NONE;
+    free(v->waiters);
+    v->waiters  = NULL;
+    v->nwaiters = v->capwaiters = 0;
+    v->wait     = CKS_SV_WAIT_NONE;
     free(v->objs);
-    v->objs    = NULL;
-    v->nobjs   = v->capobjs = 0;
+    v->objs  = NULL;
+    v->nobjs = v->capobjs = 0;
+    free(v->ranks_done);
+    v->ranks_done = NULL;
+    cks_hmap_destroy(v->deleted);
+    v->deleted = NULL;
     v->pending--;
     cks_sv_version_release(s, v);
 }
@@ -830,56 +889,148 @@ static void cks_sv_cv_recorded(cks_server_h s, cks_mdq_job_t *j)
         cks_arena_free(s->arena, j->freed[i].off, j->freed[i].len);
     }
     free(j->freed);
-    free(j->objs); /* a copy; v->objs is what the broadcast sends */
     if (j->status != CKS_OK && v->bcast_reply == CKS_OK) {
         v->bcast_reply = j->status;
         snprintf(v->why, sizeof(v->why), "manifest not recorded");
     }
     if (j->type == CKS_MDQ_MANIFEST && j->status == CKS_OK) {
         v->rec = j->rec;
+        /* what the broadcast sends: the manifest as recorded */
+        free(v->objs);
+        v->objs    = j->objs;
+        v->nobjs   = j->nobjs;
+        v->capobjs = j->nobjs;
+        j->objs    = NULL;
         cks_info("version %llu of '%s' committed: %llu objects, %llu bytes, PROTECTED",
-                 (unsigned long long)v->version, v->job, (unsigned long long)v->nobjects,
-                 (unsigned long long)v->bytes);
+                 (unsigned long long)v->version, v->job, (unsigned long long)v->rec.nobjects,
+                 (unsigned long long)v->rec.bytes);
     }
-    int drop = j->type == CKS_MDQ_DROP;
+    free(j->objs);
+    int drop    = j->type == CKS_MDQ_DROP;
     uint32_t st = j->has_rec ? (uint32_t)j->rec.state : UINT32_MAX;
     free(j);
     if (!drop && v->bcast_reply != CKS_OK) {
         /* not recorded here: do not tell others it is committed */
+        v->bcast = 0;
         cks_sv_bcast_finish(s, v);
         return;
     }
     cks_sv_bcast(s, v, drop, st);
 }
 
+/* The manifest of a committing version: the parent's manifest, less what this
+ * version deleted or wrote again, plus what it wrote (newer wins). */
+static cks_status_t cks_sv_cv_manifest(cks_server_h s, cks_sv_version_t *v,
+                                       cks_md_object_t **objs_p, size_t *n_p)
+{
+    size_t n = v->nobjs, cap = v->nobjs + 64;
+    cks_md_object_t *objs = malloc(cap * sizeof(*objs));
+    cks_hmap_t *mine      = NULL;
+    cks_status_t status   = objs && cks_hmap_create(&mine) == CKS_OK ? CKS_OK
+                                                                     : CKS_ERR_NO_MEMORY;
+    for (size_t i = 0; status == CKS_OK && i < v->nobjs; i++) {
+        objs[i] = v->objs[i];
+        status  = cks_hmap_put(mine, v->objs[i].key, v->objs[i].key_len, v);
+    }
+    if (status == CKS_OK && v->rec.parent != CKS_MD_NO_PARENT) {
+        enum { PAGE = 256 };
+        cks_md_object_t *page = malloc(PAGE * sizeof(*page));
+        char after[CKS_KEY_MAX_LEN + 1];
+        size_t after_len = 0, count;
+        int more = 1;
+        cks_md_txn_h txn;
+        cks_md_version_t prec;
+        status = page ? cks_md_txn_begin(s->md, 0, &txn) : CKS_ERR_NO_MEMORY;
+        if (status == CKS_OK) {
+            status = cks_md_version_get(txn, v->job, v->job_len, v->rec.parent, &prec);
+            if (status == CKS_OK && prec.state != CKS_VSTATE_PROTECTED &&
+                prec.state != CKS_VSTATE_SEALED && prec.state != CKS_VSTATE_DEGRADED) {
+                status = CKS_ERR_NOT_RESTORABLE;
+            }
+            while (status == CKS_OK && more) {
+                status = cks_md_object_list(txn, v->job, v->job_len, v->rec.parent,
+                                            after_len ? after : NULL, after_len, page, PAGE,
+                                            &count, &more);
+                for (size_t i = 0; status == CKS_OK && i < count; i++) {
+                    const cks_md_object_t *o = &page[i];
+                    if (cks_hmap_get(mine, o->key, o->key_len) != NULL ||
+                        (v->deleted && cks_hmap_get(v->deleted, o->key, o->key_len))) {
+                        continue; /* written again, or deleted, in this version */
+                    }
+                    if (n == cap) {
+                        void *p = realloc(objs, (cap *= 2) * sizeof(*objs));
+                        if (p == NULL) {
+                            status = CKS_ERR_NO_MEMORY;
+                            break;
+                        }
+                        objs = p;
+                    }
+                    objs[n++] = *o; /* keeps its source version */
+                }
+                if (count > 0) {
+                    memcpy(after, page[count - 1].key, page[count - 1].key_len);
+                    after_len = page[count - 1].key_len;
+                }
+            }
+            cks_md_txn_abort(txn);
+        }
+        free(page);
+        if (status != CKS_OK) {
+            snprintf(v->why, sizeof(v->why), "parent version %llu: %s",
+                     (unsigned long long)v->rec.parent, cks_status_string(status));
+        }
+    }
+    cks_hmap_destroy(mine);
+    if (status != CKS_OK) {
+        free(objs);
+        return status;
+    }
+    *objs_p = objs;
+    *n_p    = n;
+    return CKS_OK;
+}
+
 /* Record locally (commit or drop), then broadcast. */
 static void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit)
 {
-    cks_mdq_job_t *j = cks_sv_mdq_job(s, commit ? CKS_MDQ_MANIFEST : CKS_MDQ_DROP, v->job,
-                                      v->job_len, v->version);
-    v->open = 0;
+    cks_mdq_job_t *j;
+    cks_status_t status;
+
+    v->open  = 0;
+    v->bcast = 1; /* held while the outcome is recorded here */
+    v->pending++; /* the entry lives until everyone has been answered */
+    j        = cks_sv_mdq_job(s, commit ? CKS_MDQ_MANIFEST : CKS_MDQ_DROP, v->job, v->job_len,
+                              v->version);
     if (j == NULL) {
         v->bcast_reply = CKS_ERR_NO_MEMORY;
+        v->bcast       = 0;
         cks_sv_bcast_finish(s, v);
         return;
     }
     j->rec     = v->rec;
     j->has_rec = 1;
     if (commit) {
-        j->rec.state     = CKS_VSTATE_PROTECTED;
-        j->rec.sealed_ns = cks_sv_realtime_ns();
-        j->rec.nobjects  = v->nobjects;
-        j->rec.bytes     = v->bytes;
-        j->objs          = malloc((v->nobjs ? v->nobjs : 1) * sizeof(*j->objs));
-        if (j->objs == NULL) {
+        status = cks_sv_cv_manifest(s, v, &j->objs, &j->nobjs);
+        if (status != CKS_OK) {
+            /* the parent is gone or unusable: abort instead */
             free(j);
-            v->bcast_reply = CKS_ERR_NO_MEMORY;
-            cks_sv_bcast_finish(s, v);
+            v->failed = v->bcast_reply = status;
+            v->wait   = CKS_SV_WAIT_ABORT;
+            v->bcast  = 0;
+            v->pending--;
+            cks_warn("aborting version %llu of '%s': %s", (unsigned long long)v->version,
+                     v->job, v->why);
+            cks_sv_cv_finish(s, v, 0);
             return;
         }
-        memcpy(j->objs, v->objs, v->nobjs * sizeof(*j->objs));
-        j->nobjs = v->nobjs;
-        v->rec   = j->rec; /* what the broadcast carries */
+        j->rec.state     = CKS_VSTATE_PROTECTED;
+        j->rec.sealed_ns = cks_sv_realtime_ns();
+        j->rec.nobjects  = j->nobjs;
+        j->rec.bytes     = 0;
+        for (size_t i = 0; i < j->nobjs; i++) {
+            j->rec.bytes += j->objs[i].size;
+        }
+        j->retain = v->retain;
     } else if (v->wait == CKS_SV_WAIT_DELETE) {
         j->has_rec = 0;
     } else {
@@ -891,10 +1042,10 @@ static void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit)
     cks_mdq_push(&s->mdq, j);
 }
 
-/* A sealing version: commit when every object is in, abort on failure. */
+/* Commit when every rank finished and every object is in; abort on failure. */
 static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v)
 {
-    if (v->wait != CKS_SV_WAIT_SEAL || v->bcast > 0 || v->objs == NULL) {
+    if (v->bcast > 0 || v->objs == NULL || !v->open) {
         return;
     }
     if (v->failed != CKS_OK) {
@@ -905,30 +1056,34 @@ static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v)
         cks_sv_cv_finish(s, v, 0);
         return;
     }
-    if (v->nobjects >= v->expected) {
-        v->bcast = 1; /* held while the manifest is recorded */
+    if (v->nranks_done == v->rec.nranks && v->nobjects >= v->expected) {
+        v->wait        = CKS_SV_WAIT_SEAL;
         v->bcast_reply = CKS_OK;
         cks_sv_cv_finish(s, v, 1);
     }
 }
 
 void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
-                        const cks_wire_str_t *job, uint64_t version, uint64_t nobjects)
+                        const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
+                        uint32_t rank)
 {
     cks_sv_version_t *v = cks_sv_version_find(s, job, version);
     cks_md_version_t rec;
     cks_status_t status;
 
-    if (v != NULL && v->wait != CKS_SV_WAIT_NONE) {
+    if (v != NULL && v->bcast > 0) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY,
-                            "version %llu is being sealed, aborted or deleted",
+                            "version %llu is being committed, aborted or deleted",
                             (unsigned long long)version);
         return;
     }
     if (type == CKS_MSG_VERSION_DELETE) {
         status = cks_sv_version_lookup(s, job, version, &rec);
+        if (status == CKS_OK && rec.state == CKS_VSTATE_OPEN) {
+            status = CKS_ERR_BUSY; /* abort it first */
+        }
         if (status != CKS_OK) {
-            cks_sv_reply_status(conn, req_id, status, "no version %llu of '%.*s'",
+            cks_sv_reply_status(conn, req_id, status, "cannot delete version %llu of '%.*s'",
                                 (unsigned long long)version, (int)job->len, job->ptr);
             return;
         }
@@ -936,31 +1091,43 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
             cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
             return;
         }
-        v->rec = rec;
-    } else if (v == NULL || !v->open || v->objs == NULL) {
+        v->rec     = rec;
+        v->cluster = 1;
+    } else if (!cks_sv_cv_open(v)) {
         status = v == NULL ? cks_sv_version_lookup(s, job, version, &rec) : CKS_OK;
         cks_sv_reply_status(conn, req_id, status == CKS_OK ? CKS_ERR_VERSION_NOT_OPEN : status,
                             "version %llu of '%.*s' is not open", (unsigned long long)version,
                             (int)job->len, job->ptr);
         return;
     }
-    v->open        = 0;
-    v->wait        = type == CKS_MSG_VERSION_SEAL    ? CKS_SV_WAIT_SEAL
-                     : type == CKS_MSG_VERSION_ABORT ? CKS_SV_WAIT_ABORT
-                                                     : CKS_SV_WAIT_DELETE;
-    v->wait_conn   = conn;
-    v->wait_req_id = req_id;
-    v->bcast_reply = CKS_OK;
-    v->pending++; /* the entry lives until the broadcast ends */
-    cks_tp_conn_get(conn);
-    snprintf(v->why, sizeof(v->why), "%s", "");
     if (type == CKS_MSG_VERSION_SEAL) {
-        v->expected         = nobjects;
-        v->seal_deadline_ns = cks_time_ns() + CKS_SV_SEAL_TIMEOUT_NS;
+        if (rank >= v->rec.nranks || (v->ranks_done[rank / 8] & (1u << (rank % 8)))) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                                "rank %u of %u already finished or out of range", rank,
+                                v->rec.nranks);
+            return;
+        }
+        if (cks_sv_waiter_add(v, conn, req_id, 1) != CKS_OK) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+            return;
+        }
+        v->ranks_done[rank / 8] |= (uint8_t)(1u << (rank % 8));
+        v->nranks_done++;
+        v->expected = (v->expected == UINT64_MAX ? 0 : v->expected) + nobjects;
         cks_sv_cv_check(s, v);
-    } else {
-        cks_sv_cv_finish(s, v, 0);
+        return;
     }
+    if (cks_sv_waiter_add(v, conn, req_id, 0) != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    v->wait        = type == CKS_MSG_VERSION_ABORT ? CKS_SV_WAIT_ABORT : CKS_SV_WAIT_DELETE;
+    v->bcast_reply = CKS_OK;
+    if (type == CKS_MSG_VERSION_ABORT) {
+        snprintf(v->why, sizeof(v->why), "version %llu was aborted by a writer",
+                 (unsigned long long)version);
+    }
+    cks_sv_cv_finish(s, v, 0);
 }
 
 /* ---- members: manifests and drops --------------------------------------------------- */
@@ -1023,6 +1190,7 @@ static void cks_commit_page_in(void *arg, cks_status_t status)
             o->rank    = e.rank;
             o->size    = e.size;
             o->crc64   = e.crc64;
+            o->source_version = e.source;
         }
     }
     if (status == CKS_OK && off != c->page_len) {
@@ -1064,6 +1232,7 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                     m->v.nranks,   m->v.created_ns, m->v.sealed_ns,
                                     m->v.nobjects, m->v.bytes,      m->v.k,
                                     m->v.m,        m->v.chunk_size};
+    j->retain         = m->last ? m->retain : 0;
     j->done           = cks_commit_recorded;
     j->ctx            = c;
     c->conn           = conn;
@@ -1139,20 +1308,19 @@ static void cks_sv_cv_expire(const void *key, size_t len, void *value, void *arg
 {
     cks_sv_version_t *v = value;
     uint64_t now        = *(uint64_t *)arg;
-    if (v->cluster && v->wait == CKS_SV_WAIT_SEAL && v->bcast == 0 && v->objs != NULL &&
-        v->seal_deadline_ns <= now && v->failed == CKS_OK) {
+    if (cks_sv_cv_open(v) && v->failed == CKS_OK && v->open_deadline_ns <= now) {
         v->failed = CKS_ERR_TIMEOUT;
         snprintf(v->why, sizeof(v->why),
-                 "only %llu of %llu objects were protected before the seal deadline",
-                 (unsigned long long)v->nobjects, (unsigned long long)v->expected);
+                 "%u of %u ranks finished and %llu objects were protected before the "
+                 "version's deadline",
+                 v->nranks_done, v->rec.nranks, (unsigned long long)v->nobjects);
     }
 }
 
 static void cks_sv_cv_kick(const void *key, size_t len, void *value, void *arg)
 {
     cks_sv_version_t *v = value;
-    if (v->cluster && v->wait == CKS_SV_WAIT_SEAL && v->failed != CKS_OK && v->bcast == 0 &&
-        v->objs != NULL) {
+    if (cks_sv_cv_open(v) && v->failed != CKS_OK) {
         *(cks_sv_version_t **)arg = v;
     }
 }

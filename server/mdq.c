@@ -93,6 +93,108 @@ static cks_status_t cks_mdq_chunk_freed(const cks_md_chunk_t *c, void *arg)
     return CKS_OK;
 }
 
+static int cks_mdq_restorable(cks_vstate_t st)
+{
+    return st == CKS_VSTATE_SEALED || st == CKS_VSTATE_PROTECTED || st == CKS_VSTATE_DEGRADED;
+}
+
+typedef struct {
+    cks_md_txn_h txn;
+    const cks_mdq_job_t *j;
+    uint64_t oldest_kept;
+    uint64_t *kept;        /* the retained restorable versions */
+    size_t nkept;
+    cks_mdq_extents_t ext; /* what the collection frees */
+} cks_mdq_gc_t;
+
+static cks_status_t cks_mdq_gc_freed(const cks_md_chunk_t *c, void *arg)
+{
+    return cks_mdq_chunk_freed(c, &((cks_mdq_gc_t *)arg)->ext);
+}
+
+/* Chunks of (version, key) stay while a retained manifest takes that key from
+ * that version, or while the version is not older than the oldest retained
+ * one (retained, or still being written). */
+static int cks_mdq_gc_keep(uint64_t version, const char *key, size_t key_len, void *arg)
+{
+    cks_mdq_gc_t *g = arg;
+    if (version >= g->oldest_kept) {
+        return 1;
+    }
+    for (size_t i = 0; i < g->nkept; i++) {
+        cks_md_object_t o;
+        if (cks_md_object_get(g->txn, g->j->job, g->j->job_len, g->kept[i], key, key_len,
+                              &o) == CKS_OK &&
+            o.source_version == version) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Retention, after a manifest commit: keep the newest `retain` restorable
+ * versions of the job and every chunk their manifests reference; delete the
+ * records of older versions and free chunks nothing retained needs. Every
+ * server runs the same rule on the same manifests, so all agree.
+ */
+static cks_status_t cks_mdq_retain(cks_md_txn_h txn, cks_mdq_job_t *j)
+{
+    enum { PAGE = 256 };
+    cks_md_version_t *all = NULL, *page = malloc(PAGE * sizeof(*page));
+    size_t n = 0, cap = 0, count;
+    uint64_t after = 0;
+    int more = 1, first = 1;
+    cks_status_t status = page ? CKS_OK : CKS_ERR_NO_MEMORY;
+
+    while (status == CKS_OK && more) {
+        status = cks_md_version_list(txn, j->job, j->job_len, first ? NULL : &after, page, PAGE,
+                                     &count, &more);
+        if (status == CKS_OK && n + count > cap) {
+            cap     = CKS_MAX(cap * 2, n + count);
+            void *p = realloc(all, cap * sizeof(*all));
+            status  = p ? CKS_OK : CKS_ERR_NO_MEMORY;
+            all     = p ? p : all;
+        }
+        for (size_t i = 0; status == CKS_OK && i < count; i++) {
+            all[n++] = page[i];
+        }
+        if (count > 0) {
+            after = page[count - 1].version;
+            first = 0;
+        }
+    }
+    free(page);
+    cks_mdq_gc_t g = {txn, j, 0, NULL, 0, {NULL, 0, 0}};
+    g.kept         = status == CKS_OK ? malloc((j->retain + 1) * sizeof(uint64_t)) : NULL;
+    if (status == CKS_OK && g.kept == NULL) {
+        status = CKS_ERR_NO_MEMORY;
+    }
+    for (size_t i = n; status == CKS_OK && i-- > 0 && g.nkept < j->retain;) {
+        if (cks_mdq_restorable(all[i].state)) {
+            g.kept[g.nkept++] = all[i].version;
+            g.oldest_kept     = all[i].version;
+        }
+    }
+    if (status == CKS_OK && g.nkept == j->retain) {
+        for (size_t i = 0; status == CKS_OK && i < n && all[i].version < g.oldest_kept; i++) {
+            if (all[i].state != CKS_VSTATE_OPEN) {
+                status = cks_md_version_del(txn, j->job, j->job_len, all[i].version);
+            }
+        }
+        if (status == CKS_OK) {
+            status = cks_md_chunk_gc(txn, j->job, j->job_len, cks_mdq_gc_keep,
+                                     cks_mdq_gc_freed, &g);
+        }
+    }
+    free(j->freed); /* a manifest job frees nothing else */
+    j->freed  = g.ext.ext;
+    j->nfreed = g.ext.n;
+    free(g.kept);
+    free(all);
+    return status;
+}
+
 static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
 {
     const char *job = j->job;
@@ -137,7 +239,11 @@ static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
                     return status; /* a page sent twice is harmless */
                 }
             }
-            return j->has_rec ? cks_md_version_put(txn, job, job_len, &j->rec, 1) : CKS_OK;
+            if (!j->has_rec) {
+                return CKS_OK;
+            }
+            status = cks_md_version_put(txn, job, job_len, &j->rec, 1);
+            return status == CKS_OK && j->retain > 0 ? cks_mdq_retain(txn, j) : status;
         case CKS_MDQ_DROP: {
             cks_mdq_extents_t e = {0};
             status = cks_md_chunk_del_version(txn, job, job_len, j->version,

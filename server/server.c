@@ -108,7 +108,10 @@ static void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
     uint8_t key[CKS_JOB_MAX_LEN + 9];
     cks_hmap_del(s->versions, key, cks_sv_vkey(key, v->job, v->job_len, v->version));
     cks_hmap_destroy(v->keys);
+    cks_hmap_destroy(v->deleted);
     free(v->objs);
+    free(v->ranks_done);
+    free(v->waiters);
     free(v);
 }
 
@@ -369,10 +372,30 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
                             "version must be < 2^64-1 and nranks >= 1");
         return;
     }
-    if (s->map == NULL && (m->k != 0 || m->m != 0)) {
+    if (s->map == NULL && (m->k != 0 || m->m != 0 || m->nranks != 1 ||
+                           m->parent != CKS_MD_NO_PARENT)) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_UNSUPPORTED,
-                            "this server is standalone: no erasure coding");
+                            "this server is standalone: one rank, no parent version, no "
+                            "erasure coding (use a cluster)");
         return;
+    }
+    if (m->nranks > 65536) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM, "at most 65536 ranks");
+        return;
+    }
+    if (m->parent != CKS_MD_NO_PARENT) {
+        cks_md_version_t prec;
+        cks_wire_str_t job = m->job;
+        status = cks_sv_version_lookup(s, &job, m->parent, &prec);
+        if (status == CKS_OK && prec.state != CKS_VSTATE_PROTECTED &&
+            prec.state != CKS_VSTATE_SEALED && prec.state != CKS_VSTATE_DEGRADED) {
+            status = CKS_ERR_NOT_RESTORABLE;
+        }
+        if (status != CKS_OK) {
+            cks_sv_reply_status(conn, req_id, status, "parent version %llu: %s",
+                                (unsigned long long)m->parent, cks_status_string(status));
+            return;
+        }
     }
     if (s->map != NULL) {
         char err[160];
@@ -416,11 +439,15 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
     v->open           = 1;
     v->pending        = 0;
     if (s->map != NULL) { /* this server coordinates the version */
-        v->cluster  = 1;
-        v->expected = UINT64_MAX;
-        v->capobjs  = 64;
-        v->objs     = malloc(v->capobjs * sizeof(*v->objs));
-        if (v->objs == NULL) {
+        v->cluster          = 1;
+        v->expected         = UINT64_MAX;
+        v->capobjs          = 64;
+        v->retain           = m->retain;
+        v->open_deadline_ns = cks_time_ns() + (uint64_t)(m->timeout_s ? m->timeout_s : 600) *
+                                                  1000000000ull;
+        v->objs             = malloc(v->capobjs * sizeof(*v->objs));
+        v->ranks_done       = calloc((m->nranks + 7) / 8, 1);
+        if (v->objs == NULL || v->ranks_done == NULL) {
             cks_sv_version_free(s, v);
             cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
             return;
@@ -547,6 +574,7 @@ static void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     j->obj.size            = m->size;
     j->obj.arena_offset    = off;
     j->obj.arena_len       = len;
+    j->obj.source_version  = m->version;
     j->data                = cks_arena_base(s->arena) + off;
     j->conn                = conn;
     j->req_id              = req_id;
@@ -768,6 +796,7 @@ static void cks_sv_entry_from_obj(cks_msg_object_entry_t *e, const cks_md_object
     e->rank   = o->rank;
     e->size   = o->size;
     e->crc64  = o->crc64;
+    e->source = o->source_version;
 }
 
 static void cks_sv_version_stat(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
@@ -976,7 +1005,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             cks_msg_version_ref_t ref = {b->m_VERSION_SEAL.job, b->m_VERSION_SEAL.version};
             if (s->map != NULL) {
                 cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &ref.job, ref.version,
-                                   b->m_VERSION_SEAL.nobjects);
+                                   b->m_VERSION_SEAL.nobjects, b->m_VERSION_SEAL.rank);
             } else {
                 cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &ref);
             }
@@ -986,7 +1015,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         case CKS_MSG_VERSION_DELETE:
             if (s->map != NULL) {
                 cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT.job,
-                                   b->m_VERSION_ABORT.version, 0);
+                                   b->m_VERSION_ABORT.version, 0, 0);
             } else {
                 cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT);
             }
@@ -997,6 +1026,14 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                                     "a cluster server serves chunks (CHUNK_GET)");
             } else {
                 cks_sv_get(s, conn, hdr->req_id, &b->m_GET);
+            }
+            break;
+        case CKS_MSG_OBJECT_DELETE:
+            if (s->map == NULL) {
+                cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
+                                    "delete markers need a cluster (partial versions)");
+            } else {
+                cks_sv_object_delete(s, conn, hdr->req_id, &b->m_OBJECT_DELETE);
             }
             break;
         case CKS_MSG_CHUNK_PUT:
@@ -1411,8 +1448,14 @@ void cks_server_stop(cks_server_h s)
 static void cks_sv_free_version(const void *key, size_t len, void *value, void *arg)
 {
     cks_sv_version_t *v = value;
+    for (size_t i = 0; i < v->nwaiters; i++) {
+        cks_tp_conn_put(v->waiters[i].conn);
+    }
     cks_hmap_destroy(v->keys);
+    cks_hmap_destroy(v->deleted);
     free(v->objs);
+    free(v->ranks_done);
+    free(v->waiters);
     free(v);
 }
 
@@ -1425,10 +1468,10 @@ void cks_server_destroy(cks_server_h s)
     cks_mdq_stop(&s->mdq);
     cks_sv_drain_done(s);
     cks_sv_cluster_fini(s); /* joins the encoders; frees the map */
+    cks_hmap_foreach(s->versions, cks_sv_free_version, NULL); /* puts connections */
     cks_tp_listener_destroy(s->listener);
     cks_tp_mem_unmap(s->arena_mem);
     cks_tp_worker_destroy(s->tp);
-    cks_hmap_foreach(s->versions, cks_sv_free_version, NULL);
     cks_hmap_destroy(s->versions);
     cks_hmap_destroy(s->bad);
     cks_arena_close(s->arena);

@@ -16,6 +16,13 @@
 
 typedef struct cks_sv_version cks_sv_version_t;
 
+/* Who waits for a cluster version's outcome. */
+typedef struct {
+    cks_tp_conn_h conn;
+    uint64_t req_id;
+    int seal; /* 1: a rank's finish (SEAL_REPLY on success) */
+} cks_sv_waiter_t;
+
 /* A deferred request on a version: runs when its puts and gets drain. */
 typedef enum {
     CKS_SV_WAIT_NONE = 0,
@@ -50,6 +57,13 @@ struct cks_sv_version {
     char why[CKS_MSG_MAX_LEN]; /* why `failed` */
     unsigned bcast;        /* peers still to answer a commit/drop broadcast */
     cks_status_t bcast_reply; /* the status the client gets when the broadcast ends */
+    cks_sv_waiter_t *waiters; /* ranks that finished (and abort/delete callers) */
+    size_t nwaiters, capwaiters;
+    uint8_t *ranks_done;   /* bitmap of ranks that finished */
+    uint32_t nranks_done;
+    uint32_t retain;       /* the job's retention (cluster) */
+    uint64_t open_deadline_ns; /* abort when not every rank finished by then */
+    cks_hmap_t *deleted;   /* keys of the parent removed in this version */
 };
 
 /* Encoding work, on the encoder threads (encoder.c). */
@@ -122,6 +136,8 @@ struct cks_mdq_job {
     size_t nchunks;
     cks_md_object_t *objs;  /* MANIFEST (owned) */
     size_t nobjs;
+    uint32_t retain;        /* MANIFEST with has_rec: then keep the newest `retain`
+                               restorable versions of the job (0: all) */
     cks_tp_conn_h conn;     /* who gets the reply (one reference) */
     uint64_t req_id;
     cks_status_t status;    /* result, set by the writer */
@@ -215,7 +231,9 @@ void cks_sv_object_done(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_i
 /* Seal, abort or delete on the coordinator of a cluster version. */
 void cks_sv_cluster_end(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                         unsigned type, const cks_wire_str_t *job, uint64_t version,
-                        uint64_t nobjects);
+                        uint64_t nobjects, uint32_t rank);
+void cks_sv_object_delete(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                          const cks_msg_object_stat_t *m);
 void cks_sv_version_commit(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                            const cks_msg_version_commit_t *m, cks_tp_data_t *data);
 void cks_sv_version_drop(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,

@@ -86,6 +86,8 @@ typedef struct {
     uint32_t nranks;
     uint32_t k, m;       /* Reed-Solomon geometry; 0, 0 on a standalone server */
     uint64_t chunk_size;
+    uint32_t retain;     /* keep the newest `retain` restorable versions (0: all) */
+    uint32_t timeout_s;  /* abort the version if its ranks have not all finished */
 } cks_msg_version_begin_t;
 
 typedef struct {
@@ -93,6 +95,7 @@ typedef struct {
     uint64_t version;
     uint64_t nobjects; /* objects the sealing client put (cluster: the
                           coordinator waits until that many are protected) */
+    uint32_t rank;     /* the rank that finished (0 .. nranks-1) */
 } cks_msg_version_seal_t;
 
 typedef struct {
@@ -188,6 +191,7 @@ typedef struct {
     int32_t rank;
     uint64_t size;
     uint64_t crc64;
+    uint64_t source; /* the version whose chunks hold the bytes */
 } cks_msg_object_entry_t;
 
 typedef struct {
@@ -258,6 +262,7 @@ typedef struct {
     cks_wire_str_t job;
     cks_msg_version_entry_t v;
     uint32_t last;
+    uint32_t retain; /* the job's retention (0: keep all), applied after the last page */
 } cks_msg_version_commit_t;
 
 /** Coordinator -> every server: free a version's chunks; state ABORTED
@@ -297,7 +302,8 @@ typedef struct {
     _(CHUNK_GET_REPLY,   22, cks_msg_chunk_get_reply_t,    "s>c") \
     _(OBJECT_DONE,       23, cks_msg_object_done_t,        "s>s") \
     _(VERSION_COMMIT,    24, cks_msg_version_commit_t,     "s>s") \
-    _(VERSION_DROP,      25, cks_msg_version_drop_t,       "s>s")
+    _(VERSION_DROP,      25, cks_msg_version_drop_t,       "s>s") \
+    _(OBJECT_DELETE,     26, cks_msg_object_stat_t,        "c>s")
 
 /** Nonzero for message types that answer a request (matched by req_id). */
 #define CKS_MSG_IS_REPLY(t) \

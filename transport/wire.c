@@ -46,7 +46,8 @@ typedef struct {
     FD_U64(T, p chunk_size)
 #define FD_OBJECT_ENTRY(T, p) \
     FD_STR(T, p key, CKS_KEY_MAX_LEN), FD_U32(T, p kind), FD_I32(T, p layer), \
-    FD_I32(T, p expert), FD_I32(T, p rank), FD_U64(T, p size), FD_U64(T, p crc64)
+    FD_I32(T, p expert), FD_I32(T, p rank), FD_U64(T, p size), FD_U64(T, p crc64), \
+    FD_U64(T, p source)
 
 static const cks_wire_field_t fd_status[] = {FD_REPLY(cks_msg_status_t)};
 static const cks_wire_field_t fd_hello[]  = {
@@ -62,10 +63,12 @@ static const cks_wire_field_t fd_version_begin[] = {
     FD_STR(cks_msg_version_begin_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_begin_t, version), FD_U64(cks_msg_version_begin_t, parent),
     FD_U32(cks_msg_version_begin_t, nranks), FD_U32(cks_msg_version_begin_t, k),
-    FD_U32(cks_msg_version_begin_t, m), FD_U64(cks_msg_version_begin_t, chunk_size)};
+    FD_U32(cks_msg_version_begin_t, m), FD_U64(cks_msg_version_begin_t, chunk_size),
+    FD_U32(cks_msg_version_begin_t, retain), FD_U32(cks_msg_version_begin_t, timeout_s)};
 static const cks_wire_field_t fd_version_seal[] = {
     FD_STR(cks_msg_version_seal_t, job, CKS_JOB_MAX_LEN),
-    FD_U64(cks_msg_version_seal_t, version), FD_U64(cks_msg_version_seal_t, nobjects)};
+    FD_U64(cks_msg_version_seal_t, version), FD_U64(cks_msg_version_seal_t, nobjects),
+    FD_U32(cks_msg_version_seal_t, rank)};
 static const cks_wire_field_t fd_version_ref[] = {
     FD_STR(cks_msg_version_ref_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_ref_t, version)};
@@ -133,7 +136,8 @@ static const cks_wire_field_t fd_object_done[] = {
     FD_OBJECT_ENTRY(cks_msg_object_done_t, o.)};
 static const cks_wire_field_t fd_version_commit[] = {
     FD_STR(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
-    FD_VERSION_ENTRY(cks_msg_version_commit_t, v.), FD_U32(cks_msg_version_commit_t, last)};
+    FD_VERSION_ENTRY(cks_msg_version_commit_t, v.), FD_U32(cks_msg_version_commit_t, last),
+    FD_U32(cks_msg_version_commit_t, retain)};
 static const cks_wire_field_t fd_version_drop[] = {
     FD_STR(cks_msg_version_drop_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_drop_t, version), FD_U32(cks_msg_version_drop_t, state)};
@@ -174,6 +178,7 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_OBJECT_DONE]        = FD_TABLE(fd_object_done),
     [CKS_MSG_VERSION_COMMIT]     = FD_TABLE(fd_version_commit),
     [CKS_MSG_VERSION_DROP]       = FD_TABLE(fd_version_drop),
+    [CKS_MSG_OBJECT_DELETE]      = FD_TABLE(fd_object_stat),
 };
 
 static const cks_wire_desc_t cks_wire_entry_desc[] = {

@@ -374,10 +374,8 @@ Test(single, restart_persistence)
     cr_assert_eq(cks_version_seal(cl, "persist", 10), CKS_OK);
     /* version 11 is cut short by the crash */
     cks_version_params_t vp = {0};
-    vp.field_mask           = CKS_VERSION_FIELD_PARENT;
     vp.job                  = "persist";
     vp.version              = 11;
-    vp.parent               = 10;
     cr_assert_eq(cks_version_begin(cl, &vp), CKS_OK);
     cr_assert_eq(put(cl, "persist", 11, "a", src, size), CKS_OK);
 
