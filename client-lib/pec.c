@@ -145,7 +145,7 @@ cks_status_t cks_pec_expert_rank(const cks_pec_params_t *p, uint32_t expert,
     if (rank_p == NULL || expert >= cfg.experts) {
         return CKS_ERR_INVALID_PARAM;
     }
-    *rank_p = expert % cfg.ranks;
+    *rank_p = expert / cfg.per_rank;
     return CKS_OK;
 }
 

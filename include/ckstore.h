@@ -337,7 +337,10 @@ typedef struct {
                                  0: every layer saves the same experts) */
     uint64_t max_age;       /**< load-aware: an expert whose newest save is at
                                  least max_age checkpoints old is saved first
-                                 (default: no limit) */
+                                 (default: no limit). With max_age >= ceil(E/K)
+                                 and last_saved starting from CKS_PEC_NEVER,
+                                 every expert is saved at least once in any
+                                 max_age consecutive checkpoints */
 } cks_pec_params_t;
 
 /** What a round-robin schedule guarantees. */
