@@ -1140,8 +1140,9 @@ Test(metadata, values_are_plain_msgpack)
     msgpack_object_array *a;
     size_t len, off = 0;
 
-    o.layer      = -1;
-    v.ec_k       = 4;
+    o.layer          = -1;
+    o.source_version = v.version - 1;
+    v.ec_k           = 4;
     v.ec_m       = 2;
     v.chunk_size = 1u << 20;
     txn = txn_begin(md, 1);
@@ -1175,9 +1176,10 @@ Test(metadata, values_are_plain_msgpack)
                  MSGPACK_UNPACK_SUCCESS);
     cr_assert_eq(u.data.type, MSGPACK_OBJECT_ARRAY);
     a = &u.data.via.array;
-    cr_assert_eq(a->size, 9);
-    cr_assert_eq(a->ptr[0].via.u64, 1);
+    cr_assert_eq(a->size, 10);
+    cr_assert_eq(a->ptr[0].via.u64, 2);
     cr_assert_eq(a->ptr[1].via.u64, o.kind);
+    cr_assert_eq(a->ptr[9].via.u64, o.source_version);
     cr_assert_eq(a->ptr[2].type, MSGPACK_OBJECT_NEGATIVE_INTEGER);
     cr_assert_eq(a->ptr[2].via.i64, -1);
     cr_assert_eq(a->ptr[6].via.u64, o.crc64);
@@ -1392,5 +1394,88 @@ Test(metadata, newer_schema_is_refused)
 
     raw_put("meta", "schema", 6, "\x01", 1); /* back to ours */
     md = md_open(0);
+    cks_md_close(md);
+}
+
+/* ---- chunks ---------------------------------------------------------------- */
+
+static cks_status_t count_chunk(const cks_md_chunk_t *c, void *arg)
+{
+    (void)c;
+    (*(int *)arg)++;
+    return CKS_OK;
+}
+
+static int keep_version_7(uint64_t version, const char *key, size_t key_len, void *arg)
+{
+    (void)key;
+    (void)key_len;
+    (void)arg;
+    return version == 7;
+}
+
+typedef struct {
+    int n;
+    uint64_t last_version;
+} each_t;
+
+static cks_status_t each_chunk(const char *job, size_t job_len, uint64_t version,
+                               const char *key, size_t key_len, const cks_md_chunk_t *c,
+                               void *arg)
+{
+    each_t *e = arg;
+    cr_assert_eq(job_len, 3);
+    cr_assert(memcmp(job, "job", 3) == 0);
+    cr_assert(key_len == 1 || key_len == 2, "key %.*s", (int)key_len, key);
+    cr_assert(c->idx < 6);
+    e->n++;
+    e->last_version = version;
+    return CKS_OK;
+}
+
+Test(metadata, chunk_records)
+{
+    cks_md_h md = md_open(0);
+    cks_md_txn_h txn = txn_begin(md, 1);
+    cks_md_chunk_t c = {3, 5, 65536, 0xabcdef, 8192, 65536}, got;
+
+    /* stripes 0..2, chunks 0..5 of keys "k" (version 7) and "k2" (version 8) */
+    for (uint64_t s = 0; s < 3; s++) {
+        for (uint32_t i = 0; i < 6; i++) {
+            c.stripe = s;
+            c.idx    = i;
+            ST_OK(cks_md_chunk_put(txn, J("job"), 7, J("k"), &c));
+            ST_OK(cks_md_chunk_put(txn, J("job"), 8, J("k2"), &c));
+        }
+    }
+    c.stripe = 1;
+    c.idx    = 2;
+    ST_EQ(cks_md_chunk_put(txn, J("job"), 7, J("k"), &c), CKS_ERR_DUPLICATE_KEY);
+    ST_OK(cks_md_chunk_get(txn, J("job"), 7, J("k"), 1, 2, &got));
+    cr_assert_eq(got.stripe, 1);
+    cr_assert_eq(got.idx, 2);
+    cr_assert_eq(got.len, 65536);
+    cr_assert_eq(got.crc64, 0xabcdef);
+    cr_assert_eq(got.arena_offset, 8192);
+    ST_EQ(cks_md_chunk_get(txn, J("job"), 7, J("k"), 3, 0, &got), CKS_ERR_NO_SUCH_KEY);
+    /* "k" of version 7 does not see the chunks of "k2" */
+    ST_EQ(cks_md_chunk_get(txn, J("job"), 7, J("k2"), 0, 0, &got), CKS_ERR_NO_SUCH_KEY);
+    each_t e = {0, 0};
+    ST_OK(cks_md_chunk_foreach(txn, each_chunk, &e));
+    cr_assert_eq(e.n, 36);
+    /* garbage collection keeps version 7, frees version 8 */
+    int freed = 0;
+    ST_OK(cks_md_chunk_gc(txn, J("job"), keep_version_7, count_chunk, &freed));
+    cr_assert_eq(freed, 18);
+    ST_EQ(cks_md_chunk_get(txn, J("job"), 8, J("k2"), 0, 0, &got), CKS_ERR_NO_SUCH_KEY);
+    ST_OK(cks_md_chunk_get(txn, J("job"), 7, J("k"), 0, 0, &got));
+    /* deleting a version's chunks */
+    freed = 0;
+    ST_OK(cks_md_chunk_del_version(txn, J("job"), 7, count_chunk, &freed));
+    cr_assert_eq(freed, 18);
+    e.n = 0;
+    ST_OK(cks_md_chunk_foreach(txn, each_chunk, &e));
+    cr_assert_eq(e.n, 0);
+    ST_OK(cks_md_txn_commit(txn));
     cks_md_close(md);
 }
