@@ -17,18 +17,21 @@ static cks_client_h cl;
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: ckstore [--server IP:PORT] [--timeout MS] COMMAND [ARGS]\n"
+            "usage: ckstore [--server IP:PORT | --cluster MAP] [--timeout MS] COMMAND [ARGS]\n"
             "\n"
             "commands:\n"
             "  jobs                          list jobs\n"
             "  versions JOB                  list versions (state, objects, size, age)\n"
-            "  objects JOB VERSION|latest    list the objects of a restorable version\n"
+            "  objects JOB VERSION|latest    the manifest: objects, tags, sizes, and the\n"
+            "                                version each object's bytes come from\n"
             "  stat JOB VERSION|latest [KEY] show a version or one object\n"
             "  verify JOB VERSION|latest     read every object and check its CRC\n"
             "  get JOB VERSION|latest KEY FILE   write one object to FILE\n"
             "  delete JOB VERSION            delete a version and free its space\n"
             "\n"
-            "The server defaults to $CKSTORE_SERVER, else 127.0.0.1:13337.\n");
+            "The server defaults to $CKSTORE_SERVER, else 127.0.0.1:13337; --cluster\n"
+            "(or $CKSTORE_CLUSTER) names a cluster map instead.\n"
+            "Exit status: 0 on success, 1 on an error from the store, 2 on bad usage.\n");
 }
 
 static int fail(const char *what, cks_status_t st)
@@ -175,7 +178,8 @@ static int print_object(cks_restore_h r, const cks_object_info_t *o, void *arg)
     print_tag(o->tags.layer);
     print_tag(o->tags.expert);
     print_tag(o->tags.rank);
-    printf(" %14" PRIu64 " %016" PRIx64 " %s\n", o->size, o->crc64, o->key);
+    printf(" %14" PRIu64 " %016" PRIx64 " %8" PRIu64 " %s\n", o->size, o->crc64,
+           o->source_version, o->key);
     return 0;
 }
 
@@ -186,8 +190,8 @@ static int cmd_objects(const char *job, const char *ver)
     if (rc != 0) {
         return rc;
     }
-    printf("%-9s%6s%6s%6s %14s %16s %s\n", "KIND", "LAYER", "EXPERT", "RANK", "BYTES", "CRC64",
-           "KEY");
+    printf("%-9s%6s%6s%6s %14s %16s %8s %s\n", "KIND", "LAYER", "EXPERT", "RANK", "BYTES",
+           "CRC64", "SOURCE", "KEY");
     rc = foreach_object(r, print_object, NULL);
     cks_restore_close(r);
     return rc;
@@ -305,15 +309,18 @@ static int cmd_get(const char *job, const char *ver, const char *key, const char
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"server", required_argument, NULL, 's'},
+                                         {"cluster", required_argument, NULL, 'c'},
                                          {"timeout", required_argument, NULL, 't'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *server = getenv("CKSTORE_SERVER");
+    const char *server  = getenv("CKSTORE_SERVER");
+    const char *cluster = getenv("CKSTORE_CLUSTER");
     int timeout_ms     = 30000, c, rc;
 
-    while ((c = getopt_long(argc, argv, "+s:t:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+s:c:t:h", opts, NULL)) != -1) {
         switch (c) {
-            case 's': server = optarg; break;
+            case 's': server = optarg; cluster = NULL; break;
+            case 'c': cluster = optarg; break;
             case 't': timeout_ms = atoi(optarg); break;
             case 'h': usage(stdout); return 0;
             default: usage(stderr); return 2;
@@ -344,8 +351,14 @@ int main(int argc, char **argv)
     }
 
     cks_client_params_t p = {0};
-    p.field_mask = CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_NAME;
-    p.server     = server ? server : "127.0.0.1:13337";
+    p.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_NAME;
+    if (cluster != NULL) {
+        p.field_mask |= CKS_CLIENT_FIELD_CLUSTER;
+        p.cluster = cluster;
+    } else {
+        p.field_mask |= CKS_CLIENT_FIELD_SERVER;
+        p.server = server ? server : "127.0.0.1:13337";
+    }
     p.timeout_ms = timeout_ms;
     p.name       = "ckstore-cli";
     cks_status_t st = cks_client_create(&p, &cl);

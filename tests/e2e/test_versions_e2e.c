@@ -470,3 +470,62 @@ Test(versions, resharded_restore_8_to_6)
     cr_assert_eq(run_ranks(8, writer3, 0), 0, "writer ranks failed");
     cr_assert_eq(run_ranks(6, reader, 8), 0, "reader ranks failed");
 }
+
+/* ---- the ckstore command line ---------------------------------------------------- */
+
+/* Run the CLI against the cluster; returns its exit status, output in out. */
+static int cli(char *out, size_t len, const char *args)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s --cluster %s %s 2>&1", CKS_CLI_BIN, cl.map, args);
+    FILE *f = popen(cmd, "r");
+    size_t n = 0;
+    cr_assert_not_null(f);
+    while (n + 1 < len && fgets(out + n, (int)(len - n), f) != NULL) {
+        n += strlen(out + n);
+    }
+    out[n] = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(versions, command_line)
+{
+    static char out[16384];
+    uint8_t b[3000];
+    cks_client_h c = connect_cluster();
+    cks_version_params_t vp = {.job = "cli", .version = 4};
+    memset(b, 9, sizeof(b));
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cr_assert_eq(put_obj(c, "cli", 4, "layer1/expert3", b, sizeof(b),
+                         (cks_tags_t){CKS_KIND_EXPERT, 1, 3, 0}),
+                 CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "cli", 4), CKS_OK);
+    vp = (cks_version_params_t){.field_mask = CKS_VERSION_FIELD_PARENT, .job = "cli",
+                                .version = 5, .parent = 4};
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cr_assert_eq(put_obj(c, "cli", 5, "dense", b, 100, (cks_tags_t){CKS_KIND_DENSE, 0, -1, 0}),
+                 CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "cli", 5), CKS_OK);
+    cks_client_destroy(c);
+
+    cr_assert_eq(cli(out, sizeof(out), "jobs"), 0, "%s", out);
+    cr_assert(strstr(out, "cli") != NULL, "%s", out);
+    cr_assert_eq(cli(out, sizeof(out), "versions cli"), 0, "%s", out);
+    cr_assert(strstr(out, "PROTECTED") != NULL && strstr(out, "  5 ") != NULL, "%s", out);
+    /* the manifest of version 5 shows where each object comes from */
+    cr_assert_eq(cli(out, sizeof(out), "objects cli 5"), 0, "%s", out);
+    char *line = strstr(out, "layer1/expert3");
+    cr_assert_not_null(line, "%s", out);
+    cr_assert(strstr(out, "        4 layer1/expert3") != NULL, "source 4 shown: %s", out);
+    cr_assert(strstr(out, "        5 dense") != NULL, "source 5 shown: %s", out);
+    cr_assert_eq(cli(out, sizeof(out), "verify cli latest"), 0, "%s", out);
+    cr_assert(strstr(out, "2 objects") != NULL && strstr(out, "0 bad") != NULL, "%s", out);
+    /* errors: non-zero exits with a reason */
+    cr_assert_eq(cli(out, sizeof(out), "stat cli 99"), 1, "%s", out);
+    cr_assert(strstr(out, "no such version") != NULL, "%s", out);
+    cr_assert_eq(cli(out, sizeof(out), "frobnicate"), 2, "%s", out);
+    cr_assert_eq(cli(out, sizeof(out), "--help"), 0, "%s", out);
+    cr_assert_eq(cli(out, sizeof(out), "delete cli 5"), 0, "%s", out);
+    cr_assert_eq(cli(out, sizeof(out), "stat cli 5"), 1, "%s", out);
+}
