@@ -392,6 +392,9 @@ static void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
         }
         return;
     }
+    /* A chunk read can be decoded around: it does not wait for a server that
+     * failed before to come back; the reconnect goes on in the background. */
+    int degradable = op->kind == CKS_OP_CHUNK_GET && sv->failed_ns != 0;
     if (sv->state == CKS_SRV_IDLE) {
         /* a server that just failed is not asked again at once */
         if (sv->failed_ns != 0 && cks_time_ns() - sv->failed_ns < 1000000000ull) {
@@ -399,8 +402,17 @@ static void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
                                                                       : CKS_ERR_UNREACHABLE);
             return;
         }
+        if (degradable) {
+            cks_cl_srv_connect(c, op->srv);
+            cks_cl_op_fail(c, op, CKS_ERR_UNREACHABLE);
+            return;
+        }
         cks_cl_srv_wait(sv, op);
         cks_cl_srv_connect(c, op->srv);
+        return;
+    }
+    if (degradable) {
+        cks_cl_op_fail(c, op, CKS_ERR_UNREACHABLE);
         return;
     }
     cks_cl_srv_wait(sv, op);

@@ -150,6 +150,7 @@ typedef struct {
 typedef struct {
     uint64_t stripe;
     uint32_t failed; /* bitmask of chunks that failed */
+    uint32_t tried;  /* degraded phase: chunks asked for whole */
     uint32_t got;    /* degraded phase: chunks that arrived whole */
     uint8_t *buf;    /* degraded phase: (k + m) chunks */
 } cks_read_stripe_t;
@@ -237,72 +238,88 @@ static void cks_read_sub_done(void *arg, cks_status_t status)
                  (unsigned long long)sub->stripe, rd->key, cks_status_string(status),
                  sub->whole ? "" : ": decoding around it");
     }
+    if (sub->whole) {
+        free(sub); /* degraded fetches allocate their own */
+    }
     if (--rd->pending == 0) {
         cks_read_step(rd);
     }
 }
 
-/* Every read of the current phase is done: finish, or go degraded. */
-static void cks_read_step(cks_read_t *rd)
+/* Start a degraded round: for every failed stripe without k whole chunks
+ * yet, fetch the next untried chunks (data first, then parity) so that k
+ * may arrive. Returns the number of fetches started. */
+static size_t cks_read_degraded_round(cks_read_t *rd)
 {
-    if (!rd->degraded) {
-        int any_bad = 0;
-        for (uint64_t s = rd->s0; s <= rd->s1; s++) {
-            any_bad |= rd->stripes[s - rd->s0].failed != 0;
+    const unsigned width = rd->k + rd->m;
+    size_t started       = 0;
+
+    for (uint64_t s = rd->s0; s <= rd->s1; s++) {
+        cks_read_stripe_t *bs = &rd->stripes[s - rd->s0];
+        uint16_t group[CKS_PLACE_WIDTH_MAX];
+        unsigned have = (unsigned)__builtin_popcount(bs->got), want;
+        if (bs->failed == 0 || have >= rd->k) {
+            continue;
         }
-        if (!any_bad) {
-            cks_read_finish(rd, CKS_OK);
-            return;
+        if (bs->buf == NULL && (bs->buf = malloc(width * rd->chunk)) == NULL) {
+            continue; /* decode reports the loss */
         }
-        /* degraded: fetch every chunk of the failed stripes that did not fail */
-        rd->degraded = 1;
-        rd->pending  = 1; /* hold */
-        size_t n     = 0, width = rd->k + rd->m;
-        for (uint64_t s = rd->s0; s <= rd->s1; s++) {
-            if (rd->stripes[s - rd->s0].failed != 0) {
-                n += width;
-            }
+        if (cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key, strlen(rd->key), s,
+                      rd->k, rd->m, NULL, group) != CKS_OK) {
+            continue;
         }
-        free(rd->subs);
-        rd->subs  = calloc(n, sizeof(*rd->subs));
-        rd->nsubs = 0;
-        if (rd->subs == NULL) {
-            cks_read_finish(rd, CKS_ERR_NO_MEMORY);
-            return;
-        }
-        for (uint64_t s = rd->s0; s <= rd->s1; s++) {
-            cks_read_stripe_t *bs = &rd->stripes[s - rd->s0];
-            uint16_t group[CKS_PLACE_WIDTH_MAX];
-            if (bs->failed == 0) {
+        want = rd->k - have;
+        /* two passes: chunks on servers not known to be down first */
+        for (unsigned pass = 0; pass < 2 * width && want > 0; pass++) {
+            unsigned i   = pass % width;
+            uint32_t bit = 1u << i;
+            const cks_cl_srv_t *sv = &rd->c->srv[group[i]];
+            int known_down = sv->state == CKS_SRV_IDLE && sv->failed_ns != 0;
+            if (((bs->failed | bs->got | bs->tried) & bit) || (pass < width && known_down)) {
                 continue;
             }
-            bs->buf = malloc(width * rd->chunk);
-            if (bs->buf == NULL ||
-                cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key,
-                          strlen(rd->key), s, rd->k, rd->m, NULL, group) != CKS_OK) {
-                continue; /* decode reports the loss */
+            bs->tried |= bit;
+            cks_op_t *op = cks_read_chunk_op(rd, s, i, 0, rd->chunk, bs->buf + i * rd->chunk,
+                                             group[i]);
+            cks_read_sub_t *sb = op ? malloc(sizeof(*sb)) : NULL;
+            if (sb == NULL) {
+                free(op);
+                bs->failed |= bit;
+                continue;
             }
-            for (unsigned i = 0; i < width; i++) {
-                if (bs->failed & (1u << i)) {
-                    continue;
-                }
-                cks_op_t *op = cks_read_chunk_op(rd, s, i, 0, rd->chunk,
-                                                 bs->buf + i * rd->chunk, group[i]);
-                if (op == NULL) {
-                    continue;
-                }
-                cks_read_sub_t *sb = &rd->subs[rd->nsubs++];
-                *sb                = (cks_read_sub_t){rd, s, i, 1};
-                rd->pending++;
-                cks_cl_start(rd->c, op, cks_read_sub_done, sb);
-            }
+            *sb = (cks_read_sub_t){rd, s, i, 1};
+            rd->pending++;
+            started++;
+            want--;
+            cks_cl_start(rd->c, op, cks_read_sub_done, sb);
         }
-        if (--rd->pending == 0) {
-            cks_read_decode(rd);
-        }
+    }
+    return started;
+}
+
+/* Every read of the current phase is done: finish, go (on) degraded, or decode. */
+static void cks_read_step(cks_read_t *rd)
+{
+    int any_bad = 0;
+    for (uint64_t s = rd->s0; s <= rd->s1; s++) {
+        any_bad |= rd->stripes[s - rd->s0].failed != 0;
+    }
+    if (!any_bad) {
+        cks_read_finish(rd, CKS_OK);
         return;
     }
-    cks_read_decode(rd);
+    /* rounds of whole-chunk fetches until every failed stripe has k chunks,
+     * or has no untried chunk left */
+    rd->degraded = 1;
+    rd->pending  = 1; /* hold */
+    size_t started = cks_read_degraded_round(rd);
+    if (--rd->pending == 0) {
+        if (started == 0) {
+            cks_read_decode(rd);
+        } else {
+            cks_read_step(rd); /* every fetch already finished */
+        }
+    }
 }
 
 /* All degraded fetches are in: rebuild the missing data chunks, copy the
@@ -399,6 +416,19 @@ static void cks_read_stat_done(void *arg, cks_status_t status)
         rd->stripes[s - rd->s0].stripe = s;
         status = cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key,
                            strlen(rd->key), s, rd->k, rd->m, NULL, group);
+        /* a data chunk on a server known to be down: the stripe is read
+         * degraded from the start (k whole chunks), not twice */
+        uint32_t down = 0;
+        for (unsigned i = 0; status == CKS_OK && i < rd->k; i++) {
+            const cks_cl_srv_t *sv = &rd->c->srv[group[i]];
+            if (sv->state != CKS_SRV_UP && sv->failed_ns != 0) {
+                down |= 1u << i;
+            }
+        }
+        if (down != 0) {
+            rd->stripes[s - rd->s0].failed = down;
+            continue;
+        }
         for (unsigned i = 0; i < rd->k; i++) {
             uint64_t base = s * stripe_b + i * rd->chunk;
             uint64_t lo   = CKS_MAX(rd->off, base);
