@@ -53,7 +53,7 @@ typedef struct {
 #define WM_OENTRY_(T, p) \
     WM_STR_(T, p key, CKS_KEY_MAX_LEN), WM_U32_(T, p kind), WM_I32_(T, p layer), \
     WM_I32_(T, p expert), WM_I32_(T, p rank), WM_U64_(T, p size), \
-    WM_U64_(T, p crc64)
+    WM_U64_(T, p crc64), WM_U64_(T, p source)
 
 static const wm_field_t wm_f_hello[] = {
     WM_STR_(cks_msg_hello_t, name, CKS_WIRE_MAX_NAME),
@@ -70,11 +70,12 @@ static const wm_field_t wm_f_version_begin[] = {
     WM_U64_(cks_msg_version_begin_t, version),
     WM_U64_(cks_msg_version_begin_t, parent),
     WM_U32_(cks_msg_version_begin_t, nranks), WM_U32_(cks_msg_version_begin_t, k),
-    WM_U32_(cks_msg_version_begin_t, m), WM_U64_(cks_msg_version_begin_t, chunk_size)};
+    WM_U32_(cks_msg_version_begin_t, m), WM_U64_(cks_msg_version_begin_t, chunk_size),
+    WM_U32_(cks_msg_version_begin_t, retain), WM_U32_(cks_msg_version_begin_t, timeout_s)};
 static const wm_field_t wm_f_version_seal[] = {
     WM_STR_(cks_msg_version_seal_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_seal_t, version),
-    WM_U64_(cks_msg_version_seal_t, nobjects)};
+    WM_U64_(cks_msg_version_seal_t, nobjects), WM_U32_(cks_msg_version_seal_t, rank)};
 static const wm_field_t wm_f_version_ref[] = {
     WM_STR_(cks_msg_version_ref_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_ref_t, version)};
@@ -149,7 +150,8 @@ static const wm_field_t wm_f_object_done[] = {
     WM_OENTRY_(cks_msg_object_done_t, o.)};
 static const wm_field_t wm_f_version_commit[] = {
     WM_STR_(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
-    WM_VENTRY_(cks_msg_version_commit_t, v.), WM_U32_(cks_msg_version_commit_t, last)};
+    WM_VENTRY_(cks_msg_version_commit_t, v.), WM_U32_(cks_msg_version_commit_t, last),
+    WM_U32_(cks_msg_version_commit_t, retain)};
 static const wm_field_t wm_f_version_drop[] = {
     WM_STR_(cks_msg_version_drop_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_drop_t, version), WM_U32_(cks_msg_version_drop_t, state)};
@@ -190,6 +192,7 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_OBJECT_DONE] = WM_MSG_(cks_msg_object_done_t, wm_f_object_done),
     [CKS_MSG_VERSION_COMMIT] = WM_MSG_(cks_msg_version_commit_t, wm_f_version_commit),
     [CKS_MSG_VERSION_DROP] = WM_MSG_(cks_msg_version_drop_t, wm_f_version_drop),
+    [CKS_MSG_OBJECT_DELETE] = WM_MSG_(cks_msg_object_stat_t, wm_f_object_stat),
 };
 
 /** Indexed by cks_wire_entry_t. */
