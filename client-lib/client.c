@@ -200,13 +200,27 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
     }
     free(op->page);
     op->page = NULL;
-    if (op->target == CKS_TARGET_ANY && cks_cl_retryable(op->status) &&
+    /* The first server asked is the coordinator, whose "no such version"
+     * is the truth; any other may have been down when a manifest was sent,
+     * so its "no such ..." only counts if no other server knows better. */
+    int notfound = op->status == CKS_ERR_NO_SUCH_VERSION || op->status == CKS_ERR_NO_SUCH_KEY ||
+                   op->status == CKS_ERR_NO_SUCH_JOB;
+    int authoritative = op->coord_first && op->tries == 0;
+    if (op->target == CKS_TARGET_ANY && notfound && !authoritative) {
+        op->notfound = op->status;
+    }
+    if (op->target == CKS_TARGET_ANY &&
+        (cks_cl_retryable(op->status) || (notfound && !authoritative)) &&
         ++op->tries < c->nsrv && !c->stop) {
         op->srv     = (op->srv + 1) % c->nsrv;
         op->status  = CKS_OK;
         op->replied = 0;
         cks_cl_dispatch(c, op);
         return;
+    }
+    if (op->target == CKS_TARGET_ANY && op->notfound != CKS_OK &&
+        cks_cl_retryable(op->status)) {
+        op->status = op->notfound; /* the best answer any server gave */
     }
     if (op->kind == CKS_OP_PUT && op->status == CKS_OK) {
         cks_cl_put_counted(c, &op->body.m_PUT);
@@ -1251,7 +1265,8 @@ cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t versi
     op->body.m_VERSION_STAT.latest  = (uint32_t)latest;
     op->out                         = &info;
     op->target                      = CKS_TARGET_ANY; /* every server has the manifests */
-    op->srv    = latest ? 0 : cks_cl_coordinator(c, job, strlen(job), version);
+    op->srv         = latest ? 0 : cks_cl_coordinator(c, job, strlen(job), version);
+    op->coord_first = !latest;
     status     = cks_cl_run(c, op);
     if (status == CKS_OK) {
         *info_p = info;

@@ -53,6 +53,9 @@ struct cks_op {
     size_t srv;             /* target server position */
     cks_target_t target;
     size_t tries;           /* servers tried (CKS_TARGET_ANY) */
+    int coord_first;        /* op->srv was first set to the version's coordinator */
+    cks_status_t notfound;  /* a "no such ..." from a server that may have missed
+                               a manifest (CKS_TARGET_ANY, not the first asked) */
     cks_msg_any_t body;     /* request; strings point into `names` */
     char names[CKS_JOB_MAX_LEN + 2 * CKS_KEY_MAX_LEN + 3];
     const void *payload;    /* PUT */

@@ -84,17 +84,23 @@ static inline uint64_t cks_get_be64(const uint8_t *p)
 }
 
 /* ---- fault points ------------------------------------------------------
- * Named points in the code where a test can make an operation fail
- * deterministically. Armed from the environment (CKS_FAULTS="name:mode,...",
- * mode = once | always) or by cks_fault_arm(). Cheap when nothing is armed.
+ * Named points in the code where a test can make an operation fail. Armed
+ * from the environment (CKS_FAULTS="name:mode,...", mode = once | always |
+ * a probability such as 0.05; CKS_FAULT_SEED seeds the draws, default 1, so
+ * a run is repeatable) or by cks_fault_arm(). Cheap when nothing is armed.
+ * Points: chunk_send, chunk_recv, chunk_corrupt, md_put, md_commit,
+ * arena_alloc, encoder, crc_check.
  */
 typedef enum {
     CKS_FAULT_OFF    = 0,
     CKS_FAULT_ONCE   = 1,
     CKS_FAULT_ALWAYS = 2,
+    CKS_FAULT_PROB   = 3, /* fires with the probability given to cks_fault_arm_p() */
 } cks_fault_mode_t;
 
 cks_status_t cks_fault_arm(const char *name, cks_fault_mode_t mode);
+/** Arm a point to fire with probability p (0 < p <= 1). */
+cks_status_t cks_fault_arm_p(const char *name, double p);
 void cks_fault_disarm_all(void);
 /** Returns nonzero when the named point fires now. */
 int cks_fault_fire(const char *name);

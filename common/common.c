@@ -49,6 +49,8 @@ const char *cks_kind_string(cks_kind_t kind)
     return (unsigned)kind < CKS_ARRAY_SIZE(names) ? names[kind] : "unknown";
 }
 
+static uint64_t cks_fault_rng = 1; /* xorshift state of probabilistic faults */
+
 /* ---- logging ------------------------------------------------------------ */
 static const char *cks_log_names[] = {"error", "warn", "info", "debug", "trace"};
 static char cks_log_prefix[64] = "ckstore";
@@ -72,6 +74,13 @@ __attribute__((constructor)) static void cks_log_init_from_env(void)
     if (env != NULL && cks_log_level_parse(env, &level) == CKS_OK) {
         cks_log_threshold = level;
     }
+    env = getenv("CKS_FAULT_SEED");
+    if (env != NULL) {
+        uint64_t z = strtoull(env, NULL, 0) + 0x9E3779B97F4A7C15ull; /* splitmix64 */
+        z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z          = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        cks_fault_rng = (z ^ (z >> 31)) | 1;
+    }
     env = getenv("CKS_FAULTS");
     if (env != NULL) {
         char buf[512];
@@ -79,14 +88,23 @@ __attribute__((constructor)) static void cks_log_init_from_env(void)
         char *save = NULL;
         for (char *tok = strtok_r(buf, ",", &save); tok != NULL;
              tok = strtok_r(NULL, ",", &save)) {
-            char *colon          = strchr(tok, ':');
+            char *colon           = strchr(tok, ':');
             cks_fault_mode_t mode = CKS_FAULT_ONCE;
+            double p              = 0;
             if (colon != NULL) {
                 *colon = '\0';
-                mode   = strcmp(colon + 1, "always") == 0 ? CKS_FAULT_ALWAYS
-                                                          : CKS_FAULT_ONCE;
+                if (strcmp(colon + 1, "always") == 0) {
+                    mode = CKS_FAULT_ALWAYS;
+                } else if (strcmp(colon + 1, "once") != 0) {
+                    p    = strtod(colon + 1, NULL);
+                    mode = p > 0 && p <= 1 ? CKS_FAULT_PROB : CKS_FAULT_OFF;
+                }
             }
-            cks_fault_arm(tok, mode);
+            if (mode == CKS_FAULT_PROB) {
+                cks_fault_arm_p(tok, p);
+            } else if (mode != CKS_FAULT_OFF) {
+                cks_fault_arm(tok, mode);
+            }
         }
     }
 }
@@ -191,13 +209,26 @@ cks_status_t cks_name_check(const char *name, size_t len, size_t max_len)
 typedef struct {
     char name[48];
     cks_fault_mode_t mode;
+    double p;
 } cks_fault_t;
 
 static pthread_mutex_t cks_fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static cks_fault_t cks_faults[CKS_FAULT_MAX];
 static volatile int cks_fault_count;
 
+static cks_status_t cks_fault_set(const char *name, cks_fault_mode_t mode, double p);
+
 cks_status_t cks_fault_arm(const char *name, cks_fault_mode_t mode)
+{
+    return mode == CKS_FAULT_PROB ? CKS_ERR_INVALID_PARAM : cks_fault_set(name, mode, 0);
+}
+
+cks_status_t cks_fault_arm_p(const char *name, double p)
+{
+    return p > 0 && p <= 1 ? cks_fault_set(name, CKS_FAULT_PROB, p) : CKS_ERR_INVALID_PARAM;
+}
+
+static cks_status_t cks_fault_set(const char *name, cks_fault_mode_t mode, double p)
 {
     cks_status_t status = CKS_ERR_NO_MEMORY;
     if (name == NULL || strlen(name) >= sizeof(cks_faults[0].name)) {
@@ -207,6 +238,7 @@ cks_status_t cks_fault_arm(const char *name, cks_fault_mode_t mode)
     for (int i = 0; i < cks_fault_count; i++) {
         if (strcmp(cks_faults[i].name, name) == 0) {
             cks_faults[i].mode = mode;
+            cks_faults[i].p    = p;
             status             = CKS_OK;
             goto out_unlock;
         }
@@ -215,6 +247,7 @@ cks_status_t cks_fault_arm(const char *name, cks_fault_mode_t mode)
         snprintf(cks_faults[cks_fault_count].name, sizeof(cks_faults[0].name), "%s",
                  name);
         cks_faults[cks_fault_count].mode = mode;
+        cks_faults[cks_fault_count].p    = p;
         cks_fault_count++;
         status = CKS_OK;
     }
@@ -239,6 +272,14 @@ int cks_fault_fire(const char *name)
     pthread_mutex_lock(&cks_fault_lock);
     for (int i = 0; i < cks_fault_count; i++) {
         if (strcmp(cks_faults[i].name, name) == 0 && cks_faults[i].mode != CKS_FAULT_OFF) {
+            if (cks_faults[i].mode == CKS_FAULT_PROB) {
+                cks_fault_rng ^= cks_fault_rng << 13;
+                cks_fault_rng ^= cks_fault_rng >> 7;
+                cks_fault_rng ^= cks_fault_rng << 17;
+                if ((double)(cks_fault_rng >> 11) / 9007199254740992.0 >= cks_faults[i].p) {
+                    break;
+                }
+            }
             fire = 1;
             if (cks_faults[i].mode == CKS_FAULT_ONCE) {
                 cks_faults[i].mode = CKS_FAULT_OFF;

@@ -316,7 +316,8 @@ static void cks_cput_spread(cks_cput_t *p)
                 .crc64   = crc,
             };
             p->acks++;
-            if (cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
+            if (cks_fault_fire("chunk_send") ||
+                cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
                             p->chunk, s->arena_mem, CKS_SV_CALL_TIMEOUT_MS, cks_cput_acked,
                             a) != CKS_INPROGRESS) {
                 cks_cput_acked(a, CKS_ERR_UNREACHABLE, "send failed");
@@ -599,7 +600,7 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                             : NULL;
     /* a part of a chunk cannot be checked by the reader: check it here */
     if (status == CKS_OK && (m->offset != 0 || m->length != ch.len) &&
-        cks_crc64(0, bytes, ch.len) != ch.crc64) {
+        (cks_crc64(0, bytes, ch.len) != ch.crc64 || cks_fault_fire("crc_check"))) {
         cks_error("chunk %u of stripe %llu of '%.*s' fails its CRC", m->idx,
                   (unsigned long long)m->stripe, (int)m->key.len, m->key.ptr);
         status = CKS_ERR_CRC_MISMATCH;
@@ -1071,6 +1072,15 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
     cks_md_version_t rec;
     cks_status_t status;
 
+    if (v != NULL && v->bcast > 0 && v->wait == CKS_SV_WAIT_ABORT &&
+        type != CKS_MSG_VERSION_DELETE) {
+        /* already being aborted (an object failed, or the deadline): this
+         * caller gets the outcome, and its reason, with the others */
+        if (cks_sv_waiter_add(v, conn, req_id, type == CKS_MSG_VERSION_SEAL) != CKS_OK) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        }
+        return;
+    }
     if (v != NULL && v->bcast > 0) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY,
                             "version %llu is being committed, aborted or deleted",

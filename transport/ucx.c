@@ -774,10 +774,6 @@ static cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s,
     cks_status_t status;
     void *req;
 
-    if (cks_fault_fire("chunk_send")) {
-        cks_tp_send_req_put(w, s);
-        return CKS_ERR_TRANSPORT;
-    }
     s->worker = w;
     s->conn   = conn;
     s->cb     = cb;

@@ -60,7 +60,10 @@ static int spawn(cks_test_server_t *s)
         const char *log = getenv("CKS_TEST_SERVER_LOG") ? getenv("CKS_TEST_SERVER_LOG")
                                                           : "info";
         if (s->faults[0] != '\0') {
+            char seed[32];
+            snprintf(seed, sizeof(seed), "%d", 1000 + s->id * 7 + (int)(now_ms() % 1000));
             setenv("CKS_FAULTS", s->faults, 1);
+            setenv("CKS_FAULT_SEED", seed, 1);
         }
         if (s->map != NULL) {
             char id[16];
@@ -162,7 +165,7 @@ int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64
         }
         c->srv[i].map = c->map;
         c->srv[i].id  = (int)i;
-        if (faults != NULL && fault_id == (int)i) {
+        if (faults != NULL && (fault_id == (int)i || fault_id == CKS_TEST_ALL)) {
             snprintf(c->srv[i].faults, sizeof(c->srv[i].faults), "%s", faults);
         }
     }

@@ -34,6 +34,8 @@ typedef struct {
     cks_test_server_t srv[CKS_TEST_MAX_SERVERS];
 } cks_test_cluster_t;
 
+#define CKS_TEST_ALL (-2) /* fault_id: arm the faults on every server */
+
 /** Write a map of n servers (node i = "n<i>", rack = "r<i % racks>") with ports
  *  picked at run time, start them all, wait until each serves. `faults`
  *  (may be NULL) arms fault points on server `fault_id` only. */
