@@ -5,6 +5,7 @@
  */
 #include "cks_test.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -113,8 +115,41 @@ static int spawn(cks_test_server_t *s)
     return -1;
 }
 
+/* Arenas of test servers whose test died (a crash, a timeout) would fill
+ * /dev/shm: remove those whose temp dir is gone or whose test is gone. */
+static void reap_stale_arenas(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    if (d == NULL) {
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        char dir[300], path[300];
+        struct stat st;
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "cks-test-", 9) != 0 || n < 7 ||
+            strcmp(e->d_name + n - 6, ".arena") != 0) {
+            continue;
+        }
+        snprintf(dir, sizeof(dir), "/tmp/%.*s", (int)(n - 6), e->d_name);
+        snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+        /* its test directory is gone, or it is over an hour old */
+        if (stat(path, &st) == 0 &&
+            (access(dir, F_OK) != 0 || time(NULL) - st.st_mtime > 3600)) {
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
 static int server_init(cks_test_server_t *s, uint64_t arena_size)
 {
+    static int reaped;
+    if (!reaped) {
+        reaped = 1;
+        reap_stale_arenas();
+    }
     snprintf(s->dir, sizeof(s->dir), "/tmp/cks-test-XXXXXX");
     if (mkdtemp(s->dir) == NULL) {
         perror("mkdtemp");
