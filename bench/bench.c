@@ -1,0 +1,933 @@
+/*
+ * DESIGN: ckstore-bench's main: options, the measurement plan and the
+ * printed tables. One client against one server on this machine, object
+ * sizes 1 MiB .. 1 GiB; for every size, ckstore's put and get (public API,
+ * blocking calls) and, in the same run, the references: a one-thread memcpy
+ * and the best plain UCX loop between the same two processes over several
+ * buffer setups and methods (raw_ucx.c). Every figure is the median of
+ * --reps timed runs after --warmup untimed ones; GB/s is 10^9 bytes/s.
+ *
+ * Thread: the main thread does everything in the parent (libckstore runs
+ * its own progress thread). The server and the raw sink are in a child
+ * process (embedded.c) unless --server names a running server.
+ * Never: time allocation, page faults or the data check; use UCX in the
+ * parent before the child is forked.
+ *
+ * To grow (later issues): --local N adds servers to the embedded cluster
+ * (bench_child_t per server), --clients C forks client processes around
+ * bench_ck_measure(), peers (memcached, Redis) are one more measure function
+ * each that fills bench_figs_t; every figure goes out through the records of
+ * report.c, so the JSON writer stays the one place that knows the format.
+ */
+#include "bench.h"
+#include "ckstore.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define BENCH_TARGET_RATIO 0.8
+/* A raw UCX figure stops taking samples after this many seconds (at least
+ * one is taken): some paths (UCX's software-emulated RMA) crawl when the
+ * machine is busy, and a default run must stay within a few minutes. */
+#define BENCH_RAW_BUDGET_S 2.0
+#define BENCH_TARGET_MIN_SIZE (64ull << 20)
+
+typedef struct {
+    uint64_t sizes[BENCH_MAX_SIZES];
+    unsigned nsizes;
+    uint64_t max_size; /* 0: no limit */
+    unsigned reps, warmup;
+    const char *json;
+    int quiet, verbose, no_raw;
+    const char *server; /* "ADDR:PORT" of a running server, or NULL */
+    unsigned setups, methods;
+    double spin_s; /* raw loop: busy-poll before sleeping; < 0: always */
+    bench_mem_kind_t client_mem;
+    double timeout_s;
+    char command[1024];
+    char skipped[128]; /* sizes dropped for want of memory */
+} bench_opts_t;
+
+typedef struct {
+    int ok;
+    bench_stats_t st;
+} bench_fig_t;
+
+typedef struct {
+    bench_fig_t memcpy_fig[BENCH_MAX_SIZES];
+    bench_fig_t raw[BENCH_NSETUPS][BENCH_NMETHODS][BENCH_NDIRS][BENCH_MAX_SIZES];
+    char raw_desc[BENCH_NSETUPS][2][64]; /* parent's, child's buffer */
+    char raw_tls[BENCH_NSETUPS][256];
+    bench_fig_t ck[BENCH_NDIRS][BENCH_MAX_SIZES];
+    double seal_ms[BENCH_MAX_SIZES];
+    char client_desc[64], arena_desc[64], server_desc[128];
+} bench_figs_t;
+
+static bench_opts_t opts;
+static bench_figs_t figs;
+
+#define say(...) \
+    do { \
+        if (!opts.quiet) { \
+            printf(__VA_ARGS__); \
+            fflush(stdout); \
+        } \
+    } while (0)
+
+/* ---- options ------------------------------------------------------------------- */
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: ckstore-bench [OPTIONS]\n"
+            "Measure ckstore put and get between one client and one server on this\n"
+            "machine, against a one-thread memcpy and the best plain UCX loop between the\n"
+            "same two processes, measured in the same run (see docs/BENCHMARKS.md).\n"
+            "\n"
+            "  -s, --sizes LIST       object sizes, e.g. 1M,64M,1G (default\n"
+            "                         1M,4M,16M,64M,256M,1G)\n"
+            "  -m, --max-size SIZE    drop sizes above SIZE\n"
+            "  -r, --reps N           timed repetitions per figure; median reported (5)\n"
+            "  -w, --warmup N         untimed repetitions before them (1)\n"
+            "  -j, --json FILE        write the results as JSON (schema in the docs)\n"
+            "  -S, --server ADDR:PORT use a running server instead of the embedded one\n"
+            "                         (no raw UCX reference then)\n"
+            "      --client-mem KIND  the client's buffers: thp (default: anonymous,\n"
+            "                         MADV_HUGEPAGE), malloc (4 KiB pages) or shm-thp\n"
+            "                         (a /dev/shm file, as the server's arena); all\n"
+            "                         pre-faulted\n"
+            "      --raw-setups LIST  buffer setups of the raw UCX loop\n"
+            "                         (malloc,thp,shm-thp,ucx,ucx-thp: all by default)\n"
+            "      --raw-methods LIST am,tag,rma (all by default)\n"
+            "      --raw-spin USEC    each side of the raw loop busy-polls this long,\n"
+            "                         then sleeps on UCX's event fd (default 200);\n"
+            "                         -1: busy-poll only, as ucx_perftest does\n"
+            "      --no-raw           skip the raw UCX reference\n"
+            "  -t, --timeout SEC      limit on every wait: start, connect, each\n"
+            "                         operation (30)\n"
+            "  -v, --verbose          the server logs to stderr; print UCX's endpoints\n"
+            "  -q, --quiet            print nothing but errors\n"
+            "  -h, --help             this text\n");
+}
+
+static int bench_parse_sizes(const char *list)
+{
+    char item[64];
+    opts.nsizes = 0;
+    while (*list != '\0') {
+        size_t len = strcspn(list, ",");
+        if (len >= sizeof(item) || opts.nsizes == BENCH_MAX_SIZES) {
+            return -1;
+        }
+        memcpy(item, list, len);
+        item[len] = '\0';
+        if (bench_size_parse(item, &opts.sizes[opts.nsizes]) != 0) {
+            return -1;
+        }
+        opts.nsizes++;
+        list += len + (list[len] == ',');
+    }
+    return opts.nsizes > 0 ? 0 : -1;
+}
+
+static int bench_parse_opts(int argc, char **argv)
+{
+    enum { OPT_RAW_SETUPS = 256, OPT_RAW_METHODS, OPT_RAW_SPIN, OPT_NO_RAW, OPT_CLIENT_MEM };
+    static const struct option longopts[] = {
+        {"sizes", required_argument, NULL, 's'},
+        {"max-size", required_argument, NULL, 'm'},
+        {"reps", required_argument, NULL, 'r'},
+        {"warmup", required_argument, NULL, 'w'},
+        {"json", required_argument, NULL, 'j'},
+        {"server", required_argument, NULL, 'S'},
+        {"raw-setups", required_argument, NULL, OPT_RAW_SETUPS},
+        {"raw-methods", required_argument, NULL, OPT_RAW_METHODS},
+        {"raw-spin", required_argument, NULL, OPT_RAW_SPIN},
+        {"no-raw", no_argument, NULL, OPT_NO_RAW},
+        {"client-mem", required_argument, NULL, OPT_CLIENT_MEM},
+        {"timeout", required_argument, NULL, 't'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    char *end;
+    int c;
+
+    bench_parse_sizes("1M,4M,16M,64M,256M,1G");
+    opts.reps      = 5;
+    opts.warmup    = 1;
+    opts.timeout_s = 30;
+    opts.spin_s    = 200e-6;
+    opts.client_mem = BENCH_MEM_THP;
+    opts.setups    = (1u << BENCH_NSETUPS) - 1;
+    opts.methods   = (1u << BENCH_NMETHODS) - 1;
+    for (int i = 0, used = 0; i < argc && used < (int)sizeof(opts.command) - 1; i++) {
+        used += snprintf(opts.command + used, sizeof(opts.command) - (size_t)used, "%s%s",
+                         i ? " " : "", argv[i]);
+    }
+
+    while ((c = getopt_long(argc, argv, "s:m:r:w:j:S:t:vqh", longopts, NULL)) != -1) {
+        switch (c) {
+            case 's':
+                if (bench_parse_sizes(optarg) != 0) {
+                    fprintf(stderr, "ckstore-bench: bad size list '%s'\n", optarg);
+                    return -1;
+                }
+                break;
+            case 'm':
+                if (bench_size_parse(optarg, &opts.max_size) != 0) {
+                    fprintf(stderr, "ckstore-bench: bad size '%s'\n", optarg);
+                    return -1;
+                }
+                break;
+            case 'r':
+            case 'w': {
+                errno           = 0;
+                unsigned long v = strtoul(optarg, &end, 10);
+                if (errno != 0 || *end != '\0' || v > BENCH_MAX_REPS || (c == 'r' && v == 0)) {
+                    fprintf(stderr, "ckstore-bench: bad count '%s'\n", optarg);
+                    return -1;
+                }
+                *(c == 'r' ? &opts.reps : &opts.warmup) = (unsigned)v;
+                break;
+            }
+            case 'j': opts.json = optarg; break;
+            case 'S': opts.server = optarg; break;
+            case OPT_RAW_SETUPS:
+                if (bench_setup_mask(optarg, &opts.setups) != 0) {
+                    fprintf(stderr, "ckstore-bench: bad setup list '%s'\n", optarg);
+                    return -1;
+                }
+                break;
+            case OPT_RAW_METHODS:
+                if (bench_method_mask(optarg, &opts.methods) != 0) {
+                    fprintf(stderr, "ckstore-bench: bad method list '%s'\n", optarg);
+                    return -1;
+                }
+                break;
+            case OPT_RAW_SPIN:
+                opts.spin_s = strtod(optarg, &end) * 1e-6;
+                if (*end != '\0') {
+                    fprintf(stderr, "ckstore-bench: bad spin time '%s'\n", optarg);
+                    return -1;
+                }
+                break;
+            case OPT_NO_RAW: opts.no_raw = 1; break;
+            case OPT_CLIENT_MEM:
+                if (strcmp(optarg, "thp") == 0) {
+                    opts.client_mem = BENCH_MEM_THP;
+                } else if (strcmp(optarg, "malloc") == 0) {
+                    opts.client_mem = BENCH_MEM_MALLOC;
+                } else if (strcmp(optarg, "shm-thp") == 0) {
+                    opts.client_mem = BENCH_MEM_SHM_THP;
+                } else {
+                    fprintf(stderr, "ckstore-bench: bad client memory '%s'\n", optarg);
+                    return -1;
+                }
+                break;
+            case 't':
+                opts.timeout_s = strtod(optarg, &end);
+                if (*end != '\0' || !(opts.timeout_s > 0)) {
+                    fprintf(stderr, "ckstore-bench: bad timeout '%s'\n", optarg);
+                    return -1;
+                }
+                break;
+            case 'v': opts.verbose = 1; break;
+            case 'q': opts.quiet = 1; break;
+            case 'h': bench_usage(stdout); exit(0);
+            default: bench_usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ckstore-bench: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (opts.max_size > 0) {
+        unsigned n = 0;
+        for (unsigned i = 0; i < opts.nsizes; i++) {
+            if (opts.sizes[i] <= opts.max_size) {
+                opts.sizes[n++] = opts.sizes[i];
+            }
+        }
+        opts.nsizes = n;
+        if (n == 0) {
+            fprintf(stderr, "ckstore-bench: no size left under --max-size\n");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* MemAvailable of /proc/meminfo, bytes (0: unknown). */
+static uint64_t bench_mem_available(void)
+{
+    char line[256];
+    unsigned long long kb = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return (uint64_t)kb << 10;
+}
+
+/* Free bytes in /dev/shm (0: unknown). */
+static uint64_t bench_shm_free(void)
+{
+    struct statvfs vfs;
+    if (statvfs("/dev/shm", &vfs) != 0) {
+        return 0;
+    }
+    return (uint64_t)vfs.f_bavail * vfs.f_frsize;
+}
+
+static uint64_t bench_arena_size(uint64_t max)
+{
+    /* one object at a time (each version is deleted after use) + headers */
+    return (max + max / 8 + (32ull << 20) + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+}
+
+/* Drop the sizes that do not fit in the memory this machine has free now:
+ * the client's two buffers, the server's arena, one raw UCX buffer on each
+ * side; /dev/shm holds the arena and, for shm-thp, both raw buffers. A
+ * benchmark killed by the OOM killer tells nobody anything. */
+static void bench_fit_sizes(void)
+{
+    uint64_t avail = bench_mem_available(), shm_free = bench_shm_free();
+    char sz[32];
+
+    while (opts.nsizes > 0 && avail > 0) {
+        uint64_t max = 0;
+        unsigned at  = 0;
+        for (unsigned i = 0; i < opts.nsizes; i++) {
+            if (opts.sizes[i] > max) {
+                max = opts.sizes[i];
+                at  = i;
+            }
+        }
+        int embedded = opts.server == NULL;
+        int raw      = embedded && !opts.no_raw;
+        uint64_t ram = 2 * max + (embedded ? bench_arena_size(max) : 0) + (raw ? 2 * max : 0);
+        uint64_t shm = embedded ? bench_arena_size(max) : 0;
+        if (raw && (opts.setups & (1u << BENCH_SETUP_SHM_THP))) {
+            shm += 2 * max;
+        }
+        if (ram + ram / 8 <= avail && (shm_free == 0 || shm <= shm_free)) {
+            return;
+        }
+        fprintf(stderr,
+                "ckstore-bench: NOTE: %s skipped: it needs about %.1f GiB of memory (%.1f GiB "
+                "in /dev/shm); %.1f GiB are available (%.1f GiB in /dev/shm)\n",
+                bench_size_str(max, sz, sizeof(sz)), (double)ram / (1 << 30),
+                (double)shm / (1 << 30), (double)avail / (1 << 30),
+                (double)shm_free / (1 << 30));
+        size_t used = strlen(opts.skipped);
+        snprintf(opts.skipped + used, sizeof(opts.skipped) - used, "%s%s",
+                 used ? "," : "", bench_size_str(max, sz, sizeof(sz)));
+        memmove(&opts.sizes[at], &opts.sizes[at + 1],
+                (opts.nsizes - at - 1) * sizeof(uint64_t));
+        opts.nsizes--;
+    }
+}
+
+static uint64_t bench_max_size(void)
+{
+    uint64_t m = 0;
+    for (unsigned i = 0; i < opts.nsizes; i++) {
+        m = opts.sizes[i] > m ? opts.sizes[i] : m;
+    }
+    return m;
+}
+
+/* ---- measurements ------------------------------------------------------------------ */
+
+static void bench_memcpy_measure(unsigned i, void *dst, const void *src)
+{
+    double secs[BENCH_MAX_REPS];
+    uint64_t size = opts.sizes[i];
+    for (unsigned w = 0; w < opts.warmup; w++) {
+        bench_memcpy_once(dst, src, size);
+    }
+    for (unsigned r = 0; r < opts.reps; r++) {
+        secs[r] = bench_memcpy_once(dst, src, size);
+    }
+    bench_stats(size, secs, opts.reps, &figs.memcpy_fig[i].st);
+    figs.memcpy_fig[i].ok = 1;
+}
+
+/* One setup at one size: a fresh session (buffers of that size on both
+ * sides), every method, both directions. */
+static int bench_raw_measure_setup(bench_child_t *child, bench_setup_t s, unsigned i)
+{
+    double secs[BENCH_MAX_REPS], sec;
+    uint64_t size = opts.sizes[i];
+    bench_raw_session_t sess;
+    char err[BENCH_ERR_LEN];
+    bench_raw_t *raw;
+    int rc = 0;
+
+    /* memory is checked again here: the machine is shared, and other work may
+     * have taken (or filled /dev/shm with) what was free at the start */
+    uint64_t avail = bench_mem_available(), shm_free = bench_shm_free();
+    if ((avail != 0 && avail < 2 * size + size / 2) ||
+        (s == BENCH_SETUP_SHM_THP && shm_free != 0 && shm_free < 2 * size + (64ull << 20))) {
+        char sz[32];
+        fprintf(stderr,
+                "ckstore-bench: NOTE: raw %s at %s skipped: %.1f GiB of memory and %.1f GiB "
+                "of /dev/shm are free\n",
+                bench_setup_name(s), bench_size_str(size, sz, sizeof(sz)),
+                (double)avail / (1 << 30), (double)shm_free / (1 << 30));
+        return -1;
+    }
+    if (bench_child_raw_open(child, s, size, opts.spin_s, opts.timeout_s, &raw, &sess, err,
+                             sizeof(err)) != 0) {
+        fprintf(stderr, "ckstore-bench: %s\n", err);
+        return -1;
+    }
+    snprintf(figs.raw_desc[s][0], sizeof(figs.raw_desc[s][0]), "%s", bench_raw_describe(raw));
+    snprintf(figs.raw_desc[s][1], sizeof(figs.raw_desc[s][1]), "%s", sess.child_desc);
+    for (unsigned m = 0; m < BENCH_NMETHODS && rc == 0; m++) {
+        if (!(opts.methods & (1u << m))) {
+            continue;
+        }
+        /* UCX 1.13 has an RMA lane here only for memory its sysv/posix
+         * transports allocated (the peer maps it); other memory gets put/get
+         * emulated over active messages, which needs the peer to poll: let
+         * the child busy-poll while rma runs */
+        double child_spin = m == BENCH_METHOD_RMA ? -1 : opts.spin_s;
+        if (child_spin != bench_raw_spin(raw) &&
+            bench_child_raw_spin(child, raw, child_spin, opts.timeout_s) != 0) {
+            rc = -1;
+            break;
+        }
+        bench_raw_set_spin(raw, child_spin); /* mirrors the child's setting */
+        for (unsigned d = 0; d < BENCH_NDIRS && rc == 0; d++) {
+            double start = bench_now();
+            unsigned n   = 0;
+            for (unsigned r = 0; r < opts.warmup + opts.reps; r++) {
+                rc = bench_raw_transfer(raw, m, d, size, opts.timeout_s, &sec, err,
+                                        sizeof(err));
+                if (rc != 0) {
+                    fprintf(stderr, "ckstore-bench: %s (setup %s)\n", err,
+                            bench_setup_name(s));
+                    break;
+                }
+                if (r >= opts.warmup) {
+                    secs[n++] = sec;
+                }
+                if (n > 0 && bench_now() - start > BENCH_RAW_BUDGET_S) {
+                    break;
+                }
+            }
+            if (rc == 0) {
+                bench_stats(size, secs, n, &figs.raw[s][m][d][i].st);
+                figs.raw[s][m][d][i].ok = 1;
+            }
+        }
+    }
+    if (figs.raw_tls[s][0] == '\0') {
+        /* after traffic, so that wireup is complete */
+        snprintf(figs.raw_tls[s], sizeof(figs.raw_tls[s]), "%s", bench_raw_transports(raw));
+        if (opts.verbose) {
+            fprintf(stderr, "--- raw UCX endpoint, setup %s (parent side) ---\n",
+                    bench_setup_name(s));
+            bench_raw_print_ep(raw, stderr);
+        }
+    }
+    bench_child_raw_close(child, raw, opts.timeout_s);
+    return rc;
+}
+
+static int bench_ck_fail(cks_client_h c, const char *what, uint64_t size, cks_status_t st)
+{
+    char why[256] = "";
+    char sz[32];
+    if (c != NULL) {
+        cks_client_last_error(c, why, sizeof(why));
+    }
+    fprintf(stderr, "ckstore-bench: %s of %s: %s%s%s\n", what,
+            bench_size_str(size, sz, sizeof(sz)), cks_status_string(st), why[0] ? ": " : "",
+            why);
+    return -1;
+}
+
+static cks_status_t bench_ck_connect(const char *server, cks_client_h *c_p)
+{
+    cks_client_params_t cp;
+    memset(&cp, 0, sizeof(cp));
+    cp.field_mask =
+        CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_NAME;
+    cp.server     = server;
+    cp.timeout_ms = (int)(opts.timeout_s * 1000);
+    cp.name       = "ckstore-bench";
+    cks_status_t st = cks_client_create(&cp, c_p);
+    if (st != CKS_OK) {
+        fprintf(stderr, "ckstore-bench: cannot connect to %s: %s\n", server,
+                cks_status_string(st));
+    }
+    return st;
+}
+
+/* ckstore at one size: warmup + reps of begin, put, seal, open, get, delete. */
+static int bench_ck_measure(cks_client_h c, unsigned i, uint8_t *src, uint8_t *dst)
+{
+    static uint64_t version = 1;
+    double put_s[BENCH_MAX_REPS], get_s[BENCH_MAX_REPS], seal_s[BENCH_MAX_REPS];
+    uint64_t size = opts.sizes[i];
+    cks_status_t st;
+    char job[64];
+    int rc = 0;
+
+    snprintf(job, sizeof(job), "ckstore-bench-%d", (int)getpid());
+    for (unsigned r = 0; r < opts.warmup + opts.reps && rc == 0; r++, version++) {
+        cks_version_params_t vp = {0};
+        cks_put_params_t pp     = {0};
+        cks_get_params_t gp     = {0};
+        cks_restore_h rh;
+        uint64_t got = 0;
+        int check    = r == 0; /* once per size, outside the timing */
+        double t0, t1, t2, t3, t4;
+
+        vp.job     = job;
+        vp.version = version;
+        st         = cks_version_begin(c, &vp);
+        if (st != CKS_OK) {
+            rc = bench_ck_fail(c, "begin", size, st);
+            break;
+        }
+        pp.job     = job;
+        pp.version = version;
+        pp.key     = "object";
+        pp.buffer  = src;
+        pp.size    = size;
+        t0         = bench_now();
+        st         = cks_put(c, &pp);
+        t1         = bench_now();
+        if (st != CKS_OK) {
+            rc = bench_ck_fail(c, "put", size, st);
+            cks_version_abort(c, job, version);
+            break;
+        }
+        st = cks_version_seal(c, job, version);
+        t2 = bench_now();
+        if (st != CKS_OK) {
+            rc = bench_ck_fail(c, "seal", size, st);
+            cks_version_abort(c, job, version);
+            break;
+        }
+        st = cks_restore_open(c, job, version, &rh);
+        if (st != CKS_OK) {
+            rc = bench_ck_fail(c, "restore open", size, st);
+            cks_version_delete(c, job, version);
+            break;
+        }
+        if (check) {
+            memset(dst, 0x5a, size);
+        }
+        gp.key         = "object";
+        gp.buffer      = dst;
+        gp.buffer_size = size;
+        t3             = bench_now();
+        st             = cks_get(rh, &gp, &got);
+        t4             = bench_now();
+        cks_restore_close(rh);
+        if (st != CKS_OK || got != size) {
+            rc = bench_ck_fail(c, "get", size, st != CKS_OK ? st : CKS_ERR_INTERNAL);
+            cks_version_delete(c, job, version);
+            break;
+        }
+        if (check && memcmp(src, dst, size) != 0) {
+            char sz[32];
+            fprintf(stderr, "ckstore-bench: get of %s returned other bytes than put\n",
+                    bench_size_str(size, sz, sizeof(sz)));
+            rc = -1;
+        }
+        st = cks_version_delete(c, job, version);
+        if (st != CKS_OK) {
+            rc = bench_ck_fail(c, "delete", size, st);
+            break;
+        }
+        if (r >= opts.warmup) {
+            put_s[r - opts.warmup]  = t1 - t0;
+            seal_s[r - opts.warmup] = t2 - t1;
+            get_s[r - opts.warmup]  = t4 - t3;
+        }
+    }
+    if (rc == 0) {
+        bench_stats_t seal;
+        bench_stats(size, put_s, opts.reps, &figs.ck[BENCH_DIR_PUT][i].st);
+        bench_stats(size, get_s, opts.reps, &figs.ck[BENCH_DIR_GET][i].st);
+        bench_stats(size, seal_s, opts.reps, &seal);
+        figs.ck[BENCH_DIR_PUT][i].ok = figs.ck[BENCH_DIR_GET][i].ok = 1;
+        figs.seal_ms[i] = (double)size / (seal.median * BENCH_GB) * 1e3;
+    }
+    return rc;
+}
+
+/* ---- results ------------------------------------------------------------------------ */
+
+/* The best raw figure of a direction and size among the methods of `mask`:
+ * which setup and method. */
+static int bench_raw_best(unsigned d, unsigned i, unsigned mask, unsigned *s_p,
+                          unsigned *m_p)
+{
+    double best = 0;
+    int found   = 0;
+    for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
+        for (unsigned m = 0; m < BENCH_NMETHODS; m++) {
+            const bench_fig_t *f = &figs.raw[s][m][d][i];
+            if ((mask & (1u << m)) && f->ok && f->st.median > best) {
+                best  = f->st.median;
+                *s_p  = s;
+                *m_p  = m;
+                found = 1;
+            }
+        }
+    }
+    return found;
+}
+
+static void bench_print_raw(void)
+{
+    int short_runs = 0;
+    char sz[32];
+    for (unsigned d = 0; d < BENCH_NDIRS; d++) {
+        say("\nraw UCX between the same two processes, %s, GB/s (median of %u)\n",
+            d == BENCH_DIR_PUT ? "client -> server (put direction)"
+                               : "server -> client after a request (get direction)",
+            opts.reps);
+        say("%-16s", "setup/method");
+        for (unsigned i = 0; i < opts.nsizes; i++) {
+            say("%8s ", bench_size_str(opts.sizes[i], sz, sizeof(sz)));
+        }
+        say("\n");
+        for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
+            for (unsigned m = 0; m < BENCH_NMETHODS; m++) {
+                if (!(opts.setups & (1u << s)) || !(opts.methods & (1u << m))) {
+                    continue;
+                }
+                char name[32];
+                snprintf(name, sizeof(name), "%s/%s", bench_setup_name(s),
+                         bench_method_name(m));
+                say("%-16s", name);
+                for (unsigned i = 0; i < opts.nsizes; i++) {
+                    const bench_fig_t *f = &figs.raw[s][m][d][i];
+                    if (f->ok) {
+                        short_runs |= f->st.n < opts.reps;
+                        say("%8.2f%c", f->st.median, f->st.n < opts.reps ? '*' : ' ');
+                    } else {
+                        say("%8s ", "-");
+                    }
+                }
+                say("\n");
+            }
+        }
+    }
+    if (short_runs) {
+        say("* fewer than %u samples: the figure's %.0f s budget ran out\n", opts.reps,
+            BENCH_RAW_BUDGET_S);
+    }
+    say("\nraw UCX buffers (parent | child) and the parent endpoint's lanes:\n");
+    for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
+        if (opts.setups & (1u << s)) {
+            say("  %-8s %s | %s\n           %s\n", bench_setup_name(s), figs.raw_desc[s][0],
+                figs.raw_desc[s][1], figs.raw_tls[s][0] ? figs.raw_tls[s] : "-");
+        }
+    }
+}
+
+/* Print the main table and fill the records; returns 1 when the target is
+ * met, 0 when it is not, -1 when no figure could judge it. */
+static int bench_results(bench_report_t *rep)
+{
+    int have_raw = 0, met = 1, judged = 0;
+    double worst = INFINITY;
+    char worst_what[64] = "";
+    char sz[32];
+
+    say("\nckstore (1 client, 1 server) against the references, GB/s = 10^9 B/s, "
+        "median of %u\n", opts.reps);
+    say("%-4s %9s %6s %6s %6s %6s %-15s %5s %6s %5s %6s %5s\n", "op", "size", "GB/s", "min",
+        "max", "raw", "(best of)", "ratio", "raw am", "/am", "memcpy", "/mcpy");
+    for (unsigned i = 0; i < opts.nsizes; i++) {
+        for (unsigned d = 0; d < BENCH_NDIRS; d++) {
+            const bench_fig_t *f = &figs.ck[d][i];
+            const bench_fig_t *mc = &figs.memcpy_fig[i];
+            unsigned bs = 0, bm = 0, as = 0, am = 0;
+            int raw_ok  = bench_raw_best(d, i, ~0u, &bs, &bm);
+            int am_ok   = bench_raw_best(d, i, 1u << BENCH_METHOD_AM, &as, &am);
+            double raw  = raw_ok ? figs.raw[bs][bm][d][i].st.median : NAN;
+            double ram  = am_ok ? figs.raw[as][am][d][i].st.median : NAN;
+            double gbps = f->ok ? f->st.median : NAN;
+            double ratio = gbps / raw, mratio = gbps / mc->st.median;
+            char best[32] = "-";
+
+            have_raw |= raw_ok;
+            if (raw_ok) {
+                snprintf(best, sizeof(best), "%s/%s", bench_setup_name(bs),
+                         bench_method_name(bm));
+            }
+            say("%-4s %9s ", bench_dir_name(d), bench_size_str(opts.sizes[i], sz, sizeof(sz)));
+            if (f->ok) {
+                say("%6.2f %6.2f %6.2f ", f->st.median, f->st.min, f->st.max);
+            } else {
+                say("%6s %6s %6s ", "-", "-", "-");
+            }
+            if (raw_ok) {
+                say("%6.2f %-15s %5.2f ", raw, best, ratio);
+            } else {
+                say("%6s %-15s %5s ", "-", "-", "-");
+            }
+            if (am_ok) {
+                say("%6.2f %5.2f ", ram, gbps / ram);
+            } else {
+                say("%6s %5s ", "-", "-");
+            }
+            say("%6.2f %5.2f\n", mc->st.median, mratio);
+
+            if (opts.sizes[i] >= BENCH_TARGET_MIN_SIZE && isfinite(ratio)) {
+                judged = 1;
+                if (ratio < worst) {
+                    worst = ratio;
+                    snprintf(worst_what, sizeof(worst_what), "%s %s", bench_dir_name(d),
+                             bench_size_str(opts.sizes[i], sz, sizeof(sz)));
+                }
+                met &= ratio >= BENCH_TARGET_RATIO;
+            }
+
+            bench_rec_t *r = bench_report_add(rep);
+            if (r == NULL) {
+                continue;
+            }
+            bench_rec_str(r, "op", bench_dir_name(d));
+            bench_rec_u64(r, "size", opts.sizes[i]);
+            bench_rec_f64(r, "gbps", gbps);
+            bench_rec_f64(r, "raw_gbps", raw);
+            bench_rec_f64(r, "ratio", ratio);
+            bench_rec_f64(r, "min_gbps", f->ok ? f->st.min : NAN);
+            bench_rec_f64(r, "max_gbps", f->ok ? f->st.max : NAN);
+            bench_rec_str(r, "raw_setup", raw_ok ? bench_setup_name(bs) : NULL);
+            bench_rec_str(r, "raw_method", raw_ok ? bench_method_name(bm) : NULL);
+            bench_rec_f64(r, "raw_am_gbps", ram);
+            bench_rec_f64(r, "am_ratio", gbps / ram);
+            bench_rec_str(r, "raw_am_setup", am_ok ? bench_setup_name(as) : NULL);
+            bench_rec_f64(r, "memcpy_gbps", mc->st.median);
+            bench_rec_f64(r, "memcpy_ratio", mratio);
+            if (d == BENCH_DIR_PUT) {
+                bench_rec_f64(r, "seal_ms", f->ok ? figs.seal_ms[i] : NAN);
+            }
+            bench_rec_u64(r, "reps", opts.reps);
+        }
+    }
+    if (!have_raw) {
+        say("(no raw UCX reference in this run%s)\n",
+            opts.server ? ": --server names a server outside this process tree" : "");
+    }
+    if (judged) {
+        say("\ntarget: put and get >= %.1f x raw UCX at %s and above: %s (lowest ratio "
+            "%.2f, %s)\n",
+            BENCH_TARGET_RATIO, bench_size_str(BENCH_TARGET_MIN_SIZE, sz, sizeof(sz)),
+            met ? "met" : "NOT met", worst, worst_what);
+    }
+
+    for (unsigned i = 0; i < opts.nsizes; i++) {
+        bench_rec_t *r = bench_report_add(rep);
+        if (r != NULL && figs.memcpy_fig[i].ok) {
+            bench_rec_str(r, "op", "memcpy");
+            bench_rec_u64(r, "size", opts.sizes[i]);
+            bench_rec_f64(r, "gbps", figs.memcpy_fig[i].st.median);
+            bench_rec_f64(r, "min_gbps", figs.memcpy_fig[i].st.min);
+            bench_rec_f64(r, "max_gbps", figs.memcpy_fig[i].st.max);
+            bench_rec_u64(r, "reps", opts.reps);
+        }
+    }
+    for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
+        for (unsigned m = 0; m < BENCH_NMETHODS; m++) {
+            for (unsigned d = 0; d < BENCH_NDIRS; d++) {
+                for (unsigned i = 0; i < opts.nsizes; i++) {
+                    const bench_fig_t *f = &figs.raw[s][m][d][i];
+                    bench_rec_t *r;
+                    if (!f->ok || (r = bench_report_add(rep)) == NULL) {
+                        continue;
+                    }
+                    bench_rec_str(r, "op", "raw");
+                    bench_rec_str(r, "dir", bench_dir_name(d));
+                    bench_rec_str(r, "setup", bench_setup_name(s));
+                    bench_rec_str(r, "method", bench_method_name(m));
+                    bench_rec_u64(r, "size", opts.sizes[i]);
+                    bench_rec_f64(r, "gbps", f->st.median);
+                    bench_rec_f64(r, "min_gbps", f->st.min);
+                    bench_rec_f64(r, "max_gbps", f->st.max);
+                    bench_rec_u64(r, "reps", f->st.n);
+                    bench_rec_str(r, "buffers", figs.raw_desc[s][0]);
+                    bench_rec_str(r, "peer_buffers", figs.raw_desc[s][1]);
+                    bench_rec_str(r, "transports", figs.raw_tls[s]);
+                }
+            }
+        }
+    }
+    return judged ? met : -1;
+}
+
+/* ---- main --------------------------------------------------------------------------- */
+
+static void bench_describe_buf(const void *p, size_t len, char *buf, size_t buflen)
+{
+    static const char *const kind[] = {"malloc", "anon thp", "shm thp"};
+    snprintf(buf, buflen, "%s, %d%% huge", kind[opts.client_mem],
+             bench_huge_percent(0, p, len, NULL));
+}
+
+int main(int argc, char **argv)
+{
+    bench_child_t child = {0};
+    cks_client_h client = NULL;
+    bench_report_t rep  = {0};
+    bench_buf_t src = {0}, dst = {0};
+    char err[BENCH_ERR_LEN], addr[96], sz[32];
+    const char *server;
+    uint64_t max;
+    double load_start = -1, load_end;
+    int rc = 1, met;
+
+    if (bench_parse_opts(argc, argv) != 0) {
+        return 2;
+    }
+    bench_fit_sizes();
+    if (opts.nsizes == 0) {
+        fprintf(stderr, "ckstore-bench: not enough memory for any size\n");
+        return 1;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    max    = bench_max_size();
+    server = opts.server;
+
+    /* the child first: UCX must not be initialised in the parent before fork() */
+    if (opts.server == NULL) {
+        uint64_t arena = bench_arena_size(max);
+        child.verbose  = opts.verbose;
+        if (bench_child_start(&child, arena, opts.timeout_s, err, sizeof(err)) != 0) {
+            fprintf(stderr, "ckstore-bench: %s\n", err);
+            return 1;
+        }
+        snprintf(addr, sizeof(addr), "127.0.0.1:%u", child.port);
+        server = addr;
+        snprintf(figs.server_desc, sizeof(figs.server_desc),
+                 "embedded (pid %d, %s, arena %s)", (int)child.pid, addr,
+                 bench_size_str(arena, sz, sizeof(sz)));
+        snprintf(figs.arena_desc, sizeof(figs.arena_desc), "shm file, %d%% huge",
+                 bench_huge_percent(child.pid, NULL, 0, child.arena));
+    } else {
+        snprintf(figs.server_desc, sizeof(figs.server_desc), "%s", opts.server);
+        snprintf(figs.arena_desc, sizeof(figs.arena_desc), "unknown");
+    }
+
+    if (bench_buf_alloc(opts.client_mem, max, &src, err, sizeof(err)) != 0 ||
+        bench_buf_alloc(opts.client_mem, max, &dst, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ckstore-bench: client buffers: %s\n", err);
+        goto out;
+    }
+    bench_fill(src.ptr, max, 42);
+    bench_describe_buf(src.ptr, max, figs.client_desc, sizeof(figs.client_desc));
+
+    bench_machine_describe(&rep.machine);
+    say("ckstore-bench: 1 client -> 1 server %s\n", figs.server_desc);
+    say("machine: %s, %llu cores, %.1f GiB, %s, UCX %s\n",
+        bench_rec_get_str(&rep.machine, "cpu"),
+        (unsigned long long)bench_rec_get_u64(&rep.machine, "cores"),
+        (double)bench_rec_get_u64(&rep.machine, "memory_bytes") / (1ull << 30),
+        bench_rec_get_str(&rep.machine, "kernel"),
+        bench_rec_get_str(&rep.machine, "ucx_version"));
+    say("pages: THP %s, shmem THP %s, /dev/shm huge=%s; client buffers %s; server arena %s\n",
+        bench_rec_get_str(&rep.machine, "thp_enabled"),
+        bench_rec_get_str(&rep.machine, "shmem_thp_enabled"),
+        bench_rec_get_str(&rep.machine, "dev_shm_huge"), figs.client_desc, figs.arena_desc);
+    load_start = bench_loadavg();
+    if (load_start >= 0.5 * (double)bench_rec_get_u64(&rep.machine, "cores")) {
+        say("NOTE: load average %.2f on %llu cores: other work is running, the figures will "
+            "be disturbed\n",
+            load_start, (unsigned long long)bench_rec_get_u64(&rep.machine, "cores"));
+    }
+    say("sizes:");
+    for (unsigned i = 0; i < opts.nsizes; i++) {
+        say(" %s", bench_size_str(opts.sizes[i], sz, sizeof(sz)));
+    }
+    say("; %u reps after %u warm-up\n\n", opts.reps, opts.warmup);
+
+    if (bench_ck_connect(server, &client) != CKS_OK) {
+        goto out;
+    }
+    /* size by size, so that every figure of a size is taken within seconds of
+     * the others: these machines are shared, and their speed drifts */
+    for (unsigned i = 0; i < opts.nsizes; i++) {
+        say("  %-8s memcpy", bench_size_str(opts.sizes[i], sz, sizeof(sz)));
+        bench_memcpy_measure(i, dst.ptr, src.ptr);
+        for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
+            if (opts.server == NULL && !opts.no_raw && (opts.setups & (1u << s))) {
+                say(", raw %s", bench_setup_name(s));
+                bench_raw_measure_setup(&child, s, i);
+            }
+        }
+        say(", ckstore\n");
+        if (bench_ck_measure(client, i, src.ptr, dst.ptr) != 0) {
+            goto out;
+        }
+    }
+    cks_client_destroy(client);
+    client   = NULL;
+    load_end = bench_loadavg();
+
+    if (opts.server == NULL && !opts.no_raw) {
+        bench_print_raw();
+    }
+    met = bench_results(&rep);
+    say("load average: %.2f at the start, %.2f at the end; target %s\n", load_start,
+        load_end, met > 0 ? "met" : met == 0 ? "NOT met" : "not judged");
+
+    bench_rec_str(&rep.run, "command", opts.command);
+    bench_rec_str(&rep.run, "server", figs.server_desc);
+    bench_rec_u64(&rep.run, "reps", opts.reps);
+    bench_rec_u64(&rep.run, "warmup", opts.warmup);
+    bench_rec_f64(&rep.run, "raw_spin_us", opts.spin_s < 0 ? -1 : opts.spin_s * 1e6);
+    bench_rec_f64(&rep.run, "loadavg_start", load_start);
+    bench_rec_f64(&rep.run, "loadavg_end", load_end);
+    if (opts.skipped[0] != '\0') {
+        bench_rec_str(&rep.run, "skipped_sizes", opts.skipped);
+    }
+    bench_rec_str(&rep.run, "client_buffers", figs.client_desc);
+    bench_rec_str(&rep.run, "server_arena", figs.arena_desc);
+    bench_rec_f64(&rep.run, "target_ratio", BENCH_TARGET_RATIO);
+    bench_rec_u64(&rep.run, "target_min_size", BENCH_TARGET_MIN_SIZE);
+    if (opts.json != NULL) {
+        if (bench_report_write_json(&rep, opts.json) != 0) {
+            fprintf(stderr, "ckstore-bench: cannot write %s: %s\n", opts.json, strerror(errno));
+            goto out;
+        }
+        say("\nresults written to %s\n", opts.json);
+    }
+    rc = 0;
+
+out:
+    if (client != NULL) {
+        cks_client_destroy(client);
+    }
+    bench_buf_free(&src);
+    bench_buf_free(&dst);
+    if (opts.server == NULL) {
+        bench_child_stop(&child, opts.timeout_s);
+    }
+    bench_report_free(&rep);
+    return rc;
+}
