@@ -175,10 +175,13 @@ struct cks_read {
     size_t nsubs;
     unsigned pending;
     int degraded;
+    int crc_bad;               /* a chunk failed its CRC (decoded around) */
     cks_status_t status;
     cks_done_cb_t cb;
     void *arg;
 };
+
+static void cks_read_scrub(cks_read_t *rd);
 
 static void cks_read_finish(cks_read_t *rd, cks_status_t status)
 {
@@ -186,6 +189,16 @@ static void cks_read_finish(cks_read_t *rd, cks_status_t status)
         cks_crc64(0, rd->buf, rd->len) != rd->info.crc64) {
         cks_cl_set_error(rd->c, CKS_ERR_CRC_MISMATCH, rd->key, strlen(rd->key));
         status = CKS_ERR_CRC_MISMATCH;
+    }
+    if (status == CKS_OK && (rd->flags & CKS_GET_SCRUB) && rd->crc_bad) {
+        /* the bytes are right (decoded), but a scrub reports the bad chunk */
+        cks_cl_set_error(rd->c, CKS_ERR_CRC_MISMATCH, "a data chunk failed its CRC", 27);
+        status = CKS_ERR_CRC_MISMATCH;
+    }
+    if (status == CKS_OK && rd->whole && (rd->flags & CKS_GET_SCRUB) && rd->len > 0) {
+        rd->flags &= ~CKS_GET_SCRUB;
+        cks_read_scrub(rd); /* finishes later */
+        return;
     }
     for (uint64_t s = rd->s0; rd->stripes != NULL && s <= rd->s1; s++) {
         free(rd->stripes[s - rd->s0].buf);
@@ -233,6 +246,7 @@ static void cks_read_sub_done(void *arg, cks_status_t status)
         st->got |= 1u << sub->idx;
     } else if (status != CKS_OK) {
         st->failed |= 1u << sub->idx;
+        rd->crc_bad |= status == CKS_ERR_CRC_MISMATCH;
         if (rd->status == CKS_OK || rd->status == CKS_ERR_CRC_MISMATCH) {
             rd->status = status;
         }
@@ -367,6 +381,70 @@ static void cks_read_decode(cks_read_t *rd)
         memcpy(rd->buf + (lo - rd->off), bs->buf + (lo - s * stripe_b), hi - lo);
     }
     cks_read_finish(rd, CKS_OK);
+}
+
+/* Scrub: every parity chunk of every stripe, read whole (the client checks
+ * each whole chunk's CRC on arrival) into one scratch chunk per stripe. */
+typedef struct {
+    cks_read_t *rd;
+    unsigned pending;
+    cks_status_t status;
+    uint8_t *scratch;
+} cks_scrub_t;
+
+static void cks_scrub_done(void *arg, cks_status_t status)
+{
+    cks_scrub_t *sc = arg;
+    if (status != CKS_OK && sc->status == CKS_OK) {
+        sc->status = status == CKS_ERR_CRC_MISMATCH ? status : CKS_ERR_DATA_LOST;
+    }
+    if (--sc->pending > 0) {
+        return;
+    }
+    cks_read_t *rd = sc->rd;
+    if (sc->status != CKS_OK) {
+        char text[CKS_KEY_MAX_LEN + 64];
+        int n = snprintf(text, sizeof(text), "a parity chunk of '%s' is %s", rd->key,
+                         sc->status == CKS_ERR_CRC_MISMATCH ? "corrupt" : "missing");
+        cks_cl_set_error(rd->c, sc->status, text, (size_t)n);
+    }
+    cks_status_t st = sc->status;
+    free(sc->scratch);
+    free(sc);
+    cks_read_finish(rd, st);
+}
+
+static void cks_read_scrub(cks_read_t *rd)
+{
+    cks_scrub_t *sc = calloc(1, sizeof(*sc));
+    uint64_t nstripes = rd->s1 - rd->s0 + 1;
+    if (sc == NULL || (sc->scratch = malloc(nstripes * rd->m * rd->chunk)) == NULL) {
+        free(sc);
+        cks_read_finish(rd, CKS_ERR_NO_MEMORY);
+        return;
+    }
+    sc->rd      = rd;
+    sc->pending = 1; /* hold */
+    for (uint64_t s = rd->s0; s <= rd->s1; s++) {
+        uint16_t group[CKS_PLACE_WIDTH_MAX];
+        if (cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key, strlen(rd->key), s,
+                      rd->k, rd->m, NULL, group) != CKS_OK) {
+            sc->status = CKS_ERR_INTERNAL;
+            continue;
+        }
+        for (unsigned j = 0; j < rd->m; j++) {
+            uint8_t *dst = sc->scratch + ((s - rd->s0) * rd->m + j) * rd->chunk;
+            cks_op_t *op = cks_read_chunk_op(rd, s, rd->k + j, 0, rd->chunk, dst,
+                                             group[rd->k + j]);
+            if (op == NULL) {
+                sc->status = CKS_ERR_NO_MEMORY;
+                continue;
+            }
+            sc->pending++;
+            cks_cl_start(rd->c, op, cks_scrub_done, sc);
+        }
+    }
+    cks_scrub_done(sc, CKS_OK); /* drop the hold */
 }
 
 static void cks_read_stat_done(void *arg, cks_status_t status)

@@ -273,6 +273,11 @@ enum {
 /** Check the whole object's CRC on arrival (costs one pass over the bytes;
  *  only for whole-object reads). */
 #define CKS_GET_VERIFY 0x1u
+/** Cluster, whole objects: also read every parity chunk of every stripe and
+ *  check its CRC (a scrub; `ckstore verify` uses it). A bad or missing parity
+ *  chunk fails the get with CKS_ERR_CRC_MISMATCH or CKS_ERR_DATA_LOST, after
+ *  the data itself was read. */
+#define CKS_GET_SCRUB 0x2u
 
 typedef struct {
     uint64_t field_mask;

@@ -25,7 +25,8 @@ static void usage(FILE *f)
             "  objects JOB VERSION|latest    the manifest: objects, tags, sizes, and the\n"
             "                                version each object's bytes come from\n"
             "  stat JOB VERSION|latest [KEY] show a version or one object\n"
-            "  verify JOB VERSION|latest     read every object and check its CRC\n"
+            "  verify JOB VERSION|latest     read every chunk, data and parity, and check\n"
+            "                                every CRC (and each object's)\n"
             "  get JOB VERSION|latest KEY FILE   write one object to FILE\n"
             "  delete JOB VERSION            delete a version and free its space\n"
             "\n"
@@ -242,7 +243,7 @@ static int verify_object(cks_restore_h r, const cks_object_info_t *o, void *arg)
     g.key              = o->key;
     g.buffer           = v->buf;
     g.buffer_size      = v->cap;
-    g.flags            = CKS_GET_VERIFY;
+    g.flags            = CKS_GET_VERIFY | CKS_GET_SCRUB; /* data and parity chunks */
     cks_status_t st    = cks_get(r, &g, NULL);
     if (st != CKS_OK) {
         fprintf(stderr, "BAD %s: %s\n", o->key, cks_status_string(st));

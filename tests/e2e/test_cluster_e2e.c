@@ -251,6 +251,28 @@ Test(cluster_faults, corrupted_chunk_is_decoded_around)
     cks_client_h c = connect_cluster(4, 2, 64 * 1024);
     cr_assert_eq(write_version(c, "moe", 3), CKS_OK);
     cr_assert_eq(verify_version(c, "moe", 3, NULL, 0), CKS_OK);
+    /* a scrub (every data and parity chunk) finds the corrupted chunk */
+    cks_restore_h r;
+    int bad = 0;
+    uint8_t *dst = malloc(6 * MiB);
+    cr_assert_eq(cks_restore_open(c, "moe", 3, &r), CKS_OK);
+    for (size_t i = 0; i < NOBJ; i++) {
+        char key[64];
+        cks_get_params_t g = {0};
+        snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 3);
+        g.field_mask  = CKS_GET_FIELD_FLAGS;
+        g.key         = key;
+        g.buffer      = dst;
+        g.buffer_size = 6 * MiB;
+        g.flags       = CKS_GET_VERIFY | CKS_GET_SCRUB;
+        cks_status_t st = cks_get(r, &g, NULL);
+        cr_assert(st == CKS_OK || st == CKS_ERR_CRC_MISMATCH, "%s: %s", key,
+                  cks_status_name(st));
+        bad += st == CKS_ERR_CRC_MISMATCH;
+    }
+    cr_assert_eq(bad, 1, "the scrub found %d corrupted objects", bad);
+    cks_restore_close(r);
+    free(dst);
     cks_client_destroy(c);
     free_data();
     /* the fault fired (the server logged it): not a vacuous pass */
