@@ -383,8 +383,9 @@ static void cks_read_decode(cks_read_t *rd)
     cks_read_finish(rd, CKS_OK);
 }
 
-/* Scrub: every parity chunk of every stripe, read whole (the client checks
- * each whole chunk's CRC on arrival) into one scratch chunk per stripe. */
+/* Scrub: every chunk of every stripe - data (padding included) and parity -
+ * read whole (the client checks each whole chunk's CRC on arrival) into
+ * scratch space. */
 typedef struct {
     cks_read_t *rd;
     unsigned pending;
@@ -404,7 +405,7 @@ static void cks_scrub_done(void *arg, cks_status_t status)
     cks_read_t *rd = sc->rd;
     if (sc->status != CKS_OK) {
         char text[CKS_KEY_MAX_LEN + 64];
-        int n = snprintf(text, sizeof(text), "a parity chunk of '%s' is %s", rd->key,
+        int n = snprintf(text, sizeof(text), "a chunk of '%s' is %s", rd->key,
                          sc->status == CKS_ERR_CRC_MISMATCH ? "corrupt" : "missing");
         cks_cl_set_error(rd->c, sc->status, text, (size_t)n);
     }
@@ -418,7 +419,8 @@ static void cks_read_scrub(cks_read_t *rd)
 {
     cks_scrub_t *sc = calloc(1, sizeof(*sc));
     uint64_t nstripes = rd->s1 - rd->s0 + 1;
-    if (sc == NULL || (sc->scratch = malloc(nstripes * rd->m * rd->chunk)) == NULL) {
+    unsigned width    = rd->k + rd->m;
+    if (sc == NULL || (sc->scratch = malloc(nstripes * width * rd->chunk)) == NULL) {
         free(sc);
         cks_read_finish(rd, CKS_ERR_NO_MEMORY);
         return;
@@ -432,10 +434,9 @@ static void cks_read_scrub(cks_read_t *rd)
             sc->status = CKS_ERR_INTERNAL;
             continue;
         }
-        for (unsigned j = 0; j < rd->m; j++) {
-            uint8_t *dst = sc->scratch + ((s - rd->s0) * rd->m + j) * rd->chunk;
-            cks_op_t *op = cks_read_chunk_op(rd, s, rd->k + j, 0, rd->chunk, dst,
-                                             group[rd->k + j]);
+        for (unsigned j = 0; j < width; j++) {
+            uint8_t *dst = sc->scratch + ((s - rd->s0) * width + j) * rd->chunk;
+            cks_op_t *op = cks_read_chunk_op(rd, s, j, 0, rd->chunk, dst, group[j]);
             if (op == NULL) {
                 sc->status = CKS_ERR_NO_MEMORY;
                 continue;

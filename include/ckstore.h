@@ -273,8 +273,9 @@ enum {
 /** Check the whole object's CRC on arrival (costs one pass over the bytes;
  *  only for whole-object reads). */
 #define CKS_GET_VERIFY 0x1u
-/** Cluster, whole objects: also read every parity chunk of every stripe and
- *  check its CRC (a scrub; `ckstore verify` uses it). A bad or missing parity
+/** Cluster, whole objects: also read every chunk of every stripe whole - data,
+ *  padding and parity - and check its CRC (a scrub; `ckstore verify` uses it;
+ *  it needs (k+m)/k x the object's size of scratch memory). A bad or missing
  *  chunk fails the get with CKS_ERR_CRC_MISMATCH or CKS_ERR_DATA_LOST, after
  *  the data itself was read. */
 #define CKS_GET_SCRUB 0x2u
