@@ -21,6 +21,7 @@
  */
 #include "bench.h"
 #include "ckstore.h"
+#include "cluster.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -802,6 +803,9 @@ int main(int argc, char **argv)
     double load_start = -1, load_end;
     int rc = 1, met;
 
+    if (argc > 1 && strcmp(argv[1], "cluster") == 0) {
+        return cks_bench_cluster_main(argc - 1, argv + 1); /* docs/BENCHMARKS_CLUSTER.md */
+    }
     if (bench_parse_opts(argc, argv) != 0) {
         return 2;
     }
