@@ -410,8 +410,10 @@ static void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
      * failed before to come back; the reconnect goes on in the background. */
     int degradable = op->kind == CKS_OP_CHUNK_GET && sv->failed_ns != 0;
     if (sv->state == CKS_SRV_IDLE) {
-        /* a server that just failed is not asked again at once */
-        if (sv->failed_ns != 0 && cks_time_ns() - sv->failed_ns < 1000000000ull) {
+        /* a read that can be decoded around does not ask a server that just
+         * failed again at once; anything else tries to reconnect (a restarted
+         * server is back at once) */
+        if (degradable && cks_time_ns() - sv->failed_ns < 1000000000ull) {
             cks_cl_op_fail(c, op, sv->last_error == CKS_ERR_CONN_LOST ? CKS_ERR_CONN_LOST
                                                                       : CKS_ERR_UNREACHABLE);
             return;
