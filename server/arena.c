@@ -85,22 +85,28 @@ static uint8_t *cks_arena_map(int fd, uint64_t size)
     return base;
 }
 
+/* After pre-faulting: did the arena get huge pages? (ShmemPmdMapped counts
+ * this process's shared memory mapped with 2 MiB pages.) */
 static void cks_arena_report_pages(const char *path)
 {
-    char mode[128] = "";
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
-    if (f != NULL) {
-        if (fgets(mode, sizeof(mode), f) == NULL) {
-            mode[0] = '\0';
+    char line[128];
+    unsigned long long kb = 0;
+    int found             = 0;
+    FILE *f               = fopen("/proc/self/smaps_rollup", "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "ShmemPmdMapped: %llu kB", &kb) == 1) {
+            found = 1;
+            break;
         }
+    }
+    if (f != NULL) {
         fclose(f);
     }
-    if (strstr(mode, "[never]") != NULL || strstr(mode, "[deny]") != NULL) {
-        cks_warn("arena %s uses 4 KiB pages: shmem transparent huge pages are off "
-                 "(%s is '%.*s'); UCX copies run 2-3x faster with them: "
-                 "echo advise > that file (scripts/setup-host does it)",
-                 path, "/sys/kernel/mm/transparent_hugepage/shmem_enabled",
-                 (int)strcspn(mode, "\n"), mode);
+    if (found && kb == 0) {
+        cks_warn("arena %s uses 4 KiB pages; UCX copies are faster with huge pages: "
+                 "mount its tmpfs with huge=advise (e.g. mount -o remount,huge=advise "
+                 "/dev/shm) or put it on hugetlbfs",
+                 path);
     }
 }
 
@@ -146,10 +152,9 @@ cks_status_t cks_arena_open(const char *path, uint64_t size, cks_arena_t **arena
     }
     close(fd);
     fd = -1;
-    if (madvise(a->base, size, MADV_HUGEPAGE) == 0) { /* where shmem THP is "advise" */
-        cks_arena_report_pages(path);
-    }
+    madvise(a->base, size, MADV_HUGEPAGE); /* honoured where the tmpfs allows it */
     cks_arena_prefault(a->base, size);
+    cks_arena_report_pages(path);
     hdr = (cks_arena_hdr_t *)a->base;
     if (a->is_new) {
         hdr->magic = CKS_ARENA_MAGIC;
