@@ -356,8 +356,15 @@ static void cks_cl_hello_done(void *arg, cks_status_t status)
     }
 }
 
-/* Connect to a server and say HELLO (which moves the connection to a
- * worker-address endpoint); ops wait on the server until it answers. */
+static void cks_cl_noop_done(void *arg, cks_status_t status)
+{
+}
+
+/* Connect to a server and say HELLO, which moves the connection to a
+ * worker-address endpoint; ops wait on the server until it answers. With a
+ * cluster secret, HELLO carries our challenge, and the server's answer its
+ * challenge and proof; AUTH (cks_cl_auth()) then carries ours and our
+ * address, and its reply the server's address. */
 static void cks_cl_srv_connect(cks_client_h c, size_t pos)
 {
     cks_cl_srv_t *sv = &c->srv[pos];
@@ -377,18 +384,75 @@ static void cks_cl_srv_connect(cks_client_h c, size_t pos)
     cks_tp_conn_set_user(sv->conn, sv);
     sv->state = CKS_SRV_CONNECTING;
     op        = cks_op_new(CKS_OP_HELLO, CKS_MSG_HELLO);
-    if (op == NULL) {
+    if (op == NULL || (c->has_secret && cks_tp_nonce(sv->nonce) != CKS_OK)) {
+        free(op);
         cks_cl_srv_down(c, pos, CKS_ERR_NO_MEMORY);
         return;
     }
     cks_tp_worker_address(c->tp, &addr, &addr_len);
     op->body.m_HELLO.name = cks_wire_cstr(c->name);
-    op->body.m_HELLO.addr = (cks_wire_str_t){addr, (uint32_t)addr_len};
-    op->client            = c;
-    op->srv               = pos;
-    op->cb                = cks_cl_hello_done;
-    op->arg               = sv;
+    if (c->has_secret) { /* our address only after the server proved the secret */
+        op->body.m_HELLO.addr  = cks_wire_cstr(NULL);
+        op->body.m_HELLO.nonce = (cks_wire_str_t){(const char *)sv->nonce, CKS_WIRE_NONCE_LEN};
+    } else {
+        op->body.m_HELLO.addr  = (cks_wire_str_t){addr, (uint32_t)addr_len};
+        op->body.m_HELLO.nonce = cks_wire_cstr(NULL);
+    }
+    op->client = c;
+    op->srv    = pos;
+    op->cb     = cks_cl_hello_done;
+    op->arg    = sv;
     cks_cl_send_op(c, op);
+}
+
+/* The server sent its challenge (HELLO_REPLY): answer it with AUTH, which
+ * carries our proof and address; the handshake's outcome moves to the AUTH
+ * op, whose reply must carry the server's proof (cks_cl_auth_reply()). */
+static cks_status_t cks_cl_auth(cks_client_h c, cks_op_t *hello,
+                                const cks_msg_hello_reply_t *r)
+{
+    cks_cl_srv_t *sv = &c->srv[hello->srv];
+    const void *addr;
+    size_t addr_len;
+    cks_op_t *op;
+
+    if (r->nonce.len != CKS_WIRE_NONCE_LEN) {
+        cks_error("server %s:%u does not ask for the cluster secret", sv->addr, sv->port);
+        cks_cl_set_error(c, CKS_ERR_AUTH, "the server does not know the cluster secret", 43);
+        return CKS_ERR_AUTH;
+    }
+    memcpy(sv->snonce, r->nonce.ptr, CKS_WIRE_NONCE_LEN);
+    op = cks_op_new(CKS_OP_AUTH, CKS_MSG_AUTH);
+    if (op == NULL || cks_tp_proof(&c->secret, CKS_TP_LABEL_CLIENT, sv->snonce,
+                                   CKS_WIRE_NONCE_LEN, sv->nonce, CKS_WIRE_NONCE_LEN,
+                                   sv->proof) != CKS_OK) {
+        free(op);
+        return CKS_ERR_NO_MEMORY;
+    }
+    cks_tp_worker_address(c->tp, &addr, &addr_len);
+    op->body.m_AUTH.proof = (cks_wire_str_t){(const char *)sv->proof, CKS_WIRE_NONCE_LEN};
+    op->body.m_AUTH.addr  = (cks_wire_str_t){addr, (uint32_t)addr_len};
+    op->client            = c;
+    op->srv               = hello->srv;
+    op->cb                = hello->cb;
+    op->arg               = hello->arg;
+    hello->cb             = cks_cl_noop_done;
+    cks_cl_send_op(c, op);
+    return CKS_OK;
+}
+
+/* AUTH_REPLY: the server proves the secret; only then its address is used. */
+static cks_status_t cks_cl_auth_reply(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn,
+                                      const cks_msg_auth_reply_t *r)
+{
+    cks_cl_srv_t *sv = &c->srv[op->srv];
+    if (cks_tp_proof_check(&c->secret, CKS_TP_LABEL_SERVER, sv->nonce, CKS_WIRE_NONCE_LEN,
+                           sv->snonce, CKS_WIRE_NONCE_LEN, &r->proof) != CKS_OK) {
+        cks_error("server %s:%u did not prove the cluster secret", sv->addr, sv->port);
+        cks_cl_set_error(c, CKS_ERR_AUTH, "the server did not prove the cluster secret", 43);
+        return CKS_ERR_AUTH;
+    }
+    return r->addr.len > 0 ? cks_tp_conn_upgrade(conn, r->addr.ptr, r->addr.len) : CKS_OK;
 }
 
 /* Route an op (progress thread): send it, or wait for its server's
@@ -588,10 +652,38 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 uint64_t *usage = op->out;
                 usage[0]        = b->m_HELLO_REPLY.arena_used;
                 usage[1]        = b->m_HELLO_REPLY.arena_size;
+            } else if (c->has_secret) {
+                cks_status_t status = cks_cl_auth(c, op, &b->m_HELLO_REPLY);
+                if (status != CKS_OK) {
+                    cks_cl_op_fail(c, op, status);
+                    return;
+                }
+            } else if (b->m_HELLO_REPLY.nonce.len > 0) {
+                /* the server wants a secret: it sent a challenge, no address */
+                cks_cl_set_error(c, CKS_ERR_AUTH, "the server requires a cluster secret", 36);
+                cks_cl_op_fail(c, op, CKS_ERR_AUTH);
+                return;
             } else if (b->m_HELLO_REPLY.addr.len > 0) {
                 /* move to an endpoint made from the server's worker address */
                 cks_status_t status = cks_tp_conn_upgrade(conn, b->m_HELLO_REPLY.addr.ptr,
                                                           b->m_HELLO_REPLY.addr.len);
+                if (status != CKS_OK) {
+                    cks_cl_op_fail(c, op, status);
+                    return;
+                }
+            }
+            cks_cl_op_try_complete(c, op);
+            return;
+        case CKS_OP_AUTH:
+            if (hdr->type != CKS_MSG_AUTH_REPLY || data != NULL) {
+                break;
+            }
+            if (b->m_AUTH_REPLY.status != CKS_OK) {
+                cks_cl_reply_error(c, op, b->m_AUTH_REPLY.status, &b->m_AUTH_REPLY.msg);
+                return;
+            }
+            if (c->has_secret) {
+                cks_status_t status = cks_cl_auth_reply(c, op, conn, &b->m_AUTH_REPLY);
                 if (status != CKS_OK) {
                     cks_cl_op_fail(c, op, status);
                     return;
@@ -1010,6 +1102,11 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
     }
     if (status == CKS_OK) {
         status = cks_cl_servers(c, params);
+    }
+    if (status == CKS_OK && (params->field_mask & CKS_CLIENT_FIELD_SECRET)) {
+        status        = params->secret != NULL ? cks_tp_secret_load(params->secret, &c->secret)
+                                               : CKS_ERR_INVALID_PARAM;
+        c->has_secret = status == CKS_OK;
     }
     if (status != CKS_OK) {
         cks_cl_free(c);

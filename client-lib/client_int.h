@@ -28,6 +28,7 @@ typedef enum {
     CKS_OP_OBJECT_STAT,  /* OBJECT_STAT_REPLY */
     CKS_OP_LIST,         /* LIST_REPLY + page */
     CKS_OP_HELLO,        /* HELLO_REPLY */
+    CKS_OP_AUTH,         /* AUTH_REPLY */
 } cks_op_kind_t;
 
 /* Where an op may go. */
@@ -98,6 +99,10 @@ typedef struct {
     cks_status_t last_error;
     uint64_t failed_ns;      /* when it last failed (reconnects are paced) */
     cks_op_t *wait_head, *wait_tail;
+    /* the handshake in flight (with a cluster secret) */
+    uint8_t nonce[CKS_WIRE_NONCE_LEN];  /* our challenge */
+    uint8_t snonce[CKS_WIRE_NONCE_LEN]; /* the server's */
+    uint8_t proof[CKS_WIRE_NONCE_LEN];  /* our answer to it */
 } cks_cl_srv_t;
 
 struct cks_client {
@@ -116,6 +121,8 @@ struct cks_client {
     int stop;
     char last_error[CKS_MSG_MAX_LEN + 64];
     cks_hmap_t *put_counts;   /* job\0be64(version) -> puts completed (under lock) */
+    cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET */
+    int has_secret;
     /* progress thread only */
     cks_hmap_t *inflight;     /* req_id -> op */
     cks_op_t *fl_head, *fl_tail; /* in flight, oldest first */

@@ -57,6 +57,7 @@ enum {
     CKS_CLIENT_FIELD_NAME       = 1u << 2,
     CKS_CLIENT_FIELD_CLUSTER    = 1u << 3,
     CKS_CLIENT_FIELD_EC         = 1u << 4,
+    CKS_CLIENT_FIELD_SECRET     = 1u << 5,
 };
 
 typedef struct {
@@ -70,6 +71,8 @@ typedef struct {
                                versions this client begins (default 4) */
     uint32_t ec_m;        /**< parity chunks (default 2) */
     uint64_t chunk_size;  /**< bytes per chunk, multiple of 4096 (default 1 MiB) */
+    const char *secret;   /**< path of the cluster secret file (mode 0600), when
+                               the servers require one (docs/SECURITY.md) */
 } cks_client_params_t;
 
 /** Connect to a standalone server (`server`) or a cluster (`cluster`): at

@@ -27,6 +27,7 @@ typedef struct {
     const char *cluster_map;/* cluster map file; NULL: a standalone server */
     uint16_t server_id;     /* this server's id in the map */
     unsigned encoders;      /* encoder threads (cluster); 0: 1 */
+    const char *secret_file;/* cluster secret: every connection must authenticate */
 } cks_server_params_t;
 
 /** Open the arena and metadata, re-check every stored object's CRC, abort

@@ -34,10 +34,10 @@
 
 /* ---- peers ------------------------------------------------------------------------ */
 
-static void cks_sv_hello_done(void *arg, cks_status_t status, const char *msg)
+static void cks_sv_hello_done(void *arg, cks_status_t status)
 {
     if (status != CKS_OK) {
-        cks_info("handshake with a peer failed: %s %s", cks_status_string(status), msg);
+        cks_warn("handshake with a peer failed: %s", cks_status_string(status));
     }
 }
 
@@ -46,9 +46,6 @@ static cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
 {
     cks_sv_peer_t *p = &s->peers[pos];
     const cks_cluster_server_t *cs;
-    cks_msg_hello_t hello;
-    const void *addr;
-    size_t addr_len;
 
     if (p->conn != NULL && !cks_tp_conn_failed(p->conn)) {
         return p->conn;
@@ -63,11 +60,12 @@ static cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
         return NULL;
     }
     cks_tp_conn_set_user(p->conn, p);
-    cks_tp_worker_address(s->tp, &addr, &addr_len);
-    hello.name = cks_wire_cstr(s->name);
-    hello.addr = (cks_wire_str_t){addr, (uint32_t)addr_len};
-    if (cks_tp_call(p->conn, CKS_MSG_HELLO, 0, &hello, NULL, 0, NULL, CKS_SV_CALL_TIMEOUT_MS,
-                    cks_sv_hello_done, NULL) != CKS_INPROGRESS) {
+    /* requests may follow at once: they queue behind the handshake on the
+     * listener endpoint, and a server with a secret answers nothing else
+     * before AUTH */
+    if (cks_tp_conn_handshake(p->conn, s->name, s->has_secret ? &s->secret : NULL,
+                              CKS_SV_CALL_TIMEOUT_MS, cks_sv_hello_done, NULL) !=
+        CKS_INPROGRESS) {
         cks_tp_conn_put(p->conn);
         p->conn = NULL;
     }

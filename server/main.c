@@ -25,6 +25,8 @@ static void usage(FILE *out)
             "                         of that erasure-coded cluster\n"
             "  -i, --id N             this server's id in the cluster map\n"
             "  -e, --encoders N       encoder threads (cluster; default 1)\n"
+            "  -S, --secret FILE      cluster secret (mode 0600): every client and peer\n"
+            "                         must prove it before anything else (SECURITY.md)\n"
             "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
             "  -f, --arena-file PATH  arena file (default /dev/shm/ckstore-<port>.arena)\n"
             "  -d, --data-dir DIR     LMDB directory (default ./ckstore-data)\n"
@@ -82,6 +84,7 @@ int main(int argc, char **argv)
         {"cluster", required_argument, NULL, 'c'},
         {"id", required_argument, NULL, 'i'},
         {"encoders", required_argument, NULL, 'e'},
+        {"secret", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -103,7 +106,7 @@ int main(int argc, char **argv)
     if (getenv("CKS_LOG_LEVEL") != NULL) {
         level = cks_log_threshold;
     }
-    while ((c = getopt_long(argc, argv, "a:p:s:f:d:m:n:P:l:c:i:e:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "a:p:s:f:d:m:n:P:l:c:i:e:S:h", opts, NULL)) != -1) {
         switch (c) {
             case 'a': p.listen_addr = optarg; break;
             case 'p':
@@ -124,6 +127,7 @@ int main(int argc, char **argv)
                 id_given = 1;
                 break;
             case 'e': p.encoders = (unsigned)atoi(optarg); break;
+            case 'S': p.secret_file = optarg; break;
             case 's':
                 if (parse_size(optarg, &p.arena_size) != 0) {
                     fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);

@@ -327,14 +327,105 @@ static void cks_sv_drain_done(cks_server_h s)
 
 /* ---- request handlers ---------------------------------------------------------- */
 
+static void cks_sv_refused_sent(void *arg, cks_status_t status)
+{
+    cks_tp_conn_h conn = arg;
+    cks_tp_conn_close(conn);
+    cks_tp_conn_put(conn);
+}
+
+/* Refuse a connection that failed authentication: log, answer, and close it
+ * once the answer is out (a close at once could cancel the answer). Nothing
+ * else from it is served meanwhile: it is not authenticated. */
+static void cks_sv_auth_refuse(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                               const char *why)
+{
+    cks_msg_status_t m;
+
+    cks_warn("authentication failed for %s: %s; closing the connection",
+             cks_tp_conn_peer(conn), why);
+    m.status = CKS_ERR_AUTH;
+    m.msg    = cks_wire_cstr(why);
+    cks_tp_conn_get(conn);
+    if (cks_tp_send(conn, CKS_MSG_STATUS_REPLY, 0, req_id, &m, NULL, 0, CKS_MEM_HOST, NULL,
+                    cks_sv_refused_sent, conn) != CKS_INPROGRESS) {
+        cks_tp_conn_close(conn);
+        cks_tp_conn_put(conn);
+    }
+}
+
+static void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_auth_t *m)
+{
+    cks_tp_auth_t *a = cks_tp_conn_auth(conn);
+    uint8_t proof[CKS_WIRE_NONCE_LEN];
+    cks_msg_auth_reply_t r;
+    const void *addr;
+    size_t addr_len;
+
+    if (!s->has_secret) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_UNSUPPORTED, "no secret configured");
+        return;
+    }
+    if (a->authed || !a->challenged) {
+        cks_sv_auth_refuse(s, conn, req_id, "AUTH without a challenge (HELLO first)");
+        return;
+    }
+    a->challenged = 0; /* one answer per challenge */
+    if (cks_tp_proof_check(&s->secret, CKS_TP_LABEL_CLIENT, a->server_nonce,
+                           CKS_WIRE_NONCE_LEN, a->client_nonce, CKS_WIRE_NONCE_LEN,
+                           &m->proof) != CKS_OK) {
+        cks_sv_auth_refuse(s, conn, req_id, "wrong cluster secret");
+        return;
+    }
+    if (cks_tp_proof(&s->secret, CKS_TP_LABEL_SERVER, a->client_nonce, CKS_WIRE_NONCE_LEN,
+                     a->server_nonce, CKS_WIRE_NONCE_LEN, proof) != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INTERNAL, "cannot prove the secret");
+        return;
+    }
+    a->authed = 1;
+    cks_info("%s authenticated", cks_tp_conn_peer(conn));
+    cks_tp_worker_address(s->tp, &addr, &addr_len);
+    r.status = CKS_OK;
+    r.msg    = cks_wire_cstr(NULL);
+    r.addr   = (cks_wire_str_t){addr, (uint32_t)addr_len};
+    r.proof  = (cks_wire_str_t){(const char *)proof, CKS_WIRE_NONCE_LEN};
+    cks_sv_reply(conn, CKS_MSG_AUTH_REPLY, req_id, &r);
+    if (m->addr.len > 0 && cks_tp_conn_upgrade(conn, m->addr.ptr, m->addr.len) != CKS_OK) {
+        cks_warn("cannot connect back to %s by worker address", cks_tp_conn_peer(conn));
+    }
+}
+
 static void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                          const cks_msg_hello_t *m)
 {
     cks_msg_hello_reply_t r = {0};
+    cks_tp_auth_t *a = cks_tp_conn_auth(conn);
     const void *addr;
     size_t addr_len;
 
     cks_tp_worker_address(s->tp, &addr, &addr_len);
+    if (s->has_secret && !a->authed) {
+        /* challenge: our nonce now; our proof and address after AUTH, and
+         * nothing about the arena before it */
+        if (m->nonce.len != CKS_WIRE_NONCE_LEN) {
+            cks_sv_auth_refuse(s, conn, req_id, "this server requires a cluster secret");
+            return;
+        }
+        memcpy(a->client_nonce, m->nonce.ptr, CKS_WIRE_NONCE_LEN);
+        if (cks_tp_nonce(a->server_nonce) != CKS_OK) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_INTERNAL, "cannot make a challenge");
+            return;
+        }
+        a->challenged = 1;
+        r.status      = CKS_OK;
+        r.msg         = cks_wire_cstr(NULL);
+        r.name        = cks_wire_cstr(s->name);
+        r.addr        = cks_wire_cstr(NULL);
+        r.nonce       = (cks_wire_str_t){(const char *)a->server_nonce, CKS_WIRE_NONCE_LEN};
+        cks_sv_reply(conn, CKS_MSG_HELLO_REPLY, req_id, &r);
+        return;
+    }
     r.status     = CKS_OK;
     r.msg        = cks_wire_cstr(NULL);
     r.name       = cks_wire_cstr(s->name);
@@ -346,7 +437,7 @@ static void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     /* the reply goes on the listener's endpoint; then the connection moves
      * to an endpoint made from the client's worker address (all transports) */
     cks_sv_reply(conn, CKS_MSG_HELLO_REPLY, req_id, &r);
-    if (m->addr.len > 0) {
+    if (m->addr.len > 0 && !s->has_secret) {
         cks_status_t status = cks_tp_conn_upgrade(conn, m->addr.ptr, m->addr.len);
         if (status != CKS_OK) {
             cks_warn("cannot connect back to %s by worker address: %s",
@@ -987,9 +1078,18 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
     }
     cks_trace("%s from %s (req %llu)", cks_msg_name(hdr->type), cks_tp_conn_peer(conn),
               (unsigned long long)hdr->req_id);
+    if (s->has_secret && !cks_tp_conn_auth(conn)->authed && hdr->type != CKS_MSG_HELLO &&
+        hdr->type != CKS_MSG_AUTH) {
+        /* nothing is read or written before authentication: a payload is dropped */
+        cks_sv_auth_refuse(s, conn, hdr->req_id, "authenticate first");
+        return;
+    }
     switch (hdr->type) {
         case CKS_MSG_HELLO:
             cks_sv_hello(s, conn, hdr->req_id, &b->m_HELLO);
+            break;
+        case CKS_MSG_AUTH:
+            cks_sv_auth(s, conn, hdr->req_id, &b->m_AUTH);
             break;
         case CKS_MSG_VERSION_BEGIN:
             cks_sv_version_begin(s, conn, hdr->req_id, &b->m_VERSION_BEGIN);
@@ -1313,6 +1413,13 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
         status = CKS_ERR_NO_MEMORY;
         goto err_free;
     }
+    if (params->secret_file != NULL) {
+        status = cks_tp_secret_load(params->secret_file, &s->secret);
+        if (status != CKS_OK) {
+            goto err_free;
+        }
+        s->has_secret = 1;
+    }
     status = cks_md_open(s->data_dir, params->md_map_size, &s->md);
     if (status != CKS_OK) {
         cks_error("cannot open metadata in %s: %s", s->data_dir, cks_status_string(status));
@@ -1338,6 +1445,9 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
     status         = cks_tp_worker_create(&wp, &s->tp);
     if (status != CKS_OK) {
         goto err_arena;
+    }
+    if (s->has_secret) {
+        cks_tp_worker_require_auth(s->tp);
     }
     status = cks_tp_mem_map(s->tp, cks_arena_base(s->arena), cks_arena_size(s->arena),
                             &s->arena_mem);

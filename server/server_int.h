@@ -182,6 +182,8 @@ struct cks_server {
     cks_sv_peer_t *peers; /* by position */
     cks_enc_t enc;
     cks_ec_h ec[CKS_EC_MAX_K + 1][CKS_EC_MAX_M + 1];
+    cks_tp_secret_t secret; /* with --secret */
+    int has_secret;
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);

@@ -106,6 +106,7 @@ static void usage(FILE *f)
                "  --cluster MAP     a cluster map: RS-coded cluster (see --k, --m, --chunk)\n"
                "  --k N, --m N      data and parity chunks per stripe (default 4, 2)\n"
                "  --chunk SIZE      chunk size (default 1M)\n"
+               "  --secret FILE     the cluster secret the servers require\n"
                "  --job NAME        (default demo)\n"
                "  --version N       (default 1)\n"
                "  --layers N        (default 2)\n"
@@ -124,8 +125,9 @@ int main(int argc, char **argv)
         {"seed", required_argument, NULL, 'r'},   {"rank", required_argument, NULL, 'k'},
         {"cluster", required_argument, NULL, 'c'}, {"k", required_argument, NULL, 'K'},
         {"m", required_argument, NULL, 'M'},       {"chunk", required_argument, NULL, 'C'},
+        {"secret", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
-    const char *server = NULL, *cluster = NULL, *job = "demo";
+    const char *server = NULL, *cluster = NULL, *job = "demo", *secret = NULL;
     unsigned ec_k = 4, ec_m = 2;
     uint64_t chunk = 1u << 20;
     uint64_t version = 1, size = 32ull << 20, seed = 1;
@@ -140,7 +142,7 @@ int main(int argc, char **argv)
     }
     int writing = strcmp(argv[1], "write") == 0;
     optind      = 2;
-    while ((c = getopt_long(argc, argv, "s:j:v:l:e:z:r:k:c:K:M:C:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "s:j:v:l:e:z:r:k:c:K:M:C:S:h", opts, NULL)) != -1) {
         switch (c) {
             case 's': server = optarg; break;
             case 'j': job = optarg; break;
@@ -154,6 +156,7 @@ int main(int argc, char **argv)
             case 'K': ec_k = (unsigned)atoi(optarg); break;
             case 'M': ec_m = (unsigned)atoi(optarg); break;
             case 'C': chunk = parse_size(optarg); break;
+            case 'S': secret = optarg; break;
             case 'h': usage(stdout); return 0;
             default: usage(stderr); return 2;
         }
@@ -182,6 +185,10 @@ int main(int argc, char **argv)
     } else {
         cp.field_mask |= CKS_CLIENT_FIELD_SERVER;
         cp.server = server;
+    }
+    if (secret != NULL) {
+        cp.field_mask |= CKS_CLIENT_FIELD_SECRET;
+        cp.secret = secret;
     }
     st            = cks_client_create(&cp, &cl);
     if (st != CKS_OK) {

@@ -17,7 +17,8 @@ static cks_client_h cl;
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: ckstore [--server IP:PORT | --cluster MAP] [--timeout MS] COMMAND [ARGS]\n"
+            "usage: ckstore [--server IP:PORT | --cluster MAP] [--secret FILE] [--timeout MS]\n"
+            "               COMMAND [ARGS]\n"
             "\n"
             "commands:\n"
             "  jobs                          list jobs\n"
@@ -31,7 +32,8 @@ static void usage(FILE *f)
             "  delete JOB VERSION            delete a version and free its space\n"
             "\n"
             "The server defaults to $CKSTORE_SERVER, else 127.0.0.1:13337; --cluster\n"
-            "(or $CKSTORE_CLUSTER) names a cluster map instead.\n"
+            "(or $CKSTORE_CLUSTER) names a cluster map instead. --secret (or\n"
+            "$CKSTORE_SECRET) is the cluster secret file the servers require.\n"
             "Exit status: 0 on success, 1 on an error from the store, 2 on bad usage.\n");
 }
 
@@ -312,17 +314,20 @@ int main(int argc, char **argv)
     static const struct option opts[] = {{"server", required_argument, NULL, 's'},
                                          {"cluster", required_argument, NULL, 'c'},
                                          {"timeout", required_argument, NULL, 't'},
+                                         {"secret", required_argument, NULL, 'S'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *server  = getenv("CKSTORE_SERVER");
     const char *cluster = getenv("CKSTORE_CLUSTER");
+    const char *secret  = getenv("CKSTORE_SECRET");
     int timeout_ms     = 30000, c, rc;
 
-    while ((c = getopt_long(argc, argv, "+s:c:t:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+s:c:t:S:h", opts, NULL)) != -1) {
         switch (c) {
             case 's': server = optarg; cluster = NULL; break;
             case 'c': cluster = optarg; break;
             case 't': timeout_ms = atoi(optarg); break;
+            case 'S': secret = optarg; break;
             case 'h': usage(stdout); return 0;
             default: usage(stderr); return 2;
         }
@@ -362,6 +367,10 @@ int main(int argc, char **argv)
     }
     p.timeout_ms = timeout_ms;
     p.name       = "ckstore-cli";
+    if (secret != NULL && secret[0] != '\0') {
+        p.field_mask |= CKS_CLIENT_FIELD_SECRET;
+        p.secret = secret;
+    }
     cks_status_t st = cks_client_create(&p, &cl);
     if (st != CKS_OK) {
         return fail("connect", st);

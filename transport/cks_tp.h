@@ -34,6 +34,7 @@
 #define CKS_WIRE_MAX_PAGE    (CKS_WIRE_MAX_ENTRIES * (CKS_KEY_MAX_LEN + 128u))
 #define CKS_WIRE_MAX_NAME    64u   /* client/server names in HELLO */
 #define CKS_WIRE_MAX_ADDR    2048u /* UCX worker address in HELLO */
+#define CKS_WIRE_NONCE_LEN   32u   /* challenge nonces and HMAC-SHA256 proofs */
 
 /** Header flags. */
 #define CKS_WIRE_F_PAYLOAD 0x1u /* raw payload bytes follow as AM data */
@@ -67,14 +68,18 @@ typedef struct {
 } cks_msg_status_t;
 
 typedef struct {
-    cks_wire_str_t name; /* client's name, for logs */
-    cks_wire_str_t addr; /* client's UCX worker address (binary) */
+    cks_wire_str_t name;  /* client's name, for logs */
+    cks_wire_str_t addr;  /* client's UCX worker address (binary); empty when
+                             authenticating: it goes in AUTH */
+    cks_wire_str_t nonce; /* client's challenge (with a cluster secret) */
 } cks_msg_hello_t;
 
 typedef struct {
     CKS_MSG_REPLY_FIELDS;
-    cks_wire_str_t name; /* server's name */
-    cks_wire_str_t addr; /* server's UCX worker address (binary) */
+    cks_wire_str_t name;  /* server's name */
+    cks_wire_str_t addr;  /* server's UCX worker address; empty when the
+                             server requires authentication (AUTH_REPLY has it) */
+    cks_wire_str_t nonce; /* server's challenge (when it requires a secret) */
     uint64_t arena_size;
     uint64_t arena_used;
 } cks_msg_hello_reply_t;
@@ -215,6 +220,18 @@ typedef struct {
     cks_wire_str_t name;
 } cks_msg_job_entry_t;
 
+/** Second step of authentication: the client's proof and its address. */
+typedef struct {
+    cks_wire_str_t proof; /* HMAC(secret, "ckstore-client" | server nonce | client nonce) */
+    cks_wire_str_t addr;  /* client's UCX worker address */
+} cks_msg_auth_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    cks_wire_str_t addr;  /* server's UCX worker address */
+    cks_wire_str_t proof; /* HMAC(secret, "ckstore-server" | client nonce | server nonce) */
+} cks_msg_auth_reply_t;
+
 /* ---- server to server (cluster) ---------------------------------------- */
 
 /** A chunk of a stripe, primary -> group member; payload: chunk_size bytes. */
@@ -303,14 +320,17 @@ typedef struct {
     _(OBJECT_DONE,       23, cks_msg_object_done_t,        "s>s") \
     _(VERSION_COMMIT,    24, cks_msg_version_commit_t,     "s>s") \
     _(VERSION_DROP,      25, cks_msg_version_drop_t,       "s>s") \
-    _(OBJECT_DELETE,     26, cks_msg_object_stat_t,        "c>s")
+    _(OBJECT_DELETE,     26, cks_msg_object_stat_t,        "c>s") \
+    _(AUTH,              27, cks_msg_auth_t,               "c>s") \
+    _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c")
 
 /** Nonzero for message types that answer a request (matched by req_id). */
 #define CKS_MSG_IS_REPLY(t) \
     ((t) == CKS_MSG_HELLO_REPLY || (t) == CKS_MSG_STATUS_REPLY || \
      (t) == CKS_MSG_SEAL_REPLY || (t) == CKS_MSG_GET_REPLY || \
      (t) == CKS_MSG_VERSION_STAT_REPLY || (t) == CKS_MSG_LIST_REPLY || \
-     (t) == CKS_MSG_OBJECT_STAT_REPLY || (t) == CKS_MSG_CHUNK_GET_REPLY)
+     (t) == CKS_MSG_OBJECT_STAT_REPLY || (t) == CKS_MSG_CHUNK_GET_REPLY || \
+     (t) == CKS_MSG_AUTH_REPLY)
 
 typedef enum {
     CKS_MSG_NONE = 0,
@@ -467,6 +487,63 @@ void cks_tp_worker_address(cks_tp_worker_h worker, const void **addr_p, size_t *
  *  sides call it with the other's address; from then on sends use the new
  *  endpoint, and UCX pairs the two explicit endpoints. */
 cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size_t len);
+
+/* ---- authentication ------------------------------------------------------
+ * A cluster secret (a file readable by its owner only) authenticates both
+ * ends of a connection with a challenge-response before anything else is
+ * accepted: HELLO carries the client's nonce, HELLO_REPLY the server's nonce,
+ * AUTH the client's proof (so that the server can log a wrong secret), and
+ * AUTH_REPLY the server's proof, which the client checks before it uses the
+ * connection. Proofs are HMAC-SHA256 (OpenSSL) over a label and both nonces.
+ * Worker addresses, which let a peer open a data endpoint, are exchanged only
+ * inside AUTH / AUTH_REPLY.
+ */
+typedef struct {
+    uint8_t key[256];
+    size_t len;
+} cks_tp_secret_t;
+
+#define CKS_TP_LABEL_SERVER "ckstore-server" /* what the server's proof covers */
+#define CKS_TP_LABEL_CLIENT "ckstore-client"
+
+/** Load a secret file: 16..256 bytes, a regular file readable by its owner
+ *  only (mode & 077 == 0). Errors name the problem. */
+cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p);
+/** Random nonce. */
+cks_status_t cks_tp_nonce(uint8_t nonce[CKS_WIRE_NONCE_LEN]);
+/** proof = HMAC-SHA256(secret, label | a | b). */
+cks_status_t cks_tp_proof(const cks_tp_secret_t *secret, const char *label, const void *a,
+                          size_t alen, const void *b, size_t blen,
+                          uint8_t proof[CKS_WIRE_NONCE_LEN]);
+/** Constant-time check of a received proof; CKS_OK or CKS_ERR_AUTH. */
+cks_status_t cks_tp_proof_check(const cks_tp_secret_t *secret, const char *label,
+                                const void *a, size_t alen, const void *b, size_t blen,
+                                const cks_wire_str_t *proof);
+
+/** Per-connection authentication state, kept by the transport for the owner
+ *  (the server stores its challenge here between HELLO and AUTH). */
+typedef struct {
+    int authed;
+    int challenged; /* a HELLO got our nonce; AUTH may follow, once */
+    uint8_t client_nonce[CKS_WIRE_NONCE_LEN];
+    uint8_t server_nonce[CKS_WIRE_NONCE_LEN];
+} cks_tp_auth_t;
+cks_tp_auth_t *cks_tp_conn_auth(cks_tp_conn_h conn);
+
+/** From now on, replies are taken only from authenticated connections (and
+ *  from those this worker opened itself), so that a stranger cannot answer
+ *  our calls. The server sets it when it has a secret. */
+void cks_tp_worker_require_auth(cks_tp_worker_h worker);
+
+/** Client side of the handshake (a client, or a server opening a peer
+ *  connection): HELLO, then - with a secret - send AUTH and check the
+ *  server's proof in its reply; finally move the connection to the server's worker-address
+ *  endpoint. `secret` may be NULL (no authentication); it must outlive the
+ *  handshake. cb runs once with the outcome (CKS_ERR_AUTH when the proofs do
+ *  not match or the server wants a secret we do not have). */
+cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
+                                   const cks_tp_secret_t *secret, int timeout_ms,
+                                   cks_tp_done_cb_t cb, void *arg);
 
 /** Take / release a reference. The last release closes the endpoint. */
 void cks_tp_conn_get(cks_tp_conn_h conn);

@@ -30,11 +30,17 @@
 typedef struct cks_tp_send_req cks_tp_send_req_t;
 
 struct cks_tp_send_req {
-    cks_tp_send_req_t *next; /* free list */
+    cks_tp_send_req_t *next; /* free list; a connection's held sends */
     cks_tp_worker_h worker;
     cks_tp_conn_h conn;
     cks_tp_done_cb_t cb;
     void *arg;
+    /* a send held until the connection's handshake is done */
+    size_t hdr_len;
+    const void *payload;
+    size_t payload_len;
+    cks_mem_type_t mem_type;
+    cks_tp_mem_h payload_memh;
     uint8_t hdr[CKS_TP_SEND_BUF];
 };
 
@@ -44,8 +50,15 @@ typedef struct {
     void *arg;
 } cks_tp_recv_req_t;
 
-typedef struct cks_tp_call_req {
+typedef struct cks_tp_call_req cks_tp_call_req_t;
+/* Runs on the reply of a call, while its body is valid; may set c->status. */
+typedef void (*cks_tp_call_hook_t)(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr,
+                                   const cks_msg_any_t *body);
+
+struct cks_tp_call_req {
     struct cks_tp_call_req *next, *prev; /* worker's list, oldest first */
+    cks_tp_call_hook_t hook;
+    void *hook_arg;
     uint64_t req_id;
     uint64_t deadline_ns;
     cks_tp_conn_h conn;
@@ -54,7 +67,7 @@ typedef struct cks_tp_call_req {
     char msg[CKS_MSG_MAX_LEN + 1];
     cks_tp_call_cb_t cb;
     void *arg;
-} cks_tp_call_req_t;
+};
 
 struct cks_tp_conn {
     cks_tp_worker_h worker;
@@ -64,6 +77,10 @@ struct cks_tp_conn {
     int failed;
     int closed;
     int implicit; /* made by UCX, adopted by cks_tp_conn_adopt() */
+    int outgoing; /* made by cks_tp_conn_connect(): we chose the peer */
+    int handshaking; /* cks_tp_conn_handshake() runs: other sends are held */
+    cks_tp_send_req_t *held_head, *held_tail;
+    cks_tp_auth_t auth;
     void *user;
     char peer[64];
     cks_tp_conn_h prev, next; /* worker's list */
@@ -102,6 +119,7 @@ struct cks_tp_worker {
     ucp_address_t *address;
     size_t address_len;
     int data_peer_errmode; /* see cks_tp_conn_upgrade() */
+    int require_auth;      /* see cks_tp_worker_require_auth() */
     cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
     cks_tp_call_req_t *calls_head, *calls_tail;
     uint64_t next_call_id;
@@ -264,6 +282,8 @@ static void cks_tp_ep_close(cks_tp_worker_h w, ucp_ep_h ep, int force)
     }
 }
 
+static void cks_tp_held_release(cks_tp_conn_h conn, cks_status_t status);
+
 /* Detach the endpoints from UCX: the conn stays until its last reference. */
 static void cks_tp_conn_detach(cks_tp_conn_h conn, int force)
 {
@@ -275,6 +295,7 @@ static void cks_tp_conn_detach(cks_tp_conn_h conn, int force)
         cks_tp_ep_close(conn->worker, conn->data_ep, force);
     }
     cks_tp_ep_close(conn->worker, conn->ep, force);
+    cks_tp_held_release(conn, CKS_ERR_CONN_LOST); /* held sends fail */
 }
 
 static void cks_tp_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
@@ -485,7 +506,8 @@ cks_status_t cks_tp_conn_connect(cks_tp_worker_h w, const char *addr, uint16_t p
         cks_tp_conn_detach(conn, 1);
         goto err_free;
     }
-    *conn_p = conn;
+    conn->outgoing = 1;
+    *conn_p        = conn;
     return CKS_OK;
 
 err_free:
@@ -509,7 +531,10 @@ static cks_tp_conn_h cks_tp_conn_adopt(cks_tp_worker_h w, ucp_ep_h ep)
         free(conn);
         return NULL;
     }
-    conn->implicit = 1;
+    conn->implicit    = 1;
+    /* only an authenticated peer learns our worker address (AUTH_REPLY), so
+     * only such a peer can open an endpoint UCX would make for us */
+    conn->auth.authed = 1;
     cks_debug("%s: adopted an endpoint UCX created for a peer", w->name);
     return conn;
 }
@@ -664,6 +689,11 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
             w->params.on_bad_msg(w->params.arg, conn, &hdr, CKS_ERR_BAD_MESSAGE,
                                  "payload and flags disagree");
         }
+        return UCS_OK;
+    }
+    if (CKS_MSG_IS_REPLY(hdr.type) && w->require_auth && !conn->auth.authed &&
+        !conn->outgoing) {
+        cks_warn("%s: reply from unauthenticated %s dropped", w->name, conn->peer);
         return UCS_OK;
     }
     if (cks_tp_call_reply(w, &hdr, &body)) {
@@ -829,8 +859,59 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
         cks_tp_send_req_put(w, s);
         return status;
     }
+    if (conn->handshaking && type != CKS_MSG_HELLO && type != CKS_MSG_AUTH) {
+        /* a server with a secret serves nothing before AUTH: hold it */
+        s->conn         = conn;
+        s->cb           = cb;
+        s->arg          = arg;
+        s->hdr_len      = hdr_len;
+        s->payload      = payload;
+        s->payload_len  = payload_len;
+        s->mem_type     = mem_type;
+        s->payload_memh = payload_memh;
+        s->next         = NULL;
+        if (conn->held_tail != NULL) {
+            conn->held_tail->next = s;
+        } else {
+            conn->held_head = s;
+        }
+        conn->held_tail = s;
+        cks_tp_conn_get(conn);
+        return CKS_INPROGRESS;
+    }
     return cks_tp_send_hdr(conn, s, hdr_len, payload, payload_len, mem_type, payload_memh,
                            cb, arg);
+}
+
+/* The handshake is over: send what was held (CKS_OK), or fail it. */
+static void cks_tp_held_release(cks_tp_conn_h conn, cks_status_t status)
+{
+    conn->handshaking = 0;
+    while (conn->held_head != NULL) {
+        cks_tp_send_req_t *s = conn->held_head;
+        cks_tp_done_cb_t cb  = s->cb;
+        void *arg            = s->arg;
+        cks_status_t st      = status;
+        conn->held_head      = s->next;
+        if (conn->held_head == NULL) {
+            conn->held_tail = NULL;
+        }
+        if (st == CKS_OK && !conn->failed && !conn->closed) {
+            st = cks_tp_send_hdr(conn, s, s->hdr_len, s->payload, s->payload_len, s->mem_type,
+                                 s->payload_memh, cb, arg);
+            if (st == CKS_INPROGRESS) {
+                cks_tp_conn_put(conn);
+                continue;
+            }
+        } else {
+            cks_tp_send_req_put(conn->worker, s);
+            st = st == CKS_OK ? CKS_ERR_CONN_LOST : st;
+        }
+        if (cb != NULL) {
+            cb(arg, st);
+        }
+        cks_tp_conn_put(conn);
+    }
 }
 
 cks_status_t cks_tp_send_raw(cks_tp_conn_h conn, const void *bytes, size_t len,
@@ -911,16 +992,10 @@ static int cks_tp_call_reply(cks_tp_worker_h w, const cks_wire_hdr_t *hdr,
         const cks_msg_status_t *r = &body->m_STATUS_REPLY;
         c->replied                = 1;
         c->status                 = r->status > 0 ? CKS_ERR_BAD_MESSAGE : r->status;
-        if (hdr->type == CKS_MSG_HELLO_REPLY && r->status == CKS_OK &&
-            body->m_HELLO_REPLY.addr.len > 0 && c->conn->data_ep == NULL) {
-            /* a handshake: move to the peer's worker-address endpoint */
-            cks_status_t st = cks_tp_conn_upgrade(c->conn, body->m_HELLO_REPLY.addr.ptr,
-                                                  body->m_HELLO_REPLY.addr.len);
-            if (st != CKS_OK) {
-                c->status = st;
-            }
-        }
         snprintf(c->msg, sizeof(c->msg), "%.*s", (int)r->msg.len, r->msg.ptr);
+        if (c->hook != NULL && c->status == CKS_OK) {
+            c->hook(c, hdr, body);
+        }
         cks_tp_call_try_complete(w, c);
     }
     return 1;
@@ -938,9 +1013,25 @@ static void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn, cks_st
     }
 }
 
+static cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                                       const void *body, const void *payload,
+                                       size_t payload_len, cks_tp_mem_h payload_memh,
+                                       int timeout_ms, cks_tp_call_cb_t cb, void *arg,
+                                       cks_tp_call_hook_t hook, void *hook_arg);
+
 cks_status_t cks_tp_call(cks_tp_conn_h conn, unsigned type, uint32_t flags, const void *body,
                          const void *payload, size_t payload_len, cks_tp_mem_h payload_memh,
                          int timeout_ms, cks_tp_call_cb_t cb, void *arg)
+{
+    return cks_tp_call_hooked(conn, type, flags, body, payload, payload_len, payload_memh,
+                              timeout_ms, cb, arg, NULL, NULL);
+}
+
+static cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                                       const void *body, const void *payload,
+                                       size_t payload_len, cks_tp_mem_h payload_memh,
+                                       int timeout_ms, cks_tp_call_cb_t cb, void *arg,
+                                       cks_tp_call_hook_t hook, void *hook_arg)
 {
     cks_tp_worker_h w = conn->worker;
     cks_tp_call_req_t *c;
@@ -958,6 +1049,8 @@ cks_status_t cks_tp_call(cks_tp_conn_h conn, unsigned type, uint32_t flags, cons
     c->conn        = conn;
     c->cb          = cb;
     c->arg         = arg;
+    c->hook        = hook;
+    c->hook_arg    = hook_arg;
     c->sending     = 1;
     if (cks_hmap_put(w->calls, &c->req_id, sizeof(c->req_id), c) != CKS_OK) {
         free(c);
@@ -1095,6 +1188,9 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
         goto err_free;
     }
     memset(&wp, 0, sizeof(wp));
+    /* SERIALIZED, not SINGLE: a client creates its worker on the caller's
+     * thread and progresses it on its own progress thread (never both at
+     * once); UCX checks the owner thread in SINGLE mode */
     wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     status = cks_tp_status(ucp_worker_create(w->context, &wp, &w->worker), "worker");
@@ -1217,4 +1313,160 @@ cks_status_t cks_tp_worker_wait(cks_tp_worker_h w, int timeout_ms)
 void cks_tp_worker_signal(cks_tp_worker_h w)
 {
     ucp_worker_signal(w->worker);
+}
+
+/* ---- the client side of the handshake --------------------------------------- */
+
+cks_tp_auth_t *cks_tp_conn_auth(cks_tp_conn_h conn)
+{
+    return &conn->auth;
+}
+
+typedef struct {
+    cks_tp_conn_h conn;
+    const cks_tp_secret_t *secret;
+    int timeout_ms;
+    uint8_t cn[CKS_WIRE_NONCE_LEN], sn[CKS_WIRE_NONCE_LEN];
+    cks_tp_done_cb_t cb;
+    void *arg;
+} cks_tp_hs_t;
+
+static void cks_tp_hs_finish(cks_tp_hs_t *hs, cks_status_t status)
+{
+    cks_tp_conn_h conn = hs->conn;
+    hs->cb(hs->arg, status);
+    cks_tp_held_release(conn, status);
+    cks_tp_conn_put(conn);
+    free(hs);
+}
+
+/* AUTH_REPLY (or, without a secret, HELLO_REPLY): move to the data endpoint. */
+static void cks_tp_hs_upgrade_hook(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr,
+                                   const cks_msg_any_t *body)
+{
+    const cks_wire_str_t *addr = hdr->type == CKS_MSG_AUTH_REPLY ? &body->m_AUTH_REPLY.addr
+                                 : hdr->type == CKS_MSG_HELLO_REPLY ? &body->m_HELLO_REPLY.addr
+                                                                    : NULL;
+    if (addr != NULL && addr->len > 0 && c->conn->data_ep == NULL) {
+        cks_status_t st = cks_tp_conn_upgrade(c->conn, addr->ptr, addr->len);
+        if (st != CKS_OK) {
+            c->status = st;
+        }
+    }
+}
+
+/* HELLO_REPLY with a secret: keep the server's challenge. */
+static void cks_tp_hs_hello_hook(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr,
+                                 const cks_msg_any_t *body)
+{
+    cks_tp_hs_t *hs = c->hook_arg;
+    const cks_msg_hello_reply_t *r = &body->m_HELLO_REPLY;
+    if (hdr->type != CKS_MSG_HELLO_REPLY || r->nonce.len != CKS_WIRE_NONCE_LEN) {
+        cks_error("%s: server %s does not ask for the cluster secret", c->conn->worker->name,
+                  c->conn->peer);
+        c->status = CKS_ERR_AUTH;
+        return;
+    }
+    memcpy(hs->sn, r->nonce.ptr, CKS_WIRE_NONCE_LEN);
+}
+
+/* AUTH_REPLY: check the server's proof before its address is used. */
+static void cks_tp_hs_auth_hook(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr,
+                                const cks_msg_any_t *body)
+{
+    cks_tp_hs_t *hs = c->hook_arg;
+    if (hdr->type != CKS_MSG_AUTH_REPLY ||
+        cks_tp_proof_check(hs->secret, CKS_TP_LABEL_SERVER, hs->cn, CKS_WIRE_NONCE_LEN, hs->sn,
+                           CKS_WIRE_NONCE_LEN, &body->m_AUTH_REPLY.proof) != CKS_OK) {
+        cks_error("%s: server %s did not prove the cluster secret", c->conn->worker->name,
+                  c->conn->peer);
+        c->status = CKS_ERR_AUTH;
+        return;
+    }
+    cks_tp_hs_upgrade_hook(c, hdr, body);
+}
+
+static void cks_tp_hs_auth_done(void *arg, cks_status_t status, const char *msg)
+{
+    cks_tp_hs_t *hs = arg;
+    if (status != CKS_OK) {
+        cks_error("%s: authentication with %s failed: %s %s", hs->conn->worker->name,
+                  hs->conn->peer, cks_status_string(status), msg);
+    } else {
+        hs->conn->auth.authed = 1;
+    }
+    cks_tp_hs_finish(hs, status);
+}
+
+static void cks_tp_hs_hello_done(void *arg, cks_status_t status, const char *msg)
+{
+    cks_tp_hs_t *hs = arg;
+    cks_msg_auth_t auth;
+    uint8_t proof[CKS_WIRE_NONCE_LEN];
+    const void *addr;
+    size_t addr_len;
+
+    if (status != CKS_OK || hs->secret == NULL) {
+        cks_tp_hs_finish(hs, status);
+        return;
+    }
+    cks_tp_worker_address(hs->conn->worker, &addr, &addr_len);
+    status = cks_tp_proof(hs->secret, CKS_TP_LABEL_CLIENT, hs->sn, CKS_WIRE_NONCE_LEN, hs->cn,
+                          CKS_WIRE_NONCE_LEN, proof);
+    auth.proof = (cks_wire_str_t){(const char *)proof, CKS_WIRE_NONCE_LEN};
+    auth.addr  = (cks_wire_str_t){addr, (uint32_t)addr_len};
+    if (status == CKS_OK) {
+        status = cks_tp_call_hooked(hs->conn, CKS_MSG_AUTH, 0, &auth, NULL, 0, NULL,
+                                    hs->timeout_ms, cks_tp_hs_auth_done, hs,
+                                    cks_tp_hs_auth_hook, hs);
+    }
+    if (status != CKS_INPROGRESS) {
+        cks_tp_hs_finish(hs, status == CKS_OK ? CKS_ERR_INTERNAL : status);
+    }
+}
+
+cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
+                                   const cks_tp_secret_t *secret, int timeout_ms,
+                                   cks_tp_done_cb_t cb, void *arg)
+{
+    cks_tp_hs_t *hs = calloc(1, sizeof(*hs));
+    cks_msg_hello_t hello;
+    const void *addr;
+    size_t addr_len;
+    cks_status_t status;
+
+    if (hs == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    hs->conn       = conn;
+    hs->secret     = secret;
+    hs->timeout_ms = timeout_ms;
+    hs->cb         = cb;
+    hs->arg        = arg;
+    if (secret != NULL && cks_tp_nonce(hs->cn) != CKS_OK) {
+        free(hs);
+        return CKS_ERR_INTERNAL;
+    }
+    cks_tp_worker_address(conn->worker, &addr, &addr_len);
+    hello.name  = cks_wire_cstr(name);
+    /* with a secret, our address goes only in AUTH, after the server proved itself */
+    hello.addr  = secret ? cks_wire_cstr(NULL) : (cks_wire_str_t){addr, (uint32_t)addr_len};
+    hello.nonce = secret ? (cks_wire_str_t){(const char *)hs->cn, CKS_WIRE_NONCE_LEN}
+                         : cks_wire_cstr(NULL);
+    cks_tp_conn_get(conn);
+    conn->handshaking = secret != NULL; /* without one, the server serves at once */
+    status = cks_tp_call_hooked(conn, CKS_MSG_HELLO, 0, &hello, NULL, 0, NULL, timeout_ms,
+                                cks_tp_hs_hello_done, hs,
+                                secret ? cks_tp_hs_hello_hook : cks_tp_hs_upgrade_hook, hs);
+    if (status != CKS_INPROGRESS) {
+        conn->handshaking = 0;
+        cks_tp_conn_put(conn);
+        free(hs);
+    }
+    return status;
+}
+
+void cks_tp_worker_require_auth(cks_tp_worker_h w)
+{
+    w->require_auth = 1;
 }

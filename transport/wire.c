@@ -52,11 +52,19 @@ typedef struct {
 static const cks_wire_field_t fd_status[] = {FD_REPLY(cks_msg_status_t)};
 static const cks_wire_field_t fd_hello[]  = {
     FD_STR(cks_msg_hello_t, name, CKS_WIRE_MAX_NAME),
-    FD_BIN(cks_msg_hello_t, addr, CKS_WIRE_MAX_ADDR)};
+    FD_BIN(cks_msg_hello_t, addr, CKS_WIRE_MAX_ADDR),
+    FD_BIN(cks_msg_hello_t, nonce, CKS_WIRE_NONCE_LEN)};
+static const cks_wire_field_t fd_auth[] = {
+    FD_BIN(cks_msg_auth_t, proof, CKS_WIRE_NONCE_LEN),
+    FD_BIN(cks_msg_auth_t, addr, CKS_WIRE_MAX_ADDR)};
+static const cks_wire_field_t fd_auth_reply[] = {
+    FD_REPLY(cks_msg_auth_reply_t), FD_BIN(cks_msg_auth_reply_t, addr, CKS_WIRE_MAX_ADDR),
+    FD_BIN(cks_msg_auth_reply_t, proof, CKS_WIRE_NONCE_LEN)};
 static const cks_wire_field_t fd_hello_reply[] = {
     FD_REPLY(cks_msg_hello_reply_t),
     FD_STR(cks_msg_hello_reply_t, name, CKS_WIRE_MAX_NAME),
     FD_BIN(cks_msg_hello_reply_t, addr, CKS_WIRE_MAX_ADDR),
+    FD_BIN(cks_msg_hello_reply_t, nonce, CKS_WIRE_NONCE_LEN),
     FD_U64(cks_msg_hello_reply_t, arena_size),
     FD_U64(cks_msg_hello_reply_t, arena_used)};
 static const cks_wire_field_t fd_version_begin[] = {
@@ -179,6 +187,8 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_VERSION_COMMIT]     = FD_TABLE(fd_version_commit),
     [CKS_MSG_VERSION_DROP]       = FD_TABLE(fd_version_drop),
     [CKS_MSG_OBJECT_DELETE]      = FD_TABLE(fd_object_stat),
+    [CKS_MSG_AUTH]               = FD_TABLE(fd_auth),
+    [CKS_MSG_AUTH_REPLY]         = FD_TABLE(fd_auth_reply),
 };
 
 static const cks_wire_desc_t cks_wire_entry_desc[] = {

@@ -25,6 +25,13 @@
 #error "CKS_SERVER_BIN must name the ckstore-server binary"
 #endif
 
+static char test_secret[300]; /* --secret for servers started from now on */
+
+void cks_test_set_secret(const char *path)
+{
+    snprintf(test_secret, sizeof(test_secret), "%s", path != NULL ? path : "");
+}
+
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -67,17 +74,36 @@ static int spawn(cks_test_server_t *s)
             setenv("CKS_FAULTS", s->faults, 1);
             setenv("CKS_FAULT_SEED", seed, 1);
         }
+        const char *argv[24];
+        char id[16];
+        int a     = 0;
+        argv[a++] = "ckstore-server";
         if (s->map != NULL) {
-            char id[16];
             snprintf(id, sizeof(id), "%d", s->id);
-            execl(CKS_SERVER_BIN, "ckstore-server", "--cluster", s->map, "--id", id,
-                  "--arena-size", size, "--arena-file", s->arena, "--data-dir", s->data,
-                  "--log-level", log, (char *)NULL);
+            argv[a++] = "--cluster";
+            argv[a++] = s->map;
+            argv[a++] = "--id";
+            argv[a++] = id;
         } else {
-            execl(CKS_SERVER_BIN, "ckstore-server", "--listen", "127.0.0.1", "--port", "0",
-                  "--arena-size", size, "--arena-file", s->arena, "--data-dir", s->data,
-                  "--log-level", log, (char *)NULL);
+            argv[a++] = "--listen";
+            argv[a++] = "127.0.0.1";
+            argv[a++] = "--port";
+            argv[a++] = "0";
         }
+        if (test_secret[0] != '\0') {
+            argv[a++] = "--secret";
+            argv[a++] = test_secret;
+        }
+        argv[a++] = "--arena-size";
+        argv[a++] = size;
+        argv[a++] = "--arena-file";
+        argv[a++] = s->arena;
+        argv[a++] = "--data-dir";
+        argv[a++] = s->data;
+        argv[a++] = "--log-level";
+        argv[a++] = log;
+        argv[a]   = NULL;
+        execv(CKS_SERVER_BIN, (char *const *)argv);
         _exit(127);
     }
     close(pfd[1]);

@@ -56,6 +56,10 @@ int cks_test_server_stop(cks_test_server_t *s, int sig);
 /** Stop if running and remove the temp dir. */
 void cks_test_server_cleanup(cks_test_server_t *s);
 
+/** Servers started from now on (in this process) get `--secret path`;
+ *  NULL or "" for none. */
+void cks_test_set_secret(const char *path);
+
 /** Seed for random data: CKS_TEST_SEED from the environment, or `dflt`;
  *  printed so that a failure can be replayed. */
 uint64_t cks_test_seed(uint64_t dflt);

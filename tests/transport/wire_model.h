@@ -57,11 +57,19 @@ typedef struct {
 
 static const wm_field_t wm_f_hello[] = {
     WM_STR_(cks_msg_hello_t, name, CKS_WIRE_MAX_NAME),
-    WM_BIN_(cks_msg_hello_t, addr, CKS_WIRE_MAX_ADDR)};
+    WM_BIN_(cks_msg_hello_t, addr, CKS_WIRE_MAX_ADDR),
+    WM_BIN_(cks_msg_hello_t, nonce, CKS_WIRE_NONCE_LEN)};
+static const wm_field_t wm_f_auth[] = {
+    WM_BIN_(cks_msg_auth_t, proof, CKS_WIRE_NONCE_LEN),
+    WM_BIN_(cks_msg_auth_t, addr, CKS_WIRE_MAX_ADDR)};
+static const wm_field_t wm_f_auth_reply[] = {
+    WM_REPLY_(cks_msg_auth_reply_t), WM_BIN_(cks_msg_auth_reply_t, addr, CKS_WIRE_MAX_ADDR),
+    WM_BIN_(cks_msg_auth_reply_t, proof, CKS_WIRE_NONCE_LEN)};
 static const wm_field_t wm_f_hello_reply[] = {
     WM_REPLY_(cks_msg_hello_reply_t),
     WM_STR_(cks_msg_hello_reply_t, name, CKS_WIRE_MAX_NAME),
     WM_BIN_(cks_msg_hello_reply_t, addr, CKS_WIRE_MAX_ADDR),
+    WM_BIN_(cks_msg_hello_reply_t, nonce, CKS_WIRE_NONCE_LEN),
     WM_U64_(cks_msg_hello_reply_t, arena_size),
     WM_U64_(cks_msg_hello_reply_t, arena_used)};
 static const wm_field_t wm_f_status[] = {WM_REPLY_(cks_msg_status_t)};
@@ -193,6 +201,8 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_VERSION_COMMIT] = WM_MSG_(cks_msg_version_commit_t, wm_f_version_commit),
     [CKS_MSG_VERSION_DROP] = WM_MSG_(cks_msg_version_drop_t, wm_f_version_drop),
     [CKS_MSG_OBJECT_DELETE] = WM_MSG_(cks_msg_object_stat_t, wm_f_object_stat),
+    [CKS_MSG_AUTH] = WM_MSG_(cks_msg_auth_t, wm_f_auth),
+    [CKS_MSG_AUTH_REPLY] = WM_MSG_(cks_msg_auth_reply_t, wm_f_auth_reply),
 };
 
 /** Indexed by cks_wire_entry_t. */
