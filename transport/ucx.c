@@ -1188,9 +1188,6 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
         goto err_free;
     }
     memset(&wp, 0, sizeof(wp));
-    /* SERIALIZED, not SINGLE: a client creates its worker on the caller's
-     * thread and progresses it on its own progress thread (never both at
-     * once); UCX checks the owner thread in SINGLE mode */
     wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
     status = cks_tp_status(ucp_worker_create(w->context, &wp, &w->worker), "worker");
