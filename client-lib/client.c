@@ -194,9 +194,23 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         return;
     }
     if (op->req_id != 0) {
+        cks_cl_srv_t *sv = &c->srv[op->srv];
         cks_hmap_del(c->inflight, &op->req_id, sizeof(op->req_id));
         cks_cl_fl_unlink(c, op);
         op->req_id = 0;
+        sv->inflight--;
+        if (sv->state == CKS_SRV_UP && sv->wait_head != NULL) { /* the window moves */
+            cks_op_t *next = sv->wait_head;
+            sv->wait_head  = next->next;
+            if (sv->wait_head == NULL) {
+                sv->wait_tail = NULL;
+            } else {
+                sv->wait_head->prev = NULL;
+            }
+            next->queued = 0;
+            next->next = next->prev = NULL;
+            cks_cl_dispatch(c, next);
+        }
     }
     free(op->page);
     op->page = NULL;
@@ -264,6 +278,7 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
         cks_cl_op_fail(c, op, CKS_ERR_NO_MEMORY);
         return;
     }
+    sv->inflight++;
     if (op->kind == CKS_OP_PUT && op->payload_len > 0) {
         op->sending = 1;
         status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, op->payload,
@@ -465,6 +480,10 @@ static void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
         if (op->kind == CKS_OP_HELLO && op->out == NULL) { /* a connect request: it is up */
             op->replied = 1;
             cks_cl_op_try_complete(c, op);
+        } else if (sv->inflight >= CKS_CL_WINDOW) {
+            /* back-pressure: a server serves a bounded number of our requests
+             * at once; the rest wait here, in order */
+            cks_cl_srv_wait(sv, op);
         } else {
             cks_cl_send_op(c, op);
         }

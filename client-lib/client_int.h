@@ -14,6 +14,7 @@
 #include <pthread.h>
 
 #define CKS_CLIENT_TIMEOUT_DEFAULT 60000
+#define CKS_CL_WINDOW 64 /* requests in flight per server; more wait in the client */
 
 typedef struct cks_op cks_op_t;
 
@@ -98,7 +99,8 @@ typedef struct {
     cks_srv_state_t state;
     cks_status_t last_error;
     uint64_t failed_ns;      /* when it last failed (reconnects are paced) */
-    cks_op_t *wait_head, *wait_tail;
+    cks_op_t *wait_head, *wait_tail; /* waiting for the connection or the window */
+    unsigned inflight;       /* requests sent and not finished (the window) */
     /* the handshake in flight (with a cluster secret) */
     uint8_t nonce[CKS_WIRE_NONCE_LEN];  /* our challenge */
     uint8_t snonce[CKS_WIRE_NONCE_LEN]; /* the server's */

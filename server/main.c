@@ -25,6 +25,13 @@ static void usage(FILE *out)
             "                         of that erasure-coded cluster\n"
             "  -i, --id N             this server's id in the cluster map\n"
             "  -e, --encoders N       encoder threads (cluster; default 1)\n"
+            "      --max-conns N      connections served at once; more are refused\n"
+            "                         (default 1024)\n"
+            "      --max-pending N    replies in flight per connection: a peer that\n"
+            "                         sends requests past it without reading its\n"
+            "                         replies is disconnected (default 4096)\n"
+            "      --reply-timeout S  disconnect a peer that takes none of its pending\n"
+            "                         replies for S seconds (default 60)\n"
             "  -S, --secret FILE      cluster secret (mode 0600): every client and peer\n"
             "                         must prove it before anything else (SECURITY.md)\n"
             "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
@@ -84,6 +91,9 @@ int main(int argc, char **argv)
         {"cluster", required_argument, NULL, 'c'},
         {"id", required_argument, NULL, 'i'},
         {"encoders", required_argument, NULL, 'e'},
+        {"max-conns", required_argument, NULL, 1001},
+        {"max-pending", required_argument, NULL, 1002},
+        {"reply-timeout", required_argument, NULL, 1003},
         {"secret", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -127,6 +137,9 @@ int main(int argc, char **argv)
                 id_given = 1;
                 break;
             case 'e': p.encoders = (unsigned)atoi(optarg); break;
+            case 1001: p.max_conns = (unsigned)atoi(optarg); break;
+            case 1002: p.max_pending = (unsigned)atoi(optarg); break;
+            case 1003: p.reply_timeout_s = (unsigned)atoi(optarg); break;
             case 'S': p.secret_file = optarg; break;
             case 's':
                 if (parse_size(optarg, &p.arena_size) != 0) {

@@ -1442,6 +1442,9 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
     wp.on_bad_msg  = cks_sv_on_bad_msg;
     wp.on_conn_err = cks_sv_on_conn_err;
     wp.arg         = s;
+    wp.max_conns   = params->max_conns ? params->max_conns : 1024;
+    wp.max_pending = params->max_pending ? params->max_pending : 4096;
+    wp.stall_ms    = (params->reply_timeout_s ? params->reply_timeout_s : 60) * 1000u;
     status         = cks_tp_worker_create(&wp, &s->tp);
     if (status != CKS_OK) {
         goto err_arena;
@@ -1531,6 +1534,10 @@ cks_status_t cks_server_run(cks_server_h s)
         cks_tp_worker_progress(s->tp);
         cks_sv_drain_done(s);
         int timeout = cks_sv_cluster_progress(s);
+        int sweep   = cks_tp_worker_sweep(s->tp); /* per-connection limits */
+        if (sweep >= 0 && (timeout < 0 || sweep < timeout)) {
+            timeout = sweep;
+        }
         if (cks_tp_worker_arm(s->tp) == CKS_ERR_BUSY) {
             continue;
         }

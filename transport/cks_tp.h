@@ -431,6 +431,14 @@ typedef struct {
     cks_tp_bad_msg_cb_t on_bad_msg;
     cks_tp_conn_err_cb_t on_conn_err;
     void *arg;                   /* passed to the three callbacks */
+    /* limits (0: the default; see cks_tp_worker_sweep()) */
+    unsigned max_conns;          /* connections a listener accepts at once
+                                    (default: unlimited) */
+    unsigned max_pending;        /* sends a connection may have in flight
+                                    before its requests close it (256) */
+    unsigned stall_ms;           /* a connection whose pending sends make no
+                                    progress this long is closed (default:
+                                    never) */
 } cks_tp_worker_params_t;
 
 /** Create a UCX context and worker (single-threaded, with a wake-up fd). */
@@ -544,6 +552,13 @@ void cks_tp_worker_require_auth(cks_tp_worker_h worker);
 cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
                                    const cks_tp_secret_t *secret, int timeout_ms,
                                    cks_tp_done_cb_t cb, void *arg);
+
+/** Enforce the per-connection limits, outside any UCX callback: close the
+ *  connections that stopped reading their replies (more than max_pending
+ *  sends in flight when a request came, or no send completed for stall_ms),
+ *  failing them as by a transport error (on_conn_err with CKS_ERR_TIMEOUT).
+ *  Returns the milliseconds until the next check is due, or -1. */
+int cks_tp_worker_sweep(cks_tp_worker_h worker);
 
 /** Take / release a reference. The last release closes the endpoint. */
 void cks_tp_conn_get(cks_tp_conn_h conn);

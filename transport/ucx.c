@@ -25,6 +25,7 @@
 #include <ucp/api/ucp.h>
 
 #define CKS_TP_AM_ID 0
+#define CKS_TP_MAX_PENDING 256 /* default max_pending */
 #define CKS_TP_SEND_BUF (CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY)
 
 typedef struct cks_tp_send_req cks_tp_send_req_t;
@@ -79,6 +80,10 @@ struct cks_tp_conn {
     int implicit; /* made by UCX, adopted by cks_tp_conn_adopt() */
     int outgoing; /* made by cks_tp_conn_connect(): we chose the peer */
     int handshaking; /* cks_tp_conn_handshake() runs: other sends are held */
+    unsigned sends;       /* sends in flight */
+    uint64_t progress_ns; /* when one last completed, or the first began */
+    int overrun;          /* a request came with max_pending sends in flight */
+    int refused;          /* accepted past max_conns, to be closed */
     cks_tp_send_req_t *held_head, *held_tail;
     cks_tp_auth_t auth;
     void *user;
@@ -112,6 +117,8 @@ struct cks_tp_worker {
     ucp_worker_h worker;
     int efd;
     cks_tp_conn_h conns; /* every open connection */
+    unsigned nconns;
+    uint64_t refused_log_ns; /* last "too many connections" line */
     cks_tp_slot_t *slots;
     size_t nslots, nused;
     cks_tp_send_req_t *free_sends;
@@ -313,7 +320,7 @@ static void cks_tp_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     cks_tp_conn_get(conn);
     cks_tp_conn_detach(conn, 1);
     cks_tp_calls_fail_conn(w, conn, status);
-    if (w->params.on_conn_err != NULL) {
+    if (w->params.on_conn_err != NULL && !conn->refused) { /* the owner never saw those */
         w->params.on_conn_err(w->params.arg, conn, status);
     }
     cks_tp_conn_put(conn);
@@ -346,6 +353,7 @@ static cks_status_t cks_tp_conn_attach(cks_tp_conn_h conn, ucp_ep_h ep)
         w->conns->prev = conn;
     }
     w->conns = conn;
+    w->nconns++;
     return CKS_OK;
 }
 
@@ -361,6 +369,9 @@ void cks_tp_conn_put(cks_tp_conn_h conn)
         return;
     }
     cks_tp_conn_detach(conn, conn->failed);
+    if (conn->prev != NULL || w->conns == conn) {
+        w->nconns--;
+    }
     if (conn->prev != NULL) {
         conn->prev->next = conn->next;
     } else if (w->conns == conn) {
@@ -559,6 +570,18 @@ static void cks_tp_listener_conn_cb(ucp_conn_request_h req, void *arg)
         inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
         snprintf(peer, sizeof(peer), "%s:%u", ip, ntohs(sa->sin_port));
     }
+    int refuse = w->params.max_conns != 0 && w->nconns >= w->params.max_conns;
+    if (refuse) {
+        uint64_t now = cks_time_ns();
+        if (now - w->refused_log_ns > 1000000000ull) { /* a line a second at most */
+            cks_warn("%s: connection from %s refused: %u connections open (the limit)",
+                     w->name, peer, w->nconns);
+            w->refused_log_ns = now;
+        }
+        /* accepted and closed by the next cks_tp_worker_sweep(), outside this
+         * callback: ucp_listener_reject() under a flood of connections trips
+         * an assertion in UCX 1.13's TCP connection manager */
+    }
     if (cks_tp_conn_new(w, peer, &conn) != CKS_OK) {
         ucp_listener_reject(l->listener, req);
         return;
@@ -573,6 +596,10 @@ static void cks_tp_listener_conn_cb(ucp_conn_request_h req, void *arg)
     if (cks_tp_conn_attach(conn, ep) != CKS_OK) {
         cks_tp_conn_detach(conn, 1);
         free(conn);
+        return;
+    }
+    if (refuse) {
+        conn->refused = 1; /* its messages are dropped until then */
         return;
     }
     cks_debug("%s: accepted connection from %s", w->name, peer);
@@ -661,7 +688,7 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
             conn = cks_tp_conn_adopt(w, param->reply_ep);
         }
     }
-    if (conn == NULL || conn->failed) {
+    if (conn == NULL || conn->failed || conn->refused) {
         cks_debug("%s: message from an unknown or closed endpoint dropped", w->name);
         return UCS_OK;
     }
@@ -698,6 +725,18 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
     }
     if (cks_tp_call_reply(w, &hdr, &body)) {
         return UCS_OK; /* a reply to one of our calls; any payload is dropped */
+    }
+    if (!CKS_MSG_IS_REPLY(hdr.type) &&
+        (conn->overrun || conn->sends >= (w->params.max_pending ? w->params.max_pending
+                                                                : CKS_TP_MAX_PENDING))) {
+        /* a peer that sends requests but does not take its replies: serve
+         * nothing more; cks_tp_worker_sweep() closes it */
+        if (!conn->overrun) {
+            cks_warn("%s: %s does not read its replies (%u in flight): closing it", w->name,
+                     conn->peer, conn->sends);
+        }
+        conn->overrun = 1;
+        return UCS_OK;
     }
     d.length  = length;
     d.is_rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
@@ -784,6 +823,8 @@ static void cks_tp_send_done(void *request, ucs_status_t st, void *arg)
     cks_tp_worker_h w    = s->worker;
     cks_status_t status  = cks_tp_status(st, "send");
 
+    s->conn->sends--;
+    s->conn->progress_ns = cks_time_ns();
     if (s->cb != NULL) {
         s->cb(s->arg, status);
     }
@@ -822,10 +863,14 @@ static cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s,
     }
     /* the callback may run inside ucp_am_send_nbx(): take the reference first */
     cks_tp_conn_get(conn);
+    if (conn->sends++ == 0) {
+        conn->progress_ns = cks_time_ns();
+    }
     req = ucp_am_send_nbx(conn->data_ep ? conn->data_ep : conn->ep, CKS_TP_AM_ID, s->hdr,
                           hdr_len, payload, payload_len, &p);
     if (UCS_PTR_IS_ERR(req)) {
         status = cks_tp_status(UCS_PTR_STATUS(req), "send");
+        conn->sends--;
         cks_tp_send_req_put(w, s);
         cks_tp_conn_put(conn);
         return status;
@@ -1083,6 +1128,41 @@ static cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32
         return status;
     }
     return CKS_INPROGRESS;
+}
+
+int cks_tp_worker_sweep(cks_tp_worker_h w)
+{
+    uint64_t now   = cks_time_ns();
+    uint64_t stall = (uint64_t)w->params.stall_ms * 1000000ull;
+    uint64_t next  = UINT64_MAX;
+    cks_tp_conn_h conn = w->conns;
+
+    while (conn != NULL) {
+        cks_tp_conn_h after = conn->next;
+        int stalled = !conn->failed && conn->sends > 0 && stall > 0 &&
+                      now - conn->progress_ns >= stall;
+        if (conn->refused) {
+            after = conn->next;
+            cks_tp_conn_close(conn);
+            cks_tp_conn_put(conn); /* the worker's only reference */
+        } else if (!conn->failed && (conn->overrun || stalled)) {
+            if (stalled && !conn->overrun) {
+                cks_warn("%s: %s took none of its %u replies in %u ms: closing it", w->name,
+                         conn->peer, conn->sends, w->params.stall_ms);
+            }
+            cks_tp_conn_get(conn);
+            cks_tp_conn_close(conn);
+            if (w->params.on_conn_err != NULL) {
+                w->params.on_conn_err(w->params.arg, conn, CKS_ERR_TIMEOUT);
+            }
+            after = conn->next; /* the callback may have dropped others */
+            cks_tp_conn_put(conn);
+        } else if (!conn->failed && conn->sends > 0 && stall > 0) {
+            next = CKS_MIN(next, conn->progress_ns + stall);
+        }
+        conn = after;
+    }
+    return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
 }
 
 int cks_tp_worker_expire(cks_tp_worker_h w)

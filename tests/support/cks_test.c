@@ -26,6 +26,12 @@
 #endif
 
 static char test_secret[300]; /* --secret for servers started from now on */
+static char test_flags[256];  /* more flags for them, split at spaces */
+
+void cks_test_set_server_flags(const char *flags)
+{
+    snprintf(test_flags, sizeof(test_flags), "%s", flags != NULL ? flags : "");
+}
 
 void cks_test_set_secret(const char *path)
 {
@@ -74,7 +80,8 @@ static int spawn(cks_test_server_t *s)
             setenv("CKS_FAULTS", s->faults, 1);
             setenv("CKS_FAULT_SEED", seed, 1);
         }
-        const char *argv[24];
+        const char *argv[40];
+        char flags[sizeof(test_flags)];
         char id[16];
         int a     = 0;
         argv[a++] = "ckstore-server";
@@ -93,6 +100,11 @@ static int spawn(cks_test_server_t *s)
         if (test_secret[0] != '\0') {
             argv[a++] = "--secret";
             argv[a++] = test_secret;
+        }
+        snprintf(flags, sizeof(flags), "%s", test_flags);
+        for (char *save = NULL, *f = strtok_r(flags, " ", &save); f != NULL && a < 28;
+             f = strtok_r(NULL, " ", &save)) {
+            argv[a++] = f;
         }
         argv[a++] = "--arena-size";
         argv[a++] = size;

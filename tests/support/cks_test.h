@@ -59,6 +59,9 @@ void cks_test_server_cleanup(cks_test_server_t *s);
 /** Servers started from now on (in this process) get `--secret path`;
  *  NULL or "" for none. */
 void cks_test_set_secret(const char *path);
+/** Servers started from now on get these extra flags (space-separated, at
+ *  most 12); NULL or "" for none. */
+void cks_test_set_server_flags(const char *flags);
 
 /** Seed for random data: CKS_TEST_SEED from the environment, or `dflt`;
  *  printed so that a failure can be replayed. */
