@@ -346,7 +346,8 @@ static void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status)
     sv->state          = CKS_SRV_IDLE;
     sv->last_error     = status;
     sv->failed_ns      = cks_time_ns();
-    cks_tp_conn_close(conn); /* UCX fails what is still in flight on it */
+    /* fail its ops with this status first: closing makes UCX complete their
+     * transfers at once, as "canceled", which would be the status they keep */
     for (cks_op_t *op = c->fl_head; op != NULL;) {
         cks_op_t *next = op->next;
         if (op->srv == pos && !op->replied) {
@@ -354,6 +355,7 @@ static void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status)
         }
         op = next;
     }
+    cks_tp_conn_close(conn); /* UCX fails what is still in flight on it */
     cks_cl_srv_settle(c, pos, status);
     cks_tp_conn_put(conn);
 }

@@ -5,6 +5,7 @@
 #include "cks_server.h"
 
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,11 @@ int main(int argc, char **argv)
     char *end;
     int c;
 
+    /* A write to a closed stdout or stderr (a pipe whose reader left, e.g.
+     * the process that started us and read our "listening" line) must fail
+     * with EPIPE, not kill the server: UCX logs there (over TCP it logs
+     * errors while peers connect). */
+    signal(SIGPIPE, SIG_IGN);
     p.listen_addr    = NULL;
     p.arena_size     = 1ull << 30;
     p.data_dir       = "./ckstore-data";

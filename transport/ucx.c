@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -415,6 +416,39 @@ void cks_tp_worker_address(cks_tp_worker_h w, const void **addr_p, size_t *len_p
     *len_p  = w->address_len;
 }
 
+/* Is the peer ("ipv4:port") on this host: a loopback address, or an address
+ * of one of our interfaces? Only such a peer can be reached by shared memory
+ * or CMA; anything else is a network path (an unknown peer counts as one). */
+static int cks_tp_peer_is_local(const char *peer)
+{
+    char ip[INET_ADDRSTRLEN];
+    struct in_addr a;
+    struct ifaddrs *ifs, *i;
+    size_t n   = strcspn(peer, ":");
+    int local  = 0;
+
+    if (n >= sizeof(ip)) {
+        return 0;
+    }
+    memcpy(ip, peer, n);
+    ip[n] = '\0';
+    if (inet_pton(AF_INET, ip, &a) != 1) {
+        return 0;
+    }
+    if ((ntohl(a.s_addr) >> 24) == 127) {
+        return 1;
+    }
+    if (getifaddrs(&ifs) != 0) {
+        return 0;
+    }
+    for (i = ifs; i != NULL && !local; i = i->ifa_next) {
+        local = i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET &&
+                ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == a.s_addr;
+    }
+    freeifaddrs(ifs);
+    return local;
+}
+
 cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size_t len)
 {
     cks_tp_worker_h w = conn->worker;
@@ -438,8 +472,15 @@ cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size
      * (closing the data endpoint with FORCE, which completes every transfer
      * on it with an error). CKS_TP_DATA_PEER_ERRMODE=1 restores peer-failure
      * handling on the data endpoint too.
+     *
+     * That holds only for peers on this host. UCX refuses to FORCE-close an
+     * endpoint without peer-failure handling (Invalid parameter), so over a
+     * network a transfer to a peer that went silent (a partition) stayed in
+     * flight, holding the caller's buffer, long after every timeout. A peer
+     * on another host is reached over the network anyway, where the mode
+     * costs nothing: its data endpoint keeps peer-failure handling.
      */
-    if (!w->data_peer_errmode) {
+    if (!w->data_peer_errmode && cks_tp_peer_is_local(conn->peer)) {
         p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     }
     p.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;

@@ -1,7 +1,8 @@
 /*
  * DESIGN: test support (see cks_test.h). Servers are children of the test
  * process, die with it (PR_SET_PDEATHSIG), and are waited for through a pipe
- * on which they announce that they serve (no sleeps), with a deadline.
+ * on which they announce that they serve (no sleeps), with a deadline. A
+ * server given a network namespace enters it (setns) between fork and exec.
  */
 #include "cks_test.h"
 
@@ -10,6 +11,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +74,17 @@ static int spawn(cks_test_server_t *s)
             dup2(logfd, STDERR_FILENO);
         }
         close(pfd[0]);
+        if (s->netns[0] != '\0') {
+            char path[128];
+            snprintf(path, sizeof(path), "/run/netns/%s", s->netns);
+            int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+            if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0) {
+                fprintf(stderr, "cannot enter network namespace %s: %s\n", s->netns,
+                        strerror(errno));
+                _exit(126);
+            }
+            close(nsfd);
+        }
         const char *log = getenv("CKS_TEST_SERVER_LOG") ? getenv("CKS_TEST_SERVER_LOG")
                                                           : "info";
         if (s->faults[0] != '\0') {
@@ -142,7 +155,8 @@ static int spawn(cks_test_server_t *s)
         char *colon = line ? strrchr(line, ':') : NULL;
         if (nl != NULL && colon != NULL && colon < nl) {
             s->port = (uint16_t)atoi(colon + 1);
-            snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%u", s->port);
+            snprintf(s->addr, sizeof(s->addr), "%s:%u", s->host[0] ? s->host : "127.0.0.1",
+                     s->port);
             close(pfd[0]);
             return 0;
         }
@@ -218,8 +232,9 @@ static uint16_t pick_port(uint64_t *x)
     return (uint16_t)(20000 + *x % 40000);
 }
 
-int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t arena_size,
-                           int fault_id, const char *faults)
+static int cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t arena_size,
+                         int fault_id, const char *faults, const char *const *hosts,
+                         const char *const *netns)
 {
     uint64_t x = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ now_ms();
     if (n == 0 || n > CKS_TEST_MAX_SERVERS || racks == 0) {
@@ -241,6 +256,12 @@ int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64
         if (faults != NULL && (fault_id == (int)i || fault_id == CKS_TEST_ALL)) {
             snprintf(c->srv[i].faults, sizeof(c->srv[i].faults), "%s", faults);
         }
+        if (hosts != NULL) {
+            snprintf(c->srv[i].host, sizeof(c->srv[i].host), "%s", hosts[i]);
+        }
+        if (netns != NULL && netns[i] != NULL) {
+            snprintf(c->srv[i].netns, sizeof(c->srv[i].netns), "%s", netns[i]);
+        }
     }
     for (int attempt = 0; attempt < 5; attempt++) {
         FILE *f = fopen(c->map, "w");
@@ -259,7 +280,8 @@ int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64
                 }
             } while (clash);
             c->srv[i].port = port;
-            fprintf(f, "server %zu 127.0.0.1:%u node=n%zu rack=r%zu\n", i, port, i, i % racks);
+            fprintf(f, "server %zu %s:%u node=n%zu rack=r%zu\n", i,
+                    hosts != NULL ? hosts[i] : "127.0.0.1", port, i, i % racks);
         }
         fclose(f);
         int ok = 1;
@@ -275,6 +297,20 @@ int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64
         fprintf(stderr, "cluster start failed (ports in use?); retrying with other ports\n");
     }
     return -1;
+}
+
+int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t arena_size,
+                           int fault_id, const char *faults)
+{
+    return cluster_start(c, n, racks, arena_size, fault_id, faults, NULL, NULL);
+}
+
+int cks_test_cluster_start_hosts(cks_test_cluster_t *c, size_t n, size_t racks,
+                                 uint64_t arena_size, const char *const *hosts,
+                                 const char *const *netns)
+{
+    return hosts == NULL ? -1
+                         : cluster_start(c, n, racks, arena_size, -1, NULL, hosts, netns);
 }
 
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i)

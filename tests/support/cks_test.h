@@ -22,6 +22,8 @@ typedef struct {
     const char *map;      /* cluster map file, or NULL (standalone) */
     int id;               /* id in the map */
     char faults[128];     /* CKS_FAULTS for this server ("" for none) */
+    char netns[64];       /* network namespace it runs in ("": the caller's) */
+    char host[16];        /* IPv4 address of its host in the map ("": 127.0.0.1) */
 } cks_test_server_t;
 
 #define CKS_TEST_MAX_SERVERS 16
@@ -41,6 +43,13 @@ typedef struct {
  *  (may be NULL) arms fault points on server `fault_id` only. */
 int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t arena_size,
                            int fault_id, const char *faults);
+/** As cks_test_cluster_start(), with server i on its own "host": it listens
+ *  on hosts[i] (an IPv4 address, written into the map) and, when netns is
+ *  not NULL and netns[i] is not NULL, runs in the network namespace named
+ *  netns[i] (as `ip netns exec` names it). No fault points. */
+int cks_test_cluster_start_hosts(cks_test_cluster_t *c, size_t n, size_t racks,
+                                 uint64_t arena_size, const char *const *hosts,
+                                 const char *const *netns);
 /** SIGKILL server i (and reap it). */
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i);
 /** Stop every server and remove the files. */

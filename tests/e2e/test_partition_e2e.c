@@ -1,0 +1,685 @@
+/*
+ * Network partitions on an erasure-coded cluster of real processes. Each
+ * test builds its own network of namespaces (tests/support/cks_netns.h): six
+ * server "hosts" and one client host on a bridge, 10.77.0.0/24, names with
+ * the test's pid. Six ckstore-server processes run in the host namespaces,
+ * each its own node, RS(4,2); the test process's main thread moves into the
+ * client namespace before it creates the client, so the client's progress
+ * thread is born there. UCX is held to TCP over eth0 (UCX_TLS=tcp,
+ * UCX_NET_DEVICES=eth0): namespaces separate networks, not memory, and
+ * shared memory or CMA would otherwise bypass the links the tests cut.
+ *
+ * A cut disables the host's bridge port (a silent partition: no reset, no
+ * link event). Transfers are slowed with tc tbf on the client's link, and a
+ * link is cut when the client's byte counters show the operation half-done,
+ * so the cut lands in its middle. Client timeouts are short (3 s). What must
+ * hold: every call returns in bounded time; a snapshot cut from a server
+ * fails with a clear error and the version is not restorable while the
+ * previous version still restores bit-exact; a restore that loses one server
+ * in its middle completes bit-exact from parity, one that loses three fails
+ * with CKS_ERR_DATA_LOST, never with wrong bytes; healed, the cluster serves.
+ *
+ * Skips (with the reason) when not root, when namespaces cannot be made
+ * (a container without CAP_NET_ADMIN), or when tc/tbf is missing.
+ */
+#include "ckstore.h"
+#include "cks_md.h"
+#include "cks_netns.h"
+#include "cks_test.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define MiB (1ull << 20)
+#define KiB (1ull << 10)
+#define NSRV 6
+#define TIMEOUT_MS 3000
+/* an operation that is cut off must come back within this (a hang detector,
+ * far above what the client's own timeouts allow, far below the test's) */
+#define BOUND_MS 25000
+#define JOB "part"
+
+static cks_test_netns_t net;
+static cks_test_cluster_t cl;
+static cks_client_h cli;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void pause_ms(unsigned ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static cks_client_h connect_client(int timeout_ms)
+{
+    cks_client_params_t p = {0};
+    cks_client_h c        = NULL;
+    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS;
+    p.cluster    = cl.map;
+    p.ec_k       = 4;
+    p.ec_m       = 2;
+    p.chunk_size = 256 * KiB;
+    p.timeout_ms = timeout_ms;
+    cr_assert_eq(cks_client_create(&p, &c), CKS_OK, "connect to the cluster in %s", cl.map);
+    return c;
+}
+
+/* Build the network, start the servers in it, enter the client namespace and
+ * connect. Skips the test when the machine cannot do namespaces. */
+static void bring_up(void)
+{
+    char why[256] = "";
+    if (cks_test_netns_create(&net, NSRV, why, sizeof(why)) != 0) {
+        cr_skip_test("no network namespaces here: %s", why);
+    }
+    if (cks_test_netns_shape(&net, CKS_TEST_NETNS_CLIENT, 1000) != 0) {
+        cks_test_netns_destroy(&net);
+        cr_skip_test("tc with the tbf qdisc is needed to slow a link down");
+    }
+    cks_test_netns_shape(&net, CKS_TEST_NETNS_CLIENT, 0);
+    /* TCP only, over the namespaces' eth0: no shared memory, CMA or loopback */
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_NET_DEVICES", "eth0", 1);
+    cr_assert_eq(cks_test_cluster_start_hosts(&cl, NSRV, NSRV, 128 * MiB, net.host_addr_p,
+                                              net.host_ns_p),
+                 0, "servers in namespaces %s-s*", net.prefix);
+    cr_assert_eq(cks_test_netns_enter_client(&net), 0);
+    cli = connect_client(TIMEOUT_MS);
+}
+
+static void teardown(void)
+{
+    if (cli != NULL) {
+        cks_client_destroy(cli);
+        cli = NULL;
+    }
+    cks_test_netns_leave(&net);
+    cks_test_cluster_cleanup(&cl);
+    cks_test_netns_destroy(&net);
+}
+
+TestSuite(partition, .fini = teardown, .timeout = 120);
+
+/* Every server still runs (UCX logs to stdout, which the test support closes
+ * once a server serves: a server that did not ignore SIGPIPE died of it on
+ * the first message UCX printed over TCP). */
+static void assert_servers_alive(void)
+{
+    for (size_t i = 0; i < NSRV; i++) {
+        int ws = 0;
+        if (cl.srv[i].pid != 0 && waitpid(cl.srv[i].pid, &ws, WNOHANG) == cl.srv[i].pid) {
+            cl.srv[i].pid = 0;
+            cr_assert_fail("server %zu died: %s %d (log in %s)", i,
+                           WIFSIGNALED(ws) ? "signal" : "exit status",
+                           WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws), cl.srv[i].log);
+        }
+    }
+}
+
+/* ---- data ---------------------------------------------------------------- */
+
+static void key_name(char *buf, size_t len, uint64_t version, size_t i)
+{
+    snprintf(buf, len, "v%llu/expert%zu", (unsigned long long)version, i);
+}
+
+static uint64_t seed_of(uint64_t seed, uint64_t version, size_t i)
+{
+    return seed * 1000003 + version * 101 + i;
+}
+
+/* Position (= id) of the primary of an object: the first server of its
+ * stripe 0, as the client and servers compute it. */
+static size_t primary_of(const char *key)
+{
+    cks_cluster_h map;
+    char err[256];
+    uint16_t group[NSRV];
+    cr_assert_eq(cks_cluster_load(cl.map, &map, err, sizeof(err)), CKS_OK, "%s", err);
+    cr_assert_eq(cks_place(map, JOB, strlen(JOB), key, strlen(key), 0, 4, 2, NULL, group),
+                 CKS_OK);
+    cks_cluster_free(map);
+    return group[0];
+}
+
+static size_t coordinator_of(uint64_t version)
+{
+    cks_cluster_h map;
+    char err[256];
+    cr_assert_eq(cks_cluster_load(cl.map, &map, err, sizeof(err)), CKS_OK, "%s", err);
+    size_t pos = cks_place_coordinator(map, JOB, strlen(JOB), version);
+    cks_cluster_free(map);
+    return pos;
+}
+
+/* Write `n` objects of `size` bytes as one version, blocking. */
+static cks_status_t write_version(cks_client_h c, uint64_t version, size_t n, uint64_t size,
+                                  uint64_t seed)
+{
+    cks_version_params_t vp = {.job = JOB, .version = version};
+    uint8_t *buf            = malloc(size);
+    char key[64];
+    cks_status_t st = cks_version_begin(c, &vp);
+    for (size_t i = 0; st == CKS_OK && i < n; i++) {
+        cks_put_params_t p = {0};
+        key_name(key, sizeof(key), version, i);
+        cks_test_fill(buf, size, seed_of(seed, version, i));
+        p.job     = JOB;
+        p.version = version;
+        p.key     = key;
+        p.buffer  = buf;
+        p.size    = size;
+        st        = cks_put(c, &p);
+    }
+    free(buf);
+    return st == CKS_OK ? cks_version_seal(c, JOB, version) : st;
+}
+
+/* Restore every object of a version; wrong bytes fail the test, anything
+ * else that goes wrong is returned. */
+static cks_status_t verify_version(cks_client_h c, uint64_t version, size_t n, uint64_t size,
+                                   uint64_t seed)
+{
+    cks_restore_h r = NULL;
+    uint8_t *got    = malloc(size + 1);
+    uint8_t *want   = malloc(size);
+    char key[64];
+    cks_status_t st = cks_restore_open(c, JOB, version, &r);
+    for (size_t i = 0; st == CKS_OK && i < n; i++) {
+        cks_get_params_t g = {0};
+        uint64_t len       = 0;
+        key_name(key, sizeof(key), version, i);
+        memset(got, 0xEE, size + 1);
+        g.field_mask  = CKS_GET_FIELD_FLAGS;
+        g.key         = key;
+        g.buffer      = got;
+        g.buffer_size = size;
+        g.flags       = CKS_GET_VERIFY;
+        st            = cks_get(r, &g, &len);
+        if (st == CKS_OK) {
+            cks_test_fill(want, size, seed_of(seed, version, i));
+            cr_assert_eq(len, size, "%s: %llu bytes", key, (unsigned long long)len);
+            cr_assert(memcmp(got, want, size) == 0, "%s: WRONG BYTES", key);
+            cr_assert_eq(got[size], 0xEE, "%s: written past the end", key);
+        }
+    }
+    if (r != NULL) {
+        cks_restore_close(r);
+    }
+    free(got);
+    free(want);
+    return st;
+}
+
+/* After a link is healed: a client that saw servers fail in the last second
+ * reads around them at first (their chunks count as missing), so a restore
+ * may still fail with a clear error for a moment; it must restore bit-exact
+ * within a bounded number of tries, and never return wrong bytes. */
+static void verify_after_heal(cks_client_h c, uint64_t version, size_t n, uint64_t size,
+                              uint64_t seed)
+{
+    cks_status_t st = CKS_ERR_TIMEOUT;
+    uint64_t t0     = now_ms();
+    int tries       = 0;
+    while (tries < 10 && now_ms() - t0 < BOUND_MS) {
+        st = verify_version(c, version, n, size, seed);
+        tries++;
+        if (st == CKS_OK) {
+            break;
+        }
+        fprintf(stderr, "after healing, try %d: %s\n", tries, cks_status_name(st));
+        pause_ms(500);
+    }
+    cr_assert_eq(st, CKS_OK, "version %llu after healing, %d tries in %llu ms: %s",
+                 (unsigned long long)version, tries, (unsigned long long)(now_ms() - t0),
+                 cks_status_name(st));
+    fprintf(stderr, "after healing: version %llu restored in %d tries, %llu ms\n",
+            (unsigned long long)version, tries, (unsigned long long)(now_ms() - t0));
+}
+
+/* After a link is healed, servers find their peers again (connections that
+ * failed during the cut are made anew on the next request): a new version may
+ * fail with a clear error for a moment. Writes versions first, first + 1, ...
+ * until one commits (bounded), checks it bit-exact, returns its number. */
+static uint64_t write_after_heal(cks_client_h c, uint64_t first, uint64_t seed)
+{
+    cks_status_t st = CKS_ERR_TIMEOUT;
+    uint64_t t0     = now_ms();
+    uint64_t v      = first;
+    for (int tries = 0; tries < 8 && now_ms() - t0 < BOUND_MS; tries++, v++) {
+        st = write_version(c, v, 2, 1 * MiB, seed);
+        if (st == CKS_OK) {
+            break;
+        }
+        char text[512];
+        cks_client_last_error(c, text, sizeof(text));
+        fprintf(stderr, "after healing, version %llu: %s (%s)\n", (unsigned long long)v,
+                cks_status_name(st), text);
+        cks_version_abort(c, JOB, v);
+        /* whatever it became: exact bytes or a clear error */
+        fprintf(stderr, "  then: %s\n", cks_status_name(verify_version(c, v, 2, 1 * MiB, seed)));
+    }
+    cr_assert_eq(st, CKS_OK, "no version commits after healing (%llu ms): %s",
+                 (unsigned long long)(now_ms() - t0), cks_status_name(st));
+    fprintf(stderr, "after healing: version %llu committed after %llu ms\n",
+            (unsigned long long)v, (unsigned long long)(now_ms() - t0));
+    cr_assert_eq(verify_version(c, v, 2, 1 * MiB, seed), CKS_OK);
+    return v;
+}
+
+/* ---- completions of non-blocking calls, waited for with a deadline -------- */
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    unsigned done;
+    cks_status_t status[16];
+    uint64_t at_ms[16];
+} waiter_t;
+
+typedef struct {
+    waiter_t *w;
+    unsigned idx;
+} slot_t;
+
+static void waiter_init(waiter_t *w)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, &a);
+    pthread_condattr_destroy(&a);
+    w->done = 0;
+    for (size_t i = 0; i < 16; i++) {
+        w->status[i] = CKS_INPROGRESS;
+    }
+}
+
+static void slot_done(void *arg, cks_status_t status)
+{
+    slot_t *s = arg;
+    pthread_mutex_lock(&s->w->lock);
+    s->w->status[s->idx] = status;
+    s->w->at_ms[s->idx]  = now_ms();
+    s->w->done++;
+    pthread_cond_broadcast(&s->w->cond);
+    pthread_mutex_unlock(&s->w->lock);
+}
+
+/* Wait until `n` calls completed, at most ms; the number completed. */
+static unsigned waiter_wait(waiter_t *w, unsigned n, uint64_t ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)(ms / 1000);
+    until.tv_nsec += (long)(ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&w->lock);
+    while (w->done < n && pthread_cond_timedwait(&w->cond, &w->lock, &until) == 0) {
+    }
+    unsigned done = w->done;
+    pthread_mutex_unlock(&w->lock);
+    return done;
+}
+
+static unsigned waiter_done(waiter_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+    unsigned done = w->done;
+    pthread_mutex_unlock(&w->lock);
+    return done;
+}
+
+/* Wait until the client's eth0 has received (rx) or sent (!rx) `bytes` more
+ * than `base`, or `w` has `n` completions, at most BOUND_MS. 1 when the
+ * bytes went through while the calls were still running. */
+static int wait_bytes(int rx, uint64_t base, uint64_t bytes, waiter_t *w, unsigned n)
+{
+    uint64_t until = now_ms() + BOUND_MS;
+    while (now_ms() < until && waiter_done(w) < n) {
+        uint64_t r, t;
+        cr_assert_eq(cks_test_netns_eth0_bytes(&r, &t), 0, "eth0 counters of the client");
+        if ((rx ? r : t) - base >= bytes) {
+            return waiter_done(w) < n;
+        }
+        pause_ms(2); /* polling a counter, not synchronisation */
+    }
+    return 0;
+}
+
+static int one_of(cks_status_t st, const cks_status_t *ok, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (st == ok[i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static const cks_status_t cut_errors[] = {CKS_ERR_TIMEOUT, CKS_ERR_UNREACHABLE,
+                                          CKS_ERR_CONN_LOST, CKS_ERR_TRANSPORT};
+#define NCUT (sizeof(cut_errors) / sizeof(cut_errors[0]))
+
+/* A version that must not be restorable: restore_open refuses it. */
+static void assert_not_restorable(cks_client_h c, uint64_t version)
+{
+    cks_restore_h r = NULL;
+    uint64_t t0     = now_ms();
+    cks_status_t st = cks_restore_open(c, JOB, version, &r);
+    cr_assert_neq(st, CKS_OK, "version %llu must not be restorable", (unsigned long long)version);
+    cr_assert_lt(now_ms() - t0, BOUND_MS, "restore_open took %llu ms",
+                 (unsigned long long)(now_ms() - t0));
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+/* The data really goes over TCP between the namespaces: the client's eth0
+ * carries every byte put and restored, and cutting the client's link stops
+ * the cluster from answering (bounded, clear error) until it is healed. */
+Test(partition, data_flows_over_tcp_and_a_cut_client_gets_clear_errors)
+{
+    bring_up();
+    uint64_t seed = cks_test_seed(31);
+    uint64_t rx0, tx0, rx1, tx1;
+    cr_assert_eq(cks_test_netns_eth0_bytes(&rx0, &tx0), 0);
+    cks_status_t st = write_version(cli, 1, 2, 4 * MiB, seed);
+    assert_servers_alive();
+    cr_assert_eq(st, CKS_OK, "write: %s", cks_status_name(st));
+    cr_assert_eq(verify_version(cli, 1, 2, 4 * MiB, seed), CKS_OK);
+    cr_assert_eq(cks_test_netns_eth0_bytes(&rx1, &tx1), 0);
+    cr_assert_geq(tx1 - tx0, 8 * MiB, "only %llu bytes left through eth0",
+                  (unsigned long long)(tx1 - tx0));
+    cr_assert_geq(rx1 - rx0, 8 * MiB, "only %llu bytes came in through eth0",
+                  (unsigned long long)(rx1 - rx0));
+
+    /* cut the client off; a client with 1 s timeouts, made before the cut:
+     * a stat asks every server in turn, each times out */
+    cks_client_h quick = connect_client(1000);
+    cr_assert_eq(cks_test_netns_cut(&net, CKS_TEST_NETNS_CLIENT), 0);
+    cks_version_info_t vi;
+    char text[512];
+    uint64_t t0   = now_ms();
+    st            = cks_version_stat(quick, JOB, 1, &vi);
+    uint64_t took = now_ms() - t0;
+    cks_client_last_error(quick, text, sizeof(text));
+    fprintf(stderr, "cut client: stat -> %s after %llu ms (%s)\n", cks_status_name(st),
+            (unsigned long long)took, text);
+    cr_assert(one_of(st, cut_errors, NCUT), "stat with the client cut off: %s",
+              cks_status_name(st));
+    cr_assert(text[0] != '\0', "no error text");
+    cr_assert_lt(took, (uint64_t)(NSRV + 1) * 1000 + 2000, "stat took %llu ms",
+                 (unsigned long long)took);
+    /* a restore: as bounded, and never bytes */
+    t0 = now_ms();
+    st = verify_version(quick, 1, 2, 4 * MiB, seed);
+    fprintf(stderr, "cut client: restore -> %s after %llu ms\n", cks_status_name(st),
+            (unsigned long long)(now_ms() - t0));
+    cr_assert_neq(st, CKS_OK);
+    cr_assert_lt(now_ms() - t0, BOUND_MS);
+
+    /* healed: both client handles are served again */
+    cr_assert_eq(cks_test_netns_heal(&net, CKS_TEST_NETNS_CLIENT), 0);
+    verify_after_heal(quick, 1, 2, 4 * MiB, seed);
+    verify_after_heal(cli, 1, 2, 4 * MiB, seed);
+    cks_client_destroy(quick);
+    write_after_heal(cli, 2, seed);
+    assert_servers_alive();
+}
+
+/* A server that is the primary of one of the objects being put is cut off in
+ * the middle of the puts: that put fails with a clear error in bounded time,
+ * the trainer aborts, the version is never restorable, the previous version
+ * restores bit-exact from parity while the server is cut off and after. */
+Test(partition, snapshot_cut_from_a_primary_mid_put)
+{
+    bring_up();
+    uint64_t seed = cks_test_seed(32);
+    const size_t n = 4;
+    const uint64_t size = 4 * MiB;
+    cr_assert_eq(write_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
+
+    /* the victim: the primary of the last object, not the coordinator of
+     * version 2 (the abort must reach the coordinator) */
+    char key[n][64];
+    for (size_t i = 0; i < n; i++) {
+        key_name(key[i], sizeof(key[i]), 2, i);
+    }
+    size_t coord = coordinator_of(2), victim = primary_of(key[n - 1]);
+    fprintf(stderr, "coordinator of version 2: server %zu; cut: server %zu\n", coord, victim);
+    cr_assert_neq(victim, coord, "names give a victim that is the coordinator; change them");
+
+    /* 40 Mbit/s: the 16 MiB take about 3.4 s, all puts at once */
+    cr_assert_eq(cks_test_netns_shape(&net, CKS_TEST_NETNS_CLIENT, 40), 0);
+    cks_version_params_t vp = {.job = JOB, .version = 2};
+    cr_assert_eq(cks_version_begin(cli, &vp), CKS_OK);
+    /* static: the client may still run their callbacks when it is destroyed
+     * (a failed assertion leaves here at once) */
+    static uint8_t *buf[4];
+    static waiter_t w;
+    static slot_t slots[4];
+    uint64_t rx, tx0;
+    waiter_init(&w);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(stderr, "%s: primary %zu\n", key[i], primary_of(key[i]));
+    }
+    cr_assert_eq(cks_test_netns_eth0_bytes(&rx, &tx0), 0);
+    uint64_t t0 = now_ms();
+    for (size_t i = 0; i < n; i++) {
+        cks_put_params_t p = {0};
+        buf[i] = malloc(size);
+        cks_test_fill(buf[i], size, seed_of(seed, 2, i));
+        slots[i] = (slot_t){&w, (unsigned)i};
+        p.job     = JOB;
+        p.version = 2;
+        p.key     = key[i];
+        p.buffer  = buf[i];
+        p.size    = size;
+        cr_assert_eq(cks_put_nb(cli, &p, slot_done, &slots[i]), CKS_INPROGRESS);
+    }
+    /* a quarter of the bytes are out: cut */
+    cr_assert(wait_bytes(0, tx0, n * size / 4, &w, n), "the puts ended before the cut");
+    cr_assert_eq(cks_test_netns_cut(&net, (int)victim), 0);
+    uint64_t cut_at = now_ms();
+    fprintf(stderr, "cut server %zu %llu ms into the puts, %u of %zu done\n", victim,
+            (unsigned long long)(cut_at - t0), waiter_done(&w), n);
+    cr_assert_eq(waiter_wait(&w, n, BOUND_MS), n, "puts still running %d ms after the cut",
+                 BOUND_MS);
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        fprintf(stderr, "put %s: %s after %llu ms\n", key[i],
+                cks_status_name(w.status[i]), (unsigned long long)(w.at_ms[i] - t0));
+        cr_assert(w.status[i] == CKS_OK || one_of(w.status[i], cut_errors, NCUT), "put %zu: %s",
+                  i, cks_status_name(w.status[i]));
+        failed += w.status[i] != CKS_OK;
+        free(buf[i]);
+        buf[i] = NULL;
+    }
+    cr_assert_neq(w.status[n - 1], CKS_OK, "the put to the cut primary succeeded");
+    cr_assert(failed > 0);
+    cks_test_netns_shape(&net, CKS_TEST_NETNS_CLIENT, 0);
+
+    /* the trainer gives up on the version */
+    uint64_t t1     = now_ms();
+    cks_status_t st = cks_version_abort(cli, JOB, 2);
+    fprintf(stderr, "abort: %s after %llu ms\n", cks_status_name(st),
+            (unsigned long long)(now_ms() - t1));
+    cr_assert_lt(now_ms() - t1, BOUND_MS);
+    assert_not_restorable(cli, 2);
+    /* the previous version, with the server still cut off: from parity */
+    cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
+
+    /* healed: version 2 stays unrestorable, the cluster takes a new version */
+    cr_assert_eq(cks_test_netns_heal(&net, (int)victim), 0);
+    assert_not_restorable(cli, 2);
+    cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
+    write_after_heal(cli, 3, seed);
+}
+
+/* Every put of a version is stored on its primary; the version's coordinator
+ * is cut off while the primaries spread the chunks and the rank seals. The
+ * seal comes back in bounded time, with a clear error, or OK; whatever it
+ * said, the version is either whole (restores bit-exact) or not restorable,
+ * now and once the link is back. */
+Test(partition, snapshot_cut_from_the_coordinator_mid_seal)
+{
+    bring_up();
+    uint64_t seed = cks_test_seed(33);
+    cr_assert_eq(write_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
+    size_t coord = coordinator_of(2);
+
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_TIMEOUT,
+                               .job = JOB, .version = 2, .timeout_s = 10};
+    cr_assert_eq(cks_version_begin(cli, &vp), CKS_OK);
+    uint8_t *buf = malloc(4 * MiB);
+    for (size_t i = 0; i < 4; i++) {
+        cks_put_params_t p = {0};
+        char key[64];
+        key_name(key, sizeof(key), 2, i);
+        cks_test_fill(buf, 4 * MiB, seed_of(seed, 2, i));
+        p.job     = JOB;
+        p.version = 2;
+        p.key     = key;
+        p.buffer  = buf;
+        p.size    = 4 * MiB;
+        cr_assert_eq(cks_put(cli, &p), CKS_OK, "put %s", key);
+    }
+    free(buf);
+    /* puts are STORED on the primaries; chunks are being spread: cut now */
+    cr_assert_eq(cks_test_netns_cut(&net, (int)coord), 0);
+    char text[512] = "";
+    uint64_t t0     = now_ms();
+    cks_status_t st = cks_version_seal(cli, JOB, 2);
+    uint64_t took   = now_ms() - t0;
+    cks_client_last_error(cli, text, sizeof(text));
+    fprintf(stderr, "seal with coordinator %zu cut: %s after %llu ms (%s)\n", coord,
+            cks_status_name(st), (unsigned long long)took, text);
+    cr_assert(one_of(st, cut_errors, NCUT), "seal: %s", cks_status_name(st));
+    cr_assert(text[0] != '\0', "no error text");
+    cr_assert_lt(took, BOUND_MS);
+
+    /* restorable only if whole; never wrong bytes */
+    cks_status_t v2 = verify_version(cli, 2, 4, 4 * MiB, seed);
+    fprintf(stderr, "version 2 while the coordinator is cut: %s\n", cks_status_name(v2));
+    cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
+
+    cr_assert_eq(cks_test_netns_heal(&net, (int)coord), 0);
+    v2 = verify_version(cli, 2, 4, 4 * MiB, seed);
+    fprintf(stderr, "version 2 after healing: %s\n", cks_status_name(v2));
+    cr_assert(v2 == CKS_OK || v2 == CKS_ERR_NOT_RESTORABLE || v2 == CKS_ERR_NO_SUCH_VERSION,
+              "version 2 after healing: %s", cks_status_name(v2));
+    cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
+    write_after_heal(cli, 3, seed);
+}
+
+/* Start a slowed-down whole-object get of `size` bytes and cut `ncut`
+ * servers (not the coordinator first) once a quarter has arrived. Returns
+ * the get's status; the buffer is checked when it is OK. */
+static cks_status_t get_with_cut(uint64_t version, uint64_t size, uint64_t seed, size_t ncut,
+                                 int *cut_p)
+{
+    cks_restore_h r = NULL;
+    uint8_t *want   = malloc(size);
+    char key[64];
+    /* static: the client may still run the callback and write the buffer
+     * until it is destroyed (a failed assertion leaves here at once) */
+    static uint8_t *got;
+    static waiter_t w;
+    static slot_t slot;
+    got  = realloc(got, size);
+    slot = (slot_t){&w, 0};
+    uint64_t rx0, tx, len = 0;
+    size_t coord = coordinator_of(version);
+
+    key_name(key, sizeof(key), version, 0);
+    cr_assert_eq(cks_restore_open(cli, JOB, version, &r), CKS_OK);
+    /* 80 Mbit/s: 24 MiB take about 2.5 s */
+    cr_assert_eq(cks_test_netns_shape(&net, CKS_TEST_NETNS_CLIENT, 80), 0);
+    waiter_init(&w);
+    memset(got, 0, size);
+    cr_assert_eq(cks_test_netns_eth0_bytes(&rx0, &tx), 0);
+    cks_get_params_t g = {0};
+    g.field_mask  = CKS_GET_FIELD_FLAGS;
+    g.key         = key;
+    g.buffer      = got;
+    g.buffer_size = size;
+    g.flags       = CKS_GET_VERIFY;
+    uint64_t t0   = now_ms();
+    cr_assert_eq(cks_get_nb(r, &g, &len, slot_done, &slot), CKS_INPROGRESS);
+    cr_assert(wait_bytes(1, rx0, size / 4, &w, 1), "the get ended before the cut");
+    for (size_t i = 0, cut = 0; cut < ncut && i < NSRV; i++) {
+        size_t s = (coord + 1 + i) % NSRV;
+        cr_assert_eq(cks_test_netns_cut(&net, (int)s), 0);
+        cut_p[cut++] = (int)s;
+    }
+    fprintf(stderr, "cut %zu servers %llu ms into the get\n", ncut,
+            (unsigned long long)(now_ms() - t0));
+    cr_assert_eq(waiter_wait(&w, 1, BOUND_MS), 1, "the get is still running %d ms after the cut",
+                 BOUND_MS);
+    cks_status_t st = w.status[0];
+    fprintf(stderr, "get: %s after %llu ms\n", cks_status_name(st),
+            (unsigned long long)(w.at_ms[0] - t0));
+    if (st == CKS_OK) {
+        cks_test_fill(want, size, seed_of(seed, version, 0));
+        cr_assert_eq(len, size);
+        cr_assert(memcmp(got, want, size) == 0, "%s: WRONG BYTES", key);
+    }
+    cks_test_netns_shape(&net, CKS_TEST_NETNS_CLIENT, 0);
+    cks_restore_close(r);
+    free(want);
+    return st;
+}
+
+/* One server cut off in the middle of a restore: the get completes, bit-exact,
+ * from the other chunks and parity. */
+Test(partition, restore_cut_from_one_server_completes_via_parity)
+{
+    bring_up();
+    uint64_t seed = cks_test_seed(34);
+    int cut[NSRV];
+    cr_assert_eq(write_version(cli, 1, 1, 24 * MiB, seed), CKS_OK);
+    cks_status_t st = get_with_cut(1, 24 * MiB, seed, 1, cut);
+    cr_assert_eq(st, CKS_OK, "get with server %d cut off: %s", cut[0], cks_status_name(st));
+    /* still cut: a fresh restore is exact too; healed, as well */
+    cr_assert_eq(verify_version(cli, 1, 1, 24 * MiB, seed), CKS_OK);
+    cr_assert_eq(cks_test_netns_heal(&net, cut[0]), 0);
+    verify_after_heal(cli, 1, 1, 24 * MiB, seed);
+    write_after_heal(cli, 2, seed);
+}
+
+/* Three servers (more than m = 2) cut off in the middle of a restore: a
+ * clear data-loss error naming the object, never bytes; healed, it restores. */
+Test(partition, restore_cut_from_three_servers_is_a_clear_data_loss)
+{
+    bring_up();
+    uint64_t seed = cks_test_seed(35);
+    int cut[NSRV];
+    char text[512];
+    cr_assert_eq(write_version(cli, 1, 1, 24 * MiB, seed), CKS_OK);
+    cks_status_t st = get_with_cut(1, 24 * MiB, seed, 3, cut);
+    cks_client_last_error(cli, text, sizeof(text));
+    fprintf(stderr, "last error: %s\n", text);
+    cr_assert_eq(st, CKS_ERR_DATA_LOST, "get with servers %d %d %d cut off: %s", cut[0], cut[1],
+                 cut[2], cks_status_name(st));
+    cr_assert(strstr(text, "v1/expert0") != NULL, "the message names the object: %s", text);
+    for (size_t i = 0; i < 3; i++) {
+        cr_assert_eq(cks_test_netns_heal(&net, cut[i]), 0);
+    }
+    verify_after_heal(cli, 1, 1, 24 * MiB, seed);
+    write_after_heal(cli, 2, seed);
+}
