@@ -30,6 +30,7 @@
 #include "ckstore.h"
 #include "cks_coding.h"
 #include "peers.h"
+#include "plot.h"
 #include "proc.h"
 
 #include <arpa/inet.h>
@@ -90,6 +91,7 @@ typedef struct {
     unsigned window;
     unsigned encoders;
     uint64_t arena; /* per server; 0: computed */
+    int arena_given;
     const char *json;
     int quiet, verbose, no_raw, no_degraded, pec, pec_only;
     unsigned pec_k; /* 0: E/4 */
@@ -190,6 +192,8 @@ static double cl_median(double *v, unsigned n)
     return 1.0 / st.median;
 }
 
+static volatile pid_t cl_sweep_pid; /* the sweep point running now (a child) */
+
 /* ---- cleanup and signals
  * ------------------------------------------------------------------ */
 
@@ -238,11 +242,17 @@ static void cl_kill_all(void)
         kill(cl.child.pid, SIGKILL);
     }
     bench_peer_kill(); /* memcached or redis-server, the /dev/shm peer's files */
+    if (cl_sweep_pid > 0) {
+        kill(cl_sweep_pid, SIGTERM); /* its own handler stops what it started */
+    }
 }
 
 static void cl_on_signal(int sig)
 {
     cl_kill_all();
+    if (cl_sweep_pid > 0) {
+        waitpid(cl_sweep_pid, NULL, 0);
+    }
     for (unsigned i = 0; i < cl.nworkers; i++) {
         if (cl.worker[i] > 0) {
             waitpid(cl.worker[i], NULL, 0);
@@ -2604,13 +2614,19 @@ static void cl_print_main(bench_report_t *rep)
     bench_stats_t healthy;
     double tail_s;
 
-    say("\nckstore cluster: %u servers, RS(%u,%u), %s chunks, %u client%s x %u objects x "
-        "%s "
-        "= %.0f MiB per snapshot; GB/s = 10^9 B/s of object bytes, median of %u\n",
-        cl.nmap, opts.k, opts.m, bench_size_str(opts.chunk, sz, sizeof(sz)), cl.nworkers,
-        cl.nworkers > 1 ? "s" : "", opts.objects,
-        bench_size_str(opts.size, what, sizeof(what)), (double)mainfig.bytes / (1 << 20),
-        opts.reps);
+    if (strcmp(cl_mix.kind, "moe") == 0) {
+        snprintf(what, sizeof(what), "the MoE mix (%u objects, %.0f MiB)", cl_mix.n,
+                 (double)cl_mix.bytes / (1 << 20));
+    } else {
+        char osz[32];
+        snprintf(what, sizeof(what), "%u objects x %s", opts.objects,
+                 bench_size_str(opts.size, osz, sizeof(osz)));
+    }
+    say("\nckstore cluster: %u servers, RS(%u,%u), %s chunks, %u writer%s x %s = %.0f MiB "
+        "per snapshot, %u reader%s; GB/s = 10^9 B/s of object bytes, median of %u\n",
+        cl.nmap, opts.k, opts.m, bench_size_str(opts.chunk, sz, sizeof(sz)), opts.clients,
+        opts.clients > 1 ? "s" : "", what, (double)mainfig.bytes / (1 << 20), opts.readers,
+        opts.readers > 1 ? "s" : "", mainfig.nsnap);
     say("%-18s %4s %7s %6s %6s  %-28s %6s %6s  %5s  %s\n", "op", "down", "GB/s", "min",
         "max", "reference", "ref", "ratio", "/heal", "target");
     snprintf(what, sizeof(what), "raw UCX put (%s)", put_what);
@@ -2623,11 +2639,11 @@ static void cl_print_main(bench_report_t *rep)
     memcpy(tails, mainfig.restore[0], sizeof(tails));
     bench_stats(mainfig.bytes, tails, mainfig.nrestore[0], &healthy);
     cl_main_row(rep, "restore", 0, mainfig.restore[0], mainfig.nrestore[0], raw_get, what,
-                NAN, cl.nworkers == 1 ? CL_TARGET_RESTORE : NAN);
+                NAN, opts.readers == 1 ? CL_TARGET_RESTORE : NAN);
     for (unsigned d = 1; d <= mainfig.ndown; d++) {
         cl_main_row(rep, "restore_degraded", d, mainfig.restore[d], mainfig.nrestore[d],
                     raw_get, what, healthy.median,
-                    cl.nworkers == 1 ? CL_TARGET_DEGRADED : NAN);
+                    opts.readers == 1 ? CL_TARGET_DEGRADED : NAN);
     }
     if (mainfig.ndown == 0) {
         say("(no degraded restores: %s)\n",
@@ -2698,12 +2714,11 @@ static void cl_print_main(bench_report_t *rep)
             CL_TARGET_ENCODE);
     }
     if (mainfig.used_bytes > 0) {
-        say("arena bytes in use after the first snapshot: %.0f MiB = %.3f x the object "
-            "bytes "
-            "(RS(%u,%u): %.3f)\n",
-            (double)mainfig.used_bytes / (1 << 20),
-            (double)mainfig.used_bytes / (double)mainfig.bytes, opts.k, opts.m,
-            (double)(opts.k + opts.m) / opts.k);
+        say("arena bytes in use with %u snapshot%s stored: %.0f MiB = %.3f x the object "
+            "bytes (RS(%u,%u): %.3f)\n",
+            opts.versions, opts.versions > 1 ? "s" : "", (double)mainfig.used_bytes / (1 << 20),
+            (double)mainfig.used_bytes / ((double)mainfig.bytes * opts.versions), opts.k,
+            opts.m, (double)(opts.k + opts.m) / opts.k);
     }
 }
 
@@ -3213,6 +3228,283 @@ static void cl_print_targets(bench_report_t *rep)
     say("targets met: %u of %u judged\n", cl_targets_met, cl_targets_judged);
 }
 
+static uint64_t cl_arena_size(void);
+static int cl_check_memory(void);
+static unsigned cl_shm_leftovers(void);
+
+/* ---- sweeps -----------------------------------------------------------------------
+ *
+ * --sweep-clients, --sweep-servers, --sweep-sizes: one point each, run in a
+ * child process of its own (fork; it starts its servers and clients, runs
+ * the snapshots and healthy restores, and stops everything it started), so
+ * that every point starts from a fresh cluster. The child sends its figures
+ * back over a pipe; it is stopped by its pid if it overruns its deadline.
+ */
+
+typedef enum { CL_SWEEP_CLIENTS, CL_SWEEP_SERVERS, CL_SWEEP_SIZES, CL_NSWEEPS } cl_sweep_t;
+
+typedef struct {
+    int32_t status; /* 0 measured, 1 failed, 2 did not fit in memory */
+    uint32_t clients, servers;
+    uint64_t size, bytes;
+    bench_stats_t st[3]; /* STORED, PROTECTED, restore: aggregate GB/s */
+} cl_sweep_pt_t;
+
+static cl_sweep_pt_t cl_sweep_res[CL_NSWEEPS][CL_MAX_SWEEP];
+static unsigned cl_sweep_n[CL_NSWEEPS];
+
+static void cl_sweep_child(int fd, unsigned clients, unsigned servers, uint64_t size)
+{
+    cl_sweep_pt_t pt;
+    memset(&pt, 0, sizeof(pt));
+    opts.clients = opts.readers = clients;
+    opts.local = servers;
+    opts.size = size;
+    opts.no_degraded = 1;
+    opts.quiet = 1;
+    cl_mix_build();
+    if (!opts.arena_given) {
+        opts.arena = cl_arena_size();
+    }
+    pt.status = 1;
+    if (cl_check_memory() != 0) {
+        pt.status = 2;
+    } else if (cl_cluster_start(opts.arena) == 0 && cl_workers_start() == 0 &&
+               cl_measure_main() == 0) {
+        pt.status = 0;
+        pt.bytes = mainfig.bytes;
+        cl_stats_of(mainfig.bytes, mainfig.stored, mainfig.nsnap, &pt.st[0]);
+        cl_stats_of(mainfig.bytes, mainfig.prot, mainfig.nsnap, &pt.st[1]);
+        cl_stats_of(mainfig.bytes, mainfig.restore[0], mainfig.nrestore[0], &pt.st[2]);
+    }
+    pt.clients = clients;
+    pt.servers = servers;
+    pt.size = size;
+    if (cl_client != NULL) {
+        cks_client_destroy(cl_client);
+        cl_client = NULL;
+    }
+    cl_workers_stop();
+    cl_servers_stop();
+    cl_remove_files();
+    cl_shm_leftovers();
+    bench_write_full(fd, &pt, sizeof(pt));
+}
+
+static int cl_sweep_point(cl_sweep_t kind, unsigned clients, unsigned servers, uint64_t size)
+{
+    cl_sweep_pt_t *pt = &cl_sweep_res[kind][cl_sweep_n[kind]++];
+    int fds[2];
+    char sz[32];
+    memset(pt, 0, sizeof(*pt));
+    pt->status = 1;
+    pt->clients = clients;
+    pt->servers = servers;
+    pt->size = size;
+    bench_progress("sweep: %u client%s, %u servers, %s per object", clients,
+                   clients > 1 ? "s" : "", servers, bench_size_str(size, sz, sizeof(sz)));
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* our handler cleans up */
+        close(fds[0]);
+        cl_sweep_pid = 0;
+        cl_sweep_child(fds[1], clients, servers, size);
+        _exit(0);
+    }
+    close(fds[1]);
+    cl_sweep_pid = pid;
+    /* every phase of every repetition is bounded by the timeout (x 4 for a
+     * client phase); the servers' start too */
+    double limit = opts.timeout_s * (8.0 + 12.0 * opts.reps) + (double)servers * 2;
+    if (bench_read_full(fds[0], pt, sizeof(*pt), bench_now() + limit) != 0) {
+        fprintf(stderr, "ckstore-bench: sweep point (%u clients, %u servers) gave no result: "
+                        "%s\n", clients, servers, strerror(errno));
+        pt->status = 1;
+        bench_stop_pid(pid, SIGTERM, opts.timeout_s);
+    } else if (!bench_wait_pid(pid, opts.timeout_s, NULL)) {
+        bench_stop_pid(pid, SIGTERM, opts.timeout_s);
+    }
+    cl_sweep_pid = 0;
+    close(fds[0]);
+    return pt->status == 0 ? 0 : -1;
+}
+
+static const char *const cl_sweep_names[CL_NSWEEPS] = {"clients", "servers", "sizes"};
+
+static void cl_run_sweeps(void)
+{
+    for (unsigned i = 0; i < opts.nsweep_clients; i++) {
+        cl_sweep_point(CL_SWEEP_CLIENTS, opts.sweep_clients[i], opts.local, opts.size);
+    }
+    for (unsigned i = 0; i < opts.nsweep_servers; i++) {
+        cl_sweep_point(CL_SWEEP_SERVERS, opts.clients, opts.sweep_servers[i], opts.size);
+    }
+    for (unsigned i = 0; i < opts.nsweep_sizes; i++) {
+        cl_sweep_point(CL_SWEEP_SIZES, opts.clients, opts.local, opts.sweep_sizes[i]);
+    }
+    bench_progress_clear();
+}
+
+static void cl_print_sweeps(bench_report_t *rep)
+{
+    static const char *const ops[3] = {"sweep_snapshot_stored", "sweep_snapshot_protected",
+                                       "sweep_restore"};
+    char sz[32];
+    for (unsigned k = 0; k < CL_NSWEEPS; k++) {
+        if (cl_sweep_n[k] == 0) {
+            continue;
+        }
+        say("\nsweep over %s: RS(%u,%u), %s chunks, %u objects per client, aggregate GB/s = "
+            "10^9 B/s of object bytes, median (min .. max) of %u; each point a fresh "
+            "cluster\n",
+            cl_sweep_names[k], opts.k, opts.m, bench_size_str(opts.chunk, sz, sizeof(sz)),
+            opts.objects, opts.reps);
+        say("%7s %7s %9s  %-21s %-21s %-21s %9s\n", "clients", "servers", "size",
+            "STORED", "PROTECTED", "restore", "PROT/srv");
+        for (unsigned i = 0; i < cl_sweep_n[k]; i++) {
+            const cl_sweep_pt_t *pt = &cl_sweep_res[k][i];
+            say("%7u %7u %9s  ", pt->clients, pt->servers,
+                bench_size_str(pt->size, sz, sizeof(sz)));
+            if (pt->status != 0) {
+                say("%s\n", pt->status == 2 ? "skipped: does not fit in memory"
+                                            : "failed (see the errors above)");
+                continue;
+            }
+            for (unsigned f = 0; f < 3; f++) {
+                char cell[32];
+                snprintf(cell, sizeof(cell), "%.2f (%.2f..%.2f)", pt->st[f].median,
+                         pt->st[f].min, pt->st[f].max);
+                say("%-21s ", cell);
+            }
+            say("%9.3f\n", pt->st[1].median / pt->servers);
+            for (unsigned f = 0; f < 3; f++) {
+                bench_rec_t *r = bench_report_add(rep);
+                if (r == NULL) {
+                    continue;
+                }
+                cl_rec_common(r, ops[f]);
+                bench_rec_str(r, "sweep", cl_sweep_names[k]);
+                bench_rec_u64(r, "clients", pt->clients);
+                bench_rec_u64(r, "servers", pt->servers);
+                bench_rec_u64(r, "objects", opts.objects);
+                bench_rec_u64(r, "size", pt->size);
+                bench_rec_u64(r, "bytes", pt->bytes);
+                cl_rec_stats(r, &pt->st[f]);
+                bench_rec_f64(r, "per_server_gbps", pt->st[f].median / pt->servers);
+                bench_rec_f64(r, "per_client_gbps", pt->st[f].median / pt->clients);
+            }
+        }
+    }
+}
+
+/* ---- charts (--plot DIR) ------------------------------------------------------------ */
+
+static void cl_plot_sweeps(void)
+{
+    static const char *const titles[3] = {"snapshot STORED", "snapshot PROTECTED",
+                                          "restore"};
+    static const char *const xl[CL_NSWEEPS] = {"client processes", "servers",
+                                               "object size, MiB"};
+    for (unsigned k = 0; k < CL_NSWEEPS; k++) {
+        bench_series_t ser[3];
+        char name[32], title[160];
+        if (cl_sweep_n[k] == 0) {
+            continue;
+        }
+        memset(ser, 0, sizeof(ser));
+        for (unsigned f = 0; f < 3; f++) {
+            snprintf(ser[f].title, sizeof(ser[f].title), "%s", titles[f]);
+            for (unsigned i = 0; i < cl_sweep_n[k] && ser[f].n < 32; i++) {
+                const cl_sweep_pt_t *pt = &cl_sweep_res[k][i];
+                unsigned j = ser[f].n;
+                if (pt->status != 0) {
+                    continue;
+                }
+                ser[f].x[j] = k == CL_SWEEP_CLIENTS   ? pt->clients
+                              : k == CL_SWEEP_SERVERS ? pt->servers
+                                                      : (double)pt->size / (1 << 20);
+                ser[f].y[j] = pt->st[f].median;
+                ser[f].ymin[j] = pt->st[f].min;
+                ser[f].ymax[j] = pt->st[f].max;
+                ser[f].n++;
+            }
+        }
+        snprintf(name, sizeof(name), "sweep_%s", cl_sweep_names[k]);
+        snprintf(title, sizeof(title),
+                 "ckstore, RS(%u,%u), aggregate bandwidth against the number of %s "
+                 "(median, min..max)",
+                 opts.k, opts.m, k == CL_SWEEP_SIZES ? "bytes per object" : cl_sweep_names[k]);
+        bench_plot_lines(opts.plot, name, title, xl[k], "GB/s (10^9 B/s of object bytes)",
+                         k == CL_SWEEP_SIZES, ser, 3, opts.timeout_s);
+    }
+}
+
+/* ckstore's figures next to this machine's limits and the peers. */
+static void cl_plot_bars(void)
+{
+    bench_bar_t b[32];
+    unsigned n = 0;
+    char what[40], sz[32], title[200];
+    bench_stats_t st;
+#define CL_BAR(lbl, val, grp)                                          \
+    do {                                                               \
+        if (isfinite(val) && n < 32) {                                 \
+            snprintf(b[n].label, sizeof(b[n].label), "%s", lbl);       \
+            b[n].value = (val);                                        \
+            b[n].group = (grp);                                        \
+            n++;                                                       \
+        }                                                              \
+    } while (0)
+    CL_BAR("memcpy (1 thread)", refs.memcpy_fig.st.median, 1);
+    CL_BAR("raw UCX put", cl_raw_best(BENCH_DIR_PUT, what, sizeof(what)), 1);
+    CL_BAR("raw UCX get", cl_raw_best(BENCH_DIR_GET, what, sizeof(what)), 1);
+    CL_BAR("ISA-L encode (1 thread)", refs.encode.st.median, 1);
+    CL_BAR("memcpy x k/(k+m)", refs.memcpy_fig.st.median * opts.k / (opts.k + opts.m), 1);
+    CL_BAR("ckstore STORED", cl_ck_median(0), 0);
+    cl_stats_of(mainfig.bytes, mainfig.prot, mainfig.nsnap, &st);
+    CL_BAR("ckstore PROTECTED", st.median, 0);
+    CL_BAR("ckstore restore", cl_ck_median(1), 0);
+    for (unsigned d = 1; d <= mainfig.ndown; d++) {
+        char lbl[48];
+        cl_stats_of(mainfig.bytes, mainfig.restore[d], mainfig.nrestore[d], &st);
+        snprintf(lbl, sizeof(lbl), "ckstore restore, %u down", d);
+        CL_BAR(lbl, st.median, 0);
+    }
+    for (unsigned p = 0; p < BENCH_NPEERS; p++) {
+        static const char *const lbl[BENCH_NPEERS][2] = {
+            {"memcached SET", "memcached GET"},
+            {"Redis SET", "Redis GET"},
+            {"/dev/shm file write", "/dev/shm file read"}};
+        if (!peerres[p].ok) {
+            continue;
+        }
+        for (unsigned d = 0; d < 2; d++) {
+            cl_stats_of(peerres[p].bytes, d ? peerres[p].get_s : peerres[p].set_s,
+                        peerres[p].n, &st);
+            CL_BAR(lbl[p][d], st.median, 2);
+        }
+    }
+#undef CL_BAR
+    snprintf(title, sizeof(title),
+             "ckstore (%u servers, RS(%u,%u), %u client%s, %s objects) against this "
+             "machine's limits and peers, median of %u",
+             cl.nmap, opts.k, opts.m, opts.clients, opts.clients > 1 ? "s" : "",
+             strcmp(cl_mix.kind, "moe") == 0 ? "MoE mix of"
+                                             : bench_size_str(opts.size, sz, sizeof(sz)),
+             opts.reps);
+    bench_plot_bars(opts.plot, "ckstore_vs_limits_and_peers", title,
+                    "GB/s (10^9 B/s of object bytes)", b, n, opts.timeout_s);
+}
+
 /* ---- options
  * ------------------------------------------------------------------------------------ */
 
@@ -3498,6 +3790,7 @@ static int cl_parse_opts(int argc, char **argv)
                 if (cl_parse_size(optarg, &opts.arena) != 0) {
                     return -1;
                 }
+                opts.arena_given = 1;
                 break;
             case O_NO_DEGRADED:
                 opts.no_degraded = 1;
@@ -3787,6 +4080,57 @@ static unsigned cl_shm_leftovers(void)
  * ------------------------------------------------------------------------------------------
  */
 
+/* With --sweep-*: only the sweeps (each point a cluster of its own). */
+static int cl_sweep_main(bench_report_t *rep)
+{
+    double load_start, load_end;
+    int rc = 1;
+    if (cl_find_server_bin() != 0) {
+        fprintf(stderr, "ckstore-bench: no ckstore-server binary (%s); use --server-bin\n",
+                cl.bin);
+        return 1;
+    }
+    bench_machine_describe(&rep->machine);
+    say("ckstore-bench cluster, sweeps: RS(%u,%u), %u objects per client, %u reps per point; "
+        "machine: %s, %llu cores\n",
+        opts.k, opts.m, opts.objects, opts.reps, bench_rec_get_str(&rep->machine, "cpu"),
+        (unsigned long long)bench_rec_get_u64(&rep->machine, "cores"));
+    load_start = bench_loadavg();
+    cl_install_signals();
+    cl_run_sweeps();
+    load_end = bench_loadavg();
+    cl_print_sweeps(rep);
+    if (opts.plot != NULL) {
+        cl_plot_sweeps();
+    }
+    say("load average: %.2f at the start, %.2f at the end\n", load_start, load_end);
+    bench_rec_str(&rep->run, "command", opts.command);
+    bench_rec_str(&rep->run, "mode", "cluster-sweep");
+    bench_rec_u64(&rep->run, "k", opts.k);
+    bench_rec_u64(&rep->run, "m", opts.m);
+    bench_rec_u64(&rep->run, "chunk", opts.chunk);
+    bench_rec_u64(&rep->run, "objects", opts.objects);
+    bench_rec_u64(&rep->run, "reps", opts.reps);
+    bench_rec_u64(&rep->run, "window", opts.window);
+    bench_rec_f64(&rep->run, "loadavg_start", load_start);
+    bench_rec_f64(&rep->run, "loadavg_end", load_end);
+    rc = 0;
+    if (opts.json != NULL) {
+        if (bench_report_write_json(rep, opts.json) != 0) {
+            fprintf(stderr, "ckstore-bench: cannot write %s: %s\n", opts.json,
+                    strerror(errno));
+            rc = 1;
+        } else {
+            say("\nresults written to %s\n", opts.json);
+        }
+    }
+    if (cl_shm_leftovers() != 0) {
+        rc = 1;
+    }
+    bench_report_free(rep);
+    return rc;
+}
+
 int cks_bench_cluster_main(int argc, char **argv)
 {
     bench_report_t rep = {0};
@@ -3798,6 +4142,9 @@ int cks_bench_cluster_main(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (opts.nsweep_clients + opts.nsweep_servers + opts.nsweep_sizes > 0) {
+        return cl_sweep_main(&rep);
+    }
     if (opts.local > 0) {
         if (cl_find_server_bin() != 0) {
             fprintf(stderr,
@@ -3929,6 +4276,9 @@ int cks_bench_cluster_main(int argc, char **argv)
     }
     if (!opts.pec_only) {
         cl_print_targets(&rep);
+    }
+    if (opts.plot != NULL && !opts.pec_only) {
+        cl_plot_bars();
     }
     say("load average: %.2f at the start, %.2f at the end\n", load_start, load_end);
 
