@@ -3440,9 +3440,9 @@ static void cl_plot_sweeps(void)
         }
         snprintf(name, sizeof(name), "sweep_%s", cl_sweep_names[k]);
         snprintf(title, sizeof(title),
-                 "ckstore, RS(%u,%u), aggregate bandwidth against the number of %s "
-                 "(median, min..max)",
-                 opts.k, opts.m, k == CL_SWEEP_SIZES ? "bytes per object" : cl_sweep_names[k]);
+                 "ckstore, RS(%u,%u), aggregate bandwidth against %s%s (median, min..max)",
+                 opts.k, opts.m, k == CL_SWEEP_SIZES ? "the object size" : "the number of ",
+                 k == CL_SWEEP_SIZES ? "" : cl_sweep_names[k]);
         bench_plot_lines(opts.plot, name, title, xl[k], "GB/s (10^9 B/s of object bytes)",
                          k == CL_SWEEP_SIZES, ser, 3, opts.timeout_s);
     }

@@ -106,7 +106,7 @@ int bench_plot_bars(const char *dir, const char *name, const char *title, const 
     plot_str(f, ylabel);
     fprintf(f, "\nset style fill solid 0.85 border -1\nset boxwidth 0.7\n"
                "set xtics rotate by -35 left nomirror\nset grid ytics\nset yrange [0:*]\n"
-               "set key top right\nset rmargin 6\nset bmargin 9\n");
+               "set key top right\nset rmargin 12\nset bmargin 9\n");
     for (unsigned g = 0; g < 3; g++) {
         fprintf(f, "c%u = '%s'\n", g, colors[g]);
     }
