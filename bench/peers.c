@@ -41,6 +41,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #if CKS_BENCH_HAVE_MEMCACHED
@@ -87,6 +88,7 @@ void bench_peer_kill(void)
 {
     if (peer_pid > 0) {
         kill(peer_pid, SIGKILL);
+        waitpid(peer_pid, NULL, 0);
     }
     for (unsigned i = 0; i < peer_nfiles; i++) {
         unlink(peer_files[i]);
