@@ -53,7 +53,7 @@
 
 #define PEER_MAX_OBJS 1024
 
-static volatile pid_t peer_pid;      /* the server running now */
+static volatile pid_t peer_pid;            /* the server running now */
 static char peer_files[PEER_MAX_OBJS][64]; /* the /dev/shm peer's files */
 static volatile unsigned peer_nfiles;
 
@@ -70,7 +70,8 @@ int bench_peer_mask(const char *list, unsigned *mask_p)
         size_t n = strcspn(list, ",");
         unsigned p;
         for (p = 0; p < BENCH_NPEERS; p++) {
-            if (strlen(bench_peer_name(p)) == n && strncmp(list, bench_peer_name(p), n) == 0) {
+            if (strlen(bench_peer_name(p)) == n &&
+                strncmp(list, bench_peer_name(p), n) == 0) {
                 break;
             }
         }
@@ -146,8 +147,10 @@ static int peer_server_start(char *const argv[], uint16_t port, double timeout_s
     }
     peer_pid = pid;
     if (bench_wait_port(port, pid, bench_now() + timeout_s) != 0) {
-        snprintf(res->note, sizeof(res->note), "%s (pid %d) did not accept on port %u "
-                 "within %.0f s", argv[0], (int)pid, port, timeout_s);
+        snprintf(res->note, sizeof(res->note),
+                 "%s (pid %d) did not accept on port %u "
+                 "within %.0f s",
+                 argv[0], (int)pid, port, timeout_s);
         peer_print_log(argv[0]);
         return -1;
     }
@@ -176,7 +179,8 @@ typedef int (*peer_op_fn)(void *ctx, const char *key, const uint8_t *src, uint8_
 static void peer_shm_remove(void);
 
 static int peer_rounds(const char *name, const bench_peer_params_t *pp, void *ctx,
-                       peer_op_fn set, peer_op_fn get, pid_t server, bench_peer_res_t *res)
+                       peer_op_fn set, peer_op_fn get, pid_t server,
+                       bench_peer_res_t *res)
 {
     char err[256] = "", key[32];
     double cpu0 = -1;
@@ -189,8 +193,8 @@ static int peer_rounds(const char *name, const bench_peer_params_t *pp, void *ct
         peer_shm_remove(); /* the /dev/shm peer's files of the round before (untimed) */
         for (unsigned o = 0; o < pp->nobj; o++) {
             snprintf(key, sizeof(key), "object%04u", o);
-            bench_progress("peer %s: round %u of %u (the first untimed): object %u/%u", name,
-                           r, pp->reps, o + 1, pp->nobj);
+            bench_progress("peer %s: round %u of %u (the first untimed): object %u/%u",
+                           name, r, pp->reps, o + 1, pp->nobj);
             double t0 = bench_now();
             if (set(ctx, key, pp->src + peer_offset(pp, o), NULL, pp->sizes[o], err,
                     sizeof(err)) != 0) {
@@ -218,7 +222,8 @@ static int peer_rounds(const char *name, const bench_peer_params_t *pp, void *ct
             }
             get_s += bench_now() - t0;
             if (r == 0 && memcmp(pp->dst, src, pp->sizes[o]) != 0) {
-                snprintf(res->note, sizeof(res->note), "get of %s returned other bytes", key);
+                snprintf(res->note, sizeof(res->note), "get of %s returned other bytes",
+                         key);
                 return -1;
             }
         }
@@ -315,7 +320,8 @@ static void peer_mc_free(const memcached_st *mc, void *mem, void *ctx)
     }
 }
 
-static void *peer_mc_realloc(const memcached_st *mc, void *mem, const size_t size, void *ctx)
+static void *peer_mc_realloc(const memcached_st *mc, void *mem, const size_t size,
+                             void *ctx)
 {
     peer_mc_alloc_t *a = ctx;
     if (mem == NULL) {
@@ -387,7 +393,8 @@ static int peer_mc_set(void *ctx, const char *key, const uint8_t *src, uint8_t *
     }
     reply[have] = '\0';
     if (strcmp(reply, "STORED\r\n") != 0) {
-        snprintf(err, errlen, "memcached answered '%.*s'", (int)strcspn(reply, "\r"), reply);
+        snprintf(err, errlen, "memcached answered '%.*s'", (int)strcspn(reply, "\r"),
+                 reply);
         return -1;
     }
     return 0;
@@ -431,7 +438,8 @@ static int peer_memcached(const bench_peer_params_t *pp, bench_peer_res_t *res)
     peer_mc_t c = {.fd = -1};
 
     if (bench_which("memcached", bin, sizeof(bin)) != 0) {
-        snprintf(res->note, sizeof(res->note), "no memcached in PATH (Debian package "
+        snprintf(res->note, sizeof(res->note),
+                 "no memcached in PATH (Debian package "
                  "memcached; scripts/deps --bench)");
         return -1;
     }
@@ -445,7 +453,8 @@ static int peer_memcached(const bench_peer_params_t *pp, bench_peer_res_t *res)
     uint64_t item_mb = (max + (max >> 4) + (2u << 20)) >> 20;
     uint64_t mem_mb = ((total + total / 4 + max) >> 20) + 64;
     if (item_mb > 1024) {
-        snprintf(res->note, sizeof(res->note), "objects above 1 GiB do not fit in a "
+        snprintf(res->note, sizeof(res->note),
+                 "objects above 1 GiB do not fit in a "
                  "memcached item (-I is at most 1024m)");
         return -1;
     }
@@ -473,10 +482,11 @@ static int peer_memcached(const bench_peer_params_t *pp, bench_peer_res_t *res)
     if (peer_server_start(argv, port, pp->timeout_s, res) != 0) {
         goto out;
     }
-    snprintf(res->desc, sizeof(res->desc),
-             "memcached (pid %d, 127.0.0.1:%u, -I %s -m %s -M); GET: libmemcached %s, SET: "
-             "one writev",
-             (int)peer_pid, port, item_s, mem_s, LIBMEMCACHED_VERSION_STRING);
+    snprintf(
+        res->desc, sizeof(res->desc),
+        "memcached (pid %d, 127.0.0.1:%u, -I %s -m %s -M); GET: libmemcached %s, SET: "
+        "one writev",
+        (int)peer_pid, port, item_s, mem_s, LIBMEMCACHED_VERSION_STRING);
 
     c.alloc.buf = pp->dst;
     c.alloc.len = pp->dst_len;
@@ -545,8 +555,10 @@ static int peer_redis_set(void *ctx, const char *key, const uint8_t *src, uint8_
     }
     if (redisGetReply(c->rc, (void **)&reply) != REDIS_OK || reply == NULL ||
         reply->type != REDIS_REPLY_STATUS || strcmp(reply->str, "OK") != 0) {
-        snprintf(err, errlen, "%s", reply != NULL && reply->str != NULL ? reply->str
-                                    : c->rc->errstr[0] ? c->rc->errstr : "no reply");
+        snprintf(err, errlen, "%s",
+                 reply != NULL && reply->str != NULL ? reply->str
+                 : c->rc->errstr[0]                  ? c->rc->errstr
+                                                     : "no reply");
         if (reply != NULL) {
             freeReplyObject(reply);
         }
@@ -565,7 +577,8 @@ static int peer_redis_get(void *ctx, const char *key, const uint8_t *src, uint8_
     size_t have = 0;
     double deadline = bench_now() + c->timeout_s;
     (void)src;
-    int n = snprintf(cmd, sizeof(cmd), "*2\r\n$3\r\nGET\r\n$%zu\r\n%s\r\n", strlen(key), key);
+    int n =
+        snprintf(cmd, sizeof(cmd), "*2\r\n$3\r\nGET\r\n$%zu\r\n%s\r\n", strlen(key), key);
     if (bench_write_full(c->rc->fd, cmd, (size_t)n) != 0) {
         snprintf(err, errlen, "write: %s", strerror(errno));
         return -1;
@@ -606,7 +619,8 @@ static int peer_redis(const bench_peer_params_t *pp, bench_peer_res_t *res)
 
     peer_total(pp, &max);
     if (bench_which("redis-server", bin, sizeof(bin)) != 0) {
-        snprintf(res->note, sizeof(res->note), "no redis-server in PATH (Debian package "
+        snprintf(res->note, sizeof(res->note),
+                 "no redis-server in PATH (Debian package "
                  "redis-server; scripts/deps --bench)");
         return -1;
     }
@@ -648,8 +662,9 @@ static int peer_redis(const bench_peer_params_t *pp, bench_peer_res_t *res)
     if (peer_server_start(argv, port, pp->timeout_s, res) != 0) {
         goto out;
     }
-    struct timeval tv = {(time_t)pp->timeout_s,
-                         (suseconds_t)((pp->timeout_s - (double)(time_t)pp->timeout_s) * 1e6)};
+    struct timeval tv = {
+        (time_t)pp->timeout_s,
+        (suseconds_t)((pp->timeout_s - (double)(time_t)pp->timeout_s) * 1e6)};
     c.rc = redisConnectWithTimeout("127.0.0.1", port, tv);
     if (c.rc == NULL || c.rc->err) {
         snprintf(res->note, sizeof(res->note), "connect: %s",
@@ -669,8 +684,9 @@ static int peer_redis(const bench_peer_params_t *pp, bench_peer_res_t *res)
     }
     snprintf(res->desc, sizeof(res->desc),
              "Redis %s (pid %d, 127.0.0.1:%u, no persistence, proto-max-bulk-len %s), "
-             "hiredis %d.%d.%d", ver, (int)peer_pid, port, bulk_s, HIREDIS_MAJOR,
-             HIREDIS_MINOR, HIREDIS_PATCH);
+             "hiredis %d.%d.%d",
+             ver, (int)peer_pid, port, bulk_s, HIREDIS_MAJOR, HIREDIS_MINOR,
+             HIREDIS_PATCH);
     rc = peer_rounds("redis", pp, &c, peer_redis_set, peer_redis_get, peer_pid, res);
     if (rc != 0) {
         peer_print_log("redis-server");
@@ -763,7 +779,8 @@ int bench_peer_run(bench_peer_t p, const bench_peer_params_t *pp, bench_peer_res
 #if CKS_BENCH_HAVE_MEMCACHED
             rc = peer_memcached(pp, res);
 #else
-            snprintf(res->note, sizeof(res->note), "built without libmemcached (Debian "
+            snprintf(res->note, sizeof(res->note),
+                     "built without libmemcached (Debian "
                      "package libmemcached-dev; scripts/deps --bench, then rebuild)");
 #endif
             break;
@@ -771,7 +788,8 @@ int bench_peer_run(bench_peer_t p, const bench_peer_params_t *pp, bench_peer_res
 #if CKS_BENCH_HAVE_HIREDIS
             rc = peer_redis(pp, res);
 #else
-            snprintf(res->note, sizeof(res->note), "built without hiredis (Debian package "
+            snprintf(res->note, sizeof(res->note),
+                     "built without hiredis (Debian package "
                      "libhiredis-dev; scripts/deps --bench, then rebuild)");
 #endif
             break;

@@ -23,20 +23,20 @@ typedef struct {
     const uint8_t *src;    /* the objects, back to back */
     const uint64_t *sizes; /* nobj sizes */
     unsigned nobj;
-    uint8_t *dst;     /* pre-faulted; at least the largest object + 1 MiB */
+    uint8_t *dst; /* pre-faulted; at least the largest object + 1 MiB */
     uint64_t dst_len;
     unsigned reps;    /* timed rounds, after one untimed warm-up round */
     double timeout_s; /* bound on the start and on every request */
 } bench_peer_params_t;
 
 typedef struct {
-    int ok;          /* measured */
-    char note[256];  /* why it was skipped or failed */
-    char desc[192];  /* what ran: program, version, pid, port, settings */
+    int ok;         /* measured */
+    char note[256]; /* why it was skipped or failed */
+    char desc[192]; /* what ran: program, version, pid, port, settings */
     double set_s[BENCH_PEER_MAX_REPS]; /* one round: every object stored, seconds */
     double get_s[BENCH_PEER_MAX_REPS]; /* one round: every object read back */
-    unsigned n;        /* timed rounds */
-    uint64_t bytes;    /* per round */
+    unsigned n;                        /* timed rounds */
+    uint64_t bytes;                    /* per round */
     double server_cpu_s; /* server CPU seconds, timed rounds (-1: none or unknown) */
     uint64_t server_rss; /* server resident bytes holding one round (0: unknown) */
 } bench_peer_res_t;

@@ -37,9 +37,11 @@ static int plot_run(const char *dir, const char *name, double timeout_s)
     int wstatus = 0;
     if (bench_which("gnuplot", bin, sizeof(bin)) != 0) {
         if (!warned) {
-            fprintf(stderr, "ckstore-bench: NOTE: no gnuplot in PATH (Debian package "
-                            "gnuplot-nox; scripts/deps --bench): the .dat and .gp files "
-                            "are in %s, the PNGs are not drawn\n", dir);
+            fprintf(stderr,
+                    "ckstore-bench: NOTE: no gnuplot in PATH (Debian package "
+                    "gnuplot-nox; scripts/deps --bench): the .dat and .gp files "
+                    "are in %s, the PNGs are not drawn\n",
+                    dir);
             warned = 1;
         }
         return -1;
@@ -75,8 +77,9 @@ static void plot_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-int bench_plot_bars(const char *dir, const char *name, const char *title, const char *ylabel,
-                    const bench_bar_t *bars, unsigned n, double timeout_s)
+int bench_plot_bars(const char *dir, const char *name, const char *title,
+                    const char *ylabel, const bench_bar_t *bars, unsigned n,
+                    double timeout_s)
 {
     static const char *const colors[] = {"#1f77b4", "#7f7f7f", "#ff7f0e"};
     char path[4096];
@@ -110,20 +113,21 @@ int bench_plot_bars(const char *dir, const char *name, const char *title, const 
     for (unsigned g = 0; g < 3; g++) {
         fprintf(f, "c%u = '%s'\n", g, colors[g]);
     }
-    fprintf(f, "plot '%s.dat' using 0:($3 == 0 ? $2 : 1/0):xtic(1) with boxes lc rgb c0 "
-               "title 'ckstore', \\\n"
-               "     '' using 0:($3 == 1 ? $2 : 1/0) with boxes lc rgb c1 title 'limit of "
-               "this machine', \\\n"
-               "     '' using 0:($3 == 2 ? $2 : 1/0) with boxes lc rgb c2 title 'peer', \\\n"
-               "     '' using 0:2:(sprintf('%%.2f', $2)) with labels offset 0,0.7 notitle\n",
+    fprintf(f,
+            "plot '%s.dat' using 0:($3 == 0 ? $2 : 1/0):xtic(1) with boxes lc rgb c0 "
+            "title 'ckstore', \\\n"
+            "     '' using 0:($3 == 1 ? $2 : 1/0) with boxes lc rgb c1 title 'limit of "
+            "this machine', \\\n"
+            "     '' using 0:($3 == 2 ? $2 : 1/0) with boxes lc rgb c2 title 'peer', \\\n"
+            "     '' using 0:2:(sprintf('%%.2f', $2)) with labels offset 0,0.7 notitle\n",
             name);
     fclose(f);
     return plot_run(dir, name, timeout_s);
 }
 
-int bench_plot_lines(const char *dir, const char *name, const char *title, const char *xlabel,
-                     const char *ylabel, int logscale_x, const bench_series_t *s, unsigned n,
-                     double timeout_s)
+int bench_plot_lines(const char *dir, const char *name, const char *title,
+                     const char *xlabel, const char *ylabel, int logscale_x,
+                     const bench_series_t *s, unsigned n, double timeout_s)
 {
     char path[4096];
     FILE *f;

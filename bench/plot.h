@@ -17,8 +17,9 @@ typedef struct {
 } bench_bar_t;
 
 /** DIR/NAME.dat, DIR/NAME.gp, DIR/NAME.png: bars with labels. 0 or -1. */
-int bench_plot_bars(const char *dir, const char *name, const char *title, const char *ylabel,
-                    const bench_bar_t *bars, unsigned n, double timeout_s);
+int bench_plot_bars(const char *dir, const char *name, const char *title,
+                    const char *ylabel, const bench_bar_t *bars, unsigned n,
+                    double timeout_s);
 
 /** One series of a line chart: y (with min and max as error bars) over x. */
 typedef struct {
@@ -28,8 +29,8 @@ typedef struct {
 } bench_series_t;
 
 /** DIR/NAME.{dat,gp,png}: lines over x (logscale_x: log 2 axis). */
-int bench_plot_lines(const char *dir, const char *name, const char *title, const char *xlabel,
-                     const char *ylabel, int logscale_x, const bench_series_t *s, unsigned n,
-                     double timeout_s);
+int bench_plot_lines(const char *dir, const char *name, const char *title,
+                     const char *xlabel, const char *ylabel, int logscale_x,
+                     const bench_series_t *s, unsigned n, double timeout_s);
 
 #endif

@@ -117,7 +117,8 @@ void bench_stop_pid(pid_t pid, int sig, double timeout_s)
     if (bench_wait_pid(pid, timeout_s, NULL)) {
         return;
     }
-    fprintf(stderr, "ckstore-bench: pid %d did not end within %.0f s of signal %d: killed\n",
+    fprintf(stderr,
+            "ckstore-bench: pid %d did not end within %.0f s of signal %d: killed\n",
             (int)pid, timeout_s, sig);
     kill(pid, SIGKILL);
     if (!bench_wait_pid(pid, timeout_s, NULL)) {
@@ -252,9 +253,8 @@ double bench_proc_cpu_s(pid_t pid)
     /* the name (field 2) may hold spaces: fields count from the last ')' */
     char *p = strrchr(buf, ')');
     if (p == NULL ||
-        sscanf(p + 2,
-               "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &ut,
-               &st, &cut, &cst) != 4) {
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+               &ut, &st, &cut, &cst) != 4) {
         return -1;
     }
     return (double)(ut + st + cut + cst) / (double)sysconf(_SC_CLK_TCK);
