@@ -29,6 +29,9 @@
 #include "bench.h"
 #include "ckstore.h"
 #include "cks_coding.h"
+#include "peers.h"
+#include "plot.h"
+#include "proc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -71,6 +74,7 @@
 #define CL_PEC_OPT_FACTOR   6 /* Adam: fp32 master + m + v = 12 B/param vs 2 B of bf16 */
 #define CL_PEC_MAX_OBJS     4096
 #define CL_RAW_BUDGET_S     2.0
+#define CL_MAX_SWEEP        16
 
 /* ---- options ----------------------------------------------------------------------- */
 
@@ -87,6 +91,7 @@ typedef struct {
     unsigned window;
     unsigned encoders;
     uint64_t arena; /* per server; 0: computed */
+    int arena_given;
     const char *json;
     int quiet, verbose, no_raw, no_degraded, pec, pec_only;
     unsigned pec_k; /* 0: E/4 */
@@ -95,16 +100,28 @@ typedef struct {
     unsigned raw_setups;
     double timeout_s;
     char command[1024];
+    const char *mix;       /* --mix: uniform, moe */
+    unsigned readers;      /* client processes that restore (--readers; = clients) */
+    unsigned versions;     /* snapshots written and kept per repetition */
+    double pec_fraction;   /* experts saved per layer as a share of E (0: pec_k) */
+    unsigned peers;        /* mask of bench_peer_t to measure */
+    const char *plot;      /* --plot DIR */
+    /* --sweep-clients, --sweep-servers, --sweep-sizes */
+    unsigned sweep_clients[CL_MAX_SWEEP], nsweep_clients;
+    unsigned sweep_servers[CL_MAX_SWEEP], nsweep_servers;
+    uint64_t sweep_sizes[CL_MAX_SWEEP];
+    unsigned nsweep_sizes;
 } cl_opts_t;
 
 static cl_opts_t opts;
 
-#define say(...)                 \
-    do {                         \
-        if (!opts.quiet) {       \
-            printf(__VA_ARGS__); \
-            fflush(stdout);      \
-        }                        \
+#define say(...)                   \
+    do {                           \
+        if (!opts.quiet) {         \
+            bench_progress_clear(); \
+            printf(__VA_ARGS__);   \
+            fflush(stdout);        \
+        }                          \
     } while (0)
 
 /* ---- process state (also read by the signal handler) ------------------------------ */
@@ -175,92 +192,7 @@ static double cl_median(double *v, unsigned n)
     return 1.0 / st.median;
 }
 
-/* Read exactly n bytes before the deadline (poll, then read). 0, or -1 with
- * errno (ETIMEDOUT, EPIPE on end of file). */
-static int cl_read_full(int fd, void *buf, size_t n, double deadline)
-{
-    uint8_t *p = buf;
-    while (n > 0) {
-        double left = deadline - bench_now();
-        if (left <= 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int r = poll(&pf, 1, (int)(left * 1000) + 1);
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r <= 0) {
-            errno = r == 0 ? ETIMEDOUT : errno;
-            return -1;
-        }
-        ssize_t got = read(fd, p, n);
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got <= 0) {
-            errno = got == 0 ? EPIPE : errno;
-            return -1;
-        }
-        p += got;
-        n -= (size_t)got;
-    }
-    return 0;
-}
-
-static int cl_write_full(int fd, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w <= 0) {
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Wait for a process to end within timeout_s; 1 when it ended (reaped). */
-static int cl_wait_pid(pid_t pid, double timeout_s, int *wstatus_p)
-{
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    int ended = 0;
-    if (pidfd >= 0) {
-        struct pollfd p = {.fd = pidfd, .events = POLLIN};
-        double deadline = bench_now() + timeout_s;
-        for (;;) {
-            double left = deadline - bench_now();
-            int r = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
-            if (r < 0 && errno == EINTR) {
-                continue;
-            }
-            ended = r > 0;
-            break;
-        }
-        close(pidfd);
-    } else {
-        /* no pidfd (old kernel): poll waitpid */
-        double deadline = bench_now() + timeout_s;
-        while (bench_now() < deadline) {
-            if (waitpid(pid, wstatus_p, WNOHANG) == pid) {
-                return 1;
-            }
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-        return 0;
-    }
-    if (ended) {
-        waitpid(pid, wstatus_p, 0);
-    }
-    return ended;
-}
+static volatile pid_t cl_sweep_pid; /* the sweep point running now (a child) */
 
 /* ---- cleanup and signals
  * ------------------------------------------------------------------ */
@@ -309,11 +241,18 @@ static void cl_kill_all(void)
     if (cl.have_child && cl.child.pid > 0) {
         kill(cl.child.pid, SIGKILL);
     }
+    bench_peer_kill(); /* memcached or redis-server, the /dev/shm peer's files */
+    if (cl_sweep_pid > 0) {
+        kill(cl_sweep_pid, SIGTERM); /* its own handler stops what it started */
+    }
 }
 
 static void cl_on_signal(int sig)
 {
     cl_kill_all();
+    if (cl_sweep_pid > 0) {
+        waitpid(cl_sweep_pid, NULL, 0);
+    }
     for (unsigned i = 0; i < cl.nworkers; i++) {
         if (cl.worker[i] > 0) {
             waitpid(cl.worker[i], NULL, 0);
@@ -375,34 +314,18 @@ static int cl_find_server_bin(void)
     return access(cl.bin, X_OK) == 0 ? 0 : -1;
 }
 
-/* Free TCP ports on 127.0.0.1: bind them all to port 0 at once (distinct),
- * read what the kernel gave, release them just before the servers start. */
+/* Free TCP ports on 127.0.0.1 for the servers (released just before they
+ * start). */
 static int cl_pick_ports(unsigned n)
 {
-    int fds[CL_MAX_SERVERS];
-    int rc = 0;
-    unsigned i;
-    for (i = 0; i < n; i++) {
-        struct sockaddr_in a;
-        socklen_t alen = sizeof(a);
-        memset(&a, 0, sizeof(a));
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof(a)) != 0 ||
-            getsockname(fds[i], (struct sockaddr *)&a, &alen) != 0) {
-            rc = -1;
-            if (fds[i] >= 0) {
-                close(fds[i]);
-            }
-            break;
-        }
-        cl.srv[i].port = ntohs(a.sin_port);
+    uint16_t ports[CL_MAX_SERVERS];
+    if (bench_free_ports(n, ports) != 0) {
+        return -1;
     }
-    while (i-- > 0) {
-        close(fds[i]);
+    for (unsigned i = 0; i < n; i++) {
+        cl.srv[i].port = ports[i];
     }
-    return rc;
+    return 0;
 }
 
 static void cl_print_log(const cl_server_t *s)
@@ -540,7 +463,7 @@ static void cl_server_kill(cl_server_t *s)
         return;
     }
     kill(s->pid, SIGKILL);
-    if (!cl_wait_pid(s->pid, opts.timeout_s, NULL)) {
+    if (!bench_wait_pid(s->pid, opts.timeout_s, NULL)) {
         fprintf(stderr,
                 "ckstore-bench: server %u (pid %d) did not die within %.0f s of "
                 "SIGKILL\n",
@@ -567,7 +490,7 @@ static void cl_servers_stop(void)
         if (s->pid <= 0) {
             continue;
         }
-        if (!cl_wait_pid(s->pid, opts.timeout_s, &wstatus)) {
+        if (!bench_wait_pid(s->pid, opts.timeout_s, &wstatus)) {
             fprintf(stderr,
                     "ckstore-bench: server %u (pid %d) did not stop within %.0f s of "
                     "SIGTERM: killed\n",
@@ -670,6 +593,10 @@ static void cl_pec_params(unsigned experts, unsigned ranks, cks_pec_params_t *p)
     p->layers = opts.pec_layers;
     p->experts = experts;
     p->per_step = opts.pec_k ? opts.pec_k : (experts / 4 ? experts / 4 : 1);
+    if (opts.pec_fraction > 0) {
+        unsigned k = (unsigned)(opts.pec_fraction * experts + 0.5);
+        p->per_step = k < 1 ? 1 : k > experts ? experts : k;
+    }
     p->ranks = ranks;
 }
 
@@ -760,6 +687,77 @@ static uint64_t cl_pec_model_bytes(unsigned experts, int delta, uint64_t *rank_m
     return total;
 }
 
+/* ---- the objects of a snapshot (--mix) ------------------------------------------
+ *
+ * Every writer puts the same list of objects (its shards), under keys of its
+ * own. uniform: --objects objects of --size bytes. moe: one trainer rank's
+ * share of a synthetic MoE checkpoint (docs/BENCHMARKS_CLUSTER.md): dense
+ * parameter shards, the dense optimizer state, expert states of the sizes
+ * the PEC and Lazarus papers give (63 MB and 112 MB), and the RNG state.
+ */
+
+#define CL_MAX_OBJS 1024
+
+typedef struct {
+    char name[40];
+    uint64_t size;
+    uint64_t off; /* in a writer's buffer */
+    cks_tags_t tags;
+} cl_obj_t;
+
+static struct {
+    const char *kind; /* "uniform", "moe" */
+    cl_obj_t obj[CL_MAX_OBJS];
+    unsigned n;
+    uint64_t bytes, max, stored; /* one writer's object bytes, largest, arena bytes */
+} cl_mix;
+
+static uint64_t cl_stored_bytes(uint64_t size);
+
+static void cl_mix_add(const char *name, unsigned count, uint64_t size, int32_t kind)
+{
+    for (unsigned i = 0; i < count && cl_mix.n < CL_MAX_OBJS; i++) {
+        cl_obj_t *o = &cl_mix.obj[cl_mix.n];
+        snprintf(o->name, sizeof(o->name), "%s%03u", name, i);
+        o->size = size;
+        o->off = cl_mix.bytes;
+        o->tags = (cks_tags_t){kind, CKS_TAG_NONE, CKS_TAG_NONE, CKS_TAG_NONE};
+        if (kind == CKS_KIND_EXPERT) {
+            o->tags.expert = (int32_t)i;
+        }
+        cl_mix.bytes += size;
+        cl_mix.stored += cl_stored_bytes(size);
+        cl_mix.max = size > cl_mix.max ? size : cl_mix.max;
+        cl_mix.n++;
+    }
+}
+
+static void cl_mix_build(void)
+{
+    memset(&cl_mix.obj, 0, sizeof(cl_mix.obj));
+    cl_mix.n = 0;
+    cl_mix.bytes = cl_mix.max = cl_mix.stored = 0;
+    if (strcmp(cl_mix.kind, "moe") == 0) {
+        cl_mix_add("dense-params", 2, 16ull << 20, CKS_KIND_DENSE);
+        cl_mix_add("dense-optim", 1, 96ull << 20, CKS_KIND_OPTIMIZER);
+        cl_mix_add("expert-state-63MB", 2, 63000000ull, CKS_KIND_EXPERT);
+        cl_mix_add("expert-state-112MB", 2, 112000000ull, CKS_KIND_EXPERT);
+        cl_mix_add("rng", 1, 4096, CKS_KIND_OTHER);
+    } else {
+        cl_mix_add("object", opts.objects, opts.size, CKS_KIND_OTHER);
+    }
+}
+
+static void cl_obj_key(unsigned writer, unsigned o, char *key, size_t len)
+{
+    snprintf(key, len, "client%02u/%s", writer, cl_mix.obj[o].name);
+}
+
+static uint64_t cl_obj_seed(unsigned writer, unsigned o)
+{
+    return 1000u * (writer + 1) + o;
+}
+
 /* ---- workers: protocol
  * ------------------------------------------------------------------ */
 
@@ -784,7 +782,7 @@ typedef struct {
     uint64_t version;
     uint32_t rank, nranks;
     uint32_t experts;
-    uint32_t pad;
+    uint32_t nreaders; /* SNAP, RESTORE: clients that restore (their shares) */
     uint64_t ckpt;
     char job[64];
 } cl_cmd_t;
@@ -795,6 +793,7 @@ typedef struct {
     double t_start, t_stored, t_end;
     uint64_t bytes, objects;
     uint64_t stored; /* arena bytes the objects take: data, padding, parity */
+    double cpu_s;    /* this client process's CPU seconds in the timed part */
     char err[256];
 } cl_res_t;
 
@@ -1025,27 +1024,43 @@ static cks_status_t cl_w_get_all(cks_restore_h r, const char *const *keys,
 /* ---- workers: the commands
  * --------------------------------------------------------------- */
 
-static void cl_w_main_key(unsigned obj, char *key, size_t len)
+/* The objects reader `reader` of `readers` restores: a contiguous block of
+ * the writers' objects (writer-major), so that with as many readers as
+ * writers each reads back what it wrote. */
+static void cl_read_share(unsigned reader, unsigned readers, unsigned *first_p,
+                          unsigned *count_p)
 {
-    snprintf(key, len, "client%02u/object%03u", wk.index, obj);
+    unsigned n = opts.clients * cl_mix.n;
+    unsigned first = (unsigned)((uint64_t)n * reader / readers);
+    unsigned last = (unsigned)((uint64_t)n * (reader + 1) / readers);
+    *first_p = first;
+    *count_p = last - first;
 }
 
-static int cl_w_alloc_main(cl_res_t *res)
+static int cl_w_alloc_main(const cl_cmd_t *cmd, cl_res_t *res)
 {
     char err[BENCH_ERR_LEN];
-    uint64_t total = opts.size * opts.objects;
-    if (wk.src.ptr != NULL) {
+    unsigned first, count;
+    uint64_t rtotal = 0;
+    if (wk.src.ptr != NULL || wk.dst.ptr != NULL) {
         return 0;
     }
-    if (bench_buf_alloc(BENCH_MEM_THP, total, &wk.src, err, sizeof(err)) != 0 ||
-        bench_buf_alloc(BENCH_MEM_THP, total, &wk.dst, err, sizeof(err)) != 0) {
+    cl_read_share(wk.index, cmd->nreaders, &first, &count);
+    for (unsigned g = first; g < first + count; g++) {
+        rtotal += cl_mix.obj[g % cl_mix.n].size;
+    }
+    if ((wk.index < opts.clients &&
+         bench_buf_alloc(BENCH_MEM_THP, cl_mix.bytes, &wk.src, err, sizeof(err)) != 0) ||
+        (rtotal > 0 && bench_buf_alloc(BENCH_MEM_THP, rtotal, &wk.dst, err, sizeof(err)) != 0)) {
         res->status = CKS_ERR_NO_MEMORY;
         snprintf(res->err, sizeof(res->err), "client %u: buffers: %.200s", wk.index, err);
         return -1;
     }
-    for (unsigned o = 0; o < opts.objects; o++) {
-        bench_fill((uint8_t *)wk.src.ptr + o * opts.size, opts.size,
-                   1000u * (wk.index + 1) + o);
+    if (wk.src.ptr != NULL) {
+        for (unsigned o = 0; o < cl_mix.n; o++) {
+            bench_fill((uint8_t *)wk.src.ptr + cl_mix.obj[o].off, cl_mix.obj[o].size,
+                       cl_obj_seed(wk.index, o));
+        }
     }
     return 0;
 }
@@ -1054,29 +1069,32 @@ static void cl_w_free_main(void)
 {
     if (wk.src.ptr != NULL) {
         bench_buf_free(&wk.src);
-        bench_buf_free(&wk.dst);
         memset(&wk.src, 0, sizeof(wk.src));
+    }
+    if (wk.dst.ptr != NULL) {
+        bench_buf_free(&wk.dst);
         memset(&wk.dst, 0, sizeof(wk.dst));
     }
 }
 
 static void cl_w_snap(const cl_cmd_t *cmd, cl_res_t *res, double deadline)
 {
-    cl_put_t puts[1024];
-    char keys[1024][48];
+    static cl_put_t puts[CL_MAX_OBJS];
+    static char keys[CL_MAX_OBJS][64];
     const char *what = "put";
     cks_status_t st;
+    double cpu0 = bench_proc_cpu_s(getpid());
 
-    for (unsigned o = 0; o < opts.objects; o++) {
-        cl_w_main_key(o, keys[o], sizeof(keys[o]));
+    for (unsigned o = 0; o < cl_mix.n; o++) {
+        cl_obj_key(wk.index, o, keys[o], sizeof(keys[o]));
         puts[o].key = keys[o];
-        puts[o].buf = (const uint8_t *)wk.src.ptr + o * opts.size;
-        puts[o].size = opts.size;
-        puts[o].tags =
-            (cks_tags_t){CKS_KIND_OTHER, CKS_TAG_NONE, CKS_TAG_NONE, (int32_t)cmd->rank};
+        puts[o].buf = (const uint8_t *)wk.src.ptr + cl_mix.obj[o].off;
+        puts[o].size = cl_mix.obj[o].size;
+        puts[o].tags = cl_mix.obj[o].tags;
+        puts[o].tags.rank = (int32_t)cmd->rank;
     }
     res->t_start = bench_now();
-    st = cl_w_put_all(cmd->job, cmd->version, puts, opts.objects, deadline, &what);
+    st = cl_w_put_all(cmd->job, cmd->version, puts, cl_mix.n, deadline, &what);
     res->t_stored = bench_now();
     if (st != CKS_OK) {
         cl_w_err(res, st, what);
@@ -1088,28 +1106,35 @@ static void cl_w_snap(const cl_cmd_t *cmd, cl_res_t *res, double deadline)
         cl_w_err(res, st, "finish");
         return;
     }
-    res->bytes = opts.size * opts.objects;
-    res->stored = cl_stored_bytes(opts.size) * opts.objects;
-    res->objects = opts.objects;
+    res->cpu_s = bench_proc_cpu_s(getpid()) - cpu0;
+    res->bytes = cl_mix.bytes;
+    res->stored = cl_mix.stored;
+    res->objects = cl_mix.n;
 }
 
 static void cl_w_restore(const cl_cmd_t *cmd, cl_res_t *res, double deadline)
 {
-    const char *keyp[1024];
-    void *bufs[1024];
-    uint64_t sizes[1024];
-    char keys[1024][48];
+    static const char *keyp[CL_MAX_OBJS * CL_MAX_CLIENTS];
+    static void *bufs[CL_MAX_OBJS * CL_MAX_CLIENTS];
+    static uint64_t sizes[CL_MAX_OBJS * CL_MAX_CLIENTS];
+    static char keys[CL_MAX_OBJS * CL_MAX_CLIENTS][64];
+    unsigned first, count;
+    uint64_t off = 0;
     cks_restore_h r;
     cks_status_t st;
+    double cpu0 = bench_proc_cpu_s(getpid());
 
-    for (unsigned o = 0; o < opts.objects; o++) {
-        cl_w_main_key(o, keys[o], sizeof(keys[o]));
-        keyp[o] = keys[o];
-        bufs[o] = (uint8_t *)wk.dst.ptr + o * opts.size;
-        sizes[o] = opts.size;
+    cl_read_share(wk.index, cmd->nreaders, &first, &count);
+    for (unsigned i = 0; i < count; i++) {
+        unsigned g = first + i, o = g % cl_mix.n;
+        cl_obj_key(g / cl_mix.n, o, keys[i], sizeof(keys[i]));
+        keyp[i] = keys[i];
+        bufs[i] = (uint8_t *)wk.dst.ptr + off;
+        sizes[i] = cl_mix.obj[o].size;
+        off += sizes[i];
     }
-    if (cmd->flags & CL_F_VERIFY) {
-        memset(wk.dst.ptr, 0x5a, opts.size * opts.objects);
+    if ((cmd->flags & CL_F_VERIFY) && off > 0) {
+        memset(wk.dst.ptr, 0x5a, off);
     }
     res->t_start = bench_now();
     st = cks_restore_open(wk.client, cmd->job, cmd->version, &r);
@@ -1117,7 +1142,7 @@ static void cl_w_restore(const cl_cmd_t *cmd, cl_res_t *res, double deadline)
         cl_w_err(res, st, "restore open");
         return;
     }
-    st = cl_w_get_all(r, keyp, bufs, sizes, opts.objects, deadline);
+    st = cl_w_get_all(r, keyp, bufs, sizes, count, deadline);
     res->t_end = bench_now();
     if (st != CKS_OK) {
         cl_w_err(res, st, "get");
@@ -1127,12 +1152,27 @@ static void cl_w_restore(const cl_cmd_t *cmd, cl_res_t *res, double deadline)
         return;
     }
     cks_restore_close(r);
+    res->cpu_s = bench_proc_cpu_s(getpid()) - cpu0;
     res->t_stored = res->t_end;
-    res->bytes = opts.size * opts.objects;
-    res->objects = opts.objects;
-    if ((cmd->flags & CL_F_VERIFY) &&
-        memcmp(wk.src.ptr, wk.dst.ptr, opts.size * opts.objects) != 0) {
-        cl_w_err(res, CL_ERR_VERIFY, "restore");
+    res->bytes = off;
+    res->objects = count;
+    if (cmd->flags & CL_F_VERIFY) {
+        /* each object against its writer's pattern, made again (untimed) */
+        bench_buf_t want;
+        char err[BENCH_ERR_LEN];
+        if (bench_buf_alloc(BENCH_MEM_THP, cl_mix.max, &want, err, sizeof(err)) != 0) {
+            cl_w_err(res, CKS_ERR_NO_MEMORY, "verify buffer");
+            return;
+        }
+        for (unsigned i = 0; i < count; i++) {
+            unsigned g = first + i;
+            bench_fill(want.ptr, sizes[i], cl_obj_seed(g / cl_mix.n, g % cl_mix.n));
+            if (memcmp(want.ptr, bufs[i], sizes[i]) != 0) {
+                cl_w_err(res, CL_ERR_VERIFY, keyp[i]);
+                break;
+            }
+        }
+        bench_buf_free(&want);
     }
 }
 
@@ -1324,7 +1364,7 @@ static int cl_worker_main(unsigned index, int cmd_fd, int res_fd)
         char go;
         /* the parent may be busy for long (references, other phases); it
          * kills us when it goes (PR_SET_PDEATHSIG), this bounds the rest */
-        if (cl_read_full(cmd_fd, &cmd, sizeof(cmd), bench_now() + 3600) != 0) {
+        if (bench_read_full(cmd_fd, &cmd, sizeof(cmd), bench_now() + 3600) != 0) {
             break;
         }
         if (cmd.op == CL_CMD_QUIT) {
@@ -1335,7 +1375,7 @@ static int cl_worker_main(unsigned index, int cmd_fd, int res_fd)
          * fresh one or when there is none (PEC_SETUP: always, servers may
          * have been restarted since the last command) */
         if (cmd.op == CL_CMD_SNAP || cmd.op == CL_CMD_RESTORE) {
-            cl_w_alloc_main(&res);
+            cl_w_alloc_main(&cmd, &res);
         } else if (cmd.op == CL_CMD_PEC_SETUP) {
             cl_w_pec_setup(&cmd, &res);
         }
@@ -1344,13 +1384,13 @@ static int cl_worker_main(unsigned index, int cmd_fd, int res_fd)
             cl_w_connect(&res);
         }
         res.phase = 0;
-        if (cl_write_full(res_fd, &res, sizeof(res)) != 0) {
+        if (bench_write_full(res_fd, &res, sizeof(res)) != 0) {
             break;
         }
         if (res.status != CKS_OK) {
             continue; /* the parent saw it; no GO follows */
         }
-        if (cl_read_full(cmd_fd, &go, 1, bench_now() + opts.timeout_s * 4) != 0) {
+        if (bench_read_full(cmd_fd, &go, 1, bench_now() + opts.timeout_s * 4) != 0) {
             break;
         }
         if (go != 'G') {
@@ -1377,7 +1417,7 @@ static int cl_worker_main(unsigned index, int cmd_fd, int res_fd)
                 break;
         }
         res.phase = 1;
-        if (cl_write_full(res_fd, &res, sizeof(res)) != 0) {
+        if (bench_write_full(res_fd, &res, sizeof(res)) != 0) {
             break;
         }
     }
@@ -1392,10 +1432,16 @@ static int cl_worker_main(unsigned index, int cmd_fd, int res_fd)
 /* ---- workers: the parent side
  * ---------------------------------------------------------------- */
 
+/* Writers are workers 0 .. clients-1, readers 0 .. readers-1. */
+static unsigned cl_nworkers_needed(void)
+{
+    return opts.readers > opts.clients ? opts.readers : opts.clients;
+}
+
 static int cl_workers_start(void)
 {
     pid_t parent = getpid();
-    for (unsigned w = 0; w < opts.clients; w++) {
+    for (unsigned w = 0; w < cl_nworkers_needed(); w++) {
         int cmd[2], res[2];
         if (pipe2(cmd, O_CLOEXEC) != 0) {
             return -1;
@@ -1456,18 +1502,18 @@ static void cl_workers_stop(void)
     cmd.op = CL_CMD_QUIT;
     for (unsigned w = 0; w < cl.nworkers; w++) {
         if (cl.worker[w] > 0) {
-            cl_write_full(cl.wcmd[w], &cmd, sizeof(cmd));
+            bench_write_full(cl.wcmd[w], &cmd, sizeof(cmd));
         }
     }
     for (unsigned w = 0; w < cl.nworkers; w++) {
         if (cl.worker[w] <= 0) {
             continue;
         }
-        if (!cl_wait_pid(cl.worker[w], opts.timeout_s, NULL)) {
+        if (!bench_wait_pid(cl.worker[w], opts.timeout_s, NULL)) {
             fprintf(stderr, "ckstore-bench: client %u (pid %d) did not quit: killed\n", w,
                     (int)cl.worker[w]);
             kill(cl.worker[w], SIGKILL);
-            cl_wait_pid(cl.worker[w], opts.timeout_s, NULL);
+            bench_wait_pid(cl.worker[w], opts.timeout_s, NULL);
         }
         cl.worker[w] = 0;
         close(cl.wcmd[w]);
@@ -1478,21 +1524,22 @@ static void cl_workers_stop(void)
 /* Run a command on every worker (rank = worker index): READY from all, GO to
  * all, results from all. res[] gets each worker's result. 0 when all went
  * well; errors are printed. */
-static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res)
+static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
 {
     int rc = 0;
     double deadline = bench_now() + opts.timeout_s * 4;
-    for (unsigned w = 0; w < cl.nworkers; w++) {
+    for (unsigned w = 0; w < nw; w++) {
         cl_cmd_t cmd = *proto;
         cmd.rank = w;
-        cmd.nranks = cl.nworkers;
-        if (cl_write_full(cl.wcmd[w], &cmd, sizeof(cmd)) != 0) {
+        cmd.nranks = nw;
+        cmd.nreaders = opts.readers;
+        if (bench_write_full(cl.wcmd[w], &cmd, sizeof(cmd)) != 0) {
             fprintf(stderr, "ckstore-bench: client %u is gone\n", w);
             return -1;
         }
     }
-    for (unsigned w = 0; w < cl.nworkers; w++) {
-        if (cl_read_full(cl.wres[w], &res[w], sizeof(res[w]), deadline) != 0) {
+    for (unsigned w = 0; w < nw; w++) {
+        if (bench_read_full(cl.wres[w], &res[w], sizeof(res[w]), deadline) != 0) {
             fprintf(stderr, "ckstore-bench: client %u did not get ready: %s\n", w,
                     strerror(errno));
             return -1; /* the caller tears everything down */
@@ -1502,19 +1549,19 @@ static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res)
             rc = -1;
         }
     }
-    for (unsigned w = 0; w < cl.nworkers; w++) {
+    for (unsigned w = 0; w < nw; w++) {
         /* those that failed wait for no GO; the others are called off */
         if (res[w].status == CKS_OK) {
             char go = rc == 0 ? 'G' : 'X';
-            cl_write_full(cl.wcmd[w], &go, 1);
+            bench_write_full(cl.wcmd[w], &go, 1);
         }
     }
     if (rc != 0) {
         return rc;
     }
     deadline = bench_now() + opts.timeout_s * 4;
-    for (unsigned w = 0; w < cl.nworkers; w++) {
-        if (cl_read_full(cl.wres[w], &res[w], sizeof(res[w]), deadline) != 0) {
+    for (unsigned w = 0; w < nw; w++) {
+        if (bench_read_full(cl.wres[w], &res[w], sizeof(res[w]), deadline) != 0) {
             fprintf(stderr, "ckstore-bench: client %u did not answer: %s\n", w,
                     strerror(errno));
             return -1;
@@ -1529,12 +1576,12 @@ static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res)
 
 /* Aggregate over the workers: total bytes, (max stored - min start), (max end
  * - min start). */
-static void cl_aggregate(const cl_res_t *res, uint64_t *bytes_p, double *stored_s_p,
-                         double *end_s_p, uint64_t *rank_max_p)
+static void cl_aggregate(const cl_res_t *res, unsigned nw, uint64_t *bytes_p,
+                         double *stored_s_p, double *end_s_p, uint64_t *rank_max_p)
 {
     double t0 = INFINITY, ts = 0, te = 0;
     uint64_t bytes = 0, rmax = 0;
-    for (unsigned w = 0; w < cl.nworkers; w++) {
+    for (unsigned w = 0; w < nw; w++) {
         t0 = res[w].t_start < t0 ? res[w].t_start : t0;
         ts = res[w].t_stored > ts ? res[w].t_stored : ts;
         te = res[w].t_end > te ? res[w].t_end : te;
@@ -1553,10 +1600,10 @@ static void cl_aggregate(const cl_res_t *res, uint64_t *bytes_p, double *stored_
     }
 }
 
-static uint64_t cl_sum_stored(const cl_res_t *res)
+static uint64_t cl_sum_stored(const cl_res_t *res, unsigned nw)
 {
     uint64_t t = 0;
-    for (unsigned w = 0; w < cl.nworkers; w++) {
+    for (unsigned w = 0; w < nw; w++) {
         t += res[w].stored;
     }
     return t;
@@ -1961,17 +2008,58 @@ static double cl_raw_best(unsigned d, char *what, size_t len)
 /* ---- the measurements
  * -------------------------------------------------------------------------- */
 
+#define CL_MAX_VERSIONS 10
+#define CL_MAX_SNAPS    (CL_MAX_REPS * CL_MAX_VERSIONS)
+
 typedef struct {
-    double stored[CL_MAX_REPS], prot[CL_MAX_REPS], tail[CL_MAX_REPS];
+    /* per snapshot (reps x versions): seconds to STORED and to PROTECTED of
+     * all writers; the trainer's stall (the slowest writer's time until its
+     * buffers are free again); the version commit (from the last STORED to
+     * the last cks_version_finish() returning: the version is committed and
+     * protected) */
+    double stored[CL_MAX_SNAPS], prot[CL_MAX_SNAPS], tail[CL_MAX_SNAPS];
+    double stall[CL_MAX_SNAPS];
+    /* CPU seconds per GB of object bytes: servers (all), writers (all) */
+    double srv_cpu_snap[CL_MAX_SNAPS], cli_cpu_snap[CL_MAX_SNAPS];
+    unsigned nsnap, ncpu_snap;
     double restore[CL_MAX_DOWN + 1][CL_MAX_REPS];
-    unsigned nsnap, nrestore[CL_MAX_DOWN + 1];
+    double srv_cpu_restore[CL_MAX_DOWN + 1][CL_MAX_REPS];
+    double cli_cpu_restore[CL_MAX_DOWN + 1][CL_MAX_REPS];
+    unsigned nrestore[CL_MAX_DOWN + 1], ncpu_restore[CL_MAX_DOWN + 1];
     uint64_t bytes;      /* per snapshot, all clients */
-    uint64_t used_bytes; /* arena bytes in use after the first snapshot (all servers) */
+    uint64_t rank_bytes; /* the largest writer's bytes per snapshot */
+    /* memory with `versions` snapshots stored (after the first rep's):
+     * arena bytes in use (all servers), the servers' resident memory */
+    uint64_t used_bytes, rss, rss_anon, rss_shmem;
     unsigned down_ids[CL_MAX_DOWN];
     unsigned ndown; /* levels measured: 0 (healthy only), 1, 2 */
 } cl_main_t;
 
 static cl_main_t mainfig;
+
+/* CPU seconds all live servers we started have used so far (-1: none). */
+static double cl_servers_cpu(void)
+{
+    double t = 0;
+    int any = 0;
+    for (unsigned i = 0; i < cl.nsrv; i++) {
+        double c = cl.srv[i].pid > 0 ? bench_proc_cpu_s(cl.srv[i].pid) : -1;
+        if (c >= 0) {
+            t += c;
+            any = 1;
+        }
+    }
+    return any ? t : -1;
+}
+
+static double cl_clients_cpu(const cl_res_t *res, unsigned nw)
+{
+    double t = 0;
+    for (unsigned w = 0; w < nw; w++) {
+        t += res[w].cpu_s;
+    }
+    return t;
+}
 
 static int cl_restore_phase(const char *job, uint64_t version, unsigned level, int verify,
                             int fresh)
@@ -1979,28 +2067,109 @@ static int cl_restore_phase(const char *job, uint64_t version, unsigned level, i
     cl_res_t res[CL_MAX_CLIENTS];
     cl_cmd_t cmd;
     uint64_t bytes;
-    double secs;
+    double secs, cpu0, cpu1;
+    unsigned n = mainfig.nrestore[level];
 
     memset(&cmd, 0, sizeof(cmd));
     cmd.op = CL_CMD_RESTORE;
     cmd.flags = (verify ? CL_F_VERIFY : 0) | (fresh ? CL_F_FRESH : 0);
     cmd.version = version;
     snprintf(cmd.job, sizeof(cmd.job), "%s", job);
-    if (cl_workers_run(&cmd, res) != 0) {
+    bench_progress("rep %u/%u: restore of version %llu, %u server%s down", n + 1, opts.reps,
+                   (unsigned long long)version, level, level == 1 ? "" : "s");
+    cpu0 = cl_servers_cpu();
+    if (cl_workers_run(&cmd, res, opts.readers) != 0) {
         return -1;
     }
-    cl_aggregate(res, &bytes, NULL, &secs, NULL);
-    mainfig.restore[level][mainfig.nrestore[level]++] = secs;
-    say("  rep %u: restore, %u server%s down: %.2f GB/s%s\n", mainfig.nrestore[level],
-        level, level == 1 ? "" : "s", (double)bytes / secs / BENCH_GB,
+    cpu1 = cl_servers_cpu();
+    cl_aggregate(res, opts.readers, &bytes, NULL, &secs, NULL);
+    mainfig.restore[level][n] = secs;
+    mainfig.nrestore[level]++;
+    if (cpu0 >= 0 && cpu1 >= 0) {
+        mainfig.srv_cpu_restore[level][mainfig.ncpu_restore[level]] =
+            (cpu1 - cpu0) / ((double)bytes / BENCH_GB);
+        mainfig.cli_cpu_restore[level][mainfig.ncpu_restore[level]++] =
+            cl_clients_cpu(res, opts.readers) / ((double)bytes / BENCH_GB);
+    }
+    say("  rep %u: restore, %u server%s down: %.2f GB/s%s\n", n + 1, level,
+        level == 1 ? "" : "s", (double)bytes / secs / BENCH_GB,
         verify ? " (bytes verified)" : "");
     return 0;
+}
+
+/* One snapshot: `version` of all writers, timed. */
+static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned rep)
+{
+    cl_res_t res[CL_MAX_CLIENTS];
+    cl_cmd_t cmd;
+    uint64_t bytes, rmax;
+    double stored_s, prot_s, cpu0, cpu1, stall = 0, last_stored = 0, last_end = 0;
+
+    if (cl_begin(job, version, CKS_NO_PARENT, 0, opts.clients) != 0) {
+        return -1;
+    }
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.op = CL_CMD_SNAP;
+    cmd.flags = fresh ? CL_F_FRESH : 0;
+    cmd.version = version;
+    snprintf(cmd.job, sizeof(cmd.job), "%s", job);
+    bench_progress("rep %u/%u: snapshot, version %llu", rep + 1, opts.reps,
+                   (unsigned long long)version);
+    cpu0 = cl_servers_cpu();
+    if (cl_workers_run(&cmd, res, opts.clients) != 0) {
+        cks_version_abort(cl_client, job, version);
+        return -1;
+    }
+    cpu1 = cl_servers_cpu();
+    cl_aggregate(res, opts.clients, &bytes, &stored_s, &prot_s, &rmax);
+    for (unsigned w = 0; w < opts.clients; w++) {
+        double st = res[w].t_stored - res[w].t_start;
+        stall = st > stall ? st : stall;
+        last_stored = res[w].t_stored > last_stored ? res[w].t_stored : last_stored;
+        last_end = res[w].t_end > last_end ? res[w].t_end : last_end;
+    }
+    mainfig.bytes = bytes;
+    mainfig.rank_bytes = rmax;
+    if (mainfig.nsnap < CL_MAX_SNAPS) {
+        unsigned n = mainfig.nsnap++;
+        mainfig.stored[n] = stored_s;
+        mainfig.prot[n] = prot_s;
+        mainfig.tail[n] = last_end - last_stored;
+        mainfig.stall[n] = stall;
+        if (cpu0 >= 0 && cpu1 >= 0) {
+            mainfig.srv_cpu_snap[mainfig.ncpu_snap] = (cpu1 - cpu0) / ((double)bytes / BENCH_GB);
+            mainfig.cli_cpu_snap[mainfig.ncpu_snap++] =
+                cl_clients_cpu(res, opts.clients) / ((double)bytes / BENCH_GB);
+        }
+    }
+    say("  rep %u: snapshot (version %llu): STORED %.2f GB/s, PROTECTED %.2f GB/s, stall "
+        "%.0f ms, commit %.0f ms\n",
+        rep + 1, (unsigned long long)version, (double)bytes / stored_s / BENCH_GB,
+        (double)bytes / prot_s / BENCH_GB, stall * 1e3, (last_end - last_stored) * 1e3);
+    return 0;
+}
+
+/* Arena bytes in use and the servers' resident memory, now. */
+static void cl_memory_now(void)
+{
+    uint64_t used = 0;
+    if (cks_cluster_usage(cl_client, &used, NULL) == CKS_OK) {
+        mainfig.used_bytes = used;
+    }
+    mainfig.rss = mainfig.rss_anon = mainfig.rss_shmem = 0;
+    for (unsigned i = 0; i < cl.nsrv; i++) {
+        uint64_t rss, anon, shmem;
+        if (cl.srv[i].pid > 0 && bench_proc_rss(cl.srv[i].pid, &rss, &anon, &shmem) == 0) {
+            mainfig.rss += rss;
+            mainfig.rss_anon += anon;
+            mainfig.rss_shmem += shmem;
+        }
+    }
 }
 
 static int cl_measure_main(void)
 {
     char job[64];
-    cl_res_t res[CL_MAX_CLIENTS];
     int fresh = 1;
 
     snprintf(job, sizeof(job), "bench-%d", (int)getpid());
@@ -2015,49 +2184,35 @@ static int cl_measure_main(void)
         }
     }
     for (unsigned rep = 0; rep < opts.reps; rep++) {
-        uint64_t version = rep + 1, bytes;
-        double stored_s, prot_s;
-        cl_cmd_t cmd;
+        uint64_t first = (uint64_t)rep * opts.versions + 1;
+        uint64_t newest = first + opts.versions - 1;
 
-        if (cl_client_connect() != 0 ||
-            cl_begin(job, version, CKS_NO_PARENT, 0, cl.nworkers) != 0) {
+        if (cl_client_connect() != 0) {
             return -1;
         }
-        memset(&cmd, 0, sizeof(cmd));
-        cmd.op = CL_CMD_SNAP;
-        cmd.flags = fresh ? CL_F_FRESH : 0;
-        cmd.version = version;
-        snprintf(cmd.job, sizeof(cmd.job), "%s", job);
-        if (cl_workers_run(&cmd, res) != 0) {
-            cks_version_abort(cl_client, job, version);
-            return -1;
-        }
-        fresh = 0;
-        cl_aggregate(res, &bytes, &stored_s, &prot_s, NULL);
-        mainfig.bytes = bytes;
-        mainfig.stored[mainfig.nsnap] = stored_s;
-        mainfig.prot[mainfig.nsnap] = prot_s;
-        mainfig.tail[mainfig.nsnap++] = prot_s - stored_s;
-        say("  rep %u: snapshot: STORED %.2f GB/s, PROTECTED %.2f GB/s\n", rep + 1,
-            (double)bytes / stored_s / BENCH_GB, (double)bytes / prot_s / BENCH_GB);
-        if (rep == 0) {
-            uint64_t used = 0;
-            if (cks_cluster_usage(cl_client, &used, NULL) == CKS_OK) {
-                mainfig.used_bytes = used;
+        /* `versions` snapshots in a row, all kept */
+        for (uint64_t v = first; v <= newest; v++) {
+            if (cl_snapshot(job, v, fresh, rep) != 0) {
+                return -1;
             }
+            fresh = 0;
         }
-        if (cl_restore_phase(job, version, 0, rep == 0, 0) != 0) {
+        if (rep == 0) {
+            cl_memory_now();
+        }
+        if (cl_restore_phase(job, newest, 0, rep == 0, 0) != 0) {
             return -1;
         }
         for (unsigned d = 0; d < mainfig.ndown; d++) {
             cl_server_kill(&cl.srv[mainfig.down_ids[d]]);
             /* a fresh client: a replacement rank restoring after the failure */
-            if (cl_restore_phase(job, version, d + 1, rep == 0, 1) != 0) {
+            if (cl_restore_phase(job, newest, d + 1, rep == 0, 1) != 0) {
                 return -1;
             }
         }
         if (mainfig.ndown > 0) {
             double deadline = bench_now() + opts.timeout_s + 10;
+            bench_progress("rep %u/%u: restarting the killed servers", rep + 1, opts.reps);
             for (unsigned d = 0; d < mainfig.ndown; d++) {
                 if (cl_server_spawn(&cl.srv[mainfig.down_ids[d]], opts.arena) != 0) {
                     return -1;
@@ -2073,11 +2228,14 @@ static int cl_measure_main(void)
                 return -1;
             }
         }
-        cks_status_t st = cks_version_delete(cl_client, job, version);
-        if (st != CKS_OK) {
-            return cl_fail("delete", st);
+        for (uint64_t v = first; v <= newest; v++) {
+            cks_status_t st = cks_version_delete(cl_client, job, v);
+            if (st != CKS_OK) {
+                return cl_fail("delete", st);
+            }
         }
     }
+    bench_progress_clear();
     return 0;
 }
 
@@ -2135,7 +2293,7 @@ static int cl_measure_pec_one(cl_pec_fig_t *f, unsigned experts)
     double stored_s, prot_s;
     unsigned npec;
 
-    cl_pec_params(experts, cl.nworkers, &p);
+    cl_pec_params(experts, opts.clients, &p);
     f->experts = experts;
     f->per_step = p.per_step;
     npec = (experts + p.per_step - 1) / p.per_step; /* one period */
@@ -2146,7 +2304,7 @@ static int cl_measure_pec_one(cl_pec_fig_t *f, unsigned experts)
     cmd.op = CL_CMD_PEC_SETUP;
     cmd.experts = experts;
     snprintf(cmd.job, sizeof(cmd.job), "%s", job);
-    if (cl_workers_run(&cmd, res) != 0) {
+    if (cl_workers_run(&cmd, res, opts.clients) != 0) {
         return -1;
     }
     say("  %2u experts, full:", experts);
@@ -2160,20 +2318,20 @@ static int cl_measure_pec_one(cl_pec_fig_t *f, unsigned experts)
             }
         }
         version++;
-        if (cl_begin(job, version, CKS_NO_PARENT, 0, cl.nworkers) != 0) {
+        if (cl_begin(job, version, CKS_NO_PARENT, 0, opts.clients) != 0) {
             return -1;
         }
         cmd.op = CL_CMD_PEC_SNAP;
         cmd.flags = CL_F_FULL;
         cmd.version = version;
         cmd.ckpt = 0;
-        if (cl_workers_run(&cmd, res) != 0) {
+        if (cl_workers_run(&cmd, res, opts.clients) != 0) {
             cks_version_abort(cl_client, job, version);
             return -1;
         }
-        cl_aggregate(res, &bytes, &stored_s, &prot_s, &rmax);
+        cl_aggregate(res, opts.clients, &bytes, &stored_s, &prot_s, &rmax);
         f->full_bytes = bytes;
-        f->full_stored = cl_sum_stored(res);
+        f->full_stored = cl_sum_stored(res, opts.clients);
         f->full_rank_max = rmax;
         f->full_stored_s[f->nfull] = stored_s;
         f->full_s[f->nfull++] = prot_s;
@@ -2186,25 +2344,25 @@ static int cl_measure_pec_one(cl_pec_fig_t *f, unsigned experts)
      * retained manifest uses are freed) */
     for (unsigned c = 1; c <= npec; c++) {
         uint64_t parent = version++;
-        if (cl_begin(job, version, parent, 2, cl.nworkers) != 0) {
+        if (cl_begin(job, version, parent, 2, opts.clients) != 0) {
             return -1;
         }
         cmd.op = CL_CMD_PEC_SNAP;
         cmd.flags = 0;
         cmd.version = version;
         cmd.ckpt = c;
-        if (cl_workers_run(&cmd, res) != 0) {
+        if (cl_workers_run(&cmd, res, opts.clients) != 0) {
             cks_version_abort(cl_client, job, version);
             return -1;
         }
-        cl_aggregate(res, &bytes, &stored_s, &prot_s, &rmax);
+        cl_aggregate(res, opts.clients, &bytes, &stored_s, &prot_s, &rmax);
         if (f->npec > 0 && bytes != f->pec_bytes) {
             fprintf(stderr,
                     "ckstore-bench: PEC versions of different sizes (%llu, %llu)\n",
                     (unsigned long long)bytes, (unsigned long long)f->pec_bytes);
         }
         f->pec_bytes = bytes;
-        f->pec_stored = cl_sum_stored(res);
+        f->pec_stored = cl_sum_stored(res, opts.clients);
         f->pec_rank_max = rmax > f->pec_rank_max ? rmax : f->pec_rank_max;
         f->pec_stored_s[f->npec] = stored_s;
         f->pec_s[f->npec++] = prot_s;
@@ -2216,7 +2374,7 @@ static int cl_measure_pec_one(cl_pec_fig_t *f, unsigned experts)
     cmd.op = CL_CMD_PEC_VERIFY;
     cmd.flags = 0;
     cmd.version = version;
-    if (cl_workers_run(&cmd, res) != 0) {
+    if (cl_workers_run(&cmd, res, opts.clients) != 0) {
         return -1;
     }
     say("; restore of version %llu verified", (unsigned long long)version);
@@ -2456,13 +2614,19 @@ static void cl_print_main(bench_report_t *rep)
     bench_stats_t healthy;
     double tail_s;
 
-    say("\nckstore cluster: %u servers, RS(%u,%u), %s chunks, %u client%s x %u objects x "
-        "%s "
-        "= %.0f MiB per snapshot; GB/s = 10^9 B/s of object bytes, median of %u\n",
-        cl.nmap, opts.k, opts.m, bench_size_str(opts.chunk, sz, sizeof(sz)), cl.nworkers,
-        cl.nworkers > 1 ? "s" : "", opts.objects,
-        bench_size_str(opts.size, what, sizeof(what)), (double)mainfig.bytes / (1 << 20),
-        opts.reps);
+    if (strcmp(cl_mix.kind, "moe") == 0) {
+        snprintf(what, sizeof(what), "the MoE mix (%u objects, %.0f MiB)", cl_mix.n,
+                 (double)cl_mix.bytes / (1 << 20));
+    } else {
+        char osz[32];
+        snprintf(what, sizeof(what), "%u objects x %s", opts.objects,
+                 bench_size_str(opts.size, osz, sizeof(osz)));
+    }
+    say("\nckstore cluster: %u servers, RS(%u,%u), %s chunks, %u writer%s x %s = %.0f MiB "
+        "per snapshot, %u reader%s; GB/s = 10^9 B/s of object bytes, median of %u\n",
+        cl.nmap, opts.k, opts.m, bench_size_str(opts.chunk, sz, sizeof(sz)), opts.clients,
+        opts.clients > 1 ? "s" : "", what, (double)mainfig.bytes / (1 << 20), opts.readers,
+        opts.readers > 1 ? "s" : "", mainfig.nsnap);
     say("%-18s %4s %7s %6s %6s  %-28s %6s %6s  %5s  %s\n", "op", "down", "GB/s", "min",
         "max", "reference", "ref", "ratio", "/heal", "target");
     snprintf(what, sizeof(what), "raw UCX put (%s)", put_what);
@@ -2475,11 +2639,11 @@ static void cl_print_main(bench_report_t *rep)
     memcpy(tails, mainfig.restore[0], sizeof(tails));
     bench_stats(mainfig.bytes, tails, mainfig.nrestore[0], &healthy);
     cl_main_row(rep, "restore", 0, mainfig.restore[0], mainfig.nrestore[0], raw_get, what,
-                NAN, cl.nworkers == 1 ? CL_TARGET_RESTORE : NAN);
+                NAN, opts.readers == 1 ? CL_TARGET_RESTORE : NAN);
     for (unsigned d = 1; d <= mainfig.ndown; d++) {
         cl_main_row(rep, "restore_degraded", d, mainfig.restore[d], mainfig.nrestore[d],
                     raw_get, what, healthy.median,
-                    cl.nworkers == 1 ? CL_TARGET_DEGRADED : NAN);
+                    opts.readers == 1 ? CL_TARGET_DEGRADED : NAN);
     }
     if (mainfig.ndown == 0) {
         say("(no degraded restores: %s)\n",
@@ -2550,12 +2714,11 @@ static void cl_print_main(bench_report_t *rep)
             CL_TARGET_ENCODE);
     }
     if (mainfig.used_bytes > 0) {
-        say("arena bytes in use after the first snapshot: %.0f MiB = %.3f x the object "
-            "bytes "
-            "(RS(%u,%u): %.3f)\n",
-            (double)mainfig.used_bytes / (1 << 20),
-            (double)mainfig.used_bytes / (double)mainfig.bytes, opts.k, opts.m,
-            (double)(opts.k + opts.m) / opts.k);
+        say("arena bytes in use with %u snapshot%s stored: %.0f MiB = %.3f x the object "
+            "bytes (RS(%u,%u): %.3f)\n",
+            opts.versions, opts.versions > 1 ? "s" : "", (double)mainfig.used_bytes / (1 << 20),
+            (double)mainfig.used_bytes / ((double)mainfig.bytes * opts.versions), opts.k,
+            opts.m, (double)(opts.k + opts.m) / opts.k);
     }
 }
 
@@ -2566,8 +2729,8 @@ static void cl_print_pec(bench_report_t *rep)
         "experts "
         "of %u units, unit = %s of bf16 params, optimizer state %ux params; %u rank%s\n",
         opts.pec_layers, CL_PEC_DENSE_UNITS, CL_PEC_EXPERT_UNITS,
-        bench_size_str(opts.pec_unit, sz, sizeof(sz)), CL_PEC_OPT_FACTOR, cl.nworkers,
-        cl.nworkers > 1 ? "s" : "");
+        bench_size_str(opts.pec_unit, sz, sizeof(sz)), CL_PEC_OPT_FACTOR, opts.clients,
+        opts.clients > 1 ? "s" : "");
     say("%-3s %-4s %5s %9s %9s %10s %8s %6s %8s %9s %9s\n", "E", "kind", "saved",
         "MiB/vers", "MiB/rank", "arena MiB", "s PROT", "GB/s", "s STORED", "reduction",
         "PEC paper");
@@ -2605,7 +2768,7 @@ static void cl_print_pec(bench_report_t *rep)
             bench_rec_u64(r, "experts", f->experts);
             bench_rec_u64(r, "experts_saved", f->experts);
             bench_rec_u64(r, "layers", opts.pec_layers);
-            bench_rec_u64(r, "ranks", cl.nworkers);
+            bench_rec_u64(r, "ranks", opts.clients);
             bench_rec_u64(r, "bytes", f->full_bytes);
             bench_rec_u64(r, "stored_bytes", f->full_stored);
             bench_rec_u64(r, "rank_bytes", f->full_rank_max);
@@ -2619,7 +2782,7 @@ static void cl_print_pec(bench_report_t *rep)
             bench_rec_u64(r, "experts", f->experts);
             bench_rec_u64(r, "experts_saved", f->per_step);
             bench_rec_u64(r, "layers", opts.pec_layers);
-            bench_rec_u64(r, "ranks", cl.nworkers);
+            bench_rec_u64(r, "ranks", opts.clients);
             bench_rec_u64(r, "bytes", f->pec_bytes);
             bench_rec_u64(r, "stored_bytes", f->pec_stored);
             bench_rec_u64(r, "rank_bytes", f->pec_rank_max);
@@ -2639,6 +2802,707 @@ static void cl_print_pec(bench_report_t *rep)
         "(median)\nreduction = 1 - PEC bytes / full bytes per version; PEC paper: the "
         "54.2 %% "
         "the PEC paper reports for 8 experts (its own model and K; see the docs)\n");
+}
+
+/* ---- peers ------------------------------------------------------------------------
+ *
+ * memcached, Redis and files in /dev/shm store and read back the objects of
+ * one writer (writer 0's: the same sizes and bytes), from this process over
+ * one connection, `reps` rounds after a warm-up round (peers.c).
+ */
+
+static bench_peer_res_t peerres[BENCH_NPEERS];
+static int peer_tried[BENCH_NPEERS];
+
+static int cl_measure_peers(void)
+{
+    bench_buf_t src, dst;
+    char err[BENCH_ERR_LEN];
+    uint64_t sizes[CL_MAX_OBJS];
+    bench_peer_params_t pp;
+
+    if (bench_buf_alloc(BENCH_MEM_THP, cl_mix.bytes, &src, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ckstore-bench: peers: %s\n", err);
+        return -1;
+    }
+    if (bench_buf_alloc(BENCH_MEM_THP, cl_mix.max + (1u << 20), &dst, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ckstore-bench: peers: %s\n", err);
+        bench_buf_free(&src);
+        return -1;
+    }
+    for (unsigned o = 0; o < cl_mix.n; o++) {
+        sizes[o] = cl_mix.obj[o].size;
+        bench_fill((uint8_t *)src.ptr + cl_mix.obj[o].off, sizes[o], cl_obj_seed(0, o));
+    }
+    memset(&pp, 0, sizeof(pp));
+    pp.src = src.ptr;
+    pp.sizes = sizes;
+    pp.nobj = cl_mix.n;
+    pp.dst = dst.ptr;
+    pp.dst_len = dst.len;
+    pp.reps = opts.reps;
+    pp.timeout_s = opts.timeout_s;
+    for (unsigned p = 0; p < BENCH_NPEERS; p++) {
+        if (!(opts.peers & (1u << p))) {
+            continue;
+        }
+        peer_tried[p] = 1;
+        if (bench_peer_run(p, &pp, &peerres[p]) != 0) {
+            say("  peer %s: skipped: %s\n", bench_peer_name(p), peerres[p].note);
+            continue;
+        }
+        say("  peer %s: %s\n", bench_peer_name(p), peerres[p].desc);
+    }
+    bench_buf_free(&dst);
+    bench_buf_free(&src);
+    return 0;
+}
+
+/* GB/s statistics of a list of seconds for `bytes` (the list is kept). */
+static void cl_stats_of(uint64_t bytes, const double *secs, unsigned n, bench_stats_t *st)
+{
+    double tmp[CL_MAX_SNAPS];
+    memset(st, 0, sizeof(*st));
+    st->median = st->min = st->max = NAN;
+    if (n == 0) {
+        return;
+    }
+    n = n > CL_MAX_SNAPS ? CL_MAX_SNAPS : n;
+    memcpy(tmp, secs, n * sizeof(*tmp));
+    bench_stats(bytes, tmp, n, st);
+}
+
+/* min / median / max of plain values. */
+static void cl_vstats(const double *v, unsigned n, double *min_p, double *med_p, double *max_p)
+{
+    double tmp[CL_MAX_SNAPS];
+    *min_p = *med_p = *max_p = NAN;
+    if (n == 0) {
+        return;
+    }
+    n = n > CL_MAX_SNAPS ? CL_MAX_SNAPS : n;
+    memcpy(tmp, v, n * sizeof(*tmp));
+    for (unsigned i = 1; i < n; i++) { /* insertion sort: n is small */
+        double x = tmp[i];
+        unsigned j = i;
+        while (j > 0 && tmp[j - 1] > x) {
+            tmp[j] = tmp[j - 1];
+            j--;
+        }
+        tmp[j] = x;
+    }
+    *min_p = tmp[0];
+    *max_p = tmp[n - 1];
+    *med_p = n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+}
+
+static const char *const cl_peer_ops[BENCH_NPEERS][2] = {
+    {"peer_memcached_set", "peer_memcached_get"},
+    {"peer_redis_set", "peer_redis_get"},
+    {"peer_shm_write", "peer_shm_read"},
+};
+
+/* ckstore's figures the peers are compared with: one client's snapshot to
+ * STORED (its buffers are free, the bytes are in the servers' memory, as
+ * after a SET) and its restore. NAN when not measured. */
+static double cl_ck_median(int restore)
+{
+    bench_stats_t st;
+    if (restore) {
+        cl_stats_of(mainfig.bytes, mainfig.restore[0], mainfig.nrestore[0], &st);
+    } else {
+        cl_stats_of(mainfig.bytes, mainfig.stored, mainfig.nsnap, &st);
+    }
+    return st.median;
+}
+
+static void cl_print_peers(bench_report_t *rep)
+{
+    int any = 0;
+    for (unsigned p = 0; p < BENCH_NPEERS; p++) {
+        any |= peer_tried[p];
+    }
+    if (!any) {
+        return;
+    }
+    say("\npeers, the same objects (writer 0's: %u objects, %.0f MiB, %s), one connection "
+        "from this process, GB/s = 10^9 B/s, median of %u rounds after a warm-up round; "
+        "ckstore: %u client%s, STORED and restore\n",
+        cl_mix.n, (double)cl_mix.bytes / (1 << 20), cl_mix.kind, opts.reps, opts.clients,
+        opts.clients > 1 ? "s" : "");
+    say("%-20s %6s %6s %6s  %-16s %6s %8s %9s %9s\n", "op", "GB/s", "min", "max", "ckstore",
+        "GB/s", "ck/peer", "srv CPU", "srv RSS");
+    say("%-20s %6s %6s %6s  %-16s %6s %8s %9s %9s\n", "", "", "", "", "", "", "", "s/GB",
+        "B/B");
+    for (unsigned p = 0; p < BENCH_NPEERS; p++) {
+        bench_peer_res_t *pr = &peerres[p];
+        if (!peer_tried[p]) {
+            continue;
+        }
+        if (!pr->ok) {
+            say("%-20s skipped: %s\n", bench_peer_name(p), pr->note);
+            continue;
+        }
+        for (unsigned d = 0; d < 2; d++) {
+            bench_stats_t st;
+            double ck = cl_ck_median((int)d);
+            double cpu = pr->server_cpu_s >= 0
+                             ? pr->server_cpu_s / ((double)pr->bytes * pr->n / BENCH_GB) / 2
+                             : NAN;
+            double rss = pr->server_rss > 0 ? (double)pr->server_rss / (double)pr->bytes : NAN;
+            bench_rec_t *r;
+            cl_stats_of(pr->bytes, d ? pr->get_s : pr->set_s, pr->n, &st);
+            say("%-20s %6.2f %6.2f %6.2f  %-16s %6.2f %7.2fx %9.3f %9.2f\n", cl_peer_ops[p][d],
+                st.median, st.min, st.max, d ? "restore" : "snapshot STORED", ck,
+                ck / st.median, cpu, rss);
+            if ((r = bench_report_add(rep)) == NULL) {
+                continue;
+            }
+            bench_rec_str(r, "op", cl_peer_ops[p][d]);
+            bench_rec_u64(r, "objects", cl_mix.n);
+            bench_rec_u64(r, "size", cl_mix.max);
+            bench_rec_u64(r, "bytes", pr->bytes);
+            bench_rec_str(r, "mix", cl_mix.kind);
+            cl_rec_stats(r, &st);
+            bench_rec_u64(r, "connections", 1);
+            bench_rec_f64(r, "ckstore_gbps", ck);
+            bench_rec_str(r, "ckstore_op", d ? "restore" : "snapshot_stored");
+            bench_rec_f64(r, "ratio", ck / st.median);
+            bench_rec_f64(r, "server_cpu_s_per_gb", cpu);
+            bench_rec_f64(r, "server_rss_per_byte", rss);
+            bench_rec_str(r, "peer", pr->desc);
+        }
+    }
+    say("ck/peer: ckstore's figure over the peer's; srv CPU: the peer server's CPU seconds "
+        "per GB moved (set and get rounds together, halved); srv RSS: its resident memory "
+        "holding one round's objects, per object byte\n");
+}
+
+typedef struct {
+    const char *what, *phase, *who;
+    const double *v;
+    unsigned n, down;
+} cl_cpu_row_t;
+
+/* The figures per snapshot, min / median / max. */
+static void cl_print_figures(bench_report_t *rep)
+{
+    double mn, md, mx;
+    double mc = refs.memcpy_fig.st.median;
+    double mc_ms = (double)mainfig.rank_bytes / (mc * BENCH_GB) * 1e3;
+    double gb = (double)mainfig.bytes / BENCH_GB;
+    bench_rec_t *r;
+    char sz[32];
+
+    say("\nper snapshot (%u snapshot%s: %u rep%s x %u version%s), min / median / max\n",
+        mainfig.nsnap, mainfig.nsnap > 1 ? "s" : "", opts.reps, opts.reps > 1 ? "s" : "",
+        opts.versions, opts.versions > 1 ? "s" : "");
+    say("%-44s %9s %9s %9s  %s\n", "figure", "min", "median", "max", "note");
+    double ms[CL_MAX_SNAPS];
+    for (unsigned i = 0; i < mainfig.nsnap; i++) {
+        ms[i] = mainfig.stall[i] * 1e3;
+    }
+    cl_vstats(ms, mainfig.nsnap, &mn, &md, &mx);
+    say("%-44s %9.1f %9.1f %9.1f  one memcpy of a writer's %s: %.1f ms\n",
+        "trainer stall (buffers reusable), ms", mn, md, mx,
+        bench_size_str(mainfig.rank_bytes, sz, sizeof(sz)), mc_ms);
+    if ((r = bench_report_add(rep)) != NULL) {
+        cl_rec_common(r, "trainer_stall");
+        bench_rec_u64(r, "clients", opts.clients);
+        bench_rec_u64(r, "rank_bytes", mainfig.rank_bytes);
+        bench_rec_f64(r, "ms", md);
+        bench_rec_f64(r, "min_ms", mn);
+        bench_rec_f64(r, "max_ms", mx);
+        bench_rec_f64(r, "memcpy_ms", mc_ms);
+        bench_rec_f64(r, "ratio", md / mc_ms);
+        bench_rec_u64(r, "reps", mainfig.nsnap);
+    }
+    for (unsigned i = 0; i < mainfig.nsnap; i++) {
+        ms[i] = mainfig.tail[i] * 1e3;
+    }
+    cl_vstats(ms, mainfig.nsnap, &mn, &md, &mx);
+    say("%-44s %9.1f %9.1f %9.1f  last STORED -> last cks_version_finish() returned\n",
+        "version commit latency, ms", mn, md, mx);
+    if ((r = bench_report_add(rep)) != NULL) {
+        cl_rec_common(r, "version_commit");
+        bench_rec_u64(r, "clients", opts.clients);
+        bench_rec_u64(r, "bytes", mainfig.bytes);
+        bench_rec_f64(r, "ms", md);
+        bench_rec_f64(r, "min_ms", mn);
+        bench_rec_f64(r, "max_ms", mx);
+        bench_rec_u64(r, "reps", mainfig.nsnap);
+    }
+    cl_cpu_row_t cpu[2 + 2 * (CL_MAX_DOWN + 1)];
+    unsigned nc = 0;
+    cpu[nc++] = (cl_cpu_row_t){"server CPU s per GB, snapshot", "snapshot", "servers",
+                                 mainfig.srv_cpu_snap, mainfig.ncpu_snap, 0};
+    cpu[nc++] = (cl_cpu_row_t){"client CPU s per GB, snapshot", "snapshot", "clients",
+                                 mainfig.cli_cpu_snap, mainfig.ncpu_snap, 0};
+    for (unsigned d = 0; d <= mainfig.ndown; d++) {
+        static const char *const sw[] = {"server CPU s per GB, restore", "server CPU s per GB, "
+                                         "restore 1 down", "server CPU s per GB, restore 2 down"};
+        static const char *const cw[] = {"client CPU s per GB, restore", "client CPU s per GB, "
+                                         "restore 1 down", "client CPU s per GB, restore 2 down"};
+        cpu[nc++] = (cl_cpu_row_t){sw[d], "restore", "servers", mainfig.srv_cpu_restore[d],
+                                     mainfig.ncpu_restore[d], d};
+        cpu[nc++] = (cl_cpu_row_t){cw[d], "restore", "clients", mainfig.cli_cpu_restore[d],
+                                     mainfig.ncpu_restore[d], d};
+    }
+    for (unsigned i = 0; i < nc; i++) {
+        if (cpu[i].n == 0) {
+            continue;
+        }
+        cl_vstats(cpu[i].v, cpu[i].n, &mn, &md, &mx);
+        say("%-44s %9.3f %9.3f %9.3f  %s\n", cpu[i].what, mn, md, mx,
+            i == 0 ? "utime + stime of every server process, /proc/PID/stat" : "");
+        if ((r = bench_report_add(rep)) != NULL) {
+            cl_rec_common(r, strcmp(cpu[i].who, "servers") == 0 ? "server_cpu_per_gb"
+                                                                 : "client_cpu_per_gb");
+            bench_rec_str(r, "phase", cpu[i].phase);
+            bench_rec_u64(r, "servers_down", cpu[i].down);
+            bench_rec_u64(r, "servers", cl.nmap);
+            bench_rec_u64(r, "clients", strcmp(cpu[i].phase, "restore") == 0 ? opts.readers
+                                                                              : opts.clients);
+            bench_rec_f64(r, "s_per_gb", md);
+            bench_rec_f64(r, "min_s_per_gb", mn);
+            bench_rec_f64(r, "max_s_per_gb", mx);
+            bench_rec_u64(r, "reps", cpu[i].n);
+        }
+    }
+    if (mainfig.used_bytes > 0 || mainfig.rss > 0) {
+        double logical = gb * opts.versions * BENCH_GB;
+        say("%-44s %9s %9.3f %9s  arena bytes in use / object bytes (%u version%s stored; "
+            "RS(%u,%u): %.3f)\n",
+            "memory per byte stored: arena used", "", (double)mainfig.used_bytes / logical, "",
+            opts.versions, opts.versions > 1 ? "s" : "", opts.k, opts.m,
+            (double)(opts.k + opts.m) / opts.k);
+        if (mainfig.rss > 0) {
+            say("%-44s %9s %9.3f %9s  all servers' VmRSS (the pre-faulted arenas: %u x %s)\n",
+                "memory per byte stored: server RSS", "", (double)mainfig.rss / logical, "",
+                cl.nsrv, bench_size_str(opts.arena, sz, sizeof(sz)));
+            say("%-44s %9s %9.3f %9s  RssAnon: heap, LMDB maps, UCX (not the arena)\n",
+                "memory per byte stored: server RSS non-arena", "",
+                (double)mainfig.rss_anon / logical, "");
+        }
+        if ((r = bench_report_add(rep)) != NULL) {
+            cl_rec_common(r, "memory_per_gb");
+            bench_rec_u64(r, "servers", cl.nmap);
+            bench_rec_u64(r, "versions", opts.versions);
+            bench_rec_u64(r, "logical_bytes", (uint64_t)logical);
+            bench_rec_u64(r, "arena_used_bytes", mainfig.used_bytes);
+            bench_rec_f64(r, "arena_used_per_byte", (double)mainfig.used_bytes / logical);
+            bench_rec_u64(r, "server_rss_bytes", mainfig.rss);
+            bench_rec_f64(r, "server_rss_per_byte",
+                          mainfig.rss > 0 ? (double)mainfig.rss / logical : NAN);
+            bench_rec_u64(r, "server_rss_anon_bytes", mainfig.rss_anon);
+            bench_rec_u64(r, "server_rss_shmem_bytes", mainfig.rss_shmem);
+            bench_rec_u64(r, "arena_bytes_per_server", opts.arena);
+        }
+    }
+}
+
+/* The best raw UCX figure of each direction, as one record each (op raw_ucx). */
+static void cl_rec_raw_best(bench_report_t *rep)
+{
+    for (unsigned d = 0; d < BENCH_NDIRS; d++) {
+        char what[40];
+        double best = cl_raw_best(d, what, sizeof(what));
+        bench_rec_t *r;
+        if (!isfinite(best) || (r = bench_report_add(rep)) == NULL) {
+            continue;
+        }
+        bench_rec_str(r, "op", "raw_ucx");
+        bench_rec_str(r, "dir", bench_dir_name(d));
+        bench_rec_u64(r, "size", opts.size);
+        bench_rec_f64(r, "gbps", best);
+        bench_rec_str(r, "best_of", what);
+    }
+}
+
+/* The issue's targets: each figure over its target, and by how much it is
+ * missed. `higher`: the figure must reach target x ref; else stay below. */
+static unsigned cl_targets_met, cl_targets_judged;
+
+static void cl_target_row(bench_report_t *rep, const char *name, double value,
+                          const char *unit, double ref, const char *ref_what, double target,
+                          int higher, const char *note)
+{
+    double ratio = value / ref;
+    bench_rec_t *r;
+    if (!isfinite(ratio)) {
+        say("%-36s %9s  %-34s %s\n", name, "-", ref_what, note != NULL ? note : "not judged");
+        return;
+    }
+    int met = higher ? ratio >= target : ratio <= target;
+    double miss = higher ? 1.0 - ratio / target : ratio / target - 1.0;
+    char verdict[64];
+    if (met) {
+        snprintf(verdict, sizeof(verdict), "met");
+    } else {
+        snprintf(verdict, sizeof(verdict), "MISSED by %.0f %%", miss * 100);
+    }
+    cl_targets_judged++;
+    cl_targets_met += (unsigned)met;
+    say("%-36s %9.2f %-5s %-28s %8.2f %6.2f  %s %-5.2f %s\n", name, value, unit, ref_what,
+        ref, ratio, higher ? ">=" : "<=", target, verdict);
+    if ((r = bench_report_add(rep)) == NULL) {
+        return;
+    }
+    bench_rec_str(r, "op", "target");
+    bench_rec_str(r, "figure", name);
+    bench_rec_f64(r, "value", value);
+    bench_rec_str(r, "unit", unit);
+    bench_rec_f64(r, "ref_value", ref);
+    bench_rec_str(r, "ref", ref_what);
+    bench_rec_f64(r, "ratio", ratio);
+    bench_rec_f64(r, "target", target);
+    bench_rec_str(r, "sense", higher ? ">=" : "<=");
+    bench_rec_u64(r, "met", (uint64_t)met);
+    bench_rec_f64(r, "miss", met ? 0.0 : miss);
+}
+
+static void cl_print_targets(bench_report_t *rep)
+{
+    char put_what[40], get_what[40], what[64];
+    double raw_put = cl_raw_best(BENCH_DIR_PUT, put_what, sizeof(put_what));
+    double raw_get = cl_raw_best(BENCH_DIR_GET, get_what, sizeof(get_what));
+    double stored = cl_ck_median(0), restore = cl_ck_median(1);
+    double bound = refs.memcpy_fig.st.median * opts.k / (opts.k + opts.m);
+    bench_stats_t st;
+    int one = opts.clients == 1 && opts.readers == 1;
+    int big = strcmp(cl_mix.kind, "uniform") == 0 && opts.size >= (64ull << 20);
+
+    say("\ntargets of the capacity benchmark (ratio = figure / reference; "
+        "missed by = how far the ratio is from the target)\n");
+    say("%-36s %9s %-5s %-28s %8s %6s  %s\n", "figure", "value", "unit", "reference", "ref",
+        "ratio", "target");
+    snprintf(what, sizeof(what), "raw UCX put (%s)", put_what);
+    cl_target_row(rep, "put (snapshot STORED), >= 64 MiB", one && big ? stored : NAN, "GB/s",
+                  raw_put, what, 0.9, 1, "not judged: needs 1 client, --mix uniform, >= 64M");
+    snprintf(what, sizeof(what), "raw UCX get (%s)", get_what);
+    cl_target_row(rep, "get (restore), >= 64 MiB", one && big ? restore : NAN, "GB/s", raw_get,
+                  what, 0.9, 1, "not judged: needs 1 client, --mix uniform, >= 64M");
+    cl_stats_of(mainfig.bytes, mainfig.prot, mainfig.nsnap, &st);
+    snprintf(what, sizeof(what), "memcpy x k/(k+m)");
+    cl_target_row(rep, "snapshot PROTECTED", st.median, "GB/s", bound, what, 0.8, 1, NULL);
+    for (unsigned d = 1; d <= mainfig.ndown; d++) {
+        char name[64];
+        cl_stats_of(mainfig.bytes, mainfig.restore[d], mainfig.nrestore[d], &st);
+        snprintf(name, sizeof(name), "degraded restore, %u down", d);
+        cl_target_row(rep, name, st.median, "GB/s", restore, "healthy restore", 0.7, 1, NULL);
+    }
+    static const struct {
+        unsigned peer;
+        double target;
+        const char *set, *get;
+    } pt[] = {{BENCH_PEER_MEMCACHED, 3, "vs memcached SET (STORED)", "vs memcached GET (restore)"},
+              {BENCH_PEER_REDIS, 10, "vs Redis SET (STORED)", "vs Redis GET (restore)"}};
+    for (unsigned i = 0; i < 2; i++) {
+        const bench_peer_res_t *pr = &peerres[pt[i].peer];
+        bench_stats_t ps, pg;
+        if (!pr->ok) {
+            say("%-36s %9s  %s\n", pt[i].set, "-",
+                peer_tried[pt[i].peer] ? "not judged: the peer was skipped"
+                                       : "not judged: the peer was not run");
+            continue;
+        }
+        cl_stats_of(pr->bytes, pr->set_s, pr->n, &ps);
+        cl_stats_of(pr->bytes, pr->get_s, pr->n, &pg);
+        snprintf(what, sizeof(what), "%s SET, 1 connection", bench_peer_name(pt[i].peer));
+        cl_target_row(rep, pt[i].set, stored, "GB/s", ps.median, what, pt[i].target, 1,
+                      NULL);
+        snprintf(what, sizeof(what), "%s GET, 1 connection", bench_peer_name(pt[i].peer));
+        cl_target_row(rep, pt[i].get, restore, "GB/s", pg.median, what, pt[i].target, 1,
+                      NULL);
+    }
+    {
+        double ms[CL_MAX_SNAPS], mn, md, mx;
+        for (unsigned i = 0; i < mainfig.nsnap; i++) {
+            ms[i] = mainfig.stall[i] * 1e3;
+        }
+        cl_vstats(ms, mainfig.nsnap, &mn, &md, &mx);
+        double mc_ms = (double)mainfig.rank_bytes / (refs.memcpy_fig.st.median * BENCH_GB) * 1e3;
+        cl_target_row(rep, "trainer stall per snapshot", md, "ms", mc_ms,
+                      "one memcpy of a writer's bytes", 1.0, 0, NULL);
+    }
+    say("targets met: %u of %u judged\n", cl_targets_met, cl_targets_judged);
+}
+
+static uint64_t cl_arena_size(void);
+static int cl_check_memory(void);
+static unsigned cl_shm_leftovers(void);
+
+/* ---- sweeps -----------------------------------------------------------------------
+ *
+ * --sweep-clients, --sweep-servers, --sweep-sizes: one point each, run in a
+ * child process of its own (fork; it starts its servers and clients, runs
+ * the snapshots and healthy restores, and stops everything it started), so
+ * that every point starts from a fresh cluster. The child sends its figures
+ * back over a pipe; it is stopped by its pid if it overruns its deadline.
+ */
+
+typedef enum { CL_SWEEP_CLIENTS, CL_SWEEP_SERVERS, CL_SWEEP_SIZES, CL_NSWEEPS } cl_sweep_t;
+
+typedef struct {
+    int32_t status; /* 0 measured, 1 failed, 2 did not fit in memory */
+    uint32_t clients, servers;
+    uint64_t size, bytes;
+    bench_stats_t st[3]; /* STORED, PROTECTED, restore: aggregate GB/s */
+} cl_sweep_pt_t;
+
+static cl_sweep_pt_t cl_sweep_res[CL_NSWEEPS][CL_MAX_SWEEP];
+static unsigned cl_sweep_n[CL_NSWEEPS];
+
+static void cl_sweep_child(int fd, unsigned clients, unsigned servers, uint64_t size)
+{
+    cl_sweep_pt_t pt;
+    memset(&pt, 0, sizeof(pt));
+    opts.clients = opts.readers = clients;
+    opts.local = servers;
+    opts.size = size;
+    opts.no_degraded = 1;
+    opts.quiet = 1;
+    cl_mix_build();
+    if (!opts.arena_given) {
+        opts.arena = cl_arena_size();
+    }
+    pt.status = 1;
+    if (cl_check_memory() != 0) {
+        pt.status = 2;
+    } else if (cl_cluster_start(opts.arena) == 0 && cl_workers_start() == 0 &&
+               cl_measure_main() == 0) {
+        pt.status = 0;
+        pt.bytes = mainfig.bytes;
+        cl_stats_of(mainfig.bytes, mainfig.stored, mainfig.nsnap, &pt.st[0]);
+        cl_stats_of(mainfig.bytes, mainfig.prot, mainfig.nsnap, &pt.st[1]);
+        cl_stats_of(mainfig.bytes, mainfig.restore[0], mainfig.nrestore[0], &pt.st[2]);
+    }
+    pt.clients = clients;
+    pt.servers = servers;
+    pt.size = size;
+    if (cl_client != NULL) {
+        cks_client_destroy(cl_client);
+        cl_client = NULL;
+    }
+    cl_workers_stop();
+    cl_servers_stop();
+    cl_remove_files();
+    cl_shm_leftovers();
+    bench_write_full(fd, &pt, sizeof(pt));
+}
+
+static int cl_sweep_point(cl_sweep_t kind, unsigned clients, unsigned servers, uint64_t size)
+{
+    cl_sweep_pt_t *pt = &cl_sweep_res[kind][cl_sweep_n[kind]++];
+    int fds[2];
+    char sz[32];
+    memset(pt, 0, sizeof(*pt));
+    pt->status = 1;
+    pt->clients = clients;
+    pt->servers = servers;
+    pt->size = size;
+    bench_progress("sweep: %u client%s, %u servers, %s per object", clients,
+                   clients > 1 ? "s" : "", servers, bench_size_str(size, sz, sizeof(sz)));
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* our handler cleans up */
+        close(fds[0]);
+        cl_sweep_pid = 0;
+        cl_sweep_child(fds[1], clients, servers, size);
+        _exit(0);
+    }
+    close(fds[1]);
+    cl_sweep_pid = pid;
+    /* every phase of every repetition is bounded by the timeout (x 4 for a
+     * client phase); the servers' start too */
+    double limit = opts.timeout_s * (8.0 + 12.0 * opts.reps) + (double)servers * 2;
+    if (bench_read_full(fds[0], pt, sizeof(*pt), bench_now() + limit) != 0) {
+        fprintf(stderr, "ckstore-bench: sweep point (%u clients, %u servers) gave no result: "
+                        "%s\n", clients, servers, strerror(errno));
+        pt->status = 1;
+        bench_stop_pid(pid, SIGTERM, opts.timeout_s);
+    } else if (!bench_wait_pid(pid, opts.timeout_s, NULL)) {
+        bench_stop_pid(pid, SIGTERM, opts.timeout_s);
+    }
+    cl_sweep_pid = 0;
+    close(fds[0]);
+    return pt->status == 0 ? 0 : -1;
+}
+
+static const char *const cl_sweep_names[CL_NSWEEPS] = {"clients", "servers", "sizes"};
+
+static void cl_run_sweeps(void)
+{
+    for (unsigned i = 0; i < opts.nsweep_clients; i++) {
+        cl_sweep_point(CL_SWEEP_CLIENTS, opts.sweep_clients[i], opts.local, opts.size);
+    }
+    for (unsigned i = 0; i < opts.nsweep_servers; i++) {
+        cl_sweep_point(CL_SWEEP_SERVERS, opts.clients, opts.sweep_servers[i], opts.size);
+    }
+    for (unsigned i = 0; i < opts.nsweep_sizes; i++) {
+        cl_sweep_point(CL_SWEEP_SIZES, opts.clients, opts.local, opts.sweep_sizes[i]);
+    }
+    bench_progress_clear();
+}
+
+static void cl_print_sweeps(bench_report_t *rep)
+{
+    static const char *const ops[3] = {"sweep_snapshot_stored", "sweep_snapshot_protected",
+                                       "sweep_restore"};
+    char sz[32];
+    for (unsigned k = 0; k < CL_NSWEEPS; k++) {
+        if (cl_sweep_n[k] == 0) {
+            continue;
+        }
+        say("\nsweep over %s: RS(%u,%u), %s chunks, %u objects per client, aggregate GB/s = "
+            "10^9 B/s of object bytes, median (min .. max) of %u; each point a fresh "
+            "cluster\n",
+            cl_sweep_names[k], opts.k, opts.m, bench_size_str(opts.chunk, sz, sizeof(sz)),
+            opts.objects, opts.reps);
+        say("%7s %7s %9s  %-21s %-21s %-21s %9s\n", "clients", "servers", "size",
+            "STORED", "PROTECTED", "restore", "PROT/srv");
+        for (unsigned i = 0; i < cl_sweep_n[k]; i++) {
+            const cl_sweep_pt_t *pt = &cl_sweep_res[k][i];
+            say("%7u %7u %9s  ", pt->clients, pt->servers,
+                bench_size_str(pt->size, sz, sizeof(sz)));
+            if (pt->status != 0) {
+                say("%s\n", pt->status == 2 ? "skipped: does not fit in memory"
+                                            : "failed (see the errors above)");
+                continue;
+            }
+            for (unsigned f = 0; f < 3; f++) {
+                char cell[32];
+                snprintf(cell, sizeof(cell), "%.2f (%.2f..%.2f)", pt->st[f].median,
+                         pt->st[f].min, pt->st[f].max);
+                say("%-21s ", cell);
+            }
+            say("%9.3f\n", pt->st[1].median / pt->servers);
+            for (unsigned f = 0; f < 3; f++) {
+                bench_rec_t *r = bench_report_add(rep);
+                if (r == NULL) {
+                    continue;
+                }
+                cl_rec_common(r, ops[f]);
+                bench_rec_str(r, "sweep", cl_sweep_names[k]);
+                bench_rec_u64(r, "clients", pt->clients);
+                bench_rec_u64(r, "servers", pt->servers);
+                bench_rec_u64(r, "objects", opts.objects);
+                bench_rec_u64(r, "size", pt->size);
+                bench_rec_u64(r, "bytes", pt->bytes);
+                cl_rec_stats(r, &pt->st[f]);
+                bench_rec_f64(r, "per_server_gbps", pt->st[f].median / pt->servers);
+                bench_rec_f64(r, "per_client_gbps", pt->st[f].median / pt->clients);
+            }
+        }
+    }
+}
+
+/* ---- charts (--plot DIR) ------------------------------------------------------------ */
+
+static void cl_plot_sweeps(void)
+{
+    static const char *const titles[3] = {"snapshot STORED", "snapshot PROTECTED",
+                                          "restore"};
+    static const char *const xl[CL_NSWEEPS] = {"client processes", "servers",
+                                               "object size, MiB"};
+    for (unsigned k = 0; k < CL_NSWEEPS; k++) {
+        bench_series_t ser[3];
+        char name[32], title[160];
+        if (cl_sweep_n[k] == 0) {
+            continue;
+        }
+        memset(ser, 0, sizeof(ser));
+        for (unsigned f = 0; f < 3; f++) {
+            snprintf(ser[f].title, sizeof(ser[f].title), "%s", titles[f]);
+            for (unsigned i = 0; i < cl_sweep_n[k] && ser[f].n < 32; i++) {
+                const cl_sweep_pt_t *pt = &cl_sweep_res[k][i];
+                unsigned j = ser[f].n;
+                if (pt->status != 0) {
+                    continue;
+                }
+                ser[f].x[j] = k == CL_SWEEP_CLIENTS   ? pt->clients
+                              : k == CL_SWEEP_SERVERS ? pt->servers
+                                                      : (double)pt->size / (1 << 20);
+                ser[f].y[j] = pt->st[f].median;
+                ser[f].ymin[j] = pt->st[f].min;
+                ser[f].ymax[j] = pt->st[f].max;
+                ser[f].n++;
+            }
+        }
+        snprintf(name, sizeof(name), "sweep_%s", cl_sweep_names[k]);
+        snprintf(title, sizeof(title),
+                 "ckstore, RS(%u,%u), aggregate bandwidth against %s%s (median, min..max)",
+                 opts.k, opts.m, k == CL_SWEEP_SIZES ? "the object size" : "the number of ",
+                 k == CL_SWEEP_SIZES ? "" : cl_sweep_names[k]);
+        bench_plot_lines(opts.plot, name, title, xl[k], "GB/s (10^9 B/s of object bytes)",
+                         k == CL_SWEEP_SIZES, ser, 3, opts.timeout_s);
+    }
+}
+
+/* ckstore's figures next to this machine's limits and the peers. */
+static void cl_plot_bars(void)
+{
+    bench_bar_t b[32];
+    unsigned n = 0;
+    char what[40], sz[32], title[200];
+    bench_stats_t st;
+#define CL_BAR(lbl, val, grp)                                          \
+    do {                                                               \
+        if (isfinite(val) && n < 32) {                                 \
+            snprintf(b[n].label, sizeof(b[n].label), "%s", lbl);       \
+            b[n].value = (val);                                        \
+            b[n].group = (grp);                                        \
+            n++;                                                       \
+        }                                                              \
+    } while (0)
+    CL_BAR("memcpy (1 thread)", refs.memcpy_fig.st.median, 1);
+    CL_BAR("raw UCX put", cl_raw_best(BENCH_DIR_PUT, what, sizeof(what)), 1);
+    CL_BAR("raw UCX get", cl_raw_best(BENCH_DIR_GET, what, sizeof(what)), 1);
+    CL_BAR("ISA-L encode (1 thread)", refs.encode.st.median, 1);
+    CL_BAR("memcpy x k/(k+m)", refs.memcpy_fig.st.median * opts.k / (opts.k + opts.m), 1);
+    CL_BAR("ckstore STORED", cl_ck_median(0), 0);
+    cl_stats_of(mainfig.bytes, mainfig.prot, mainfig.nsnap, &st);
+    CL_BAR("ckstore PROTECTED", st.median, 0);
+    CL_BAR("ckstore restore", cl_ck_median(1), 0);
+    for (unsigned d = 1; d <= mainfig.ndown; d++) {
+        char lbl[48];
+        cl_stats_of(mainfig.bytes, mainfig.restore[d], mainfig.nrestore[d], &st);
+        snprintf(lbl, sizeof(lbl), "ckstore restore, %u down", d);
+        CL_BAR(lbl, st.median, 0);
+    }
+    for (unsigned p = 0; p < BENCH_NPEERS; p++) {
+        static const char *const lbl[BENCH_NPEERS][2] = {
+            {"memcached SET", "memcached GET"},
+            {"Redis SET", "Redis GET"},
+            {"/dev/shm file write", "/dev/shm file read"}};
+        if (!peerres[p].ok) {
+            continue;
+        }
+        for (unsigned d = 0; d < 2; d++) {
+            cl_stats_of(peerres[p].bytes, d ? peerres[p].get_s : peerres[p].set_s,
+                        peerres[p].n, &st);
+            CL_BAR(lbl[p][d], st.median, 2);
+        }
+    }
+#undef CL_BAR
+    snprintf(title, sizeof(title),
+             "ckstore (%u servers, RS(%u,%u), %u client%s, %s objects) against this "
+             "machine's limits and peers, median of %u",
+             cl.nmap, opts.k, opts.m, opts.clients, opts.clients > 1 ? "s" : "",
+             strcmp(cl_mix.kind, "moe") == 0 ? "MoE mix of"
+                                             : bench_size_str(opts.size, sz, sizeof(sz)),
+             opts.reps);
+    bench_plot_bars(opts.plot, "ckstore_vs_limits_and_peers", title,
+                    "GB/s (10^9 B/s of object bytes)", b, n, opts.timeout_s);
 }
 
 /* ---- options
@@ -2675,6 +3539,21 @@ static void cl_usage(FILE *f)
         "      --pec-k N          experts saved per layer (default E/4)\n"
         "      --pec-layers N     MoE layers (4)\n"
         "      --pec-unit SIZE    bf16 bytes of d^2 parameters (256K; see the docs)\n"
+        "      --mix KIND         objects per client: uniform (--objects x --size) or\n"
+        "                         moe (dense, optimizer, 63 MB and 112 MB expert states,\n"
+        "                         RNG: 462 MiB)\n"
+        "      --readers N        client processes that restore (default: --clients);\n"
+        "                         each reads a contiguous share of all objects\n"
+        "      --versions N       snapshots written and kept per repetition (1; at most 10)\n"
+        "      --pec-fraction F   experts saved per layer, as a share of E (instead of\n"
+        "                         --pec-k)\n"
+        "      --peers LIST       peers on the same objects (memcached,redis,shm: all)\n"
+        "      --no-peers, --no-memcached, --no-redis, --no-shm\n"
+        "                         skip them (or one)\n"
+        "      --sweep-clients LIST, --sweep-servers LIST, --sweep-sizes LIST\n"
+        "                         only sweeps: a fresh local cluster per point, snapshots\n"
+        "                         and healthy restores, aggregate GB/s per point\n"
+        "      --plot DIR         PNG charts with gnuplot (.dat and .gp files next to them)\n"
         "      --raw-setups LIST  raw UCX buffer setups (thp,shm-thp)\n"
         "      --no-raw           skip the raw UCX reference\n"
         "  -j, --json FILE        write the results as JSON\n"
@@ -2695,6 +3574,60 @@ static int cl_parse_uint(const char *text, unsigned lo, unsigned hi, unsigned *v
     }
     *v_p = (unsigned)v;
     return 0;
+}
+
+/* "1,2,4,8" within [lo, hi]; at most CL_MAX_SWEEP items. */
+static int cl_parse_list(const char *text, unsigned lo, unsigned hi, unsigned *v, unsigned *n_p)
+{
+    char item[32];
+    unsigned n = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof(item) || n == CL_MAX_SWEEP) {
+            fprintf(stderr, "ckstore-bench: bad list '%s' (at most %u numbers)\n", text,
+                    CL_MAX_SWEEP);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (cl_parse_uint(item, lo, hi, &v[n]) != 0) {
+            return -1;
+        }
+        n++;
+        p += len + (p[len] == ',');
+    }
+    if (n == 0) {
+        fprintf(stderr, "ckstore-bench: empty list\n");
+        return -1;
+    }
+    *n_p = n;
+    return 0;
+}
+
+static int cl_parse_size_list(const char *text, uint64_t *v, unsigned *n_p)
+{
+    char item[32];
+    unsigned n = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof(item) || n == CL_MAX_SWEEP) {
+            fprintf(stderr, "ckstore-bench: bad size list '%s' (at most %u sizes)\n", text,
+                    CL_MAX_SWEEP);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (bench_size_parse(item, &v[n]) != 0 || v[n] == 0) {
+            fprintf(stderr, "ckstore-bench: bad size '%s'\n", item);
+            return -1;
+        }
+        n++;
+        p += len + (p[len] == ',');
+    }
+    *n_p = n;
+    return n > 0 ? 0 : -1;
 }
 
 static int cl_parse_size(const char *text, uint64_t *v_p)
@@ -2719,7 +3652,20 @@ static int cl_parse_opts(int argc, char **argv)
         O_PEC_LAYERS,
         O_PEC_UNIT,
         O_RAW_SETUPS,
-        O_NO_RAW
+        O_NO_RAW,
+        O_MIX,
+        O_READERS,
+        O_VERSIONS,
+        O_PEC_FRACTION,
+        O_PEERS,
+        O_NO_PEERS,
+        O_NO_MEMCACHED,
+        O_NO_REDIS,
+        O_NO_SHM,
+        O_PLOT,
+        O_SWEEP_CLIENTS,
+        O_SWEEP_SERVERS,
+        O_SWEEP_SIZES
     };
     static const struct option longopts[] = {
         {"local", required_argument, NULL, 'l'},
@@ -2743,6 +3689,19 @@ static int cl_parse_opts(int argc, char **argv)
         {"pec-unit", required_argument, NULL, O_PEC_UNIT},
         {"raw-setups", required_argument, NULL, O_RAW_SETUPS},
         {"no-raw", no_argument, NULL, O_NO_RAW},
+        {"mix", required_argument, NULL, O_MIX},
+        {"readers", required_argument, NULL, O_READERS},
+        {"versions", required_argument, NULL, O_VERSIONS},
+        {"pec-fraction", required_argument, NULL, O_PEC_FRACTION},
+        {"peers", required_argument, NULL, O_PEERS},
+        {"no-peers", no_argument, NULL, O_NO_PEERS},
+        {"no-memcached", no_argument, NULL, O_NO_MEMCACHED},
+        {"no-redis", no_argument, NULL, O_NO_REDIS},
+        {"no-shm", no_argument, NULL, O_NO_SHM},
+        {"plot", required_argument, NULL, O_PLOT},
+        {"sweep-clients", required_argument, NULL, O_SWEEP_CLIENTS},
+        {"sweep-servers", required_argument, NULL, O_SWEEP_SERVERS},
+        {"sweep-sizes", required_argument, NULL, O_SWEEP_SIZES},
         {"json", required_argument, NULL, 'j'},
         {"timeout", required_argument, NULL, 't'},
         {"verbose", no_argument, NULL, 'v'},
@@ -2768,6 +3727,9 @@ static int cl_parse_opts(int argc, char **argv)
     opts.pec_unit = 256ull << 10;
     opts.timeout_s = 30;
     opts.raw_setups = (1u << BENCH_SETUP_THP) | (1u << BENCH_SETUP_SHM_THP);
+    opts.mix = "uniform";
+    opts.versions = 1;
+    opts.peers = (1u << BENCH_NPEERS) - 1;
     snprintf(opts.command, sizeof(opts.command), "ckstore-bench");
     for (int i = 0, used = (int)strlen(opts.command);
          i < argc && used < (int)sizeof(opts.command) - 1; i++) {
@@ -2843,6 +3805,7 @@ static int cl_parse_opts(int argc, char **argv)
                 if (cl_parse_size(optarg, &opts.arena) != 0) {
                     return -1;
                 }
+                opts.arena_given = 1;
                 break;
             case O_NO_DEGRADED:
                 opts.no_degraded = 1;
@@ -2876,6 +3839,71 @@ static int cl_parse_opts(int argc, char **argv)
                 break;
             case O_NO_RAW:
                 opts.no_raw = 1;
+                break;
+            case O_MIX:
+                if (strcmp(optarg, "uniform") != 0 && strcmp(optarg, "moe") != 0) {
+                    fprintf(stderr, "ckstore-bench: bad --mix '%s' (uniform or moe)\n",
+                            optarg);
+                    return -1;
+                }
+                opts.mix = optarg;
+                break;
+            case O_READERS:
+                if (cl_parse_uint(optarg, 1, CL_MAX_CLIENTS, &opts.readers) != 0) {
+                    return -1;
+                }
+                break;
+            case O_VERSIONS:
+                if (cl_parse_uint(optarg, 1, CL_MAX_VERSIONS, &opts.versions) != 0) {
+                    return -1;
+                }
+                break;
+            case O_PEC_FRACTION:
+                opts.pec_fraction = strtod(optarg, &end);
+                if (*end != '\0' || !(opts.pec_fraction > 0 && opts.pec_fraction <= 1)) {
+                    fprintf(stderr, "ckstore-bench: bad --pec-fraction '%s' (0 < F <= 1)\n",
+                            optarg);
+                    return -1;
+                }
+                break;
+            case O_PEERS:
+                if (bench_peer_mask(optarg, &opts.peers) != 0) {
+                    fprintf(stderr, "ckstore-bench: bad peer list '%s' (memcached,redis,shm)\n",
+                            optarg);
+                    return -1;
+                }
+                break;
+            case O_NO_PEERS:
+                opts.peers = 0;
+                break;
+            case O_NO_MEMCACHED:
+                opts.peers &= ~(1u << BENCH_PEER_MEMCACHED);
+                break;
+            case O_NO_REDIS:
+                opts.peers &= ~(1u << BENCH_PEER_REDIS);
+                break;
+            case O_NO_SHM:
+                opts.peers &= ~(1u << BENCH_PEER_SHM);
+                break;
+            case O_PLOT:
+                opts.plot = optarg;
+                break;
+            case O_SWEEP_CLIENTS:
+                if (cl_parse_list(optarg, 1, CL_MAX_CLIENTS, opts.sweep_clients,
+                                  &opts.nsweep_clients) != 0) {
+                    return -1;
+                }
+                break;
+            case O_SWEEP_SERVERS:
+                if (cl_parse_list(optarg, 1, CL_MAX_SERVERS, opts.sweep_servers,
+                                  &opts.nsweep_servers) != 0) {
+                    return -1;
+                }
+                break;
+            case O_SWEEP_SIZES:
+                if (cl_parse_size_list(optarg, opts.sweep_sizes, &opts.nsweep_sizes) != 0) {
+                    return -1;
+                }
                 break;
             case 'j':
                 opts.json = optarg;
@@ -2921,6 +3949,37 @@ static int cl_parse_opts(int argc, char **argv)
         fprintf(stderr, "ckstore-bench: --pec-k must be at most 8 (the 8-expert run)\n");
         return -1;
     }
+    if (opts.pec_k > 0 && opts.pec_fraction > 0) {
+        fprintf(stderr, "ckstore-bench: --pec-k and --pec-fraction exclude each other\n");
+        return -1;
+    }
+    if (opts.readers == 0) {
+        opts.readers = opts.clients;
+    }
+    if (opts.size == 0) {
+        fprintf(stderr, "ckstore-bench: --size must be above 0\n");
+        return -1;
+    }
+    if ((opts.nsweep_clients || opts.nsweep_servers || opts.nsweep_sizes) &&
+        opts.map != NULL) {
+        fprintf(stderr, "ckstore-bench: the sweeps start their own servers: not with "
+                        "--cluster\n");
+        return -1;
+    }
+    for (unsigned i = 0; i < opts.nsweep_servers; i++) {
+        if (opts.sweep_servers[i] < opts.k + opts.m) {
+            fprintf(stderr, "ckstore-bench: --sweep-servers %u: RS(%u,%u) needs at least "
+                            "%u servers\n", opts.sweep_servers[i], opts.k, opts.m,
+                    opts.k + opts.m);
+            return -1;
+        }
+    }
+    cl_mix.kind = opts.mix;
+    cl_mix_build();
+    if (strcmp(opts.mix, "moe") == 0) {
+        opts.objects = cl_mix.n;
+        opts.size = cl_mix.max; /* the references are measured at the largest object */
+    }
     return 0;
 }
 
@@ -2947,12 +4006,13 @@ static uint64_t cl_arena_size(void)
          * may hold every object it is primary of, whole and with its parity;
          * placement spreads primaries evenly, count twice the mean (at least
          * 3) for the unlucky server */
-        uint64_t nobj = (uint64_t)opts.clients * opts.objects;
+        uint64_t nobj = (uint64_t)opts.clients * cl_mix.n;
         uint64_t primary = 2 * ((nobj + n - 1) / n);
         primary = primary < 3 ? 3 : primary;
         primary = primary > nobj ? nobj : primary;
-        double snap = (double)nobj * cl_stored_bytes(opts.size);
-        need = (uint64_t)(1.25 * snap / n + (double)primary * cl_stored_bytes(opts.size));
+        /* --versions snapshots are kept at once */
+        double snap = (double)opts.clients * (double)cl_mix.stored * opts.versions;
+        need = (uint64_t)(1.25 * snap / n + (double)primary * cl_stored_bytes(cl_mix.max));
     }
     if (opts.pec) {
         uint64_t model, delta;
@@ -2978,7 +4038,12 @@ static int cl_check_memory(void)
     uint64_t arenas = opts.local * opts.arena;
     uint64_t clients = 0, refsz, rank_max = 0;
     if (!opts.pec_only) {
-        clients = 2ull * opts.clients * opts.objects * opts.size;
+        /* writers' objects, readers' shares, a verify buffer per reader; the
+         * peers' copy of one writer's objects and the peer server holding them */
+        clients = opts.clients * cl_mix.bytes * 2 + opts.readers * cl_mix.max;
+        if (opts.peers != 0) {
+            clients += 2 * cl_mix.bytes + cl_mix.max;
+        }
     }
     if (opts.pec) {
         uint64_t p = cl_pec_model_bytes(16, 0, &rank_max, NULL) +
@@ -3030,6 +4095,57 @@ static unsigned cl_shm_leftovers(void)
  * ------------------------------------------------------------------------------------------
  */
 
+/* With --sweep-*: only the sweeps (each point a cluster of its own). */
+static int cl_sweep_main(bench_report_t *rep)
+{
+    double load_start, load_end;
+    int rc = 1;
+    if (cl_find_server_bin() != 0) {
+        fprintf(stderr, "ckstore-bench: no ckstore-server binary (%s); use --server-bin\n",
+                cl.bin);
+        return 1;
+    }
+    bench_machine_describe(&rep->machine);
+    say("ckstore-bench cluster, sweeps: RS(%u,%u), %u objects per client, %u reps per point; "
+        "machine: %s, %llu cores\n",
+        opts.k, opts.m, opts.objects, opts.reps, bench_rec_get_str(&rep->machine, "cpu"),
+        (unsigned long long)bench_rec_get_u64(&rep->machine, "cores"));
+    load_start = bench_loadavg();
+    cl_install_signals();
+    cl_run_sweeps();
+    load_end = bench_loadavg();
+    cl_print_sweeps(rep);
+    if (opts.plot != NULL) {
+        cl_plot_sweeps();
+    }
+    say("load average: %.2f at the start, %.2f at the end\n", load_start, load_end);
+    bench_rec_str(&rep->run, "command", opts.command);
+    bench_rec_str(&rep->run, "mode", "cluster-sweep");
+    bench_rec_u64(&rep->run, "k", opts.k);
+    bench_rec_u64(&rep->run, "m", opts.m);
+    bench_rec_u64(&rep->run, "chunk", opts.chunk);
+    bench_rec_u64(&rep->run, "objects", opts.objects);
+    bench_rec_u64(&rep->run, "reps", opts.reps);
+    bench_rec_u64(&rep->run, "window", opts.window);
+    bench_rec_f64(&rep->run, "loadavg_start", load_start);
+    bench_rec_f64(&rep->run, "loadavg_end", load_end);
+    rc = 0;
+    if (opts.json != NULL) {
+        if (bench_report_write_json(rep, opts.json) != 0) {
+            fprintf(stderr, "ckstore-bench: cannot write %s: %s\n", opts.json,
+                    strerror(errno));
+            rc = 1;
+        } else {
+            say("\nresults written to %s\n", opts.json);
+        }
+    }
+    if (cl_shm_leftovers() != 0) {
+        rc = 1;
+    }
+    bench_report_free(rep);
+    return rc;
+}
+
 int cks_bench_cluster_main(int argc, char **argv)
 {
     bench_report_t rep = {0};
@@ -3041,6 +4157,9 @@ int cks_bench_cluster_main(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (opts.nsweep_clients + opts.nsweep_servers + opts.nsweep_sizes > 0) {
+        return cl_sweep_main(&rep);
+    }
     if (opts.local > 0) {
         if (cl_find_server_bin() != 0) {
             fprintf(stderr,
@@ -3135,6 +4254,12 @@ int cks_bench_cluster_main(int argc, char **argv)
             goto out;
         }
     }
+    if (!opts.pec_only && opts.peers != 0) {
+        say("peers (the same objects):\n");
+        if (cl_measure_peers() != 0) {
+            goto out;
+        }
+    }
     if (opts.pec) {
         say("partial-expert checkpoints:\n");
         if (cl_measure_pec() != 0) {
@@ -3155,11 +4280,20 @@ int cks_bench_cluster_main(int argc, char **argv)
     load_end = bench_loadavg();
 
     cl_print_refs(&rep);
+    cl_rec_raw_best(&rep);
     if (!opts.pec_only) {
         cl_print_main(&rep);
+        cl_print_figures(&rep);
+        cl_print_peers(&rep);
     }
     if (opts.pec) {
         cl_print_pec(&rep);
+    }
+    if (!opts.pec_only) {
+        cl_print_targets(&rep);
+    }
+    if (opts.plot != NULL && !opts.pec_only) {
+        cl_plot_bars();
     }
     say("load average: %.2f at the start, %.2f at the end\n", load_start, load_end);
 
@@ -3173,6 +4307,9 @@ int cks_bench_cluster_main(int argc, char **argv)
     bench_rec_u64(&rep.run, "chunk", opts.chunk);
     bench_rec_u64(&rep.run, "clients", opts.clients);
     bench_rec_u64(&rep.run, "objects", opts.objects);
+    bench_rec_str(&rep.run, "mix", cl_mix.kind);
+    bench_rec_u64(&rep.run, "readers", opts.readers);
+    bench_rec_u64(&rep.run, "versions", opts.versions);
     bench_rec_u64(&rep.run, "size", opts.size);
     bench_rec_u64(&rep.run, "reps", opts.reps);
     bench_rec_u64(&rep.run, "window", opts.window);

@@ -1,0 +1,325 @@
+/*
+ * DESIGN: process plumbing of ckstore-bench (proc.h): pipes with deadlines,
+ * waiting for and stopping pids, free ports, fork + exec of the programs
+ * the bench starts (ckstore servers, memcached, redis-server), /proc
+ * figures of a process, the progress line. Runs on the caller's thread;
+ * bench_spawn's child makes only async-signal-safe calls before exec.
+ * Never: wait without a deadline; kill anything but the pid it is given.
+ */
+#include "proc.h"
+#include "bench.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int bench_read_full(int fd, void *buf, size_t n, double deadline)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        double left = deadline - bench_now();
+        if (left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int r = poll(&pf, 1, (int)(left * 1000) + 1);
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r <= 0) {
+            errno = r == 0 ? ETIMEDOUT : errno;
+            return -1;
+        }
+        ssize_t got = read(fd, p, n);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) {
+            continue;
+        }
+        if (got <= 0) {
+            errno = got == 0 ? EPIPE : errno;
+            return -1;
+        }
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+int bench_write_full(int fd, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int bench_wait_pid(pid_t pid, double timeout_s, int *wstatus_p)
+{
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    double deadline = bench_now() + timeout_s;
+    int ended = 0;
+    if (pidfd < 0) {
+        /* no pidfd (old kernel): poll waitpid */
+        while (bench_now() < deadline) {
+            if (waitpid(pid, wstatus_p, WNOHANG) == pid) {
+                return 1;
+            }
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        return 0;
+    }
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    for (;;) {
+        double left = deadline - bench_now();
+        int r = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        ended = r > 0;
+        break;
+    }
+    close(pidfd);
+    if (ended) {
+        waitpid(pid, wstatus_p, 0);
+    }
+    return ended;
+}
+
+void bench_stop_pid(pid_t pid, int sig, double timeout_s)
+{
+    if (pid <= 0) {
+        return;
+    }
+    kill(pid, sig);
+    if (bench_wait_pid(pid, timeout_s, NULL)) {
+        return;
+    }
+    fprintf(stderr,
+            "ckstore-bench: pid %d did not end within %.0f s of signal %d: killed\n",
+            (int)pid, timeout_s, sig);
+    kill(pid, SIGKILL);
+    if (!bench_wait_pid(pid, timeout_s, NULL)) {
+        fprintf(stderr, "ckstore-bench: pid %d survived SIGKILL for %.0f s\n", (int)pid,
+                timeout_s);
+    }
+}
+
+int bench_free_ports(unsigned n, uint16_t *ports)
+{
+    int fds[256];
+    int rc = 0;
+    unsigned i;
+    if (n > 256) {
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        struct sockaddr_in a;
+        socklen_t alen = sizeof(a);
+        memset(&a, 0, sizeof(a));
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof(a)) != 0 ||
+            getsockname(fds[i], (struct sockaddr *)&a, &alen) != 0) {
+            rc = -1;
+            if (fds[i] >= 0) {
+                close(fds[i]);
+            }
+            break;
+        }
+        ports[i] = ntohs(a.sin_port);
+    }
+    while (i-- > 0) {
+        close(fds[i]);
+    }
+    return rc;
+}
+
+int bench_wait_port(uint16_t port, pid_t pid, double deadline)
+{
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    while (bench_now() < deadline) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            return -1;
+        }
+        int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        close(fd);
+        if (ok) {
+            return 0;
+        }
+        if (pid > 0 && waitpid(pid, NULL, WNOHANG) == pid) {
+            return -1; /* it ended (and is reaped) */
+        }
+        /* the program gives no readiness signal of its own: retry, bounded */
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+int bench_which(const char *name, char *path, size_t len)
+{
+    const char *env = getenv("PATH");
+    if (strchr(name, '/') != NULL) {
+        snprintf(path, len, "%s", name);
+        return access(path, X_OK) == 0 ? 0 : -1;
+    }
+    if (env == NULL) {
+        env = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+    }
+    while (*env != '\0') {
+        size_t n = strcspn(env, ":");
+        if (n > 0 && (size_t)snprintf(path, len, "%.*s/%s", (int)n, env, name) < len &&
+            access(path, X_OK) == 0) {
+            return 0;
+        }
+        env += n + (env[n] == ':');
+    }
+    return -1;
+}
+
+pid_t bench_spawn(char *const argv[], int log_fd)
+{
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "ckstore-bench: fork: %s\n", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        /* only async-signal-safe calls until exec */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) {
+            _exit(127);
+        }
+        if (log_fd >= 0) {
+            dup2(log_fd, STDOUT_FILENO);
+            dup2(log_fd, STDERR_FILENO);
+        }
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) {
+            dup2(nul, STDIN_FILENO);
+        }
+        syscall(SYS_close_range, 3u, ~0u, 0u); /* UCX's and our descriptors */
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGINT, SIG_IGN); /* a ^C is for the bench, which stops us */
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+double bench_proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long long ut = 0, st = 0, cut = 0, cst = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* the name (field 2) may hold spaces: fields count from the last ')' */
+    char *p = strrchr(buf, ')');
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+               &ut, &st, &cut, &cst) != 4) {
+        return -1;
+    }
+    return (double)(ut + st + cut + cst) / (double)sysconf(_SC_CLK_TCK);
+}
+
+int bench_proc_rss(pid_t pid, uint64_t *rss_p, uint64_t *anon_p, uint64_t *shmem_p)
+{
+    char path[64], line[256];
+    unsigned long long v, rss = 0, anon = 0, shmem = 0;
+    int found = 0;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "VmRSS: %llu kB", &v) == 1) {
+            rss = v << 10;
+            found = 1;
+        } else if (sscanf(line, "RssAnon: %llu kB", &v) == 1) {
+            anon = v << 10;
+        } else if (sscanf(line, "RssShmem: %llu kB", &v) == 1) {
+            shmem = v << 10;
+        }
+    }
+    fclose(f);
+    if (!found) {
+        return -1;
+    }
+    *rss_p = rss;
+    if (anon_p != NULL) {
+        *anon_p = anon;
+    }
+    if (shmem_p != NULL) {
+        *shmem_p = shmem;
+    }
+    return 0;
+}
+
+static int bench_progress_shown = -1; /* -1: not yet asked whether stderr is a tty */
+
+void bench_progress(const char *fmt, ...)
+{
+    char line[160];
+    va_list ap;
+    if (bench_progress_shown < 0) {
+        bench_progress_shown = isatty(STDERR_FILENO) ? 0 : 2;
+    }
+    if (bench_progress_shown == 2) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "\r\033[K%s", line);
+    fflush(stderr);
+    bench_progress_shown = 1;
+}
+
+void bench_progress_clear(void)
+{
+    if (bench_progress_shown == 1) {
+        fprintf(stderr, "\r\033[K");
+        fflush(stderr);
+        bench_progress_shown = 0;
+    }
+}
