@@ -411,9 +411,11 @@ static void cks_cl_srv_connect(cks_client_h c, size_t pos)
     if (c->has_secret) { /* our address only after the server proved the secret */
         op->body.m_HELLO.addr  = cks_wire_cstr(NULL);
         op->body.m_HELLO.nonce = (cks_wire_str_t){(const char *)sv->nonce, CKS_WIRE_NONCE_LEN};
+        op->body.m_HELLO.job   = cks_wire_cstr(c->secret_job);
     } else {
         op->body.m_HELLO.addr  = (cks_wire_str_t){addr, (uint32_t)addr_len};
         op->body.m_HELLO.nonce = cks_wire_cstr(NULL);
+        op->body.m_HELLO.job   = cks_wire_cstr(NULL);
     }
     op->client = c;
     op->srv    = pos;
@@ -1128,6 +1130,13 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
         status        = params->secret != NULL ? cks_tp_secret_load(params->secret, &c->secret)
                                                : CKS_ERR_INVALID_PARAM;
         c->has_secret = status == CKS_OK;
+        if (status == CKS_OK && params->secret_job != NULL) {
+            if (strlen(params->secret_job) > CKS_JOB_MAX_LEN) {
+                status = CKS_ERR_INVALID_PARAM;
+            } else {
+                snprintf(c->secret_job, sizeof(c->secret_job), "%s", params->secret_job);
+            }
+        }
     }
     if (status != CKS_OK) {
         cks_cl_free(c);

@@ -125,6 +125,7 @@ struct cks_client {
     cks_hmap_t *put_counts;   /* job\0be64(version) -> puts completed (under lock) */
     cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET */
     int has_secret;
+    char secret_job[CKS_JOB_MAX_LEN + 1]; /* "" for the cluster secret */
     /* progress thread only */
     cks_hmap_t *inflight;     /* req_id -> op */
     cks_op_t *fl_head, *fl_tail; /* in flight, oldest first */

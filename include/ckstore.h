@@ -71,8 +71,13 @@ typedef struct {
                                versions this client begins (default 4) */
     uint32_t ec_m;        /**< parity chunks (default 2) */
     uint64_t chunk_size;  /**< bytes per chunk, multiple of 4096 (default 1 MiB) */
-    const char *secret;   /**< path of the cluster secret file (mode 0600), when
-                               the servers require one (docs/SECURITY.md) */
+    const char *secret;   /**< path of the secret file (mode 0600) the servers
+                               require: the cluster secret, or with
+                               `secret_job` that job's own (docs/SECURITY.md);
+                               read once at create */
+    const char *secret_job; /**< with CKS_CLIENT_FIELD_SECRET: `secret` is this
+                               job's secret, and the client can reach this
+                               job only (NULL: the cluster secret) */
 } cks_client_params_t;
 
 /** Connect to a standalone server (`server`) or a cluster (`cluster`): at

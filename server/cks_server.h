@@ -31,6 +31,8 @@ typedef struct {
     unsigned max_pending;   /* replies in flight per connection; 0: 4096 */
     unsigned reply_timeout_s; /* close a peer that takes no reply this long; 0: 60 */
     const char *secret_file;/* cluster secret: every connection must authenticate */
+    const char *job_secrets;/* directory of job secrets (file per job name): a
+                               client may prove one instead, for that job only */
 } cks_server_params_t;
 
 /** Open the arena and metadata, re-check every stored object's CRC, abort

@@ -35,6 +35,8 @@ static void usage(FILE *out)
             "                         replies for S seconds (default 60)\n"
             "  -S, --secret FILE      cluster secret (mode 0600): every client and peer\n"
             "                         must prove it before anything else (SECURITY.md)\n"
+            "  -J, --job-secrets DIR  job secrets, one file per job name (mode 0600): a\n"
+            "                         client that proves one is served that job only\n"
             "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
             "  -f, --arena-file PATH  arena file (default /dev/shm/ckstore-<port>.arena)\n"
             "  -d, --data-dir DIR     LMDB directory (default ./ckstore-data)\n"
@@ -96,6 +98,7 @@ int main(int argc, char **argv)
         {"max-pending", required_argument, NULL, 1002},
         {"reply-timeout", required_argument, NULL, 1003},
         {"secret", required_argument, NULL, 'S'},
+        {"job-secrets", required_argument, NULL, 'J'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -122,7 +125,7 @@ int main(int argc, char **argv)
     if (getenv("CKS_LOG_LEVEL") != NULL) {
         level = cks_log_threshold;
     }
-    while ((c = getopt_long(argc, argv, "a:p:s:f:d:m:n:P:l:c:i:e:S:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "a:p:s:f:d:m:n:P:l:c:i:e:S:J:h", opts, NULL)) != -1) {
         switch (c) {
             case 'a': p.listen_addr = optarg; break;
             case 'p':
@@ -147,6 +150,7 @@ int main(int argc, char **argv)
             case 1002: p.max_pending = (unsigned)atoi(optarg); break;
             case 1003: p.reply_timeout_s = (unsigned)atoi(optarg); break;
             case 'S': p.secret_file = optarg; break;
+            case 'J': p.job_secrets = optarg; break;
             case 's':
                 if (parse_size(optarg, &p.arena_size) != 0) {
                     fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);

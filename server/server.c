@@ -16,6 +16,7 @@
 #include "server_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,24 +368,41 @@ static void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_reply_status(conn, req_id, CKS_ERR_UNSUPPORTED, "no secret configured");
         return;
     }
+    cks_tp_secret_t job_secret;
+    const cks_tp_secret_t *key = &s->secret;
+    char path[PATH_MAX];
+
     if (a->authed || !a->challenged) {
         cks_sv_auth_refuse(s, conn, req_id, "AUTH without a challenge (HELLO first)");
         return;
     }
     a->challenged = 0; /* one answer per challenge */
-    if (cks_tp_proof_check(&s->secret, CKS_TP_LABEL_CLIENT, a->server_nonce,
-                           CKS_WIRE_NONCE_LEN, a->client_nonce, CKS_WIRE_NONCE_LEN,
-                           &m->proof) != CKS_OK) {
-        cks_sv_auth_refuse(s, conn, req_id, "wrong cluster secret");
+    if (a->job[0] != '\0') { /* the job's own secret, from --job-secrets */
+        snprintf(path, sizeof(path), "%s/%s", s->p.job_secrets, a->job);
+        if (cks_tp_secret_load(path, &job_secret) != CKS_OK) {
+            cks_sv_auth_refuse(s, conn, req_id, "no secret for this job on this server");
+            return;
+        }
+        key = &job_secret;
+    }
+    if (cks_tp_proof_check(key, CKS_TP_LABEL_CLIENT, a->server_nonce, CKS_WIRE_NONCE_LEN,
+                           a->client_nonce, CKS_WIRE_NONCE_LEN, &m->proof) != CKS_OK) {
+        cks_sv_auth_refuse(s, conn, req_id,
+                           a->job[0] ? "wrong secret for the job" : "wrong cluster secret");
         return;
     }
-    if (cks_tp_proof(&s->secret, CKS_TP_LABEL_SERVER, a->client_nonce, CKS_WIRE_NONCE_LEN,
+    if (cks_tp_proof(key, CKS_TP_LABEL_SERVER, a->client_nonce, CKS_WIRE_NONCE_LEN,
                      a->server_nonce, CKS_WIRE_NONCE_LEN, proof) != CKS_OK) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_INTERNAL, "cannot prove the secret");
         return;
     }
     a->authed = 1;
-    cks_info("%s authenticated", cks_tp_conn_peer(conn));
+    a->scoped = a->job[0] != '\0';
+    if (a->scoped) {
+        cks_info("%s authenticated for job '%s' only", cks_tp_conn_peer(conn), a->job);
+    } else {
+        cks_info("%s authenticated", cks_tp_conn_peer(conn));
+    }
     cks_tp_worker_address(s->tp, &addr, &addr_len);
     r.status = CKS_OK;
     r.msg    = cks_wire_cstr(NULL);
@@ -412,6 +430,21 @@ static void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
             cks_sv_auth_refuse(s, conn, req_id, "this server requires a cluster secret");
             return;
         }
+        if (m->job.len > 0) { /* a job's secret: only a safe file name */
+            int bad = s->p.job_secrets == NULL || m->job.len > CKS_JOB_MAX_LEN ||
+                      m->job.ptr[0] == '.';
+            for (uint32_t i = 0; i < m->job.len && !bad; i++) {
+                bad = m->job.ptr[i] == '/' || m->job.ptr[i] == '\0';
+            }
+            if (bad) {
+                cks_sv_auth_refuse(s, conn, req_id,
+                                   s->p.job_secrets == NULL ? "this server has no job secrets"
+                                                            : "bad job name");
+                return;
+            }
+        }
+        memcpy(a->job, m->job.ptr, m->job.len);
+        a->job[m->job.len] = '\0';
         memcpy(a->client_nonce, m->nonce.ptr, CKS_WIRE_NONCE_LEN);
         if (cks_tp_nonce(a->server_nonce) != CKS_OK) {
             cks_sv_reply_status(conn, req_id, CKS_ERR_INTERNAL, "cannot make a challenge");
@@ -1083,6 +1116,19 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         /* nothing is read or written before authentication: a payload is dropped */
         cks_sv_auth_refuse(s, conn, hdr->req_id, "authenticate first");
         return;
+    }
+    if (cks_tp_conn_auth(conn)->scoped && hdr->type != CKS_MSG_HELLO) {
+        /* a job's secret opens that job and nothing else */
+        const cks_tp_auth_t *a   = cks_tp_conn_auth(conn);
+        const cks_wire_str_t *job = cks_msg_client_job(hdr->type, b);
+        if (job == NULL || job->len != strlen(a->job) ||
+            memcmp(job->ptr, a->job, job->len) != 0) {
+            cks_warn("%s (job '%s') refused %s for another job or for all jobs",
+                     cks_tp_conn_peer(conn), a->job, cks_msg_name(hdr->type));
+            cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_AUTH,
+                                "this connection's secret is for job '%s' only", a->job);
+            return;
+        }
     }
     switch (hdr->type) {
         case CKS_MSG_HELLO:

@@ -33,7 +33,8 @@ static void usage(FILE *f)
             "\n"
             "The server defaults to $CKSTORE_SERVER, else 127.0.0.1:13337; --cluster\n"
             "(or $CKSTORE_CLUSTER) names a cluster map instead. --secret (or\n"
-            "$CKSTORE_SECRET) is the cluster secret file the servers require.\n"
+            "$CKSTORE_SECRET) is the cluster secret file the servers require; with\n"
+            "--secret-job JOB it is that job's own secret (that job only).\n"
             "Exit status: 0 on success, 1 on an error from the store, 2 on bad usage.\n");
 }
 
@@ -315,19 +316,22 @@ int main(int argc, char **argv)
                                          {"cluster", required_argument, NULL, 'c'},
                                          {"timeout", required_argument, NULL, 't'},
                                          {"secret", required_argument, NULL, 'S'},
+                                         {"secret-job", required_argument, NULL, 'J'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *server  = getenv("CKSTORE_SERVER");
     const char *cluster = getenv("CKSTORE_CLUSTER");
     const char *secret  = getenv("CKSTORE_SECRET");
+    const char *secret_job = NULL;
     int timeout_ms     = 30000, c, rc;
 
-    while ((c = getopt_long(argc, argv, "+s:c:t:S:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+s:c:t:S:J:h", opts, NULL)) != -1) {
         switch (c) {
             case 's': server = optarg; cluster = NULL; break;
             case 'c': cluster = optarg; break;
             case 't': timeout_ms = atoi(optarg); break;
             case 'S': secret = optarg; break;
+            case 'J': secret_job = optarg; break;
             case 'h': usage(stdout); return 0;
             default: usage(stderr); return 2;
         }
@@ -369,7 +373,8 @@ int main(int argc, char **argv)
     p.name       = "ckstore-cli";
     if (secret != NULL && secret[0] != '\0') {
         p.field_mask |= CKS_CLIENT_FIELD_SECRET;
-        p.secret = secret;
+        p.secret     = secret;
+        p.secret_job = secret_job;
     }
     cks_status_t st = cks_client_create(&p, &cl);
     if (st != CKS_OK) {

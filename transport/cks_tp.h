@@ -72,6 +72,9 @@ typedef struct {
     cks_wire_str_t addr;  /* client's UCX worker address (binary); empty when
                              authenticating: it goes in AUTH */
     cks_wire_str_t nonce; /* client's challenge (with a cluster secret) */
+    cks_wire_str_t job;   /* with a job's own secret: that job (AUTH proves
+                             its secret, and the connection serves that job
+                             only); empty: the cluster secret */
 } cks_msg_hello_t;
 
 typedef struct {
@@ -517,6 +520,10 @@ typedef struct {
 /** Load a secret file: 16..256 bytes, a regular file readable by its owner
  *  only (mode & 077 == 0). Errors name the problem. */
 cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p);
+/** The job whose field names the job a client request is about, or NULL
+ *  for types that name none (HELLO, JOB_LIST, AUTH, replies, server-to-server
+ *  messages). */
+const cks_wire_str_t *cks_msg_client_job(unsigned type, const cks_msg_any_t *body);
 /** Random nonce. */
 cks_status_t cks_tp_nonce(uint8_t nonce[CKS_WIRE_NONCE_LEN]);
 /** proof = HMAC-SHA256(secret, label | a | b). */
@@ -533,6 +540,8 @@ cks_status_t cks_tp_proof_check(const cks_tp_secret_t *secret, const char *label
 typedef struct {
     int authed;
     int challenged; /* a HELLO got our nonce; AUTH may follow, once */
+    int scoped;     /* authenticated with a job's secret: serves `job` only */
+    char job[CKS_JOB_MAX_LEN + 1];
     uint8_t client_nonce[CKS_WIRE_NONCE_LEN];
     uint8_t server_nonce[CKS_WIRE_NONCE_LEN];
 } cks_tp_auth_t;

@@ -1571,6 +1571,7 @@ cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
     hello.addr  = secret ? cks_wire_cstr(NULL) : (cks_wire_str_t){addr, (uint32_t)addr_len};
     hello.nonce = secret ? (cks_wire_str_t){(const char *)hs->cn, CKS_WIRE_NONCE_LEN}
                          : cks_wire_cstr(NULL);
+    hello.job   = cks_wire_cstr(NULL); /* servers prove the cluster secret */
     cks_tp_conn_get(conn);
     conn->handshaking = secret != NULL; /* without one, the server serves at once */
     status = cks_tp_call_hooked(conn, CKS_MSG_HELLO, 0, &hello, NULL, 0, NULL, timeout_ms,

@@ -53,7 +53,8 @@ static const cks_wire_field_t fd_status[] = {FD_REPLY(cks_msg_status_t)};
 static const cks_wire_field_t fd_hello[]  = {
     FD_STR(cks_msg_hello_t, name, CKS_WIRE_MAX_NAME),
     FD_BIN(cks_msg_hello_t, addr, CKS_WIRE_MAX_ADDR),
-    FD_BIN(cks_msg_hello_t, nonce, CKS_WIRE_NONCE_LEN)};
+    FD_BIN(cks_msg_hello_t, nonce, CKS_WIRE_NONCE_LEN),
+    FD_STR(cks_msg_hello_t, job, CKS_JOB_MAX_LEN)};
 static const cks_wire_field_t fd_auth[] = {
     FD_BIN(cks_msg_auth_t, proof, CKS_WIRE_NONCE_LEN),
     FD_BIN(cks_msg_auth_t, addr, CKS_WIRE_MAX_ADDR)};
@@ -586,4 +587,23 @@ cks_status_t cks_wire_entry_unpack(cks_wire_entry_t entry, const void *buf, size
         return CKS_ERR_BAD_MESSAGE;
     }
     return cks_wire_fields_unpack(&cks_wire_entry_desc[entry], buf, len, off, e, &why);
+}
+
+const cks_wire_str_t *cks_msg_client_job(unsigned type, const cks_msg_any_t *b)
+{
+    switch (type) {
+        case CKS_MSG_VERSION_BEGIN: return &b->m_VERSION_BEGIN.job;
+        case CKS_MSG_VERSION_SEAL: return &b->m_VERSION_SEAL.job;
+        case CKS_MSG_VERSION_ABORT: return &b->m_VERSION_ABORT.job;
+        case CKS_MSG_VERSION_DELETE: return &b->m_VERSION_DELETE.job;
+        case CKS_MSG_PUT: return &b->m_PUT.job;
+        case CKS_MSG_GET: return &b->m_GET.job;
+        case CKS_MSG_VERSION_STAT: return &b->m_VERSION_STAT.job;
+        case CKS_MSG_VERSION_LIST: return &b->m_VERSION_LIST.job;
+        case CKS_MSG_OBJECT_STAT: return &b->m_OBJECT_STAT.job;
+        case CKS_MSG_OBJECT_LIST: return &b->m_OBJECT_LIST.job;
+        case CKS_MSG_CHUNK_GET: return &b->m_CHUNK_GET.job;
+        case CKS_MSG_OBJECT_DELETE: return &b->m_OBJECT_DELETE.job;
+        default: return NULL;
+    }
 }

@@ -57,8 +57,8 @@ static void teardown(void)
 
 TestSuite(auth, .init = setup, .fini = teardown, .timeout = 300);
 
-static cks_status_t connect_to(const char *server, const char *cluster, const char *secret,
-                               cks_client_h *c_p)
+static cks_status_t connect_job(const char *server, const char *cluster, const char *secret,
+                                const char *job, cks_client_h *c_p)
 {
     cks_client_params_t p = {0};
     p.field_mask          = CKS_CLIENT_FIELD_TIMEOUT_MS;
@@ -75,10 +75,17 @@ static cks_status_t connect_to(const char *server, const char *cluster, const ch
     }
     if (secret != NULL) {
         p.field_mask |= CKS_CLIENT_FIELD_SECRET;
-        p.secret = secret;
+        p.secret     = secret;
+        p.secret_job = job;
     }
     *c_p = NULL;
     return cks_client_create(&p, c_p);
+}
+
+static cks_status_t connect_to(const char *server, const char *cluster, const char *secret,
+                               cks_client_h *c_p)
+{
+    return connect_job(server, cluster, secret, NULL, c_p);
 }
 
 /* Write one version of `n` objects of `size` bytes; seal it. */
@@ -199,6 +206,65 @@ Test(auth, server_refuses_a_loose_secret_file)
     cks_test_server_cleanup(&srv);
 }
 
+Test(auth, a_job_secret_opens_its_job_only)
+{
+    cks_test_server_t srv = {0};
+    char jobs[128], alpha[160], flags[160];
+    cks_client_h admin, a;
+    cks_version_info_t vi;
+    uint64_t size = 1 * MiB + 3;
+    uint8_t *buf  = malloc(size + 8);
+    cks_test_fill(buf, size + 8, cks_test_seed(33));
+
+    /* --job-secrets DIR: a file per job; "alpha" has one, "beta" none */
+    snprintf(jobs, sizeof(jobs), "%s/jobs", dir);
+    cr_assert_eq(mkdir(jobs, 0700), 0);
+    snprintf(alpha, sizeof(alpha), "%s/alpha", jobs);
+    write_secret(alpha, "a1b2c3d4e5f60718293a4b5c6d7e8f90", 0600);
+    snprintf(flags, sizeof(flags), "--job-secrets %s", jobs);
+    cks_test_set_server_flags(flags);
+    cr_assert_eq(cks_test_server_start(&srv, 32 * MiB), 0);
+    cks_test_set_server_flags(NULL);
+
+    /* the cluster secret opens every job */
+    cr_assert_eq(connect_to(srv.addr, NULL, good, &admin), CKS_OK);
+    cr_assert_eq(write_version(admin, "beta", 1, buf, size, 1), CKS_OK);
+
+    /* alpha's secret: alpha works, bit-exact */
+    cr_assert_eq(connect_job(srv.addr, NULL, alpha, "alpha", &a), CKS_OK);
+    cr_assert_eq(write_version(a, "alpha", 1, buf, size, 2), CKS_OK);
+    verify_version(a, "alpha", 1, buf, size, 2);
+    /* ...and nothing of beta: no stat, no restore, no delete, no job list */
+    cr_assert_eq(cks_version_stat(a, "beta", 1, &vi), CKS_ERR_AUTH);
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(a, "beta", 1, &r), CKS_ERR_AUTH);
+    cr_assert_eq(cks_version_delete(a, "beta", 1), CKS_ERR_AUTH);
+    char names[4][CKS_JOB_NAME_MAX + 1];
+    size_t njobs = 0;
+    int more     = 0;
+    cr_assert_eq(cks_job_list(a, NULL, names, 4, &njobs, &more), CKS_ERR_AUTH);
+    cks_version_params_t vp = {0};
+    vp.job     = "beta";
+    vp.version = 2;
+    cr_assert_eq(cks_version_begin(a, &vp), CKS_ERR_AUTH);
+    cks_client_destroy(a);
+    cr_assert(log_has(srv.log, "for job 'alpha' only"));
+
+    /* alpha's secret does not open beta, or a job without a secret */
+    cr_assert_eq(connect_job(srv.addr, NULL, alpha, "beta", &a), CKS_ERR_AUTH);
+    cr_assert(log_has(srv.log, "no secret for this job"));
+    cr_assert_eq(connect_job(srv.addr, NULL, wrong, "alpha", &a), CKS_ERR_AUTH);
+    cr_assert(log_has(srv.log, "wrong secret for the job"));
+
+    /* beta is intact */
+    verify_version(admin, "beta", 1, buf, size, 1);
+    cks_client_destroy(admin);
+    cks_test_server_cleanup(&srv);
+    unlink(alpha);
+    rmdir(jobs);
+    free(buf);
+}
+
 /* ---- requests sent with the raw transport, without authenticating -------- */
 
 typedef struct {
@@ -279,7 +345,7 @@ Test(auth, raw_requests_before_authenticating_are_refused)
     ctx = (raw_ctx_t){0};
     cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn), CKS_OK);
     cks_msg_hello_t hello = {cks_wire_cstr("stranger"), cks_wire_cstr(NULL),
-                             cks_wire_cstr(NULL)};
+                             cks_wire_cstr(NULL), cks_wire_cstr(NULL)};
     raw_send(w, conn, &ctx, CKS_MSG_HELLO, &hello, NULL, 0);
     cr_assert_eq(ctx.got, 1);
     cr_assert_eq(ctx.status, CKS_ERR_AUTH);
@@ -314,8 +380,16 @@ Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
     cks_client_h c;
     uint64_t size = 2 * MiB + 77;
     uint8_t *buf  = malloc(size + 8);
+    char jobs[128], alpha[160], flags[160];
     cks_test_fill(buf, size + 8, cks_test_seed(32));
+    snprintf(jobs, sizeof(jobs), "%s/jobs", dir);
+    cr_assert_eq(mkdir(jobs, 0700), 0);
+    snprintf(alpha, sizeof(alpha), "%s/alpha", jobs);
+    write_secret(alpha, "a1b2c3d4e5f60718293a4b5c6d7e8f90", 0600);
+    snprintf(flags, sizeof(flags), "--job-secrets %s", jobs);
+    cks_test_set_server_flags(flags);
     cr_assert_eq(cks_test_cluster_start(&cl, 6, 3, 64 * MiB, -1, NULL), 0);
+    cks_test_set_server_flags(NULL);
 
     /* chunks spread to peers and manifests broadcast: all authenticated */
     cr_assert_eq(connect_to(NULL, cl.map, good, &c), CKS_OK);
@@ -326,6 +400,12 @@ Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
     cks_version_info_t vi;
     cr_assert_eq(cks_version_stat(c, "moe", 1, &vi), CKS_OK);
     cks_client_destroy(c);
+    /* a job's own secret works across the cluster too (its chunk reads and
+     * writes name the job), and opens nothing else */
+    cr_assert_eq(connect_job(NULL, cl.map, alpha, "alpha", &c), CKS_OK);
+    cr_assert_eq(write_version(c, "alpha", 1, buf, size, 2), CKS_OK);
+    cr_assert_eq(cks_version_stat(c, "moe", 1, &vi), CKS_ERR_AUTH);
+    cks_client_destroy(c);
 
     /* two servers down: parity chunks the peers stored decode the rest */
     cks_test_cluster_kill(&cl, 1);
@@ -333,9 +413,14 @@ Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
     cr_assert_eq(connect_to(NULL, cl.map, good, &c), CKS_OK);
     verify_version(c, "moe", 1, buf, size, 3);
     cks_client_destroy(c);
+    cr_assert_eq(connect_job(NULL, cl.map, alpha, "alpha", &c), CKS_OK);
+    verify_version(c, "alpha", 1, buf, size, 2); /* degraded: decoded from parity */
+    cks_client_destroy(c);
 
     /* no secret: refused by every server */
     cr_assert_eq(connect_to(NULL, cl.map, NULL, &c), CKS_ERR_AUTH);
     cks_test_cluster_cleanup(&cl);
+    unlink(alpha);
+    rmdir(jobs);
     free(buf);
 }

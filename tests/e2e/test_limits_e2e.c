@@ -194,7 +194,7 @@ Test(limits, a_thousand_connections_are_refused_past_the_limit)
 
     cks_tp_worker_h w = raw_worker(&r);
     cks_msg_hello_t hello = {cks_wire_cstr("abuser"), cks_wire_cstr(NULL),
-                             cks_wire_cstr(NULL)};
+                             cks_wire_cstr(NULL), cks_wire_cstr(NULL)};
     size_t opened = 0;
     for (size_t i = 0; i < N; i++) {
         if (cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conns[i]) != CKS_OK) {
@@ -303,7 +303,7 @@ static reader_t reader_fork(unsigned n)
             _exit(1);
         }
         cks_msg_hello_t hello = {cks_wire_cstr("reader"), cks_wire_cstr(NULL),
-                                 cks_wire_cstr(NULL)};
+                                 cks_wire_cstr(NULL), cks_wire_cstr(NULL)};
         cks_tp_send(conn, CKS_MSG_HELLO, 0, 1, &hello, NULL, 0, CKS_MEM_HOST, NULL, NULL,
                     NULL);
         uint64_t until = cks_time_ns() + 10ull * 1000000000ull;

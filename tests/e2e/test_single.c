@@ -538,7 +538,8 @@ Test(single, truncated_and_garbage_messages)
     cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn), CKS_OK);
 
     /* a valid HELLO first: the connection works */
-    cks_msg_hello_t hello = {cks_wire_cstr("raw"), cks_wire_cstr(NULL), cks_wire_cstr(NULL)};
+    cks_msg_hello_t hello = {cks_wire_cstr("raw"), cks_wire_cstr(NULL), cks_wire_cstr(NULL),
+                             cks_wire_cstr(NULL)};
     cr_assert_eq(cks_wire_pack(CKS_MSG_HELLO, 0, 1, &hello, msg, sizeof(msg), &len), CKS_OK);
     cr_assert_eq(raw_exchange(w, conn, &ctx, msg, len, 1), CKS_OK);
 

@@ -58,7 +58,8 @@ typedef struct {
 static const wm_field_t wm_f_hello[] = {
     WM_STR_(cks_msg_hello_t, name, CKS_WIRE_MAX_NAME),
     WM_BIN_(cks_msg_hello_t, addr, CKS_WIRE_MAX_ADDR),
-    WM_BIN_(cks_msg_hello_t, nonce, CKS_WIRE_NONCE_LEN)};
+    WM_BIN_(cks_msg_hello_t, nonce, CKS_WIRE_NONCE_LEN),
+    WM_STR_(cks_msg_hello_t, job, CKS_JOB_MAX_LEN)};
 static const wm_field_t wm_f_auth[] = {
     WM_BIN_(cks_msg_auth_t, proof, CKS_WIRE_NONCE_LEN),
     WM_BIN_(cks_msg_auth_t, addr, CKS_WIRE_MAX_ADDR)};
