@@ -379,9 +379,9 @@ static void cks_cl_noop_done(void *arg, cks_status_t status)
 
 /* Connect to a server and say HELLO, which moves the connection to a
  * worker-address endpoint; ops wait on the server until it answers. With a
- * cluster secret, HELLO carries our challenge, and the server's answer its
- * challenge and proof; AUTH (cks_cl_auth()) then carries ours and our
- * address, and its reply the server's address. */
+ * secret, HELLO carries our challenge and its reply the server's; AUTH
+ * (cks_cl_auth()) then carries our proof and address, and its reply the
+ * server's proof and address (cks_cl_auth_reply()). */
 static void cks_cl_srv_connect(cks_client_h c, size_t pos)
 {
     cks_cl_srv_t *sv = &c->srv[pos];

@@ -328,31 +328,16 @@ static void cks_sv_drain_done(cks_server_h s)
 
 /* ---- request handlers ---------------------------------------------------------- */
 
-static void cks_sv_refused_sent(void *arg, cks_status_t status)
-{
-    cks_tp_conn_h conn = arg;
-    cks_tp_conn_close(conn);
-    cks_tp_conn_put(conn);
-}
-
-/* Refuse a connection that failed authentication: log, answer, and close it
- * once the answer is out (a close at once could cancel the answer). Nothing
- * else from it is served meanwhile: it is not authenticated. */
+/* Refuse a connection that failed authentication: log, answer, serve
+ * nothing more from it, and close it a second later (at once, the peer
+ * could see the connection go before the answer). */
 static void cks_sv_auth_refuse(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                const char *why)
 {
-    cks_msg_status_t m;
-
     cks_warn("authentication failed for %s: %s; closing the connection",
              cks_tp_conn_peer(conn), why);
-    m.status = CKS_ERR_AUTH;
-    m.msg    = cks_wire_cstr(why);
-    cks_tp_conn_get(conn);
-    if (cks_tp_send(conn, CKS_MSG_STATUS_REPLY, 0, req_id, &m, NULL, 0, CKS_MEM_HOST, NULL,
-                    cks_sv_refused_sent, conn) != CKS_INPROGRESS) {
-        cks_tp_conn_close(conn);
-        cks_tp_conn_put(conn);
-    }
+    cks_sv_reply_status(conn, req_id, CKS_ERR_AUTH, "%s", why);
+    cks_tp_conn_close_later(conn, 1000);
 }
 
 static void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
@@ -361,6 +346,9 @@ static void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_tp_auth_t *a = cks_tp_conn_auth(conn);
     uint8_t proof[CKS_WIRE_NONCE_LEN];
     cks_msg_auth_reply_t r;
+    cks_tp_secret_t job_secret;
+    const cks_tp_secret_t *key = &s->secret;
+    char path[PATH_MAX];
     const void *addr;
     size_t addr_len;
 
@@ -368,9 +356,6 @@ static void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_reply_status(conn, req_id, CKS_ERR_UNSUPPORTED, "no secret configured");
         return;
     }
-    cks_tp_secret_t job_secret;
-    const cks_tp_secret_t *key = &s->secret;
-    char path[PATH_MAX];
 
     if (a->authed || !a->challenged) {
         cks_sv_auth_refuse(s, conn, req_id, "AUTH without a challenge (HELLO first)");

@@ -569,6 +569,11 @@ cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
  *  Returns the milliseconds until the next check is due, or -1. */
 int cks_tp_worker_sweep(cks_tp_worker_h worker);
 
+/** Serve nothing more from this connection, and close it in `ms` (by
+ *  cks_tp_worker_sweep()): time for an answer already sent to arrive before
+ *  the peer sees its connection go, and for the peer to close it first. */
+void cks_tp_conn_close_later(cks_tp_conn_h conn, int ms);
+
 /** Take / release a reference. The last release closes the endpoint. */
 void cks_tp_conn_get(cks_tp_conn_h conn);
 void cks_tp_conn_put(cks_tp_conn_h conn);

@@ -85,6 +85,7 @@ struct cks_tp_conn {
     uint64_t progress_ns; /* when one last completed, or the first began */
     int overrun;          /* a request came with max_pending sends in flight */
     int refused;          /* accepted past max_conns, to be closed */
+    uint64_t close_at_ns; /* cks_tp_conn_close_later(): drop its messages, close then */
     cks_tp_send_req_t *held_head, *held_tail;
     cks_tp_auth_t auth;
     void *user;
@@ -583,11 +584,12 @@ static cks_tp_conn_h cks_tp_conn_adopt(cks_tp_worker_h w, ucp_ep_h ep)
         free(conn);
         return NULL;
     }
-    conn->implicit    = 1;
-    /* only an authenticated peer learns our worker address (AUTH_REPLY), so
-     * only such a peer can open an endpoint UCX would make for us */
-    conn->auth.authed = 1;
-    cks_debug("%s: adopted an endpoint UCX created for a peer", w->name);
+    conn->implicit = 1;
+    /* Which authenticated connection (and which job's scope) it belongs to
+     * is unknown: where authentication is required, it is a stranger. Peers
+     * reach us on their listener connection, paired with our data endpoint. */
+    conn->auth.authed = !w->require_auth;
+    cks_info("%s: adopted an endpoint UCX created for a peer", w->name);
     return conn;
 }
 
@@ -729,7 +731,7 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
             conn = cks_tp_conn_adopt(w, param->reply_ep);
         }
     }
-    if (conn == NULL || conn->failed || conn->refused) {
+    if (conn == NULL || conn->failed || conn->refused || conn->close_at_ns != 0) {
         cks_debug("%s: message from an unknown or closed endpoint dropped", w->name);
         return UCS_OK;
     }
@@ -1171,6 +1173,13 @@ static cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32
     return CKS_INPROGRESS;
 }
 
+void cks_tp_conn_close_later(cks_tp_conn_h conn, int ms)
+{
+    if (conn->close_at_ns == 0) {
+        conn->close_at_ns = cks_time_ns() + (uint64_t)ms * 1000000ull;
+    }
+}
+
 int cks_tp_worker_sweep(cks_tp_worker_h w)
 {
     uint64_t now   = cks_time_ns();
@@ -1182,10 +1191,23 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
         cks_tp_conn_h after = conn->next;
         int stalled = !conn->failed && conn->sends > 0 && stall > 0 &&
                       now - conn->progress_ns >= stall;
+        int due     = !conn->failed && conn->close_at_ns != 0 && now >= conn->close_at_ns;
         if (conn->refused) {
             after = conn->next;
             cks_tp_conn_close(conn);
             cks_tp_conn_put(conn); /* the worker's only reference */
+        } else if (due) {
+            /* a graceful close: the peer is told (a forced one over the
+             * listener's endpoint went unnoticed by it) */
+            cks_tp_conn_get(conn);
+            conn->failed = 1;
+            cks_tp_conn_detach(conn, 0);
+            cks_tp_calls_fail_conn(w, conn, CKS_ERR_AUTH);
+            if (w->params.on_conn_err != NULL) {
+                w->params.on_conn_err(w->params.arg, conn, CKS_ERR_AUTH);
+            }
+            after = conn->next;
+            cks_tp_conn_put(conn);
         } else if (!conn->failed && (conn->overrun || stalled)) {
             if (stalled && !conn->overrun) {
                 cks_warn("%s: %s took none of its %u replies in %u ms: closing it", w->name,
@@ -1198,8 +1220,13 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
             }
             after = conn->next; /* the callback may have dropped others */
             cks_tp_conn_put(conn);
-        } else if (!conn->failed && conn->sends > 0 && stall > 0) {
-            next = CKS_MIN(next, conn->progress_ns + stall);
+        } else {
+            if (!conn->failed && conn->sends > 0 && stall > 0) {
+                next = CKS_MIN(next, conn->progress_ns + stall);
+            }
+            if (!conn->failed && conn->close_at_ns != 0) {
+                next = CKS_MIN(next, conn->close_at_ns);
+            }
         }
         conn = after;
     }

@@ -251,9 +251,11 @@ Test(limits, a_flood_of_requests_does_not_stall_others)
     cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn), CKS_OK);
     cks_msg_version_stat_t vs = {cks_wire_cstr("job"), 1, 0};
     for (unsigned i = 0; i < N; i++) {
-        cr_assert_eq(cks_tp_send(conn, CKS_MSG_VERSION_STAT, 0, i + 1, &vs, NULL, 0,
-                                 CKS_MEM_HOST, NULL, raw_sent, &r),
-                     CKS_INPROGRESS);
+        if (cks_tp_send(conn, CKS_MSG_VERSION_STAT, 0, i + 1, &vs, NULL, 0, CKS_MEM_HOST,
+                        NULL, raw_sent, &r) != CKS_INPROGRESS) {
+            cr_assert_eq(r.lost, 1, "a send failed on a live connection");
+            break; /* the server dropped the flooder (checked below) */
+        }
         if (i % 100 == 99) {
             cks_tp_worker_progress(w); /* it reads what came, but never waits */
         }
@@ -266,7 +268,13 @@ Test(limits, a_flood_of_requests_does_not_stall_others)
     }
     printf("flood: %u requests sent, %u answered, %u connections lost\n", r.sent, r.replies,
            r.lost);
-    cr_assert_eq(r.replies, N, "every request is answered");
+    /* every request is answered, or - when its replies piled up past the
+     * server's limit (4096) because it reads them only now and then - the
+     * flooder is disconnected with a log line; never anything in between */
+    if (r.replies != N) {
+        cr_assert_eq(r.lost, 1, "%u of %u answered and still connected", r.replies, N);
+        cr_assert(log_shows("does not read its replies", 5000));
+    }
     long rss1 = rss_kib(srv.pid);
     printf("server RSS %ld -> %ld KiB\n", rss0, rss1);
     cr_assert(rss1 - rss0 < 64 * 1024, "server memory grew by %ld KiB", rss1 - rss0);
