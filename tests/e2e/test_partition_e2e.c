@@ -269,6 +269,7 @@ static uint64_t write_after_heal(cks_client_h c, uint64_t first, uint64_t seed)
         cks_version_abort(c, JOB, v);
         /* whatever it became: exact bytes or a clear error */
         fprintf(stderr, "  then: %s\n", cks_status_name(verify_version(c, v, 2, 1 * MiB, seed)));
+        pause_ms(500); /* a failed try can be quick: give the servers that moment */
     }
     cr_assert_eq(st, CKS_OK, "no version commits after healing (%llu ms): %s",
                  (unsigned long long)(now_ms() - t0), cks_status_name(st));
