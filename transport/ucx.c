@@ -307,6 +307,21 @@ static void cks_tp_conn_detach(cks_tp_conn_h conn, int force)
     cks_tp_held_release(conn, CKS_ERR_CONN_LOST); /* held sends fail */
 }
 
+/* Fail a connection: detach its endpoints (forced, or gracefully so that the
+ * peer is told), fail its calls, and tell the owner. */
+static void cks_tp_conn_fail(cks_tp_conn_h conn, int force, cks_status_t status)
+{
+    cks_tp_worker_h w = conn->worker;
+    conn->failed      = 1;
+    cks_tp_conn_get(conn);
+    cks_tp_conn_detach(conn, force);
+    cks_tp_calls_fail_conn(w, conn, status);
+    if (w->params.on_conn_err != NULL && !conn->refused) { /* the owner never saw those */
+        w->params.on_conn_err(w->params.arg, conn, status);
+    }
+    cks_tp_conn_put(conn);
+}
+
 static void cks_tp_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
 {
     cks_tp_worker_h w   = arg;
@@ -316,16 +331,9 @@ static void cks_tp_ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     if (conn == NULL || conn->failed) {
         return;
     }
-    conn->failed = 1;
     cks_info("%s: connection to %s failed: %s", w->name, conn->peer,
              cks_status_string(status));
-    cks_tp_conn_get(conn);
-    cks_tp_conn_detach(conn, 1);
-    cks_tp_calls_fail_conn(w, conn, status);
-    if (w->params.on_conn_err != NULL && !conn->refused) { /* the owner never saw those */
-        w->params.on_conn_err(w->params.arg, conn, status);
-    }
-    cks_tp_conn_put(conn);
+    cks_tp_conn_fail(conn, 1, status);
 }
 
 static cks_status_t cks_tp_conn_new(cks_tp_worker_h w, const char *peer,
@@ -1196,28 +1204,15 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
             after = conn->next;
             cks_tp_conn_close(conn);
             cks_tp_conn_put(conn); /* the worker's only reference */
-        } else if (due) {
-            /* a graceful close: the peer is told (a forced one over the
-             * listener's endpoint went unnoticed by it) */
-            cks_tp_conn_get(conn);
-            conn->failed = 1;
-            cks_tp_conn_detach(conn, 0);
-            cks_tp_calls_fail_conn(w, conn, CKS_ERR_AUTH);
-            if (w->params.on_conn_err != NULL) {
-                w->params.on_conn_err(w->params.arg, conn, CKS_ERR_AUTH);
-            }
-            after = conn->next;
-            cks_tp_conn_put(conn);
-        } else if (!conn->failed && (conn->overrun || stalled)) {
-            if (stalled && !conn->overrun) {
+        } else if (due || (!conn->failed && (conn->overrun || stalled))) {
+            if (stalled && !conn->overrun && !due) {
                 cks_warn("%s: %s took none of its %u replies in %u ms: closing it", w->name,
                          conn->peer, conn->sends, w->params.stall_ms);
             }
+            /* a refused peer is closed gracefully, so that it is told (a
+             * forced close of the listener's endpoint went unnoticed by it) */
             cks_tp_conn_get(conn);
-            cks_tp_conn_close(conn);
-            if (w->params.on_conn_err != NULL) {
-                w->params.on_conn_err(w->params.arg, conn, CKS_ERR_TIMEOUT);
-            }
+            cks_tp_conn_fail(conn, !due, due ? CKS_ERR_AUTH : CKS_ERR_TIMEOUT);
             after = conn->next; /* the callback may have dropped others */
             cks_tp_conn_put(conn);
         } else {
