@@ -133,22 +133,6 @@ static void verify_version(cks_client_h c, const char *job, uint64_t version,
     free(dst);
 }
 
-/* Does the file contain the text? (server logs) */
-static int log_has(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    int found = 0;
-    if (f == NULL) {
-        return 0;
-    }
-    while (!found && fgets(line, sizeof(line), f) != NULL) {
-        found = strstr(line, text) != NULL;
-    }
-    fclose(f);
-    return found;
-}
-
 Test(auth, standalone_right_wrong_and_missing_secret)
 {
     cks_test_server_t srv = {0};
@@ -170,9 +154,9 @@ Test(auth, standalone_right_wrong_and_missing_secret)
     cr_assert_null(c);
     cr_assert_eq(connect_to(srv.addr, NULL, wrong, &c), CKS_ERR_AUTH);
     cr_assert_null(c);
-    cr_assert(log_has(srv.log, "authentication failed"), "no log line in %s", srv.log);
-    cr_assert(log_has(srv.log, "wrong cluster secret"));
-    cr_assert(log_has(srv.log, "requires a cluster secret"));
+    cr_assert(cks_test_log_has(srv.log, "authentication failed", 0), "no log line in %s", srv.log);
+    cr_assert(cks_test_log_has(srv.log, "wrong cluster secret", 0));
+    cr_assert(cks_test_log_has(srv.log, "requires a cluster secret", 0));
 
     /* a secret file others can read is refused before anything is sent */
     cr_assert_eq(connect_to(srv.addr, NULL, loose, &c), CKS_ERR_AUTH);
@@ -202,7 +186,7 @@ Test(auth, server_refuses_a_loose_secret_file)
     cks_test_server_t srv = {0};
     cks_test_set_secret(loose);
     cr_assert_neq(cks_test_server_start(&srv, 16 * MiB), 0, "started with a 0644 secret");
-    cr_assert(log_has(srv.log, "chmod 600"), "no advice in %s", srv.log);
+    cr_assert(cks_test_log_has(srv.log, "chmod 600", 0), "no advice in %s", srv.log);
     cks_test_server_cleanup(&srv);
 }
 
@@ -248,13 +232,13 @@ Test(auth, a_job_secret_opens_its_job_only)
     vp.version = 2;
     cr_assert_eq(cks_version_begin(a, &vp), CKS_ERR_AUTH);
     cks_client_destroy(a);
-    cr_assert(log_has(srv.log, "for job 'alpha' only"));
+    cr_assert(cks_test_log_has(srv.log, "for job 'alpha' only", 0));
 
     /* alpha's secret does not open beta, or a job without a secret */
     cr_assert_eq(connect_job(srv.addr, NULL, alpha, "beta", &a), CKS_ERR_AUTH);
-    cr_assert(log_has(srv.log, "no secret for this job"));
+    cr_assert(cks_test_log_has(srv.log, "no secret for this job", 0));
     cr_assert_eq(connect_job(srv.addr, NULL, wrong, "alpha", &a), CKS_ERR_AUTH);
-    cr_assert(log_has(srv.log, "wrong secret for the job"));
+    cr_assert(cks_test_log_has(srv.log, "wrong secret for the job", 0));
 
     /* beta is intact */
     verify_version(admin, "beta", 1, buf, size, 1);
@@ -368,7 +352,7 @@ Test(auth, raw_requests_before_authenticating_are_refused)
     cr_assert_eq(connect_to(srv.addr, NULL, good, &c), CKS_OK);
     cr_assert_eq(cks_version_stat(c, "stolen", 1, &vi), CKS_ERR_NO_SUCH_JOB);
     cks_client_destroy(c);
-    cr_assert(log_has(srv.log, "authenticate first"));
+    cr_assert(cks_test_log_has(srv.log, "authenticate first", 0));
     cks_test_server_cleanup(&srv);
 }
 

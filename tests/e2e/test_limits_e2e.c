@@ -125,28 +125,6 @@ static long rss_kib(pid_t pid)
     return kib;
 }
 
-/* Wait (bounded) until the server log has the text. */
-static int log_shows(const char *text, int wait_ms)
-{
-    uint64_t until = cks_time_ns() + (uint64_t)wait_ms * 1000000ull;
-    do {
-        FILE *f = fopen(srv.log, "r");
-        char line[1024];
-        int found = 0;
-        while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL) {
-            found = strstr(line, text) != NULL;
-        }
-        if (f != NULL) {
-            fclose(f);
-        }
-        if (found) {
-            return 1;
-        }
-        usleep(50000);
-    } while (cks_time_ns() < until);
-    return 0;
-}
-
 /* ---- a raw transport client ----------------------------------------------- */
 
 typedef struct {
@@ -223,7 +201,7 @@ Test(limits, a_thousand_connections_are_refused_past_the_limit)
     /* one connection is the good client's */
     cr_assert(r.replies <= 31, "%u connections were served (limit 32)", r.replies);
     cr_assert(r.replies >= 1, "no connection was served at all");
-    cr_assert(log_shows("refused: ", 5000), "no log line for refused connections");
+    cr_assert(cks_test_log_has(srv.log, "refused: ", 5000), "no log line for refused connections");
     good_client_served(5000);
 
     for (size_t i = 0; i < N; i++) {
@@ -282,7 +260,7 @@ Test(limits, a_flood_of_requests_does_not_stall_others)
      * flooder is disconnected with a log line; never anything in between */
     if (r.replies != N) {
         cr_assert_eq(r.lost, 1, "%u of %u answered and still connected", r.replies, N);
-        cr_assert(log_shows("does not read its replies", 5000));
+        cr_assert(cks_test_log_has(srv.log, "does not read its replies", 5000));
     }
     long rss1 = rss_kib(srv.pid);
     printf("server RSS %ld -> %ld KiB\n", rss0, rss1);
@@ -364,7 +342,8 @@ Test(limits, a_client_that_stops_reading_is_disconnected_after_the_reply_timeout
     reader_go(&rd);
     pid_t pid = rd.pid;
     good_client_served(5000); /* while its replies hang */
-    cr_assert(log_shows("took none of its", 10000), "no log line about the stalled reader");
+    cr_assert(cks_test_log_has(srv.log, "took none of its", 10000),
+              "no log line about the stalled reader");
     good_client_served(5000);
     long rss1 = rss_kib(srv.pid);
     printf("server RSS %ld -> %ld KiB\n", rss0, rss1);
@@ -379,7 +358,8 @@ Test(limits, a_client_past_its_pending_replies_is_disconnected)
     start_good();
     reader_go(&rd);
     pid_t pid = rd.pid;
-    cr_assert(log_shows("does not read its replies", 10000), "no log line about the overrun");
+    cr_assert(cks_test_log_has(srv.log, "does not read its replies", 10000),
+              "no log line about the overrun");
     good_client_served(5000);
     kill_reader(pid);
 }

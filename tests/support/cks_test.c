@@ -402,3 +402,23 @@ void cks_test_fill(void *buf, size_t len, uint64_t seed)
         p[i] = (uint8_t)x;
     }
 }
+
+int cks_test_log_has(const char *path, const char *text, int wait_ms)
+{
+    uint64_t until = now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
+    for (;;) {
+        FILE *f = fopen(path, "r");
+        char line[1024];
+        int found = 0;
+        while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL) {
+            found = strstr(line, text) != NULL;
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+        if (found || now_ms() >= until) {
+            return found;
+        }
+        usleep(50000);
+    }
+}

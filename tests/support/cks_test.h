@@ -72,6 +72,11 @@ void cks_test_set_secret(const char *path);
  *  most 12); NULL or "" for none. */
 void cks_test_set_server_flags(const char *flags);
 
+/** Does the file (a server's log) have a line containing `text`? Looks
+ *  again every 50 ms for up to `wait_ms` (0: once): another process writes
+ *  it, so there is no event to wait on. */
+int cks_test_log_has(const char *path, const char *text, int wait_ms);
+
 /** Seed for random data: CKS_TEST_SEED from the environment, or `dflt`;
  *  printed so that a failure can be replayed. */
 uint64_t cks_test_seed(uint64_t dflt);
