@@ -99,10 +99,11 @@ static void bench_usage(FILE *f)
             "  -j, --json FILE        write the results as JSON (schema in the docs)\n"
             "  -S, --server ADDR:PORT use a running server instead of the embedded one\n"
             "                         (no raw UCX reference then)\n"
-            "      --client-mem KIND  the client's buffers: thp (default: anonymous,\n"
-            "                         MADV_HUGEPAGE), malloc (4 KiB pages) or shm-thp\n"
-            "                         (a /dev/shm file, as the server's arena); all\n"
-            "                         pre-faulted\n"
+            "      --client-mem KIND  the client's buffers: ckstore (default:\n"
+            "                         cks_mem_alloc(), which the server reads and\n"
+            "                         writes directly), thp (anonymous, MADV_HUGEPAGE),\n"
+            "                         malloc (4 KiB pages) or shm-thp (a /dev/shm file,\n"
+            "                         as the server's arena); all pre-faulted\n"
             "      --raw-setups LIST  buffer setups of the raw UCX loop\n"
             "                         (malloc,thp,shm-thp,ucx,ucx-thp: all by default)\n"
             "      --raw-methods LIST am,tag,rma (all by default)\n"
@@ -166,7 +167,7 @@ static int bench_parse_opts(int argc, char **argv)
     opts.warmup    = 1;
     opts.timeout_s = 30;
     opts.spin_s    = 200e-6;
-    opts.client_mem = BENCH_MEM_THP;
+    opts.client_mem = BENCH_MEM_CKS;
     opts.setups    = (1u << BENCH_NSETUPS) - 1;
     opts.methods   = (1u << BENCH_NMETHODS) - 1;
     for (int i = 0, used = 0; i < argc && used < (int)sizeof(opts.command) - 1; i++) {
@@ -222,7 +223,9 @@ static int bench_parse_opts(int argc, char **argv)
                 break;
             case OPT_NO_RAW: opts.no_raw = 1; break;
             case OPT_CLIENT_MEM:
-                if (strcmp(optarg, "thp") == 0) {
+                if (strcmp(optarg, "ckstore") == 0) {
+                    opts.client_mem = BENCH_MEM_CKS;
+                } else if (strcmp(optarg, "thp") == 0) {
                     opts.client_mem = BENCH_MEM_THP;
                 } else if (strcmp(optarg, "malloc") == 0) {
                     opts.client_mem = BENCH_MEM_MALLOC;
@@ -784,9 +787,33 @@ static int bench_results(bench_report_t *rep)
 
 /* ---- main --------------------------------------------------------------------------- */
 
+/* Client buffers from cks_mem_alloc(), pre-faulted like the others. */
+static int bench_ck_buf_alloc(cks_client_h client, size_t len, bench_buf_t *buf)
+{
+    cks_status_t st = cks_mem_alloc(client, len, &buf->ptr);
+    if (st != CKS_OK) {
+        fprintf(stderr, "ckstore-bench: cks_mem_alloc(%zu): %s\n", len, cks_status_string(st));
+        return -1;
+    }
+    buf->len     = len;
+    buf->map_len = 0;
+    buf->kind    = BENCH_MEM_CKS;
+    memset(buf->ptr, 0, len);
+    return 0;
+}
+
+static void bench_ck_buf_free(cks_client_h client, bench_buf_t *buf)
+{
+    if (buf->kind == BENCH_MEM_CKS && buf->ptr != NULL) {
+        cks_mem_free(client, buf->ptr);
+        buf->ptr = NULL;
+    }
+}
+
 static void bench_describe_buf(const void *p, size_t len, char *buf, size_t buflen)
 {
-    static const char *const kind[] = {"malloc", "anon thp", "shm thp"};
+    static const char *const kind[] = {"malloc", "anon thp", "shm thp",
+                                       "cks_mem_alloc (UCX shared memory)"};
     snprintf(buf, buflen, "%s, %d%% huge", kind[opts.client_mem],
              bench_huge_percent(0, p, len, NULL));
 }
@@ -838,8 +865,16 @@ int main(int argc, char **argv)
         snprintf(figs.arena_desc, sizeof(figs.arena_desc), "unknown");
     }
 
-    if (bench_buf_alloc(opts.client_mem, max, &src, err, sizeof(err)) != 0 ||
-        bench_buf_alloc(opts.client_mem, max, &dst, err, sizeof(err)) != 0) {
+    if (bench_ck_connect(server, &client) != CKS_OK) {
+        goto out;
+    }
+    if (opts.client_mem == BENCH_MEM_CKS) {
+        if (bench_ck_buf_alloc(client, max, &src) != 0 ||
+            bench_ck_buf_alloc(client, max, &dst) != 0) {
+            goto out;
+        }
+    } else if (bench_buf_alloc(opts.client_mem, max, &src, err, sizeof(err)) != 0 ||
+               bench_buf_alloc(opts.client_mem, max, &dst, err, sizeof(err)) != 0) {
         fprintf(stderr, "ckstore-bench: client buffers: %s\n", err);
         goto out;
     }
@@ -870,9 +905,6 @@ int main(int argc, char **argv)
     }
     say("; %u reps after %u warm-up\n\n", opts.reps, opts.warmup);
 
-    if (bench_ck_connect(server, &client) != CKS_OK) {
-        goto out;
-    }
     /* size by size, so that every figure of a size is taken within seconds of
      * the others: these machines are shared, and their speed drifts */
     for (unsigned i = 0; i < opts.nsizes; i++) {
@@ -889,6 +921,8 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    bench_ck_buf_free(client, &src);
+    bench_ck_buf_free(client, &dst);
     cks_client_destroy(client);
     client   = NULL;
     load_end = bench_loadavg();
@@ -925,6 +959,8 @@ int main(int argc, char **argv)
 
 out:
     if (client != NULL) {
+        bench_ck_buf_free(client, &src);
+        bench_ck_buf_free(client, &dst);
         cks_client_destroy(client);
     }
     bench_buf_free(&src);

@@ -50,6 +50,7 @@ typedef enum {
     BENCH_MEM_MALLOC,   /* malloc, pre-faulted with memset: 4 KiB pages */
     BENCH_MEM_THP,      /* anonymous mmap, 2 MiB aligned, MADV_HUGEPAGE, pre-faulted */
     BENCH_MEM_SHM_THP,  /* file in /dev/shm (unlinked), as the server's arena */
+    BENCH_MEM_CKS,      /* cks_mem_alloc(): shared memory UCX allocates (bench.c) */
 } bench_mem_kind_t;
 
 typedef struct {

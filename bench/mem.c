@@ -130,6 +130,9 @@ int bench_buf_alloc(bench_mem_kind_t kind, size_t len, bench_buf_t *buf_p, char 
 
     len = (len + BENCH_HUGE - 1) & ~(BENCH_HUGE - 1);
     switch (kind) {
+        case BENCH_MEM_CKS:
+            snprintf(err, errlen, "cks_mem_alloc() memory needs a client (bench.c)");
+            return -1;
         case BENCH_MEM_MALLOC:
             b.ptr = malloc(len);
             if (b.ptr == NULL) {
@@ -173,8 +176,8 @@ int bench_buf_alloc(bench_mem_kind_t kind, size_t len, bench_buf_t *buf_p, char 
 
 void bench_buf_free(bench_buf_t *b)
 {
-    if (b->ptr == NULL) {
-        return;
+    if (b->ptr == NULL || b->kind == BENCH_MEM_CKS) {
+        return; /* cks_mem_alloc()'s: the client frees them */
     }
     if (b->map_len > 0) {
         munmap(b->ptr, b->map_len);

@@ -263,6 +263,30 @@ static void cks_cl_send_done(void *arg, cks_status_t status)
     cks_cl_op_try_complete(op->client, op);
 }
 
+/* Does the op's buffer lie in memory from cks_mem_alloc(), and is its server
+ * on this host? Then describe the buffer instead of sending the bytes. */
+static int cks_cl_rma_describe(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn)
+{
+    const void *ptr = op->kind == CKS_OP_PUT ? op->payload : op->buf;
+    size_t len      = op->kind == CKS_OP_PUT ? op->payload_len : op->buf_size;
+    cks_status_t status = CKS_ERR_INVALID_PARAM;
+
+    if (len == 0 || op->mem_type != CKS_MEM_HOST || !cks_tp_conn_local(conn) ||
+        (op->kind != CKS_OP_PUT && op->kind != CKS_OP_GET && op->kind != CKS_OP_CHUNK_GET)) {
+        return 0;
+    }
+    pthread_mutex_lock(&c->lock);
+    for (cks_cl_mem_t *m = c->mems; m != NULL; m = m->next) {
+        if (cks_tp_mem_holds(m->mem, ptr, len)) {
+            status = cks_tp_mem_describe(m->mem, ptr, len, op->rma_desc, sizeof(op->rma_desc),
+                                         &op->rma_len);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return status == CKS_OK;
+}
+
 /* Send an op to its server, whose connection exists. */
 static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
 {
@@ -279,6 +303,19 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
         return;
     }
     sv->inflight++;
+    op->rma = cks_cl_rma_describe(c, op, sv->conn);
+    if (op->rma) {
+        /* the descriptor goes as the payload; it lives in the op */
+        op->sending = 1;
+        status = cks_tp_send(sv->conn, op->type, CKS_WIRE_F_RMA, op->req_id, &op->body,
+                             op->rma_desc, op->rma_len, CKS_MEM_HOST, NULL, cks_cl_send_done,
+                             op);
+        if (status != CKS_INPROGRESS) {
+            op->sending = 0;
+            cks_cl_op_fail(c, op, status);
+        }
+        return;
+    }
     if (op->kind == CKS_OP_PUT && op->payload_len > 0) {
         op->sending = 1;
         status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, op->payload,
@@ -635,6 +672,18 @@ static void cks_cl_take_payload(cks_client_h c, cks_op_t *op, cks_tp_data_t *dat
     }
 }
 
+/* The payload bytes a reply brings: those it carries, or - with
+ * CKS_WIRE_F_RMA, which only a request that described our memory may get -
+ * those the server wrote there (UINT64_MAX: a reply that cannot be right). */
+static uint64_t cks_cl_reply_bytes(const cks_op_t *op, const cks_wire_hdr_t *hdr,
+                                   const cks_tp_data_t *data, uint64_t claimed)
+{
+    if (hdr->flags & CKS_WIRE_F_RMA) {
+        return op->rma && claimed <= op->buf_size ? claimed : UINT64_MAX;
+    }
+    return data == NULL ? 0 : data->length;
+}
+
 static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
                           const cks_msg_any_t *b, cks_tp_data_t *data)
 {
@@ -789,7 +838,7 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 cks_cl_reply_error(c, op, m->status, &m->msg);
                 return;
             }
-            if ((data == NULL ? 0 : data->length) != m->length ||
+            if (cks_cl_reply_bytes(op, hdr, data, m->length) != m->length ||
                 m->offset != op->body.m_GET.offset ||
                 (op->body.m_GET.length != UINT64_MAX && m->length != op->body.m_GET.length)) {
                 break;
@@ -812,6 +861,10 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             if (m->length != m->size) {
                 op->flags &= ~CKS_GET_VERIFY; /* a range cannot be checked alone */
             }
+            if (hdr->flags & CKS_WIRE_F_RMA) {
+                cks_cl_recv_done(op, CKS_OK); /* the server wrote the bytes into buf */
+                return;
+            }
             if (data == NULL) {
                 cks_cl_op_try_complete(c, op);
                 return;
@@ -829,16 +882,21 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 cks_cl_reply_error(c, op, m->status, &m->msg);
                 return;
             }
-            if ((data == NULL ? 0 : data->length) != m->length || m->offset != q->offset ||
+            if (cks_cl_reply_bytes(op, hdr, data, m->length) != m->length || m->offset != q->offset ||
                 m->length != q->length || m->length > op->buf_size) {
                 break;
             }
-            /* a whole chunk is checked here; a part of one, by the server */
-            if (m->offset == 0 && m->length == m->chunk_len) {
+            /* a whole chunk is checked here; a part of one, or one the
+             * server wrote into our memory, by the server */
+            if (m->offset == 0 && m->length == m->chunk_len && !(hdr->flags & CKS_WIRE_F_RMA)) {
                 op->flags |= CKS_GET_VERIFY;
             }
             op->crc64    = m->crc64;
             op->obj_size = m->length;
+            if (hdr->flags & CKS_WIRE_F_RMA) {
+                cks_cl_recv_done(op, CKS_OK); /* the server wrote the bytes into buf */
+                return;
+            }
             if (data == NULL) {
                 cks_cl_op_try_complete(c, op);
                 return;
@@ -1176,6 +1234,56 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
     return CKS_OK;
 }
 
+cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p)
+{
+    cks_cl_mem_t *m;
+    cks_status_t status;
+
+    if (c == NULL || size == 0 || ptr_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_tp_mem_alloc(c->tp, size, &m->mem, &m->base);
+    if (status != CKS_OK) {
+        free(m);
+        return status;
+    }
+    m->len = size;
+    pthread_mutex_lock(&c->lock);
+    m->next = c->mems;
+    c->mems = m;
+    pthread_mutex_unlock(&c->lock);
+    *ptr_p = m->base;
+    return CKS_OK;
+}
+
+cks_status_t cks_mem_free(cks_client_h c, void *ptr)
+{
+    cks_cl_mem_t **pp, *m = NULL;
+
+    if (c == NULL || ptr == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    pthread_mutex_lock(&c->lock);
+    for (pp = &c->mems; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->base == ptr) {
+            m   = *pp;
+            *pp = m->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (m == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    cks_tp_mem_unmap(m->mem);
+    free(m);
+    return CKS_OK;
+}
+
 void cks_client_destroy(cks_client_h c)
 {
     if (c == NULL) {
@@ -1192,6 +1300,13 @@ void cks_client_destroy(cks_client_h c)
         c->sub_head  = op->next;
         op->cb(op->arg, CKS_ERR_CANCELED);
         free(op);
+    }
+    while (c->mems != NULL) { /* the caller's to free; UCX's must go before the worker */
+        cks_cl_mem_t *m = c->mems;
+        cks_warn("cks_client_destroy: %zu bytes from cks_mem_alloc() not freed", m->len);
+        c->mems = m->next;
+        cks_tp_mem_unmap(m->mem);
+        free(m);
     }
     cks_tp_worker_destroy(c->tp);
     cks_cl_free(c);

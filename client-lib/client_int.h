@@ -75,6 +75,11 @@ struct cks_op {
     uint8_t *page;          /* LIST: received page */
     size_t page_len;
     uint64_t crc64, obj_size; /* GET: whole object; CHUNK_GET: whole chunk */
+    int rma;                /* the request names the caller's memory (rma_desc):
+                               the server reads the payload from it, or writes
+                               the reply's payload into it */
+    size_t rma_len;
+    uint8_t rma_desc[CKS_TP_RMA_DESC_MAX];
     int sending;            /* UCX holds the payload (send) */
     int receiving;          /* UCX writes into buf */
     int replied;
@@ -83,6 +88,14 @@ struct cks_op {
     cks_done_cb_t cb;
     void *arg;
 };
+
+/* Memory from cks_mem_alloc(). */
+typedef struct cks_cl_mem {
+    struct cks_cl_mem *next;
+    void *base;
+    size_t len;
+    cks_tp_mem_h mem;
+} cks_cl_mem_t;
 
 /* A server as the client sees it. */
 typedef enum {
@@ -123,6 +136,7 @@ struct cks_client {
     int stop;
     char last_error[CKS_MSG_MAX_LEN + 64];
     cks_hmap_t *put_counts;   /* job\0be64(version) -> puts completed (under lock) */
+    cks_cl_mem_t *mems;       /* cks_mem_alloc() (under lock) */
     cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET */
     int has_secret;
     char secret_job[CKS_JOB_MAX_LEN + 1]; /* "" for the cluster secret */

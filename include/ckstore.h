@@ -190,6 +190,24 @@ CKS_API_VISIBLE cks_status_t cks_job_list(cks_client_h c, const char *after,
                                           char (*names)[CKS_JOB_NAME_MAX + 1], size_t max,
                                           size_t *count_p, int *more_p);
 
+/* ---- staging memory -------------------------------------------------------- */
+
+/** Allocate `size` bytes of host memory for put and get buffers, in shared
+ *  memory that UCX allocates. A server on this host reads a put's bytes
+ *  straight out of it and writes a get's bytes straight into it: one copy in
+ *  user space by the server, in place of a copy through the kernel (CMA), so
+ *  puts and gets from and to it run at about memcpy speed. Use it for the
+ *  buffers a trainer snapshots into (the target of its device-to-host
+ *  copies) and restores into; prefer a few large allocations, carved up, to
+ *  many small ones. With a server on another host it is ordinary memory.
+ *  *ptr_p belongs to the caller until cks_mem_free(); free every allocation
+ *  before cks_client_destroy(). Any thread. */
+CKS_API_VISIBLE cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p);
+
+/** Free memory from cks_mem_alloc() (ptr as it returned it). No put or get
+ *  may still use it. CKS_ERR_INVALID_PARAM when ptr is not such memory. */
+CKS_API_VISIBLE cks_status_t cks_mem_free(cks_client_h c, void *ptr);
+
 /* ---- objects ------------------------------------------------------------- */
 
 typedef struct {

@@ -449,7 +449,7 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     v->pending++;
     if (data == NULL) {
         cks_cput_received(p, CKS_OK);
-    } else if (!data->is_rndv) {
+    } else if (!data->is_rndv && !data->is_rma) {
         memcpy(p->enc.base, data->ptr, data->length);
         cks_cput_received(p, CKS_OK);
     } else {
@@ -574,7 +574,7 @@ static void cks_chunk_sent(void *arg, cks_status_t status)
 }
 
 void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
-                      const cks_msg_chunk_get_t *m)
+                      const cks_msg_chunk_get_t *m, const cks_tp_data_t *dest)
 {
     cks_msg_chunk_get_reply_t r = {0};
     cks_md_chunk_t ch;
@@ -596,8 +596,9 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     }
     const uint8_t *bytes = status == CKS_OK ? cks_arena_base(s->arena) + ch.arena_offset
                                             : NULL;
-    /* a part of a chunk cannot be checked by the reader: check it here */
-    if (status == CKS_OK && (m->offset != 0 || m->length != ch.len) &&
+    /* a part of a chunk cannot be checked by the reader, nor bytes written
+     * straight into its memory: check them here */
+    if (status == CKS_OK && (m->offset != 0 || m->length != ch.len || dest != NULL) &&
         (cks_crc64(0, bytes, ch.len) != ch.crc64 || cks_fault_fire("crc_check"))) {
         cks_error("chunk %u of stripe %llu of '%.*s' fails its CRC", m->idx,
                   (unsigned long long)m->stripe, (int)m->key.len, m->key.ptr);
@@ -628,8 +629,8 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.chunk_len = ch.len;
     r.offset    = m->offset;
     r.length    = m->length;
-    status = cks_tp_send(conn, CKS_MSG_CHUNK_GET_REPLY, 0, req_id, &r, bytes + m->offset,
-                         m->length, CKS_MEM_HOST, s->arena_mem, cks_chunk_sent, o);
+    status = cks_tp_send_into(conn, CKS_MSG_CHUNK_GET_REPLY, req_id, &r, bytes + m->offset,
+                              m->length, s->arena_mem, dest, cks_chunk_sent, o);
     if (status != CKS_INPROGRESS) {
         cks_chunk_sent(o, status);
     }

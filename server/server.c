@@ -692,7 +692,7 @@ static void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 
     if (data == NULL) {
         cks_sv_put_stored(s, j);
-    } else if (!data->is_rndv) {
+    } else if (!data->is_rndv && !data->is_rma) {
         memcpy(cks_arena_base(s->arena) + off, data->ptr, data->length);
         cks_sv_put_stored(s, j);
     } else {
@@ -801,8 +801,9 @@ static int cks_sv_is_bad(cks_server_h s, const cks_wire_str_t *job, uint64_t ver
     return cks_hmap_get(s->bad, k, n + key->len) != NULL;
 }
 
+/* `dest`: where the client wants the bytes written (its memory), or NULL */
 static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
-                       const cks_msg_get_t *m)
+                       const cks_msg_get_t *m, const cks_tp_data_t *dest)
 {
     cks_msg_get_reply_t r = {0};
     cks_md_version_t rec;
@@ -873,9 +874,9 @@ static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.crc64  = obj.crc64;
     r.offset = m->offset;
     r.length = length;
-    status   = cks_tp_send(conn, CKS_MSG_GET_REPLY, 0, req_id, &r,
-                           cks_arena_base(s->arena) + obj.arena_offset + m->offset,
-                           length, CKS_MEM_HOST, s->arena_mem, cks_sv_get_done, c);
+    status   = cks_tp_send_into(conn, CKS_MSG_GET_REPLY, req_id, &r,
+                                cks_arena_base(s->arena) + obj.arena_offset + m->offset,
+                                length, s->arena_mem, dest, cks_sv_get_done, c);
     if (status != CKS_INPROGRESS) {
         cks_sv_get_done(c, status);
     }
@@ -1089,7 +1090,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         return;
     }
     if (data != NULL && hdr->type != CKS_MSG_PUT && hdr->type != CKS_MSG_CHUNK_PUT &&
-        hdr->type != CKS_MSG_VERSION_COMMIT) {
+        hdr->type != CKS_MSG_VERSION_COMMIT && !data->is_rma) {
         cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_BAD_MESSAGE,
                             "%s carries no payload", cks_msg_name(hdr->type));
         return;
@@ -1156,7 +1157,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
                                     "a cluster server serves chunks (CHUNK_GET)");
             } else {
-                cks_sv_get(s, conn, hdr->req_id, &b->m_GET);
+                cks_sv_get(s, conn, hdr->req_id, &b->m_GET, data);
             }
             break;
         case CKS_MSG_OBJECT_DELETE:
@@ -1179,7 +1180,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             } else if (hdr->type == CKS_MSG_CHUNK_PUT) {
                 cks_sv_chunk_put(s, conn, hdr->req_id, &b->m_CHUNK_PUT, data);
             } else if (hdr->type == CKS_MSG_CHUNK_GET) {
-                cks_sv_chunk_get(s, conn, hdr->req_id, &b->m_CHUNK_GET);
+                cks_sv_chunk_get(s, conn, hdr->req_id, &b->m_CHUNK_GET, data);
             } else if (hdr->type == CKS_MSG_OBJECT_DONE) {
                 cks_sv_object_done(s, conn, hdr->req_id, &b->m_OBJECT_DONE);
             } else if (hdr->type == CKS_MSG_VERSION_COMMIT) {

@@ -227,7 +227,7 @@ void cks_sv_cluster_put(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_i
 void cks_sv_chunk_put(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                       const cks_msg_chunk_put_t *m, cks_tp_data_t *data);
 void cks_sv_chunk_get(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
-                      const cks_msg_chunk_get_t *m);
+                      const cks_msg_chunk_get_t *m, const cks_tp_data_t *dest);
 void cks_sv_object_done(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                         const cks_msg_object_done_t *m);
 /* Seal, abort or delete on the coordinator of a cluster version. */

@@ -39,6 +39,10 @@
 /** Header flags. */
 #define CKS_WIRE_F_PAYLOAD 0x1u /* raw payload bytes follow as AM data */
 #define CKS_WIRE_F_PAGE    0x2u /* a msgpack page of entries follows as AM data */
+#define CKS_WIRE_F_RMA     0x4u /* request: the AM data is an RMA descriptor (the
+                                   payload stays in the sender's memory, or the
+                                   reply's payload goes there); reply: the
+                                   payload was written there */
 
 /** Fixed header; on the wire big-endian: magic u32, proto u16, type u16,
  *  flags u32, body_len u32, req_id u64. */
@@ -397,12 +401,20 @@ typedef struct cks_tp_conn *cks_tp_conn_h;
 typedef struct cks_tp_listener *cks_tp_listener_h;
 typedef struct cks_tp_mem *cks_tp_mem_h;
 
-/** A payload announced by a received message (AM data). */
+/** A payload announced by a received message (AM data), or - with
+ *  CKS_WIRE_F_RMA - memory of the peer's that it lets us read or write. */
 typedef struct {
     size_t length;
     int is_rndv;     /* 1: not yet here; receive with cks_tp_data_recv() */
     const void *ptr; /* !is_rndv: the bytes, valid during the callback only */
     void *desc;      /* is_rndv: UCX's data descriptor */
+    int is_rma;      /* 1: the peer's memory [rma_addr, rma_addr + length):
+                        a payload to read with cks_tp_data_recv(), or where
+                        the reply's payload goes (cks_tp_send_into()) */
+    cks_tp_conn_h conn;
+    uint64_t rma_addr, rma_seg_base, rma_seg_len; /* the region it lies in */
+    const void *rkey; /* packed remote key, valid during the callback only */
+    size_t rkey_len;
 } cks_tp_data_t;
 
 /** A received message, already decoded and validated. `data` is NULL when
@@ -626,6 +638,44 @@ int cks_tp_worker_expire(cks_tp_worker_h worker);
  *  and cb never runs. */
 cks_status_t cks_tp_data_recv(cks_tp_worker_h worker, cks_tp_data_t *data, void *buf,
                               cks_mem_type_t mem_type, cks_tp_mem_h buf_memh,
+                              cks_tp_done_cb_t cb, void *arg);
+
+/* ---- one copy between processes of one host --------------------------------
+ * A peer on this host may hand us a region of its memory that UCX allocated
+ * in shared memory (cks_tp_mem_alloc()): UCX then maps it into our process,
+ * and a transfer is one memcpy by the side that serves it, instead of a
+ * rendezvous through the kernel (CMA) by the receiver. The peer sends an RMA
+ * descriptor (CKS_WIRE_F_RMA) in place of the payload: for a request with a
+ * payload we read it from there (cks_tp_data_recv()); for a request that
+ * wants a payload back we write the reply's payload there (cks_tp_send_into()).
+ * Every descriptor is checked: the range must lie in the region it names,
+ * and where UCX maps the region into this process, the mapping must be the
+ * one UCX just made for it, starting at its base and as long as it says.
+ */
+#define CKS_TP_RMA_DESC_MAX 1024u /* a descriptor with its packed key */
+
+/** Allocate len bytes that a peer on this host can read and write directly
+ *  (UCX-allocated shared memory). Free with cks_tp_mem_unmap(). Any thread. */
+cks_status_t cks_tp_mem_alloc(cks_tp_worker_h worker, size_t len, cks_tp_mem_h *mem_p,
+                              void **addr_p);
+/** Does mem (from cks_tp_mem_alloc()) hold [addr, addr + len)? */
+int cks_tp_mem_holds(cks_tp_mem_h mem, const void *addr, size_t len);
+/** Write the descriptor of [addr, addr + len) of mem into buf (at least
+ *  CKS_TP_RMA_DESC_MAX bytes); *len_p gets its length. */
+cks_status_t cks_tp_mem_describe(cks_tp_mem_h mem, const void *addr, size_t len, void *buf,
+                                 size_t buf_len, size_t *len_p);
+/** Nonzero when the connection's peer is on this host and reached through a
+ *  data endpoint that has shared-memory transports (descriptors help). */
+int cks_tp_conn_local(cks_tp_conn_h conn);
+
+/** Send a reply whose payload goes into `dest`: the peer's memory when
+ *  dest->is_rma (the bytes are written there, then the reply follows with
+ *  CKS_WIRE_F_RMA and no payload), otherwise as cks_tp_send(). A failed
+ *  write sends a STATUS_REPLY with the error instead. Same completion
+ *  contract as cks_tp_send(); dest is only read during the call. */
+cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id,
+                              const void *body, const void *payload, size_t payload_len,
+                              cks_tp_mem_h payload_memh, const cks_tp_data_t *dest,
                               cks_tp_done_cb_t cb, void *arg);
 
 /** Register memory once with UCX (the arena, staging rings). */

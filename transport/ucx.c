@@ -13,7 +13,7 @@
  * memory, or are copied exactly once from an eager buffer by the owner),
  * block, or translate a ucs_status_t anywhere but cks_tp_status().
  */
-#include "cks_tp.h"
+#include "tp_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,115 +25,6 @@
 #include <string.h>
 #include <ucp/api/ucp.h>
 
-#define CKS_TP_AM_ID 0
-#define CKS_TP_MAX_PENDING 256 /* default max_pending */
-#define CKS_TP_SEND_BUF (CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY)
-
-typedef struct cks_tp_send_req cks_tp_send_req_t;
-
-struct cks_tp_send_req {
-    cks_tp_send_req_t *next; /* free list; a connection's held sends */
-    cks_tp_worker_h worker;
-    cks_tp_conn_h conn;
-    cks_tp_done_cb_t cb;
-    void *arg;
-    /* a send held until the connection's handshake is done */
-    size_t hdr_len;
-    const void *payload;
-    size_t payload_len;
-    cks_mem_type_t mem_type;
-    cks_tp_mem_h payload_memh;
-    uint8_t hdr[CKS_TP_SEND_BUF];
-};
-
-typedef struct {
-    cks_tp_worker_h worker;
-    cks_tp_done_cb_t cb;
-    void *arg;
-} cks_tp_recv_req_t;
-
-typedef struct cks_tp_call_req cks_tp_call_req_t;
-/* Runs on the reply of a call, while its body is valid; may set c->status. */
-typedef void (*cks_tp_call_hook_t)(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr,
-                                   const cks_msg_any_t *body);
-
-struct cks_tp_call_req {
-    struct cks_tp_call_req *next, *prev; /* worker's list, oldest first */
-    cks_tp_call_hook_t hook;
-    void *hook_arg;
-    uint64_t req_id;
-    uint64_t deadline_ns;
-    cks_tp_conn_h conn;
-    int sending, replied;
-    cks_status_t status;
-    char msg[CKS_MSG_MAX_LEN + 1];
-    cks_tp_call_cb_t cb;
-    void *arg;
-};
-
-struct cks_tp_conn {
-    cks_tp_worker_h worker;
-    ucp_ep_h ep;      /* made through the listener or by sockaddr */
-    ucp_ep_h data_ep; /* made from the peer's worker address; NULL until upgraded */
-    unsigned refs;
-    int failed;
-    int closed;
-    int implicit; /* made by UCX, adopted by cks_tp_conn_adopt() */
-    int outgoing; /* made by cks_tp_conn_connect(): we chose the peer */
-    int handshaking; /* cks_tp_conn_handshake() runs: other sends are held */
-    unsigned sends;       /* sends in flight */
-    uint64_t progress_ns; /* when one last completed, or the first began */
-    int overrun;          /* a request came with max_pending sends in flight */
-    int refused;          /* accepted past max_conns, to be closed */
-    uint64_t close_at_ns; /* cks_tp_conn_close_later(): drop its messages, close then */
-    cks_tp_send_req_t *held_head, *held_tail;
-    cks_tp_auth_t auth;
-    void *user;
-    char peer[64];
-    cks_tp_conn_h prev, next; /* worker's list */
-};
-
-struct cks_tp_listener {
-    cks_tp_worker_h worker;
-    ucp_listener_h listener;
-    uint16_t port;
-    cks_tp_accept_cb_t on_accept;
-    void *arg;
-};
-
-struct cks_tp_mem {
-    cks_tp_worker_h worker;
-    ucp_mem_h memh;
-};
-
-/* Map from ucp_ep_h to its connection: reply endpoints arrive as ucp_ep_h. */
-typedef struct {
-    ucp_ep_h ep;
-    cks_tp_conn_h conn;
-} cks_tp_slot_t;
-
-struct cks_tp_worker {
-    cks_tp_worker_params_t params;
-    char name[64];
-    ucp_context_h context;
-    ucp_worker_h worker;
-    int efd;
-    cks_tp_conn_h conns; /* every open connection */
-    unsigned nconns;
-    uint64_t refused_log_ns; /* last "too many connections" line */
-    cks_tp_slot_t *slots;
-    size_t nslots, nused;
-    cks_tp_send_req_t *free_sends;
-    unsigned closing; /* endpoint close requests in flight */
-    ucp_address_t *address;
-    size_t address_len;
-    int data_peer_errmode; /* see cks_tp_conn_upgrade() */
-    int require_auth;      /* see cks_tp_worker_require_auth() */
-    cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
-    cks_tp_call_req_t *calls_head, *calls_tail;
-    uint64_t next_call_id;
-};
-
 static int cks_tp_call_reply(cks_tp_worker_h w, const cks_wire_hdr_t *hdr,
                              const cks_msg_any_t *body);
 static void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn,
@@ -141,7 +32,7 @@ static void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn,
 
 /* ---- status translation (the one place) ---------------------------------- */
 
-static cks_status_t cks_tp_status(ucs_status_t st, const char *what)
+cks_status_t cks_tp_status(ucs_status_t st, const char *what)
 {
     switch (st) {
         case UCS_OK:
@@ -390,6 +281,7 @@ void cks_tp_conn_put(cks_tp_conn_h conn)
     if (conn->next != NULL) {
         conn->next->prev = conn->prev;
     }
+    cks_tp_rkeys_release(conn);
     free(conn);
 }
 
@@ -490,7 +382,8 @@ cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size
      * costs nothing: its data endpoint keeps peer-failure handling.
      */
     if (!w->data_peer_errmode && cks_tp_peer_is_local(conn->peer)) {
-        p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        p.err_mode  = UCP_ERR_HANDLING_MODE_NONE;
+        conn->local = 1;
     }
     p.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     p.address = peer_addr;
@@ -789,10 +682,27 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
         conn->overrun = 1;
         return UCS_OK;
     }
+    memset(&d, 0, sizeof(d));
+    d.conn    = conn;
     d.length  = length;
     d.is_rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
     d.ptr     = d.is_rndv ? NULL : data;
     d.desc    = d.is_rndv ? data : NULL;
+    /* descriptors come with PUT (its payload), GET and CHUNK_GET (where the
+     * reply's payload goes); their replies say the bytes went there */
+    if ((hdr.flags & CKS_WIRE_F_RMA) &&
+        (length > 0 ? (hdr.type != CKS_MSG_PUT && hdr.type != CKS_MSG_GET &&
+                       hdr.type != CKS_MSG_CHUNK_GET) || d.is_rndv ||
+                          cks_tp_rma_parse(data, length, &d) != CKS_OK
+                    : hdr.type != CKS_MSG_GET_REPLY && hdr.type != CKS_MSG_CHUNK_GET_REPLY)) {
+        cks_warn("%s: message %s from %s: bad RMA descriptor", w->name,
+                 cks_msg_name(hdr.type), conn->peer);
+        if (w->params.on_bad_msg != NULL) {
+            w->params.on_bad_msg(w->params.arg, conn, &hdr, CKS_ERR_BAD_MESSAGE,
+                                 "bad RMA descriptor");
+        }
+        return UCS_OK;
+    }
     cks_tp_conn_get(conn);
     w->params.on_msg(w->params.arg, conn, &hdr, &body, length > 0 ? &d : NULL);
     cks_tp_conn_put(conn);
@@ -821,6 +731,9 @@ cks_status_t cks_tp_data_recv(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
     cks_tp_recv_req_t *r;
     void *req;
 
+    if (data->is_rma) {
+        return cks_tp_rma_get(w, data, buf, cb, arg);
+    }
     if (!data->is_rndv || data->desc == NULL) {
         return CKS_ERR_INVALID_PARAM;
     }
@@ -852,7 +765,7 @@ cks_status_t cks_tp_data_recv(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
 
 /* ---- sending ---------------------------------------------------------------- */
 
-static cks_tp_send_req_t *cks_tp_send_req_get(cks_tp_worker_h w)
+cks_tp_send_req_t *cks_tp_send_req_get(cks_tp_worker_h w)
 {
     cks_tp_send_req_t *s = w->free_sends;
     if (s != NULL) {
@@ -862,7 +775,7 @@ static cks_tp_send_req_t *cks_tp_send_req_get(cks_tp_worker_h w)
     return malloc(sizeof(*s));
 }
 
-static void cks_tp_send_req_put(cks_tp_worker_h w, cks_tp_send_req_t *s)
+void cks_tp_send_req_put(cks_tp_worker_h w, cks_tp_send_req_t *s)
 {
     s->next       = w->free_sends;
     w->free_sends = s;
@@ -884,12 +797,9 @@ static void cks_tp_send_done(void *request, ucs_status_t st, void *arg)
     ucp_request_free(request);
 }
 
-/* Send s->hdr[0..hdr_len) and the payload; s is recycled on every path. */
-static cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s,
-                                    size_t hdr_len, const void *payload,
-                                    size_t payload_len, cks_mem_type_t mem_type,
-                                    cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb,
-                                    void *arg)
+cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hdr_len,
+                             const void *payload, size_t payload_len, cks_mem_type_t mem_type,
+                             cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb, void *arg)
 {
     cks_tp_worker_h w = conn->worker;
     ucp_request_param_t p;
@@ -1285,6 +1195,7 @@ void cks_tp_mem_unmap(cks_tp_mem_h m)
 {
     if (m != NULL) {
         ucp_mem_unmap(m->worker->context, m->memh);
+        free(m->rkey);
         free(m);
     }
 }
@@ -1322,8 +1233,12 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
         goto err_free;
     }
     memset(&cp, 0, sizeof(cp));
-    cp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-    cp.features   = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    /* RMA: one-copy transfers from and to a local peer's memory (rma.c);
+     * shared: cks_tp_mem_alloc() may run on another thread than the worker's */
+    cp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
+                    UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    cp.features   = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    cp.mt_workers_shared = 1;
     cp.name       = w->name;
     status = cks_tp_status(ucp_init(&cp, config, &w->context), "ucp init");
     ucp_config_release(config);

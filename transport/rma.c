@@ -1,0 +1,532 @@
+/*
+ * DESIGN: one copy between processes of one host. A client allocates its
+ * buffers through UCX in shared memory (cks_tp_mem_alloc()) and names a part
+ * of them in an RMA descriptor instead of sending the bytes; the server reads
+ * a put's bytes from there with ucp_get_nbx(), or writes a get's bytes there
+ * with ucp_put_nbx(). Between processes of one host UCX's sysv/posix
+ * transports serve these for memory they allocated: the server attaches the
+ * client's segment once, and every transfer after that is one memcpy in user
+ * space, against a copy by the kernel (CMA) plus a rendezvous handshake.
+ *
+ * Descriptor (the AM data of a message with CKS_WIRE_F_RMA), big-endian:
+ *   magic u32 "CKR1" | addr u64 | len u64 | seg_base u64 | seg_len u64 |
+ *   rkey_len u32 | packed remote key (rkey_len bytes)
+ * [addr, addr + len) must lie in the region [seg_base, seg_base + seg_len)
+ * that the key opens.
+ *
+ * Trust: UCX 1.13 does not check a remote address against the segment a key
+ * maps, and a mapped segment is plain memory of this process. So when UCX
+ * maps the peer's region here (ucp_rkey_ptr() answers), the unpack must have
+ * made a new shared mapping that starts exactly at the region's base and is
+ * at least as long as the descriptor says; otherwise the descriptor is
+ * refused. With that, a peer can only make us read or write its own segment.
+ *
+ * Thread: the worker's, like the rest of the transport (cks_tp_mem_alloc()
+ * and the describing functions excepted: they touch no worker state).
+ */
+#include "tp_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define CKS_TP_RMA_MAGIC 0x434b5231u /* "CKR1" */
+#define CKS_TP_RMA_HDR   40u
+
+/* ---- memory ----------------------------------------------------------------- */
+
+cks_status_t cks_tp_mem_alloc(cks_tp_worker_h w, size_t len, cks_tp_mem_h *mem_p,
+                              void **addr_p)
+{
+    ucp_mem_map_params_t p;
+    ucp_mem_attr_t a;
+    void *rkey = NULL;
+    size_t rkey_len = 0;
+    cks_tp_mem_h m;
+    cks_status_t status;
+
+    if (w == NULL || len == 0 || mem_p == NULL || addr_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    m->worker    = w;
+    m->allocated = 1;
+    memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                   UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    p.address    = NULL;
+    p.length     = len;
+    p.flags      = UCP_MEM_MAP_ALLOCATE;
+    status       = cks_tp_status(ucp_mem_map(w->context, &p, &m->memh), "allocate memory");
+    if (status != CKS_OK) {
+        free(m);
+        return status;
+    }
+    a.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    status       = cks_tp_status(ucp_mem_query(m->memh, &a), "query memory");
+    if (status == CKS_OK) {
+        status = cks_tp_status(ucp_rkey_pack(w->context, m->memh, &rkey, &rkey_len),
+                               "pack remote key");
+    }
+    if (status == CKS_OK && rkey_len > CKS_TP_RMA_DESC_MAX - CKS_TP_RMA_HDR) {
+        cks_warn("a packed remote key of %zu bytes is too long", rkey_len);
+        status = CKS_ERR_UNSUPPORTED;
+    }
+    if (status == CKS_OK && (m->rkey = malloc(rkey_len)) == NULL) {
+        status = CKS_ERR_NO_MEMORY;
+    }
+    if (status != CKS_OK) {
+        if (rkey != NULL) {
+            ucp_rkey_buffer_release(rkey);
+        }
+        ucp_mem_unmap(w->context, m->memh);
+        free(m);
+        return status;
+    }
+    memcpy(m->rkey, rkey, rkey_len);
+    ucp_rkey_buffer_release(rkey);
+    m->rkey_len = rkey_len;
+    m->base     = a.address;
+    m->len      = a.length;
+    *mem_p      = m;
+    *addr_p     = a.address;
+    return CKS_OK;
+}
+
+int cks_tp_mem_holds(cks_tp_mem_h m, const void *addr, size_t len)
+{
+    uintptr_t a = (uintptr_t)addr, b = (uintptr_t)m->base;
+    return m->allocated && a >= b && a - b <= m->len && len <= m->len - (a - b);
+}
+
+cks_status_t cks_tp_mem_describe(cks_tp_mem_h m, const void *addr, size_t len, void *buf,
+                                 size_t buf_len, size_t *len_p)
+{
+    uint8_t *d = buf;
+
+    if (m == NULL || !cks_tp_mem_holds(m, addr, len) || len_p == NULL ||
+        buf_len < CKS_TP_RMA_HDR + m->rkey_len) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    cks_put_be64(d, (uint64_t)CKS_TP_RMA_MAGIC << 32); /* magic; the low half is overwritten */
+    cks_put_be64(d + 4, (uint64_t)(uintptr_t)addr);
+    cks_put_be64(d + 12, len);
+    cks_put_be64(d + 20, (uint64_t)(uintptr_t)m->base);
+    cks_put_be64(d + 28, m->len);
+    d[36] = (uint8_t)(m->rkey_len >> 24);
+    d[37] = (uint8_t)(m->rkey_len >> 16);
+    d[38] = (uint8_t)(m->rkey_len >> 8);
+    d[39] = (uint8_t)m->rkey_len;
+    memcpy(d + CKS_TP_RMA_HDR, m->rkey, m->rkey_len);
+    *len_p = CKS_TP_RMA_HDR + m->rkey_len;
+    return CKS_OK;
+}
+
+cks_status_t cks_tp_rma_parse(const void *buf, size_t len, cks_tp_data_t *d)
+{
+    const uint8_t *p = buf;
+    uint64_t addr, alen, base, slen;
+    uint32_t klen;
+
+    if (len < CKS_TP_RMA_HDR || len > CKS_TP_RMA_DESC_MAX ||
+        (cks_get_be64(p) >> 32) != CKS_TP_RMA_MAGIC) {
+        return CKS_ERR_BAD_MESSAGE;
+    }
+    addr = cks_get_be64(p + 4);
+    alen = cks_get_be64(p + 12);
+    base = cks_get_be64(p + 20);
+    slen = cks_get_be64(p + 28);
+    klen = ((uint32_t)p[36] << 24) | ((uint32_t)p[37] << 16) | ((uint32_t)p[38] << 8) | p[39];
+    if (klen == 0 || klen != len - CKS_TP_RMA_HDR || slen == 0 || base + slen < base ||
+        addr < base || addr - base > slen || alen > slen - (addr - base) || alen > SIZE_MAX) {
+        return CKS_ERR_BAD_MESSAGE;
+    }
+    d->is_rma       = 1;
+    d->is_rndv      = 0;
+    d->ptr          = NULL;
+    d->desc         = NULL;
+    d->length       = (size_t)alen;
+    d->rma_addr     = addr;
+    d->rma_seg_base = base;
+    d->rma_seg_len  = slen;
+    d->rkey         = p + CKS_TP_RMA_HDR;
+    d->rkey_len     = klen;
+    return CKS_OK;
+}
+
+int cks_tp_conn_local(cks_tp_conn_h conn)
+{
+    return conn->local && conn->data_ep != NULL && !conn->failed && !conn->closed;
+}
+
+/* ---- remote keys --------------------------------------------------------------- */
+
+/* The start addresses of this process's mappings (sorted as the kernel
+ * lists them); NULL when /proc/self/maps cannot be read. */
+static uintptr_t *cks_tp_map_starts(size_t *n_p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    uintptr_t *v = NULL, start, end;
+    size_t n = 0, cap = 0;
+    char line[512];
+
+    if (f == NULL) {
+        return NULL;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "%lx-%lx", &start, &end) != 2) {
+            continue;
+        }
+        if (n == cap) {
+            uintptr_t *nv = realloc(v, (cap = cap ? 2 * cap : 512) * sizeof(*v));
+            if (nv == NULL) {
+                free(v);
+                fclose(f);
+                return NULL;
+            }
+            v = nv;
+        }
+        v[n++] = start;
+    }
+    fclose(f);
+    *n_p = n;
+    return v != NULL ? v : calloc(1, sizeof(*v));
+}
+
+/* The mapping that holds p: its bounds and whether it is shared. */
+static int cks_tp_map_find(uintptr_t p, uintptr_t *start_p, uintptr_t *end_p, int *shared_p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    uintptr_t start, end;
+    char perms[8], line[512];
+    int found = 0;
+
+    if (f == NULL) {
+        return 0;
+    }
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "%lx-%lx %7s", &start, &end, perms) == 3 && p >= start && p < end) {
+            *start_p  = start;
+            *end_p    = end;
+            *shared_p = perms[3] == 's';
+            found     = 1;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* Where UCX maps the region into this process, check that the mapping is
+ * the one the unpack made for it (see the top of this file). */
+static cks_status_t cks_tp_rkey_check(ucp_rkey_h rkey, const cks_tp_data_t *d,
+                                      const uintptr_t *before, size_t nbefore)
+{
+    uintptr_t start, end;
+    void *local;
+    int shared;
+
+    if (ucp_rkey_ptr(rkey, d->rma_seg_base, &local) != UCS_OK) {
+        return CKS_OK; /* not mapped here: the transfer goes through the peer or a NIC */
+    }
+    if (!cks_tp_map_find((uintptr_t)local, &start, &end, &shared) ||
+        start != (uintptr_t)local || !shared || end - start < d->rma_seg_len) {
+        return CKS_ERR_BAD_MESSAGE;
+    }
+    for (size_t i = 0; i < nbefore; i++) {
+        if (before[i] == start) {
+            return CKS_ERR_BAD_MESSAGE; /* a mapping that was there before */
+        }
+    }
+    /* fault the peer's pages into our page tables now, not during a copy */
+    (void)madvise(local, d->rma_seg_len, MADV_POPULATE_WRITE);
+    return CKS_OK;
+}
+
+static void cks_tp_rkey_clear(cks_tp_rkey_t *rk)
+{
+    if (rk->packed != NULL) {
+        ucp_rkey_destroy(rk->rkey);
+        free(rk->packed);
+        rk->packed = NULL;
+    }
+}
+
+void cks_tp_rkeys_release(cks_tp_conn_h conn)
+{
+    for (unsigned i = 0; i < CKS_TP_RKEYS; i++) {
+        cks_tp_rkey_clear(&conn->rkeys[i]);
+    }
+}
+
+/* The key of d's region, unpacked on first use and kept. */
+static cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
+                                    cks_tp_rkey_t **rk_p)
+{
+    cks_tp_rkey_t *rk = NULL, *idle = NULL;
+    uintptr_t *before;
+    size_t nbefore = 0;
+    ucp_rkey_h rkey;
+    cks_status_t status;
+
+    if (conn->failed || conn->closed) {
+        return CKS_ERR_CONN_LOST;
+    }
+    if (conn->data_ep == NULL) {
+        return CKS_ERR_UNSUPPORTED; /* no transport that reaches the peer's memory */
+    }
+    for (unsigned i = 0; i < CKS_TP_RKEYS; i++) {
+        cks_tp_rkey_t *r = &conn->rkeys[i];
+        if (r->packed != NULL && r->packed_len == d->rkey_len &&
+            r->seg_base == d->rma_seg_base && r->seg_len == d->rma_seg_len &&
+            memcmp(r->packed, d->rkey, d->rkey_len) == 0) {
+            r->used_ns = cks_time_ns();
+            *rk_p      = r;
+            return CKS_OK;
+        }
+        if (r->packed == NULL) {
+            rk = r;
+        } else if (r->refs == 0 && (idle == NULL || r->used_ns < idle->used_ns)) {
+            idle = r;
+        }
+    }
+    rk = rk != NULL ? rk : idle; /* a free slot, or the least recently used idle one */
+    if (rk == NULL) {
+        return CKS_ERR_BUSY;
+    }
+    cks_tp_rkey_clear(rk);
+    if ((rk->packed = malloc(d->rkey_len)) == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    before = cks_tp_map_starts(&nbefore);
+    if (before == NULL) {
+        free(rk->packed);
+        rk->packed = NULL;
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_tp_status(ucp_ep_rkey_unpack(conn->data_ep, d->rkey, &rkey),
+                           "unpack remote key");
+    if (status == CKS_OK) {
+        status = cks_tp_rkey_check(rkey, d, before, nbefore);
+        if (status != CKS_OK) {
+            cks_warn("%s: %s sent a descriptor that does not match its memory", conn->worker->name,
+                     conn->peer);
+            ucp_rkey_destroy(rkey);
+        }
+    } else {
+        status = CKS_ERR_BAD_MESSAGE; /* a key that UCX cannot read */
+    }
+    free(before);
+    if (status != CKS_OK) {
+        free(rk->packed);
+        rk->packed = NULL;
+        return status;
+    }
+    memcpy(rk->packed, d->rkey, d->rkey_len);
+    rk->packed_len = d->rkey_len;
+    rk->seg_base   = d->rma_seg_base;
+    rk->seg_len    = d->rma_seg_len;
+    rk->rkey       = rkey;
+    rk->refs       = 0;
+    rk->used_ns    = cks_time_ns();
+    *rk_p          = rk;
+    return CKS_OK;
+}
+
+/* ---- transfers ------------------------------------------------------------------ */
+
+typedef struct {
+    cks_tp_conn_h conn;
+    cks_tp_rkey_t *rk;
+    cks_tp_done_cb_t cb;
+    void *arg;
+    cks_tp_send_req_t *reply; /* cks_tp_send_into(): sent once the bytes are there */
+    size_t reply_len;
+    uint64_t req_id;
+} cks_tp_rma_req_t;
+
+static cks_tp_rma_req_t *cks_tp_rma_req(cks_tp_conn_h conn, cks_tp_rkey_t *rk,
+                                        cks_tp_done_cb_t cb, void *arg)
+{
+    cks_tp_rma_req_t *r = calloc(1, sizeof(*r));
+    if (r != NULL) {
+        r->conn = conn;
+        r->rk   = rk;
+        r->cb   = cb;
+        r->arg  = arg;
+        rk->refs++;
+        cks_tp_conn_get(conn);
+    }
+    return r;
+}
+
+static void cks_tp_rma_req_free(cks_tp_rma_req_t *r)
+{
+    r->rk->refs--;
+    cks_tp_conn_put(r->conn);
+    free(r);
+}
+
+static void cks_tp_rma_get_done(void *request, ucs_status_t st, void *arg)
+{
+    cks_tp_rma_req_t *r = arg;
+    cks_status_t status = cks_tp_status(st, "read peer memory");
+    r->cb(r->arg, status);
+    cks_tp_rma_req_free(r);
+    ucp_request_free(request);
+}
+
+static void cks_tp_rma_params(ucp_request_param_t *p, ucp_send_nbx_callback_t cb, void *arg)
+{
+    memset(p, 0, sizeof(*p));
+    p->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                      UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p->cb.send   = cb;
+    p->user_data = arg;
+}
+
+cks_status_t cks_tp_rma_get(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
+                            cks_tp_done_cb_t cb, void *arg)
+{
+    cks_tp_conn_h conn = data->conn;
+    ucp_request_param_t p;
+    cks_tp_rma_req_t *r;
+    cks_tp_rkey_t *rk;
+    cks_status_t status;
+    void *req;
+
+    (void)w;
+    status = cks_tp_rkey_get(conn, data, &rk);
+    if (status != CKS_OK) {
+        return status;
+    }
+    if ((r = cks_tp_rma_req(conn, rk, cb, arg)) == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    cks_tp_rma_params(&p, cks_tp_rma_get_done, r);
+    req = ucp_get_nbx(conn->data_ep, buf, data->length, data->rma_addr, rk->rkey, &p);
+    if (UCS_PTR_IS_ERR(req)) {
+        cks_tp_rma_req_free(r);
+        return cks_tp_status(UCS_PTR_STATUS(req), "read peer memory");
+    }
+    data->is_rma = 0; /* taken */
+    return CKS_INPROGRESS;
+}
+
+/* The reply of a cks_tp_send_into() whose write failed: an error status. */
+static void cks_tp_rma_reply_error(cks_tp_rma_req_t *r, cks_status_t status)
+{
+    cks_msg_status_t m = {status, cks_wire_cstr("could not write into the client's memory")};
+    cks_tp_send_req_t *s = r->reply;
+    size_t len;
+
+    r->reply = NULL;
+    if (cks_wire_pack(CKS_MSG_STATUS_REPLY, 0, r->req_id, &m, s->hdr, sizeof(s->hdr), &len) !=
+        CKS_OK) {
+        cks_tp_send_req_put(r->conn->worker, s);
+        return;
+    }
+    (void)cks_tp_send_hdr(r->conn, s, len, NULL, 0, CKS_MEM_HOST, NULL, NULL, NULL);
+}
+
+static void cks_tp_rma_flush_done(void *request, ucs_status_t st, void *arg)
+{
+    cks_tp_rma_req_t *r = arg;
+    cks_status_t status = cks_tp_status(st, "write peer memory");
+
+    if (status == CKS_OK) {
+        cks_tp_send_req_t *s = r->reply;
+        r->reply             = NULL;
+        status = cks_tp_send_hdr(r->conn, s, r->reply_len, NULL, 0, CKS_MEM_HOST, NULL, r->cb,
+                                 r->arg);
+        if (status == CKS_INPROGRESS) {
+            r->cb = NULL; /* runs when the reply is sent */
+        }
+    } else {
+        cks_tp_rma_reply_error(r, status);
+    }
+    if (r->cb != NULL) {
+        r->cb(r->arg, status == CKS_INPROGRESS ? CKS_OK : status);
+    }
+    if (r->reply != NULL) {
+        cks_tp_send_req_put(r->conn->worker, r->reply);
+    }
+    cks_tp_rma_req_free(r);
+    if (request != NULL) {
+        ucp_request_free(request);
+    }
+}
+
+static void cks_tp_rma_put_done(void *request, ucs_status_t st, void *arg)
+{
+    cks_tp_rma_req_t *r = arg;
+    ucp_request_param_t p;
+    void *req;
+
+    ucp_request_free(request);
+    if (st != UCS_OK) {
+        cks_tp_rma_flush_done(NULL, st, r);
+        return;
+    }
+    /* the put is done locally; the flush says it is in the peer's memory
+     * (between processes of one host it is at once: no request) */
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send      = cks_tp_rma_flush_done;
+    p.user_data    = r;
+    req            = ucp_ep_flush_nbx(r->conn->data_ep, &p);
+    if (req == NULL || UCS_PTR_IS_ERR(req)) {
+        cks_tp_rma_flush_done(NULL, UCS_PTR_STATUS(req), r);
+    }
+}
+
+cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id,
+                              const void *body, const void *payload, size_t payload_len,
+                              cks_tp_mem_h payload_memh, const cks_tp_data_t *dest,
+                              cks_tp_done_cb_t cb, void *arg)
+{
+    cks_tp_worker_h w = conn->worker;
+    ucp_request_param_t p;
+    cks_tp_rma_req_t *r;
+    cks_tp_send_req_t *s;
+    cks_tp_rkey_t *rk;
+    cks_status_t status;
+    size_t len;
+    void *req;
+
+    if (dest == NULL || !dest->is_rma || payload_len == 0) {
+        return cks_tp_send(conn, type, 0, req_id, body, payload, payload_len, CKS_MEM_HOST,
+                           payload_memh, cb, arg);
+    }
+    if (payload_len > dest->length) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    status = cks_tp_rkey_get(conn, dest, &rk);
+    if (status != CKS_OK) {
+        return status;
+    }
+    if ((s = cks_tp_send_req_get(w)) == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_wire_pack(type, CKS_WIRE_F_RMA, req_id, body, s->hdr, sizeof(s->hdr), &len);
+    if (status != CKS_OK || (r = cks_tp_rma_req(conn, rk, cb, arg)) == NULL) {
+        cks_tp_send_req_put(w, s);
+        return status != CKS_OK ? status : CKS_ERR_NO_MEMORY;
+    }
+    r->reply     = s;
+    r->reply_len = len;
+    r->req_id    = req_id;
+    cks_tp_rma_params(&p, cks_tp_rma_put_done, r);
+    req = ucp_put_nbx(conn->data_ep, payload, payload_len, dest->rma_addr, rk->rkey, &p);
+    if (UCS_PTR_IS_ERR(req)) {
+        r->cb = NULL; /* the caller learns it from the return value */
+        cks_tp_send_req_put(w, r->reply);
+        r->reply = NULL;
+        cks_tp_rma_req_free(r);
+        return cks_tp_status(UCS_PTR_STATUS(req), "write peer memory");
+    }
+    return CKS_INPROGRESS;
+}

@@ -1,0 +1,160 @@
+/*
+ * transport private: the UCX objects shared by ucx.c (connections, messages,
+ * calls) and rma.c (one-copy transfers to and from a peer's memory on this
+ * host).
+ */
+#ifndef CKS_TP_INT_H
+#define CKS_TP_INT_H
+
+#include "cks_tp.h"
+
+#include <ucp/api/ucp.h>
+
+#define CKS_TP_AM_ID 0
+#define CKS_TP_MAX_PENDING 256 /* default max_pending */
+#define CKS_TP_SEND_BUF (CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY)
+
+typedef struct cks_tp_send_req cks_tp_send_req_t;
+
+struct cks_tp_send_req {
+    cks_tp_send_req_t *next; /* free list; a connection's held sends */
+    cks_tp_worker_h worker;
+    cks_tp_conn_h conn;
+    cks_tp_done_cb_t cb;
+    void *arg;
+    /* a send held until the connection's handshake is done */
+    size_t hdr_len;
+    const void *payload;
+    size_t payload_len;
+    cks_mem_type_t mem_type;
+    cks_tp_mem_h payload_memh;
+    uint8_t hdr[CKS_TP_SEND_BUF];
+};
+
+typedef struct {
+    cks_tp_worker_h worker;
+    cks_tp_done_cb_t cb;
+    void *arg;
+} cks_tp_recv_req_t;
+
+/* A peer's memory region, unpacked once and kept while the connection lives:
+ * attaching a shared-memory segment and faulting in its pages costs more
+ * than copying a few MiB out of it. */
+#define CKS_TP_RKEYS 8
+typedef struct {
+    uint8_t *packed; /* the peer's packed key (NULL: slot free) */
+    size_t packed_len;
+    uint64_t seg_base, seg_len;
+    ucp_rkey_h rkey;
+    unsigned refs;   /* transfers in flight on it */
+    uint64_t used_ns;
+} cks_tp_rkey_t;
+
+typedef struct cks_tp_call_req cks_tp_call_req_t;
+/* Runs on the reply of a call, while its body is valid; may set c->status. */
+typedef void (*cks_tp_call_hook_t)(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr,
+                                   const cks_msg_any_t *body);
+
+struct cks_tp_call_req {
+    struct cks_tp_call_req *next, *prev; /* worker's list, oldest first */
+    cks_tp_call_hook_t hook;
+    void *hook_arg;
+    uint64_t req_id;
+    uint64_t deadline_ns;
+    cks_tp_conn_h conn;
+    int sending, replied;
+    cks_status_t status;
+    char msg[CKS_MSG_MAX_LEN + 1];
+    cks_tp_call_cb_t cb;
+    void *arg;
+};
+
+struct cks_tp_conn {
+    cks_tp_worker_h worker;
+    ucp_ep_h ep;      /* made through the listener or by sockaddr */
+    ucp_ep_h data_ep; /* made from the peer's worker address; NULL until upgraded */
+    unsigned refs;
+    int failed;
+    int closed;
+    int implicit; /* made by UCX, adopted by cks_tp_conn_adopt() */
+    int outgoing; /* made by cks_tp_conn_connect(): we chose the peer */
+    int local;    /* the data endpoint reaches a process of this host (shared memory) */
+    int handshaking; /* cks_tp_conn_handshake() runs: other sends are held */
+    unsigned sends;       /* sends in flight */
+    uint64_t progress_ns; /* when one last completed, or the first began */
+    int overrun;          /* a request came with max_pending sends in flight */
+    int refused;          /* accepted past max_conns, to be closed */
+    uint64_t close_at_ns; /* cks_tp_conn_close_later(): drop its messages, close then */
+    cks_tp_send_req_t *held_head, *held_tail;
+    cks_tp_auth_t auth;
+    cks_tp_rkey_t rkeys[CKS_TP_RKEYS]; /* peers' memory we read and write (rma.c) */
+    void *user;
+    char peer[64];
+    cks_tp_conn_h prev, next; /* worker's list */
+};
+
+struct cks_tp_listener {
+    cks_tp_worker_h worker;
+    ucp_listener_h listener;
+    uint16_t port;
+    cks_tp_accept_cb_t on_accept;
+    void *arg;
+};
+
+struct cks_tp_mem {
+    cks_tp_worker_h worker;
+    ucp_mem_h memh;
+    int allocated;        /* cks_tp_mem_alloc(): UCX allocated it */
+    void *base;           /* where it is mapped, and how long */
+    size_t len;
+    void *rkey;           /* cks_tp_mem_alloc(): packed remote key */
+    size_t rkey_len;
+};
+
+/* Map from ucp_ep_h to its connection: reply endpoints arrive as ucp_ep_h. */
+typedef struct {
+    ucp_ep_h ep;
+    cks_tp_conn_h conn;
+} cks_tp_slot_t;
+
+struct cks_tp_worker {
+    cks_tp_worker_params_t params;
+    char name[64];
+    ucp_context_h context;
+    ucp_worker_h worker;
+    int efd;
+    cks_tp_conn_h conns; /* every open connection */
+    unsigned nconns;
+    uint64_t refused_log_ns; /* last "too many connections" line */
+    cks_tp_slot_t *slots;
+    size_t nslots, nused;
+    cks_tp_send_req_t *free_sends;
+    unsigned closing; /* endpoint close requests in flight */
+    ucp_address_t *address;
+    size_t address_len;
+    int data_peer_errmode; /* see cks_tp_conn_upgrade() */
+    int require_auth;      /* see cks_tp_worker_require_auth() */
+    cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
+    cks_tp_call_req_t *calls_head, *calls_tail;
+    uint64_t next_call_id;
+};
+
+/* ucx.c */
+cks_status_t cks_tp_status(ucs_status_t st, const char *what);
+cks_tp_send_req_t *cks_tp_send_req_get(cks_tp_worker_h w);
+void cks_tp_send_req_put(cks_tp_worker_h w, cks_tp_send_req_t *s);
+/* Send s->hdr[0..hdr_len) and the payload; s is recycled on every path. */
+cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hdr_len,
+                             const void *payload, size_t payload_len, cks_mem_type_t mem_type,
+                             cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb, void *arg);
+
+/* rma.c */
+/* Parse the RMA descriptor that came as a message's AM data into d. */
+cks_status_t cks_tp_rma_parse(const void *buf, size_t len, cks_tp_data_t *d);
+/* cks_tp_data_recv() of a payload that stays in the peer's memory. */
+cks_status_t cks_tp_rma_get(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
+                            cks_tp_done_cb_t cb, void *arg);
+/* Release a connection's remote keys (when it is freed). */
+void cks_tp_rkeys_release(cks_tp_conn_h conn);
+
+#endif
