@@ -787,29 +787,6 @@ static int bench_results(bench_report_t *rep)
 
 /* ---- main --------------------------------------------------------------------------- */
 
-/* Client buffers from cks_mem_alloc(), pre-faulted like the others. */
-static int bench_ck_buf_alloc(cks_client_h client, size_t len, bench_buf_t *buf)
-{
-    cks_status_t st = cks_mem_alloc(client, len, &buf->ptr);
-    if (st != CKS_OK) {
-        fprintf(stderr, "ckstore-bench: cks_mem_alloc(%zu): %s\n", len, cks_status_string(st));
-        return -1;
-    }
-    buf->len     = len;
-    buf->map_len = 0;
-    buf->kind    = BENCH_MEM_CKS;
-    memset(buf->ptr, 0, len);
-    return 0;
-}
-
-static void bench_ck_buf_free(cks_client_h client, bench_buf_t *buf)
-{
-    if (buf->kind == BENCH_MEM_CKS && buf->ptr != NULL) {
-        cks_mem_free(client, buf->ptr);
-        buf->ptr = NULL;
-    }
-}
-
 static void bench_describe_buf(const void *p, size_t len, char *buf, size_t buflen)
 {
     static const char *const kind[] = {"malloc", "anon thp", "shm thp",

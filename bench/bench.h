@@ -64,6 +64,12 @@ int bench_buf_alloc(bench_mem_kind_t kind, size_t len, bench_buf_t *buf_p, char 
                     size_t errlen);
 void bench_buf_free(bench_buf_t *buf);
 
+struct cks_client;
+/** BENCH_MEM_CKS buffers: cks_mem_alloc() of `client`, pre-faulted; freed by
+ *  bench_ck_buf_free() (a no-op for other kinds) before the client goes. */
+int bench_ck_buf_alloc(struct cks_client *client, size_t len, bench_buf_t *buf);
+void bench_ck_buf_free(struct cks_client *client, bench_buf_t *buf);
+
 /** How much of the resident memory of the mappings that hold [addr, addr+len)
  *  in process `pid` (0: self) huge pages map, in percent (AnonHugePages,
  *  ShmemPmdMapped, FilePmdMapped over Rss of /proc/PID/smaps). With `path`

@@ -98,6 +98,7 @@ typedef struct {
     unsigned pec_layers;
     uint64_t pec_unit; /* bytes of bf16 parameters per d^2 unit */
     unsigned raw_setups;
+    bench_mem_kind_t client_mem; /* the clients' main buffers: BENCH_MEM_CKS or _THP */
     double timeout_s;
     char command[1024];
     const char *mix;       /* --mix: uniform, moe */
@@ -888,6 +889,31 @@ static void cl_w_err(cl_res_t *res, cks_status_t st, const char *what)
              why[0] ? ": " : "", why);
 }
 
+/* Destroy the worker's client with requests still in flight (a timeout): the
+ * destroy fails them first, then frees the buffers it allocated. */
+static void cl_w_client_drop(void)
+{
+    cks_client_destroy(wk.client);
+    wk.client = NULL;
+    if (wk.src.kind == BENCH_MEM_CKS) {
+        memset(&wk.src, 0, sizeof(wk.src));
+    }
+    if (wk.dst.kind == BENCH_MEM_CKS) {
+        memset(&wk.dst, 0, sizeof(wk.dst));
+    }
+}
+
+/* Destroy the worker's client; buffers it allocated go with it. */
+static void cl_w_client_destroy(void)
+{
+    if (wk.client == NULL) {
+        return;
+    }
+    bench_ck_buf_free(wk.client, &wk.src);
+    bench_ck_buf_free(wk.client, &wk.dst);
+    cl_w_client_drop();
+}
+
 static cks_status_t cl_w_connect(cl_res_t *res)
 {
     cks_client_params_t cp;
@@ -895,10 +921,7 @@ static cks_status_t cl_w_connect(cl_res_t *res)
     uint64_t used = 0;
     cks_status_t st;
 
-    if (wk.client != NULL) {
-        cks_client_destroy(wk.client);
-        wk.client = NULL;
-    }
+    cl_w_client_destroy();
     snprintf(name, sizeof(name), "ckstore-bench-client%u", wk.index);
     memset(&cp, 0, sizeof(cp));
     cp.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
@@ -972,8 +995,7 @@ static cks_status_t cl_w_put_all(const char *job, uint64_t version, const cl_put
     if (w.inflight > 0) {
         /* timed out with puts in flight: destroying the client fails them
          * (their callbacks run) and gives our buffers back */
-        cks_client_destroy(wk.client);
-        wk.client = NULL;
+        cl_w_client_drop();
     }
     cl_win_destroy(&w);
     return st;
@@ -1012,8 +1034,7 @@ static cks_status_t cl_w_get_all(cks_restore_h r, const char *const *keys,
     st = st != CKS_OK ? st : st2;
     if (w.inflight > 0) {
         cks_restore_close(r);
-        cks_client_destroy(wk.client);
-        wk.client = NULL;
+        cl_w_client_drop();
         cl_win_destroy(&w);
         return CKS_ERR_TIMEOUT;
     }
@@ -1049,7 +1070,16 @@ static int cl_w_alloc_main(const cl_cmd_t *cmd, cl_res_t *res)
     for (unsigned g = first; g < first + count; g++) {
         rtotal += cl_mix.obj[g % cl_mix.n].size;
     }
-    if ((wk.index < opts.clients &&
+    if (opts.client_mem == BENCH_MEM_CKS) {
+        /* the client's own memory: the servers read and write it directly */
+        if ((wk.index < opts.clients &&
+             bench_ck_buf_alloc(wk.client, cl_mix.bytes, &wk.src) != 0) ||
+            (rtotal > 0 && bench_ck_buf_alloc(wk.client, rtotal, &wk.dst) != 0)) {
+            res->status = CKS_ERR_NO_MEMORY;
+            snprintf(res->err, sizeof(res->err), "client %u: cks_mem_alloc failed", wk.index);
+            return -1;
+        }
+    } else if ((wk.index < opts.clients &&
          bench_buf_alloc(BENCH_MEM_THP, cl_mix.bytes, &wk.src, err, sizeof(err)) != 0) ||
         (rtotal > 0 && bench_buf_alloc(BENCH_MEM_THP, rtotal, &wk.dst, err, sizeof(err)) != 0)) {
         res->status = CKS_ERR_NO_MEMORY;
@@ -1067,6 +1097,10 @@ static int cl_w_alloc_main(const cl_cmd_t *cmd, cl_res_t *res)
 
 static void cl_w_free_main(void)
 {
+    if (wk.client != NULL) {
+        bench_ck_buf_free(wk.client, &wk.src);
+        bench_ck_buf_free(wk.client, &wk.dst);
+    }
     if (wk.src.ptr != NULL) {
         bench_buf_free(&wk.src);
         memset(&wk.src, 0, sizeof(wk.src));
@@ -1374,14 +1408,13 @@ static int cl_worker_main(unsigned index, int cmd_fd, int res_fd)
         /* preparation, untimed: buffers, then a client when asked for a
          * fresh one or when there is none (PEC_SETUP: always, servers may
          * have been restarted since the last command) */
-        if (cmd.op == CL_CMD_SNAP || cmd.op == CL_CMD_RESTORE) {
-            cl_w_alloc_main(&cmd, &res);
-        } else if (cmd.op == CL_CMD_PEC_SETUP) {
-            cl_w_pec_setup(&cmd, &res);
+        if ((cmd.flags & CL_F_FRESH) || wk.client == NULL || cmd.op == CL_CMD_PEC_SETUP) {
+            cl_w_connect(&res); /* first: cks_mem_alloc() buffers belong to it */
         }
-        if (res.status == CKS_OK && ((cmd.flags & CL_F_FRESH) || wk.client == NULL ||
-                                     cmd.op == CL_CMD_PEC_SETUP)) {
-            cl_w_connect(&res);
+        if (res.status == CKS_OK && (cmd.op == CL_CMD_SNAP || cmd.op == CL_CMD_RESTORE)) {
+            cl_w_alloc_main(&cmd, &res);
+        } else if (res.status == CKS_OK && cmd.op == CL_CMD_PEC_SETUP) {
+            cl_w_pec_setup(&cmd, &res);
         }
         res.phase = 0;
         if (bench_write_full(res_fd, &res, sizeof(res)) != 0) {
@@ -1421,10 +1454,8 @@ static int cl_worker_main(unsigned index, int cmd_fd, int res_fd)
             break;
         }
     }
-    if (wk.client != NULL) {
-        cks_client_destroy(wk.client);
-    }
     cl_w_free_main();
+    cl_w_client_destroy();
     cl_w_pec_free();
     return 0;
 }
@@ -1936,10 +1967,10 @@ err_ec:
 }
 
 /* Raw UCX between this process and the forked sink, at the object size:
- * the put and get directions, methods am and tag, for each setup asked. */
+ * the put and get directions, methods am, tag and rma, for each setup asked. */
 static int cl_refs_raw(void)
 {
-    const unsigned methods[] = {BENCH_METHOD_AM, BENCH_METHOD_TAG};
+    const unsigned methods[] = {BENCH_METHOD_AM, BENCH_METHOD_TAG, BENCH_METHOD_RMA};
     double secs[BENCH_MAX_REPS];
     char err[BENCH_ERR_LEN];
     unsigned reps = cl_ref_reps();
@@ -1958,7 +1989,7 @@ static int cl_refs_raw(void)
         snprintf(refs.raw_desc[s][0], sizeof(refs.raw_desc[s][0]), "%s",
                  bench_raw_describe(raw));
         snprintf(refs.raw_desc[s][1], sizeof(refs.raw_desc[s][1]), "%s", sess.child_desc);
-        for (unsigned mi = 0; mi < 2; mi++) {
+        for (unsigned mi = 0; mi < sizeof(methods) / sizeof(methods[0]); mi++) {
             unsigned m = methods[mi];
             for (unsigned d = 0; d < BENCH_NDIRS; d++) {
                 double start = bench_now(), sec;
@@ -3554,7 +3585,9 @@ static void cl_usage(FILE *f)
         "                         only sweeps: a fresh local cluster per point, snapshots\n"
         "                         and healthy restores, aggregate GB/s per point\n"
         "      --plot DIR         PNG charts with gnuplot (.dat and .gp files next to them)\n"
-        "      --raw-setups LIST  raw UCX buffer setups (thp,shm-thp)\n"
+        "      --raw-setups LIST  raw UCX buffer setups (thp,shm-thp,ucx)\n"
+        "      --client-mem KIND  the clients' main buffers: ckstore (cks_mem_alloc(),\n"
+        "                         the default) or thp\n"
         "      --no-raw           skip the raw UCX reference\n"
         "  -j, --json FILE        write the results as JSON\n"
         "  -t, --timeout SEC      bound on each wait (30)\n"
@@ -3652,6 +3685,7 @@ static int cl_parse_opts(int argc, char **argv)
         O_PEC_LAYERS,
         O_PEC_UNIT,
         O_RAW_SETUPS,
+        O_CLIENT_MEM,
         O_NO_RAW,
         O_MIX,
         O_READERS,
@@ -3688,6 +3722,7 @@ static int cl_parse_opts(int argc, char **argv)
         {"pec-layers", required_argument, NULL, O_PEC_LAYERS},
         {"pec-unit", required_argument, NULL, O_PEC_UNIT},
         {"raw-setups", required_argument, NULL, O_RAW_SETUPS},
+        {"client-mem", required_argument, NULL, O_CLIENT_MEM},
         {"no-raw", no_argument, NULL, O_NO_RAW},
         {"mix", required_argument, NULL, O_MIX},
         {"readers", required_argument, NULL, O_READERS},
@@ -3726,7 +3761,9 @@ static int cl_parse_opts(int argc, char **argv)
     opts.pec_layers = 4;
     opts.pec_unit = 256ull << 10;
     opts.timeout_s = 30;
-    opts.raw_setups = (1u << BENCH_SETUP_THP) | (1u << BENCH_SETUP_SHM_THP);
+    opts.client_mem = BENCH_MEM_CKS;
+    opts.raw_setups = (1u << BENCH_SETUP_THP) | (1u << BENCH_SETUP_SHM_THP) |
+                      (1u << BENCH_SETUP_UCX);
     opts.mix = "uniform";
     opts.versions = 1;
     opts.peers = (1u << BENCH_NPEERS) - 1;
@@ -3839,6 +3876,17 @@ static int cl_parse_opts(int argc, char **argv)
                 break;
             case O_NO_RAW:
                 opts.no_raw = 1;
+                break;
+            case O_CLIENT_MEM:
+                if (strcmp(optarg, "ckstore") == 0) {
+                    opts.client_mem = BENCH_MEM_CKS;
+                } else if (strcmp(optarg, "thp") == 0) {
+                    opts.client_mem = BENCH_MEM_THP;
+                } else {
+                    fprintf(stderr, "ckstore-bench: bad --client-mem '%s' (ckstore or thp)\n",
+                            optarg);
+                    return -1;
+                }
                 break;
             case O_MIX:
                 if (strcmp(optarg, "uniform") != 0 && strcmp(optarg, "moe") != 0) {

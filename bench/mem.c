@@ -8,6 +8,7 @@
  * than a copy and would be measured instead of the transport).
  */
 #include "bench.h"
+#include "ckstore.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -253,4 +254,27 @@ double bench_memcpy_once(void *dst, const void *src, size_t size)
     /* keep the compiler from dropping or moving the copy */
     __asm__ __volatile__("" : : "r"(dst) : "memory");
     return bench_now() - t0;
+}
+
+/* Client buffers from cks_mem_alloc(), pre-faulted like the others. */
+int bench_ck_buf_alloc(cks_client_h client, size_t len, bench_buf_t *buf)
+{
+    cks_status_t st = cks_mem_alloc(client, len, &buf->ptr);
+    if (st != CKS_OK) {
+        fprintf(stderr, "ckstore-bench: cks_mem_alloc(%zu): %s\n", len, cks_status_string(st));
+        return -1;
+    }
+    buf->len     = len;
+    buf->map_len = 0;
+    buf->kind    = BENCH_MEM_CKS;
+    memset(buf->ptr, 0, len);
+    return 0;
+}
+
+void bench_ck_buf_free(cks_client_h client, bench_buf_t *buf)
+{
+    if (buf->kind == BENCH_MEM_CKS && buf->ptr != NULL) {
+        cks_mem_free(client, buf->ptr);
+        buf->ptr = NULL;
+    }
 }

@@ -9,8 +9,11 @@
  * range covers, from up to k servers of each stripe's placement group in
  * parallel, into their final place in the caller's buffer. A chunk that
  * fails (server gone, timeout, CRC mismatch) marks its stripe degraded; the
- * stripe's other chunks, parity included, are then fetched whole into a
- * temporary buffer and the missing data chunks rebuilt with ISA-L.
+ * stripe's other chunks are then fetched whole until k are in - data chunks
+ * that the range covers whole straight into the caller's buffer (those the
+ * first phase brought count), parity and partly covered ones into a stripe
+ * buffer - and the missing data chunks are rebuilt with ISA-L, in place
+ * where the range covers them whole.
  * Never: block, or hand back a byte that was not checked (whole chunks are
  * CRC-checked here, partial ones by the server before it sends them).
  */
@@ -146,15 +149,16 @@ typedef struct {
     cks_read_t *rd;
     uint64_t stripe;
     unsigned idx;
-    int whole;     /* degraded phase: the whole chunk into the stripe buffer */
+    int whole;     /* degraded phase: a whole chunk, to cks_read_chunk_dst() */
+    int full;      /* first phase: the range covers the whole chunk */
 } cks_read_sub_t;
 
 typedef struct {
     uint64_t stripe;
     uint32_t failed; /* bitmask of chunks that failed */
     uint32_t tried;  /* degraded phase: chunks asked for whole */
-    uint32_t got;    /* degraded phase: chunks that arrived whole */
-    uint8_t *buf;    /* degraded phase: (k + m) chunks */
+    uint32_t got;    /* chunks that arrived whole */
+    uint8_t *buf;    /* degraded phase: (k + m) chunks, for those not in the caller's */
 } cks_read_stripe_t;
 
 struct cks_read {
@@ -242,7 +246,7 @@ static void cks_read_sub_done(void *arg, cks_status_t status)
     cks_read_t *rd        = sub->rd;
     cks_read_stripe_t *st = &rd->stripes[sub->stripe - rd->s0];
 
-    if (status == CKS_OK && sub->whole) {
+    if (status == CKS_OK && (sub->whole || sub->full)) {
         st->got |= 1u << sub->idx;
     } else if (status != CKS_OK) {
         st->failed |= 1u << sub->idx;
@@ -260,6 +264,19 @@ static void cks_read_sub_done(void *arg, cks_status_t status)
     if (--rd->pending == 0) {
         cks_read_step(rd);
     }
+}
+
+/* Where chunk i of stripe s goes when fetched whole: the caller's buffer for
+ * a data chunk that the range covers whole, else the stripe buffer (NULL
+ * when it is not allocated). */
+static uint8_t *cks_read_chunk_dst(cks_read_t *rd, cks_read_stripe_t *bs, uint64_t s,
+                                   unsigned i)
+{
+    uint64_t base = s * rd->k * rd->chunk + (uint64_t)i * rd->chunk;
+    if (i < rd->k && base >= rd->off && base + rd->chunk <= rd->off + rd->len) {
+        return rd->buf + (base - rd->off);
+    }
+    return bs->buf != NULL ? bs->buf + (uint64_t)i * rd->chunk : NULL;
 }
 
 /* Start a degraded round: for every failed stripe without k whole chunks
@@ -280,6 +297,7 @@ static size_t cks_read_degraded_round(cks_read_t *rd)
         if (bs->buf == NULL && (bs->buf = malloc(width * rd->chunk)) == NULL) {
             continue; /* decode reports the loss */
         }
+        /* parity and partly covered chunks land here */
         if (cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key, strlen(rd->key), s,
                       rd->k, rd->m, NULL, group) != CKS_OK) {
             continue;
@@ -295,15 +313,15 @@ static size_t cks_read_degraded_round(cks_read_t *rd)
                 continue;
             }
             bs->tried |= bit;
-            cks_op_t *op = cks_read_chunk_op(rd, s, i, 0, rd->chunk, bs->buf + i * rd->chunk,
-                                             group[i]);
+            cks_op_t *op = cks_read_chunk_op(rd, s, i, 0, rd->chunk,
+                                             cks_read_chunk_dst(rd, bs, s, i), group[i]);
             cks_read_sub_t *sb = op ? malloc(sizeof(*sb)) : NULL;
             if (sb == NULL) {
                 free(op);
                 bs->failed |= bit;
                 continue;
             }
-            *sb = (cks_read_sub_t){rd, s, i, 1};
+            *sb = (cks_read_sub_t){rd, s, i, 1, 0};
             rd->pending++;
             started++;
             want--;
@@ -338,8 +356,9 @@ static void cks_read_step(cks_read_t *rd)
     }
 }
 
-/* All degraded fetches are in: rebuild the missing data chunks, copy the
- * range's parts of them into the caller's buffer. */
+/* All degraded fetches are in: rebuild the missing data chunks (in place in
+ * the caller's buffer where the range covers them whole), and copy the
+ * range's parts of the others out of the stripe buffer. */
 static void cks_read_decode(cks_read_t *rd)
 {
     cks_client_h c    = rd->c;
@@ -360,8 +379,13 @@ static void cks_read_decode(cks_read_t *rd)
             continue;
         }
         for (unsigned i = 0; i < width; i++) {
+            uint64_t base = s * stripe_b + (uint64_t)i * rd->chunk;
+            int wanted    = i < rd->k && base < rd->off + rd->len && base + rd->chunk > rd->off;
             present[i] = bs->buf != NULL && (bs->got & (1u << i)) != 0;
-            chunks[i]  = bs->buf ? bs->buf + i * rd->chunk : NULL;
+            /* rebuild only the missing data chunks the range needs */
+            chunks[i] = bs->buf != NULL && (present[i] || wanted)
+                            ? cks_read_chunk_dst(rd, bs, s, i)
+                            : NULL;
             have += present[i];
         }
         if (bs->buf == NULL || have < rd->k ||
@@ -375,10 +399,15 @@ static void cks_read_decode(cks_read_t *rd)
             cks_read_finish(rd, CKS_ERR_DATA_LOST);
             return;
         }
-        /* the range's bytes of this stripe, now all in the stripe buffer */
-        uint64_t lo = CKS_MAX(rd->off, s * stripe_b);
-        uint64_t hi = CKS_MIN(rd->off + rd->len, (s + 1) * stripe_b);
-        memcpy(rd->buf + (lo - rd->off), bs->buf + (lo - s * stripe_b), hi - lo);
+        /* the range's bytes of the data chunks that sit in the stripe buffer */
+        for (unsigned i = 0; i < rd->k; i++) {
+            uint64_t base = s * stripe_b + (uint64_t)i * rd->chunk;
+            uint64_t lo   = CKS_MAX(rd->off, base);
+            uint64_t hi   = CKS_MIN(rd->off + rd->len, base + rd->chunk);
+            if (lo < hi && chunks[i] != NULL && chunks[i] == bs->buf + (uint64_t)i * rd->chunk) {
+                memcpy(rd->buf + (lo - rd->off), chunks[i] + (lo - base), hi - lo);
+            }
+        }
     }
     cks_read_finish(rd, CKS_OK);
 }
@@ -518,7 +547,7 @@ static void cks_read_stat_done(void *arg, cks_status_t status)
                 continue;
             }
             cks_read_sub_t *sub = &rd->subs[rd->nsubs++];
-            *sub                = (cks_read_sub_t){rd, s, i, 0};
+            *sub = (cks_read_sub_t){rd, s, i, 0, lo == base && hi == base + rd->chunk};
             rd->pending++;
             cks_op_t *op = status == CKS_OK ? cks_read_chunk_op(rd, s, i, lo - base, hi - lo,
                                                                 rd->buf + (lo - rd->off),

@@ -223,12 +223,13 @@ static int cks_tp_map_find(uintptr_t p, uintptr_t *start_p, uintptr_t *end_p, in
 /* Where UCX maps the region into this process, check that the mapping is
  * the one the unpack made for it (see the top of this file). */
 static cks_status_t cks_tp_rkey_check(ucp_rkey_h rkey, const cks_tp_data_t *d,
-                                      const uintptr_t *before, size_t nbefore)
+                                      const uintptr_t *before, size_t nbefore, void **local_p)
 {
     uintptr_t start, end;
     void *local;
     int shared;
 
+    *local_p = NULL;
     if (ucp_rkey_ptr(rkey, d->rma_seg_base, &local) != UCS_OK) {
         return CKS_OK; /* not mapped here: the transfer goes through the peer or a NIC */
     }
@@ -241,9 +242,31 @@ static cks_status_t cks_tp_rkey_check(ucp_rkey_h rkey, const cks_tp_data_t *d,
             return CKS_ERR_BAD_MESSAGE; /* a mapping that was there before */
         }
     }
-    /* fault the peer's pages into our page tables now, not during a copy */
-    (void)madvise(local, d->rma_seg_len, MADV_POPULATE_WRITE);
+    *local_p = local;
     return CKS_OK;
+}
+
+/* Fault the blocks of [addr, addr + len) that no transfer touched yet into
+ * our page tables in one call each, rather than a page fault per 4 KiB page
+ * during the copy; only the blocks used: each server of a cluster touches
+ * its own share of a client's buffer. */
+static void cks_tp_rkey_fault(cks_tp_rkey_t *rk, uint64_t addr, size_t len)
+{
+    uint64_t first, last;
+
+    if (rk->local == NULL || rk->faulted == NULL || len == 0) {
+        return;
+    }
+    first = (addr - rk->seg_base) / CKS_TP_FAULT_BLOCK;
+    last  = (addr - rk->seg_base + len - 1) / CKS_TP_FAULT_BLOCK;
+    for (uint64_t b = first; b <= last; b++) {
+        if (!(rk->faulted[b / 8] & (1u << (b % 8)))) {
+            uint64_t off = b * CKS_TP_FAULT_BLOCK;
+            size_t n     = (size_t)CKS_MIN((uint64_t)CKS_TP_FAULT_BLOCK, rk->seg_len - off);
+            (void)madvise((uint8_t *)rk->local + off, n, MADV_POPULATE_WRITE);
+            rk->faulted[b / 8] |= (uint8_t)(1u << (b % 8));
+        }
+    }
 }
 
 static void cks_tp_rkey_clear(cks_tp_rkey_t *rk)
@@ -251,7 +274,9 @@ static void cks_tp_rkey_clear(cks_tp_rkey_t *rk)
     if (rk->packed != NULL) {
         ucp_rkey_destroy(rk->rkey);
         free(rk->packed);
-        rk->packed = NULL;
+        free(rk->faulted);
+        rk->packed  = NULL;
+        rk->faulted = NULL;
     }
 }
 
@@ -269,6 +294,7 @@ static cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
     cks_tp_rkey_t *rk = NULL, *idle = NULL;
     uintptr_t *before;
     size_t nbefore = 0;
+    void *local    = NULL;
     ucp_rkey_h rkey;
     cks_status_t status;
 
@@ -310,7 +336,7 @@ static cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
     status = cks_tp_status(ucp_ep_rkey_unpack(conn->data_ep, d->rkey, &rkey),
                            "unpack remote key");
     if (status == CKS_OK) {
-        status = cks_tp_rkey_check(rkey, d, before, nbefore);
+        status = cks_tp_rkey_check(rkey, d, before, nbefore, &local);
         if (status != CKS_OK) {
             cks_warn("%s: %s sent a descriptor that does not match its memory", conn->worker->name,
                      conn->peer);
@@ -330,6 +356,10 @@ static cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
     rk->seg_base   = d->rma_seg_base;
     rk->seg_len    = d->rma_seg_len;
     rk->rkey       = rkey;
+    rk->local      = local;
+    rk->faulted    = local != NULL
+                         ? calloc((d->rma_seg_len / CKS_TP_FAULT_BLOCK + 8) / 8, 1)
+                         : NULL;
     rk->refs       = 0;
     rk->used_ns    = cks_time_ns();
     *rk_p          = rk;
@@ -406,6 +436,7 @@ cks_status_t cks_tp_rma_get(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
     if ((r = cks_tp_rma_req(conn, rk, cb, arg)) == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
+    cks_tp_rkey_fault(rk, data->rma_addr, data->length);
     cks_tp_rma_params(&p, cks_tp_rma_get_done, r);
     req = ucp_get_nbx(conn->data_ep, buf, data->length, data->rma_addr, rk->rkey, &p);
     if (UCS_PTR_IS_ERR(req)) {
@@ -519,6 +550,7 @@ cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id
     r->reply     = s;
     r->reply_len = len;
     r->req_id    = req_id;
+    cks_tp_rkey_fault(rk, dest->rma_addr, payload_len);
     cks_tp_rma_params(&p, cks_tp_rma_put_done, r);
     req = ucp_put_nbx(conn->data_ep, payload, payload_len, dest->rma_addr, rk->rkey, &p);
     if (UCS_PTR_IS_ERR(req)) {

@@ -40,12 +40,15 @@ typedef struct {
 /* A peer's memory region, unpacked once and kept while the connection lives:
  * attaching a shared-memory segment and faulting in its pages costs more
  * than copying a few MiB out of it. */
-#define CKS_TP_RKEYS 8
+#define CKS_TP_RKEYS 32
+#define CKS_TP_FAULT_BLOCK (2u << 20)
 typedef struct {
     uint8_t *packed; /* the peer's packed key (NULL: slot free) */
     size_t packed_len;
     uint64_t seg_base, seg_len;
     ucp_rkey_h rkey;
+    void *local;     /* where UCX maps the region here (NULL: it does not) */
+    uint8_t *faulted; /* bit per CKS_TP_FAULT_BLOCK of the region: in our page tables */
     unsigned refs;   /* transfers in flight on it */
     uint64_t used_ns;
 } cks_tp_rkey_t;
