@@ -196,11 +196,28 @@ int main(int argc, char **argv)
                 server ? server : cluster, cks_status_string(st));
         return 1;
     }
-    /* one buffer per object, as a trainer has its tensors */
+    /* one staging area from cks_mem_alloc(), a slice per object, as a trainer
+     * copies its tensors into pinned host memory: servers on this host read
+     * and write it directly (one copy); plain memory per object otherwise */
     uint8_t **bufs = calloc(n, sizeof(*bufs));
     uint8_t *check = writing ? NULL : alloc_buf(maxsz);
+    uint64_t staged = 0;
+    void *stage    = NULL;
     for (size_t i = 0; i < n; i++) {
-        bufs[i] = alloc_buf(objs[i].size);
+        staged += (objs[i].size + 63) & ~(uint64_t)63;
+    }
+    if (cks_mem_alloc(cl, staged ? staged : 1, &stage) != CKS_OK) {
+        fprintf(stderr, "ckstore-demo: no staging memory (cks_mem_alloc); using plain buffers\n");
+        stage = NULL;
+    }
+    staged = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (stage != NULL) {
+            bufs[i] = (uint8_t *)stage + staged;
+            staged += (objs[i].size + 63) & ~(uint64_t)63;
+        } else {
+            bufs[i] = alloc_buf(objs[i].size);
+        }
         if (bufs[i] == NULL) {
             fprintf(stderr, "ckstore-demo: out of memory\n");
             return 1;
@@ -284,8 +301,11 @@ int main(int argc, char **argv)
         }
         cks_restore_close(r);
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; stage == NULL && i < n; i++) {
         munmap(bufs[i], objs[i].size ? objs[i].size : 1);
+    }
+    if (stage != NULL) {
+        cks_mem_free(cl, stage);
     }
     if (check != NULL) {
         munmap(check, maxsz);
