@@ -724,6 +724,9 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 uint64_t *usage = op->out;
                 usage[0]        = b->m_HELLO_REPLY.arena_used;
                 usage[1]        = b->m_HELLO_REPLY.arena_size;
+                usage[2]        = b->m_HELLO_REPLY.enc_bytes;
+                usage[3]        = b->m_HELLO_REPLY.enc_ns;
+                usage[4]        = b->m_HELLO_REPLY.enc_job_ns;
             } else if (c->has_secret) {
                 cks_status_t status = cks_cl_auth(c, op, &b->m_HELLO_REPLY);
                 if (status != CKS_OK) {
@@ -1685,16 +1688,15 @@ cks_status_t cks_put(cks_client_h c, const cks_put_params_t *p)
 
 typedef struct {
     cks_waiter_t w;
-    uint64_t usage[2];
+    uint64_t usage[5]; /* arena used, size, encoded bytes, encode ns, job ns */
 } cks_usage_t;
 
-cks_status_t cks_cluster_usage(cks_client_h c, uint64_t *used_p, uint64_t *capacity_p)
+cks_status_t cks_cluster_stats(cks_client_h c, cks_cluster_stats_t *stats_p)
 {
-    uint64_t used = 0, capacity = 0;
-    size_t answered = 0;
+    cks_cluster_stats_t t = {0};
     cks_usage_t *u;
 
-    if (c == NULL || used_p == NULL) {
+    if (c == NULL || stats_p == NULL) {
         return CKS_ERR_INVALID_PARAM;
     }
     u = calloc(c->nsrv, sizeof(*u));
@@ -1721,19 +1723,38 @@ cks_status_t cks_cluster_usage(cks_client_h c, uint64_t *used_p, uint64_t *capac
     }
     for (size_t i = 0; st != NULL && i < c->nsrv; i++) {
         if (cks_waiter_wait(&u[i].w, st[i]) == CKS_OK) {
-            used += u[i].usage[0];
-            capacity += u[i].usage[1];
-            answered++;
+            t.arena_used += u[i].usage[0];
+            t.arena_capacity += u[i].usage[1];
+            t.encoded_bytes += u[i].usage[2];
+            t.encode_cpu_ns += u[i].usage[3];
+            t.encoder_cpu_ns += u[i].usage[4];
+            t.answered++;
         }
     }
+    t.servers = (uint32_t)c->nsrv;
     free(st);
     free(u);
-    if (answered == 0) {
+    if (t.answered == 0) {
         return CKS_ERR_UNREACHABLE;
     }
-    *used_p = used;
-    if (capacity_p != NULL) {
-        *capacity_p = capacity;
-    }
+    *stats_p = t;
     return CKS_OK;
+}
+
+cks_status_t cks_cluster_usage(cks_client_h c, uint64_t *used_p, uint64_t *capacity_p)
+{
+    cks_cluster_stats_t t;
+    cks_status_t status;
+
+    if (c == NULL || used_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    status = cks_cluster_stats(c, &t);
+    if (status == CKS_OK) {
+        *used_p = t.arena_used;
+        if (capacity_p != NULL) {
+            *capacity_p = t.arena_capacity;
+        }
+    }
+    return status;
 }

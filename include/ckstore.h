@@ -139,6 +139,22 @@ CKS_API_VISIBLE cks_status_t cks_version_finish(cks_client_h c, const char *job,
 CKS_API_VISIBLE cks_status_t cks_object_delete(cks_client_h c, const char *job,
                                                uint64_t version, const char *key);
 
+/** Figures of the servers that answer, summed. The encoder figures count
+ *  since each server started (a restarted server starts from 0). */
+typedef struct {
+    uint32_t servers;          /**< servers asked */
+    uint32_t answered;         /**< servers that answered */
+    uint64_t arena_used;       /**< arena bytes in use */
+    uint64_t arena_capacity;   /**< arena bytes in all */
+    uint64_t encoded_bytes;    /**< object bytes the encoder threads protected */
+    uint64_t encode_cpu_ns;    /**< their CPU time in ISA-L encode calls */
+    uint64_t encoder_cpu_ns;   /**< their CPU time in whole jobs (encode, CRCs) */
+} cks_cluster_stats_t;
+
+/** Ask every server for its figures (one request each, in parallel);
+ *  CKS_ERR_UNREACHABLE when none answers. */
+CKS_API_VISIBLE cks_status_t cks_cluster_stats(cks_client_h c, cks_cluster_stats_t *stats_p);
+
 /** Arena bytes in use and capacity, summed over the servers that answer. */
 CKS_API_VISIBLE cks_status_t cks_cluster_usage(cks_client_h c, uint64_t *used_p,
                                                uint64_t *capacity_p);

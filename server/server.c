@@ -450,6 +450,13 @@ static void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.addr       = (cks_wire_str_t){addr, (uint32_t)addr_len};
     r.arena_size = cks_arena_size(s->arena);
     r.arena_used = cks_arena_used(s->arena);
+    if (s->enc.threads != NULL) {
+        pthread_mutex_lock(&s->enc.lock);
+        r.enc_bytes  = s->enc.st_bytes;
+        r.enc_ns     = s->enc.st_encode_ns;
+        r.enc_job_ns = s->enc.st_job_ns;
+        pthread_mutex_unlock(&s->enc.lock);
+    }
     cks_debug("hello from %.*s at %s", (int)m->name.len, m->name.ptr,
               cks_tp_conn_peer(conn));
     /* the reply goes on the listener's endpoint; then the connection moves

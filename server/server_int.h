@@ -77,6 +77,7 @@ typedef struct cks_enc_job {
     uint64_t *crcs;         /* out: stripes x (k + m) chunk CRCs, data then parity */
     uint64_t obj_crc;       /* out: CRC of the object bytes */
     cks_status_t status;    /* out */
+    uint64_t encode_ns;     /* out: thread CPU time in the encode calls */
     void *arg;              /* the put it belongs to */
 } cks_enc_job_t;
 
@@ -88,6 +89,9 @@ typedef struct {
     cks_enc_job_t *head, *tail, *done_head, *done_tail;
     int stop;
     cks_tp_worker_h tp;
+    /* since start, under lock: object bytes encoded, and the encoder threads'
+     * CPU time in ISA-L's encode calls and in whole jobs (CRCs included) */
+    uint64_t st_bytes, st_encode_ns, st_job_ns;
 } cks_enc_t;
 
 cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, cks_tp_worker_h tp);

@@ -89,6 +89,9 @@ typedef struct {
     cks_wire_str_t nonce; /* server's challenge (when it requires a secret) */
     uint64_t arena_size;
     uint64_t arena_used;
+    uint64_t enc_bytes;   /* object bytes the encoder threads protected since start */
+    uint64_t enc_ns;      /* their CPU time in ISA-L encode calls */
+    uint64_t enc_job_ns;  /* their CPU time in whole jobs (CRCs, padding) */
 } cks_msg_hello_reply_t;
 
 typedef struct {
