@@ -214,6 +214,17 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
     }
     free(op->page);
     op->page = NULL;
+    if (op->rma && op->status == CKS_ERR_UNSUPPORTED && !c->stop) {
+        /* a server that cannot use our memory (other UCX transports): send
+         * the bytes to it from now on */
+        cks_info("server %s: no one-copy transfers; sending the bytes", c->srv[op->srv].addr);
+        c->srv[op->srv].no_rma = 1;
+        op->rma     = 0;
+        op->status  = CKS_OK;
+        op->replied = 0;
+        cks_cl_dispatch(c, op);
+        return;
+    }
     /* The first server asked is the coordinator, whose "no such version"
      * is the truth; any other may have been down when a manifest was sent,
      * so its "no such ..." only counts if no other server knows better. */
@@ -272,6 +283,7 @@ static int cks_cl_rma_describe(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn)
     cks_status_t status = CKS_ERR_INVALID_PARAM;
 
     if (len == 0 || op->mem_type != CKS_MEM_HOST || !cks_tp_conn_local(conn) ||
+        c->srv[op->srv].no_rma ||
         (op->kind != CKS_OP_PUT && op->kind != CKS_OP_GET && op->kind != CKS_OP_CHUNK_GET)) {
         return 0;
     }

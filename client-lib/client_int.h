@@ -114,6 +114,7 @@ typedef struct {
     uint64_t failed_ns;      /* when it last failed (reconnects are paced) */
     cks_op_t *wait_head, *wait_tail; /* waiting for the connection or the window */
     unsigned inflight;       /* requests sent and not finished (the window) */
+    int no_rma;              /* it refused our memory descriptors: send the bytes */
     /* the handshake in flight (with a cluster secret) */
     uint8_t nonce[CKS_WIRE_NONCE_LEN];  /* our challenge */
     uint8_t snonce[CKS_WIRE_NONCE_LEN]; /* the server's */

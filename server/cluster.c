@@ -633,6 +633,9 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                               m->length, s->arena_mem, dest, cks_chunk_sent, o);
     if (status != CKS_INPROGRESS) {
         cks_chunk_sent(o, status);
+        cks_sv_reply_status(conn, req_id, status, "cannot send chunk %u of stripe %llu%s",
+                            m->idx, (unsigned long long)m->stripe,
+                            dest == NULL ? "" : " into the client's memory");
     }
 }
 

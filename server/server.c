@@ -886,6 +886,12 @@ static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                 length, s->arena_mem, dest, cks_sv_get_done, c);
     if (status != CKS_INPROGRESS) {
         cks_sv_get_done(c, status);
+        cks_sv_reply_status(conn, req_id, status, "cannot send %llu bytes of '%s'%s",
+                            (unsigned long long)length, obj.key,
+                            dest == NULL ? ""
+                            : status == CKS_ERR_INVALID_PARAM
+                                ? ": the client's buffer is too small"
+                                : " into the client's memory");
     }
 }
 

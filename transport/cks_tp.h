@@ -418,6 +418,7 @@ typedef struct {
     uint64_t rma_addr, rma_seg_base, rma_seg_len; /* the region it lies in */
     const void *rkey; /* packed remote key, valid during the callback only */
     size_t rkey_len;
+    const uint8_t *rma_token; /* the owner's token (CKS_WIRE_NONCE_LEN bytes) */
 } cks_tp_data_t;
 
 /** A received message, already decoded and validated. `data` is NULL when
@@ -651,9 +652,13 @@ cks_status_t cks_tp_data_recv(cks_tp_worker_h worker, cks_tp_data_t *data, void 
  * descriptor (CKS_WIRE_F_RMA) in place of the payload: for a request with a
  * payload we read it from there (cks_tp_data_recv()); for a request that
  * wants a payload back we write the reply's payload there (cks_tp_send_into()).
- * Every descriptor is checked: the range must lie in the region it names,
- * and where UCX maps the region into this process, the mapping must be the
- * one UCX just made for it, starting at its base and as long as it says.
+ * Every descriptor is checked: the key must have the shape UCX gives keys
+ * of such memory on this host; the range must lie in the region it names,
+ * past the region's header; where UCX maps the region into this process, the
+ * mapping must be the one UCX just made for it, starting at its base and as
+ * long as it says, and the region's header must hold the token that the
+ * descriptor carries (a random token of the allocating worker: a client
+ * cannot name another process's region, whose header it cannot write).
  */
 #define CKS_TP_RMA_DESC_MAX 1024u /* a descriptor with its packed key */
 

@@ -26,13 +26,16 @@
  */
 #include "tp_int.h"
 
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #define CKS_TP_RMA_MAGIC 0x434b5231u /* "CKR1" */
-#define CKS_TP_RMA_HDR   40u
+#define CKS_TP_RMA_HDR   (40u + CKS_WIRE_NONCE_LEN) /* descriptor header, token included */
+#define CKS_TP_MEM_HDR   4096u /* a region's header: magic and its owner's token */
+static const char cks_tp_mem_magic[8] = "CKSMEM01";
 
 /* ---- memory ----------------------------------------------------------------- */
 
@@ -59,7 +62,7 @@ cks_status_t cks_tp_mem_alloc(cks_tp_worker_h w, size_t len, cks_tp_mem_h *mem_p
     p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
     p.address    = NULL;
-    p.length     = len;
+    p.length     = len + CKS_TP_MEM_HDR;
     p.flags      = UCP_MEM_MAP_ALLOCATE;
     status       = cks_tp_status(ucp_mem_map(w->context, &p, &m->memh), "allocate memory");
     if (status != CKS_OK) {
@@ -92,15 +95,19 @@ cks_status_t cks_tp_mem_alloc(cks_tp_worker_h w, size_t len, cks_tp_mem_h *mem_p
     m->rkey_len = rkey_len;
     m->base     = a.address;
     m->len      = a.length;
-    *mem_p      = m;
-    *addr_p     = a.address;
+    /* the header proves the region is ours to whoever maps it */
+    memcpy(m->base, cks_tp_mem_magic, sizeof(cks_tp_mem_magic));
+    memcpy((uint8_t *)m->base + sizeof(cks_tp_mem_magic), w->rma_token, CKS_WIRE_NONCE_LEN);
+    *mem_p  = m;
+    *addr_p = (uint8_t *)a.address + CKS_TP_MEM_HDR;
     return CKS_OK;
 }
 
 int cks_tp_mem_holds(cks_tp_mem_h m, const void *addr, size_t len)
 {
-    uintptr_t a = (uintptr_t)addr, b = (uintptr_t)m->base;
-    return m->allocated && a >= b && a - b <= m->len && len <= m->len - (a - b);
+    uintptr_t a = (uintptr_t)addr, b = (uintptr_t)m->base + CKS_TP_MEM_HDR;
+    size_t n    = m->len - CKS_TP_MEM_HDR;
+    return m->allocated && a >= b && a - b <= n && len <= n - (a - b);
 }
 
 cks_status_t cks_tp_mem_describe(cks_tp_mem_h m, const void *addr, size_t len, void *buf,
@@ -121,6 +128,7 @@ cks_status_t cks_tp_mem_describe(cks_tp_mem_h m, const void *addr, size_t len, v
     d[37] = (uint8_t)(m->rkey_len >> 16);
     d[38] = (uint8_t)(m->rkey_len >> 8);
     d[39] = (uint8_t)m->rkey_len;
+    memcpy(d + 40, m->worker->rma_token, CKS_WIRE_NONCE_LEN);
     memcpy(d + CKS_TP_RMA_HDR, m->rkey, m->rkey_len);
     *len_p = CKS_TP_RMA_HDR + m->rkey_len;
     return CKS_OK;
@@ -141,8 +149,10 @@ cks_status_t cks_tp_rma_parse(const void *buf, size_t len, cks_tp_data_t *d)
     base = cks_get_be64(p + 20);
     slen = cks_get_be64(p + 28);
     klen = ((uint32_t)p[36] << 24) | ((uint32_t)p[37] << 16) | ((uint32_t)p[38] << 8) | p[39];
-    if (klen == 0 || klen != len - CKS_TP_RMA_HDR || slen == 0 || base + slen < base ||
-        addr < base || addr - base > slen || alen > slen - (addr - base) || alen > SIZE_MAX) {
+    /* the range lies in the region, past its header */
+    if (klen == 0 || klen != len - CKS_TP_RMA_HDR || slen <= CKS_TP_MEM_HDR ||
+        base + slen < base || addr < base + CKS_TP_MEM_HDR || addr - base > slen ||
+        alen > slen - (addr - base) || alen > SIZE_MAX) {
         return CKS_ERR_BAD_MESSAGE;
     }
     d->is_rma       = 1;
@@ -155,7 +165,82 @@ cks_status_t cks_tp_rma_parse(const void *buf, size_t len, cks_tp_data_t *d)
     d->rma_seg_len  = slen;
     d->rkey         = p + CKS_TP_RMA_HDR;
     d->rkey_len     = klen;
+    d->rma_token    = p + 40;
     return CKS_OK;
+}
+
+/* ---- key shapes ------------------------------------------------------------------ */
+
+/*
+ * UCX 1.13 unpacks a key without checking it, and a malformed one crashes it
+ * (a NULL function pointer for a memory domain that is not there). A key
+ * that UCX packs for memory it allocated on this host has a fixed shape: a
+ * map of memory domains, a memory type, then per domain a size byte and that
+ * many bytes. We pack one for ourselves at start and accept only keys whose
+ * map, memory type and size bytes are the same; the bytes of each domain's
+ * key (a segment id, an address) vary, and the transports check those with
+ * the system calls that attach the segment.
+ */
+static int cks_tp_key_walk(const uint8_t *k, size_t len, size_t map_len, const uint8_t *shape)
+{
+    uint64_t map = 0;
+    size_t pos   = map_len + 1;
+
+    if (len < map_len + 1) {
+        return -1;
+    }
+    for (size_t i = 0; i < map_len; i++) {
+        map |= (uint64_t)k[i] << (8 * i); /* UCX packs it in host order (little-endian) */
+    }
+    if (k[map_len] != 0 /* UCS_MEMORY_TYPE_HOST */ || map == 0) {
+        return -1;
+    }
+    for (unsigned bit = 0; bit < 8 * map_len; bit++) {
+        if (!(map & (1ull << bit))) {
+            continue;
+        }
+        if (pos >= len || (shape != NULL && k[pos] != shape[pos])) {
+            return -1;
+        }
+        pos += 1 + (size_t)k[pos];
+    }
+    return pos == len ? 0 : -1;
+}
+
+void cks_tp_rma_init(cks_tp_worker_h w)
+{
+    static const size_t map_lens[] = {8, 4, 2};
+    cks_tp_mem_h m;
+    void *addr;
+
+    if (cks_tp_nonce(w->rma_token) != CKS_OK) {
+        return;
+    }
+    if (cks_tp_mem_alloc(w, 1, &m, &addr) != CKS_OK) {
+        return;
+    }
+    for (size_t i = 0; i < sizeof(map_lens) / sizeof(map_lens[0]); i++) {
+        if (cks_tp_key_walk(m->rkey, m->rkey_len, map_lens[i], NULL) == 0 &&
+            (w->key_shape = malloc(m->rkey_len)) != NULL) {
+            memcpy(w->key_shape, m->rkey, m->rkey_len);
+            w->key_shape_len = m->rkey_len;
+            w->key_map_len   = map_lens[i];
+            break;
+        }
+    }
+    if (w->key_shape == NULL) {
+        cks_info("%s: UCX's remote keys have an unknown layout: one-copy transfers are off",
+                 w->name);
+    }
+    cks_tp_mem_unmap(m);
+}
+
+/* Does a peer's key have the shape of ours? */
+static int cks_tp_key_ok(cks_tp_worker_h w, const uint8_t *k, size_t len)
+{
+    return w->key_shape != NULL && len == w->key_shape_len &&
+           memcmp(k, w->key_shape, w->key_map_len + 1) == 0 &&
+           cks_tp_key_walk(k, len, w->key_map_len, w->key_shape) == 0;
 }
 
 int cks_tp_conn_local(cks_tp_conn_h conn)
@@ -242,6 +327,12 @@ static cks_status_t cks_tp_rkey_check(ucp_rkey_h rkey, const cks_tp_data_t *d,
             return CKS_ERR_BAD_MESSAGE; /* a mapping that was there before */
         }
     }
+    /* the region's owner wrote its token there: the peer's own region */
+    if (memcmp(local, cks_tp_mem_magic, sizeof(cks_tp_mem_magic)) != 0 ||
+        CRYPTO_memcmp((const uint8_t *)local + sizeof(cks_tp_mem_magic), d->rma_token,
+                      CKS_WIRE_NONCE_LEN) != 0) {
+        return CKS_ERR_AUTH;
+    }
     *local_p = local;
     return CKS_OK;
 }
@@ -301,13 +392,19 @@ static cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
     if (conn->failed || conn->closed) {
         return CKS_ERR_CONN_LOST;
     }
-    if (conn->data_ep == NULL) {
+    if (conn->data_ep == NULL || conn->worker->key_shape == NULL) {
         return CKS_ERR_UNSUPPORTED; /* no transport that reaches the peer's memory */
+    }
+    if (!cks_tp_key_ok(conn->worker, d->rkey, d->rkey_len)) {
+        cks_warn("%s: %s sent a remote key of another shape than ours", conn->worker->name,
+                 conn->peer);
+        return CKS_ERR_UNSUPPORTED; /* another UCX, or other transports: send the bytes */
     }
     for (unsigned i = 0; i < CKS_TP_RKEYS; i++) {
         cks_tp_rkey_t *r = &conn->rkeys[i];
         if (r->packed != NULL && r->packed_len == d->rkey_len &&
             r->seg_base == d->rma_seg_base && r->seg_len == d->rma_seg_len &&
+            memcmp(r->token, d->rma_token, CKS_WIRE_NONCE_LEN) == 0 &&
             memcmp(r->packed, d->rkey, d->rkey_len) == 0) {
             r->used_ns = cks_time_ns();
             *rk_p      = r;
@@ -337,13 +434,16 @@ static cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
                            "unpack remote key");
     if (status == CKS_OK) {
         status = cks_tp_rkey_check(rkey, d, before, nbefore, &local);
+        if (status != CKS_OK && status != CKS_ERR_AUTH) {
+            status = CKS_ERR_BAD_MESSAGE;
+        }
         if (status != CKS_OK) {
             cks_warn("%s: %s sent a descriptor that does not match its memory", conn->worker->name,
                      conn->peer);
             ucp_rkey_destroy(rkey);
         }
     } else {
-        status = CKS_ERR_BAD_MESSAGE; /* a key that UCX cannot read */
+        status = CKS_ERR_BAD_MESSAGE; /* a key that UCX cannot use */
     }
     free(before);
     if (status != CKS_OK) {
@@ -354,6 +454,7 @@ static cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
     memcpy(rk->packed, d->rkey, d->rkey_len);
     rk->packed_len = d->rkey_len;
     rk->seg_base   = d->rma_seg_base;
+    memcpy(rk->token, d->rma_token, CKS_WIRE_NONCE_LEN);
     rk->seg_len    = d->rma_seg_len;
     rk->rkey       = rkey;
     rk->local      = local;

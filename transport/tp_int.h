@@ -46,6 +46,7 @@ typedef struct {
     uint8_t *packed; /* the peer's packed key (NULL: slot free) */
     size_t packed_len;
     uint64_t seg_base, seg_len;
+    uint8_t token[CKS_WIRE_NONCE_LEN]; /* the owner's, checked in the region's header */
     ucp_rkey_h rkey;
     void *local;     /* where UCX maps the region here (NULL: it does not) */
     uint8_t *faulted; /* bit per CKS_TP_FAULT_BLOCK of the region: in our page tables */
@@ -136,6 +137,11 @@ struct cks_tp_worker {
     ucp_address_t *address;
     size_t address_len;
     int data_peer_errmode; /* see cks_tp_conn_upgrade() */
+    /* rma.c: our token, written at the head of every region we allocate;
+     * and the shape of a key UCX packs for such a region on this host */
+    uint8_t rma_token[CKS_WIRE_NONCE_LEN];
+    uint8_t *key_shape;    /* NULL: keys cannot be checked, descriptors refused */
+    size_t key_shape_len, key_map_len;
     int require_auth;      /* see cks_tp_worker_require_auth() */
     cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
     cks_tp_call_req_t *calls_head, *calls_tail;
@@ -157,6 +163,9 @@ cks_status_t cks_tp_rma_parse(const void *buf, size_t len, cks_tp_data_t *d);
 /* cks_tp_data_recv() of a payload that stays in the peer's memory. */
 cks_status_t cks_tp_rma_get(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
                             cks_tp_done_cb_t cb, void *arg);
+/* Make the worker's token and learn the key shape (at worker creation);
+ * failures only disable descriptors. */
+void cks_tp_rma_init(cks_tp_worker_h w);
 /* Release a connection's remote keys (when it is freed). */
 void cks_tp_rkeys_release(cks_tp_conn_h conn);
 

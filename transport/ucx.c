@@ -1272,6 +1272,7 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
     if (status != CKS_OK) {
         goto err_address;
     }
+    cks_tp_rma_init(w);
     *worker_p = w;
     return CKS_OK;
 
@@ -1320,6 +1321,7 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     ucp_worker_release_address(w->worker, w->address);
     ucp_worker_destroy(w->worker);
     ucp_cleanup(w->context);
+    free(w->key_shape);
     free(w);
 }
 
