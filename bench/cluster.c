@@ -2721,12 +2721,12 @@ static void cl_print_main(bench_report_t *rep)
             deg1 = (double)mainfig.bytes /
                    cl_median(mainfig.restore[1], mainfig.nrestore[1]) / BENCH_GB;
         }
-        say("\nderived from this run's one-thread figures: a restore costs the client's "
-            "progress "
-            "thread one UCX copy and one CRC-64 per byte: 1/(1/%.2f + 1/%.2f) = %.2f "
-            "GB/s, "
-            "reached at %.2f; a degraded one adds a decode and a copy out of the bounce "
-            "buffer: %.2f GB/s, reached at %.2f (1 server down)\n",
+        say("\nderived from this run's one-thread figures: a restore costs one UCX copy and "
+            "one CRC-64 per byte (both by the serving servers' progress threads with "
+            "cks_mem_alloc() buffers, by the client's progress thread otherwise): "
+            "1/(1/%.2f + 1/%.2f) = %.2f GB/s per thread, reached at %.2f; a degraded one "
+            "adds a decode (and a copy out of the stripe buffer for partly read chunks): "
+            "%.2f GB/s, reached at %.2f (1 server down)\n",
             raw_get, crc, hb, healthy.median / hb, db, deg1 / db);
     }
     {
