@@ -37,6 +37,7 @@
 #include <criterion/logging.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KiB (1ull << 10)
@@ -453,30 +455,48 @@ Test(rma_single, buffers_inside_a_larger_allocation)
     free(ref);
 }
 
-/* Completion of non-blocking puts and gets. */
+/* Completion of non-blocking puts and gets: callbacks run on the client's
+ * progress thread and signal the waiting test. */
 typedef struct {
-    volatile int done;
-    volatile cks_status_t status;
+    int done;
+    cks_status_t status;
 } nb_t;
+
+static pthread_mutex_t nb_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t nb_cond  = PTHREAD_COND_INITIALIZER;
 
 static void nb_done(void *arg, cks_status_t status)
 {
-    nb_t *n   = arg;
+    nb_t *n = arg;
+    pthread_mutex_lock(&nb_lock);
     n->status = status;
-    __atomic_store_n(&n->done, 1, __ATOMIC_RELEASE);
+    n->done   = 1;
+    pthread_cond_broadcast(&nb_cond);
+    pthread_mutex_unlock(&nb_lock);
 }
 
 /* Wait (bounded) until all n are done. */
 static void nb_wait(nb_t *nb, size_t n, int ms)
 {
-    uint64_t until = cks_time_ns() + (uint64_t)ms * 1000000ull;
-    for (size_t i = 0; i < n; i++) {
-        while (!__atomic_load_n(&nb[i].done, __ATOMIC_ACQUIRE) && cks_time_ns() < until) {
-            usleep(1000);
-        }
-        cr_assert(__atomic_load_n(&nb[i].done, __ATOMIC_ACQUIRE),
-                  "operation %zu never completed", i);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
     }
+    pthread_mutex_lock(&nb_lock);
+    for (size_t i = 0; i < n; i++) {
+        while (!nb[i].done && pthread_cond_timedwait(&nb_cond, &nb_lock, &until) == 0) {
+        }
+        int done = nb[i].done;
+        if (!done) {
+            pthread_mutex_unlock(&nb_lock);
+        }
+        cr_assert(done, "operation %zu never completed", i);
+    }
+    pthread_mutex_unlock(&nb_lock);
 }
 
 /* The server keeps a few peers' keys per connection; more allocations than
@@ -1706,11 +1726,14 @@ Test(rma_known_bugs, another_processs_region_is_refused)
     /* what the victim saw */
     cr_assert_eq(write(to_child[1], "x", 1), 1);
     int st = 0;
-    uint64_t until = cks_time_ns() + 20ull * 1000000000ull;
-    while (waitpid(victim, &st, WNOHANG) == 0 && cks_time_ns() < until) {
-        usleep(20000);
+    /* the victim holds the write end of to_parent until it exits: wait for
+     * the hang-up (bounded), then reap it */
+    struct pollfd hup = {.fd = to_parent[0], .events = POLLIN};
+    char drain;
+    for (int i = 0; i < 16 && poll(&hup, 1, 20000) == 1 && read(to_parent[0], &drain, 1) == 1;
+         i++) {
     }
-    if (kill(victim, 0) == 0 && waitpid(victim, &st, WNOHANG) == 0) {
+    if (waitpid(victim, &st, WNOHANG) == 0) {
         kill(victim, SIGKILL);
         waitpid(victim, &st, 0);
     }
