@@ -508,11 +508,12 @@ int cks_tp_conn_failed(cks_tp_conn_h conn);
 /** This worker's UCX address (valid until the worker is destroyed). */
 void cks_tp_worker_address(cks_tp_worker_h worker, const void **addr_p, size_t *len_p);
 
-/** Upgrade a connection made through the listener (sockaddr, TCP only) to
- *  one made from the peer's worker address, so that UCX can use every
- *  transport both sides share (shared memory and CMA on one host). Both
- *  sides call it with the other's address; from then on sends use the new
- *  endpoint, and UCX pairs the two explicit endpoints. */
+/** Upgrade a connection made through the listener (sockaddr) to one made
+ *  from the peer's worker address, so that UCX can use the shared-memory
+ *  and CMA transports of one host. Both sides call it with the other's
+ *  address; from then on sends use the new endpoint. For a peer on another
+ *  host it does nothing and returns CKS_OK: the listener's endpoint already
+ *  reaches it over every network transport. */
 cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size_t len);
 
 /* ---- authentication ------------------------------------------------------

@@ -134,6 +134,15 @@ struct cks_tp_worker {
     size_t nslots, nused;
     cks_tp_send_req_t *free_sends;
     unsigned closing; /* endpoint close requests in flight */
+    /* Endpoints to close once ucp_worker_progress() has returned: closing
+     * one from a callback inside progress (an error callback) freed UCX
+     * transport endpoints that the same progress call still used. */
+    unsigned in_progress;
+    struct cks_tp_deferred_close {
+        ucp_ep_h ep;
+        int force;
+    } *deferred;
+    size_t ndeferred, deferred_cap;
     ucp_address_t *address;
     size_t address_len;
     int data_peer_errmode; /* see cks_tp_conn_upgrade() */
