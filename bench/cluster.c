@@ -775,6 +775,7 @@ enum {
 enum {
     CL_F_FRESH = 1u << 0,  /* a new client first (connected to every live server) */
     CL_F_VERIFY = 1u << 1, /* compare the bytes afterwards (outside the timing) */
+    CL_F_RECONNECT = 1u << 2, /* keep the client; reconnect it to every live server */
     CL_F_FULL = 1u << 2,   /* PEC_SNAP: every expert */
 };
 
@@ -1410,6 +1411,14 @@ static int cl_worker_main(unsigned index, int cmd_fd, int res_fd)
          * have been restarted since the last command) */
         if ((cmd.flags & CL_F_FRESH) || wk.client == NULL || cmd.op == CL_CMD_PEC_SETUP) {
             cl_w_connect(&res); /* first: cks_mem_alloc() buffers belong to it */
+        } else if (cmd.flags & CL_F_RECONNECT) {
+            /* servers were restarted: a running trainer's client finds them
+             * again (it asks every server, as cl_w_connect() does) */
+            uint64_t used = 0;
+            cks_status_t st = cks_cluster_usage(wk.client, &used, NULL);
+            if (st != CKS_OK) {
+                cl_w_err(&res, st, "reconnect");
+            }
         }
         if (res.status == CKS_OK && (cmd.op == CL_CMD_SNAP || cmd.op == CL_CMD_RESTORE)) {
             cl_w_alloc_main(&cmd, &res);
@@ -2131,6 +2140,9 @@ static int cl_restore_phase(const char *job, uint64_t version, unsigned level, i
     return 0;
 }
 
+/* What the workers' clients do before a snapshot (cl_snapshot's `fresh`). */
+enum { CL_CLIENT_KEEP = 0, CL_CLIENT_FRESH = 1, CL_CLIENT_RECONNECT = 2 };
+
 /* One snapshot: `version` of all writers, timed. */
 static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned rep)
 {
@@ -2144,7 +2156,8 @@ static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned re
     }
     memset(&cmd, 0, sizeof(cmd));
     cmd.op = CL_CMD_SNAP;
-    cmd.flags = fresh ? CL_F_FRESH : 0;
+    cmd.flags = fresh == CL_CLIENT_FRESH ? CL_F_FRESH
+                : fresh == CL_CLIENT_RECONNECT ? CL_F_RECONNECT : 0;
     cmd.version = version;
     snprintf(cmd.job, sizeof(cmd.job), "%s", job);
     bench_progress("rep %u/%u: snapshot, version %llu", rep + 1, opts.reps,
@@ -2216,7 +2229,7 @@ static void cl_memory_now(void)
 static int cl_measure_main(void)
 {
     char job[64];
-    int fresh = 1;
+    int fresh = CL_CLIENT_FRESH;
 
     snprintf(job, sizeof(job), "bench-%d", (int)getpid());
     mainfig.ndown = 0;
@@ -2241,7 +2254,7 @@ static int cl_measure_main(void)
             if (cl_snapshot(job, v, fresh, rep) != 0) {
                 return -1;
             }
-            fresh = 0;
+            fresh = CL_CLIENT_KEEP;
         }
         if (rep == 0) {
             cl_memory_now();
@@ -2269,7 +2282,9 @@ static int cl_measure_main(void)
                     return -1;
                 }
             }
-            fresh = 1;
+            /* the trainer goes on with the replacement ranks' clients (the
+             * last degraded restore's): they find the restarted servers */
+            fresh = CL_CLIENT_RECONNECT;
             if (cl_client_connect() != 0) {
                 return -1;
             }
