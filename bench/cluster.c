@@ -775,8 +775,8 @@ enum {
 enum {
     CL_F_FRESH = 1u << 0,  /* a new client first (connected to every live server) */
     CL_F_VERIFY = 1u << 1, /* compare the bytes afterwards (outside the timing) */
-    CL_F_RECONNECT = 1u << 2, /* keep the client; reconnect it to every live server */
     CL_F_FULL = 1u << 2,   /* PEC_SNAP: every expert */
+    CL_F_RECONNECT = 1u << 3, /* keep the client; reconnect it to every live server */
 };
 
 typedef struct {

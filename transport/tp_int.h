@@ -134,9 +134,9 @@ struct cks_tp_worker {
     size_t nslots, nused;
     cks_tp_send_req_t *free_sends;
     unsigned closing; /* endpoint close requests in flight */
-    /* Endpoints to close once ucp_worker_progress() has returned: closing
-     * one from a callback inside progress (an error callback) freed UCX
-     * transport endpoints that the same progress call still used. */
+    /* Endpoints to close once ucp_worker_progress() has returned, not from
+     * the callback inside it that asks (an error callback), while UCX may
+     * still walk the transport endpoints that the close frees. */
     unsigned in_progress;
     struct cks_tp_deferred_close {
         ucp_ep_h ep;
