@@ -1187,6 +1187,7 @@ static void cl_w_restore(const cl_cmd_t *cmd, cl_res_t *res, double deadline)
         return;
     }
     cks_restore_close(r);
+    if (getenv("CL_TIMES")) fprintf(stderr, "TIMES %.6f %.6f\n", res->t_start, res->t_end);
     res->cpu_s = bench_proc_cpu_s(getpid()) - cpu0;
     res->t_stored = res->t_end;
     res->bytes = off;

@@ -284,8 +284,14 @@ static int cks_cl_rma_describe(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn)
 
     if (len == 0 || op->mem_type != CKS_MEM_HOST || !cks_tp_conn_local(conn) ||
         c->srv[op->srv].no_rma ||
-        (op->kind != CKS_OP_PUT && op->kind != CKS_OP_GET && op->kind != CKS_OP_CHUNK_GET)) {
+        (op->kind != CKS_OP_PUT && op->kind != CKS_OP_GET && op->kind != CKS_OP_CHUNK_GET &&
+         op->kind != CKS_OP_MEM_MAP)) {
         return 0;
+    }
+    const cks_cl_mem_t *scratch = cks_cl_scratch_mem(c); /* this thread's */
+    if (scratch != NULL && cks_tp_mem_holds(scratch->mem, ptr, len)) {
+        return cks_tp_mem_describe(scratch->mem, ptr, len, op->rma_desc, sizeof(op->rma_desc),
+                                   &op->rma_len) == CKS_OK;
     }
     pthread_mutex_lock(&c->lock);
     for (cks_cl_mem_t *m = c->mems; m != NULL; m = m->next) {
@@ -316,6 +322,12 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     }
     sv->inflight++;
     op->rma = cks_cl_rma_describe(c, op, sv->conn);
+    if (op->kind == CKS_OP_MEM_MAP && !op->rma) {
+        /* a server on another host (or one that refused our memory before)
+         * has nothing to map */
+        cks_cl_op_fail(c, op, CKS_ERR_UNSUPPORTED);
+        return;
+    }
     if (op->rma) {
         /* the descriptor goes as the payload; it lives in the op */
         op->sending = 1;
@@ -409,6 +421,70 @@ static void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status)
     cks_tp_conn_put(conn);
 }
 
+static void cks_cl_noop_done(void *arg, cks_status_t status)
+{
+}
+
+/* A MEM_MAP op for region m on server pos (NULL: no memory). */
+static cks_op_t *cks_cl_mem_map_op(const cks_cl_mem_t *m, size_t pos)
+{
+    cks_op_t *op = cks_op_new(CKS_OP_MEM_MAP, CKS_MSG_MEM_MAP);
+    if (op != NULL) {
+        op->body.m_MEM_MAP.length = m->len;
+        op->buf                   = m->base;
+        op->buf_size              = m->len;
+        op->srv                   = pos;
+        op->target                = CKS_TARGET_FIXED;
+    }
+    return op;
+}
+
+/* A server came up: tell it of every region we have, so that a server on
+ * this host maps and faults them in now (a restarted one too), not during
+ * the first transfers. Nobody waits for these; a failure only means the
+ * first transfers fault the pages in. Progress thread. */
+static void cks_cl_mem_announce(cks_client_h c, size_t pos)
+{
+    cks_op_t *ops = NULL;
+
+    if (!cks_tp_conn_local(c->srv[pos].conn) || c->srv[pos].no_rma) {
+        return;
+    }
+    pthread_mutex_lock(&c->lock); /* the list; ops are sent outside (describe locks) */
+    for (cks_cl_mem_t *m = c->mems; m != NULL; m = m->next) {
+        cks_op_t *op = cks_cl_mem_map_op(m, pos);
+        if (op != NULL) {
+            op->next = ops;
+            ops      = op;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    while (ops != NULL) {
+        cks_op_t *next = ops->next;
+        ops->next      = NULL;
+        cks_cl_start(c, ops, cks_cl_noop_done, NULL);
+        ops = next;
+    }
+    if (cks_cl_scratch_mem(c) != NULL) {
+        cks_op_t *op = cks_cl_mem_map_op(cks_cl_scratch_mem(c), pos);
+        if (op != NULL) {
+            cks_cl_start(c, op, cks_cl_noop_done, NULL);
+        }
+    }
+}
+
+void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m)
+{
+    for (size_t pos = 0; pos < c->nsrv; pos++) {
+        cks_op_t *op;
+        if (c->srv[pos].state != CKS_SRV_UP || !cks_tp_conn_local(c->srv[pos].conn) ||
+            c->srv[pos].no_rma || (op = cks_cl_mem_map_op(m, pos)) == NULL) {
+            continue;
+        }
+        cks_cl_start(c, op, cks_cl_noop_done, NULL);
+    }
+}
+
 static void cks_cl_hello_done(void *arg, cks_status_t status)
 {
     cks_cl_srv_t *sv = arg;
@@ -417,13 +493,12 @@ static void cks_cl_hello_done(void *arg, cks_status_t status)
     if (status == CKS_OK && sv->conn != NULL) {
         sv->state = CKS_SRV_UP;
         cks_cl_srv_settle(c, pos, CKS_OK);
+        if (sv->state == CKS_SRV_UP) {
+            cks_cl_mem_announce(c, pos);
+        }
     } else if (sv->conn != NULL) {
         cks_cl_srv_down(c, pos, status == CKS_ERR_CONN_LOST ? CKS_ERR_UNREACHABLE : status);
     }
-}
-
-static void cks_cl_noop_done(void *arg, cks_status_t status)
-{
 }
 
 /* Connect to a server and say HELLO, which moves the connection to a
@@ -529,6 +604,12 @@ static void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
 {
     cks_cl_srv_t *sv = &c->srv[op->srv];
 
+    if (op->kind == CKS_OP_MEM_MAP && sv->state != CKS_SRV_UP) {
+        /* no connect for it: when the server comes up, it is told of every
+         * region then (cks_cl_mem_announce()) */
+        cks_cl_op_fail(c, op, CKS_ERR_UNREACHABLE);
+        return;
+    }
     if (sv->state == CKS_SRV_UP) {
         if (op->kind == CKS_OP_HELLO && op->out == NULL) { /* a connect request: it is up */
             op->replied = 1;
@@ -714,7 +795,8 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             cks_cl_reply_error(c, op, m->status, &m->msg);
             return;
         }
-        if (op->kind != CKS_OP_STATUS && op->kind != CKS_OP_PUT) {
+        if (op->kind != CKS_OP_STATUS && op->kind != CKS_OP_PUT &&
+            op->kind != CKS_OP_MEM_MAP) {
             cks_cl_op_fail(c, op, CKS_ERR_BAD_MESSAGE);
             return;
         }
@@ -1249,6 +1331,36 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
     return CKS_OK;
 }
 
+/* Tell every server that is up of a new region, and wait (bounded by the
+ * client's timeout) until those on this host have mapped and faulted it in:
+ * registration at allocation, as RDMA memory is registered, so that the
+ * transfers run at full speed from the first. Servers elsewhere have nothing
+ * to do; any failure only leaves the fault-in to the first transfers. */
+static void cks_cl_mem_register(cks_client_h c, const cks_cl_mem_t *m)
+{
+    cks_waiter_t *w = calloc(c->nsrv, sizeof(*w));
+    cks_status_t *st = calloc(c->nsrv, sizeof(*st));
+    size_t mapped = 0;
+
+    for (size_t i = 0; w != NULL && st != NULL && i < c->nsrv; i++) {
+        cks_op_t *op = cks_cl_mem_map_op(m, i);
+        cks_waiter_init(&w[i]);
+        st[i] = op != NULL ? cks_cl_submit(c, op, cks_waiter_cb, &w[i]) : CKS_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; w != NULL && st != NULL && i < c->nsrv; i++) {
+        st[i] = cks_waiter_wait(&w[i], st[i]);
+        mapped += st[i] == CKS_OK;
+        if (st[i] != CKS_OK && st[i] != CKS_ERR_UNSUPPORTED && st[i] != CKS_ERR_UNREACHABLE) {
+            cks_info("server %s:%u did not map a region of %zu bytes ahead: %s",
+                     c->srv[i].addr, c->srv[i].port, m->len, cks_status_string(st[i]));
+        }
+    }
+    cks_debug("%zu bytes at %p: mapped ahead by %zu of %zu servers", m->len, m->base, mapped,
+              c->nsrv);
+    free(st);
+    free(w);
+}
+
 cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p)
 {
     cks_cl_mem_t *m;
@@ -1271,6 +1383,7 @@ cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p)
     m->next = c->mems;
     c->mems = m;
     pthread_mutex_unlock(&c->lock);
+    cks_cl_mem_register(c, m);
     *ptr_p = m->base;
     return CKS_OK;
 }
@@ -1323,6 +1436,7 @@ void cks_client_destroy(cks_client_h c)
         cks_tp_mem_unmap(m->mem);
         free(m);
     }
+    cks_cl_scratch_free(c);
     cks_tp_worker_destroy(c->tp);
     cks_cl_free(c);
 }

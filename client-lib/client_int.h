@@ -30,6 +30,7 @@ typedef enum {
     CKS_OP_LIST,         /* LIST_REPLY + page */
     CKS_OP_HELLO,        /* HELLO_REPLY */
     CKS_OP_AUTH,         /* AUTH_REPLY */
+    CKS_OP_MEM_MAP,      /* MEM_MAP of a cks_mem_alloc() region (buf) + STATUS_REPLY */
 } cks_op_kind_t;
 
 /* Where an op may go. */
@@ -138,6 +139,8 @@ struct cks_client {
     char last_error[CKS_MSG_MAX_LEN + 64];
     cks_hmap_t *put_counts;   /* job\0be64(version) -> puts completed (under lock) */
     cks_cl_mem_t *mems;       /* cks_mem_alloc() (under lock) */
+    struct cks_cl_scratch *scratch; /* read.c: degraded reads' chunk buffers
+                                       (progress thread; NULL until needed) */
     cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET */
     int has_secret;
     char secret_job[CKS_JOB_MAX_LEN + 1]; /* "" for the cluster secret */
@@ -167,6 +170,13 @@ cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void 
 cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op);
 /* Start an op from the progress thread (a callback); cb runs once, later. */
 void cks_cl_start(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
+/* read.c: the scratch region, if any (for descriptors and MEM_MAP; progress
+ * thread), and its release (client destroy, after the progress thread). */
+const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c);
+void cks_cl_scratch_free(cks_client_h c);
+/* client.c: ask the servers on this host that are up to map a region ahead
+ * of its transfers, answers not awaited (progress thread). */
+void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m);
 /* Server that coordinates (job, version); 0 on a standalone server. */
 size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version);
 void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t *e);

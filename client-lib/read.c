@@ -144,6 +144,7 @@ cks_status_t cks_object_list(cks_restore_h r, const char *after_key, cks_object_
 /* ---- reads on a cluster ------------------------------------------------------ */
 
 typedef struct cks_read cks_read_t;
+typedef struct cks_read_stripe cks_read_stripe_t;
 
 typedef struct {
     cks_read_t *rd;
@@ -153,13 +154,23 @@ typedef struct {
     int full;      /* first phase: the range covers the whole chunk */
 } cks_read_sub_t;
 
-typedef struct {
+/* Each stripe goes on by itself: its first-phase reads, then - when one
+ * failed - rounds of whole-chunk fetches until k are in, then its decode,
+ * while the other stripes' transfers go on. */
+struct cks_read_stripe {
+    cks_read_t *rd;
     uint64_t stripe;
-    uint32_t failed; /* bitmask of chunks that failed */
-    uint32_t tried;  /* degraded phase: chunks asked for whole */
-    uint32_t got;    /* chunks that arrived whole */
-    uint8_t *buf;    /* degraded phase: (k + m) chunks, for those not in the caller's */
-} cks_read_stripe_t;
+    uint32_t failed;  /* bitmask of chunks that failed */
+    uint32_t tried;   /* degraded phase: chunks asked for whole */
+    uint32_t got;     /* chunks that arrived whole */
+    unsigned pending; /* its reads in flight */
+    int finished;     /* decoded, or lost */
+    /* degraded phase: chunks that do not go to the caller's buffer (parity,
+     * partly covered data, rebuilt partly covered data), from the scratch */
+    uint8_t *slot[CKS_PLACE_WIDTH_MAX];
+    uint32_t slot_heap;       /* slots from malloc(), not the scratch */
+    cks_read_stripe_t *next;  /* waiting for scratch */
+};
 
 struct cks_read {
     cks_restore_h r;
@@ -177,13 +188,180 @@ struct cks_read {
     cks_read_stripe_t *stripes; /* s1 - s0 + 1 */
     cks_read_sub_t *subs;
     size_t nsubs;
-    unsigned pending;
+    unsigned pending;          /* reads in flight, stripes waiting, holds */
     int degraded;
+    int lost;                  /* a stripe could not be rebuilt (error text set) */
     int crc_bad;               /* a chunk failed its CRC (decoded around) */
     cks_status_t status;
     cks_done_cb_t cb;
     void *arg;
 };
+
+/* ---- scratch: where degraded reads put the chunks that are not the caller's ----
+ * One region per client, from cks_tp_mem_alloc() like the caller's
+ * cks_mem_alloc() buffers, so that a server on this host writes a parity
+ * chunk into it with one copy (and maps it once, ahead: MEM_MAP) instead of
+ * the client pulling it through the kernel into fresh pages. It bounds the
+ * memory of degraded reads: a stripe that finds it full waits until another
+ * stripe is decoded. A stripe that needs more than all of it, or a client
+ * that cannot have it, takes malloc() memory instead. */
+
+#define CKS_CL_SCRATCH_BYTES (32u << 20)
+#define CKS_CL_SCRATCH_UNIT  (64u << 10)
+#define CKS_CL_SCRATCH_UNITS (CKS_CL_SCRATCH_BYTES / CKS_CL_SCRATCH_UNIT)
+
+struct cks_cl_scratch {
+    cks_cl_mem_t mem;   /* mem.mem NULL: could not be allocated (malloc) */
+    uint64_t used[CKS_CL_SCRATCH_UNITS / 64]; /* bit per unit */
+    cks_read_stripe_t *wait_head, *wait_tail;
+};
+
+const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
+{
+    return c->scratch != NULL && c->scratch->mem.mem != NULL ? &c->scratch->mem : NULL;
+}
+
+void cks_cl_scratch_free(cks_client_h c)
+{
+    if (c->scratch != NULL && c->scratch->mem.mem != NULL) {
+        cks_tp_mem_unmap(c->scratch->mem.mem);
+    }
+    free(c->scratch);
+    c->scratch = NULL;
+}
+
+static struct cks_cl_scratch *cks_scratch_get(cks_client_h c)
+{
+    struct cks_cl_scratch *sc = c->scratch;
+    if (sc != NULL) {
+        return sc;
+    }
+    if ((sc = calloc(1, sizeof(*sc))) == NULL) {
+        return NULL;
+    }
+    c->scratch = sc;
+    if (cks_tp_mem_alloc(c->tp, CKS_CL_SCRATCH_BYTES, &sc->mem.mem, &sc->mem.base) != CKS_OK) {
+        sc->mem.mem = NULL;
+        cks_info("no scratch region for degraded reads: they use malloc()");
+        return sc;
+    }
+    sc->mem.len = CKS_CL_SCRATCH_BYTES;
+    cks_cl_mem_announce_all(c, &sc->mem); /* servers on this host map it now */
+    return sc;
+}
+
+static int cks_scratch_bit(const struct cks_cl_scratch *sc, size_t u)
+{
+    return (int)((sc->used[u / 64] >> (u % 64)) & 1u);
+}
+
+static void cks_scratch_mark(struct cks_cl_scratch *sc, size_t first, size_t n, int used)
+{
+    for (size_t u = first; u < first + n; u++) {
+        if (used) {
+            sc->used[u / 64] |= 1ull << (u % 64);
+        } else {
+            sc->used[u / 64] &= ~(1ull << (u % 64));
+        }
+    }
+}
+
+/* len bytes of the scratch (first fit), or NULL when it has no such room. */
+static uint8_t *cks_scratch_take(struct cks_cl_scratch *sc, uint64_t len)
+{
+    size_t n = (size_t)((len + CKS_CL_SCRATCH_UNIT - 1) / CKS_CL_SCRATCH_UNIT), run = 0;
+    for (size_t u = 0; u < CKS_CL_SCRATCH_UNITS; u++) {
+        run = cks_scratch_bit(sc, u) ? 0 : run + 1;
+        if (run == n) {
+            cks_scratch_mark(sc, u + 1 - n, n, 1);
+            return (uint8_t *)sc->mem.base + (u + 1 - n) * (uint64_t)CKS_CL_SCRATCH_UNIT;
+        }
+    }
+    return NULL;
+}
+
+static void cks_scratch_give(struct cks_cl_scratch *sc, uint8_t *p, uint64_t len)
+{
+    size_t first = (size_t)((p - (uint8_t *)sc->mem.base) / CKS_CL_SCRATCH_UNIT);
+    cks_scratch_mark(sc, first, (size_t)((len + CKS_CL_SCRATCH_UNIT - 1) / CKS_CL_SCRATCH_UNIT),
+                     0);
+}
+
+static void cks_read_stripe_next(cks_read_stripe_t *bs);
+static void cks_read_end(cks_read_t *rd);
+
+/* Give back the slots of `mask`; with `wake`, stripes that waited for room go on. */
+static void cks_read_slots_free(cks_read_stripe_t *bs, uint32_t mask, int wake)
+{
+    cks_read_t *rd            = bs->rd;
+    struct cks_cl_scratch *sc = rd->c->scratch;
+    int gave                  = 0;
+
+    for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
+        if (bs->slot[i] == NULL || !(mask & (1u << i))) {
+            continue;
+        }
+        if (bs->slot_heap & (1u << i)) {
+            free(bs->slot[i]);
+        } else {
+            cks_scratch_give(sc, bs->slot[i], rd->chunk);
+            gave = 1;
+        }
+        bs->slot[i] = NULL;
+        bs->slot_heap &= ~(1u << i);
+    }
+    while (wake && gave && sc->wait_head != NULL) {
+        cks_read_stripe_t *w = sc->wait_head;
+        cks_read_t *wrd      = w->rd;
+        sc->wait_head        = w->next;
+        if (sc->wait_head == NULL) {
+            sc->wait_tail = NULL;
+        }
+        w->next = NULL;
+        cks_read_stripe_next(w);
+        int again = sc->wait_tail == w; /* no room for it: none for those behind */
+        if (--wrd->pending == 0) {
+            cks_read_end(wrd); /* frees w */
+        }
+        if (again) {
+            break;
+        }
+    }
+}
+
+/* Slots for the chunks of `want` (a mask): 1 when they are there, 0 when
+ * the stripe must wait for room in the scratch, -1 when memory ran out.
+ * A stripe that already holds slots (a later round) takes malloc() memory
+ * rather than wait while it holds some. */
+static int cks_read_slots_take(cks_read_stripe_t *bs, uint32_t want)
+{
+    cks_read_t *rd            = bs->rd;
+    struct cks_cl_scratch *sc = cks_scratch_get(rd->c);
+    uint64_t units = (uint64_t)__builtin_popcount(want) *
+                     ((rd->chunk + CKS_CL_SCRATCH_UNIT - 1) / CKS_CL_SCRATCH_UNIT);
+    int holds = 0, heap;
+    uint32_t taken = 0;
+
+    for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
+        holds |= bs->slot[i] != NULL;
+    }
+    heap = sc == NULL || sc->mem.mem == NULL || units > CKS_CL_SCRATCH_UNITS || holds;
+    for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
+        uint32_t bit = 1u << i;
+        if (!(want & bit) || bs->slot[i] != NULL) {
+            continue;
+        }
+        uint8_t *p = heap ? malloc(rd->chunk) : cks_scratch_take(sc, rd->chunk);
+        if (p == NULL) {
+            cks_read_slots_free(bs, taken, 0);
+            return heap ? -1 : 0;
+        }
+        bs->slot[i] = p;
+        bs->slot_heap |= heap ? bit : 0;
+        taken |= bit;
+    }
+    return 1;
+}
 
 static void cks_read_scrub(cks_read_t *rd);
 
@@ -205,12 +383,18 @@ static void cks_read_finish(cks_read_t *rd, cks_status_t status)
         return;
     }
     for (uint64_t s = rd->s0; rd->stripes != NULL && s <= rd->s1; s++) {
-        free(rd->stripes[s - rd->s0].buf);
+        cks_read_slots_free(&rd->stripes[s - rd->s0], ~0u, 0); /* a read that failed early */
     }
     free(rd->stripes);
     free(rd->subs);
     rd->cb(rd->arg, status);
     free(rd);
+}
+
+/* Nothing in flight or waiting any more: every stripe was read, rebuilt or lost. */
+static void cks_read_end(cks_read_t *rd)
+{
+    cks_read_finish(rd, rd->lost ? CKS_ERR_DATA_LOST : CKS_OK);
 }
 
 static cks_op_t *cks_read_chunk_op(cks_read_t *rd, uint64_t stripe, unsigned idx,
@@ -237,9 +421,6 @@ static cks_op_t *cks_read_chunk_op(cks_read_t *rd, uint64_t stripe, unsigned idx
     return op;
 }
 
-static void cks_read_decode(cks_read_t *rd);
-static void cks_read_step(cks_read_t *rd);
-
 static void cks_read_sub_done(void *arg, cks_status_t status)
 {
     cks_read_sub_t *sub   = arg;
@@ -261,155 +442,182 @@ static void cks_read_sub_done(void *arg, cks_status_t status)
     if (sub->whole) {
         free(sub); /* degraded fetches allocate their own */
     }
+    if (--st->pending == 0) {
+        cks_read_stripe_next(st);
+    }
     if (--rd->pending == 0) {
-        cks_read_step(rd);
+        cks_read_end(rd);
     }
 }
 
 /* Where chunk i of stripe s goes when fetched whole: the caller's buffer for
- * a data chunk that the range covers whole, else the stripe buffer (NULL
- * when it is not allocated). */
-static uint8_t *cks_read_chunk_dst(cks_read_t *rd, cks_read_stripe_t *bs, uint64_t s,
-                                   unsigned i)
+ * a data chunk that the range covers whole, else the stripe's slot. */
+static uint8_t *cks_read_chunk_dst(cks_read_t *rd, cks_read_stripe_t *bs, unsigned i)
 {
-    uint64_t base = s * rd->k * rd->chunk + (uint64_t)i * rd->chunk;
+    uint64_t base = bs->stripe * rd->k * rd->chunk + (uint64_t)i * rd->chunk;
     if (i < rd->k && base >= rd->off && base + rd->chunk <= rd->off + rd->len) {
         return rd->buf + (base - rd->off);
     }
-    return bs->buf != NULL ? bs->buf + (uint64_t)i * rd->chunk : NULL;
+    return bs->slot[i];
 }
 
-/* Start a degraded round: for every failed stripe without k whole chunks
- * yet, fetch the next untried chunks (data first, then parity) so that k
- * may arrive. Returns the number of fetches started. */
-static size_t cks_read_degraded_round(cks_read_t *rd)
+/* Is data chunk i of the stripe in the range (wanted), and wholly? */
+static int cks_read_wanted(const cks_read_t *rd, const cks_read_stripe_t *bs, unsigned i,
+                           int *whole_p)
 {
-    const unsigned width = rd->k + rd->m;
-    size_t started       = 0;
-
-    for (uint64_t s = rd->s0; s <= rd->s1; s++) {
-        cks_read_stripe_t *bs = &rd->stripes[s - rd->s0];
-        uint16_t group[CKS_PLACE_WIDTH_MAX];
-        unsigned have = (unsigned)__builtin_popcount(bs->got), want;
-        if (bs->failed == 0 || have >= rd->k) {
-            continue;
-        }
-        if (bs->buf == NULL && (bs->buf = malloc(width * rd->chunk)) == NULL) {
-            continue; /* decode reports the loss */
-        }
-        /* parity and partly covered chunks land here */
-        if (cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key, strlen(rd->key), s,
-                      rd->k, rd->m, NULL, group) != CKS_OK) {
-            continue;
-        }
-        want = rd->k - have;
-        /* two passes: chunks on servers not known to be down first */
-        for (unsigned pass = 0; pass < 2 * width && want > 0; pass++) {
-            unsigned i   = pass % width;
-            uint32_t bit = 1u << i;
-            const cks_cl_srv_t *sv = &rd->c->srv[group[i]];
-            int known_down = sv->state == CKS_SRV_IDLE && sv->failed_ns != 0;
-            if (((bs->failed | bs->got | bs->tried) & bit) || (pass < width && known_down)) {
-                continue;
-            }
-            bs->tried |= bit;
-            cks_op_t *op = cks_read_chunk_op(rd, s, i, 0, rd->chunk,
-                                             cks_read_chunk_dst(rd, bs, s, i), group[i]);
-            cks_read_sub_t *sb = op ? malloc(sizeof(*sb)) : NULL;
-            if (sb == NULL) {
-                free(op);
-                bs->failed |= bit;
-                continue;
-            }
-            *sb = (cks_read_sub_t){rd, s, i, 1, 0};
-            rd->pending++;
-            started++;
-            want--;
-            cks_cl_start(rd->c, op, cks_read_sub_done, sb);
-        }
-    }
-    return started;
+    uint64_t base = bs->stripe * rd->k * rd->chunk + (uint64_t)i * rd->chunk;
+    *whole_p      = base >= rd->off && base + rd->chunk <= rd->off + rd->len;
+    return i < rd->k && base < rd->off + rd->len && base + rd->chunk > rd->off;
 }
 
-/* Every read of the current phase is done: finish, go (on) degraded, or decode. */
-static void cks_read_step(cks_read_t *rd)
+static void cks_read_stripe_lost(cks_read_stripe_t *bs, unsigned have)
 {
-    int any_bad = 0;
-    for (uint64_t s = rd->s0; s <= rd->s1; s++) {
-        any_bad |= rd->stripes[s - rd->s0].failed != 0;
+    cks_read_t *rd = bs->rd;
+    char text[CKS_KEY_MAX_LEN + 96];
+    int n = snprintf(text, sizeof(text), "object '%s': stripe %llu has %u of %u chunks, needs %u",
+                     rd->key, (unsigned long long)bs->stripe, have, rd->k + rd->m, rd->k);
+    if (!rd->lost) {
+        cks_cl_set_error(rd->c, CKS_ERR_DATA_LOST, text, (size_t)n);
     }
-    if (!any_bad) {
-        cks_read_finish(rd, CKS_OK);
-        return;
-    }
-    /* rounds of whole-chunk fetches until every failed stripe has k chunks,
-     * or has no untried chunk left */
-    rd->degraded = 1;
-    rd->pending  = 1; /* hold */
-    size_t started = cks_read_degraded_round(rd);
-    if (--rd->pending == 0) {
-        if (started == 0) {
-            cks_read_decode(rd);
-        } else {
-            cks_read_step(rd); /* every fetch already finished */
-        }
-    }
+    cks_error("%s", text);
+    rd->lost     = 1;
+    bs->finished = 1;
+    cks_read_slots_free(bs, ~0u, 1);
 }
 
-/* All degraded fetches are in: rebuild the missing data chunks (in place in
- * the caller's buffer where the range covers them whole), and copy the
- * range's parts of the others out of the stripe buffer. */
-static void cks_read_decode(cks_read_t *rd)
+/* A degraded stripe with k whole chunks: rebuild the missing data chunks it
+ * needs (in place where the range covers them whole), and copy the range's
+ * parts of the others out of their slots. */
+static void cks_read_stripe_decode(cks_read_stripe_t *bs)
 {
+    cks_read_t *rd    = bs->rd;
     cks_client_h c    = rd->c;
-    unsigned width    = rd->k + rd->m;
+    unsigned width    = rd->k + rd->m, have = 0;
     uint64_t stripe_b = (uint64_t)rd->k * rd->chunk;
+    uint8_t *chunks[CKS_PLACE_WIDTH_MAX];
+    uint8_t present[CKS_PLACE_WIDTH_MAX];
 
-    if (c->ec[rd->k][rd->m] == NULL && cks_ec_create(rd->k, rd->m, &c->ec[rd->k][rd->m]) !=
-                                           CKS_OK) {
-        cks_read_finish(rd, CKS_ERR_NO_MEMORY);
+    if (c->ec[rd->k][rd->m] == NULL &&
+        cks_ec_create(rd->k, rd->m, &c->ec[rd->k][rd->m]) != CKS_OK) {
+        cks_read_stripe_lost(bs, 0);
         return;
     }
-    for (uint64_t s = rd->s0; s <= rd->s1; s++) {
-        cks_read_stripe_t *bs = &rd->stripes[s - rd->s0];
-        uint8_t *chunks[CKS_PLACE_WIDTH_MAX];
-        uint8_t present[CKS_PLACE_WIDTH_MAX];
-        unsigned have = 0;
-        if (bs->failed == 0) {
-            continue;
-        }
-        for (unsigned i = 0; i < width; i++) {
-            uint64_t base = s * stripe_b + (uint64_t)i * rd->chunk;
-            int wanted    = i < rd->k && base < rd->off + rd->len && base + rd->chunk > rd->off;
-            present[i] = bs->buf != NULL && (bs->got & (1u << i)) != 0;
-            /* rebuild only the missing data chunks the range needs */
-            chunks[i] = bs->buf != NULL && (present[i] || wanted)
-                            ? cks_read_chunk_dst(rd, bs, s, i)
-                            : NULL;
-            have += present[i];
-        }
-        if (bs->buf == NULL || have < rd->k ||
-            cks_ec_decode(c->ec[rd->k][rd->m], rd->chunk, chunks, present) != CKS_OK) {
-            char text[CKS_KEY_MAX_LEN + 96];
-            int n = snprintf(text, sizeof(text),
-                             "object '%s': stripe %llu has %u of %u chunks, needs %u",
-                             rd->key, (unsigned long long)s, have, width, rd->k);
-            cks_cl_set_error(c, CKS_ERR_DATA_LOST, text, (size_t)n);
-            cks_error("%s", text);
-            cks_read_finish(rd, CKS_ERR_DATA_LOST);
-            return;
-        }
-        /* the range's bytes of the data chunks that sit in the stripe buffer */
-        for (unsigned i = 0; i < rd->k; i++) {
-            uint64_t base = s * stripe_b + (uint64_t)i * rd->chunk;
-            uint64_t lo   = CKS_MAX(rd->off, base);
-            uint64_t hi   = CKS_MIN(rd->off + rd->len, base + rd->chunk);
-            if (lo < hi && chunks[i] != NULL && chunks[i] == bs->buf + (uint64_t)i * rd->chunk) {
-                memcpy(rd->buf + (lo - rd->off), chunks[i] + (lo - base), hi - lo);
-            }
+    for (unsigned i = 0; i < width; i++) {
+        int whole;
+        int wanted = cks_read_wanted(rd, bs, i, &whole);
+        present[i] = (bs->got & (1u << i)) != 0;
+        /* rebuild only the missing data chunks the range needs */
+        chunks[i] = present[i] || wanted ? cks_read_chunk_dst(rd, bs, i) : NULL;
+        have += present[i];
+    }
+    if (have < rd->k || cks_ec_decode(c->ec[rd->k][rd->m], rd->chunk, chunks, present) !=
+                            CKS_OK) {
+        cks_read_stripe_lost(bs, have);
+        return;
+    }
+    for (unsigned i = 0; i < rd->k; i++) {
+        uint64_t base = bs->stripe * stripe_b + (uint64_t)i * rd->chunk;
+        uint64_t lo   = CKS_MAX(rd->off, base);
+        uint64_t hi   = CKS_MIN(rd->off + rd->len, base + rd->chunk);
+        if (lo < hi && chunks[i] != NULL && chunks[i] == bs->slot[i]) {
+            memcpy(rd->buf + (lo - rd->off), chunks[i] + (lo - base), hi - lo);
         }
     }
-    cks_read_finish(rd, CKS_OK);
+    bs->finished = 1;
+    cks_read_slots_free(bs, ~0u, 1);
+}
+
+/* A stripe with nothing in flight: done, decode, or fetch the next untried
+ * chunks whole (data first, then parity; servers known to be down last)
+ * so that k may arrive. */
+static void cks_read_stripe_next(cks_read_stripe_t *bs)
+{
+    cks_read_t *rd       = bs->rd;
+    const unsigned width = rd->k + rd->m;
+    unsigned have        = (unsigned)__builtin_popcount(bs->got), want;
+    uint16_t group[CKS_PLACE_WIDTH_MAX];
+    uint32_t pick = 0, slots = 0;
+
+    if (bs->finished || bs->failed == 0) {
+        return;
+    }
+    rd->degraded = 1;
+    if (have >= rd->k) {
+        cks_read_stripe_decode(bs);
+        return;
+    }
+    if (cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key, strlen(rd->key),
+                  bs->stripe, rd->k, rd->m, NULL, group) != CKS_OK) {
+        cks_read_stripe_lost(bs, have);
+        return;
+    }
+    want = rd->k - have;
+    /* two passes: chunks on servers not known to be down first */
+    for (unsigned pass = 0; pass < 2 * width && want > 0; pass++) {
+        unsigned i   = pass % width;
+        uint32_t bit = 1u << i;
+        const cks_cl_srv_t *sv = &rd->c->srv[group[i]];
+        int known_down = sv->state == CKS_SRV_IDLE && sv->failed_ns != 0;
+        if (((bs->failed | bs->got | bs->tried | pick) & bit) || (pass < width && known_down)) {
+            continue;
+        }
+        pick |= bit;
+        want--;
+    }
+    if (pick == 0) {
+        cks_read_stripe_lost(bs, have);
+        return;
+    }
+    /* slots: what is fetched outside the caller's buffer, and the missing
+     * data chunks of the range that a decode writes outside it */
+    for (unsigned i = 0; i < width; i++) {
+        int whole, wanted = cks_read_wanted(rd, bs, i, &whole);
+        int fetched_out  = (pick & (1u << i)) && !(i < rd->k && whole);
+        int rebuilt_out  = wanted && !whole && !(bs->got & (1u << i)) && !(pick & (1u << i));
+        if (fetched_out || rebuilt_out) {
+            slots |= 1u << i;
+        }
+    }
+    int room = cks_read_slots_take(bs, slots);
+    if (room == 0) {
+        struct cks_cl_scratch *sc = rd->c->scratch;
+        bs->next = NULL;
+        if (sc->wait_tail != NULL) {
+            sc->wait_tail->next = bs;
+        } else {
+            sc->wait_head = bs;
+        }
+        sc->wait_tail = bs;
+        rd->pending++; /* held while it waits */
+        return;
+    }
+    if (room < 0) {
+        cks_read_stripe_lost(bs, have);
+        return;
+    }
+    bs->tried |= pick;
+    bs->pending++; /* hold: a fetch may finish at once (the caller holds rd) */
+    for (unsigned i = 0; i < width; i++) {
+        if (!(pick & (1u << i))) {
+            continue;
+        }
+        cks_op_t *op = cks_read_chunk_op(rd, bs->stripe, i, 0, rd->chunk,
+                                         cks_read_chunk_dst(rd, bs, i), group[i]);
+        cks_read_sub_t *sb = op ? malloc(sizeof(*sb)) : NULL;
+        if (sb == NULL) {
+            free(op);
+            bs->failed |= 1u << i;
+            continue;
+        }
+        *sb = (cks_read_sub_t){rd, bs->stripe, i, 1, 0};
+        rd->pending++;
+        bs->pending++;
+        cks_cl_start(rd->c, op, cks_read_sub_done, sb);
+    }
+    /* drop the hold: the last fetch to finish (maybe one above) goes on */
+    if (--bs->pending == 0) {
+        cks_read_stripe_next(bs);
+    }
 }
 
 /* Scrub: every chunk of every stripe - data (padding included) and parity -
@@ -522,8 +730,10 @@ static void cks_read_stat_done(void *arg, cks_status_t status)
     }
     rd->pending = 1; /* held until every read is started */
     for (uint64_t s = rd->s0; s <= rd->s1; s++) {
+        cks_read_stripe_t *bs = &rd->stripes[s - rd->s0];
         uint16_t group[CKS_PLACE_WIDTH_MAX];
-        rd->stripes[s - rd->s0].stripe = s;
+        bs->rd     = rd;
+        bs->stripe = s;
         status = cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key,
                            strlen(rd->key), s, rd->k, rd->m, NULL, group);
         /* a data chunk on a server known to be down: the stripe is read
@@ -536,9 +746,11 @@ static void cks_read_stat_done(void *arg, cks_status_t status)
             }
         }
         if (down != 0) {
-            rd->stripes[s - rd->s0].failed = down;
+            bs->failed = down;
+            cks_read_stripe_next(bs); /* its fetches start now */
             continue;
         }
+        bs->pending = 1; /* hold */
         for (unsigned i = 0; i < rd->k; i++) {
             uint64_t base = s * stripe_b + i * rd->chunk;
             uint64_t lo   = CKS_MAX(rd->off, base);
@@ -549,6 +761,7 @@ static void cks_read_stat_done(void *arg, cks_status_t status)
             cks_read_sub_t *sub = &rd->subs[rd->nsubs++];
             *sub = (cks_read_sub_t){rd, s, i, 0, lo == base && hi == base + rd->chunk};
             rd->pending++;
+            bs->pending++;
             cks_op_t *op = status == CKS_OK ? cks_read_chunk_op(rd, s, i, lo - base, hi - lo,
                                                                 rd->buf + (lo - rd->off),
                                                                 group[i])
@@ -559,10 +772,13 @@ static void cks_read_stat_done(void *arg, cks_status_t status)
                 cks_cl_start(rd->c, op, cks_read_sub_done, sub);
             }
         }
+        if (--bs->pending == 0) {
+            cks_read_stripe_next(bs);
+        }
     }
     /* drop the hold; the last completion continues the machine */
     if (--rd->pending == 0) {
-        cks_read_step(rd);
+        cks_read_end(rd);
     }
 }
 

@@ -1091,6 +1091,55 @@ out:
     cks_sv_list_reply(conn, req_id, status, page, off, (uint32_t)count, more);
 }
 
+/* ---- MEM_MAP: a client's region, mapped and faulted in ahead of its transfers ---- */
+
+typedef struct {
+    cks_tp_conn_h conn; /* one reference */
+    uint64_t req_id;
+} cks_sv_mem_map_t;
+
+static void cks_sv_mem_map_done(void *arg, cks_status_t status)
+{
+    cks_sv_mem_map_t *mm = arg;
+    if (status == CKS_ERR_UNSUPPORTED) {
+        cks_sv_reply_status(mm->conn, mm->req_id, status,
+                            "the region cannot be mapped here (another host, or other "
+                            "UCX transports)");
+    } else {
+        cks_sv_reply_status(mm->conn, mm->req_id, status,
+                            status == CKS_OK ? NULL : "could not map the region: %s",
+                            cks_status_string(status));
+    }
+    cks_tp_conn_put(mm->conn);
+    free(mm);
+}
+
+static void cks_sv_mem_map(cks_tp_conn_h conn, uint64_t req_id, const cks_msg_mem_map_t *m,
+                           cks_tp_data_t *data)
+{
+    cks_sv_mem_map_t *mm;
+    cks_status_t status;
+
+    if (data == NULL || !data->is_rma || data->length != m->length) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_BAD_MESSAGE,
+                            "MEM_MAP names a whole region with an RMA descriptor");
+        return;
+    }
+    mm = malloc(sizeof(*mm));
+    if (mm == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, NULL);
+        return;
+    }
+    mm->conn   = conn;
+    mm->req_id = req_id;
+    cks_tp_conn_get(conn);
+    /* the transport's helper thread faults it in; the answer waits for it */
+    status = cks_tp_rma_prefault(conn, data, cks_sv_mem_map_done, mm);
+    if (status != CKS_INPROGRESS) {
+        cks_sv_mem_map_done(mm, status);
+    }
+}
+
 /* ---- transport callbacks -------------------------------------------------------- */
 
 static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
@@ -1116,8 +1165,10 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         cks_sv_auth_refuse(s, conn, hdr->req_id, "authenticate first");
         return;
     }
-    if (cks_tp_conn_auth(conn)->scoped && hdr->type != CKS_MSG_HELLO) {
-        /* a job's secret opens that job and nothing else */
+    if (cks_tp_conn_auth(conn)->scoped && hdr->type != CKS_MSG_HELLO &&
+        hdr->type != CKS_MSG_MEM_MAP) {
+        /* a job's secret opens that job and nothing else (MEM_MAP names
+         * only the client's own memory) */
         const cks_tp_auth_t *a   = cks_tp_conn_auth(conn);
         const cks_wire_str_t *job = cks_msg_client_job(hdr->type, b);
         if (job == NULL || job->len != strlen(a->job) ||
@@ -1204,6 +1255,9 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             break;
         case CKS_MSG_VERSION_STAT:
             cks_sv_version_stat(s, conn, hdr->req_id, &b->m_VERSION_STAT);
+            break;
+        case CKS_MSG_MEM_MAP:
+            cks_sv_mem_map(conn, hdr->req_id, &b->m_MEM_MAP, data);
             break;
         case CKS_MSG_OBJECT_STAT:
             cks_sv_object_stat(s, conn, hdr->req_id, &b->m_OBJECT_STAT);

@@ -242,6 +242,16 @@ typedef struct {
     cks_wire_str_t proof; /* HMAC(secret, "ckstore-server" | client nonce | server nonce) */
 } cks_msg_auth_reply_t;
 
+/** A client's memory region (cks_mem_alloc()), named by the RMA descriptor
+ *  that comes as the AM data (CKS_WIRE_F_RMA): a server on the same host maps
+ *  it and faults its pages in now, ahead of the transfers into and out of it,
+ *  the way RDMA memory is registered at allocation. Answer: STATUS_REPLY, once
+ *  the region is ready (a server that cannot map it says why; transfers then
+ *  work as before). */
+typedef struct {
+    uint64_t length; /* the region's length: the descriptor names all of it */
+} cks_msg_mem_map_t;
+
 /* ---- server to server (cluster) ---------------------------------------- */
 
 /** A chunk of a stripe, primary -> group member; payload: chunk_size bytes. */
@@ -332,7 +342,8 @@ typedef struct {
     _(VERSION_DROP,      25, cks_msg_version_drop_t,       "s>s") \
     _(OBJECT_DELETE,     26, cks_msg_object_stat_t,        "c>s") \
     _(AUTH,              27, cks_msg_auth_t,               "c>s") \
-    _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c")
+    _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c") \
+    _(MEM_MAP,           29, cks_msg_mem_map_t,            "c>s")
 
 /** Nonzero for message types that answer a request (matched by req_id). */
 #define CKS_MSG_IS_REPLY(t) \
@@ -686,6 +697,20 @@ cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id
                               const void *body, const void *payload, size_t payload_len,
                               cks_tp_mem_h payload_memh, const cks_tp_data_t *dest,
                               cks_tp_done_cb_t cb, void *arg);
+
+/** Map the whole region that `data` (an RMA descriptor) lies in, now, and
+ *  fault its pages into this process's page tables on a helper thread of the
+ *  transport, so that the first transfers into and out of it copy at full
+ *  speed (a mapping's pages are otherwise faulted in by the first copies,
+ *  which then run at half speed or less). The region stays mapped while the
+ *  connection lives, as it does after a transfer. Returns CKS_INPROGRESS and
+ *  calls cb(arg, status) later on the worker's thread (CKS_ERR_CANCELED when
+ *  the worker goes first); CKS_OK when there is nothing to fault in (UCX does
+ *  not map the peer's memory here, or it is already faulted in); an error
+ *  status, with cb never called, when the descriptor cannot be used
+ *  (CKS_ERR_UNSUPPORTED: no transport reaches the peer's memory). */
+cks_status_t cks_tp_rma_prefault(cks_tp_conn_h conn, const cks_tp_data_t *data,
+                                 cks_tp_done_cb_t cb, void *arg);
 
 /** Register memory once with UCX (the arena, staging rings). */
 cks_status_t cks_tp_mem_map(cks_tp_worker_h worker, void *addr, size_t len,

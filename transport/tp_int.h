@@ -151,6 +151,7 @@ struct cks_tp_worker {
     uint8_t rma_token[CKS_WIRE_NONCE_LEN];
     uint8_t *key_shape;    /* NULL: keys cannot be checked, descriptors refused */
     size_t key_shape_len, key_map_len;
+    struct cks_tp_pf *pf;  /* rma.c: the prefault thread (NULL until first needed) */
     int require_auth;      /* see cks_tp_worker_require_auth() */
     cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
     cks_tp_call_req_t *calls_head, *calls_tail;
@@ -177,5 +178,11 @@ cks_status_t cks_tp_rma_get(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
 void cks_tp_rma_init(cks_tp_worker_h w);
 /* Release a connection's remote keys (when it is freed). */
 void cks_tp_rkeys_release(cks_tp_conn_h conn);
+/* Finished prefaults: mark their regions faulted in, call back (worker
+ * thread); returns how many finished. */
+unsigned cks_tp_rma_pf_poll(cks_tp_worker_h w);
+/* Stop the prefault thread; what it had not finished is called back with
+ * CKS_ERR_CANCELED (worker destroy, before connections go). */
+void cks_tp_rma_pf_stop(cks_tp_worker_h w);
 
 #endif

@@ -733,10 +733,12 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
     d.ptr     = d.is_rndv ? NULL : data;
     d.desc    = d.is_rndv ? data : NULL;
     /* descriptors come with PUT (its payload), GET and CHUNK_GET (where the
-     * reply's payload goes); their replies say the bytes went there */
+     * reply's payload goes) and MEM_MAP (the region to map); the replies of
+     * GET and CHUNK_GET say the bytes went there */
     if ((hdr.flags & CKS_WIRE_F_RMA) &&
         (length > 0 ? (hdr.type != CKS_MSG_PUT && hdr.type != CKS_MSG_GET &&
-                       hdr.type != CKS_MSG_CHUNK_GET) || d.is_rndv ||
+                       hdr.type != CKS_MSG_CHUNK_GET && hdr.type != CKS_MSG_MEM_MAP) ||
+                          d.is_rndv ||
                           cks_tp_rma_parse(data, length, &d) != CKS_OK
                     : hdr.type != CKS_MSG_GET_REPLY && hdr.type != CKS_MSG_CHUNK_GET_REPLY)) {
         cks_warn("%s: message %s from %s: bad RMA descriptor", w->name,
@@ -1337,6 +1339,7 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     if (w == NULL) {
         return;
     }
+    cks_tp_rma_pf_stop(w); /* its jobs hold connections and mappings */
     /* Close what is still open; progress briefly so close requests finish. */
     cks_tp_calls_fail_conn(w, NULL, CKS_ERR_CANCELED);
     for (cks_tp_conn_h c = w->conns; c != NULL; c = c->next) {
@@ -1374,6 +1377,9 @@ int cks_tp_worker_progress(cks_tp_worker_h w)
 {
     int any = 0;
     while (cks_tp_progress_once(w)) {
+        any = 1;
+    }
+    if (w->pf != NULL && cks_tp_rma_pf_poll(w) > 0) {
         any = 1;
     }
     return any;

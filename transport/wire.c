@@ -61,6 +61,7 @@ static const cks_wire_field_t fd_auth[] = {
 static const cks_wire_field_t fd_auth_reply[] = {
     FD_REPLY(cks_msg_auth_reply_t), FD_BIN(cks_msg_auth_reply_t, addr, CKS_WIRE_MAX_ADDR),
     FD_BIN(cks_msg_auth_reply_t, proof, CKS_WIRE_NONCE_LEN)};
+static const cks_wire_field_t fd_mem_map[] = {FD_U64(cks_msg_mem_map_t, length)};
 static const cks_wire_field_t fd_hello_reply[] = {
     FD_REPLY(cks_msg_hello_reply_t),
     FD_STR(cks_msg_hello_reply_t, name, CKS_WIRE_MAX_NAME),
@@ -193,6 +194,7 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_OBJECT_DELETE]      = FD_TABLE(fd_object_stat),
     [CKS_MSG_AUTH]               = FD_TABLE(fd_auth),
     [CKS_MSG_AUTH_REPLY]         = FD_TABLE(fd_auth_reply),
+    [CKS_MSG_MEM_MAP]            = FD_TABLE(fd_mem_map),
 };
 
 static const cks_wire_desc_t cks_wire_entry_desc[] = {

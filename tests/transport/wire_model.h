@@ -66,6 +66,7 @@ static const wm_field_t wm_f_auth[] = {
 static const wm_field_t wm_f_auth_reply[] = {
     WM_REPLY_(cks_msg_auth_reply_t), WM_BIN_(cks_msg_auth_reply_t, addr, CKS_WIRE_MAX_ADDR),
     WM_BIN_(cks_msg_auth_reply_t, proof, CKS_WIRE_NONCE_LEN)};
+static const wm_field_t wm_f_mem_map[] = {WM_U64_(cks_msg_mem_map_t, length)};
 static const wm_field_t wm_f_hello_reply[] = {
     WM_REPLY_(cks_msg_hello_reply_t),
     WM_STR_(cks_msg_hello_reply_t, name, CKS_WIRE_MAX_NAME),
@@ -207,6 +208,7 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_OBJECT_DELETE] = WM_MSG_(cks_msg_object_stat_t, wm_f_object_stat),
     [CKS_MSG_AUTH] = WM_MSG_(cks_msg_auth_t, wm_f_auth),
     [CKS_MSG_AUTH_REPLY] = WM_MSG_(cks_msg_auth_reply_t, wm_f_auth_reply),
+    [CKS_MSG_MEM_MAP] = WM_MSG_(cks_msg_mem_map_t, wm_f_mem_map),
 };
 
 /** Indexed by cks_wire_entry_t. */
