@@ -1208,7 +1208,16 @@ static cks_status_t cks_cl_servers(cks_client_h c, const cks_client_params_t *pa
             cks_cl_set_error(c, status, err, strlen(err));
             return status;
         }
-        c->nsrv = cks_cluster_nservers(c->map);
+        c->nsrv         = cks_cluster_nservers(c->map);
+        c->scratch_size = 32u << 20;
+        if (params->field_mask & CKS_CLIENT_FIELD_SCRATCH) {
+            if (params->scratch_size > (4ull << 30)) {
+                cks_error("scratch size %llu: at most 4 GiB",
+                          (unsigned long long)params->scratch_size);
+                return CKS_ERR_INVALID_PARAM;
+            }
+            c->scratch_size = params->scratch_size;
+        }
     } else if (params->field_mask & CKS_CLIENT_FIELD_SERVER) {
         c->nsrv = 1;
     } else {

@@ -141,6 +141,7 @@ struct cks_client {
     cks_cl_mem_t *mems;       /* cks_mem_alloc() (under lock) */
     struct cks_cl_scratch *scratch; /* read.c: degraded reads' chunk buffers
                                        (progress thread; NULL until needed) */
+    uint64_t scratch_size;    /* its size (CKS_CLIENT_FIELD_SCRATCH) */
     cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET */
     int has_secret;
     char secret_job[CKS_JOB_MAX_LEN + 1]; /* "" for the cluster secret */

@@ -204,16 +204,16 @@ struct cks_read {
  * the client pulling it through the kernel into fresh pages. It bounds the
  * memory of degraded reads: a stripe that finds it full waits until another
  * stripe is decoded. A stripe that needs more than all of it, or a client
- * that cannot have it, takes malloc() memory instead. */
+ * that cannot have it (or has none: size 0), takes malloc() memory instead.
+ * Size: CKS_CLIENT_FIELD_SCRATCH. */
 
-#define CKS_CL_SCRATCH_BYTES (32u << 20)
-#define CKS_CL_SCRATCH_UNIT  (64u << 10)
-#define CKS_CL_SCRATCH_UNITS (CKS_CL_SCRATCH_BYTES / CKS_CL_SCRATCH_UNIT)
+#define CKS_CL_SCRATCH_UNIT (64u << 10)
 
 struct cks_cl_scratch {
-    cks_cl_mem_t mem;   /* mem.mem NULL: could not be allocated (malloc) */
-    uint64_t used[CKS_CL_SCRATCH_UNITS / 64]; /* bit per unit */
+    cks_cl_mem_t mem;   /* mem.mem NULL: none (size 0, or no memory: malloc) */
+    size_t units;       /* of CKS_CL_SCRATCH_UNIT bytes */
     cks_read_stripe_t *wait_head, *wait_tail;
+    uint64_t used[];    /* bit per unit */
 };
 
 const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
@@ -233,19 +233,26 @@ void cks_cl_scratch_free(cks_client_h c)
 static struct cks_cl_scratch *cks_scratch_get(cks_client_h c)
 {
     struct cks_cl_scratch *sc = c->scratch;
+    size_t units = (size_t)((c->scratch_size + CKS_CL_SCRATCH_UNIT - 1) / CKS_CL_SCRATCH_UNIT);
+
     if (sc != NULL) {
         return sc;
     }
-    if ((sc = calloc(1, sizeof(*sc))) == NULL) {
+    if ((sc = calloc(1, sizeof(*sc) + (units / 64 + 1) * sizeof(uint64_t))) == NULL) {
         return NULL;
     }
     c->scratch = sc;
-    if (cks_tp_mem_alloc(c->tp, CKS_CL_SCRATCH_BYTES, &sc->mem.mem, &sc->mem.base) != CKS_OK) {
+    if (units == 0) {
+        return sc;
+    }
+    if (cks_tp_mem_alloc(c->tp, units * CKS_CL_SCRATCH_UNIT, &sc->mem.mem, &sc->mem.base) !=
+        CKS_OK) {
         sc->mem.mem = NULL;
         cks_info("no scratch region for degraded reads: they use malloc()");
         return sc;
     }
-    sc->mem.len = CKS_CL_SCRATCH_BYTES;
+    sc->units   = units;
+    sc->mem.len = units * CKS_CL_SCRATCH_UNIT;
     cks_cl_mem_announce_all(c, &sc->mem); /* servers on this host map it now */
     return sc;
 }
@@ -270,7 +277,7 @@ static void cks_scratch_mark(struct cks_cl_scratch *sc, size_t first, size_t n, 
 static uint8_t *cks_scratch_take(struct cks_cl_scratch *sc, uint64_t len)
 {
     size_t n = (size_t)((len + CKS_CL_SCRATCH_UNIT - 1) / CKS_CL_SCRATCH_UNIT), run = 0;
-    for (size_t u = 0; u < CKS_CL_SCRATCH_UNITS; u++) {
+    for (size_t u = 0; u < sc->units; u++) {
         run = cks_scratch_bit(sc, u) ? 0 : run + 1;
         if (run == n) {
             cks_scratch_mark(sc, u + 1 - n, n, 1);
@@ -345,7 +352,7 @@ static int cks_read_slots_take(cks_read_stripe_t *bs, uint32_t want)
     for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
         holds |= bs->slot[i] != NULL;
     }
-    heap = sc == NULL || sc->mem.mem == NULL || units > CKS_CL_SCRATCH_UNITS || holds;
+    heap = sc == NULL || sc->mem.mem == NULL || units > sc->units || holds;
     for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
         uint32_t bit = 1u << i;
         if (!(want & bit) || bs->slot[i] != NULL) {

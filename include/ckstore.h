@@ -58,6 +58,7 @@ enum {
     CKS_CLIENT_FIELD_CLUSTER    = 1u << 3,
     CKS_CLIENT_FIELD_EC         = 1u << 4,
     CKS_CLIENT_FIELD_SECRET     = 1u << 5,
+    CKS_CLIENT_FIELD_SCRATCH    = 1u << 6,
 };
 
 typedef struct {
@@ -78,6 +79,12 @@ typedef struct {
     const char *secret_job; /**< with CKS_CLIENT_FIELD_SECRET: `secret` is this
                                job's secret, and the client can reach this
                                job only (NULL: the cluster secret) */
+    uint64_t scratch_size; /**< with CKS_CLIENT_FIELD_SCRATCH: bytes of shared
+                               memory, allocated at the first degraded read, that
+                               degraded reads fetch parity into (servers on this
+                               host write it with one copy); it bounds their
+                               memory: stripes wait for room. Rounded up to 64 KiB;
+                               0: malloc() per stripe, unbounded (default 32 MiB) */
 } cks_client_params_t;
 
 /** Connect to a standalone server (`server`) or a cluster (`cluster`): at

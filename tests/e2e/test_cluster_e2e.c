@@ -23,7 +23,12 @@
 
 static cks_test_cluster_t cl;
 
-static cks_client_h connect_cluster(unsigned k, unsigned m, uint64_t chunk)
+#define DEFAULT_SCRATCH UINT64_MAX
+
+/* A client of the cluster; scratch: its degraded reads' scratch size
+ * (DEFAULT_SCRATCH: the default). */
+static cks_client_h connect_cluster_scratch(unsigned k, unsigned m, uint64_t chunk,
+                                            uint64_t scratch)
 {
     cks_client_params_t p = {0};
     cks_client_h c        = NULL;
@@ -33,8 +38,17 @@ static cks_client_h connect_cluster(unsigned k, unsigned m, uint64_t chunk)
     p.ec_m       = m;
     p.chunk_size = chunk;
     p.timeout_ms = 20000;
+    if (scratch != DEFAULT_SCRATCH) {
+        p.field_mask |= CKS_CLIENT_FIELD_SCRATCH;
+        p.scratch_size = scratch;
+    }
     cr_assert_eq(cks_client_create(&p, &c), CKS_OK, "connect to the cluster in %s", cl.map);
     return c;
+}
+
+static cks_client_h connect_cluster(unsigned k, unsigned m, uint64_t chunk)
+{
+    return connect_cluster_scratch(k, m, chunk, DEFAULT_SCRATCH);
 }
 
 static void start(const char *faults, int fault_id)
@@ -170,6 +184,38 @@ Test(cluster, round_trip_and_any_two_servers_down, .timeout = 600)
             cr_assert_eq(cks_test_server_restart(&cl.srv[b]), 0);
         }
     }
+    free_data();
+}
+
+/* Degraded reads in a small scratch, with two servers down: stripes wait for
+ * room (two or one and a half chunks' worth), take malloc() memory where a
+ * stripe needs more than all of it (one chunk's worth) or where there is
+ * none (0); every object and range exact. A scratch over 4 GiB is refused. */
+Test(cluster, degraded_reads_in_a_small_scratch, .timeout = 300)
+{
+    static const uint64_t scratch[] = {0, 64 * 1024, 128 * 1024, 96 * 1024};
+    cks_client_params_t p = {0};
+    cks_client_h c;
+
+    make_data(cks_test_seed(14));
+    c = connect_cluster(4, 2, 64 * 1024);
+    cr_assert_eq(write_version(c, "moe", 1), CKS_OK);
+    cks_client_destroy(c);
+    cks_test_cluster_kill(&cl, 1);
+    cks_test_cluster_kill(&cl, 4);
+    for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++) {
+        c = connect_cluster_scratch(4, 2, 64 * 1024, scratch[i]);
+        cr_assert_eq(verify_version(c, "moe", 1, NULL, 0), CKS_OK,
+                     "restore with servers 1 and 4 down, %llu bytes of scratch",
+                     (unsigned long long)scratch[i]);
+        cks_client_destroy(c);
+    }
+    p.field_mask   = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_SCRATCH;
+    p.cluster      = cl.map;
+    p.scratch_size = 5ull << 30;
+    c              = NULL;
+    cr_assert_eq(cks_client_create(&p, &c), CKS_ERR_INVALID_PARAM);
+    cr_assert_null(c);
     free_data();
 }
 
