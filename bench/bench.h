@@ -58,6 +58,7 @@ typedef struct {
     size_t len;
     size_t map_len; /* what to munmap (0: free()) */
     bench_mem_kind_t kind;
+    double alloc_s; /* BENCH_MEM_CKS: how long cks_mem_alloc() took */
 } bench_buf_t;
 
 int bench_buf_alloc(bench_mem_kind_t kind, size_t len, bench_buf_t *buf_p, char *err,

@@ -796,8 +796,16 @@ typedef struct {
     uint64_t bytes, objects;
     uint64_t stored; /* arena bytes the objects take: data, padding, parity */
     double cpu_s;    /* this client process's CPU seconds in the timed part */
+    double alloc_s;  /* preparation: seconds in cks_mem_alloc() of alloc_bytes */
+    uint64_t alloc_bytes;
     char err[256];
 } cl_res_t;
+
+/* cks_mem_alloc() calls of the workers' preparations (the servers on this
+ * host map and fault in each region before it returns): seconds per GiB */
+#define CL_MAX_ALLOCS 256
+static double cl_alloc_s_gib[CL_MAX_ALLOCS];
+static unsigned cl_nallocs;
 
 #define CL_ERR_VERIFY (-1000)
 
@@ -1080,6 +1088,8 @@ static int cl_w_alloc_main(const cl_cmd_t *cmd, cl_res_t *res)
             snprintf(res->err, sizeof(res->err), "client %u: cks_mem_alloc failed", wk.index);
             return -1;
         }
+        res->alloc_s = wk.src.alloc_s + wk.dst.alloc_s;
+        res->alloc_bytes = (wk.src.ptr ? wk.src.len : 0) + (wk.dst.ptr ? wk.dst.len : 0);
     } else if ((wk.index < opts.clients &&
          bench_buf_alloc(BENCH_MEM_THP, cl_mix.bytes, &wk.src, err, sizeof(err)) != 0) ||
         (rtotal > 0 && bench_buf_alloc(BENCH_MEM_THP, rtotal, &wk.dst, err, sizeof(err)) != 0)) {
@@ -1565,6 +1575,12 @@ static void cl_workers_stop(void)
 /* Run a command on every worker (rank = worker index): READY from all, GO to
  * all, results from all. res[] gets each worker's result. 0 when all went
  * well; errors are printed. */
+static double cl_servers_cpu(void);
+
+/* The servers' CPU seconds when the last cl_workers_run() said GO: the
+ * workers' preparation (connects, cks_mem_alloc()) is not the phase's. */
+static double cl_cpu_go = -1;
+
 static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
 {
     int rc = 0;
@@ -1589,7 +1605,12 @@ static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
             fprintf(stderr, "ckstore-bench: %s\n", res[w].err);
             rc = -1;
         }
+        if (res[w].alloc_bytes > 0 && cl_nallocs < CL_MAX_ALLOCS) {
+            cl_alloc_s_gib[cl_nallocs++] =
+                res[w].alloc_s / ((double)res[w].alloc_bytes / (1u << 30));
+        }
     }
+    cl_cpu_go = rc == 0 ? cl_servers_cpu() : -1;
     for (unsigned w = 0; w < nw; w++) {
         /* those that failed wait for no GO; the others are called off */
         if (res[w].status == CKS_OK) {
@@ -2121,10 +2142,10 @@ static int cl_restore_phase(const char *job, uint64_t version, unsigned level, i
     snprintf(cmd.job, sizeof(cmd.job), "%s", job);
     bench_progress("rep %u/%u: restore of version %llu, %u server%s down", n + 1, opts.reps,
                    (unsigned long long)version, level, level == 1 ? "" : "s");
-    cpu0 = cl_servers_cpu();
     if (cl_workers_run(&cmd, res, opts.readers) != 0) {
         return -1;
     }
+    cpu0 = cl_cpu_go;
     cpu1 = cl_servers_cpu();
     cl_aggregate(res, opts.readers, &bytes, NULL, &secs, NULL);
     mainfig.restore[level][n] = secs;
@@ -2165,11 +2186,11 @@ static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned re
                    (unsigned long long)version);
     cks_cluster_stats_t es0, es1;
     int have_es = cks_cluster_stats(cl_client, &es0) == CKS_OK;
-    cpu0 = cl_servers_cpu();
     if (cl_workers_run(&cmd, res, opts.clients) != 0) {
         cks_version_abort(cl_client, job, version);
         return -1;
     }
+    cpu0 = cl_cpu_go;
     cpu1 = cl_servers_cpu();
     /* counters since each server's start: a phase with a restart in it, or a
      * server that did not answer both times, is left out */
@@ -2719,19 +2740,25 @@ static void cl_print_main(bench_report_t *rep)
         }
         say("; SIGKILLed after the healthy restore, restarted after the degraded ones\n");
     }
+    if (cl_nallocs > 0) {
+        /* untimed preparation, but a cost a replacement rank pays once */
+        say("cks_mem_alloc() of the clients' buffers (untimed preparation; the servers on "
+            "this host map and fault in each buffer before it returns): median %.0f ms per "
+            "GiB over %u preparations\n",
+            cl_median(cl_alloc_s_gib, cl_nallocs) * 1e3, cl_nallocs);
+    }
 
     /* what the seal costs after STORED: encode + CRC + chunk sends + commit on
      * the servers, overlapped with the puts, so this is not an encode rate */
     memcpy(tails, mainfig.tail, sizeof(tails));
     tail_s = cl_median(tails, mainfig.nsnap);
     if (isfinite(raw_get) && mainfig.nrestore[0] > 0) {
-        /* one client's progress thread pulls every chunk (CMA, one copy) and
-         * CRCs it; a degraded stripe is fetched whole into a bounce buffer,
-         * decoded and copied out */
+        /* the serving servers CRC every chunk and copy it into the client's
+         * memory; a degraded stripe's parity goes into the client's scratch
+         * the same way, and the client decodes the stripe once k are in */
         double crc = refs.crc.st.median, dec = refs.decode[1].st.median;
-        double mc = refs.memcpy_fig.st.median;
         double hb = 1.0 / (1.0 / raw_get + 1.0 / crc);
-        double db = 1.0 / (1.0 / raw_get + 1.0 / crc + 1.0 / dec + 1.0 / mc);
+        double db = 1.0 / (1.0 / raw_get + 1.0 / crc + 1.0 / dec);
         double deg1 = NAN;
         if (mainfig.nrestore[1] > 0) {
             deg1 = (double)mainfig.bytes /
@@ -2741,8 +2768,9 @@ static void cl_print_main(bench_report_t *rep)
             "one CRC-64 per byte (both by the serving servers' progress threads with "
             "cks_mem_alloc() buffers, by the client's progress thread otherwise): "
             "1/(1/%.2f + 1/%.2f) = %.2f GB/s per thread, reached at %.2f; a degraded one "
-            "adds a decode (and a copy out of the stripe buffer for partly read chunks): "
-            "%.2f GB/s, reached at %.2f (1 server down)\n",
+            "adds a decode (the client's, of each degraded stripe once k chunks are in; "
+            "parity comes into the client's scratch): %.2f GB/s, reached at %.2f (1 server "
+            "down)\n",
             raw_get, crc, hb, healthy.median / hb, db, deg1 / db);
     }
     {

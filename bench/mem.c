@@ -125,7 +125,7 @@ static void *bench_map_aligned(size_t len, int fd, size_t *map_len_p)
 int bench_buf_alloc(bench_mem_kind_t kind, size_t len, bench_buf_t *buf_p, char *err,
                     size_t errlen)
 {
-    bench_buf_t b = {NULL, len, 0, kind};
+    bench_buf_t b = {NULL, len, 0, kind, 0};
     char path[96];
     int fd;
 
@@ -259,7 +259,9 @@ double bench_memcpy_once(void *dst, const void *src, size_t size)
 /* Client buffers from cks_mem_alloc(), pre-faulted like the others. */
 int bench_ck_buf_alloc(cks_client_h client, size_t len, bench_buf_t *buf)
 {
+    double t0       = bench_now();
     cks_status_t st = cks_mem_alloc(client, len, &buf->ptr);
+    buf->alloc_s    = bench_now() - t0;
     if (st != CKS_OK) {
         fprintf(stderr, "ckstore-bench: cks_mem_alloc(%zu): %s\n", len, cks_status_string(st));
         return -1;

@@ -1317,7 +1317,11 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
         cks_cl_free(c);
         return status;
     }
+    if (c->map != NULL) {
+        cks_cl_scratch_prepare(c); /* before the thread: then it is the thread's */
+    }
     if (pthread_create(&c->thread, NULL, cks_cl_thread, c) != 0) {
+        cks_cl_scratch_free(c);
         cks_tp_worker_destroy(c->tp);
         cks_cl_free(c);
         return CKS_ERR_NO_MEMORY;

@@ -174,6 +174,9 @@ void cks_cl_start(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
 /* read.c: the scratch region, if any (for descriptors and MEM_MAP; progress
  * thread), and its release (client destroy, after the progress thread). */
 const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c);
+/* Allocate the scratch now (cluster clients, at create, before the progress
+ * thread starts): memory reserved up front, not in the first degraded read. */
+void cks_cl_scratch_prepare(cks_client_h c);
 void cks_cl_scratch_free(cks_client_h c);
 /* client.c: ask the servers on this host that are up to map a region ahead
  * of its transfers, answers not awaited (progress thread). */

@@ -7,13 +7,18 @@
  * On a cluster a read is a small state machine on the progress thread: stat
  * the object, then read exactly the byte ranges of the data chunks that the
  * range covers, from up to k servers of each stripe's placement group in
- * parallel, into their final place in the caller's buffer. A chunk that
- * fails (server gone, timeout, CRC mismatch) marks its stripe degraded; the
- * stripe's other chunks are then fetched whole until k are in - data chunks
- * that the range covers whole straight into the caller's buffer (those the
- * first phase brought count), parity and partly covered ones into a stripe
- * buffer - and the missing data chunks are rebuilt with ISA-L, in place
- * where the range covers them whole.
+ * parallel, into their final place in the caller's buffer. Each stripe then
+ * goes on by itself. A chunk that fails (server gone, timeout, CRC mismatch)
+ * marks its stripe degraded (a stripe with a data chunk on a server known to
+ * be down is degraded from the start); the stripe's other chunks are then
+ * fetched whole until k are in - data chunks that the range covers whole
+ * straight into the caller's buffer (those the first phase brought count),
+ * parity and partly covered ones into slots of the client's scratch region,
+ * which servers on this host write with one copy - and as soon as they are,
+ * its missing data chunks are rebuilt with ISA-L, in place where the range
+ * covers them whole, while other stripes' transfers go on. The scratch
+ * bounds a client's degraded reads: a stripe that finds no room waits until
+ * another stripe is decoded.
  * Never: block, or hand back a byte that was not checked (whole chunks are
  * CRC-checked here, partial ones by the server before it sends them).
  */
@@ -255,6 +260,11 @@ static struct cks_cl_scratch *cks_scratch_get(cks_client_h c)
     sc->mem.len = units * CKS_CL_SCRATCH_UNIT;
     cks_cl_mem_announce_all(c, &sc->mem); /* servers on this host map it now */
     return sc;
+}
+
+void cks_cl_scratch_prepare(cks_client_h c)
+{
+    (void)cks_scratch_get(c); /* without it, degraded reads try again, then malloc() */
 }
 
 static int cks_scratch_bit(const struct cks_cl_scratch *sc, size_t u)

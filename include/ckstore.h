@@ -80,7 +80,7 @@ typedef struct {
                                job's secret, and the client can reach this
                                job only (NULL: the cluster secret) */
     uint64_t scratch_size; /**< with CKS_CLIENT_FIELD_SCRATCH: bytes of shared
-                               memory, allocated at the first degraded read, that
+                               memory, allocated with a cluster client, that
                                degraded reads fetch parity into (servers on this
                                host write it with one copy); it bounds their
                                memory: stripes wait for room. Rounded up to 64 KiB;
