@@ -194,7 +194,6 @@ struct cks_read {
     cks_read_sub_t *subs;
     size_t nsubs;
     unsigned pending;          /* reads in flight, stripes waiting, holds */
-    int degraded;
     int lost;                  /* a stripe could not be rebuilt (error text set) */
     int crc_bad;               /* a chunk failed its CRC (decoded around) */
     cks_status_t status;
@@ -558,7 +557,6 @@ static void cks_read_stripe_next(cks_read_stripe_t *bs)
     if (bs->finished || bs->failed == 0) {
         return;
     }
-    rd->degraded = 1;
     if (have >= rd->k) {
         cks_read_stripe_decode(bs);
         return;
