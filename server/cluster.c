@@ -563,11 +563,25 @@ void cks_sv_chunk_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 typedef struct {
     cks_server_h s;
     cks_sv_version_t *v;
+    uint64_t stripe; /* the chunk, for the log */
+    uint32_t idx;
+    uint32_t key_len;
+    char key[CKS_KEY_MAX_LEN];
 } cks_chunk_out_t;
+
+static void cks_sv_chunk_crc_error(uint32_t idx, uint64_t stripe, const char *key,
+                                   size_t key_len)
+{
+    cks_error("chunk %u of stripe %llu of '%.*s' fails its CRC", idx,
+              (unsigned long long)stripe, (int)key_len, key);
+}
 
 static void cks_chunk_sent(void *arg, cks_status_t status)
 {
     cks_chunk_out_t *o = arg;
+    if (status == CKS_ERR_CRC_MISMATCH) { /* the transport's check of what it wrote */
+        cks_sv_chunk_crc_error(o->idx, o->stripe, o->key, o->key_len);
+    }
     o->v->readers--;
     cks_sv_version_release(o->s, o->v);
     free(o);
@@ -597,11 +611,13 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     const uint8_t *bytes = status == CKS_OK ? cks_arena_base(s->arena) + ch.arena_offset
                                             : NULL;
     /* a part of a chunk cannot be checked by the reader, nor bytes written
-     * straight into its memory: check them here */
-    if (status == CKS_OK && (m->offset != 0 || m->length != ch.len || dest != NULL) &&
-        (cks_crc64(0, bytes, ch.len) != ch.crc64 || cks_fault_fire("crc_check"))) {
-        cks_error("chunk %u of stripe %llu of '%.*s' fails its CRC", m->idx,
-                  (unsigned long long)m->stripe, (int)m->key.len, m->key.ptr);
+     * straight into its memory: check them here; a whole chunk written into
+     * the reader's memory is checked by the transport as it writes it */
+    int whole = m->offset == 0 && m->length == ch.len;
+    if (status == CKS_OK && (!whole || dest != NULL) &&
+        (cks_fault_fire("crc_check") ||
+         (!whole && cks_crc64(0, bytes, ch.len) != ch.crc64))) {
+        cks_sv_chunk_crc_error(m->idx, m->stripe, m->key.ptr, m->key.len);
         status = CKS_ERR_CRC_MISMATCH;
     }
     v = status == CKS_OK ? cks_sv_version_find(s, &m->job, m->version) : NULL;
@@ -621,7 +637,8 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
     }
-    *o = (cks_chunk_out_t){s, v};
+    *o = (cks_chunk_out_t){s, v, m->stripe, m->idx, (uint32_t)m->key.len, {0}};
+    memcpy(o->key, m->key.ptr, m->key.len); /* checked: at most CKS_KEY_MAX_LEN */
     v->readers++;
     r.status    = CKS_OK;
     r.msg       = cks_wire_cstr(NULL);
@@ -629,13 +646,16 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.chunk_len = ch.len;
     r.offset    = m->offset;
     r.length    = m->length;
+    cks_tp_check_t check = {cks_crc64, ch.crc64};
     status = cks_tp_send_into(conn, CKS_MSG_CHUNK_GET_REPLY, req_id, &r, bytes + m->offset,
-                              m->length, s->arena_mem, dest, cks_chunk_sent, o);
+                              m->length, s->arena_mem, dest, whole ? &check : NULL,
+                              cks_chunk_sent, o);
     if (status != CKS_INPROGRESS) {
-        cks_chunk_sent(o, status);
-        cks_sv_reply_status(conn, req_id, status, "cannot send chunk %u of stripe %llu%s",
+        cks_chunk_sent(o, status); /* logs a CRC mismatch */
+        cks_sv_reply_status(conn, req_id, status, "cannot send chunk %u of stripe %llu%s: %s",
                             m->idx, (unsigned long long)m->stripe,
-                            dest == NULL ? "" : " into the client's memory");
+                            dest == NULL ? "" : " into the client's memory",
+                            cks_status_string(status));
     }
 }
 

@@ -883,7 +883,7 @@ static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.length = length;
     status   = cks_tp_send_into(conn, CKS_MSG_GET_REPLY, req_id, &r,
                                 cks_arena_base(s->arena) + obj.arena_offset + m->offset,
-                                length, s->arena_mem, dest, cks_sv_get_done, c);
+                                length, s->arena_mem, dest, NULL, cks_sv_get_done, c);
     if (status != CKS_INPROGRESS) {
         cks_sv_get_done(c, status);
         cks_sv_reply_status(conn, req_id, status, "cannot send %llu bytes of '%s'%s",

@@ -688,15 +688,31 @@ cks_status_t cks_tp_mem_describe(cks_tp_mem_h mem, const void *addr, size_t len,
  *  data endpoint that has shared-memory transports (descriptors help). */
 int cks_tp_conn_local(cks_tp_conn_h conn);
 
+/** A check of the bytes cks_tp_send_into() writes into a peer's memory:
+ *  `fn` (a CRC with zlib-style chaining: seed 0, then the previous result)
+ *  over them must give `expect`. */
+typedef struct {
+    uint64_t (*fn)(uint64_t seed, const void *buf, size_t len);
+    uint64_t expect;
+} cks_tp_check_t;
+
 /** Send a reply whose payload goes into `dest`: the peer's memory when
  *  dest->is_rma (the bytes are written there, then the reply follows with
  *  CKS_WIRE_F_RMA and no payload), otherwise as cks_tp_send(). A failed
  *  write sends a STATUS_REPLY with the error instead. Same completion
- *  contract as cks_tp_send(); dest is only read during the call. */
+ *  contract as cks_tp_send(); dest is only read during the call.
+ *  With `check` (may be NULL) and a write into the peer's memory, the bytes
+ *  are checked: where the region is mapped here, the bytes as written, slice
+ *  by slice while they are in this core's cache (one pass over memory
+ *  instead of two); elsewhere the payload, before it is written. Bytes that
+ *  fail give CKS_ERR_CRC_MISMATCH: at once when nothing was written, else to
+ *  `cb`, with a STATUS_REPLY of that error sent once the writes are done (the
+ *  peer's bytes there are then garbage). Without a write into the peer's
+ *  memory the check is not made: the payload travels and its reader checks. */
 cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id,
                               const void *body, const void *payload, size_t payload_len,
                               cks_tp_mem_h payload_memh, const cks_tp_data_t *dest,
-                              cks_tp_done_cb_t cb, void *arg);
+                              const cks_tp_check_t *check, cks_tp_done_cb_t cb, void *arg);
 
 /** Map the whole region that `data` (an RMA descriptor) lies in, now, and
  *  fault its pages into this process's page tables on a helper thread of the

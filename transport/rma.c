@@ -686,6 +686,7 @@ typedef struct {
     cks_tp_send_req_t *reply; /* cks_tp_send_into(): sent once the bytes are there */
     size_t reply_len;
     uint64_t req_id;
+    cks_status_t fail;        /* a checked write's failure, reported after the flush */
 } cks_tp_rma_req_t;
 
 static cks_tp_rma_req_t *cks_tp_rma_req(cks_tp_conn_h conn, cks_tp_rkey_t *rk,
@@ -760,7 +761,9 @@ cks_status_t cks_tp_rma_get(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
 /* The reply of a cks_tp_send_into() whose write failed: an error status. */
 static void cks_tp_rma_reply_error(cks_tp_rma_req_t *r, cks_status_t status)
 {
-    cks_msg_status_t m = {status, cks_wire_cstr("could not write into the client's memory")};
+    cks_msg_status_t m = {status, cks_wire_cstr(status == CKS_ERR_CRC_MISMATCH
+                                                    ? "the bytes failed their CRC check"
+                                                    : "could not write into the client's memory")};
     cks_tp_send_req_t *s = r->reply;
     size_t len;
 
@@ -778,6 +781,9 @@ static void cks_tp_rma_flush_done(void *request, ucs_status_t st, void *arg)
     cks_tp_rma_req_t *r = arg;
     cks_status_t status = cks_tp_status(st, "write peer memory");
 
+    if (status == CKS_OK && r->fail != CKS_OK) {
+        status = r->fail;
+    }
     if (status == CKS_OK) {
         cks_tp_send_req_t *s = r->reply;
         r->reply             = NULL;
@@ -801,19 +807,13 @@ static void cks_tp_rma_flush_done(void *request, ucs_status_t st, void *arg)
     }
 }
 
-static void cks_tp_rma_put_done(void *request, ucs_status_t st, void *arg)
+/* The puts are done locally; the flush says they are in the peer's memory
+ * (between processes of one host it is at once: no request). */
+static void cks_tp_rma_flush(cks_tp_rma_req_t *r)
 {
-    cks_tp_rma_req_t *r = arg;
     ucp_request_param_t p;
     void *req;
 
-    ucp_request_free(request);
-    if (st != UCS_OK) {
-        cks_tp_rma_flush_done(NULL, st, r);
-        return;
-    }
-    /* the put is done locally; the flush says it is in the peer's memory
-     * (between processes of one host it is at once: no request) */
     memset(&p, 0, sizeof(p));
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send      = cks_tp_rma_flush_done;
@@ -824,10 +824,56 @@ static void cks_tp_rma_put_done(void *request, ucs_status_t st, void *arg)
     }
 }
 
+static void cks_tp_rma_put_done(void *request, ucs_status_t st, void *arg)
+{
+    cks_tp_rma_req_t *r = arg;
+
+    ucp_request_free(request);
+    if (st != UCS_OK) {
+        cks_tp_rma_flush_done(NULL, st, r);
+        return;
+    }
+    cks_tp_rma_flush(r);
+}
+
+/* Write [payload, +len) to the mapped region at addr in slices, checking
+ * each slice as written right after its put, while it is in this core's
+ * cache: one pass over memory where a check first and a copy then make two.
+ * UCX copies between processes of one host at once (its shared-memory
+ * transports memcpy into the mapping); a put that it queues instead has its
+ * slice checked from the source. *crc_p gets the chained check. */
+static cks_status_t cks_tp_put_checked(cks_tp_conn_h conn, cks_tp_rkey_t *rk,
+                                       const uint8_t *payload, size_t len, uint64_t addr,
+                                       const cks_tp_check_t *check, uint64_t *crc_p)
+{
+    const uint8_t *local = (const uint8_t *)rk->local + (addr - rk->seg_base);
+    ucp_request_param_t p;
+    uint64_t crc = 0;
+    size_t off, n;
+    void *req;
+
+    memset(&p, 0, sizeof(p)); /* no callback: NULL when done at once */
+    for (off = 0; off < len; off += n) {
+        n   = CKS_MIN(len - off, (size_t)CKS_TP_CHECK_SLICE);
+        req = ucp_put_nbx(conn->data_ep, payload + off, n, addr + off, rk->rkey, &p);
+        if (UCS_PTR_IS_ERR(req)) {
+            return cks_tp_status(UCS_PTR_STATUS(req), "write peer memory");
+        }
+        if (req == NULL) {
+            crc = check->fn(crc, local + off, n);
+        } else {
+            crc = check->fn(crc, payload + off, n);
+            ucp_request_free(req); /* completes before the flush */
+        }
+    }
+    *crc_p = crc;
+    return CKS_OK;
+}
+
 cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id,
                               const void *body, const void *payload, size_t payload_len,
                               cks_tp_mem_h payload_memh, const cks_tp_data_t *dest,
-                              cks_tp_done_cb_t cb, void *arg)
+                              const cks_tp_check_t *check, cks_tp_done_cb_t cb, void *arg)
 {
     cks_tp_worker_h w = conn->worker;
     ucp_request_param_t p;
@@ -849,6 +895,10 @@ cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id
     if (status != CKS_OK) {
         return status;
     }
+    if (check != NULL && rk->local == NULL &&
+        check->fn(0, payload, payload_len) != check->expect) {
+        return CKS_ERR_CRC_MISMATCH; /* not mapped here: checked before it goes */
+    }
     if ((s = cks_tp_send_req_get(w)) == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
@@ -861,6 +911,18 @@ cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id
     r->reply_len = len;
     r->req_id    = req_id;
     cks_tp_rkey_fault(rk, dest->rma_addr, payload_len);
+    if (check != NULL && rk->local != NULL) {
+        uint64_t crc = 0;
+        /* a failure is reported after the flush: no slice put before it
+         * may land after the peer has the answer */
+        r->fail = cks_tp_put_checked(conn, rk, payload, payload_len, dest->rma_addr, check,
+                                     &crc);
+        if (r->fail == CKS_OK && crc != check->expect) {
+            r->fail = CKS_ERR_CRC_MISMATCH;
+        }
+        cks_tp_rma_flush(r); /* then the reply, or the error */
+        return CKS_INPROGRESS;
+    }
     cks_tp_rma_params(&p, cks_tp_rma_put_done, r);
     req = ucp_put_nbx(conn->data_ep, payload, payload_len, dest->rma_addr, rk->rkey, &p);
     if (UCS_PTR_IS_ERR(req)) {

@@ -42,6 +42,7 @@ typedef struct {
  * than copying a few MiB out of it. */
 #define CKS_TP_RKEYS 32
 #define CKS_TP_FAULT_BLOCK (2u << 20)
+#define CKS_TP_CHECK_SLICE (256u << 10) /* checked put: bytes per put, checked from cache */
 typedef struct {
     uint8_t *packed; /* the peer's packed key (NULL: slot free) */
     size_t packed_len;

@@ -1393,7 +1393,8 @@ Test(rma_cluster, ranges_across_stripes_with_one_server_down)
 
 TestSuite(rma_cluster_faults, .fini = cluster_teardown, .timeout = 600);
 
-/* "crc_check" fires where the server checks a chunk's CRC before sending it.
+/* "crc_check" fires where the server decides whether a chunk is checked on
+ * its side (it then counts as failing the check).
  * Whole chunks read into malloc memory are checked by the client, not
  * there; read into cks_mem_alloc() memory, the server checks them (it writes
  * them straight into the client's memory). So: a stripe-aligned object read
@@ -1440,8 +1441,9 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
 
 /* Chunks really corrupted in a server's arena: server 3 flips a bit in every
  * chunk it receives. Restores into shared memory, where the server checks
- * each chunk before it writes it into the client's memory, decode around
- * them bit-exact; a scrub reports them, with the bytes still right. */
+ * each chunk as it writes it into the client's memory (the bad bytes land
+ * there, and the error reply follows), decode around them bit-exact,
+ * overwriting them; a scrub reports them, with the bytes still right. */
 Test(rma_cluster_faults, corrupted_chunks_are_decoded_around)
 {
     cluster_start("chunk_corrupt:always", 3);
