@@ -485,7 +485,11 @@ int cks_tp_worker_progress(cks_tp_worker_h worker);
 int cks_tp_worker_efd(cks_tp_worker_h worker);
 
 /** Arm the fd: CKS_OK means the thread may now sleep on it; CKS_ERR_BUSY
- *  means events are pending (progress again first). */
+ *  means events are pending (progress again first). When it stays busy
+ *  round after round with nothing progressed (sends waiting for room in a
+ *  peer's shared-memory FIFO: UCX raises no event when it frees), the call
+ *  sleeps 50 us to 0.8 ms before it answers, instead of letting the thread
+ *  spin. */
 cks_status_t cks_tp_worker_arm(cks_tp_worker_h worker);
 
 /** Progress until nothing happens, then sleep on the event fd for at most

@@ -43,6 +43,14 @@ typedef struct {
 #define CKS_TP_RKEYS 32
 #define CKS_TP_FAULT_BLOCK (2u << 20)
 #define CKS_TP_CHECK_SLICE (256u << 10) /* checked put: bytes per put, checked from cache */
+/* A worker that cannot be armed and has nothing to progress (its sends wait
+ * for room in a peer's shared-memory receive FIFO: UCX refuses to arm while
+ * they wait, and raises no event when the peer frees room) spins this many
+ * rounds, then sleeps this
+ * long per round, doubled every as many rounds up to 16 times as long, so
+ * that a peer slow to drain, or stopped, is not met with a busy core. */
+#define CKS_TP_STALL_SPINS 16u
+#define CKS_TP_STALL_NS    50000ull
 typedef struct {
     uint8_t *packed; /* the peer's packed key (NULL: slot free) */
     size_t packed_len;
@@ -157,6 +165,8 @@ struct cks_tp_worker {
     cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
     cks_tp_call_req_t *calls_head, *calls_tail;
     uint64_t next_call_id;
+    int progressed;         /* the last cks_tp_worker_progress() did something */
+    unsigned stalls;        /* arms refused since, with nothing progressed */
 };
 
 /* ucx.c */

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <ucp/api/ucp.h>
 
 static int cks_tp_call_reply(cks_tp_worker_h w, const cks_wire_hdr_t *hdr,
@@ -1382,6 +1383,7 @@ int cks_tp_worker_progress(cks_tp_worker_h w)
     if (w->pf != NULL && cks_tp_rma_pf_poll(w) > 0) {
         any = 1;
     }
+    w->progressed = any;
     return any;
 }
 
@@ -1394,8 +1396,16 @@ cks_status_t cks_tp_worker_arm(cks_tp_worker_h w)
 {
     ucs_status_t st = ucp_worker_arm(w->worker);
     if (st == UCS_ERR_BUSY) {
+        /* see CKS_TP_STALL_SPINS */
+        w->stalls = w->progressed ? 0 : w->stalls + 1;
+        if (w->stalls > CKS_TP_STALL_SPINS) {
+            unsigned shift     = CKS_MIN((w->stalls - 1) / CKS_TP_STALL_SPINS - 1, 4u);
+            struct timespec ts = {0, (long)(CKS_TP_STALL_NS << shift)};
+            nanosleep(&ts, NULL);
+        }
         return CKS_ERR_BUSY;
     }
+    w->stalls = 0;
     return cks_tp_status(st, "worker arm");
 }
 

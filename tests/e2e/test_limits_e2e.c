@@ -5,7 +5,9 @@
  * requests and then stops reading its replies (a child process it stops
  * with SIGSTOP and kills by pid). Each time, the server refuses or drops the
  * abuser with a log line, its memory stays bounded, and a well-behaved
- * client keeps being served, bit-exact.
+ * client keeps being served, bit-exact. A stopped client whose shared-memory
+ * FIFO is full of replies costs the server no spinning core, and gets every
+ * reply once continued.
  */
 #include "ckstore.h"
 #include "cks_test.h"
@@ -105,6 +107,27 @@ static void good_client_served(int limit_ms)
     uint64_t ms = (cks_time_ns() - t0) / 1000000;
     cr_assert(ms < (uint64_t)limit_ms, "the good client waited %llu ms",
               (unsigned long long)ms);
+}
+
+/* CPU seconds (user + system) that process pid has used, or -1. */
+static double cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long ut = 0, st = 0;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n]  = '\0';
+    char *p = strrchr(buf, ')'); /* the name may hold spaces: fields follow it */
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                            &st) != 2) {
+        return -1;
+    }
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static long rss_kib(pid_t pid)
@@ -272,14 +295,17 @@ Test(limits, a_flood_of_requests_does_not_stall_others)
 
 /* A child process (forked before this process uses UCX, which does not
  * survive a fork) waits for the word, connects (a HELLO answered: the
- * endpoint is wired up), asks for the 8 MiB object n times without
- * progressing its worker again (so it reads no reply), and stops itself. */
+ * endpoint is wired up), asks for `len` bytes of the 8 MiB object n times
+ * without progressing its worker again (so it reads no reply), and stops
+ * itself. With `then_read`, it connects as a client does (the handshake:
+ * its replies come over shared memory), and once continued it reads its
+ * replies (bounded: 20 s) and exits 0 when all n came, 2 otherwise. */
 typedef struct {
     pid_t pid;
     int go; /* write end of its pipe */
 } reader_t;
 
-static reader_t reader_fork(unsigned n)
+static reader_t reader_fork_ex(unsigned n, uint64_t len, int then_read)
 {
     int pfd[2];
     cr_assert_eq(pipe(pfd), 0);
@@ -297,24 +323,66 @@ static reader_t reader_fork(unsigned n)
         if (cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn) != CKS_OK) {
             _exit(1);
         }
-        cks_msg_hello_t hello = {cks_wire_cstr("reader"), cks_wire_cstr(NULL),
-                                 cks_wire_cstr(NULL), cks_wire_cstr(NULL)};
-        cks_tp_send(conn, CKS_MSG_HELLO, 0, 1, &hello, NULL, 0, CKS_MEM_HOST, NULL, NULL,
-                    NULL);
         uint64_t until = cks_time_ns() + 10ull * 1000000000ull;
-        while (r.replies == 0 && cks_time_ns() < until) {
-            cks_tp_worker_wait(w, 10);
+        if (then_read) {
+            /* the whole handshake, as a client does: the replies then come
+             * over the data endpoint (shared memory on this host) */
+            if (cks_tp_conn_handshake(conn, "reader", NULL, 10000, raw_sent, &r) !=
+                CKS_INPROGRESS) {
+                _exit(1);
+            }
+            while ((r.sent == 0 || !cks_tp_conn_local(conn)) && cks_time_ns() < until) {
+                cks_tp_worker_wait(w, 10);
+            }
+            if (!cks_tp_conn_local(conn)) {
+                _exit(3);
+            }
+            /* one request answered over it: the data endpoint is wired up,
+             * so that the burst below goes out without our progress */
+            cks_msg_get_t g1 = {cks_wire_cstr("job"), 1, cks_wire_cstr("big"), 0, len};
+            cks_tp_send(conn, CKS_MSG_GET, 0, 1, &g1, NULL, 0, CKS_MEM_HOST, NULL, NULL,
+                        NULL);
+            while (r.replies == 0 && cks_time_ns() < until) {
+                cks_tp_worker_wait(w, 10);
+            }
+        } else {
+            cks_msg_hello_t hello = {cks_wire_cstr("reader"), cks_wire_cstr(NULL),
+                                     cks_wire_cstr(NULL), cks_wire_cstr(NULL)};
+            cks_tp_send(conn, CKS_MSG_HELLO, 0, 1, &hello, NULL, 0, CKS_MEM_HOST, NULL, NULL,
+                        NULL);
+            while (r.replies == 0 && cks_time_ns() < until) {
+                cks_tp_worker_wait(w, 10);
+            }
         }
-        cks_msg_get_t g = {cks_wire_cstr("job"), 1, cks_wire_cstr("big"), 0, OBJ_SIZE};
+        unsigned base = r.replies;
+        cks_msg_get_t g = {cks_wire_cstr("job"), 1, cks_wire_cstr("big"), 0, len};
         for (unsigned i = 0; i < n; i++) {
             cks_tp_send(conn, CKS_MSG_GET, 0, i + 2, &g, NULL, 0, CKS_MEM_HOST, NULL, NULL,
                         NULL);
+            if (then_read && i % 32 == 31) {
+                /* the server takes these and answers into our FIFO, which
+                 * we do not drain: its room for our next requests does not
+                 * need our progress, and its replies soon have no room */
+                usleep(10 * 1000);
+            }
         }
         raise(SIGSTOP);
-        _exit(0);
+        if (!then_read) {
+            _exit(0);
+        }
+        until = cks_time_ns() + 20ull * 1000000000ull;
+        while (r.replies - base < n && r.lost == 0 && cks_time_ns() < until) {
+            cks_tp_worker_wait(w, 10);
+        }
+        _exit(r.replies - base == n ? 0 : 2);
     }
     close(pfd[0]);
     return (reader_t){pid, pfd[1]};
+}
+
+static reader_t reader_fork(unsigned n)
+{
+    return reader_fork_ex(n, OBJ_SIZE, 0);
 }
 
 /* Let it go; wait (bounded by its own 10 s) until it has stopped. */
@@ -362,4 +430,34 @@ Test(limits, a_client_past_its_pending_replies_is_disconnected)
               "no log line about the overrun");
     good_client_served(5000);
     kill_reader(pid);
+}
+
+/* A client that has a thousand small replies coming and stops (SIGSTOP)
+ * fills its shared-memory receive FIFO: the server's sends then wait for room,
+ * and UCX raises no event when there is some. The server must neither spin
+ * on them (a stopped client would cost a core for the whole reply timeout)
+ * nor lose them: it uses little CPU for the 2 s the reader is stopped, serves
+ * a good client meanwhile, and once continued the reader gets every reply. */
+Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_core)
+{
+    const unsigned n = 1000;
+    start_server(NULL);
+    reader_t rd = reader_fork_ex(n, 64, 1);
+    start_good();
+    reader_go(&rd);
+    pid_t pid = rd.pid;
+    usleep(200 * 1000); /* the server takes the requests and tries to answer */
+    double c0 = cpu_s(srv.pid);
+    usleep(2000 * 1000);
+    double c1 = cpu_s(srv.pid);
+    printf("server CPU over 2 s with a stopped reader: %.2f s\n", c1 - c0);
+    cr_assert(c0 >= 0 && c1 >= 0, "cannot read the server's CPU time");
+    cr_assert(c1 - c0 < 0.5, "the server used %.2f s of CPU in 2 s for a stopped client",
+              c1 - c0);
+    good_client_served(5000);
+    int st;
+    cr_assert_eq(kill(pid, SIGCONT), 0);
+    cr_assert_eq(waitpid(pid, &st, 0), pid); /* bounded by its own 20 s */
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the reader did not get its %u replies once continued (status %d)", n, st);
 }
