@@ -46,9 +46,9 @@ typedef struct {
 /* A worker that cannot be armed and has nothing to progress (its sends wait
  * for room in a peer's shared-memory receive FIFO: UCX refuses to arm while
  * they wait, and raises no event when the peer frees room) spins this many
- * rounds, then sleeps this
- * long per round, doubled every as many rounds up to 16 times as long, so
- * that a peer slow to drain, or stopped, is not met with a busy core. */
+ * rounds, then sleeps this long per round, doubled every as many rounds up
+ * to 16 times as long, so that a peer slow to drain, or stopped, is not met
+ * with a busy core. */
 #define CKS_TP_STALL_SPINS 16u
 #define CKS_TP_STALL_NS    50000ull
 typedef struct {
