@@ -41,15 +41,8 @@ static uint64_t rnd(uint64_t *x)
 
 static cks_client_h connect_cluster(void)
 {
-    cks_client_params_t p = {0};
-    cks_client_h c        = NULL;
-    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS;
-    p.cluster    = cl.map;
-    p.ec_k       = 4;
-    p.ec_m       = 2;
-    p.chunk_size = 16 * KiB;
-    p.timeout_ms = 10000;
-    return cks_client_create(&p, &c) == CKS_OK ? c : NULL;
+    cks_client_h c;
+    return cks_test_connect_cluster(cl.map, 4, 2, 16 * KiB, 10000, &c) == CKS_OK ? c : NULL;
 }
 
 static uint64_t obj_size(uint64_t version, int i)

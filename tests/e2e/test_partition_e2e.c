@@ -63,15 +63,9 @@ static void pause_ms(unsigned ms)
 
 static cks_client_h connect_client(int timeout_ms)
 {
-    cks_client_params_t p = {0};
-    cks_client_h c        = NULL;
-    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS;
-    p.cluster    = cl.map;
-    p.ec_k       = 4;
-    p.ec_m       = 2;
-    p.chunk_size = 256 * KiB;
-    p.timeout_ms = timeout_ms;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK, "connect to the cluster in %s", cl.map);
+    cks_client_h c;
+    cr_assert_eq(cks_test_connect_cluster(cl.map, 4, 2, 256 * KiB, timeout_ms, &c), CKS_OK,
+                 "connect to the cluster in %s", cl.map);
     return c;
 }
 

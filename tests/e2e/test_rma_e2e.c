@@ -225,12 +225,8 @@ static cks_client_h cl;
 
 static cks_client_h connect_client(const cks_test_server_t *s)
 {
-    cks_client_params_t p = {0};
-    cks_client_h c        = NULL;
-    p.field_mask          = CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS;
-    p.server              = s->addr;
-    p.timeout_ms          = 30000;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK, "connect to %s", s->addr);
+    cks_client_h c;
+    cr_assert_eq(cks_test_connect(s, 30000, &c), CKS_OK, "connect to %s", s->addr);
     return c;
 }
 
@@ -1174,17 +1170,9 @@ static cks_test_cluster_t ccl;
 
 static cks_client_h connect_cluster(void)
 {
-    cks_client_params_t p = {0};
-    cks_client_h c        = NULL;
-    p.field_mask =
-        CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS;
-    p.cluster    = ccl.map;
-    p.ec_k       = 4;
-    p.ec_m       = 2;
-    p.chunk_size = CHUNK;
-    p.timeout_ms = 20000;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK, "connect to the cluster in %s",
-                 ccl.map);
+    cks_client_h c;
+    cr_assert_eq(cks_test_connect_cluster(ccl.map, 4, 2, CHUNK, 20000, &c), CKS_OK,
+                 "connect to the cluster in %s", ccl.map);
     return c;
 }
 

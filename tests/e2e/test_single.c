@@ -24,12 +24,8 @@ static cks_client_h cl;
 
 static cks_client_h connect_client(const cks_test_server_t *s)
 {
-    cks_client_params_t p = {0};
-    cks_client_h c        = NULL;
-    p.field_mask          = CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS;
-    p.server              = s->addr;
-    p.timeout_ms          = 60000;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK, "connect to %s", s->addr);
+    cks_client_h c;
+    cr_assert_eq(cks_test_connect(s, 60000, &c), CKS_OK, "connect to %s", s->addr);
     return c;
 }
 

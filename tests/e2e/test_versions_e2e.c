@@ -25,18 +25,8 @@ static cks_test_cluster_t cl;
 
 static cks_client_h connect_cluster(void)
 {
-    cks_client_params_t p = {0};
-    cks_client_h c        = NULL;
-    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS;
-    p.cluster    = cl.map;
-    p.ec_k       = 4;
-    p.ec_m       = 2;
-    p.chunk_size = 16 * KiB;
-    p.timeout_ms = 20000;
-    if (cks_client_create(&p, &c) != CKS_OK) {
-        return NULL;
-    }
-    return c;
+    cks_client_h c;
+    return cks_test_connect_cluster(cl.map, 4, 2, 16 * KiB, 20000, &c) == CKS_OK ? c : NULL;
 }
 
 static void setup(void)

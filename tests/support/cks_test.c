@@ -422,3 +422,27 @@ int cks_test_log_has(const char *path, const char *text, int wait_ms)
         usleep(50000);
     }
 }
+
+cks_status_t cks_test_connect(const cks_test_server_t *s, int timeout_ms, cks_client_h *c_p)
+{
+    cks_client_params_t p = {0};
+    p.field_mask          = CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS;
+    p.server              = s->addr;
+    p.timeout_ms          = timeout_ms;
+    *c_p                  = NULL;
+    return cks_client_create(&p, c_p);
+}
+
+cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
+                                      uint64_t chunk_size, int timeout_ms, cks_client_h *c_p)
+{
+    cks_client_params_t p = {0};
+    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS;
+    p.cluster    = map;
+    p.ec_k       = k;
+    p.ec_m       = m;
+    p.chunk_size = chunk_size;
+    p.timeout_ms = timeout_ms;
+    *c_p         = NULL;
+    return cks_client_create(&p, c_p);
+}

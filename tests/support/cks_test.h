@@ -6,6 +6,8 @@
 #ifndef CKS_TEST_H
 #define CKS_TEST_H
 
+#include "ckstore.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -64,6 +66,13 @@ int cks_test_server_restart(cks_test_server_t *s);
 int cks_test_server_stop(cks_test_server_t *s, int sig);
 /** Stop if running and remove the temp dir. */
 void cks_test_server_cleanup(cks_test_server_t *s);
+
+/** A client of the standalone server `s` with this request timeout. */
+cks_status_t cks_test_connect(const cks_test_server_t *s, int timeout_ms, cks_client_h *c_p);
+/** A client of the cluster in map file `map`: RS(k, m) with this chunk
+ *  size and request timeout. */
+cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
+                                      uint64_t chunk_size, int timeout_ms, cks_client_h *c_p);
 
 /** Servers started from now on (in this process) get `--secret path`;
  *  NULL or "" for none. */
