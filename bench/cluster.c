@@ -3689,8 +3689,10 @@ static int cl_parse_uint(const char *text, unsigned lo, unsigned hi, unsigned *v
     return 0;
 }
 
-/* "1,2,4,8" within [lo, hi]; at most CL_MAX_SWEEP items. */
-static int cl_parse_list(const char *text, unsigned lo, unsigned hi, unsigned *v, unsigned *n_p)
+/* A comma-separated list of at most CL_MAX_SWEEP items, each parsed by
+ * one(item, i, ctx) (which says what is wrong with it); *n_p gets the count. */
+static int cl_parse_items(const char *text, int (*one)(const char *item, unsigned i, void *ctx),
+                          void *ctx, unsigned *n_p)
 {
     char item[32];
     unsigned n = 0;
@@ -3698,13 +3700,13 @@ static int cl_parse_list(const char *text, unsigned lo, unsigned hi, unsigned *v
     while (*p != '\0') {
         size_t len = strcspn(p, ",");
         if (len == 0 || len >= sizeof(item) || n == CL_MAX_SWEEP) {
-            fprintf(stderr, "ckstore-bench: bad list '%s' (at most %u numbers)\n", text,
+            fprintf(stderr, "ckstore-bench: bad list '%s' (at most %u items)\n", text,
                     CL_MAX_SWEEP);
             return -1;
         }
         memcpy(item, p, len);
         item[len] = '\0';
-        if (cl_parse_uint(item, lo, hi, &v[n]) != 0) {
+        if (one(item, n, ctx) != 0) {
             return -1;
         }
         n++;
@@ -3718,29 +3720,37 @@ static int cl_parse_list(const char *text, unsigned lo, unsigned hi, unsigned *v
     return 0;
 }
 
+typedef struct {
+    unsigned lo, hi, *v;
+} cl_uint_items_t;
+
+static int cl_uint_item(const char *item, unsigned i, void *ctx)
+{
+    cl_uint_items_t *u = ctx;
+    return cl_parse_uint(item, u->lo, u->hi, &u->v[i]);
+}
+
+/* "1,2,4,8" within [lo, hi]. */
+static int cl_parse_list(const char *text, unsigned lo, unsigned hi, unsigned *v, unsigned *n_p)
+{
+    cl_uint_items_t u = {lo, hi, v};
+    return cl_parse_items(text, cl_uint_item, &u, n_p);
+}
+
+static int cl_size_item(const char *item, unsigned i, void *ctx)
+{
+    uint64_t *v = ctx;
+    if (bench_size_parse(item, &v[i]) != 0 || v[i] == 0) {
+        fprintf(stderr, "ckstore-bench: bad size '%s'\n", item);
+        return -1;
+    }
+    return 0;
+}
+
+/* "64M,256M,1G": sizes above 0. */
 static int cl_parse_size_list(const char *text, uint64_t *v, unsigned *n_p)
 {
-    char item[32];
-    unsigned n = 0;
-    const char *p = text;
-    while (*p != '\0') {
-        size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof(item) || n == CL_MAX_SWEEP) {
-            fprintf(stderr, "ckstore-bench: bad size list '%s' (at most %u sizes)\n", text,
-                    CL_MAX_SWEEP);
-            return -1;
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (bench_size_parse(item, &v[n]) != 0 || v[n] == 0) {
-            fprintf(stderr, "ckstore-bench: bad size '%s'\n", item);
-            return -1;
-        }
-        n++;
-        p += len + (p[len] == ',');
-    }
-    *n_p = n;
-    return n > 0 ? 0 : -1;
+    return cl_parse_items(text, cl_size_item, v, n_p);
 }
 
 static int cl_parse_size(const char *text, uint64_t *v_p)
