@@ -120,6 +120,9 @@ static uint64_t peer_total(const bench_peer_params_t *pp, uint64_t *max_p)
 
 /* ---- the server process ------------------------------------------------------- */
 
+/* Only the memcached and Redis peers start a server process; without either
+ * client library (both optional) none of this is compiled. */
+#if CKS_BENCH_HAVE_MEMCACHED || CKS_BENCH_HAVE_HIREDIS
 static int peer_log_fd = -1;
 
 static void peer_print_log(const char *what)
@@ -168,6 +171,7 @@ static void peer_server_stop(double timeout_s)
         peer_log_fd = -1;
     }
 }
+#endif /* CKS_BENCH_HAVE_MEMCACHED || CKS_BENCH_HAVE_HIREDIS */
 
 /* ---- rounds --------------------------------------------------------------------- */
 
@@ -237,6 +241,7 @@ static int peer_rounds(const char *name, const bench_peer_params_t *pp, void *ct
     return 0;
 }
 
+#if CKS_BENCH_HAVE_MEMCACHED || CKS_BENCH_HAVE_HIREDIS
 /* writev everything (the socket has a send timeout). */
 static int peer_writev_all(int fd, struct iovec *iov, int n)
 {
@@ -260,7 +265,9 @@ static int peer_writev_all(int fd, struct iovec *iov, int n)
     }
     return 0;
 }
+#endif
 
+#if CKS_BENCH_HAVE_MEMCACHED
 /* A TCP connection to 127.0.0.1:port with send and receive timeouts. */
 static int peer_connect(uint16_t port, double timeout_s)
 {
@@ -286,6 +293,7 @@ static int peer_connect(uint16_t port, double timeout_s)
     }
     return fd;
 }
+#endif
 
 /* ---- memcached ------------------------------------------------------------------- */
 
