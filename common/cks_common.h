@@ -84,10 +84,16 @@ static inline uint64_t cks_get_be64(const uint8_t *p)
 }
 
 /* ---- fault points ------------------------------------------------------
- * Named points in the code where a test can make an operation fail. Armed
- * from the environment (CKS_FAULTS="name:mode,...", mode = once | always |
- * a probability such as 0.05; CKS_FAULT_SEED seeds the draws, default 1, so
- * a run is repeatable) or by cks_fault_arm(). Cheap when nothing is armed.
+ * Named points in the code where a test can make an operation fail. They
+ * exist only in builds configured with -DCKS_FAULT_POINTS=ON (test builds;
+ * scripts/test builds that way), which define the macro CKS_FAULT_POINTS.
+ * There they are armed from the environment (CKS_FAULTS="name:mode,...",
+ * mode = once | always | a probability such as 0.05; CKS_FAULT_SEED seeds
+ * the draws, default 1, so a run is repeatable) or by cks_fault_arm(), and
+ * cost one load when nothing is armed. In a build without them (the default,
+ * release) cks_fault_fire() is the constant 0, there is no table, the
+ * environment is not parsed (a process that finds CKS_FAULTS set logs one
+ * warning that it is ignored) and the arm calls return CKS_ERR_UNSUPPORTED.
  * Points: chunk_send, chunk_recv, chunk_corrupt, md_put, md_commit,
  * arena_alloc, encoder, crc_check.
  */
@@ -98,12 +104,24 @@ typedef enum {
     CKS_FAULT_PROB   = 3, /* fires with the probability given to cks_fault_arm_p() */
 } cks_fault_mode_t;
 
+/** 1 when this build has fault points (CKS_FAULT_POINTS), else 0: tests that
+ *  arm them skip themselves when it is 0. */
+int cks_fault_points_built(void);
 cks_status_t cks_fault_arm(const char *name, cks_fault_mode_t mode);
 /** Arm a point to fire with probability p (0 < p <= 1). */
 cks_status_t cks_fault_arm_p(const char *name, double p);
 void cks_fault_disarm_all(void);
+#ifdef CKS_FAULT_POINTS
 /** Returns nonzero when the named point fires now. */
 int cks_fault_fire(const char *name);
+#else
+/* No fault points in this build: every call site folds away. */
+static inline int cks_fault_fire(const char *name)
+{
+    (void)name;
+    return 0;
+}
+#endif
 
 /* ---- a small hash map with byte-string keys --------------------------------
  * Chained, power-of-two buckets, grows at load 1. Keys are copied; values are

@@ -1,7 +1,10 @@
 /*
  * DESIGN: status strings, logging, time, name checks and fault points.
  * Thread-safe: logging writes one line per call with a single write; the fault
- * table is guarded by a mutex and only touched when armed.
+ * table is guarded by a mutex and only touched when armed. Fault points are
+ * compiled only with CKS_FAULT_POINTS (test builds): without it there is no
+ * table and CKS_FAULTS is never parsed, so no environment variable can make
+ * a release server drop or corrupt data.
  */
 #include "cks_common.h"
 
@@ -49,8 +52,6 @@ const char *cks_kind_string(cks_kind_t kind)
     return (unsigned)kind < CKS_ARRAY_SIZE(names) ? names[kind] : "unknown";
 }
 
-static uint64_t cks_fault_rng = 1; /* xorshift state of probabilistic faults */
-
 /* ---- logging ------------------------------------------------------------ */
 static const char *cks_log_names[] = {"error", "warn", "info", "debug", "trace"};
 static char cks_log_prefix[64] = "ckstore";
@@ -67,6 +68,8 @@ cks_status_t cks_log_level_parse(const char *text, cks_log_level_t *level_p)
     return CKS_ERR_INVALID_PARAM;
 }
 
+static void cks_fault_init_from_env(void);
+
 __attribute__((constructor)) static void cks_log_init_from_env(void)
 {
     cks_log_level_t level;
@@ -74,39 +77,7 @@ __attribute__((constructor)) static void cks_log_init_from_env(void)
     if (env != NULL && cks_log_level_parse(env, &level) == CKS_OK) {
         cks_log_threshold = level;
     }
-    env = getenv("CKS_FAULT_SEED");
-    if (env != NULL) {
-        uint64_t z = strtoull(env, NULL, 0) + 0x9E3779B97F4A7C15ull; /* splitmix64 */
-        z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z          = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        cks_fault_rng = (z ^ (z >> 31)) | 1;
-    }
-    env = getenv("CKS_FAULTS");
-    if (env != NULL) {
-        char buf[512];
-        snprintf(buf, sizeof(buf), "%s", env);
-        char *save = NULL;
-        for (char *tok = strtok_r(buf, ",", &save); tok != NULL;
-             tok = strtok_r(NULL, ",", &save)) {
-            char *colon           = strchr(tok, ':');
-            cks_fault_mode_t mode = CKS_FAULT_ONCE;
-            double p              = 0;
-            if (colon != NULL) {
-                *colon = '\0';
-                if (strcmp(colon + 1, "always") == 0) {
-                    mode = CKS_FAULT_ALWAYS;
-                } else if (strcmp(colon + 1, "once") != 0) {
-                    p    = strtod(colon + 1, NULL);
-                    mode = p > 0 && p <= 1 ? CKS_FAULT_PROB : CKS_FAULT_OFF;
-                }
-            }
-            if (mode == CKS_FAULT_PROB) {
-                cks_fault_arm_p(tok, p);
-            } else if (mode != CKS_FAULT_OFF) {
-                cks_fault_arm(tok, mode);
-            }
-        }
-    }
+    cks_fault_init_from_env();
 }
 
 void cks_log_set_level(cks_log_level_t level)
@@ -204,6 +175,16 @@ cks_status_t cks_name_check(const char *name, size_t len, size_t max_len)
 }
 
 /* ---- fault points ------------------------------------------------------------ */
+int cks_fault_points_built(void)
+{
+#ifdef CKS_FAULT_POINTS
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#ifdef CKS_FAULT_POINTS
 #define CKS_FAULT_MAX 32
 
 typedef struct {
@@ -215,8 +196,47 @@ typedef struct {
 static pthread_mutex_t cks_fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static cks_fault_t cks_faults[CKS_FAULT_MAX];
 static volatile int cks_fault_count;
+static uint64_t cks_fault_rng = 1; /* xorshift state of probabilistic faults */
 
 static cks_status_t cks_fault_set(const char *name, cks_fault_mode_t mode, double p);
+
+/* Runs from the constructor, before main(): arms what CKS_FAULTS names. */
+static void cks_fault_init_from_env(void)
+{
+    const char *env = getenv("CKS_FAULT_SEED");
+    if (env != NULL) {
+        uint64_t z = strtoull(env, NULL, 0) + 0x9E3779B97F4A7C15ull; /* splitmix64 */
+        z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z          = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        cks_fault_rng = (z ^ (z >> 31)) | 1;
+    }
+    env = getenv("CKS_FAULTS");
+    if (env != NULL) {
+        char buf[512];
+        snprintf(buf, sizeof(buf), "%s", env);
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok != NULL;
+             tok = strtok_r(NULL, ",", &save)) {
+            char *colon           = strchr(tok, ':');
+            cks_fault_mode_t mode = CKS_FAULT_ONCE;
+            double p              = 0;
+            if (colon != NULL) {
+                *colon = '\0';
+                if (strcmp(colon + 1, "always") == 0) {
+                    mode = CKS_FAULT_ALWAYS;
+                } else if (strcmp(colon + 1, "once") != 0) {
+                    p    = strtod(colon + 1, NULL);
+                    mode = p > 0 && p <= 1 ? CKS_FAULT_PROB : CKS_FAULT_OFF;
+                }
+            }
+            if (mode == CKS_FAULT_PROB) {
+                cks_fault_arm_p(tok, p);
+            } else if (mode != CKS_FAULT_OFF) {
+                cks_fault_arm(tok, mode);
+            }
+        }
+    }
+}
 
 cks_status_t cks_fault_arm(const char *name, cks_fault_mode_t mode)
 {
@@ -291,3 +311,30 @@ int cks_fault_fire(const char *name)
     pthread_mutex_unlock(&cks_fault_lock);
     return fire;
 }
+#else /* !CKS_FAULT_POINTS */
+
+/* A release build has no fault points: CKS_FAULTS is not parsed; say once,
+ * per process, that it is ignored, so that a test or operator who set it does
+ * not believe it took effect. */
+static void cks_fault_init_from_env(void)
+{
+    if (getenv("CKS_FAULTS") != NULL) {
+        cks_log(CKS_LOG_WARN, "CKS_FAULTS is set but this build has no fault points; "
+                              "ignored");
+    }
+}
+
+cks_status_t cks_fault_arm(const char *name, cks_fault_mode_t mode)
+{
+    return CKS_ERR_UNSUPPORTED;
+}
+
+cks_status_t cks_fault_arm_p(const char *name, double p)
+{
+    return CKS_ERR_UNSUPPORTED;
+}
+
+void cks_fault_disarm_all(void)
+{
+}
+#endif /* CKS_FAULT_POINTS */
