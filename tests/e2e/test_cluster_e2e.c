@@ -9,6 +9,7 @@
  */
 #include "ckstore.h"
 #include "cks_coding.h"
+#include "cks_faults_gate.h"
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
@@ -291,6 +292,7 @@ TestSuite(cluster_faults, .fini = teardown, .timeout = 240);
 
 Test(cluster_faults, corrupted_chunk_is_decoded_around)
 {
+    CKS_TEST_NEEDS_FAULT_POINTS();
     /* server 3 flips a bit in the first chunk it stores */
     start("chunk_corrupt:once", 3);
     make_data(cks_test_seed(14));

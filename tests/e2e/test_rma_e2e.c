@@ -30,6 +30,7 @@
  */
 #include "ckstore.h"
 #include "cks_coding.h"
+#include "cks_faults_gate.h"
 #include "cks_test.h"
 #include "cks_tp.h"
 
@@ -1390,6 +1391,7 @@ TestSuite(rma_cluster_faults, .fini = cluster_teardown, .timeout = 600);
  * it does, the chunk counts as corrupt, and the restore decodes around it. */
 Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
 {
+    CKS_TEST_NEEDS_FAULT_POINTS();
     cluster_start("crc_check:once", 3);
     make_cdata(cks_test_seed(303));
     cks_client_h c = connect_cluster();
@@ -1434,6 +1436,7 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
  * overwriting them; a scrub reports them, with the bytes still right. */
 Test(rma_cluster_faults, corrupted_chunks_are_decoded_around)
 {
+    CKS_TEST_NEEDS_FAULT_POINTS();
     cluster_start("chunk_corrupt:always", 3);
     make_cdata(cks_test_seed(304));
     cks_client_h c = connect_cluster();
