@@ -26,7 +26,9 @@ cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p)
     ssize_t n;
     int fd;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+     * writer, forever; it is refused below like any file that is not regular */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         cks_error("secret file %s: %s", path, strerror(errno));
         return CKS_ERR_AUTH;

@@ -17,6 +17,9 @@
  *  - Packing: unknown types, over-long strings, buffers too small.
  *  - 100k random mutations of valid messages and pages (seed printed; set
  *    CKS_TEST_SEED to replay or vary it).
+ *  - Secret files (cks_tp_secret_load(), the other bytes a server reads
+ *    before it trusts anyone): every length around 16 .. 255, modes, files
+ *    that are not regular (a FIFO must be refused, not waited on).
  *
  * Every decode runs on an exact-size heap copy of the bytes, so that the
  * sanitizer build and valgrind see any read past the end. Every failed
@@ -33,6 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define TW_BUF_LEN   (CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY)
 #define TW_ERR_LEN   128
@@ -1778,4 +1783,118 @@ Test(wire_fuzz, random_mutations, .timeout = 600)
     cr_assert_gt(n_bad, 0);
     cr_assert_gt(e_ok, 0);
     cr_assert_gt(e_bad, 0);
+}
+
+/* ---- secret files ------------------------------------------------------- */
+
+static char tw_secret_dir[256];
+
+static void tw_secret_setup(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tw_secret_dir, sizeof(tw_secret_dir), "%s/cks-test-secret.XXXXXX",
+             tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+    cr_assert_not_null(mkdtemp(tw_secret_dir));
+}
+
+static void tw_secret_teardown(void)
+{
+    static const char *const names[] = {"f", "fifo", "dir"};
+    char path[512];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", tw_secret_dir, names[i]);
+        (void)unlink(path);
+        (void)rmdir(path);
+    }
+    (void)rmdir(tw_secret_dir);
+}
+
+/* A file "f" of len bytes with `mode`; returns its path. */
+static const char *tw_secret_file(size_t len, mode_t mode)
+{
+    static char path[512];
+    uint8_t b[400];
+    FILE *f;
+
+    cr_assert_leq(len, sizeof(b));
+    for (size_t i = 0; i < len; i++) {
+        b[i] = (uint8_t)(i * 7 + 1);
+    }
+    snprintf(path, sizeof(path), "%s/f", tw_secret_dir);
+    (void)unlink(path);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(b, 1, len, f), len);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(chmod(path, mode), 0);
+    return path;
+}
+
+/* Refused with CKS_ERR_AUTH, and the output left alone. */
+static void tw_secret_refused(const char *path, const char *what)
+{
+    cks_tp_secret_t s, untouched;
+
+    memset(&s, 0xa5, sizeof(s));
+    memcpy(&untouched, &s, sizeof(s));
+    cr_assert_eq(cks_tp_secret_load(path, &s), CKS_ERR_AUTH, "%s accepted", what);
+    cr_assert_eq(memcmp(&s, &untouched, sizeof(s)), 0, "%s: output written", what);
+}
+
+Test(wire_secret, lengths, .init = tw_secret_setup, .fini = tw_secret_teardown,
+     .timeout = 30)
+{
+    static const size_t lens[] = {0, 1, 15, 16, 17, 32, 254, 255, 256, 257, 400};
+    cks_tp_secret_t s;
+
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        const char *path = tw_secret_file(lens[i], 0600);
+        if (lens[i] >= 16 && lens[i] < sizeof(s.key)) {
+            memset(&s, 0, sizeof(s));
+            cr_assert_eq(cks_tp_secret_load(path, &s), CKS_OK, "%zu bytes refused", lens[i]);
+            cr_assert_eq(s.len, lens[i]);
+            for (size_t j = 0; j < lens[i]; j++) {
+                cr_assert_eq(s.key[j], (uint8_t)(j * 7 + 1));
+            }
+        } else {
+            char what[64];
+            snprintf(what, sizeof(what), "a file of %zu bytes", lens[i]);
+            tw_secret_refused(path, what);
+        }
+    }
+}
+
+Test(wire_secret, modes_and_kinds, .init = tw_secret_setup, .fini = tw_secret_teardown,
+     .timeout = 30)
+{
+    static const mode_t open_modes[] = {0640, 0604, 0620, 0602, 0610, 0601, 0644};
+    char path[512];
+    cks_tp_secret_t s;
+
+    for (size_t i = 0; i < sizeof(open_modes) / sizeof(open_modes[0]); i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "a file of mode %04o", (unsigned)open_modes[i]);
+        tw_secret_refused(tw_secret_file(32, open_modes[i]), what);
+    }
+    cr_assert_eq(cks_tp_secret_load(tw_secret_file(32, 0400), &s), CKS_OK);
+    snprintf(path, sizeof(path), "%s/missing", tw_secret_dir);
+    tw_secret_refused(path, "a missing file");
+    snprintf(path, sizeof(path), "%s/dir", tw_secret_dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    tw_secret_refused(path, "a directory");
+    tw_secret_refused("/dev/null", "a character device");
+}
+
+/* Regression: a FIFO as the secret file made the loader wait in open() for a
+ * writer, forever (a server starting with it hung); it must be refused at
+ * once like any file that is not regular. Without the fix this test hangs
+ * until its timeout. */
+Test(wire_secret, fifo_refused_without_waiting, .init = tw_secret_setup,
+     .fini = tw_secret_teardown, .timeout = 10)
+{
+    char path[512];
+
+    snprintf(path, sizeof(path), "%s/fifo", tw_secret_dir);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    tw_secret_refused(path, "a FIFO");
 }
