@@ -38,6 +38,7 @@
  * failure, or keep using a transaction on which LMDB failed (poisoned).
  */
 #include "cks_md.h"
+#include "md_int.h"
 
 #include <errno.h>
 #include <lmdb.h>
@@ -73,7 +74,7 @@
 #define MD_CKEY_MAX (MD_VKEY_MAX + CKS_KEY_MAX_LEN + 1 + 8 + 1)
 #define MD_OREC_FMT     2 /* 1 lacked source_version; still read */
 #define MD_OREC_NFIELDS 10
-#define MD_VALUE_MAX    128 /* 1 + 9 * 9 bytes at most */
+#define MD_VALUE_MAX    CKS_MD_VALUE_MAX /* 1 + 9 * 9 bytes at most */
 
 struct cks_md {
     MDB_env *env;
@@ -569,6 +570,20 @@ static cks_status_t md_version_from_entry(const char *job, size_t job_len,
         job, job_len, cks_get_be64((const uint8_t *)k->mv_data + job_len + 1), val, v_p);
 }
 
+/* The schema number: a msgpack integer 1 .. UINT32_MAX and nothing else;
+ * 0, or -1 when the value is not one. */
+static int md_schema_decode(const MDB_val *val, uint64_t *schema_p)
+{
+    md_rbuf_t r = {val->mv_data, (const uint8_t *)val->mv_data + val->mv_size, NULL};
+    uint64_t schema;
+
+    if ((md_rd_u64(&r, UINT32_MAX, &schema) != 0) || (r.p != r.end) || (schema == 0)) {
+        return -1;
+    }
+    *schema_p = schema;
+    return 0;
+}
+
 /* ---- environment -------------------------------------------------------- */
 
 /* Create or check the schema number inside the opening write transaction. */
@@ -577,7 +592,6 @@ static cks_status_t md_schema_check(cks_md_h md, MDB_txn *txn, const char *dir)
     MDB_val k = {sizeof(MD_META_SCHEMA) - 1, (void *)MD_META_SCHEMA};
     MDB_val val;
     MDB_stat vst, ost;
-    md_rbuf_t r;
     md_wbuf_t w = {.len = 0};
     msgpack_packer pk;
     uint64_t schema;
@@ -612,8 +626,7 @@ static cks_status_t md_schema_check(cks_md_h md, MDB_txn *txn, const char *dir)
         return md_status_from_mdb(NULL, rc, "mdb_get(schema)");
     }
 
-    r = (md_rbuf_t){val.mv_data, (const uint8_t *)val.mv_data + val.mv_size, NULL};
-    if ((md_rd_u64(&r, UINT32_MAX, &schema) != 0) || (r.p != r.end) || (schema == 0)) {
+    if (md_schema_decode(&val, &schema) != 0) {
         cks_error("metadata: %s: corrupt schema number (%zu bytes)", dir, val.mv_size);
         return CKS_ERR_IO;
     }
@@ -1457,6 +1470,23 @@ static size_t md_ckey(uint8_t *buf, const char *job, size_t job_len, uint64_t ve
     return n;
 }
 
+/* The value of a chunk record; 0, or -1 when it does not fit (it always does). */
+static int md_chunk_encode(const cks_md_chunk_t *c, md_wbuf_t *w)
+{
+    msgpack_packer pk;
+    int rc = 0;
+
+    w->len = 0;
+    msgpack_packer_init(&pk, w, md_wbuf_write);
+    rc |= msgpack_pack_array(&pk, MD_CREC_NFIELDS);
+    rc |= msgpack_pack_uint32(&pk, MD_CREC_FMT);
+    rc |= msgpack_pack_uint64(&pk, c->len);
+    rc |= msgpack_pack_uint64(&pk, c->crc64);
+    rc |= msgpack_pack_uint64(&pk, c->arena_offset);
+    rc |= msgpack_pack_uint64(&pk, c->arena_len);
+    return rc != 0 ? -1 : 0;
+}
+
 static cks_status_t md_chunk_decode(const MDB_val *k, const MDB_val *val, cks_md_chunk_t *c_p)
 {
     md_rbuf_t r = {val->mv_data, (const uint8_t *)val->mv_data + val->mv_size, NULL};
@@ -1493,10 +1523,9 @@ cks_status_t cks_md_chunk_put(cks_md_txn_h txn, const char *job, size_t job_len,
 {
     uint8_t kbuf[MD_CKEY_MAX];
     md_wbuf_t w = {.len = 0};
-    msgpack_packer pk;
     MDB_val k, val;
     cks_status_t status;
-    int rc = 0;
+    int rc;
 
     status = md_txn_job_check(txn, 1, job, job_len);
     if (status == CKS_OK) {
@@ -1508,14 +1537,7 @@ cks_status_t cks_md_chunk_put(cks_md_txn_h txn, const char *job, size_t job_len,
     if (c == NULL || c->idx > 255) {
         return CKS_ERR_INVALID_PARAM;
     }
-    msgpack_packer_init(&pk, &w, md_wbuf_write);
-    rc |= msgpack_pack_array(&pk, MD_CREC_NFIELDS);
-    rc |= msgpack_pack_uint32(&pk, MD_CREC_FMT);
-    rc |= msgpack_pack_uint64(&pk, c->len);
-    rc |= msgpack_pack_uint64(&pk, c->crc64);
-    rc |= msgpack_pack_uint64(&pk, c->arena_offset);
-    rc |= msgpack_pack_uint64(&pk, c->arena_len);
-    if (rc != 0) {
+    if (md_chunk_encode(c, &w) != 0) {
         return CKS_ERR_INTERNAL;
     }
     k.mv_size   = md_ckey(kbuf, job, job_len, version, key, key_len, c->stripe, c->idx);
@@ -1705,4 +1727,72 @@ cks_status_t cks_md_chunk_gc(cks_md_txn_h txn, const char *job, size_t job_len,
     }
     mdb_cursor_close(cur);
     return status;
+}
+
+/* ---- record codecs on bytes (md_int.h) ----------------------------------- */
+
+static cks_status_t md_wbuf_out(const md_wbuf_t *w, uint8_t buf[CKS_MD_VALUE_MAX],
+                                size_t *len_p)
+{
+    memcpy(buf, w->buf, w->len);
+    *len_p = w->len;
+    return CKS_OK;
+}
+
+cks_status_t cks_md_version_encode(const cks_md_version_t *v, uint8_t buf[CKS_MD_VALUE_MAX],
+                                   size_t *len_p)
+{
+    md_wbuf_t w = {.len = 0};
+    cks_status_t status = md_version_encode(v, &w);
+
+    return status != CKS_OK ? status : md_wbuf_out(&w, buf, len_p);
+}
+
+cks_status_t cks_md_version_decode(const char *job, size_t job_len, uint64_t key_version,
+                                   const void *val, size_t len, cks_md_version_t *v_p)
+{
+    MDB_val m = {len, (void *)val};
+
+    return md_version_decode(job, job_len, key_version, &m, v_p);
+}
+
+cks_status_t cks_md_object_encode(const cks_md_object_t *o, uint8_t buf[CKS_MD_VALUE_MAX],
+                                  size_t *len_p)
+{
+    md_wbuf_t w = {.len = 0};
+    cks_status_t status = md_object_encode(o, &w);
+
+    return status != CKS_OK ? status : md_wbuf_out(&w, buf, len_p);
+}
+
+cks_status_t cks_md_object_decode(const char *job, size_t job_len, uint64_t version,
+                                  const void *key, size_t key_len, const void *val,
+                                  size_t len, cks_md_object_t *o_p)
+{
+    MDB_val m = {len, (void *)val};
+
+    return md_object_decode(job, job_len, version, key, key_len, &m, o_p);
+}
+
+cks_status_t cks_md_chunk_encode(const cks_md_chunk_t *c, uint8_t buf[CKS_MD_VALUE_MAX],
+                                 size_t *len_p)
+{
+    md_wbuf_t w = {.len = 0};
+
+    return md_chunk_encode(c, &w) != 0 ? CKS_ERR_INTERNAL : md_wbuf_out(&w, buf, len_p);
+}
+
+cks_status_t cks_md_chunk_decode(const void *key, size_t key_len, const void *val, size_t len,
+                                 cks_md_chunk_t *c_p)
+{
+    MDB_val k = {key_len, (void *)key}, m = {len, (void *)val};
+
+    return md_chunk_decode(&k, &m, c_p);
+}
+
+cks_status_t cks_md_schema_decode(const void *val, size_t len, uint64_t *schema_p)
+{
+    MDB_val m = {len, (void *)val};
+
+    return md_schema_decode(&m, schema_p) == 0 ? CKS_OK : CKS_ERR_IO;
 }

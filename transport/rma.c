@@ -183,7 +183,7 @@ cks_status_t cks_tp_rma_parse(const void *buf, size_t len, cks_tp_data_t *d)
  * key (a segment id, an address) vary, and the transports check those with
  * the system calls that attach the segment.
  */
-static int cks_tp_key_walk(const uint8_t *k, size_t len, size_t map_len, const uint8_t *shape)
+int cks_tp_key_walk(const uint8_t *k, size_t len, size_t map_len, const uint8_t *shape)
 {
     uint64_t map = 0;
     size_t pos   = map_len + 1;

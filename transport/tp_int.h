@@ -181,6 +181,11 @@ cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hd
 /* rma.c */
 /* Parse the RMA descriptor that came as a message's AM data into d. */
 cks_status_t cks_tp_rma_parse(const void *buf, size_t len, cks_tp_data_t *d);
+/* Walk a packed remote key of `len` bytes whose memory-domain map is
+ * `map_len` bytes: 0 when it has the layout UCX packs for host memory (and,
+ * with `shape` non-NULL and at least `len` bytes, the same size bytes as
+ * `shape`), else -1. Reads only k[0 .. len). */
+int cks_tp_key_walk(const uint8_t *k, size_t len, size_t map_len, const uint8_t *shape);
 /* cks_tp_data_recv() of a payload that stays in the peer's memory. */
 cks_status_t cks_tp_rma_get(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
                             cks_tp_done_cb_t cb, void *arg);
