@@ -3,9 +3,14 @@
  * process, die with it (PR_SET_PDEATHSIG), and are waited for through a pipe
  * on which they announce that they serve (no sleeps), with a deadline. A
  * server given a network namespace enters it (setns) between fork and exec.
+ * Seeds: the test's seed (cks_test_seed()) and every server's CKS_FAULT_SEED,
+ * derived from it, are printed, so that a run can be replayed.
  */
 #include "cks_test.h"
 
+#include "cks_md.h"
+
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +35,8 @@
 #endif
 
 static char test_secret[300]; /* --secret for servers started from now on */
+static uint64_t test_seed;     /* cks_test_seed()'s, or CKS_TEST_SEED, or 0 */
+static int test_seed_set;
 static char test_flags[256];  /* more flags for them, split at spaces */
 
 void cks_test_set_server_flags(const char *flags)
@@ -47,6 +56,28 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* The seed servers derive theirs from: the test's, else CKS_TEST_SEED, else 0. */
+static uint64_t base_seed(void)
+{
+    const char *env = getenv("CKS_TEST_SEED");
+    return test_seed_set ? test_seed : env != NULL ? strtoull(env, NULL, 0) : 0;
+}
+
+static uint64_t mix64(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull; /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* CKS_FAULT_SEED of a server's next run: a function of the test's seed, the
+ * server's id and how many times it started before, nothing else. */
+static uint64_t server_fault_seed(const cks_test_server_t *s)
+{
+    return mix64(base_seed() ^ mix64(((uint64_t)(uint32_t)s->id << 32) | s->starts)) >> 1;
+}
+
 static int spawn(cks_test_server_t *s)
 {
     char size[32];
@@ -54,6 +85,12 @@ static int spawn(cks_test_server_t *s)
     pid_t parent = getpid();
 
     snprintf(size, sizeof(size), "%llu", (unsigned long long)s->arena_size);
+    if (s->faults[0] != '\0') {
+        s->fault_seed = server_fault_seed(s);
+        fprintf(stderr, "server %d: CKS_FAULTS=%s CKS_FAULT_SEED=%llu (start %u, test seed %llu)\n",
+                s->id, s->faults, (unsigned long long)s->fault_seed, s->starts + 1,
+                (unsigned long long)base_seed());
+    }
     if (pipe(pfd) != 0) {
         return -1;
     }
@@ -89,7 +126,7 @@ static int spawn(cks_test_server_t *s)
                                                           : "info";
         if (s->faults[0] != '\0') {
             char seed[32];
-            snprintf(seed, sizeof(seed), "%d", 1000 + s->id * 7 + (int)(now_ms() % 1000));
+            snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->fault_seed);
             setenv("CKS_FAULTS", s->faults, 1);
             setenv("CKS_FAULT_SEED", seed, 1);
         }
@@ -157,6 +194,7 @@ static int spawn(cks_test_server_t *s)
             s->port = (uint16_t)atoi(colon + 1);
             snprintf(s->addr, sizeof(s->addr), "%s:%u", s->host[0] ? s->host : "127.0.0.1",
                      s->port);
+            s->starts++;
             close(pfd[0]);
             return 0;
         }
@@ -221,15 +259,87 @@ int cks_test_server_start(cks_test_server_t *s, uint64_t arena_size)
     return server_init(s, arena_size) == 0 ? spawn(s) : -1;
 }
 
-/* Ports for a cluster: random in [20000, 60000), distinct; a clash with a
- * port in use shows as a server that fails to start, and the caller retries
- * with other ports. */
+/* Ports of cluster maps: random, and outside the kernel's ephemeral range
+ * (net.ipv4.ip_local_port_range), so that no outgoing connection on this
+ * machine can take the port of a server while it is down (a restart must
+ * find it free). A port in use by a listener shows as a server that fails
+ * to start; the caller then picks another. */
 static uint16_t pick_port(uint64_t *x)
 {
+    static unsigned lo = 0, hi = 0; /* where to pick: [lo, hi) */
+    if (lo == 0) {
+        unsigned elo = 32768, ehi = 60999;
+        FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+        if (f != NULL) {
+            if (fscanf(f, "%u %u", &elo, &ehi) != 2) {
+                elo = 32768;
+                ehi = 60999;
+            }
+            fclose(f);
+        }
+        if (elo >= 12000) { /* below the range, above the well-known ports */
+            lo = 10000;
+            hi = elo;
+        } else if (ehi <= 63000) { /* above it */
+            lo = ehi + 1;
+            hi = 65536;
+        } else { /* the range is (almost) everything: pick anywhere */
+            lo = 20000;
+            hi = 60000;
+        }
+    }
     *x ^= *x << 13;
     *x ^= *x >> 7;
     *x ^= *x << 17;
-    return (uint16_t)(20000 + *x % 40000);
+    return (uint16_t)(lo + *x % (hi - lo));
+}
+
+/* Can a listener bind addr:port now? (Only meaningful in our namespace.) */
+static int port_free(const char *addr, uint16_t port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, ok;
+    if (fd < 0 || inet_pton(AF_INET, addr, &sa.sin_addr) != 1) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        return 1; /* cannot tell: let the server try */
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A port for member i of c: free now (on 127.0.0.1) and used by no other member. */
+static uint16_t member_port(const cks_test_cluster_t *c, size_t i, uint64_t *x)
+{
+    for (int tries = 0;; tries++) {
+        uint16_t port = pick_port(x);
+        int clash     = 0;
+        for (size_t j = 0; j < c->n; j++) {
+            clash |= j != i && c->srv[j].port == port;
+        }
+        if (!clash && (c->srv[i].host[0] != '\0' || tries >= 100 ||
+                       port_free("127.0.0.1", port))) {
+            return port;
+        }
+    }
+}
+
+static int write_map(const cks_test_cluster_t *c)
+{
+    FILE *f = fopen(c->map, "w");
+    if (f == NULL) {
+        return -1;
+    }
+    fprintf(f, "# test cluster\nepoch %llu\n", (unsigned long long)c->epoch);
+    for (size_t i = 0; i < c->n; i++) {
+        fprintf(f, "server %zu %s:%u node=n%zu rack=r%zu\n", i,
+                c->srv[i].host[0] ? c->srv[i].host : "127.0.0.1", c->srv[i].port, i,
+                i % c->racks);
+    }
+    return fclose(f) == 0 ? 0 : -1;
 }
 
 static int cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t arena_size,
@@ -241,7 +351,9 @@ static int cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t
         return -1;
     }
     memset(c, 0, sizeof(*c));
-    c->n = n;
+    c->n     = n;
+    c->racks = racks;
+    c->epoch = 1;
     snprintf(c->dir, sizeof(c->dir), "/tmp/cks-cluster-XXXXXX");
     if (mkdtemp(c->dir) == NULL) {
         return -1;
@@ -251,8 +363,9 @@ static int cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t
         if (server_init(&c->srv[i], arena_size) != 0) {
             return -1;
         }
-        c->srv[i].map = c->map;
-        c->srv[i].id  = (int)i;
+        c->srv[i].map     = c->map;
+        c->srv[i].id      = (int)i;
+        c->srv[i].cluster = c;
         if (faults != NULL && (fault_id == (int)i || fault_id == CKS_TEST_ALL)) {
             snprintf(c->srv[i].faults, sizeof(c->srv[i].faults), "%s", faults);
         }
@@ -264,26 +377,15 @@ static int cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t
         }
     }
     for (int attempt = 0; attempt < 5; attempt++) {
-        FILE *f = fopen(c->map, "w");
-        if (f == NULL) {
+        for (size_t i = 0; i < n; i++) {
+            c->srv[i].port = 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+            c->srv[i].port = member_port(c, i, &x);
+        }
+        if (write_map(c) != 0) {
             return -1;
         }
-        fprintf(f, "# test cluster\nepoch 1\n");
-        for (size_t i = 0; i < n; i++) {
-            uint16_t port;
-            int clash;
-            do { /* distinct ports */
-                port  = pick_port(&x);
-                clash = 0;
-                for (size_t j = 0; j < i; j++) {
-                    clash |= c->srv[j].port == port;
-                }
-            } while (clash);
-            c->srv[i].port = port;
-            fprintf(f, "server %zu %s:%u node=n%zu rack=r%zu\n", i,
-                    hosts != NULL ? hosts[i] : "127.0.0.1", port, i, i % racks);
-        }
-        fclose(f);
         int ok = 1;
         for (size_t i = 0; i < n && ok; i++) {
             ok = spawn(&c->srv[i]) == 0;
@@ -313,6 +415,19 @@ int cks_test_cluster_start_hosts(cks_test_cluster_t *c, size_t n, size_t racks,
                          : cluster_start(c, n, racks, arena_size, -1, NULL, hosts, netns);
 }
 
+int cks_test_coordinator(const char *map, const char *job, uint64_t version)
+{
+    cks_cluster_h m;
+    char err[256];
+    if (cks_cluster_load(map, &m, err, sizeof(err)) != CKS_OK) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    int pos = (int)cks_place_coordinator(m, job, strlen(job), version);
+    cks_cluster_free(m);
+    return pos;
+}
+
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i)
 {
     cks_test_server_stop(&c->srv[i], SIGKILL);
@@ -329,12 +444,80 @@ void cks_test_cluster_cleanup(cks_test_cluster_t *c)
     }
 }
 
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : 0;
+}
+
+/* Did the log, from byte `from` on, get a line with `text`? */
+static int log_has_from(const char *path, long from, const char *text)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int found = 0;
+    if (f == NULL || fseek(f, from, SEEK_SET) != 0) {
+        if (f != NULL) {
+            fclose(f);
+        }
+        return 0;
+    }
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+        found = strstr(line, text) != NULL;
+    }
+    fclose(f);
+    return found;
+}
+
+/* Member s could not bind its port: give it a fresh one in a rewritten map
+ * and restart the members that run, so that every server reads the map. */
+static int move_member(cks_test_server_t *s)
+{
+    cks_test_cluster_t *c = s->cluster;
+    uint64_t x            = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ now_ms() ^ s->port;
+    uint16_t old          = s->port;
+    size_t i              = (size_t)(s - c->srv);
+
+    s->port = member_port(c, i, &x);
+    c->epoch++;
+    if (write_map(c) != 0) {
+        return -1;
+    }
+    fprintf(stderr, "server %d: port %u is taken; moved to %u (map epoch %llu), restarting "
+            "the other members that run so that they read the map\n",
+            s->id, old, s->port, (unsigned long long)c->epoch);
+    for (size_t j = 0; j < c->n; j++) {
+        if (j != i && c->srv[j].pid != 0) {
+            cks_test_server_stop(&c->srv[j], SIGKILL);
+            if (spawn(&c->srv[j]) != 0) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 int cks_test_server_restart(cks_test_server_t *s)
 {
     if (s->pid != 0) {
         cks_test_server_stop(s, SIGKILL);
     }
-    return spawn(s);
+    for (int tries = 0; tries < 5; tries++) {
+        long from = file_size(s->log);
+        if (spawn(s) == 0) {
+            return 0;
+        }
+        /* a failure other than a taken port is not retried */
+        if (!log_has_from(s->log, from, "cannot listen on")) {
+            return -1;
+        }
+        if (s->map != NULL && (s->cluster == NULL || s->host[0] != '\0' ||
+                               move_member(s) != 0)) {
+            return -1;
+        }
+        /* standalone: it asks for port 0 again, a fresh one */
+    }
+    return -1;
 }
 
 int cks_test_server_stop(cks_test_server_t *s, int sig)
@@ -380,8 +563,33 @@ uint64_t cks_test_seed(uint64_t dflt)
 {
     const char *env = getenv("CKS_TEST_SEED");
     uint64_t seed   = env ? strtoull(env, NULL, 0) : dflt;
-    fprintf(stderr, "seed: %llu (set CKS_TEST_SEED to replay)\n", (unsigned long long)seed);
+    fprintf(stderr, "seed %llu (replay: CKS_TEST_SEED=%llu)\n", (unsigned long long)seed,
+            (unsigned long long)seed);
+    test_seed     = seed;
+    test_seed_set = 1;
     return seed;
+}
+
+uint64_t cks_test_seed_fresh(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return mix64(((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+                 ((uint64_t)getpid() << 40)) % 1000000000000ull;
+}
+
+int cks_test_log_count(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int n = 0;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        n += strstr(line, text) != NULL;
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return n;
 }
 
 void cks_test_fill(void *buf, size_t len, uint64_t seed)

@@ -26,13 +26,18 @@ typedef struct {
     char faults[128];     /* CKS_FAULTS for this server ("" for none) */
     char netns[64];       /* network namespace it runs in ("": the caller's) */
     char host[16];        /* IPv4 address of its host in the map ("": 127.0.0.1) */
+    unsigned starts;      /* times it started (seeds its CKS_FAULT_SEED) */
+    uint64_t fault_seed;  /* CKS_FAULT_SEED of its current run (with faults) */
+    struct cks_test_cluster *cluster; /* the cluster it is a member of, or NULL */
 } cks_test_server_t;
 
 #define CKS_TEST_MAX_SERVERS 16
 
 /* A cluster of servers on 127.0.0.1, one per "node", with racks as labels. */
-typedef struct {
+typedef struct cks_test_cluster {
     size_t n;
+    size_t racks;
+    uint64_t epoch;       /* of the map; raised when a member moves to another port */
     char dir[256];
     char map[300];
     cks_test_server_t srv[CKS_TEST_MAX_SERVERS];
@@ -52,6 +57,10 @@ int cks_test_cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64
 int cks_test_cluster_start_hosts(cks_test_cluster_t *c, size_t n, size_t racks,
                                  uint64_t arena_size, const char *const *hosts,
                                  const char *const *netns);
+/** Position (= index in srv[]) of the coordinator of (job, version) in the
+ *  cluster of map file `map`, as clients and servers compute it; -1 when
+ *  the map cannot be read. */
+int cks_test_coordinator(const char *map, const char *job, uint64_t version);
 /** SIGKILL server i (and reap it). */
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i);
 /** Stop every server and remove the files. */
@@ -60,7 +69,13 @@ void cks_test_cluster_cleanup(cks_test_cluster_t *c);
 /** Start a server with a fresh temp dir; waits (bounded) until it serves.
  *  Returns 0 or -1 (with a message on stderr). */
 int cks_test_server_start(cks_test_server_t *s, uint64_t arena_size);
-/** Start again on the same arena file and data dir (a new port). */
+/** Start again on the same arena file and data dir. A standalone server
+ *  gets a new port. A cluster member listens on its port in the map (ports
+ *  of maps lie outside the kernel's ephemeral range, so no connection can
+ *  hold one); when that port cannot be bound, it moves to a fresh one: the
+ *  map is rewritten with it (epoch + 1) and the members that run are
+ *  restarted on their data so that they read it (clients made before keep
+ *  the old map). At most 5 tries. */
 int cks_test_server_restart(cks_test_server_t *s);
 /** Send sig to the server and reap it (bounded wait; SIGKILL after 10 s). */
 int cks_test_server_stop(cks_test_server_t *s, int sig);
@@ -86,9 +101,17 @@ void cks_test_set_server_flags(const char *flags);
  *  it, so there is no event to wait on. */
 int cks_test_log_has(const char *path, const char *text, int wait_ms);
 
-/** Seed for random data: CKS_TEST_SEED from the environment, or `dflt`;
- *  printed so that a failure can be replayed. */
+/** The test's seed: CKS_TEST_SEED from the environment, or `dflt`; printed
+ *  ("seed N (replay: CKS_TEST_SEED=N)") so that a failure can be replayed.
+ *  Servers started after it with fault points armed get a CKS_FAULT_SEED
+ *  derived from it, their id and how many times they started (printed with
+ *  their faults): a replay arms the same draws. */
 uint64_t cks_test_seed(uint64_t dflt);
+/** A default seed that differs from run to run (time and pid), for
+ *  randomized tests: pass it to cks_test_seed(), which prints it. */
+uint64_t cks_test_seed_fresh(void);
+/** Lines of the file (a server's log) that contain `text`. */
+int cks_test_log_count(const char *path, const char *text);
 /** Deterministic bytes (xorshift) for seed and offset. */
 void cks_test_fill(void *buf, size_t len, uint64_t seed);
 
