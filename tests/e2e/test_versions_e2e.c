@@ -9,6 +9,7 @@
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -278,78 +279,255 @@ Test(versions, rank_that_never_finishes_is_aborted)
     cks_client_destroy(c);
 }
 
-Test(versions, writers_race_for_one_version)
+/* One racer: its own client (made after the fork), then it waits for the
+ * start (end of file on a pipe that every racer holds), begins `version`
+ * and writes its status and the error text to `out`. An exit code only. */
+static int racer(int ready_fd, int go_fd, int out_fd, uint64_t version)
 {
-    cks_client_h a = connect_cluster(), b = connect_cluster();
-    cks_version_params_t vp = {.job = "race", .version = 9};
-    cks_status_t sa = cks_version_begin(a, &vp);
-    cks_status_t sb = cks_version_begin(b, &vp);
-    cr_assert((sa == CKS_OK) != (sb == CKS_OK), "exactly one wins: %s / %s",
-              cks_status_name(sa), cks_status_name(sb));
-    cr_assert(sa == CKS_ERR_VERSION_EXISTS || sb == CKS_ERR_VERSION_EXISTS);
-    cks_client_destroy(a);
-    cks_client_destroy(b);
+    cks_client_h c = connect_cluster();
+    char go, msg[256 + sizeof(int)];
+    cks_status_t st = CKS_ERR_INTERNAL;
+    memset(msg, 0, sizeof(msg));
+    if (c == NULL || write(ready_fd, "r", 1) != 1) {
+        return 1;
+    }
+    if (read(go_fd, &go, 1) == 0) { /* the start: every racer wakes at once */
+        cks_version_params_t vp = {.job = "race", .version = version};
+        st = cks_version_begin(c, &vp);
+        cks_client_last_error(c, msg + sizeof(int), sizeof(msg) - sizeof(int));
+    }
+    memcpy(msg, &st, sizeof(int));
+    int rc = write(out_fd, msg, sizeof(msg)) == (ssize_t)sizeof(msg) ? 0 : 1;
+    cks_client_destroy(c);
+    return rc;
 }
 
+/* Read exactly len bytes within ms; 0 or -1. */
+static int read_all(int fd, void *buf, size_t len, int ms)
+{
+    size_t got = 0;
+    while (got < len) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, ms) <= 0) {
+            return -1;
+        }
+        ssize_t r = read(fd, (char *)buf + got, len - got);
+        if (r <= 0) {
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* Four writer processes, each with its own client, released at the same
+ * moment, begin the same version: one begins it, the others are told that it
+ * exists (the coordinator of the version serializes begins: the first one
+ * it sees creates the version, and every later one finds it). Several
+ * rounds, each a new version number; the winner's version is open and
+ * takes puts, and it seals. */
+Test(versions, writers_race_for_one_version)
+{
+    enum { ROUNDS = 6, RACERS = 4 };
+    for (int round = 0; round < ROUNDS; round++) {
+        uint64_t v = 9 + (uint64_t)round;
+        int ready[2], go[2], out[RACERS][2];
+        pid_t kid[RACERS];
+        cr_assert_eq(pipe(ready), 0);
+        cr_assert_eq(pipe(go), 0);
+        for (int i = 0; i < RACERS; i++) {
+            cr_assert_eq(pipe(out[i]), 0);
+            kid[i] = fork();
+            cr_assert_geq(kid[i], 0);
+            if (kid[i] == 0) {
+                close(go[1]); /* only the parent holds the write end: its close starts */
+                close(ready[0]);
+                close(out[i][0]);
+                _exit(racer(ready[1], go[0], out[i][1], v));
+            }
+            close(out[i][1]);
+        }
+        close(ready[1]);
+        close(go[0]);
+        char r[RACERS];
+        cr_assert_eq(read_all(ready[0], r, RACERS, 60000), 0, "round %d: racers not ready",
+                     round);
+        close(go[1]); /* go */
+        cks_status_t st[RACERS];
+        char msg[RACERS][256 + sizeof(int)];
+        for (int i = 0; i < RACERS; i++) {
+            int ws;
+            cr_assert_eq(read_all(out[i][0], msg[i], sizeof(msg[i]), 60000), 0,
+                         "round %d: racer %d gave no answer", round, i);
+            memcpy(&st[i], msg[i], sizeof(int));
+            cr_assert_eq(waitpid(kid[i], &ws, 0), kid[i]);
+            cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "round %d: racer %d failed",
+                      round, i);
+            close(out[i][0]);
+        }
+        close(ready[0]);
+        int wins = 0;
+        for (int i = 0; i < RACERS; i++) {
+            fprintf(stderr, "round %d, racer %d: %s\n", round, i, cks_status_name(st[i]));
+            wins += st[i] == CKS_OK;
+        }
+        cr_assert_eq(wins, 1, "round %d: exactly one begins the version, not %d", round, wins);
+        for (int i = 0; i < RACERS; i++) {
+            cr_assert(st[i] == CKS_OK || st[i] == CKS_ERR_VERSION_EXISTS,
+                      "round %d: racer %d is told it exists, not %s", round, i,
+                      cks_status_name(st[i]));
+            cr_assert(st[i] == CKS_OK || strstr(msg[i] + sizeof(int), "already exists") != NULL,
+                      "round %d: racer %d's message '%s'", round, i, msg[i] + sizeof(int));
+        }
+        /* one version, open, as the winner began it */
+        cks_client_h c = connect_cluster();
+        cks_version_info_t vi;
+        uint8_t b[1000];
+        cr_assert_not_null(c);
+        cr_assert_eq(cks_version_stat(c, "race", v, &vi), CKS_OK);
+        cr_assert_eq(vi.state, CKS_VSTATE_OPEN);
+        memset(b, round, sizeof(b));
+        cr_assert_eq(put_obj(c, "race", v, "x", b, sizeof(b),
+                             (cks_tags_t){CKS_KIND_OTHER, -1, -1, 0}),
+                     CKS_OK);
+        cr_assert_eq(cks_version_seal(c, "race", v), CKS_OK);
+        cks_client_destroy(c);
+    }
+}
+
+static cks_status_t stat_state(cks_client_h c, uint64_t v, cks_vstate_t *state_p)
+{
+    cks_version_info_t vi;
+    cks_status_t st = cks_version_stat(c, "co", v, &vi);
+    *state_p        = st == CKS_OK ? vi.state : (cks_vstate_t)-1;
+    return st;
+}
+
+static void assert_object(cks_restore_h r, const char *key, const uint8_t *want, uint64_t size,
+                          uint64_t source)
+{
+    uint8_t got[5000];
+    uint64_t len = 0;
+    cks_object_info_t oi;
+    cks_get_params_t g = {.key = key, .buffer = got, .buffer_size = sizeof(got)};
+    cr_assert_eq(cks_object_stat(r, key, &oi), CKS_OK, "%s", key);
+    cr_assert_eq(oi.source_version, source, "%s from version %llu", key,
+                 (unsigned long long)oi.source_version);
+    cr_assert_eq(cks_get(r, &g, &len), CKS_OK, "%s", key);
+    cr_assert_eq(len, size);
+    cr_assert(memcmp(got, want, size) == 0, "%s: bytes", key);
+}
+
+/* The coordinator of an open version (placement of the job and version
+ * number) is killed. Expected, step by step: only the coordinator knows the
+ * open version; its seal fails with CKS_ERR_CONN_LOST (the client's
+ * connection to it broke) and the version is invisible to the others
+ * (CKS_ERR_NO_SUCH_VERSION), the previous version is the newest; a begin
+ * of another version with the same coordinator fails the same way; a
+ * version with a live coordinator begins and takes a put, but cannot commit
+ * while a server is down (RS(4,2) on 6 servers puts a chunk of every stripe
+ * on every server): its seal fails and it is ABORTED. Restarted, the
+ * coordinator aborts the version it had open (seal: VERSION_NOT_OPEN,
+ * restore: NOT_RESTORABLE), and a new version commits and restores exactly,
+ * with its parent's object. */
 Test(versions, coordinator_killed_mid_version)
 {
-    uint8_t b[5000] = {3};
+    uint8_t x[5000], y[100];
+    cks_vstate_t state;
+    cks_version_info_t vi;
+    cks_restore_h r;
+    memset(x, 3, sizeof(x));
+    memset(y, 4, sizeof(y));
     cks_client_h c = connect_cluster();
+    cr_assert_not_null(c);
     cks_version_params_t vp = {.job = "co", .version = 1};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "co", 1, "x", b, sizeof(b), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
+    cr_assert_eq(put_obj(c, "co", 1, "x", x, sizeof(x), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
                  CKS_OK);
     cr_assert_eq(cks_version_seal(c, "co", 1), CKS_OK);
-    /* find version 2's coordinator: the server that answers for an open version */
+
+    int coord = cks_test_coordinator(cl.map, "co", 2);
+    cr_assert_geq(coord, 0);
     vp.version = 2;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "co", 2, "x", b, sizeof(b), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
+    cr_assert_eq(put_obj(c, "co", 2, "x", x, sizeof(x), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
                  CKS_OK);
-    size_t coord = NSRV;
-    for (size_t i = 0; i < NSRV && coord == NSRV; i++) {
+    /* the open version lives on its coordinator only */
+    for (size_t i = 0; i < NSRV; i++) {
         cks_client_params_t p = {.field_mask = CKS_CLIENT_FIELD_SERVER,
                                  .server     = cl.srv[i].addr};
         cks_client_h one;
-        cks_version_info_t vi;
-        if (cks_client_create(&p, &one) == CKS_OK) {
-            if (cks_version_stat(one, "co", 2, &vi) == CKS_OK && vi.state == CKS_VSTATE_OPEN) {
-                coord = i;
-            }
-            cks_client_destroy(one);
+        cr_assert_eq(cks_client_create(&p, &one), CKS_OK);
+        cks_status_t st = cks_version_stat(one, "co", 2, &vi);
+        if ((int)i == coord) {
+            cr_assert_eq(st, CKS_OK);
+            cr_assert_eq(vi.state, CKS_VSTATE_OPEN);
+        } else {
+            cr_assert_eq(st, CKS_ERR_NO_SUCH_VERSION, "server %zu: %s", i, cks_status_name(st));
         }
+        cks_client_destroy(one);
     }
-    cr_assert_lt(coord, NSRV, "no server holds the open version");
-    cks_test_cluster_kill(&cl, coord);
-    cks_status_t st = cks_version_seal(c, "co", 2);
-    cr_assert_neq(st, CKS_OK, "a version whose coordinator died cannot be sealed");
-    cks_restore_h r;
-    cr_assert_neq(cks_restore_open(c, "co", 2, &r), CKS_OK, "never half-visible");
-    /* the previous version restores and a new version can start */
-    cks_version_info_t vi;
+
+    cks_test_cluster_kill(&cl, (size_t)coord);
+    cr_assert_eq(cks_version_seal(c, "co", 2), CKS_ERR_CONN_LOST);
+    cr_assert_eq(cks_restore_open(c, "co", 2, &r), CKS_ERR_NO_SUCH_VERSION, "never half-visible");
+    cr_assert_eq(stat_state(c, 2, &state), CKS_ERR_NO_SUCH_VERSION);
     cr_assert_eq(cks_version_latest(c, "co", &vi), CKS_OK);
     cr_assert_eq(vi.version, 1);
-    /* a new version can start while the server is down (its coordinator is
-     * alive), and commits once the server is back (RS(4,2) on 6 servers puts
-     * a chunk of every stripe on every server) */
-    uint64_t v = 3;
-    vp.field_mask = CKS_VERSION_FIELD_PARENT;
-    vp.parent     = 1;
-    for (; v < 40; v++) {
-        vp.version = v;
-        if (cks_version_begin(c, &vp) == CKS_OK) {
-            break;
+
+    /* the next version numbers with the dead coordinator, and with a live one */
+    uint64_t v_dead = 0, v_live = 0;
+    for (uint64_t v = 3; v < 1000 && (v_dead == 0 || v_live == 0); v++) {
+        int co = cks_test_coordinator(cl.map, "co", v);
+        if (co == coord && v_dead == 0) {
+            v_dead = v;
+        } else if (co != coord && v_live == 0) {
+            v_live = v;
         }
     }
-    cr_assert_lt(v, 40, "no new version could begin");
+    cr_assert(v_dead != 0 && v_live != 0);
+    fprintf(stderr, "coordinator %d killed; version %llu has it too, %llu has another\n", coord,
+            (unsigned long long)v_dead, (unsigned long long)v_live);
+    vp = (cks_version_params_t){.field_mask = CKS_VERSION_FIELD_PARENT, .job = "co",
+                                .version = v_dead, .parent = 1};
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_ERR_CONN_LOST);
+    vp.version = v_live;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cr_assert_eq(put_obj(c, "co", v_live, "y", y, sizeof(y),
+                         (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
+                 CKS_OK, "stored on its primary");
+    cr_assert_eq(cks_version_seal(c, "co", v_live), CKS_ERR_CONN_LOST,
+                 "no object is protected with a server down");
+    cr_assert_eq(stat_state(c, v_live, &state), CKS_OK);
+    cr_assert_eq(state, CKS_VSTATE_ABORTED, "%s", cks_vstate_string(state));
+
+    /* back: it aborted the version it had open; nothing of the failed begin */
     cr_assert_eq(cks_test_server_restart(&cl.srv[coord]), 0);
     cks_client_destroy(c);
     c = connect_cluster();
-    int started = put_obj(c, "co", v, "y", b, 10, (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}) ==
-                      CKS_OK &&
-                  cks_version_seal(c, "co", v) == CKS_OK;
-    cr_assert(started, "the new version committed");
+    cr_assert_not_null(c);
+    cr_assert_eq(stat_state(c, 2, &state), CKS_OK);
+    cr_assert_eq(state, CKS_VSTATE_ABORTED, "%s", cks_vstate_string(state));
+    cr_assert_eq(cks_version_seal(c, "co", 2), CKS_ERR_VERSION_NOT_OPEN);
+    cr_assert_eq(cks_restore_open(c, "co", 2, &r), CKS_ERR_NOT_RESTORABLE);
+    cr_assert_eq(stat_state(c, v_dead, &state), CKS_ERR_NO_SUCH_VERSION);
+
+    /* a new version with its coordinator (the restarted server) commits */
+    uint64_t v = v_dead > v_live ? v_dead + 1 : v_live + 1;
+    while (cks_test_coordinator(cl.map, "co", v) != coord && v < 2000) {
+        v++;
+    }
+    vp.version = v;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cr_assert_eq(put_obj(c, "co", v, "y", y, sizeof(y), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
+                 CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "co", v), CKS_OK);
     cr_assert_eq(cks_version_latest(c, "co", &vi), CKS_OK);
     cr_assert_eq(vi.version, v);
+    cr_assert_eq(cks_restore_open(c, "co", v, &r), CKS_OK);
+    assert_object(r, "x", x, sizeof(x), 1);
+    assert_object(r, "y", y, sizeof(y), v);
+    cks_restore_close(r);
     cks_client_destroy(c);
 }
 
