@@ -215,6 +215,11 @@ static void nb_done(void *arg, cks_status_t status)
     pthread_mutex_unlock(s->lock);
 }
 
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
 Test(single, ten_thousand_small_objects, .timeout = 300)
 {
     enum { N = 10000, WINDOW = 256 };
@@ -260,7 +265,14 @@ Test(single, ten_thousand_small_objects, .timeout = 300)
     cks_restore_info(r, &vi);
     cr_assert_eq(vi.nobjects, N);
     cr_assert_eq(vi.bytes, N * sizeof(uint64_t));
-    /* list everything, page by page, in key order */
+    /* list everything, page by page: the listing is exactly the sorted set
+     * of keys written (sorted across pages, complete, no duplicates) */
+    static char want[N][64];
+    for (int i = 0; i < N; i++) {
+        snprintf(want[i], sizeof(want[i]), "layer%02d/expert%03d/shard%05d", i % 24, i % 128,
+                 i);
+    }
+    qsort(want, N, sizeof(want[0]), cmp_key);
     static cks_object_info_t page[100];
     char after[CKS_KEY_NAME_MAX + 1] = "";
     size_t total = 0, count;
@@ -268,10 +280,17 @@ Test(single, ten_thousand_small_objects, .timeout = 300)
     while (more && pages < N) {
         cr_assert_eq(cks_object_list(r, after[0] ? after : NULL, page, 100, &count, &more),
                      CKS_OK);
+        cr_assert(count > 0 || !more, "page %d: empty, yet more follow", pages);
         for (size_t i = 0; i < count; i++) {
-            if (total + i > 0 && i > 0) {
-                cr_assert(strcmp(page[i - 1].key, page[i].key) < 0);
-            }
+            /* after the previous key (on this page or the one before) */
+            cr_assert(total + i == 0 ||
+                          strcmp(i > 0 ? page[i - 1].key : after, page[i].key) < 0,
+                      "page %d: '%s' after '%s'", pages, page[i].key,
+                      i > 0 ? page[i - 1].key : after);
+            cr_assert_lt(total + i, (size_t)N, "more than %d objects listed", N);
+            cr_assert_str_eq(page[i].key, want[total + i], "object %zu of the listing",
+                             total + i);
+            cr_assert_eq(page[i].size, sizeof(uint64_t));
         }
         total += count;
         if (count > 0) {
@@ -279,6 +298,7 @@ Test(single, ten_thousand_small_objects, .timeout = 300)
         }
         pages++;
     }
+    cr_assert(!more, "the listing did not end in %d pages", pages);
     cr_assert_eq(total, N);
     for (int i = 0; i < N; i += 997) {
         uint64_t v = 0;
