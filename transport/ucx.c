@@ -1452,8 +1452,18 @@ typedef struct {
 static void cks_tp_hs_finish(cks_tp_hs_t *hs, cks_status_t status)
 {
     cks_tp_conn_h conn = hs->conn;
+    if (status != CKS_OK && hs->secret != NULL) {
+        /* the peer did not authenticate: nothing more goes on this
+         * connection (a send made from a callback below fails, and the
+         * owner's next request connects again); what was held fails with
+         * the reason */
+        conn->failed = 1;
+    }
     hs->cb(hs->arg, status);
     cks_tp_held_release(conn, status);
+    if (status != CKS_OK && hs->secret != NULL) {
+        cks_tp_conn_close(conn);
+    }
     cks_tp_conn_put(conn);
     free(hs);
 }
