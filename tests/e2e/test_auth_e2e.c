@@ -5,7 +5,12 @@
  * erasure-coded cluster; a missing or wrong secret, a secret file others can
  * read, a server that cannot prove the secret, and raw requests sent before
  * authenticating are all refused with CKS_ERR_AUTH and a log line, and
- * nothing is read or written for them.
+ * nothing is read or written for them. Raw handshakes show that an AUTH
+ * is accepted once per challenge (a replayed one, or one without a HELLO,
+ * is refused and its connection served nothing), that a server with another
+ * secret is refused by its peers and a fake one (which accepts any AUTH)
+ * by clients and servers, and that a job's secret opens no
+ * server-to-server message.
  */
 #include "ckstore.h"
 #include "cks_test.h"
@@ -13,10 +18,13 @@
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MiB (1ull << 20)
@@ -257,6 +265,8 @@ typedef struct {
     int32_t status;
     char msg[128];
     int lost;
+    uint8_t nonce[CKS_WIRE_NONCE_LEN]; /* the server's challenge (HELLO_REPLY) */
+    int has_nonce;
 } raw_ctx_t;
 
 static void raw_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
@@ -268,6 +278,11 @@ static void raw_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
     r->status = body->m_STATUS_REPLY.status; /* every reply starts with status, msg */
     snprintf(r->msg, sizeof(r->msg), "%.*s", (int)body->m_STATUS_REPLY.msg.len,
              body->m_STATUS_REPLY.msg.ptr);
+    if (hdr->type == CKS_MSG_HELLO_REPLY &&
+        body->m_HELLO_REPLY.nonce.len == CKS_WIRE_NONCE_LEN) {
+        memcpy(r->nonce, body->m_HELLO_REPLY.nonce.ptr, CKS_WIRE_NONCE_LEN);
+        r->has_nonce = 1;
+    }
 }
 
 static void raw_on_bad(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
@@ -292,6 +307,58 @@ static void raw_send(cks_tp_worker_h w, cks_tp_conn_h conn, raw_ctx_t *ctx, unsi
     while (ctx->got == 0 && cks_time_ns() < until) {
         cks_tp_worker_wait(w, 100);
     }
+}
+
+/* Send a message without waiting for an answer. */
+static void raw_post(cks_tp_conn_h conn, unsigned type, const void *body)
+{
+    cr_assert_eq(cks_tp_send(conn, type, 0, 8, body, NULL, 0, CKS_MEM_HOST, NULL, NULL, NULL),
+                 CKS_INPROGRESS);
+}
+
+/* Wait (bounded) until a connection of this worker is lost or closed. */
+static void raw_wait_lost(cks_tp_worker_h w, raw_ctx_t *ctx)
+{
+    uint64_t until = cks_time_ns() + 10ull * 1000000000ull;
+    while (ctx->lost == 0 && cks_time_ns() < until) {
+        cks_tp_worker_wait(w, 100);
+    }
+}
+
+/* The handshake by hand, step 1: HELLO with our nonce `cn` (and `job` for a
+ * job's own secret); the server's challenge lands in ctx->nonce. */
+static void raw_hello(cks_tp_worker_h w, cks_tp_conn_h conn, raw_ctx_t *ctx,
+                      const uint8_t cn[CKS_WIRE_NONCE_LEN], const char *job)
+{
+    cks_msg_hello_t hello = {cks_wire_cstr("stranger"), cks_wire_cstr(NULL),
+                             {(const char *)cn, CKS_WIRE_NONCE_LEN}, cks_wire_cstr(job)};
+    ctx->has_nonce = 0;
+    raw_send(w, conn, ctx, CKS_MSG_HELLO, &hello, NULL, 0);
+    cr_assert_eq(ctx->got, 1, "no answer to HELLO");
+    cr_assert_eq(ctx->status, CKS_OK, "HELLO: status %d (%s)", ctx->status, ctx->msg);
+    cr_assert(ctx->has_nonce, "no challenge in the HELLO reply");
+}
+
+/* Step 2: AUTH carrying `proof`, without a worker address (so that the
+ * answers stay on this connection). The answer is left in ctx. */
+static void raw_auth(cks_tp_worker_h w, cks_tp_conn_h conn, raw_ctx_t *ctx,
+                     const uint8_t proof[CKS_WIRE_NONCE_LEN])
+{
+    cks_msg_auth_t auth = {{(const char *)proof, CKS_WIRE_NONCE_LEN}, cks_wire_cstr(NULL)};
+    raw_send(w, conn, ctx, CKS_MSG_AUTH, &auth, NULL, 0);
+    cr_assert_eq(ctx->got, 1, "no answer to AUTH");
+}
+
+/* The client's proof for the server's challenge `sn` to our nonce `cn`,
+ * with the secret in file `path`. */
+static void client_proof(const char *path, const uint8_t sn[CKS_WIRE_NONCE_LEN],
+                         const uint8_t cn[CKS_WIRE_NONCE_LEN], uint8_t proof[CKS_WIRE_NONCE_LEN])
+{
+    cks_tp_secret_t secret;
+    cr_assert_eq(cks_tp_secret_load(path, &secret), CKS_OK, "%s", path);
+    cr_assert_eq(cks_tp_proof(&secret, CKS_TP_LABEL_CLIENT, sn, CKS_WIRE_NONCE_LEN, cn,
+                              CKS_WIRE_NONCE_LEN, proof),
+                 CKS_OK);
 }
 
 Test(auth, raw_requests_before_authenticating_are_refused)
@@ -356,6 +423,122 @@ Test(auth, raw_requests_before_authenticating_are_refused)
     cks_test_server_cleanup(&srv);
 }
 
+/* An AUTH answered to one challenge, sent again: on its own connection
+ * after it authenticated, and on a new connection after the same HELLO
+ * (which gets a new challenge). Both are refused, and the connection that
+ * carried the replay serves nothing more. */
+Test(auth, a_replayed_auth_is_refused)
+{
+    cks_test_server_t srv = {0};
+    raw_ctx_t ctx         = {0};
+    cks_tp_worker_params_t wp = {.name = "stranger", .on_msg = raw_on_msg,
+                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
+                                 .arg = &ctx};
+    cks_tp_worker_h w;
+    cks_tp_conn_h conn;
+    cks_client_h c;
+    cks_version_info_t vi;
+    uint8_t cn[CKS_WIRE_NONCE_LEN], first[CKS_WIRE_NONCE_LEN], proof[CKS_WIRE_NONCE_LEN];
+
+    cr_assert_eq(cks_test_server_start(&srv, 16 * MiB), 0);
+    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
+    cr_assert_eq(cks_tp_nonce(cn), CKS_OK);
+
+    /* a legitimate handshake, whose AUTH is kept */
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn), CKS_OK);
+    raw_hello(w, conn, &ctx, cn, NULL);
+    memcpy(first, ctx.nonce, sizeof(first));
+    client_proof(good, first, cn, proof);
+    raw_auth(w, conn, &ctx, proof);
+    cr_assert_eq(ctx.hdr.type, CKS_MSG_AUTH_REPLY, "%s", ctx.msg);
+    cr_assert_eq(ctx.status, CKS_OK, "the legitimate AUTH: %d (%s)", ctx.status, ctx.msg);
+
+    /* the same AUTH again on that connection: one AUTH per challenge */
+    raw_auth(w, conn, &ctx, proof);
+    cr_assert_eq(ctx.status, CKS_ERR_AUTH, "a second AUTH: status %d (%s)", ctx.status, ctx.msg);
+    cr_assert(strstr(ctx.msg, "HELLO first") != NULL, "%s", ctx.msg);
+    raw_wait_lost(w, &ctx);
+    cr_assert_eq(ctx.lost, 1, "the server kept the connection open");
+    cks_tp_conn_put(conn);
+
+    /* replayed on a new connection after the same HELLO: the server makes a
+     * new challenge, and the old proof does not answer it */
+    ctx = (raw_ctx_t){0};
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn), CKS_OK);
+    raw_hello(w, conn, &ctx, cn, NULL);
+    raw_auth(w, conn, &ctx, proof);
+    cr_assert_eq(ctx.status, CKS_ERR_AUTH, "the replayed AUTH: status %d (%s)", ctx.status,
+                 ctx.msg);
+    cr_assert(strstr(ctx.msg, "wrong cluster secret") != NULL, "%s", ctx.msg);
+    cr_assert(memcmp(ctx.nonce, first, sizeof(first)) != 0, "the server repeated a challenge");
+
+    /* ...and that connection is served nothing: no answer, then closed */
+    ctx.got = 0;
+    cks_msg_version_begin_t vb = {0};
+    vb.job     = cks_wire_cstr("replayed");
+    vb.version = 1;
+    raw_post(conn, CKS_MSG_VERSION_BEGIN, &vb);
+    raw_wait_lost(w, &ctx);
+    cr_assert_eq(ctx.lost, 1, "the server kept the connection open");
+    cr_assert_eq(ctx.got, 0, "answered after the replay: status %d (%s)", ctx.status, ctx.msg);
+    cks_tp_conn_put(conn);
+    cks_tp_worker_destroy(w);
+
+    cr_assert_eq(connect_to(srv.addr, NULL, good, &c), CKS_OK);
+    cr_assert_eq(cks_version_stat(c, "replayed", 1, &vi), CKS_ERR_NO_SUCH_JOB);
+    cks_client_destroy(c);
+    cr_assert(cks_test_log_has(srv.log, "wrong cluster secret", 0), "no log line in %s", srv.log);
+    cr_assert(cks_test_log_has(srv.log, "AUTH without a challenge", 0));
+    cks_test_server_cleanup(&srv);
+}
+
+/* AUTH as the first message. Its proof is the right one for the state a
+ * connection starts in (both nonces zero): only the missing challenge can
+ * refuse it. */
+Test(auth, an_auth_without_hello_is_refused)
+{
+    cks_test_server_t srv = {0};
+    raw_ctx_t ctx         = {0};
+    cks_tp_worker_params_t wp = {.name = "stranger", .on_msg = raw_on_msg,
+                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
+                                 .arg = &ctx};
+    cks_tp_worker_h w;
+    cks_tp_conn_h conn;
+    cks_client_h c;
+    cks_version_info_t vi;
+    uint8_t zero[CKS_WIRE_NONCE_LEN] = {0}, cn[CKS_WIRE_NONCE_LEN], proof[CKS_WIRE_NONCE_LEN];
+
+    cr_assert_eq(cks_test_server_start(&srv, 16 * MiB), 0);
+    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn), CKS_OK);
+    client_proof(good, zero, zero, proof);
+    raw_auth(w, conn, &ctx, proof);
+    cr_assert_eq(ctx.status, CKS_ERR_AUTH, "status %d (%s)", ctx.status, ctx.msg);
+    cr_assert(strstr(ctx.msg, "HELLO first") != NULL, "%s", ctx.msg);
+
+    /* served nothing after it: neither a HELLO nor a request is answered */
+    ctx.got = 0;
+    cr_assert_eq(cks_tp_nonce(cn), CKS_OK);
+    cks_msg_hello_t hello = {cks_wire_cstr("stranger"), cks_wire_cstr(NULL),
+                             {(const char *)cn, CKS_WIRE_NONCE_LEN}, cks_wire_cstr(NULL)};
+    raw_post(conn, CKS_MSG_HELLO, &hello);
+    cks_msg_version_begin_t vb = {0};
+    vb.job     = cks_wire_cstr("nohello");
+    vb.version = 1;
+    raw_post(conn, CKS_MSG_VERSION_BEGIN, &vb);
+    raw_wait_lost(w, &ctx);
+    cr_assert_eq(ctx.lost, 1, "the server kept the connection open");
+    cr_assert_eq(ctx.got, 0, "answered after the refusal: status %d (%s)", ctx.status, ctx.msg);
+    cks_tp_conn_put(conn);
+    cks_tp_worker_destroy(w);
+
+    cr_assert_eq(connect_to(srv.addr, NULL, good, &c), CKS_OK);
+    cr_assert_eq(cks_version_stat(c, "nohello", 1, &vi), CKS_ERR_NO_SUCH_JOB);
+    cks_client_destroy(c);
+    cr_assert(cks_test_log_has(srv.log, "AUTH without a challenge", 0), "no log in %s", srv.log);
+    cks_test_server_cleanup(&srv);
+}
+
 /* ---- a cluster: servers authenticate each other too ---------------------- */
 
 Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
@@ -406,5 +589,440 @@ Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
     cks_test_cluster_cleanup(&cl);
     unlink(alpha);
     rmdir(jobs);
+    free(buf);
+}
+
+/* A client that proved only a job's secret sends, for its own job, each
+ * message that only servers send each other (the "s>s" rows of
+ * CKS_MSG_LIST) to every server: each is refused, and nothing changes -
+ * no chunk is stored, no version committed, the version still restores. */
+Test(auth, a_job_secret_cannot_send_server_to_server_messages, .timeout = 300)
+{
+    cks_test_cluster_t cl;
+    cks_client_h admin, a;
+    cks_version_info_t vi;
+    raw_ctx_t ctx = {0};
+    cks_tp_worker_params_t wp = {.name = "job-client", .on_msg = raw_on_msg,
+                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
+                                 .arg = &ctx};
+    cks_tp_worker_h w;
+    cks_tp_conn_h conn;
+    uint64_t size = 1 * MiB + 3, used0 = 0, used1 = 0;
+    uint8_t *buf   = malloc(size + 8);
+    uint8_t *chunk = calloc(1, 64 * 1024);
+    uint8_t cn[CKS_WIRE_NONCE_LEN], proof[CKS_WIRE_NONCE_LEN];
+    char jobs[128], alpha[160], flags[160];
+    cks_test_fill(buf, size + 8, cks_test_seed(34));
+    snprintf(jobs, sizeof(jobs), "%s/jobs", dir);
+    cr_assert_eq(mkdir(jobs, 0700), 0);
+    snprintf(alpha, sizeof(alpha), "%s/alpha", jobs);
+    write_secret(alpha, "a1b2c3d4e5f60718293a4b5c6d7e8f90", 0600);
+    snprintf(flags, sizeof(flags), "--job-secrets %s", jobs);
+    cks_test_set_server_flags(flags);
+    cr_assert_eq(cks_test_cluster_start(&cl, 6, 3, 64 * MiB, -1, NULL), 0);
+    cks_test_set_server_flags(NULL);
+
+    cr_assert_eq(connect_job(NULL, cl.map, alpha, "alpha", &a), CKS_OK);
+    cr_assert_eq(write_version(a, "alpha", 1, buf, size, 2), CKS_OK);
+    cks_client_destroy(a);
+    cr_assert_eq(connect_to(NULL, cl.map, good, &admin), CKS_OK);
+    cr_assert_eq(cks_cluster_usage(admin, &used0, NULL), CKS_OK);
+
+    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
+    for (size_t i = 0; i < cl.n; i++) {
+        cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", cl.srv[i].port, &conn), CKS_OK);
+        cr_assert_eq(cks_tp_nonce(cn), CKS_OK);
+        raw_hello(w, conn, &ctx, cn, "alpha");
+        client_proof(alpha, ctx.nonce, cn, proof);
+        raw_auth(w, conn, &ctx, proof);
+        cr_assert_eq(ctx.status, CKS_OK, "server %zu: AUTH %d (%s)", i, ctx.status, ctx.msg);
+
+        /* a chunk of a new version of its job (stored, were it accepted) */
+        cks_msg_chunk_put_t cp = {0};
+        cp.job     = cks_wire_cstr("alpha");
+        cp.version = 9;
+        cp.key     = cks_wire_cstr("obj0");
+        raw_send(w, conn, &ctx, CKS_MSG_CHUNK_PUT, &cp, chunk, 64 * 1024);
+        cr_assert_eq(ctx.got, 1, "server %zu: no answer to CHUNK_PUT", i);
+        cr_assert_eq(ctx.status, CKS_ERR_AUTH, "server %zu: CHUNK_PUT %d (%s)", i, ctx.status,
+                     ctx.msg);
+        /* an object reported done to a coordinator */
+        cks_msg_object_done_t od = {0};
+        od.job     = cks_wire_cstr("alpha");
+        od.version = 9;
+        od.o.key   = cks_wire_cstr("obj0");
+        od.o.size  = 64 * 1024;
+        od.o.source = 9;
+        raw_send(w, conn, &ctx, CKS_MSG_OBJECT_DONE, &od, NULL, 0);
+        cr_assert_eq(ctx.got, 1, "server %zu: no answer to OBJECT_DONE", i);
+        cr_assert_eq(ctx.status, CKS_ERR_AUTH, "server %zu: OBJECT_DONE %d (%s)", i,
+                     ctx.status, ctx.msg);
+        /* a manifest of a protected, empty version 9, keeping only the
+         * newest version (were it accepted, version 1 would go) */
+        cks_msg_version_commit_t vc = {0};
+        vc.job          = cks_wire_cstr("alpha");
+        vc.v.version    = 9;
+        vc.v.parent     = UINT64_MAX;
+        vc.v.state      = CKS_VSTATE_PROTECTED;
+        vc.v.nranks     = 1;
+        vc.v.k          = 4;
+        vc.v.m          = 2;
+        vc.v.chunk_size = 64 * 1024;
+        vc.last         = 1;
+        vc.retain       = 1;
+        raw_send(w, conn, &ctx, CKS_MSG_VERSION_COMMIT, &vc, NULL, 0);
+        cr_assert_eq(ctx.got, 1, "server %zu: no answer to VERSION_COMMIT", i);
+        cr_assert_eq(ctx.status, CKS_ERR_AUTH, "server %zu: VERSION_COMMIT %d (%s)", i,
+                     ctx.status, ctx.msg);
+        /* version 1 dropped as aborted */
+        cks_msg_version_drop_t vd = {cks_wire_cstr("alpha"), 1, CKS_VSTATE_ABORTED};
+        raw_send(w, conn, &ctx, CKS_MSG_VERSION_DROP, &vd, NULL, 0);
+        cr_assert_eq(ctx.got, 1, "server %zu: no answer to VERSION_DROP", i);
+        cr_assert_eq(ctx.status, CKS_ERR_AUTH, "server %zu: VERSION_DROP %d (%s)", i,
+                     ctx.status, ctx.msg);
+
+        /* the connection still serves its job's own requests */
+        cks_msg_version_stat_t vs = {cks_wire_cstr("alpha"), 1, 0};
+        raw_send(w, conn, &ctx, CKS_MSG_VERSION_STAT, &vs, NULL, 0);
+        cr_assert_eq(ctx.got, 1, "server %zu: no answer to VERSION_STAT", i);
+        cr_assert_eq(ctx.status, CKS_OK, "server %zu: VERSION_STAT %d (%s)", i, ctx.status,
+                     ctx.msg);
+        cks_tp_conn_put(conn);
+    }
+    cks_tp_worker_destroy(w);
+    for (size_t i = 0; i < cl.n; i++) {
+        cr_assert(cks_test_log_has(cl.srv[i].log, "refused VERSION_DROP", 0), "server %zu", i);
+    }
+
+    /* nothing changed: no chunk stored, no version 9, version 1 exact */
+    cr_assert_eq(cks_cluster_usage(admin, &used1, NULL), CKS_OK);
+    cr_assert_eq(used1, used0, "arena use went from %llu to %llu bytes",
+                 (unsigned long long)used0, (unsigned long long)used1);
+    cr_assert_eq(cks_version_stat(admin, "alpha", 9, &vi), CKS_ERR_NO_SUCH_VERSION);
+    cr_assert_eq(cks_version_stat(admin, "alpha", 1, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_PROTECTED);
+    verify_version(admin, "alpha", 1, buf, size, 2);
+    cks_client_destroy(admin);
+    cks_test_cluster_cleanup(&cl);
+    unlink(alpha);
+    rmdir(jobs);
+    free(chunk);
+    free(buf);
+}
+
+/* ---- a server with a wrong secret ----------------------------------------- */
+
+typedef struct {
+    int done;
+    cks_status_t status;
+} hs_wait_t;
+
+static void hs_done(void *arg, cks_status_t status)
+{
+    hs_wait_t *h = arg;
+    h->status    = status;
+    h->done      = 1;
+}
+
+/* A cluster server restarted with another secret (same id, same port). Its
+ * own client (same secret as it) makes it a primary: it encodes a put and
+ * sends the chunks to its peers, which refuse its handshake; nothing of it
+ * is stored on them. A client with the cluster secret is refused by it. */
+Test(auth, a_server_with_a_wrong_secret_is_refused_by_its_peers, .timeout = 300)
+{
+    cks_test_cluster_t cl;
+    cks_client_h c;
+    cks_cluster_stats_t st;
+    raw_ctx_t ctx = {0};
+    cks_tp_worker_params_t wp = {.name = "rogue-client", .on_msg = raw_on_msg,
+                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
+                                 .arg = &ctx};
+    cks_tp_worker_h w;
+    cks_tp_conn_h conn;
+    cks_tp_secret_t rogue_secret;
+    hs_wait_t hs  = {0};
+    const size_t r = 5;
+    uint64_t size  = 256 * 1024;
+    uint8_t *buf   = malloc(size);
+    cks_test_fill(buf, size, cks_test_seed(35));
+
+    cr_assert_eq(cks_test_cluster_start(&cl, 6, 3, 64 * MiB, -1, NULL), 0);
+    cks_test_cluster_kill(&cl, r);
+    cks_test_set_secret(wrong);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[r]), 0, "restart with another secret");
+    cks_test_set_secret(good);
+
+    /* the rogue's client authenticates with the rogue's secret */
+    cr_assert_eq(cks_tp_secret_load(wrong, &rogue_secret), CKS_OK);
+    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", cl.srv[r].port, &conn), CKS_OK);
+    cr_assert_eq(cks_tp_conn_handshake(conn, "rogue-client", &rogue_secret, 10000, hs_done, &hs),
+                 CKS_INPROGRESS);
+    uint64_t until = cks_time_ns() + 15ull * 1000000000ull;
+    while (!hs.done && cks_time_ns() < until) {
+        cks_tp_worker_wait(w, 100);
+    }
+    cr_assert(hs.done, "no handshake");
+    cr_assert_eq(hs.status, CKS_OK, "handshake with the rogue: %d", hs.status);
+
+    /* a put makes it a primary: RS(4,2) over six servers puts a chunk on each */
+    cks_msg_put_t put = {0};
+    put.job        = cks_wire_cstr("rogue");
+    put.version    = 1;
+    put.key        = cks_wire_cstr("k");
+    put.size       = size;
+    put.k          = 4;
+    put.m          = 2;
+    put.chunk_size = 64 * 1024;
+    raw_send(w, conn, &ctx, CKS_MSG_PUT, &put, buf, size);
+    cr_assert_eq(ctx.got, 1, "no answer to the put");
+    cr_assert_eq(ctx.status, CKS_OK, "put on the rogue: %d (%s)", ctx.status, ctx.msg);
+
+    /* every peer refuses the rogue's proof; the rogue's handshakes fail */
+    for (size_t i = 0; i < cl.n; i++) {
+        if (i != r) {
+            cr_assert(cks_test_log_has(cl.srv[i].log, "wrong cluster secret", 20000),
+                      "server %zu did not refuse the rogue: %s", i, cl.srv[i].log);
+        }
+    }
+    cr_assert(cks_test_log_has(cl.srv[r].log, "handshake with a peer failed", 20000),
+              "%s", cl.srv[r].log);
+    cks_tp_conn_put(conn);
+    cks_tp_worker_destroy(w);
+
+    /* the rogue refuses a client with the cluster secret */
+    cr_assert_eq(connect_to(cl.srv[r].addr, NULL, good, &c), CKS_ERR_AUTH);
+    cr_assert_null(c);
+
+    /* served nothing: the other servers hold no byte */
+    cr_assert_eq(connect_to(NULL, cl.map, good, &c), CKS_OK);
+    cr_assert_eq(cks_cluster_stats(c, &st), CKS_OK);
+    cr_assert_eq(st.answered, cl.n - 1, "%u servers answered", st.answered);
+    cr_assert_eq(st.arena_used, 0, "%llu bytes stored on the other servers",
+                 (unsigned long long)st.arena_used);
+    cks_client_destroy(c);
+    cks_test_cluster_cleanup(&cl);
+    free(buf);
+}
+
+/* A fake server, run by its own thread: it answers HELLO with a challenge
+ * and AUTH with a proof made with its own (wrong) secret, and "OK" to
+ * anything else, which it counts. Not a ckstore-server: one that accepts
+ * every AUTH, so that only the connecting side's check can refuse it. */
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int ready; /* 1: listening; -1: could not */
+    atomic_int stop;
+    uint16_t port;
+    cks_tp_secret_t secret;
+    cks_tp_worker_h w;
+    cks_tp_conn_h conns[64];
+    /* read after the join */
+    int hellos, hellos_from_servers, auths, others;
+    char other[192]; /* the last of the others, and who sent it */
+} fake_t;
+
+static void fake_reply(cks_tp_conn_h conn, unsigned type, uint64_t req_id, const void *body)
+{
+    (void)cks_tp_send(conn, type, 0, req_id, body, NULL, 0, CKS_MEM_HOST, NULL, NULL, NULL);
+}
+
+static void fake_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                        const cks_msg_any_t *body, cks_tp_data_t *data)
+{
+    fake_t *f        = arg;
+    cks_tp_auth_t *a = cks_tp_conn_auth(conn); /* per connection: the nonces */
+    uint8_t proof[CKS_WIRE_NONCE_LEN];
+
+    if (hdr->type == CKS_MSG_HELLO) {
+        cks_msg_hello_reply_t r = {0};
+        f->hellos++;
+        f->hellos_from_servers += body->m_HELLO.name.len == 14 &&
+                                  memcmp(body->m_HELLO.name.ptr, "ckstore-server", 14) == 0;
+        snprintf(a->job, sizeof(a->job), "%.*s", (int)body->m_HELLO.name.len,
+                 body->m_HELLO.name.ptr); /* the peer's name, for the report */
+        if (body->m_HELLO.nonce.len == CKS_WIRE_NONCE_LEN) {
+            memcpy(a->client_nonce, body->m_HELLO.nonce.ptr, CKS_WIRE_NONCE_LEN);
+        }
+        (void)cks_tp_nonce(a->server_nonce);
+        r.msg   = cks_wire_cstr(NULL);
+        r.name  = cks_wire_cstr("rogue");
+        r.addr  = cks_wire_cstr(NULL);
+        r.nonce = (cks_wire_str_t){(const char *)a->server_nonce, CKS_WIRE_NONCE_LEN};
+        fake_reply(conn, CKS_MSG_HELLO_REPLY, hdr->req_id, &r);
+    } else if (hdr->type == CKS_MSG_AUTH) {
+        cks_msg_auth_reply_t r = {0};
+        f->auths++;
+        (void)cks_tp_proof(&f->secret, CKS_TP_LABEL_SERVER, a->client_nonce,
+                           CKS_WIRE_NONCE_LEN, a->server_nonce, CKS_WIRE_NONCE_LEN, proof);
+        r.msg   = cks_wire_cstr(NULL);
+        r.addr  = cks_wire_cstr(NULL);
+        r.proof = (cks_wire_str_t){(const char *)proof, CKS_WIRE_NONCE_LEN};
+        fake_reply(conn, CKS_MSG_AUTH_REPLY, hdr->req_id, &r);
+    } else {
+        cks_msg_status_t r = {CKS_OK, cks_wire_cstr(NULL)};
+        f->others++;
+        snprintf(f->other, sizeof(f->other), "%s from %s", cks_msg_name(hdr->type),
+                 a->job[0] ? a->job : "?");
+        if (!CKS_MSG_IS_REPLY(hdr->type)) {
+            fake_reply(conn, CKS_MSG_STATUS_REPLY, hdr->req_id, &r);
+        }
+    }
+}
+
+static void fake_on_accept(void *arg, cks_tp_conn_h conn)
+{
+    fake_t *f = arg;
+    for (size_t i = 0; i < sizeof(f->conns) / sizeof(f->conns[0]); i++) {
+        if (f->conns[i] == NULL) {
+            f->conns[i] = conn;
+            return;
+        }
+    }
+    cks_tp_conn_put(conn);
+}
+
+static void fake_on_err(void *arg, cks_tp_conn_h conn, cks_status_t status)
+{
+    fake_t *f = arg;
+    for (size_t i = 0; i < sizeof(f->conns) / sizeof(f->conns[0]); i++) {
+        if (f->conns[i] == conn) {
+            f->conns[i] = NULL;
+            cks_tp_conn_put(conn);
+        }
+    }
+}
+
+static void *fake_main(void *arg)
+{
+    fake_t *f                 = arg;
+    cks_tp_worker_params_t wp = {.name = "rogue", .on_msg = fake_on_msg,
+                                 .on_bad_msg = raw_on_bad, .on_conn_err = fake_on_err,
+                                 .arg = f};
+    cks_tp_listener_h l = NULL;
+    int ok              = cks_tp_worker_create(&wp, &f->w) == CKS_OK;
+    ok = ok && cks_tp_listener_create(f->w, "127.0.0.1", f->port, fake_on_accept, f, &l) ==
+                   CKS_OK;
+    pthread_mutex_lock(&f->lock);
+    f->ready = ok ? 1 : -1;
+    f->port  = ok ? cks_tp_listener_port(l) : 0;
+    pthread_cond_signal(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+    uint64_t until = cks_time_ns() + 200ull * 1000000000ull; /* bounded, whatever happens */
+    while (ok && !atomic_load(&f->stop) && cks_time_ns() < until) {
+        cks_tp_worker_wait(f->w, 100);
+    }
+    for (size_t i = 0; i < sizeof(f->conns) / sizeof(f->conns[0]); i++) {
+        if (f->conns[i] != NULL) {
+            cks_tp_conn_put(f->conns[i]);
+        }
+    }
+    if (l != NULL) {
+        cks_tp_listener_destroy(l);
+    }
+    if (f->w != NULL) {
+        cks_tp_worker_destroy(f->w);
+    }
+    return NULL;
+}
+
+/* Start the fake on 127.0.0.1:port (0: any) proving the secret in `path`. */
+static void fake_start(fake_t *f, const char *path, uint16_t port)
+{
+    struct timespec ts;
+    memset(f, 0, sizeof(*f));
+    f->port = port;
+    cr_assert_eq(cks_tp_secret_load(path, &f->secret), CKS_OK);
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    cr_assert_eq(pthread_create(&f->thread, NULL, fake_main, f), 0);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 30;
+    pthread_mutex_lock(&f->lock);
+    while (f->ready == 0 && pthread_cond_timedwait(&f->cond, &f->lock, &ts) == 0) {
+    }
+    pthread_mutex_unlock(&f->lock);
+    cr_assert_eq(f->ready, 1, "the fake server did not start");
+}
+
+static void fake_stop(fake_t *f)
+{
+    atomic_store(&f->stop, 1);
+    cks_tp_worker_signal(f->w);
+    pthread_join(f->thread, NULL);
+    pthread_cond_destroy(&f->cond);
+    pthread_mutex_destroy(&f->lock);
+}
+
+/* A server that answers AUTH with a proof made with another secret: the
+ * client checks the proof and refuses it, and sends it nothing more. */
+Test(auth, client_refuses_a_server_that_proves_a_wrong_secret)
+{
+    fake_t f;
+    cks_client_h c;
+    char addr[64];
+    fake_start(&f, wrong, 0);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", f.port);
+    cr_assert_eq(connect_to(addr, NULL, good, &c), CKS_ERR_AUTH);
+    cr_assert_null(c);
+    fake_stop(&f);
+    cr_assert_geq(f.auths, 1, "the client never sent AUTH");
+    cr_assert_eq(f.others, 0, "the client sent %d requests to the rogue (%s)", f.others,
+                 f.other);
+}
+
+/* The same fake in a cluster of seven, in place of server 6: a client with
+ * the cluster secret puts objects whose placement groups (six of seven
+ * servers) mostly include the fake; their primaries connect to it to send
+ * its chunks, check its proof, refuse it, and the chunks held behind the
+ * handshake are never sent. The version fails; the fake gets nothing but
+ * handshakes. */
+Test(auth, servers_send_nothing_to_a_peer_that_proves_a_wrong_secret, .timeout = 300)
+{
+    cks_test_cluster_t cl;
+    cks_client_h c;
+    fake_t f;
+    const size_t r = 6;
+    uint64_t size  = 256 * 1024 + 77;
+    uint8_t *buf   = malloc(size + 8);
+    char key[32];
+    int stored     = 0;
+    cks_test_fill(buf, size + 8, cks_test_seed(36));
+
+    cr_assert_eq(cks_test_cluster_start(&cl, 7, 3, 64 * MiB, -1, NULL), 0);
+    cks_test_cluster_kill(&cl, r);
+    fake_start(&f, wrong, cl.srv[r].port);
+
+    cr_assert_eq(connect_to(NULL, cl.map, good, &c), CKS_OK);
+    cks_version_params_t vp = {0};
+    vp.job     = "moe";
+    vp.version = 1;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    for (int i = 0; i < 8; i++) { /* a put whose primary is the fake fails at the client */
+        cks_put_params_t p = {0};
+        snprintf(key, sizeof(key), "obj%d", i);
+        p.job     = "moe";
+        p.version = 1;
+        p.key     = key;
+        p.buffer  = buf + i;
+        p.size    = size;
+        stored += cks_put(c, &p) == CKS_OK;
+    }
+    cr_assert_geq(stored, 1, "no put reached a primary other than the fake");
+    cr_assert_neq(cks_version_seal(c, "moe", 1), CKS_OK, "sealed with chunks on the fake");
+    cks_client_destroy(c);
+    size_t peers = 0;
+    for (size_t i = 0; i < cl.n; i++) {
+        peers += i != r && cks_test_log_has(cl.srv[i].log, "did not prove the cluster secret",
+                                            0);
+    }
+    fake_stop(&f);
+    cr_assert_geq(peers, 1, "no server connected to the fake");
+    cr_assert_geq(f.hellos_from_servers, 1);
+    cr_assert_eq(f.others, 0, "the servers and the client sent %d requests to the rogue (%s)",
+                 f.others, f.other);
+    cks_test_cluster_cleanup(&cl);
     free(buf);
 }
