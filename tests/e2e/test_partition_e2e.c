@@ -15,7 +15,8 @@
  * so the cut lands in its middle. Client timeouts are short (3 s). What must
  * hold: every call returns in bounded time; a snapshot cut from a server
  * fails with a clear error and the version is not restorable while the
- * previous version still restores bit-exact; a restore that loses one server
+ * previous version still restores bit-exact; a seal that cannot reach the
+ * coordinator fails, and the version is aborted at its deadline; a restore that loses one server
  * in its middle completes bit-exact from parity, one that loses three fails
  * with CKS_ERR_DATA_LOST, never with wrong bytes; healed, the cluster serves.
  *
@@ -527,10 +528,15 @@ Test(partition, snapshot_cut_from_a_primary_mid_put)
 }
 
 /* Every put of a version is stored on its primary; the version's coordinator
- * is cut off while the primaries spread the chunks and the rank seals. The
- * seal comes back in bounded time, with a clear error, or OK; whatever it
- * said, the version is either whole (restores bit-exact) or not restorable,
- * now and once the link is back. */
+ * is cut off while the primaries spread the chunks, and the rank seals. The
+ * seal cannot reach the coordinator: it fails in bounded time with a clear
+ * error. The version then stays open on its coordinator alone - the other
+ * servers know only committed versions, so a restore is NO_SUCH_VERSION -
+ * until its deadline (timeout_s = 10), when the coordinator, still cut off,
+ * aborts it. Healed after that: the version is ABORTED, a restore is
+ * NOT_RESTORABLE, a seal is VERSION_NOT_OPEN (the failed seal, should it
+ * arrive late, cannot commit it either), the previous version restores
+ * bit-exact and a new version commits. */
 Test(partition, snapshot_cut_from_the_coordinator_mid_seal)
 {
     bring_up();
@@ -568,16 +574,27 @@ Test(partition, snapshot_cut_from_the_coordinator_mid_seal)
     cr_assert(text[0] != '\0', "no error text");
     cr_assert_lt(took, BOUND_MS);
 
-    /* restorable only if whole; never wrong bytes */
+    /* only the coordinator knows the open version */
     cks_status_t v2 = verify_version(cli, 2, 4, 4 * MiB, seed);
     fprintf(stderr, "version 2 while the coordinator is cut: %s\n", cks_status_name(v2));
+    cr_assert_eq(v2, CKS_ERR_NO_SUCH_VERSION, "version 2 while its coordinator is cut: %s",
+                 cks_status_name(v2));
     cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
 
+    /* its deadline passes on the coordinator, cut off (the line it logs) */
+    cr_assert(cks_test_log_has(cl.srv[coord].log, "aborting version 2 of '" JOB "'", BOUND_MS),
+              "the coordinator did not abort version 2 at its deadline (log in %s)",
+              cl.srv[coord].log);
     cr_assert_eq(cks_test_netns_heal(&net, (int)coord), 0);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(cli, JOB, 2, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_ABORTED, "version 2 after healing: %s",
+                 cks_vstate_string(vi.state));
     v2 = verify_version(cli, 2, 4, 4 * MiB, seed);
     fprintf(stderr, "version 2 after healing: %s\n", cks_status_name(v2));
-    cr_assert(v2 == CKS_OK || v2 == CKS_ERR_NOT_RESTORABLE || v2 == CKS_ERR_NO_SUCH_VERSION,
-              "version 2 after healing: %s", cks_status_name(v2));
+    cr_assert_eq(v2, CKS_ERR_NOT_RESTORABLE, "version 2 after healing: %s",
+                 cks_status_name(v2));
+    cr_assert_eq(cks_version_seal(cli, JOB, 2), CKS_ERR_VERSION_NOT_OPEN);
     cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
     write_after_heal(cli, 3, seed);
 }
