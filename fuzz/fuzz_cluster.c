@@ -42,7 +42,9 @@ static int fc_label_ok(const char *s)
     if (n == 0 || n > CKS_CLUSTER_LABEL_MAX) {
         return 0;
     }
-    return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+    return strspn(s,
+                  "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+           n;
 }
 
 static void fc_check_map(cks_cluster_h map)
@@ -53,8 +55,8 @@ static void fc_check_map(cks_cluster_h map)
     size_t next_node = 0, next_rack = 0;
     char addr[CKS_CLUSTER_ADDR_LEN];
 
-    if (n == 0 || n > CKS_CLUSTER_MAX_SERVERS || nnodes == 0 || nnodes > n || nracks == 0 ||
-        nracks > nnodes) {
+    if (n == 0 || n > CKS_CLUSTER_MAX_SERVERS || nnodes == 0 || nnodes > n ||
+        nracks == 0 || nracks > nnodes) {
         FZ_FAIL("%zu servers, %zu nodes, %zu racks", n, nnodes, nracks);
     }
     if (cks_cluster_server(map, n) != NULL) {
@@ -165,7 +167,8 @@ static void fc_place(cks_cluster_h map, size_t size)
 
     if (cks_cluster_check(map, k, m, NULL, 0) != CKS_OK) {
         if (k + m <= cks_cluster_nnodes(map)) {
-            FZ_FAIL("check refused k %u m %u with %zu nodes", k, m, cks_cluster_nnodes(map));
+            FZ_FAIL("check refused k %u m %u with %zu nodes", k, m,
+                    cks_cluster_nnodes(map));
         }
         return;
     }

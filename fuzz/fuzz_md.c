@@ -114,10 +114,11 @@ static void fm_version(uint64_t kv, const uint8_t *val, size_t len)
     if (v.version != kv || v.state > CKS_VSTATE_ABORTED || v.ec_k > 16 || v.ec_m > 4) {
         FZ_FAIL("version: decoded out of range (version %llu of key %llu, state %d, "
                 "k %u, m %u)",
-                (unsigned long long)v.version, (unsigned long long)kv, (int)v.state, v.ec_k,
-                v.ec_m);
+                (unsigned long long)v.version, (unsigned long long)kv, (int)v.state,
+                v.ec_k, v.ec_m);
     }
-    if (cks_md_version_encode(&v, b2, &l2) != CKS_OK || l2 == 0 || l2 > CKS_MD_VALUE_MAX) {
+    if (cks_md_version_encode(&v, b2, &l2) != CKS_OK || l2 == 0 ||
+        l2 > CKS_MD_VALUE_MAX) {
         FZ_FAIL("version: re-encode failed");
     }
     if (l2 > len && len >= 2 && val[0] == 0x9c && val[1] == 0x02) {
@@ -130,7 +131,8 @@ static void fm_version(uint64_t kv, const uint8_t *val, size_t len)
         FZ_FAIL("version: changed in a round trip");
     }
     free(copy);
-    if (cks_md_version_encode(&v2, b3, &l3) != CKS_OK || l3 != l2 || memcmp(b2, b3, l2) != 0) {
+    if (cks_md_version_encode(&v2, b3, &l3) != CKS_OK || l3 != l2 ||
+        memcmp(b2, b3, l2) != 0) {
         FZ_FAIL("version: second encoding differs");
     }
 }
@@ -151,7 +153,8 @@ static void fm_object(uint64_t version, const uint8_t *val, size_t len)
         free(key);
         return;
     }
-    if (o.key_len != klen || memcmp(o.key, FM_OKEY, klen + 1) != 0 || o.kind > CKS_KIND_OTHER) {
+    if (o.key_len != klen || memcmp(o.key, FM_OKEY, klen + 1) != 0 ||
+        o.kind > CKS_KIND_OTHER) {
         FZ_FAIL("object: wrong key or kind %d", (int)o.kind);
     }
     if (cks_md_object_encode(&o, b2, &l2) != CKS_OK || l2 == 0 || l2 > CKS_MD_VALUE_MAX) {
@@ -168,7 +171,8 @@ static void fm_object(uint64_t version, const uint8_t *val, size_t len)
     }
     free(copy);
     free(key);
-    if (cks_md_object_encode(&o2, b3, &l3) != CKS_OK || l3 != l2 || memcmp(b2, b3, l2) != 0) {
+    if (cks_md_object_encode(&o2, b3, &l3) != CKS_OK || l3 != l2 ||
+        memcmp(b2, b3, l2) != 0) {
         FZ_FAIL("object: second encoding differs");
     }
 }
@@ -206,7 +210,8 @@ static void fm_chunk(const uint8_t *tail, const uint8_t *val, size_t len)
         FZ_FAIL("chunk: changed in a round trip");
     }
     free(copy);
-    if (cks_md_chunk_encode(&c2, b3, &l3) != CKS_OK || l3 != l2 || memcmp(b2, b3, l2) != 0) {
+    if (cks_md_chunk_encode(&c2, b3, &l3) != CKS_OK || l3 != l2 ||
+        memcmp(b2, b3, l2) != 0) {
         FZ_FAIL("chunk: second encoding differs");
     }
 }
@@ -235,8 +240,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     version = fm_be64(data);
-    val     = data + FM_KEY_BYTES;
-    len     = size - FM_KEY_BYTES;
+    val = data + FM_KEY_BYTES;
+    len = size - FM_KEY_BYTES;
     fm_version(version, val, len);
     fm_object(version, val, len);
     fm_chunk(data, val, len);

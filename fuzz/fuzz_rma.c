@@ -77,12 +77,12 @@ static int fr_walk_ref(const uint8_t *k, size_t len, size_t map_len, const uint8
 static void fr_walk(const uint8_t *k, size_t len, size_t map_len, const uint8_t *shape,
                     const char *what)
 {
-    int got  = cks_tp_key_walk(k, len, map_len, shape);
+    int got = cks_tp_key_walk(k, len, map_len, shape);
     int want = fr_walk_ref(k, len, map_len, shape);
 
     if (got != want) {
-        FZ_FAIL("key walk (%s, map %zu, %zu bytes) says %d, the reference %d", what, map_len,
-                len, got, want);
+        FZ_FAIL("key walk (%s, map %zu, %zu bytes) says %d, the reference %d", what,
+                map_len, len, got, want);
     }
 }
 
@@ -147,8 +147,7 @@ static void fr_descriptor(const uint8_t *data, size_t size)
         FZ_FAIL("descriptor: key or token outside the input");
     }
     if (d.rma_seg_len <= FR_MEM_HDR || d.rma_seg_base + d.rma_seg_len < d.rma_seg_base ||
-        d.rma_addr < d.rma_seg_base + FR_MEM_HDR ||
-        d.rma_addr + d.length < d.rma_addr ||
+        d.rma_addr < d.rma_seg_base + FR_MEM_HDR || d.rma_addr + d.length < d.rma_addr ||
         d.rma_addr + d.length > d.rma_seg_base + d.rma_seg_len) {
         FZ_FAIL("descriptor: range [0x%llx, +%zu) outside the region [0x%llx, +%llu)",
                 (unsigned long long)d.rma_addr, d.length,

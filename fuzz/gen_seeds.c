@@ -76,8 +76,8 @@ static size_t gen_key(uint8_t *k, size_t map_len, uint64_t map, uint8_t size)
     return pos;
 }
 
-static size_t gen_desc(uint8_t *d, uint64_t addr, uint64_t len, uint64_t base, uint64_t slen,
-                       const uint8_t *key, size_t klen)
+static size_t gen_desc(uint8_t *d, uint64_t addr, uint64_t len, uint64_t base,
+                       uint64_t slen, const uint8_t *key, size_t klen)
 {
     gen_put64(d, (uint64_t)0x434b5231u << 32);
     gen_put64(d + 4, addr);
@@ -153,7 +153,7 @@ static int gen_rma(void)
     int rc = 0;
 
     klen = gen_key(k, 8, 0x25, 12); /* three domains */
-    len  = gen_desc(d, base + 4096, slen - 4096, base, slen, k, klen);
+    len = gen_desc(d, base + 4096, slen - 4096, base, slen, k, klen);
     rc |= gen_write("rma", "syn-map8-whole", d, len);
     len = gen_desc(d, base + slen, 0, base, slen, k, klen);
     rc |= gen_write("rma", "syn-map8-empty-at-end", d, len);
@@ -169,7 +169,7 @@ static int gen_rma(void)
     rc |= gen_write("rma", "bad-header-only", d, GEN_RMA_HDR);
     rc |= gen_bare_key("syn-key-map8", k, klen, 8);
     klen = gen_key(k, 4, 0x80000001u, 255); /* first and last bit, longest domains */
-    len  = gen_desc(d, base + 8192, 100, base, slen, k, klen);
+    len = gen_desc(d, base + 8192, 100, base, slen, k, klen);
     rc |= gen_write("rma", "syn-map4-long", d, len);
     rc |= gen_bare_key("syn-key-map4", k, klen, 4);
     klen = gen_key(k, 2, 0x3, 0); /* empty domain keys */
@@ -187,20 +187,18 @@ static const struct {
     const char *name, *text;
 } gen_maps[] = {
     {"one-server", "epoch 1\nserver 0 10.0.0.1:7000 node=n0 rack=r0\n"},
-    {"six",
-     "# six servers\nepoch 3\n\n"
-     "server 5 127.0.0.1:7006 node=n5 rack=r2   # out of order\n"
-     "server 0 127.0.0.1:7001 node=n0 rack=r0\n"
-     "server 1 127.0.0.1:7002 node=n1 rack=r0\n"
-     "server 2\t127.0.0.1:7003\tnode=n2\track=r1\n"
-     "server 3 127.0.0.1:7004 node=n3 rack=r1\n"
-     "server 4 127.0.0.1:7005 node=n4 rack=r2\n"},
-    {"shared-nodes",
-     "epoch 18446744073709551615\n"
-     "server 65535 255.255.255.254:65535 node=A.b_c-9 rack=R\n"
-     "server 7 192.168.1.2:1 node=A.b_c-9 rack=R\n"
-     "server 8 192.168.1.3:2 node=host-2 rack=R2\n"
-     "server 9 192.168.1.3:3 node=host-2 rack=R2\n"},
+    {"six", "# six servers\nepoch 3\n\n"
+            "server 5 127.0.0.1:7006 node=n5 rack=r2   # out of order\n"
+            "server 0 127.0.0.1:7001 node=n0 rack=r0\n"
+            "server 1 127.0.0.1:7002 node=n1 rack=r0\n"
+            "server 2\t127.0.0.1:7003\tnode=n2\track=r1\n"
+            "server 3 127.0.0.1:7004 node=n3 rack=r1\n"
+            "server 4 127.0.0.1:7005 node=n4 rack=r2\n"},
+    {"shared-nodes", "epoch 18446744073709551615\n"
+                     "server 65535 255.255.255.254:65535 node=A.b_c-9 rack=R\n"
+                     "server 7 192.168.1.2:1 node=A.b_c-9 rack=R\n"
+                     "server 8 192.168.1.3:2 node=host-2 rack=R2\n"
+                     "server 9 192.168.1.3:3 node=host-2 rack=R2\n"},
     {"long-labels",
      "epoch 0\nserver 1 1.2.3.4:5 "
      "node=nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn "
@@ -212,15 +210,12 @@ static const struct {
     {"bad-no-servers", "epoch 1\n"},
     {"bad-epoch-overflow",
      "epoch 18446744073709551616\nserver 0 10.0.0.1:7000 node=n0 rack=r0\n"},
-    {"bad-dup-id",
-     "epoch 1\nserver 0 10.0.0.1:7000 node=n0 rack=r0\n"
-     "server 0 10.0.0.2:7000 node=n1 rack=r0\n"},
-    {"bad-dup-endpoint",
-     "epoch 1\nserver 0 10.0.0.1:7000 node=n0 rack=r0\n"
-     "server 1 10.0.0.1:7000 node=n1 rack=r0\n"},
-    {"bad-node-two-racks",
-     "epoch 1\nserver 0 10.0.0.1:7000 node=n0 rack=r0\n"
-     "server 1 10.0.0.1:7001 node=n0 rack=r1\n"},
+    {"bad-dup-id", "epoch 1\nserver 0 10.0.0.1:7000 node=n0 rack=r0\n"
+                   "server 0 10.0.0.2:7000 node=n1 rack=r0\n"},
+    {"bad-dup-endpoint", "epoch 1\nserver 0 10.0.0.1:7000 node=n0 rack=r0\n"
+                         "server 1 10.0.0.1:7000 node=n1 rack=r0\n"},
+    {"bad-node-two-racks", "epoch 1\nserver 0 10.0.0.1:7000 node=n0 rack=r0\n"
+                           "server 1 10.0.0.1:7001 node=n0 rack=r1\n"},
     {"bad-id-range", "epoch 1\nserver 65536 10.0.0.1:7000 node=n0 rack=r0\n"},
     {"bad-any-address", "epoch 1\nserver 0 0.0.0.0:7000 node=n0 rack=r0\n"},
     {"bad-port-0", "epoch 1\nserver 0 10.0.0.1:0 node=n0 rack=r0\n"},
@@ -293,32 +288,57 @@ static int gen_md(void)
     uint8_t b[CKS_MD_VALUE_MAX];
     size_t len;
     int rc = 0;
-    cks_md_version_t vmax = {UINT64_MAX - 1, UINT64_MAX,       CKS_VSTATE_ABORTED,
-                             UINT32_MAX,     UINT64_MAX,       UINT64_MAX,
-                             UINT64_MAX,     UINT64_MAX,       16,
-                             4,              UINT64_MAX};
-    cks_md_version_t vmid = {7, 6, CKS_VSTATE_SEALED, 1, 1700000000000000000ull,
-                             1700000001000000000ull, 300, 1u << 30, 4, 2, 1u << 20};
+    cks_md_version_t vmax = {
+        UINT64_MAX - 1, UINT64_MAX, CKS_VSTATE_ABORTED, UINT32_MAX, UINT64_MAX,
+        UINT64_MAX,     UINT64_MAX, UINT64_MAX,         16,         4,
+        UINT64_MAX};
+    cks_md_version_t vmid = {7,
+                             6,
+                             CKS_VSTATE_SEALED,
+                             1,
+                             1700000000000000000ull,
+                             1700000001000000000ull,
+                             300,
+                             1u << 30,
+                             4,
+                             2,
+                             1u << 20};
     cks_md_version_t vmin = {0, CKS_MD_NO_PARENT, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-    cks_md_object_t omax = {.kind = CKS_KIND_OTHER, .layer = INT32_MAX, .expert = INT32_MIN,
-                            .rank = -1, .size = UINT64_MAX, .crc64 = UINT64_MAX,
-                            .arena_offset = UINT64_MAX, .arena_len = UINT64_MAX,
+    cks_md_object_t omax = {.kind = CKS_KIND_OTHER,
+                            .layer = INT32_MAX,
+                            .expert = INT32_MIN,
+                            .rank = -1,
+                            .size = UINT64_MAX,
+                            .crc64 = UINT64_MAX,
+                            .arena_offset = UINT64_MAX,
+                            .arena_len = UINT64_MAX,
                             .source_version = UINT64_MAX};
-    cks_md_object_t omid = {.kind = 0, .layer = 12, .expert = -1, .rank = 0, .size = 4096,
-                            .crc64 = 0x123456789abcdefull, .arena_offset = 1u << 20,
-                            .arena_len = 8192, .source_version = 5};
-    cks_md_chunk_t cmax = {UINT64_MAX, 255, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+    cks_md_object_t omid = {.kind = 0,
+                            .layer = 12,
+                            .expert = -1,
+                            .rank = 0,
+                            .size = 4096,
+                            .crc64 = 0x123456789abcdefull,
+                            .arena_offset = 1u << 20,
+                            .arena_len = 8192,
+                            .source_version = 5};
+    cks_md_chunk_t cmax = {UINT64_MAX, 255,        UINT64_MAX,
+                           UINT64_MAX, UINT64_MAX, UINT64_MAX};
     cks_md_chunk_t cmid = {3, 5, 1u << 20, 0xfeedull, 4096, 1u << 20};
     /* older formats and corrupt values, by hand */
-    static const uint8_t v1[]    = {0x99, 0x01, 0x07, 0x06, 0x02, 0x01, 0x05, 0x06, 0x10, 0xcd, 0x10, 0x00};
-    static const uint8_t o1[]    = {0x99, 0x01, 0x00, 0xff, 0xd0, 0x80, 0x00, 0x10, 0x00, 0x00, 0x20};
-    static const uint8_t wide[]  = {0xdc, 0x00, 0x05, 0xd3, 0, 0, 0, 0, 0, 0, 0, 1, 0xd2, 0, 0, 0, 9,
-                                    0xd1, 0, 1, 0xcf, 0, 0, 0, 0, 0, 0, 0, 2, 0xd0, 3};
-    static const uint8_t huge[]  = {0xdd, 0xff, 0xff, 0xff, 0xff};
-    static const uint8_t neg[]   = {0x95, 0x01, 0xff, 0x00, 0x00, 0x00};
+    static const uint8_t v1[] = {0x99, 0x01, 0x07, 0x06, 0x02, 0x01,
+                                 0x05, 0x06, 0x10, 0xcd, 0x10, 0x00};
+    static const uint8_t o1[] = {0x99, 0x01, 0x00, 0xff, 0xd0, 0x80,
+                                 0x00, 0x10, 0x00, 0x00, 0x20};
+    static const uint8_t wide[] = {0xdc, 0x00, 0x05, 0xd3, 0, 0, 0,    0,    0, 0,    0,
+                                   1,    0xd2, 0,    0,    0, 9, 0xd1, 0,    1, 0xcf, 0,
+                                   0,    0,    0,    0,    0, 0, 2,    0xd0, 3};
+    static const uint8_t huge[] = {0xdd, 0xff, 0xff, 0xff, 0xff};
+    static const uint8_t neg[] = {0x95, 0x01, 0xff, 0x00, 0x00, 0x00};
     static const uint8_t trail[] = {0x95, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00};
-    static const uint8_t str[]   = {0x95, 0x01, 0xa1, 'x', 0x00, 0x00, 0x00};
-    static const uint8_t s1[] = {0x01}, s0[] = {0x00}, smax[] = {0xce, 0xff, 0xff, 0xff, 0xff};
+    static const uint8_t str[] = {0x95, 0x01, 0xa1, 'x', 0x00, 0x00, 0x00};
+    static const uint8_t s1[] = {0x01}, s0[] = {0x00},
+                         smax[] = {0xce, 0xff, 0xff, 0xff, 0xff};
     static const uint8_t sbig[] = {0xcf, 0, 0, 0, 1, 0, 0, 0, 0};
 
     rc |= cks_md_version_encode(&vmax, b, &len) != CKS_OK ||
@@ -363,12 +383,13 @@ static int gen_secret(void)
         b[i] = (uint8_t)('a' + i % 26);
     }
     for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
-        snprintf(name, sizeof(name), "%s-%zu", lens[i] >= 16 && lens[i] < 256 ? "ok" : "bad",
-                 lens[i]);
+        snprintf(name, sizeof(name), "%s-%zu",
+                 lens[i] >= 16 && lens[i] < 256 ? "ok" : "bad", lens[i]);
         rc |= gen_write("secret", name, b, lens[i]);
     }
     rc |= gen_write("secret", "ok-text-newline", "correct horse battery staple\n", 29);
-    rc |= gen_write("secret", "ok-binary", "\0\xff\0\xff\0\xff\0\xff\0\xff\0\xff\0\xff\0\xff", 16);
+    rc |= gen_write("secret", "ok-binary",
+                    "\0\xff\0\xff\0\xff\0\xff\0\xff\0\xff\0\xff\0\xff", 16);
     return rc;
 }
 

@@ -15,8 +15,8 @@
 
 /** Encoders: the value that the put calls store, into buf (CKS_MD_VALUE_MAX
  *  bytes); *len_p gets its length. */
-cks_status_t cks_md_version_encode(const cks_md_version_t *v, uint8_t buf[CKS_MD_VALUE_MAX],
-                                   size_t *len_p);
+cks_status_t cks_md_version_encode(const cks_md_version_t *v,
+                                   uint8_t buf[CKS_MD_VALUE_MAX], size_t *len_p);
 cks_status_t cks_md_object_encode(const cks_md_object_t *o, uint8_t buf[CKS_MD_VALUE_MAX],
                                   size_t *len_p);
 cks_status_t cks_md_chunk_encode(const cks_md_chunk_t *c, uint8_t buf[CKS_MD_VALUE_MAX],
@@ -32,8 +32,8 @@ cks_status_t cks_md_object_decode(const char *job, size_t job_len, uint64_t vers
                                   size_t len, cks_md_object_t *o_p);
 /** A chunk record under the LMDB key `key` (stripe and index are its last
  *  9 bytes). */
-cks_status_t cks_md_chunk_decode(const void *key, size_t key_len, const void *val, size_t len,
-                                 cks_md_chunk_t *c_p);
+cks_status_t cks_md_chunk_decode(const void *key, size_t key_len, const void *val,
+                                 size_t len, cks_md_chunk_t *c_p);
 /** The schema number record (not logged here: cks_md_open() names the
  *  directory). */
 cks_status_t cks_md_schema_decode(const void *val, size_t len, uint64_t *schema_p);
