@@ -1354,9 +1354,10 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     if (w->closing > 0) {
         cks_warn("%s: %u endpoints did not finish closing", w->name, w->closing);
     }
-    while (w->conns != NULL) {
+    while (w->conns != NULL) { /* still referenced: their keys go before the worker */
         cks_tp_conn_h c = w->conns;
         w->conns        = c->next;
+        cks_tp_rkeys_release(c);
         free(c);
     }
     while (w->free_sends != NULL) {
