@@ -374,8 +374,8 @@ Test(versions, writers_race_for_one_version)
         cr_assert_eq(wins, 1, "round %d: exactly one begins the version, not %d", round, wins);
         for (int i = 0; i < RACERS; i++) {
             cr_assert(st[i] == CKS_OK || st[i] == CKS_ERR_VERSION_EXISTS,
-                      "round %d: racer %d is told it exists, not %s", round, i,
-                      cks_status_name(st[i]));
+                      "round %d: racer %d is told it exists, not %s (%s)", round, i,
+                      cks_status_name(st[i]), msg[i] + sizeof(int));
             cr_assert(st[i] == CKS_OK || strstr(msg[i] + sizeof(int), "already exists") != NULL,
                       "round %d: racer %d's message '%s'", round, i, msg[i] + sizeof(int));
         }
