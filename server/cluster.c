@@ -92,6 +92,15 @@ static size_t cks_sv_coordinator(cks_server_h s, const char *job, size_t job_len
     return cks_place_coordinator(s->map, job, job_len, version);
 }
 
+/* Does an object's geometry differ from that of the version `v` coordinated
+ * here? Readers read every object of a version, and of its children, with
+ * the version's geometry: an object written with another is refused. */
+static int cks_sv_geometry_differs(const cks_sv_version_t *v, unsigned k, unsigned m,
+                                   uint64_t chunk_size)
+{
+    return k != v->rec.ec_k || m != v->rec.ec_m || chunk_size != v->rec.chunk_size;
+}
+
 static cks_ec_h cks_sv_ec(cks_server_h s, unsigned k, unsigned m)
 {
     if (s->ec[k][m] == NULL && cks_ec_create(k, m, &s->ec[k][m]) != CKS_OK) {
@@ -157,6 +166,9 @@ static void cks_cput_report(cks_cput_t *p)
     m.version = p->v->version;
     m.status  = p->status;
     m.o       = p->e;
+    m.k       = p->k;
+    m.m       = p->m;
+    m.chunk_size = p->chunk;
     coord     = cks_sv_coordinator(s, p->v->job, p->v->job_len, p->v->version);
     if (coord == s->self) {
         cks_status_t st;
@@ -393,6 +405,16 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         }
         v->cluster = 1;
         v->open    = 1; /* until the coordinator commits or drops it */
+    }
+    if (v->objs != NULL && cks_sv_geometry_differs(v, m->k, m->m, m->chunk_size)) {
+        /* this server coordinates the version: refuse the put at once */
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                            "'%.*s': geometry RS(%u,%u) with %llu-byte chunks differs from "
+                            "version %llu's RS(%u,%u) with %llu-byte chunks",
+                            (int)m->key.len, m->key.ptr, m->k, m->m,
+                            (unsigned long long)m->chunk_size, (unsigned long long)m->version,
+                            v->rec.ec_k, v->rec.ec_m, (unsigned long long)v->rec.chunk_size);
+        return;
     }
     if (v->keys == NULL || cks_hmap_get(v->keys, m->key.ptr, m->key.len) != NULL) {
         cks_sv_reply_status(conn, req_id, v->keys ? CKS_ERR_DUPLICATE_KEY
@@ -694,6 +716,23 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
         cks_sv_cv_check(s, v);
         return;
     }
+    if (cks_sv_geometry_differs(v, m->k, m->m, m->chunk_size)) {
+        /* stored with a geometry readers would not use: the version fails,
+         * and its abort frees the object's chunks on every server */
+        snprintf(why, why_len,
+                 "object '%.*s': geometry RS(%u,%u) with %llu-byte chunks differs from the "
+                 "version's RS(%u,%u) with %llu-byte chunks",
+                 (int)m->o.key.len, m->o.key.ptr, m->k, m->m,
+                 (unsigned long long)m->chunk_size, v->rec.ec_k, v->rec.ec_m,
+                 (unsigned long long)v->rec.chunk_size);
+        if (v->failed == CKS_OK) {
+            v->failed = CKS_ERR_INVALID_PARAM;
+            snprintf(v->why, sizeof(v->why), "%s", why);
+        }
+        *status_p = CKS_ERR_INVALID_PARAM;
+        cks_sv_cv_check(s, v);
+        return;
+    }
     if (v->nobjs == v->capobjs) {
         size_t cap = v->capobjs * 2;
         void *p    = realloc(v->objs, cap * sizeof(*v->objs));
@@ -873,10 +912,37 @@ static cks_status_t cks_sv_waiter_add(cks_sv_version_t *v, cks_tp_conn_h conn,
     return CKS_OK;
 }
 
+/* The reason a failed version was aborted, kept for ranks that finish later. */
+static void cks_sv_aborted_note(cks_server_h s, const cks_sv_version_t *v)
+{
+    cks_sv_aborted_t *a = &s->aborted[s->aborted_next++ % CKS_SV_ABORTED_MAX];
+    memcpy(a->job, v->job, v->job_len);
+    a->job[v->job_len] = '\0';
+    a->version         = v->version;
+    a->status          = v->failed;
+    snprintf(a->why, sizeof(a->why), "%s", v->why);
+}
+
+static const cks_sv_aborted_t *cks_sv_aborted_find(cks_server_h s, const cks_wire_str_t *job,
+                                                   uint64_t version)
+{
+    for (unsigned i = 0; i < CKS_SV_ABORTED_MAX; i++) {
+        const cks_sv_aborted_t *a = &s->aborted[i];
+        if (a->version == version && a->job[0] != '\0' && strlen(a->job) == job->len &&
+            memcmp(a->job, job->ptr, job->len) == 0) {
+            return a;
+        }
+    }
+    return NULL;
+}
+
 /* The version's outcome is known everywhere: answer everyone who waits. */
 static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
 {
     int committed = v->wait == CKS_SV_WAIT_SEAL && v->bcast_reply == CKS_OK;
+    if (v->wait == CKS_SV_WAIT_ABORT && v->failed != CKS_OK) {
+        cks_sv_aborted_note(s, v);
+    }
     for (size_t i = 0; i < v->nwaiters; i++) {
         cks_sv_waiter_t *w = &v->waiters[i];
         if (committed && w->seal) {
@@ -1126,6 +1192,15 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
         v->rec     = rec;
         v->cluster = 1;
     } else if (!cks_sv_cv_open(v)) {
+        const cks_sv_aborted_t *a = cks_sv_aborted_find(s, job, version);
+        if (a != NULL && type == CKS_MSG_VERSION_SEAL &&
+            cks_sv_version_lookup(s, job, version, &rec) == CKS_OK &&
+            rec.state == CKS_VSTATE_ABORTED) {
+            /* a rank that finishes after its version failed learns why */
+            cks_sv_reply_status(conn, req_id, a->status, "version %llu of '%s' was aborted: %s",
+                                (unsigned long long)version, a->job, a->why);
+            return;
+        }
         status = v == NULL ? cks_sv_version_lookup(s, job, version, &rec) : CKS_OK;
         cks_sv_reply_status(conn, req_id, status == CKS_OK ? CKS_ERR_VERSION_NOT_OPEN : status,
                             "version %llu of '%.*s' is not open", (unsigned long long)version,

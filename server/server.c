@@ -499,8 +499,8 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
         cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM, "at most 65536 ranks");
         return;
     }
+    cks_md_version_t prec;
     if (m->parent != CKS_MD_NO_PARENT) {
-        cks_md_version_t prec;
         cks_wire_str_t job = m->job;
         status = cks_sv_version_lookup(s, &job, m->parent, &prec);
         if (status == CKS_OK && prec.state != CKS_VSTATE_PROTECTED &&
@@ -521,6 +521,18 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
             cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
                                 "bad geometry RS(%u,%u) with %llu-byte chunks", m->k, m->m,
                                 (unsigned long long)m->chunk_size);
+            return;
+        }
+        /* a child inherits its parent's objects, and readers read every
+         * object of a version with the version's geometry */
+        if (m->parent != CKS_MD_NO_PARENT &&
+            (m->k != prec.ec_k || m->m != prec.ec_m || m->chunk_size != prec.chunk_size)) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                                "geometry RS(%u,%u) with %llu-byte chunks differs from parent "
+                                "version %llu's RS(%u,%u) with %llu-byte chunks",
+                                m->k, m->m, (unsigned long long)m->chunk_size,
+                                (unsigned long long)m->parent, prec.ec_k, prec.ec_m,
+                                (unsigned long long)prec.chunk_size);
             return;
         }
     }

@@ -165,6 +165,16 @@ typedef struct {
     cks_tp_worker_h tp; /* signalled when jobs are done */
 } cks_mdq_t;
 
+/* Why a version this server coordinated was aborted, for the ranks that
+ * finish after the abort (cluster.c; the newest few, in memory only). */
+#define CKS_SV_ABORTED_MAX 16
+typedef struct {
+    char job[CKS_JOB_MAX_LEN + 1]; /* "" when unused */
+    uint64_t version;
+    cks_status_t status;
+    char why[CKS_MSG_MAX_LEN];
+} cks_sv_aborted_t;
+
 struct cks_server {
     cks_server_params_t p;
     char name[64];
@@ -186,6 +196,8 @@ struct cks_server {
     cks_sv_peer_t *peers; /* by position */
     cks_enc_t enc;
     cks_ec_h ec[CKS_EC_MAX_K + 1][CKS_EC_MAX_M + 1];
+    cks_sv_aborted_t aborted[CKS_SV_ABORTED_MAX]; /* a ring */
+    unsigned aborted_next;
     cks_tp_secret_t secret; /* with --secret */
     int has_secret;
 };

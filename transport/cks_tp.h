@@ -284,12 +284,15 @@ typedef struct {
 } cks_msg_chunk_get_reply_t;
 
 /** Primary -> coordinator: an object of an open version is protected (or
- *  could not be: status < 0). */
+ *  could not be: status < 0), with the geometry it was written with (the
+ *  coordinator refuses one that differs from the version's). */
 typedef struct {
     cks_wire_str_t job;
     uint64_t version;
     int32_t status;
     cks_msg_object_entry_t o;
+    uint32_t k, m;
+    uint64_t chunk_size;
 } cks_msg_object_done_t;
 
 /** Coordinator -> every server: a page of a committed version's manifest

@@ -146,7 +146,8 @@ static const cks_wire_field_t fd_chunk_get_reply[] = {
 static const cks_wire_field_t fd_object_done[] = {
     FD_STR(cks_msg_object_done_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_object_done_t, version), FD_I32(cks_msg_object_done_t, status),
-    FD_OBJECT_ENTRY(cks_msg_object_done_t, o.)};
+    FD_OBJECT_ENTRY(cks_msg_object_done_t, o.), FD_U32(cks_msg_object_done_t, k),
+    FD_U32(cks_msg_object_done_t, m), FD_U64(cks_msg_object_done_t, chunk_size)};
 static const cks_wire_field_t fd_version_commit[] = {
     FD_STR(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
     FD_VERSION_ENTRY(cks_msg_version_commit_t, v.), FD_U32(cks_msg_version_commit_t, last),

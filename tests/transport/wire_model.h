@@ -160,7 +160,8 @@ static const wm_field_t wm_f_chunk_get_reply[] = {
 static const wm_field_t wm_f_object_done[] = {
     WM_STR_(cks_msg_object_done_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_object_done_t, version), WM_I32_(cks_msg_object_done_t, status),
-    WM_OENTRY_(cks_msg_object_done_t, o.)};
+    WM_OENTRY_(cks_msg_object_done_t, o.), WM_U32_(cks_msg_object_done_t, k),
+    WM_U32_(cks_msg_object_done_t, m), WM_U64_(cks_msg_object_done_t, chunk_size)};
 static const wm_field_t wm_f_version_commit[] = {
     WM_STR_(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
     WM_VENTRY_(cks_msg_version_commit_t, v.), WM_U32_(cks_msg_version_commit_t, last),
