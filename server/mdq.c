@@ -132,13 +132,9 @@ static int cks_mdq_gc_keep(uint64_t version, const char *key, size_t key_len, vo
     return 0;
 }
 
-/*
- * Retention, after a manifest commit: keep the newest `retain` restorable
- * versions of the job and every chunk their manifests reference; delete the
- * records of older versions and free chunks nothing retained needs. Every
- * server runs the same rule on the same manifests, so all agree.
- */
-static cks_status_t cks_mdq_retain(cks_md_txn_h txn, cks_mdq_job_t *j)
+/* Every version record of the job, oldest first (*all_p: the caller frees). */
+static cks_status_t cks_mdq_versions(cks_md_txn_h txn, const cks_mdq_job_t *j,
+                                     cks_md_version_t **all_p, size_t *n_p)
 {
     enum { PAGE = 256 };
     cks_md_version_t *all = NULL, *page = malloc(PAGE * sizeof(*page));
@@ -165,6 +161,29 @@ static cks_status_t cks_mdq_retain(cks_md_txn_h txn, cks_mdq_job_t *j)
         }
     }
     free(page);
+    if (status == CKS_ERR_NO_SUCH_JOB) {
+        status = CKS_OK; /* no version left */
+    }
+    if (status != CKS_OK) {
+        free(all);
+        return status;
+    }
+    *all_p = all;
+    *n_p   = n;
+    return CKS_OK;
+}
+
+/*
+ * Retention, after a manifest commit: keep the newest `retain` restorable
+ * versions of the job and every chunk their manifests reference; delete the
+ * records of older versions and free chunks nothing retained needs. Every
+ * server runs the same rule on the same manifests, so all agree.
+ */
+static cks_status_t cks_mdq_retain(cks_md_txn_h txn, cks_mdq_job_t *j)
+{
+    cks_md_version_t *all = NULL;
+    size_t n = 0;
+    cks_status_t status = cks_mdq_versions(txn, j, &all, &n);
     cks_mdq_gc_t g = {txn, j, 0, NULL, 0, {NULL, 0, 0}};
     g.kept         = status == CKS_OK ? malloc((j->retain + 1) * sizeof(uint64_t)) : NULL;
     if (status == CKS_OK && g.kept == NULL) {
@@ -192,6 +211,124 @@ static cks_status_t cks_mdq_retain(cks_md_txn_h txn, cks_mdq_job_t *j)
     j->nfreed = g.ext.n;
     free(g.kept);
     free(all);
+    return status;
+}
+
+typedef struct {
+    cks_md_txn_h txn;
+    const cks_mdq_job_t *j;
+    cks_md_version_t *left;  /* the versions that remain */
+    size_t nleft;
+    cks_hmap_t *inherited;   /* be64(source) + key: what the dropped manifest
+                                took from older versions */
+    uint64_t last_version;   /* the previous decision: chunks come in order */
+    char last_key[CKS_KEY_MAX_LEN];
+    size_t last_len;
+    int last_keep;
+    cks_mdq_extents_t ext;   /* what the drop frees */
+} cks_mdq_drop_t;
+
+static cks_status_t cks_mdq_drop_freed(const cks_md_chunk_t *c, void *arg)
+{
+    return cks_mdq_chunk_freed(c, &((cks_mdq_drop_t *)arg)->ext);
+}
+
+/* The chunks of (version, key) are freed by this drop when they are the
+ * dropped version's own or ones its manifest took from an older version,
+ * and no manifest that remains takes `key` from `version`. */
+static int cks_mdq_drop_keep(uint64_t version, const char *key, size_t key_len, void *arg)
+{
+    cks_mdq_drop_t *d = arg;
+    uint8_t ref[8 + CKS_KEY_MAX_LEN];
+    int keep = 1;
+
+    if (key_len > CKS_KEY_MAX_LEN) {
+        return 1; /* not a key this server wrote: left alone */
+    }
+    if (d->last_len > 0 && version == d->last_version && key_len == d->last_len &&
+        memcmp(key, d->last_key, key_len) == 0) {
+        return d->last_keep;
+    }
+    cks_put_be64(ref, version);
+    memcpy(ref + 8, key, key_len);
+    if (version == d->j->version || cks_hmap_get(d->inherited, ref, 8 + key_len) != NULL) {
+        keep = 0;
+        for (size_t i = 0; i < d->nleft && !keep; i++) {
+            cks_md_object_t o;
+            keep = cks_md_object_get(d->txn, d->j->job, d->j->job_len, d->left[i].version, key,
+                                     key_len, &o) == CKS_OK &&
+                   o.source_version == version;
+        }
+    }
+    d->last_version = version;
+    memcpy(d->last_key, key, key_len);
+    d->last_len  = key_len;
+    d->last_keep = keep;
+    return keep;
+}
+
+/*
+ * A version leaves (deleted, or aborted: then `rec` is its ABORTED record):
+ * its record and manifest go, and so do the chunks that only it used. Chunks
+ * are shared by manifests: a child takes objects from its parent with their
+ * source version, so a chunk of (V, key) is freed only when no manifest that
+ * remains takes key from V - by the drop of the last version that used it,
+ * whichever was deleted first. Every server holds every manifest and applies
+ * the same rule, so all agree; the rule reads only LMDB, so it holds across
+ * restarts.
+ */
+static cks_status_t cks_mdq_drop(cks_md_txn_h txn, cks_mdq_job_t *j)
+{
+    enum { PAGE = 256 };
+    cks_md_object_t *page = malloc(PAGE * sizeof(*page));
+    cks_mdq_drop_t d = {txn, j, NULL, 0, NULL, 0, {0}, 0, 0, {NULL, 0, 0}};
+    char after[CKS_KEY_MAX_LEN + 1];
+    size_t after_len = 0, count;
+    int more = 1;
+    cks_status_t status = page != NULL ? cks_hmap_create(&d.inherited) : CKS_ERR_NO_MEMORY;
+
+    while (status == CKS_OK && more) {
+        status = cks_md_object_list(txn, j->job, j->job_len, j->version,
+                                    after_len ? after : NULL, after_len, page, PAGE, &count,
+                                    &more);
+        for (size_t i = 0; status == CKS_OK && i < count; i++) {
+            uint8_t ref[8 + CKS_KEY_MAX_LEN];
+            if (page[i].source_version == j->version) {
+                continue;
+            }
+            cks_put_be64(ref, page[i].source_version);
+            memcpy(ref + 8, page[i].key, page[i].key_len);
+            status = cks_hmap_put(d.inherited, ref, 8 + page[i].key_len, &d);
+        }
+        if (status == CKS_OK && count > 0) {
+            memcpy(after, page[count - 1].key, page[count - 1].key_len);
+            after_len = page[count - 1].key_len;
+        }
+    }
+    if (status == CKS_ERR_NO_SUCH_JOB) {
+        status = CKS_OK; /* chunks without a manifest yet */
+    }
+    if (status == CKS_OK) {
+        status = cks_md_version_del(txn, j->job, j->job_len, j->version);
+        if (status == CKS_ERR_NO_SUCH_VERSION) {
+            status = CKS_OK;
+        }
+    }
+    if (status == CKS_OK && j->has_rec) {
+        status = cks_md_version_put(txn, j->job, j->job_len, &j->rec, 1);
+    }
+    if (status == CKS_OK) {
+        status = cks_mdq_versions(txn, j, &d.left, &d.nleft);
+    }
+    if (status == CKS_OK) {
+        status = cks_md_chunk_gc(txn, j->job, j->job_len, cks_mdq_drop_keep,
+                                 cks_mdq_drop_freed, &d);
+    }
+    j->freed  = d.ext.ext;
+    j->nfreed = d.ext.n;
+    cks_hmap_destroy(d.inherited);
+    free(d.left);
+    free(page);
     return status;
 }
 
@@ -244,24 +381,8 @@ static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
             }
             status = cks_md_version_put(txn, job, job_len, &j->rec, 1);
             return status == CKS_OK && j->retain > 0 ? cks_mdq_retain(txn, j) : status;
-        case CKS_MDQ_DROP: {
-            cks_mdq_extents_t e = {0};
-            status = cks_md_chunk_del_version(txn, job, job_len, j->version,
-                                              cks_mdq_chunk_freed, &e);
-            j->freed  = e.ext;
-            j->nfreed = e.n;
-            if (status != CKS_OK) {
-                return status;
-            }
-            status = cks_md_version_del(txn, job, job_len, j->version);
-            if (status == CKS_ERR_NO_SUCH_VERSION) {
-                status = CKS_OK; /* chunks without a manifest yet */
-            }
-            if (status == CKS_OK && j->has_rec) {
-                status = cks_md_version_put(txn, job, job_len, &j->rec, 1);
-            }
-            return status;
-        }
+        case CKS_MDQ_DROP:
+            return cks_mdq_drop(txn, j);
     }
     return CKS_ERR_INTERNAL;
 }

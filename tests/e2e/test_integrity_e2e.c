@@ -7,6 +7,12 @@
  * from its parent's. Each is either refused with a clear error from the
  * servers or restores bit-exact: never CKS_OK with other bytes; what a
  * refused version stored is freed.
+ *
+ * Shared chunks: a parent whose objects a committed child's manifest uses is
+ * deleted; the child (and a grandchild) still restore bit-exact, also after
+ * every server was killed and restarted; once the last version using them is
+ * deleted, the servers' arena use is back to what it was before any version
+ * was written.
  */
 #include "ckstore.h"
 #include "cks_test.h"
@@ -248,4 +254,102 @@ Test(integrity, child_with_other_geometry_is_refused_or_exact)
     cks_client_destroy(cp);
     free(x);
     free(y);
+}
+
+/* ---- #15 item 4: shared chunks ------------------------------------------------ */
+
+enum { NOBJ = 4 };
+static const uint64_t obj_size[NOBJ] = {100 * KiB + 7, 64 * KiB, 3 * KiB + 1, 200 * KiB};
+
+static void obj_bytes(uint8_t *b, int i, uint64_t v)
+{
+    cks_test_fill(b, obj_size[i], (uint64_t)i << 20 ^ v);
+}
+
+/* Version v (parent p, or none) writing the objects whose bit is in `mask`. */
+static void write_version(cks_client_h c, uint64_t v, uint64_t p, unsigned mask)
+{
+    cks_version_params_t vp = {0};
+    uint8_t *b = malloc(256 * KiB);
+    char key[16];
+    cr_assert_not_null(b);
+    vp.field_mask = p ? CKS_VERSION_FIELD_PARENT : 0;
+    vp.job        = "share";
+    vp.version    = v;
+    vp.parent     = p;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK, "begin %llu", (unsigned long long)v);
+    for (int i = 0; i < NOBJ; i++) {
+        if (mask & (1u << i)) {
+            snprintf(key, sizeof(key), "o%d", i);
+            obj_bytes(b, i, v);
+            cr_assert_eq(put_obj(c, "share", v, key, b, obj_size[i]), CKS_OK);
+        }
+    }
+    cr_assert_eq(cks_version_seal(c, "share", v), CKS_OK, "seal %llu", (unsigned long long)v);
+    free(b);
+}
+
+/* Every object of version v restores exact, from the version `src[i]`. */
+static void verify_version(cks_client_h c, uint64_t v, const uint64_t src[NOBJ])
+{
+    uint8_t *b = malloc(256 * KiB);
+    char key[16];
+    cr_assert_not_null(b);
+    for (int i = 0; i < NOBJ; i++) {
+        snprintf(key, sizeof(key), "o%d", i);
+        obj_bytes(b, i, src[i]);
+        cks_status_t st = check_object(c, "share", v, key, b, obj_size[i]);
+        if (st != CKS_OK) {
+            char msg[512];
+            cks_client_last_error(c, msg, sizeof(msg));
+            cr_assert_fail("'%s' of version %llu (written in %llu): %s (%s)", key,
+                           (unsigned long long)v, (unsigned long long)src[i],
+                           cks_status_string(st), msg);
+        }
+    }
+    free(b);
+}
+
+static void delete_parent_then_children(int restart)
+{
+    cks_client_h c = connect_geo(4, 2, 16 * KiB);
+    const uint64_t base = usage(c);
+    /* 1 writes every object; 2 (child of 1) rewrites o1; 3 (child of 2)
+     * rewrites o2: 3 takes o0 and o3 from 1, o1 from 2 */
+    const uint64_t src2[NOBJ] = {1, 2, 1, 1}, src3[NOBJ] = {1, 2, 3, 1};
+
+    write_version(c, 1, 0, 0xf);
+    write_version(c, 2, 1, 1u << 1);
+    write_version(c, 3, 2, 1u << 2);
+    cr_assert_eq(cks_version_delete(c, "share", 1), CKS_OK);
+    verify_version(c, 2, src2);
+    verify_version(c, 3, src3);
+    if (restart) {
+        cks_client_destroy(c);
+        for (size_t i = 0; i < NSRV; i++) {
+            cr_assert_eq(cks_test_server_restart(&cl.srv[i]), 0, "restart server %zu", i);
+        }
+        c = connect_geo(4, 2, 16 * KiB);
+        verify_version(c, 2, src2);
+        verify_version(c, 3, src3);
+    }
+    /* the middle one: 3 still takes o1 from 2 and o0, o3 from 1 */
+    cr_assert_eq(cks_version_delete(c, "share", 2), CKS_OK);
+    verify_version(c, 3, src3);
+    cr_assert(usage(c) > base);
+    cr_assert_eq(cks_version_delete(c, "share", 3), CKS_OK);
+    uint64_t used = usage(c);
+    cr_assert_eq(used, base, "arena use %llu after every version was deleted, %llu before",
+                 (unsigned long long)used, (unsigned long long)base);
+    cks_client_destroy(c);
+}
+
+Test(integrity, delete_parent_keeps_chunks_children_use)
+{
+    delete_parent_then_children(0);
+}
+
+Test(integrity, delete_parent_keeps_chunks_across_restart)
+{
+    delete_parent_then_children(1);
 }
