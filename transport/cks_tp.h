@@ -552,7 +552,7 @@ typedef struct {
 #define CKS_TP_LABEL_SERVER "ckstore-server" /* what the server's proof covers */
 #define CKS_TP_LABEL_CLIENT "ckstore-client"
 
-/** Load a secret file: 16..256 bytes, a regular file readable by its owner
+/** Load a secret file: 16..255 bytes, a regular file readable by its owner
  *  only (mode & 077 == 0). Errors name the problem. */
 cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p);
 /** The job whose field names the job a client request is about, or NULL
