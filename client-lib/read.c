@@ -166,6 +166,7 @@ struct cks_read_stripe {
     cks_read_t *rd;
     uint64_t stripe;
     uint32_t failed;  /* bitmask of chunks that failed */
+    uint32_t corrupt; /* of those, chunks that failed their CRC */
     uint32_t tried;   /* degraded phase: chunks asked for whole */
     uint32_t got;     /* chunks that arrived whole */
     unsigned pending; /* its reads in flight */
@@ -447,6 +448,7 @@ static void cks_read_sub_done(void *arg, cks_status_t status)
         st->got |= 1u << sub->idx;
     } else if (status != CKS_OK) {
         st->failed |= 1u << sub->idx;
+        st->corrupt |= status == CKS_ERR_CRC_MISMATCH ? 1u << sub->idx : 0;
         rd->crc_bad |= status == CKS_ERR_CRC_MISMATCH;
         if (rd->status == CKS_OK || rd->status == CKS_ERR_CRC_MISMATCH) {
             rd->status = status;
@@ -489,9 +491,18 @@ static int cks_read_wanted(const cks_read_t *rd, const cks_read_stripe_t *bs, un
 static void cks_read_stripe_lost(cks_read_stripe_t *bs, unsigned have)
 {
     cks_read_t *rd = bs->rd;
-    char text[CKS_KEY_MAX_LEN + 96];
-    int n = snprintf(text, sizeof(text), "object '%s': stripe %llu has %u of %u chunks, needs %u",
-                     rd->key, (unsigned long long)bs->stripe, have, rd->k + rd->m, rd->k);
+    char text[CKS_KEY_MAX_LEN + 192];
+    unsigned width   = rd->k + rd->m;
+    unsigned corrupt = (unsigned)__builtin_popcount(bs->corrupt & ~bs->got);
+    /* the chunks it could not have: corrupt, or on servers that failed, did
+     * not answer or do not hold them */
+    int n = snprintf(text, sizeof(text),
+                     "object '%s' of version %llu (chunks of version %llu): stripe %llu has %u "
+                     "of %u chunks, needs %u (%u failed their CRC, %u unreachable or missing)",
+                     rd->key, (unsigned long long)rd->r->info.version,
+                     (unsigned long long)rd->info.source_version,
+                     (unsigned long long)bs->stripe, have, width, rd->k, corrupt,
+                     have + corrupt < width ? width - have - corrupt : 0);
     if (!rd->lost) {
         cks_cl_set_error(rd->c, CKS_ERR_DATA_LOST, text, (size_t)n);
     }

@@ -291,6 +291,101 @@ CKS_API_VISIBLE void cks_restore_close(cks_restore_h r);
 /** The version a restore handle reads. */
 CKS_API_VISIBLE cks_status_t cks_restore_info(cks_restore_h r, cks_version_info_t *info_p);
 
+/* ---- checked restore, and fallback to an older version ---------------------------- */
+/*
+ * A version "restores exactly" when every object of its manifest can be
+ * read back bit for bit. cks_restore_open_ex() can check that before it
+ * hands a version out, so that a job restarting from a corrupt checkpoint
+ * learns it at once - with the object and the reason - instead of failing
+ * in the middle of its restore, and, with CKS_RESTORE_FALLBACK, opens the
+ * newest older version that passes instead of failing at all.
+ *
+ * The check (cluster): every chunk of every stripe of every object of the
+ * manifest (from the version that wrote the object's bytes) is asked of its
+ * server with a one-byte read; the server finds the chunk's record and
+ * checks the CRC of the whole chunk in its memory before it answers. A
+ * stripe passes when at least k of its k + m chunks pass: the chunk is
+ * recorded, its server answers, and its bytes match the CRC recorded when
+ * it was written - exactly what a restore needs to read or decode it. No
+ * chunk's bytes cross the network: the servers read (k + m) / k times the
+ * version's size from their memory, in parallel, and the client sends one
+ * small request per chunk (at most 256 in flight). A server that cannot be
+ * reached counts as losing all its chunks (a partitioned one after the
+ * client's request timeout). On a standalone server (no erasure coding) each
+ * object is asked for one byte (an empty one for none): it must be recorded
+ * and must have passed the CRC check of the server's start (bytes that rot after it are found
+ * only by reading them: CKS_GET_VERIFY).
+ * A version that passes can still fail later, when servers are lost after
+ * the check; and the check does not read the bytes to the client, so it
+ * cannot see a fault of the path between a server and the client (the
+ * restore's own CRC checks do).
+ */
+
+/** Check the version before opening it: a version with an object that
+ *  cannot be restored is not opened (CKS_ERR_DATA_LOST, naming the object). */
+#define CKS_RESTORE_CHECK 0x1u
+/** Implies CKS_RESTORE_CHECK. When the version asked for is not restorable
+ *  (its state, or the check), open the newest older restorable version that
+ *  passes the check instead, walking the job's versions newest first; the
+ *  opened version is cks_restore_info()'s. A version that does not exist is
+ *  an error, never a reason to fall back. */
+#define CKS_RESTORE_FALLBACK 0x2u
+
+/** Bytes of cks_restore_skip_t.reason, NUL included. */
+#define CKS_RESTORE_REASON_MAX 384
+
+/** A version that cks_restore_open_ex() did not open, and why. */
+typedef struct {
+    uint64_t version;
+    cks_status_t status;     /**< CKS_ERR_DATA_LOST: an object cannot be restored;
+                                  CKS_ERR_NOT_RESTORABLE: the version's state
+                                  (e.g. ABORTED, or still OPEN) */
+    char key[CKS_KEY_NAME_MAX + 1]; /**< the first object (in key order) found that
+                                  cannot be restored; "" for a state */
+    uint64_t source_version; /**< the version whose chunks hold that object (the
+                                  version itself, or an ancestor); 0 for a state */
+    uint64_t stripe;         /**< its first stripe with fewer than k chunks */
+    uint32_t intact;         /**< chunks of that stripe that passed */
+    uint32_t needed;         /**< k */
+    char reason[CKS_RESTORE_REASON_MAX]; /**< for people: the above, and each
+                                  failed chunk with its status */
+} cks_restore_skip_t;
+
+/** Called by cks_restore_open_ex() for each version it checked and did not
+ *  open, newest first, on the calling thread, before the call returns.
+ *  `skip` is valid during the call only. */
+typedef void (*cks_restore_skip_cb_t)(void *arg, const cks_restore_skip_t *skip);
+
+enum {
+    CKS_RESTORE_FIELD_FLAGS   = 1u << 0,
+    CKS_RESTORE_FIELD_SKIP_CB = 1u << 1,
+};
+
+typedef struct {
+    uint64_t field_mask;   /**< CKS_RESTORE_FIELD_* bits of the optional fields set */
+    const char *job;       /**< required; read during the call */
+    uint64_t version;      /**< required: a version, or CKS_VERSION_LATEST */
+    uint32_t flags;        /**< CKS_RESTORE_CHECK, CKS_RESTORE_FALLBACK (default 0:
+                                as cks_restore_open(), no check) */
+    cks_restore_skip_cb_t skip_cb; /**< default none */
+    void *skip_arg;        /**< passed to skip_cb */
+} cks_restore_params_t;
+
+/** Open a version for restore, checked first when the flags ask for it
+ *  (see above). Blocking; any thread but a completion callback's.
+ *  Returns CKS_OK and *r_p (close it with cks_restore_close()), or:
+ *  CKS_ERR_DATA_LOST when the version (with FALLBACK: every candidate down
+ *  to the oldest) has an object that cannot be restored;
+ *  CKS_ERR_NOT_RESTORABLE when the version asked for is not restorable and,
+ *  with FALLBACK, no older one is either; the status of a failed stat or
+ *  list (e.g. CKS_ERR_NO_SUCH_VERSION, CKS_ERR_UNREACHABLE), which ends the
+ *  walk. On failure cks_client_last_error() names the version, the object
+ *  and the reason (with FALLBACK: how many versions were checked, and the
+ *  newest one's reason); every skipped version is logged (warning) and
+ *  given to skip_cb. *r_p is written only on CKS_OK. */
+CKS_API_VISIBLE cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
+                                                 cks_restore_h *r_p);
+
 /** One object's record. */
 CKS_API_VISIBLE cks_status_t cks_object_stat(cks_restore_h r, const char *key,
                                              cks_object_info_t *info_p);

@@ -29,6 +29,11 @@ static void usage(FILE *f)
             "  verify JOB VERSION|latest     read every chunk, data and parity, and check\n"
             "                                every CRC (and each object's)\n"
             "  get JOB VERSION|latest KEY FILE   write one object to FILE\n"
+            "  restore-check JOB VERSION|latest [--fallback]\n"
+            "                                check that every object can be restored (each\n"
+            "                                chunk's CRC checked in place by its server) and\n"
+            "                                print the version a restore opens; --fallback:\n"
+            "                                the newest older version that passes\n"
             "  delete JOB VERSION            delete a version and free its space\n"
             "\n"
             "The server defaults to $CKSTORE_SERVER, else 127.0.0.1:13337; --cluster\n"
@@ -274,6 +279,40 @@ static int cmd_verify(const char *job, const char *ver)
     return rc || v.bad ? 1 : 0;
 }
 
+static void print_skip(void *arg, const cks_restore_skip_t *skip)
+{
+    (void)arg;
+    printf("skip %" PRIu64 " %s: %s\n", skip->version, cks_status_name(skip->status),
+           skip->reason);
+}
+
+static int cmd_restore_check(const char *job, const char *ver, const char *opt)
+{
+    cks_restore_params_t p = {0};
+    cks_restore_h r;
+    cks_version_info_t vi;
+    if (opt != NULL && strcmp(opt, "--fallback") != 0) {
+        fprintf(stderr, "ckstore: restore-check: unknown option '%s'\n", opt);
+        return 2;
+    }
+    if (parse_version(ver, &p.version) != 0) {
+        return 2;
+    }
+    p.field_mask    = CKS_RESTORE_FIELD_FLAGS | CKS_RESTORE_FIELD_SKIP_CB;
+    p.job           = job;
+    p.flags         = opt != NULL ? CKS_RESTORE_FALLBACK : CKS_RESTORE_CHECK;
+    p.skip_cb       = print_skip;
+    cks_status_t st = cks_restore_open_ex(cl, &p, &r);
+    if (st != CKS_OK) {
+        return fail("restore-check", st);
+    }
+    cks_restore_info(r, &vi);
+    printf("restorable %" PRIu64 " objects %" PRIu64 " bytes %" PRIu64 "\n", vi.version,
+           vi.nobjects, vi.bytes);
+    cks_restore_close(r);
+    return 0;
+}
+
 static int cmd_get(const char *job, const char *ver, const char *key, const char *file)
 {
     cks_restore_h r;
@@ -347,7 +386,8 @@ int main(int argc, char **argv)
         const char *name;
         int min, max;
     } cmds[] = {{"jobs", 0, 0},   {"versions", 1, 1}, {"objects", 2, 2}, {"stat", 2, 3},
-                {"verify", 2, 2}, {"get", 4, 4},      {"delete", 2, 2}};
+                {"verify", 2, 2}, {"get", 4, 4},      {"delete", 2, 2},
+                {"restore-check", 2, 3}};
     size_t i;
     for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         if (strcmp(cmd, cmds[i].name) == 0) {
@@ -392,6 +432,8 @@ int main(int argc, char **argv)
         rc = cmd_verify(a[0], a[1]);
     } else if (strcmp(cmd, "get") == 0) {
         rc = cmd_get(a[0], a[1], a[2], a[3]);
+    } else if (strcmp(cmd, "restore-check") == 0) {
+        rc = cmd_restore_check(a[0], a[1], nargs > 2 ? a[2] : NULL);
     } else {
         uint64_t v;
         rc = parse_version(a[1], &v) != 0 ? 2 : 0;
