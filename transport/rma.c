@@ -27,12 +27,17 @@
 #include "tp_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
+#include <unistd.h>
 
 #define CKS_TP_RMA_MAGIC 0x434b5231u /* "CKR1" */
 #define CKS_TP_RMA_HDR   (40u + CKS_WIRE_NONCE_LEN) /* descriptor header, token included */
@@ -209,6 +214,135 @@ int cks_tp_key_walk(const uint8_t *k, size_t len, size_t map_len, const uint8_t 
     return pos == len ? 0 : -1;
 }
 
+/* ---- the peer's segment, held across the unpack ------------------------------- *
+ * UCX 1.13 attaches a peer's shared-memory segment inside ucp_ep_rkey_unpack().
+ * When that fails (the segment is gone: its owner freed it, or exited, after
+ * it sent the key) UCX destroys the half-unpacked key, releasing the domains
+ * it never unpacked too, and the process dies in uct_rkey_release(). So the
+ * segment is attached here first, the key refused when it cannot be, and held
+ * until UCX has its own mapping:
+ *  - sysv: the owner marks its segment removed at allocation; a removed
+ *    segment lives while anyone is attached, so with our shmat() held, UCX's
+ *    shmat() of the same id (same call, same permissions) finds it;
+ *  - posix: UCX opens the owner's file through /proc/<pid>/fd/<fd> (gone with
+ *    the owner) or by name (gone at its free); we open it, and UCX is given a
+ *    copy of the key that names our descriptor in our /proc instead.
+ * Then the object UCX attaches cannot go away before it returns; what can
+ * still fail its attach is a lack of address space. The key's domain is found
+ * at start by the bytes the domain packed for our own region. */
+
+#define CKS_TP_SEG_SYSV  1 /* mm_sysv.c: shmid u32 | owner's address u64 */
+#define CKS_TP_SEG_POSIX 2 /* mm_posix.c: seg_id u64 | address u64 | length u64 | dir */
+#define CKS_TP_POSIX_PROCFS   (1ull << 63) /* mmid: pid | fd << 30 */
+#define CKS_TP_POSIX_SHM_OPEN (1ull << 62) /* /dev/shm/ucx_shm_posix_<mmid> */
+#define CKS_TP_POSIX_HUGETLB  (1ull << 61)
+#define CKS_TP_POSIX_FLAGS    (0xfull << 60)
+#define CKS_TP_POSIX_PID_BITS 30
+
+static void cks_tp_key_seg_find(cks_tp_worker_h w, cks_tp_mem_h m)
+{
+    const uint8_t *k = m->rkey;
+    size_t pos       = w->key_map_len + 1;
+    uint64_t map = 0, addr, len;
+    uint32_t shmid;
+    struct shmid_ds ds;
+
+    for (size_t i = 0; i < w->key_map_len; i++) {
+        map |= (uint64_t)k[i] << (8 * i); /* as cks_tp_key_walk(), which checked the layout */
+    }
+    for (unsigned bit = 0; bit < 8 * w->key_map_len; bit++) {
+        if (!(map & (1ull << bit))) {
+            continue;
+        }
+        const uint8_t *b = k + pos + 1;
+        if (k[pos] == 12) {
+            memcpy(&shmid, b, sizeof(shmid));
+            memcpy(&addr, b + 4, sizeof(addr));
+            if (addr == (uintptr_t)m->base && shmctl((int)shmid, IPC_STAT, &ds) == 0 &&
+                ds.shm_segsz >= m->len) {
+                w->key_seg_kind = CKS_TP_SEG_SYSV;
+            }
+        } else if (k[pos] >= 24) {
+            memcpy(&addr, b + 8, sizeof(addr));
+            memcpy(&len, b + 16, sizeof(len));
+            if (addr == (uintptr_t)m->base && len >= m->len) {
+                w->key_seg_kind = CKS_TP_SEG_POSIX;
+            }
+        }
+        if (w->key_seg_kind != 0) {
+            w->key_seg_off = pos + 1;
+            return;
+        }
+        pos += 1 + (size_t)k[pos];
+    }
+}
+
+typedef struct {
+    void *shm; /* our attachment of a sysv segment, or NULL */
+    int fd;    /* our descriptor of a posix segment's file, or -1 */
+} cks_tp_seg_hold_t;
+
+/* Attach the segment that k (a copy of a key of our shape) names, and point
+ * a posix key at our descriptor; CKS_ERR_BAD_MESSAGE when it is gone. */
+static cks_status_t cks_tp_seg_hold(cks_tp_conn_h conn, uint8_t *k, cks_tp_seg_hold_t *h)
+{
+    cks_tp_worker_h w = conn->worker;
+    uint8_t *b        = k + w->key_seg_off;
+    char path[PATH_MAX];
+    uint32_t shmid;
+    uint64_t id, mmid;
+
+    h->shm = NULL;
+    h->fd  = -1;
+    if (w->key_seg_kind == CKS_TP_SEG_SYSV) {
+        memcpy(&shmid, b, sizeof(shmid));
+        h->shm = shmat((int)shmid, NULL, 0);
+        if (h->shm != (void *)-1) {
+            return CKS_OK;
+        }
+        h->shm = NULL;
+    } else if (w->key_seg_kind == CKS_TP_SEG_POSIX) {
+        memcpy(&id, b, sizeof(id));
+        mmid = id & ~CKS_TP_POSIX_FLAGS;
+        if (id & CKS_TP_POSIX_PROCFS) {
+            snprintf(path, sizeof(path), "/proc/%d/fd/%d",
+                     (int)(mmid & ((1ull << CKS_TP_POSIX_PID_BITS) - 1)),
+                     (int)(mmid >> CKS_TP_POSIX_PID_BITS));
+        } else if (id & CKS_TP_POSIX_SHM_OPEN) {
+            snprintf(path, sizeof(path), "/dev/shm/ucx_shm_posix_%" PRIx64, mmid);
+        } else {
+            size_t n = b[-1] - 24; /* the directory, NUL-terminated */
+            if (memchr(b + 24, 0, n) == NULL) {
+                return CKS_ERR_BAD_MESSAGE;
+            }
+            snprintf(path, sizeof(path), "%s/ucx_shm_posix_%" PRIx64, (const char *)b + 24,
+                     mmid);
+        }
+        h->fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+        if (h->fd >= 0) {
+            id = (id & CKS_TP_POSIX_HUGETLB) | CKS_TP_POSIX_PROCFS | (uint64_t)getpid() |
+                 (uint64_t)h->fd << CKS_TP_POSIX_PID_BITS;
+            memcpy(b, &id, sizeof(id));
+            return CKS_OK;
+        }
+    } else {
+        return CKS_OK; /* no domain that attaches */
+    }
+    cks_warn("%s: %s sent a key of memory that is gone: %s", w->name, conn->peer,
+             strerror(errno));
+    return CKS_ERR_BAD_MESSAGE;
+}
+
+static void cks_tp_seg_release(cks_tp_seg_hold_t *h)
+{
+    if (h->shm != NULL) {
+        shmdt(h->shm);
+    }
+    if (h->fd >= 0) {
+        close(h->fd);
+    }
+}
+
 void cks_tp_rma_init(cks_tp_worker_h w)
 {
     static const size_t map_lens[] = {8, 4, 2};
@@ -233,6 +367,8 @@ void cks_tp_rma_init(cks_tp_worker_h w)
     if (w->key_shape == NULL) {
         cks_info("%s: UCX's remote keys have an unknown layout: one-copy transfers are off",
                  w->name);
+    } else {
+        cks_tp_key_seg_find(w, m);
     }
     cks_tp_mem_unmap(m);
 }
@@ -385,7 +521,9 @@ static cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
                                     cks_tp_rkey_t **rk_p)
 {
     cks_tp_rkey_t *rk = NULL, *idle = NULL;
-    uintptr_t *before;
+    uint8_t key[CKS_TP_RMA_DESC_MAX];
+    cks_tp_seg_hold_t hold;
+    uintptr_t *before = NULL;
     size_t nbefore = 0;
     void *local    = NULL;
     ucp_rkey_h rkey;
@@ -426,14 +564,19 @@ static cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
     if ((rk->packed = malloc(d->rkey_len)) == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    before = cks_tp_map_starts(&nbefore);
-    if (before == NULL) {
+    memcpy(key, d->rkey, d->rkey_len); /* cks_tp_rma_parse() bounded it */
+    status = cks_tp_seg_hold(conn, key, &hold);
+    if (status == CKS_OK && (before = cks_tp_map_starts(&nbefore)) == NULL) {
+        cks_tp_seg_release(&hold);
+        status = CKS_ERR_NO_MEMORY;
+    }
+    if (status != CKS_OK) {
         free(rk->packed);
         rk->packed = NULL;
-        return CKS_ERR_NO_MEMORY;
+        return status;
     }
-    status = cks_tp_status(ucp_ep_rkey_unpack(conn->data_ep, d->rkey, &rkey),
-                           "unpack remote key");
+    status = cks_tp_status(ucp_ep_rkey_unpack(conn->data_ep, key, &rkey), "unpack remote key");
+    cks_tp_seg_release(&hold); /* UCX's own attachment keeps it now */
     if (status == CKS_OK) {
         status = cks_tp_rkey_check(rkey, d, before, nbefore, &local);
         if (status != CKS_OK && status != CKS_ERR_AUTH) {

@@ -160,6 +160,10 @@ struct cks_tp_worker {
     uint8_t rma_token[CKS_WIRE_NONCE_LEN];
     uint8_t *key_shape;    /* NULL: keys cannot be checked, descriptors refused */
     size_t key_shape_len, key_map_len;
+    /* where such a key holds its shared-memory domain's bytes, and which
+     * domain that is (CKS_TP_SEG_*, rma.c; 0: none found) */
+    size_t key_seg_off;
+    int key_seg_kind;
     struct cks_tp_pf *pf;  /* rma.c: the prefault thread (NULL until first needed) */
     int require_auth;      /* see cks_tp_worker_require_auth() */
     cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
