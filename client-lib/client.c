@@ -114,6 +114,11 @@ cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type)
 
 /* ---- puts per version (what a seal tells the coordinator) -------------------- */
 
+typedef struct {
+    uint64_t count;  /* puts completed */
+    uint64_t digest; /* XOR of their digests (cks_msg_version_seal_t.digest) */
+} cks_cl_puts_t;
+
 static size_t cks_cl_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version)
 {
     memcpy(buf, job, job_len);
@@ -122,30 +127,54 @@ static size_t cks_cl_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_
     return job_len + 9;
 }
 
-/* A put completed: count it for its version's seal. */
+/* A put completed: count it for its version's seal, and add it to the
+ * digest of what this client put (cks_msg_version_seal_t.digest). */
 static void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m)
 {
-    uint8_t key[CKS_JOB_MAX_LEN + 9];
+    uint8_t key[CKS_JOB_MAX_LEN + 9], be[8];
     size_t len = cks_cl_vkey(key, m->job.ptr, m->job.len, m->version);
+    cks_put_be64(be, m->size);
+    uint64_t digest = cks_crc64(cks_crc64(0, m->key.ptr, m->key.len), be, sizeof(be));
     pthread_mutex_lock(&c->lock);
-    uintptr_t n = (uintptr_t)cks_hmap_get(c->put_counts, key, len);
-    if (cks_hmap_put(c->put_counts, key, len, (void *)(n + 1)) != CKS_OK) {
+    cks_cl_puts_t *n = cks_hmap_get(c->put_counts, key, len);
+    if (n == NULL && (n = calloc(1, sizeof(*n))) != NULL &&
+        cks_hmap_put(c->put_counts, key, len, n) != CKS_OK) {
+        free(n);
+        n = NULL;
+    }
+    if (n != NULL) {
+        n->count++;
+        n->digest ^= digest;
+    } else {
         cks_warn("cannot count a put of version %llu", (unsigned long long)m->version);
     }
     pthread_mutex_unlock(&c->lock);
 }
 
 /* Puts completed for (job, version); `take` forgets them. */
-static uint64_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version, int take)
+static cks_cl_puts_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version,
+                                      int take)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 9];
     size_t job_len = strnlen(job, CKS_JOB_MAX_LEN);
     size_t len     = cks_cl_vkey(key, job, job_len, version);
+    cks_cl_puts_t out = {0, 0};
     pthread_mutex_lock(&c->lock);
-    uintptr_t n = (uintptr_t)(take ? cks_hmap_del(c->put_counts, key, len)
-                                   : cks_hmap_get(c->put_counts, key, len));
+    cks_cl_puts_t *n = take ? cks_hmap_del(c->put_counts, key, len)
+                            : cks_hmap_get(c->put_counts, key, len);
     pthread_mutex_unlock(&c->lock);
-    return n;
+    if (n != NULL) {
+        out = *n;
+        if (take) {
+            free(n);
+        }
+    }
+    return out;
+}
+
+static void cks_cl_puts_free(const void *key, size_t len, void *value, void *arg)
+{
+    free(value);
 }
 
 /* ---- progress thread: ops and servers ---------------------------------------- */
@@ -1256,6 +1285,9 @@ static void cks_cl_free(cks_client_h c)
     free(c->srv);
     cks_cluster_free(c->map);
     cks_hmap_destroy(c->inflight);
+    if (c->put_counts != NULL) {
+        cks_hmap_foreach(c->put_counts, cks_cl_puts_free, NULL);
+    }
     cks_hmap_destroy(c->put_counts);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -1586,7 +1618,9 @@ cks_status_t cks_version_finish_nb(cks_client_h c, const char *job, uint64_t ver
     }
     op->srv = cks_cl_coordinator(c, op->body.m_VERSION_SEAL.job.ptr,
                                  op->body.m_VERSION_SEAL.job.len, version);
-    op->body.m_VERSION_SEAL.nobjects = cks_cl_put_count(c, job, version, 1);
+    cks_cl_puts_t puts = cks_cl_put_count(c, job, version, 1);
+    op->body.m_VERSION_SEAL.nobjects = puts.count;
+    op->body.m_VERSION_SEAL.digest   = puts.digest;
     op->body.m_VERSION_SEAL.rank     = rank;
     return cks_cl_submit(c, op, cb, arg);
 }

@@ -137,7 +137,7 @@ struct cks_client {
     cks_op_t *sub_head, *sub_tail;
     int stop;
     char last_error[CKS_MSG_MAX_LEN + 64];
-    cks_hmap_t *put_counts;   /* job\0be64(version) -> puts completed (under lock) */
+    cks_hmap_t *put_counts;   /* job\0be64(version) -> cks_cl_puts_t (under lock) */
     cks_cl_mem_t *mems;       /* cks_mem_alloc() (under lock) */
     struct cks_cl_scratch *scratch; /* read.c: degraded reads' chunk buffers
                                        (progress thread; NULL until needed) */

@@ -13,8 +13,9 @@
  *     primary itself stay where they are. When every member has recorded its
  *     chunk, the primary tells the version's coordinator (OBJECT_DONE) and
  *     frees what it sent.
- *   client --SEAL(n objects)--> coordinator: waits until n objects are done
- *     (or one failed, or the seal deadline passed), records the manifest
+ *   client --SEAL(n objects, digest)--> coordinator: once every rank sealed,
+ *     waits until exactly the objects the ranks put are done (or one failed,
+ *     one no rank put came, or the deadline passed), records the manifest
  *     (state PROTECTED) and sends it to every other server (VERSION_COMMIT,
  *     pages of entries), then answers; on failure it aborts the version
  *     everywhere (VERSION_DROP) and answers with the reason.
@@ -90,6 +91,21 @@ static size_t cks_sv_coordinator(cks_server_h s, const char *job, size_t job_len
                                  uint64_t version)
 {
     return cks_place_coordinator(s->map, job, job_len, version);
+}
+
+/* The digest of one object a rank put, as VERSION_SEAL carries them XORed. */
+static uint64_t cks_sv_object_digest(const char *key, size_t len, uint64_t size)
+{
+    uint8_t be[8];
+    cks_put_be64(be, size);
+    return cks_crc64(cks_crc64(0, key, len), be, sizeof(be));
+}
+
+/* Is `rank` (a put's rank tag) none of the version's ranks? No tag (-1) is
+ * allowed: the digests the ranks send decide whether the object is theirs. */
+static int cks_sv_rank_foreign(const cks_sv_version_t *v, int32_t rank)
+{
+    return rank != -1 && (rank < 0 || (uint32_t)rank >= v->rec.nranks);
 }
 
 /* Does an object's geometry differ from that of the version `v` coordinated
@@ -416,6 +432,13 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                             v->rec.ec_k, v->rec.ec_m, (unsigned long long)v->rec.chunk_size);
         return;
     }
+    if (v->objs != NULL && cks_sv_rank_foreign(v, m->rank)) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                            "'%.*s' is tagged rank %d; version %llu has ranks 0..%u",
+                            (int)m->key.len, m->key.ptr, m->rank,
+                            (unsigned long long)m->version, v->rec.nranks - 1);
+        return;
+    }
     if (v->keys == NULL || cks_hmap_get(v->keys, m->key.ptr, m->key.len) != NULL) {
         cks_sv_reply_status(conn, req_id, v->keys ? CKS_ERR_DUPLICATE_KEY
                                                   : CKS_ERR_VERSION_NOT_OPEN,
@@ -733,6 +756,20 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
         cks_sv_cv_check(s, v);
         return;
     }
+    if (cks_sv_rank_foreign(v, m->o.rank)) {
+        /* not put by one of its ranks: the version fails, and its abort
+         * frees the object's chunks on every server */
+        snprintf(why, why_len, "object '%.*s' is tagged rank %d; version %llu has ranks 0..%u",
+                 (int)m->o.key.len, m->o.key.ptr, m->o.rank, (unsigned long long)m->version,
+                 v->rec.nranks - 1);
+        if (v->failed == CKS_OK) {
+            v->failed = CKS_ERR_INVALID_PARAM;
+            snprintf(v->why, sizeof(v->why), "%s", why);
+        }
+        *status_p = CKS_ERR_INVALID_PARAM;
+        cks_sv_cv_check(s, v);
+        return;
+    }
     if (v->nobjs == v->capobjs) {
         size_t cap = v->capobjs * 2;
         void *p    = realloc(v->objs, cap * sizeof(*v->objs));
@@ -756,6 +793,7 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
     o->source_version = m->version;
     v->nobjects++;
     v->bytes += m->o.size;
+    v->digest ^= cks_sv_object_digest(o->key, o->key_len, o->size);
     *status_p = CKS_OK;
     cks_sv_cv_check(s, v);
 }
@@ -1131,11 +1169,24 @@ static void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit)
     cks_mdq_push(&s->mdq, j);
 }
 
-/* Commit when every rank finished and every object is in; abort on failure. */
+/* Commit when every rank finished and the objects reported are exactly those
+ * the ranks put (as many, and the same digest); abort on failure, or when
+ * objects no rank put were reported (a later object cannot mend that). */
 static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v)
 {
     if (v->bcast > 0 || v->objs == NULL || !v->open) {
         return;
+    }
+    if (v->failed == CKS_OK && v->nranks_done == v->rec.nranks &&
+        (v->nobjects > v->expected ||
+         (v->nobjects == v->expected && v->digest != v->expected_digest))) {
+        v->failed = CKS_ERR_INVALID_PARAM;
+        snprintf(v->why, sizeof(v->why),
+                 "version %llu: the %llu objects reported are not the %llu its ranks put: "
+                 "a writer that is not one of its ranks put an object, or a put its "
+                 "writer saw fail was stored",
+                 (unsigned long long)v->version, (unsigned long long)v->nobjects,
+                 (unsigned long long)v->expected);
     }
     if (v->failed != CKS_OK) {
         v->bcast_reply = v->failed;
@@ -1145,7 +1196,8 @@ static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v)
         cks_sv_cv_finish(s, v, 0);
         return;
     }
-    if (v->nranks_done == v->rec.nranks && v->nobjects >= v->expected) {
+    if (v->nranks_done == v->rec.nranks && v->nobjects == v->expected &&
+        v->digest == v->expected_digest) {
         v->wait        = CKS_SV_WAIT_SEAL;
         v->bcast_reply = CKS_OK;
         cks_sv_cv_finish(s, v, 1);
@@ -1154,7 +1206,7 @@ static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v)
 
 void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
                         const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
-                        uint32_t rank)
+                        uint64_t digest, uint32_t rank)
 {
     cks_sv_version_t *v = cks_sv_version_find(s, job, version);
     cks_md_version_t rec;
@@ -1221,6 +1273,7 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
         v->ranks_done[rank / 8] |= (uint8_t)(1u << (rank % 8));
         v->nranks_done++;
         v->expected = (v->expected == UINT64_MAX ? 0 : v->expected) + nobjects;
+        v->expected_digest ^= digest;
         cks_sv_cv_check(s, v);
         return;
     }

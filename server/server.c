@@ -569,6 +569,8 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
     if (s->map != NULL) { /* this server coordinates the version */
         v->cluster          = 1;
         v->expected         = UINT64_MAX;
+        v->digest           = 0;
+        v->expected_digest  = 0;
         v->capobjs          = 64;
         v->retain           = m->retain;
         v->open_deadline_ns = cks_time_ns() + (uint64_t)(m->timeout_s ? m->timeout_s : 600) *
@@ -1213,7 +1215,8 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             cks_msg_version_ref_t ref = {b->m_VERSION_SEAL.job, b->m_VERSION_SEAL.version};
             if (s->map != NULL) {
                 cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &ref.job, ref.version,
-                                   b->m_VERSION_SEAL.nobjects, b->m_VERSION_SEAL.rank);
+                                   b->m_VERSION_SEAL.nobjects, b->m_VERSION_SEAL.digest,
+                                   b->m_VERSION_SEAL.rank);
             } else {
                 cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &ref);
             }
@@ -1223,7 +1226,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         case CKS_MSG_VERSION_DELETE:
             if (s->map != NULL) {
                 cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT.job,
-                                   b->m_VERSION_ABORT.version, 0, 0);
+                                   b->m_VERSION_ABORT.version, 0, 0, 0);
             } else {
                 cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT);
             }

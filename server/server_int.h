@@ -53,6 +53,8 @@ struct cks_sv_version {
     cks_md_object_t *objs;
     size_t nobjs, capobjs;
     uint64_t expected;     /* objects the sealer put; UINT64_MAX until sealed */
+    uint64_t digest;       /* XOR of the digests of the objects reported */
+    uint64_t expected_digest; /* XOR of the digests the finished ranks sent */
     uint64_t seal_deadline_ns;
     char why[CKS_MSG_MAX_LEN]; /* why `failed` */
     unsigned bcast;        /* peers still to answer a commit/drop broadcast */
@@ -249,7 +251,7 @@ void cks_sv_object_done(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_i
 /* Seal, abort or delete on the coordinator of a cluster version. */
 void cks_sv_cluster_end(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                         unsigned type, const cks_wire_str_t *job, uint64_t version,
-                        uint64_t nobjects, uint32_t rank);
+                        uint64_t nobjects, uint64_t digest, uint32_t rank);
 void cks_sv_object_delete(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                           const cks_msg_object_stat_t *m);
 void cks_sv_version_commit(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,

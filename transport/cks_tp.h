@@ -111,6 +111,9 @@ typedef struct {
     uint64_t nobjects; /* objects the sealing client put (cluster: the
                           coordinator waits until that many are protected) */
     uint32_t rank;     /* the rank that finished (0 .. nranks-1) */
+    uint64_t digest;   /* XOR over the objects it put of the CRC-64 of the
+                          key followed by be64(size) (cks_crc64): the
+                          coordinator commits only on these objects */
 } cks_msg_version_seal_t;
 
 typedef struct {

@@ -81,7 +81,7 @@ static const cks_wire_field_t fd_version_begin[] = {
 static const cks_wire_field_t fd_version_seal[] = {
     FD_STR(cks_msg_version_seal_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_seal_t, version), FD_U64(cks_msg_version_seal_t, nobjects),
-    FD_U32(cks_msg_version_seal_t, rank)};
+    FD_U32(cks_msg_version_seal_t, rank), FD_U64(cks_msg_version_seal_t, digest)};
 static const cks_wire_field_t fd_version_ref[] = {
     FD_STR(cks_msg_version_ref_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_ref_t, version)};

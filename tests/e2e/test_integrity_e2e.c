@@ -13,15 +13,20 @@
  * every server was killed and restarted; once the last version using them is
  * deleted, the servers' arena use is back to what it was before any version
  * was written.
+ *
+ * Commit on what the ranks put: another client's object in a version never
+ * takes the place of a rank's object that is protected later.
  */
 #include "ckstore.h"
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define KiB  (1ull << 10)
 #define MiB  (1ull << 20)
@@ -352,4 +357,187 @@ Test(integrity, delete_parent_keeps_chunks_children_use)
 Test(integrity, delete_parent_keeps_chunks_across_restart)
 {
     delete_parent_then_children(1);
+}
+
+/* ---- #15 item 2: a version commits on what its ranks put -------------------- */
+
+/* Object bytes a server's encoder threads protected since it started. */
+static uint64_t encoded_by(size_t i)
+{
+    cks_cluster_stats_t t;
+    cks_client_h c;
+    cr_assert_eq(cks_test_connect(&cl.srv[i], 20000, &c), CKS_OK, "server %zu", i);
+    cr_assert_eq(cks_cluster_stats(c, &t), CKS_OK, "server %zu", i);
+    cks_client_destroy(c);
+    return t.encoded_bytes;
+}
+
+/* Position of the primary of `key` in `job` (placement does not depend on the
+ * version): the server whose encoder protects it when it is written into the
+ * scratch version `scratch`. */
+static size_t primary_of(cks_client_h c, const char *job, uint64_t scratch, const char *key)
+{
+    uint64_t before[NSRV];
+    uint8_t b[4096];
+    cks_version_params_t vp = {0};
+    size_t found = NSRV;
+
+    for (size_t i = 0; i < NSRV; i++) {
+        before[i] = encoded_by(i);
+    }
+    memset(b, 0x5a, sizeof(b));
+    vp.job     = job;
+    vp.version = scratch;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cr_assert_eq(put_obj(c, job, scratch, key, b, sizeof(b)), CKS_OK);
+    cr_assert_eq(cks_version_seal(c, job, scratch), CKS_OK);
+    for (size_t i = 0; i < NSRV; i++) {
+        if (encoded_by(i) - before[i] >= sizeof(b)) {
+            cr_assert_eq(found, NSRV, "'%s' encoded on servers %zu and %zu", key, found, i);
+            found = i;
+        }
+    }
+    cr_assert_neq(found, NSRV, "no server encoded '%s'", key);
+    return found;
+}
+
+/* The state of (job, version) once it is no longer OPEN, asked with a bound. */
+static cks_vstate_t wait_not_open(cks_client_h c, const char *job, uint64_t v)
+{
+    cks_version_info_t vi = {0};
+    const struct timespec tick = {0, 20 * 1000 * 1000};
+    for (int i = 0; i < 1500; i++) {
+        cr_assert_eq(cks_version_stat(c, job, v, &vi), CKS_OK);
+        if (vi.state != CKS_VSTATE_OPEN) {
+            return vi.state;
+        }
+        nanosleep(&tick, NULL);
+    }
+    cr_assert_fail("version %llu still OPEN", (unsigned long long)v);
+    return vi.state;
+}
+
+/* #15 item 2: version 1 holds K; version 2, a partial-expert child of 1 with
+ * one rank, is written by rank 0 (K with new bytes) while another client puts
+ * a key of its own into it: a stray writer that is no rank (no rank tag), or
+ * a stale writer that claims rank 0. The stray object is protected first; K's
+ * is held back (one member of its stripe is stopped) until the version's
+ * outcome is known. The version either commits with K's new bytes or fails
+ * with a reason naming what its ranks put: never CKS_OK with the parent's K. */
+Test(integrity, stray_put_never_commits_a_version_early)
+{
+    const char *job = "race";
+    const uint64_t size = 64 * KiB;
+    uint8_t *old_k = malloc(size), *new_k = malloc(size);
+    cks_client_h cr = connect_geo(4, 2, 16 * KiB), cs = connect_geo(4, 2, 16 * KiB);
+    cks_version_params_t vp = {0};
+
+    cr_assert(old_k != NULL && new_k != NULL);
+    cks_test_fill(old_k, size, 11);
+    cks_test_fill(new_k, size, 22);
+    vp.job     = job;
+    vp.version = 1;
+    cr_assert_eq(cks_version_begin(cr, &vp), CKS_OK);
+    cr_assert_eq(put_obj(cr, job, 1, "K", old_k, size), CKS_OK);
+    cr_assert_eq(cks_version_seal(cr, job, 1), CKS_OK);
+    const size_t pk = primary_of(cr, job, 100, "K");
+
+    for (int stale = 0; stale < 2; stale++) {
+        const uint64_t v = 2 + (uint64_t)stale;
+        const char *stray = stale ? "stale" : "stray";
+        const size_t pj = primary_of(cr, job, 101 + (uint64_t)stale, stray);
+        const size_t co = (size_t)cks_test_coordinator(cl.map, job, v);
+        size_t held = 0;
+        while (held == pk || held == pj || held == co) {
+            held++;
+        }
+        printf("version %llu: coordinator %zu, K on %zu, '%s' on %zu, holding %zu\n",
+               (unsigned long long)v, co, pk, stray, pj, held);
+
+        vp            = (cks_version_params_t){0};
+        vp.field_mask = CKS_VERSION_FIELD_PARENT;
+        vp.job        = job;
+        vp.version    = v;
+        vp.parent     = 1;
+        cr_assert_eq(cks_version_begin(cr, &vp), CKS_OK);
+        /* the stray object: 0 bytes, so no member holds a chunk of it */
+        cks_put_params_t p = {0};
+        p.field_mask       = stale ? CKS_PUT_FIELD_TAGS : 0;
+        p.job              = job;
+        p.version          = v;
+        p.key              = stray;
+        p.buffer           = new_k;
+        p.size             = 0;
+        p.tags             = (cks_tags_t){CKS_KIND_OTHER, CKS_TAG_NONE, CKS_TAG_NONE, 0};
+        cks_status_t put_j = cks_put(cs, &p);
+        printf("%s writer's put: %s\n", stray, cks_status_string(put_j));
+
+        cr_assert_eq(kill(cl.srv[held].pid, SIGSTOP), 0);
+        cr_assert_eq(put_obj(cr, job, v, "K", new_k, size), CKS_OK);
+        finish_arg_t f = {cr, job, v, 0, CKS_INPROGRESS};
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, finish_thread, &f), 0);
+        cks_vstate_t state = wait_not_open(cs, job, v);
+        cr_assert_eq(kill(cl.srv[held].pid, SIGCONT), 0);
+        pthread_join(t, NULL);
+
+        char msg[512];
+        cks_client_last_error(cr, msg, sizeof(msg));
+        printf("version %llu (%s writer): %s, finish %s: %s\n", (unsigned long long)v, stray,
+               cks_vstate_string(state), cks_status_string(f.st), msg);
+        if (f.st == CKS_OK) {
+            cks_status_t st = check_object(cs, job, v, "K", new_k, size);
+            cr_assert_eq(st, CKS_OK, "K of committed version %llu: %s", (unsigned long long)v,
+                         cks_status_string(st));
+        } else {
+            cr_assert(strstr(msg, "rank") != NULL, "reason '%s' does not name the ranks", msg);
+            cks_restore_h r;
+            cr_assert_neq(cks_restore_open(cs, job, v, &r), CKS_OK, "failed version %llu",
+                          (unsigned long long)v);
+        }
+    }
+    /* a put tagged with a rank the version does not have: refused at once, or
+     * the version fails naming it, or it commits without it */
+    vp            = (cks_version_params_t){0};
+    vp.field_mask = CKS_VERSION_FIELD_PARENT;
+    vp.job        = job;
+    vp.version    = 4;
+    vp.parent     = 1;
+    cr_assert_eq(cks_version_begin(cr, &vp), CKS_OK);
+    cks_put_params_t p = {0};
+    p.field_mask       = CKS_PUT_FIELD_TAGS;
+    p.job              = job;
+    p.version          = 4;
+    p.key              = "foreign";
+    p.buffer           = old_k;
+    p.size             = size;
+    p.tags             = (cks_tags_t){CKS_KIND_OTHER, CKS_TAG_NONE, CKS_TAG_NONE, 1};
+    cks_status_t put_f = cks_put(cs, &p);
+    char msg[512];
+    cks_client_last_error(cs, msg, sizeof(msg));
+    printf("put tagged rank 1 into a version of 1 rank: %s: %s\n", cks_status_string(put_f),
+           put_f == CKS_OK ? "" : msg);
+    if (put_f != CKS_OK) {
+        cr_assert_eq(put_f, CKS_ERR_INVALID_PARAM);
+        cr_assert(strstr(msg, "tagged rank 1") != NULL, "message '%s'", msg);
+    }
+    cr_assert_eq(put_obj(cr, job, 4, "K", new_k, size), CKS_OK);
+    cks_status_t fin = cks_version_finish(cr, job, 4, 0);
+    cks_client_last_error(cr, msg, sizeof(msg));
+    printf("version 4: finish %s: %s\n", cks_status_string(fin), fin == CKS_OK ? "" : msg);
+    if (fin == CKS_OK) {
+        cr_assert_eq(check_object(cs, job, 4, "K", new_k, size), CKS_OK);
+        cr_assert_neq(check_object(cs, job, 4, "foreign", old_k, size), CKS_OK,
+                      "an object of no rank is part of version 4");
+    } else {
+        cr_assert_eq(put_f, CKS_OK, "refused at once, then %s", cks_status_string(fin));
+        cr_assert(strstr(msg, "tagged rank 1") != NULL, "reason '%s' does not name the rank",
+                  msg);
+    }
+    /* the parent is untouched */
+    cr_assert_eq(check_object(cs, job, 1, "K", old_k, size), CKS_OK);
+    cks_client_destroy(cs);
+    cks_client_destroy(cr);
+    free(old_k);
+    free(new_k);
 }

@@ -88,7 +88,8 @@ static const wm_field_t wm_f_version_begin[] = {
 static const wm_field_t wm_f_version_seal[] = {
     WM_STR_(cks_msg_version_seal_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_seal_t, version),
-    WM_U64_(cks_msg_version_seal_t, nobjects), WM_U32_(cks_msg_version_seal_t, rank)};
+    WM_U64_(cks_msg_version_seal_t, nobjects), WM_U32_(cks_msg_version_seal_t, rank),
+    WM_U64_(cks_msg_version_seal_t, digest)};
 static const wm_field_t wm_f_version_ref[] = {
     WM_STR_(cks_msg_version_ref_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_ref_t, version)};
