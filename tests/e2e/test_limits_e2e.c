@@ -282,6 +282,53 @@ static int core_share_quietest(pid_t pid, int window_ms, int look_ms, double max
     return 0;
 }
 
+/* 1 when a thread of pid is asleep in nanosleep() or clock_nanosleep() now
+ * (its /proc/PID/task/TID/syscall names the call it is blocked in). In
+ * ckstore-server the one caller is the transport's back-off, which sleeps
+ * only while sends wait for room in a peer's FIFO: seeing it shows that the
+ * server really has replies queued for a reader that does not read them. */
+static int backing_off(pid_t pid)
+{
+    char path[96], line[64];
+    int seen = 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        return 0;
+    }
+    struct dirent *e;
+    while (!seen && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/syscall", (int)pid, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) {
+            continue;
+        }
+        if (fgets(line, sizeof(line), f) != NULL) {
+            long nr = strtol(line, NULL, 10);
+            seen    = line[0] >= '0' && line[0] <= '9' && (nr == 35 || nr == 230);
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return seen;
+}
+
+/* Wait up to ms for backing_off(pid), looking every 5 ms. */
+static int backing_off_within(pid_t pid, int ms)
+{
+    uint64_t until = cks_time_ns() + (uint64_t)ms * 1000000ull;
+    do {
+        if (backing_off(pid)) {
+            return 1;
+        }
+        usleep(5 * 1000);
+    } while (cks_time_ns() < until);
+    return 0;
+}
+
 static long rss_kib(pid_t pid)
 {
     char path[64], line[256];
@@ -608,16 +655,51 @@ Test(limits, a_client_past_its_pending_replies_is_disconnected)
 Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_core)
 {
     const unsigned n = 1000;
-    core_share_t q;
+    enum { READERS = 3, SEEN_MS = 5000 };
+    core_share_t q = {2, 2, 0};
+    pid_t pid      = 0;
+    int queued     = 0;
+    reader_t rd[READERS];
+    int used = 0;
     start_server(NULL);
-    reader_t rd = reader_fork_ex(n, 64, 1);
+    /* readers are forked before this process has a client (UCX state must
+     * not cross fork()); each waits for its go */
+    for (int i = 0; i < READERS; i++) {
+        rd[i] = reader_fork_ex(n, 64, 1);
+    }
+    reader_pid = 0; /* the one let go is tracked below; the others exit at
+                       the end of their go pipe */
     start_good();
-    reader_go(&rd);
-    pid_t pid = rd.pid;
-    /* its request comes after all the reader's on the server's one progress
-     * thread: once answered, the server has taken every request the reader
-     * sent, and the replies that found no room wait */
-    good_client_served("while the reader is stopped");
+    /* The test means something only when replies really wait for room in the
+     * stopped reader's FIFO: on a loaded machine the reader can stop before
+     * the server has taken enough of its requests to fill it, and an idle
+     * server proves nothing. That shows as the transport's back-off sleep;
+     * a reader that did not get there is killed and another one tries. */
+    for (int i = 0; i < READERS && !queued; i++) {
+        if (pid > 0) {
+            kill_reader(pid);
+        }
+        reader_go(&rd[i]);
+        pid = rd[i].pid;
+        reader_pid = pid;
+        used       = i + 1;
+        /* its request comes after all the reader's on the server's one
+         * progress thread: once answered, the server has taken every request
+         * the reader sent, and the replies that found no room wait */
+        good_client_served("while the reader is stopped");
+        queued = backing_off_within(srv.pid, SEEN_MS);
+        printf("reader %d: replies %s\n", i + 1,
+               queued ? "wait for room (the server backs off)" : "did not wait for room");
+    }
+    /* the readers never let go exit at the end of their go pipe; a later
+     * reader holds the write ends of the earlier ones' pipes, so every end
+     * is closed before any is waited for */
+    for (int i = used; i < READERS; i++) {
+        close(rd[i].go);
+    }
+    for (int i = used; i < READERS; i++) {
+        waitpid(rd[i].pid, NULL, 0);
+    }
     double c0 = cpu_s(srv.pid);
     cr_assert_eq(core_share_quietest(srv.pid, QUIET_WINDOW_MS, QUIET_LOOK_MS, QUIET_MAX_WANT,
                                      QUIET_MAX_CPU, &q),
@@ -630,6 +712,10 @@ Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_c
               "the server wanted %.0f %% of a core (ran %.0f %%) over its quietest %d ms in"
               " %d ms with a stopped client",
               q.want * 100, q.cpu * 100, QUIET_WINDOW_MS, QUIET_LOOK_MS);
+    cr_assert(queued,
+              "no reader of %d got replies queued: the server never slept in its back-off "
+              "within %d ms of serving the good client, so nothing was tested",
+              READERS, SEEN_MS);
     int st;
     cr_assert_eq(kill(pid, SIGCONT), 0);
     cr_assert_eq(waitpid(pid, &st, 0), pid); /* bounded by its own 20 s */
