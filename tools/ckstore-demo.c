@@ -692,7 +692,7 @@ static void usage(FILE *f)
             "  --job NAME        (default demo)\n"
             "  --version N       (default 1)\n"
             "  --ranks N         rank processes (default 4, at most %d)\n"
-            "  --window N        requests in flight per rank (default 16)\n"
+            "  --window N        requests in flight per rank (default 4)\n"
             "  --layers N        MoE layers (default 4)\n"
             "  --experts N       experts per layer, spread over the ranks (default 8)\n"
             "  --size SIZE       dense shard per rank and layer, e.g. 16M (default 8M);\n"
@@ -727,7 +727,7 @@ int main(int argc, char **argv)
         {"secret", required_argument, NULL, 'S'},  {"window", required_argument, NULL, 'w'},
         {"timeout", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    demo_opts_t o = {.job = "demo", .ec_k = 4, .ec_m = 2, .ranks = 4, .window = 16,
+    demo_opts_t o = {.job = "demo", .ec_k = 4, .ec_m = 2, .ranks = 4, .window = 4,
                      .chunk = 1u << 20, .version = 1, .size = 8u << 20, .seed = 1,
                      .layers = 4, .experts = 8, .timeout_s = 120};
     unsigned long long v;
