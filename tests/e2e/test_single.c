@@ -394,6 +394,7 @@ Test(single, restart_persistence)
     begin("persist", 10);
     cr_assert_eq(put(cl, "persist", 10, "a", src, size), CKS_OK);
     cr_assert_eq(put(cl, "persist", 10, "b", src + 1, size - 1), CKS_OK);
+    cr_assert_eq(put(cl, "persist", 10, "empty", src, 0), CKS_OK); /* no arena space */
     cr_assert_eq(cks_version_seal(cl, "persist", 10), CKS_OK);
     /* version 11 is cut short by the crash */
     cks_version_params_t vp = {0};
@@ -417,6 +418,10 @@ Test(single, restart_persistence)
     cr_assert(len == size && memcmp(dst, src, size) == 0);
     cr_assert_eq(get_whole(r, "b", dst, size, &len), CKS_OK);
     cr_assert(len == size - 1 && memcmp(dst, src + 1, size - 1) == 0);
+    len = 1;
+    cr_assert_eq(get_whole(r, "empty", dst, size, &len), CKS_OK,
+                 "a 0-byte object survives the restart");
+    cr_assert_eq(len, 0);
     cks_restore_close(r);
 
     cr_assert_eq(cks_version_stat(cl, "persist", 11, &vi), CKS_OK);
