@@ -600,6 +600,14 @@ Test(partition, snapshot_cut_from_the_coordinator_mid_seal)
     st = cks_version_seal(cli, JOB, 2);
     cks_client_last_error(cli, text, sizeof(text));
     fprintf(stderr, "seal of version 2 after healing: %s (%s)\n", cks_status_name(st), text);
+    if (st == CKS_ERR_TIMEOUT && strstr(text, "no answer from the server") != NULL) {
+        /* the one other outcome: the client's connection to the coordinator
+         * did not survive the cut and this request went unanswered (its
+         * bounded timeout); the next one goes on a new connection */
+        st = cks_version_seal(cli, JOB, 2);
+        cks_client_last_error(cli, text, sizeof(text));
+        fprintf(stderr, "  again: %s (%s)\n", cks_status_name(st), text);
+    }
     cr_assert_eq(st, CKS_ERR_TIMEOUT, "seal after the abort: %s (%s)", cks_status_name(st),
                  text);
     /* its reason: answered from the kept reasons ("... was aborted: ...") or,
