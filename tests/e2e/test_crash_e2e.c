@@ -21,6 +21,7 @@
  */
 #include "ckstore.h"
 #include "cks_test.h"
+#include "cks_test_raw.h"
 #include "cks_tp.h"
 
 #include <criterion/criterion.h>
@@ -77,97 +78,15 @@ static void begin(cks_client_h c, const char *job, uint64_t version)
                  (unsigned long long)version);
 }
 
-/* ---- a raw transport client ------------------------------------------------- */
+/* ---- a raw transport client: tests/support/cks_test_raw.h ------------------- */
 
-typedef struct {
-    cks_tp_worker_h w;
-    cks_tp_conn_h conn;
-    int hs_done;
-    cks_status_t hs_status;
-    int got, sent;
-    cks_wire_hdr_t hdr;
-    int32_t status;
-    char msg[256];
-} raw_t;
-
-static void raw_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
-                       const cks_msg_any_t *body, cks_tp_data_t *data)
-{
-    raw_t *r                   = arg;
-    const cks_msg_status_t *st = &body->m_STATUS_REPLY; /* every reply starts so */
-    r->got++;
-    r->hdr    = *hdr;
-    r->status = st->status;
-    snprintf(r->msg, sizeof(r->msg), "%.*s", (int)st->msg.len, st->msg.ptr ? st->msg.ptr : "");
-}
-
-static void raw_on_bad(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
-                       cks_status_t status, const char *why)
-{
-    raw_t *r = arg;
-    r->got++;
-    r->status = status;
-    snprintf(r->msg, sizeof(r->msg), "(bad reply) %s", why);
-}
-
-static void raw_hs_done(void *arg, cks_status_t status)
-{
-    raw_t *r     = arg;
-    r->hs_done   = 1;
-    r->hs_status = status;
-}
-
-static void raw_sent(void *arg, cks_status_t status)
-{
-    ((raw_t *)arg)->sent++;
-}
-
-/* Progress until cond or ms pass. */
-#define RAW_WAIT(r, cond, ms)                                                                  \
-    do {                                                                                       \
-        uint64_t until_ = cks_time_ns() + (uint64_t)(ms) * 1000000ull;                         \
-        while (!(cond) && cks_time_ns() < until_) {                                            \
-            cks_tp_worker_wait((r)->w, 20);                                                    \
-            cks_tp_worker_expire((r)->w);                                                      \
-        }                                                                                      \
-    } while (0)
-
-static raw_t raw;
-
-/* HELLO done, and the data endpoint to the server (on this host) up. */
-static void raw_open(raw_t *r, uint16_t port)
-{
-    memset(r, 0, sizeof(*r));
-    cks_tp_worker_params_t wp = {.name = "crash-raw", .on_msg = raw_on_msg,
-                                 .on_bad_msg = raw_on_bad, .arg = r};
-    cr_assert_eq(cks_tp_worker_create(&wp, &r->w), CKS_OK);
-    cr_assert_eq(cks_tp_conn_connect(r->w, "127.0.0.1", port, &r->conn), CKS_OK);
-    cr_assert_eq(cks_tp_conn_handshake(r->conn, "crash-raw", NULL, 10000, raw_hs_done, r),
-                 CKS_INPROGRESS);
-    RAW_WAIT(r, r->hs_done, 15000);
-    cr_assert(r->hs_done, "no answer to HELLO");
-    cr_assert_eq(r->hs_status, CKS_OK, "handshake: %s", cks_status_name(r->hs_status));
-    RAW_WAIT(r, cks_tp_conn_local(r->conn), 5000);
-    cr_assert(cks_tp_conn_local(r->conn), "the connection to a server on this host is not local");
-}
+static cks_test_raw_t raw;
 
 /* Send a request with the descriptor as its payload; 1 when a reply came. */
 static int raw_request(unsigned type, uint64_t req_id, const void *body, const void *desc,
                        size_t len, int wait_ms)
 {
-    raw.got    = 0;
-    raw.sent   = 0;
-    raw.msg[0] = '\0';
-    raw.status = 1;
-    cr_assert_eq(cks_tp_send(raw.conn, type, CKS_WIRE_F_RMA, req_id, body, desc, len,
-                             CKS_MEM_HOST, NULL, raw_sent, &raw),
-                 CKS_INPROGRESS, "send %s", cks_msg_name(type));
-    RAW_WAIT(&raw, raw.got > 0 && raw.sent > 0, wait_ms);
-    cr_assert_eq(raw.sent, 1, "the request was not sent");
-    if (raw.got > 0) {
-        cr_assert_eq(raw.hdr.req_id, req_id, "a reply to another request");
-    }
-    return raw.got > 0;
+    return cks_test_raw_request(&raw, type, CKS_WIRE_F_RMA, req_id, body, desc, len, wait_ms);
 }
 
 typedef struct {
@@ -180,7 +99,7 @@ static void setup(void)
     cr_assert_eq(cks_test_server_start(&srv, 128 * MiB), 0);
     cr_assert_eq(cks_test_connect(&srv, 30000, &cl), CKS_OK, "connect to %s", srv.addr);
     begin(cl, "crash", 1);
-    raw_open(&raw, srv.port);
+    cks_test_raw_open(&raw, srv.port, "crash-raw");
 }
 
 static void teardown(void)

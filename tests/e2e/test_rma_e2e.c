@@ -32,6 +32,7 @@
 #include "cks_coding.h"
 #include "cks_faults_gate.h"
 #include "cks_test.h"
+#include "cks_test_raw.h"
 #include "cks_tp.h"
 
 #include <criterion/criterion.h>
@@ -704,112 +705,7 @@ Test(rma_single, the_server_maps_the_clients_segment_at_allocation)
 #define DESC_HDR 72u /* 40 bytes of fields, then the owner's 32-byte token */
 #define MEM_HDR  4096u /* a region's header, before the caller's bytes */
 
-typedef struct {
-    cks_tp_worker_h w;
-    cks_tp_conn_h conn;
-    int hs_done;
-    cks_status_t hs_status;
-    int got, sent;
-    cks_wire_hdr_t hdr;
-    int32_t status;
-    char msg[256];
-    int lost;
-} raw_t;
-
-static void raw_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
-                       const cks_msg_any_t *body, cks_tp_data_t *data)
-{
-    raw_t *r = arg;
-    const cks_msg_status_t *st = &body->m_STATUS_REPLY; /* every reply starts so */
-    r->got++;
-    r->hdr    = *hdr;
-    r->status = st->status;
-    snprintf(r->msg, sizeof(r->msg), "%.*s", (int)st->msg.len,
-             st->msg.ptr ? st->msg.ptr : "");
-}
-
-static void raw_on_bad(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
-                       cks_status_t status, const char *why)
-{
-    raw_t *r = arg;
-    r->got++;
-    r->status = status;
-    snprintf(r->msg, sizeof(r->msg), "(bad reply) %s", why);
-}
-
-static void raw_on_err(void *arg, cks_tp_conn_h conn, cks_status_t status)
-{
-    ((raw_t *)arg)->lost++;
-}
-
-static void raw_hs_done(void *arg, cks_status_t status)
-{
-    raw_t *r     = arg;
-    r->hs_done   = 1;
-    r->hs_status = status;
-}
-
-static void raw_sent(void *arg, cks_status_t status)
-{
-    ((raw_t *)arg)->sent++;
-}
-
-/* Progress until cond or ms pass. */
-#define RAW_WAIT(r, cond, ms)                                                       \
-    do {                                                                            \
-        uint64_t until_ = cks_time_ns() + (uint64_t)(ms) * 1000000ull;              \
-        while (!(cond) && cks_time_ns() < until_) {                                 \
-            cks_tp_worker_wait((r)->w, 20);                                         \
-            cks_tp_worker_expire((r)->w);                                           \
-        }                                                                           \
-    } while (0)
-
-/* A transport client that did the HELLO handshake (and so has a data
- * endpoint to the server, which is on this host). */
-static void raw_open(raw_t *r, uint16_t port)
-{
-    memset(r, 0, sizeof(*r));
-    cks_tp_worker_params_t wp = {.name = "rma-raw", .on_msg = raw_on_msg,
-                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
-                                 .arg = r};
-    cr_assert_eq(cks_tp_worker_create(&wp, &r->w), CKS_OK);
-    cr_assert_eq(cks_tp_conn_connect(r->w, "127.0.0.1", port, &r->conn), CKS_OK);
-    cr_assert_eq(cks_tp_conn_handshake(r->conn, "rma-raw", NULL, 10000, raw_hs_done, r),
-                 CKS_INPROGRESS);
-    RAW_WAIT(r, r->hs_done, 15000);
-    cr_assert(r->hs_done, "no answer to HELLO");
-    cr_assert_eq(r->hs_status, CKS_OK, "handshake: %s", cks_status_name(r->hs_status));
-    /* let the server's side finish its upgrade too */
-    RAW_WAIT(r, cks_tp_conn_local(r->conn), 5000);
-    cr_assert(cks_tp_conn_local(r->conn),
-              "the connection to a server on this host is not local");
-}
-
-static void raw_close(raw_t *r)
-{
-    cks_tp_conn_put(r->conn);
-    cks_tp_worker_destroy(r->w);
-}
-
-/* Send a message with a payload (the descriptor), wait (bounded) for the
- * payload to be sent and for one reply; returns 1 when a reply came. */
-static int raw_request(raw_t *r, unsigned type, uint32_t flags, uint64_t req_id,
-                       const void *body, const void *payload, size_t len, int wait_ms)
-{
-    r->got  = 0;
-    r->sent = 0;
-    r->msg[0] = '\0';
-    r->status = 1;
-    cr_assert_eq(cks_tp_send(r->conn, type, flags, req_id, body, payload, len,
-                             CKS_MEM_HOST, NULL, raw_sent, r),
-                 CKS_INPROGRESS, "send %s", cks_msg_name(type));
-    RAW_WAIT(r, r->got > 0 && r->sent > 0, wait_ms);
-    cr_assert_eq(r->sent, 1, "the request was not sent");
-    if (r->got > 0) {
-        cr_assert_eq(r->hdr.req_id, req_id, "a reply to another request");
-    }
-    return r->got > 0;
-}
+/* the raw transport client: tests/support/cks_test_raw.h */
 
 /* Fields of a descriptor (big-endian). */
 static void be64_put(uint8_t *p, uint64_t v)
@@ -871,7 +767,7 @@ static uint64_t obj_size = 300 * KiB + 7;
 /* A server with an open version ("raw", 1) for puts and a sealed one ("src",
  * 1) holding "obj" for gets; a raw client with a 1 MiB cks_tp_mem_alloc()
  * region. */
-static raw_t raw;
+static cks_test_raw_t raw;
 
 static void raw_setup(void)
 {
@@ -886,7 +782,7 @@ static void raw_setup(void)
     cr_assert_eq(put_obj(cl, "src", 1, "obj", ref, obj_size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "src", 1), CKS_OK);
     begin(cl, "raw", 1);
-    raw_open(&raw, srv.port);
+    cks_test_raw_open(&raw, srv.port, "rma-raw");
     void *base = NULL;
     cr_assert_eq(cks_tp_mem_alloc(raw.w, raw_len, &raw_mem, &base), CKS_OK);
     raw_base = base;
@@ -897,7 +793,7 @@ static void raw_teardown(void)
 {
     if (raw.w != NULL) {
         cks_tp_mem_unmap(raw_mem);
-        raw_close(&raw);
+        cks_test_raw_close(&raw);
         raw.w = NULL;
     }
     free((void *)obj_ref);
@@ -917,7 +813,7 @@ static int raw_put(const char *key, uint64_t size, const desc_t *d, int wait_ms)
     m.key           = cks_wire_cstr(key);
     m.kind          = CKS_KIND_OTHER;
     m.size          = size;
-    return raw_request(&raw, CKS_MSG_PUT, CKS_WIRE_F_RMA, ++raw_req_id, &m, d->b, d->len,
+    return cks_test_raw_request(&raw, CKS_MSG_PUT, CKS_WIRE_F_RMA, ++raw_req_id, &m, d->b, d->len,
                        wait_ms);
 }
 
@@ -930,7 +826,7 @@ static int raw_get(uint64_t off, uint64_t len, const desc_t *d, int wait_ms)
     m.key           = cks_wire_cstr("obj");
     m.offset        = off;
     m.length        = len;
-    return raw_request(&raw, CKS_MSG_GET, CKS_WIRE_F_RMA, ++raw_req_id, &m, d->b, d->len,
+    return cks_test_raw_request(&raw, CKS_MSG_GET, CKS_WIRE_F_RMA, ++raw_req_id, &m, d->b, d->len,
                        wait_ms);
 }
 
@@ -1059,7 +955,7 @@ Test(rma_raw, malformed_descriptors_are_refused)
     EXPECT_REFUSED(raw_put("bad-size", 4095, &d, 10000), "put, size differs from len");
     /* RMA on a message that takes none, and a PUT with the flag but no descriptor */
     cks_msg_version_stat_t vs = {cks_wire_cstr("src"), 1, 0};
-    EXPECT_REFUSED(raw_request(&raw, CKS_MSG_VERSION_STAT, CKS_WIRE_F_RMA, ++raw_req_id,
+    EXPECT_REFUSED(cks_test_raw_request(&raw, CKS_MSG_VERSION_STAT, CKS_WIRE_F_RMA, ++raw_req_id,
                                &vs, good.b, good.len, 10000),
                    "VERSION_STAT with a descriptor");
     cks_msg_put_t m = {0};
@@ -1071,7 +967,7 @@ Test(rma_raw, malformed_descriptors_are_refused)
     cr_assert_eq(cks_tp_send(raw.conn, CKS_MSG_PUT, CKS_WIRE_F_RMA, ++raw_req_id, &m,
                              NULL, 0, CKS_MEM_HOST, NULL, NULL, NULL),
                  CKS_INPROGRESS);
-    RAW_WAIT(&raw, raw.got > 0, 10000);
+    CKS_TEST_RAW_WAIT(&raw, raw.got > 0, 10000);
     EXPECT_REFUSED(raw.got > 0, "PUT with the RMA flag and no descriptor");
     still_serving("malformed");
     /* none of the refused puts left a key behind */
@@ -1644,11 +1540,7 @@ Test(rma_known_bugs, too_small_shared_buffer_is_invalid_param)
  * make us read or write its own segment". */
 static void victim_child(int wfd, int rfd)
 {
-    raw_t dummy;
-    memset(&dummy, 0, sizeof(dummy));
-    cks_tp_worker_params_t wp = {.name = "victim", .on_msg = raw_on_msg,
-                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
-                                 .arg = &dummy};
+    cks_test_raw_t dummy;
     cks_tp_worker_h w;
     cks_tp_mem_h m;
     void *base;
@@ -1657,8 +1549,8 @@ static void victim_child(int wfd, int rfd)
     char go;
 
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (cks_tp_worker_create(&wp, &w) != CKS_OK ||
-        cks_tp_mem_alloc(w, MiB, &m, &base) != CKS_OK) {
+    if (cks_test_raw_worker(&dummy, "victim") != CKS_OK ||
+        cks_tp_mem_alloc((w = dummy.w), MiB, &m, &base) != CKS_OK) {
         _exit(10);
     }
     memset(base, 0x42, MiB);
