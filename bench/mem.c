@@ -9,6 +9,7 @@
  */
 #include "bench.h"
 #include "ckstore.h"
+#include "cks_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,27 +67,11 @@ const char *bench_size_str(uint64_t size, char *buf, size_t len)
 
 int bench_size_parse(const char *text, uint64_t *size_p)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno != 0 || end == text || text[0] == '-') {
+    uint64_t v;
+    if (cks_size_parse(text, &v) != CKS_OK || v == 0 || v > (1ull << 40)) {
         return -1;
     }
-    unsigned shift = 0;
-    switch (*end) {
-        case 'k': case 'K': shift = 10; end++; break;
-        case 'm': case 'M': shift = 20; end++; break;
-        case 'g': case 'G': shift = 30; end++; break;
-        default: break;
-    }
-    if (*end == 'i' || *end == 'B') { /* accept "MiB", "MB" (binary either way) */
-        end += *end == 'i' ? 1 : 0;
-        end += *end == 'B' ? 1 : 0;
-    }
-    if (*end != '\0' || v == 0 || v > (1ull << 40) >> shift) {
-        return -1;
-    }
-    *size_p = (uint64_t)v << shift;
+    *size_p = v;
     return 0;
 }
 

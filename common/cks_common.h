@@ -65,6 +65,15 @@ uint64_t cks_time_ns(void);
  *  Returns CKS_ERR_KEY_TOO_LONG or CKS_ERR_NAME_INVALID on failure. */
 cks_status_t cks_name_check(const char *name, size_t len, size_t max_len);
 
+/* ---- sizes -------------------------------------------------------------- */
+/** Parse a byte count: decimal digits with an optional binary suffix K, M, G
+ *  or T (either case), optionally followed by "i", "B" or "iB" ("16M",
+ *  "16MiB" and "16MB" are all 16 << 20). Refuses an empty string, a sign,
+ *  other characters and values that do not fit in 64 bits with
+ *  CKS_ERR_INVALID_PARAM; *size_p is set only on success. Zero is accepted:
+ *  callers with a lower bound check it themselves. */
+cks_status_t cks_size_parse(const char *text, uint64_t *size_p);
+
 /* ---- byte order --------------------------------------------------------- */
 static inline void cks_put_be64(uint8_t *p, uint64_t v)
 {

@@ -8,6 +8,8 @@
  */
 #include "cks_common.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +125,38 @@ uint64_t cks_time_ns(void)
 }
 
 /* ---- names ---------------------------------------------------------------- */
+cks_status_t cks_size_parse(const char *text, uint64_t *size_p)
+{
+    if (text == NULL || size_p == NULL || !isdigit((unsigned char)text[0])) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    char *end;
+    errno                = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno != 0) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    unsigned shift = 0;
+    switch (*end) {
+        case 'k': case 'K': shift = 10; end++; break;
+        case 'm': case 'M': shift = 20; end++; break;
+        case 'g': case 'G': shift = 30; end++; break;
+        case 't': case 'T': shift = 40; end++; break;
+        default: break;
+    }
+    if (shift != 0 && *end == 'i') {
+        end++;
+    }
+    if (*end == 'B') {
+        end++;
+    }
+    if (*end != '\0' || v > (UINT64_MAX >> shift)) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    *size_p = (uint64_t)v << shift;
+    return CKS_OK;
+}
+
 cks_status_t cks_name_check(const char *name, size_t len, size_t max_len)
 {
     if (name == NULL || len == 0) {

@@ -51,34 +51,6 @@ static void usage(FILE *out)
             "every sealed version and re-checks their CRCs before serving.\n");
 }
 
-static int parse_size(const char *text, uint64_t *size_p)
-{
-    char *end;
-    unsigned long long v = strtoull(text, &end, 10);
-    uint64_t mult        = 1;
-    if (end == text) {
-        return -1;
-    }
-    switch (*end) {
-        case 'k': case 'K': mult = 1ull << 10; end++; break;
-        case 'm': case 'M': mult = 1ull << 20; end++; break;
-        case 'g': case 'G': mult = 1ull << 30; end++; break;
-        case 't': case 'T': mult = 1ull << 40; end++; break;
-        default: break;
-    }
-    if (*end == 'i' || *end == 'B') {
-        end++;
-    }
-    if (*end == 'B') {
-        end++;
-    }
-    if (*end != '\0' || v > UINT64_MAX / mult) {
-        return -1;
-    }
-    *size_p = v * mult;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -152,7 +124,7 @@ int main(int argc, char **argv)
             case 'S': p.secret_file = optarg; break;
             case 'J': p.job_secrets = optarg; break;
             case 's':
-                if (parse_size(optarg, &p.arena_size) != 0) {
+                if (cks_size_parse(optarg, &p.arena_size) != CKS_OK) {
                     fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);
                     return 2;
                 }
@@ -160,7 +132,7 @@ int main(int argc, char **argv)
             case 'f': p.arena_file = optarg; break;
             case 'd': p.data_dir = optarg; break;
             case 'm':
-                if (parse_size(optarg, &p.md_map_size) != 0) {
+                if (cks_size_parse(optarg, &p.md_map_size) != CKS_OK) {
                     fprintf(stderr, "ckstore-server: bad map size '%s'\n", optarg);
                     return 2;
                 }

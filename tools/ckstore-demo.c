@@ -28,6 +28,7 @@
  * Never: a client in the launcher (UCX state must not cross fork()).
  */
 #include "ckstore.h"
+#include "cks_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -652,27 +653,6 @@ stop:
 
 /* ---- options ---------------------------------------------------------------- */
 
-static int parse_size(const char *t, uint64_t *v_p)
-{
-    char *end;
-    errno          = 0;
-    unsigned long long v = strtoull(t, &end, 10);
-    if (errno != 0 || end == t) {
-        return -1;
-    }
-    switch (*end) {
-        case 'K': case 'k': v <<= 10; end++; break;
-        case 'M': case 'm': v <<= 20; end++; break;
-        case 'G': case 'g': v <<= 30; end++; break;
-        default: break;
-    }
-    if (*end != '\0') {
-        return -1;
-    }
-    *v_p = v;
-    return 0;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -764,8 +744,8 @@ int main(int argc, char **argv)
             case 't': bad |= parse_uint(optarg, 3600, &v); o.timeout_s = (int)v; break;
             case 'K': bad |= parse_uint(optarg, 255, &v); o.ec_k = (unsigned)v; break;
             case 'M': bad |= parse_uint(optarg, 255, &v); o.ec_m = (unsigned)v; break;
-            case 'z': bad |= parse_size(optarg, &o.size); break;
-            case 'C': bad |= parse_size(optarg, &o.chunk); break;
+            case 'z': bad |= cks_size_parse(optarg, &o.size) != CKS_OK; break;
+            case 'C': bad |= cks_size_parse(optarg, &o.chunk) != CKS_OK; break;
             case 'h': usage(stdout); return 0;
             default: usage(stderr); return 2;
         }

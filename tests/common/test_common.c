@@ -202,3 +202,41 @@ Test(fault_points_server, release_server_ignores_cks_faults_and_says_so)
                  "the warning is not in the log exactly once (log in %s)", srv.log);
     cr_assert_eq(count_lines(srv.log, "fault point '"), 0, "a fault point fired");
 }
+
+/* ---- unit: the one size parser (server, demo and bench options) ---------- */
+
+TestSuite(size_parse, .timeout = 10);
+
+Test(size_parse, suffixes_are_binary)
+{
+    static const struct {
+        const char *text;
+        uint64_t want;
+    } ok[] = {
+        {"0", 0},           {"4096", 4096},           {"16M", 16 * MiB},
+        {"16m", 16 * MiB},  {"16MiB", 16 * MiB},      {"16MB", 16 * MiB},
+        {"1k", 1024},       {"3G", 3ull << 30},       {"2TiB", 2ull << 40},
+        {"7B", 7},          {"16777215T", 16777215ull << 40},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        uint64_t v = 12345;
+        cr_assert_eq(cks_size_parse(ok[i].text, &v), CKS_OK, "'%s' refused", ok[i].text);
+        cr_assert_eq(v, ok[i].want, "'%s' gave %llu, want %llu", ok[i].text,
+                     (unsigned long long)v, (unsigned long long)ok[i].want);
+    }
+}
+
+Test(size_parse, bad_text_is_refused_and_leaves_the_output)
+{
+    static const char *bad[] = {
+        "",     "M",     "-1",    "+1",   " 1",  "1 ",   "1X",  "1Mi B", "1iB",
+        "1MM",  "0x10",  "1.5G",  "16777216T", "18446744073709551616",
+        "99999999999999999999999",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint64_t v = 12345;
+        cr_assert_eq(cks_size_parse(bad[i], &v), CKS_ERR_INVALID_PARAM, "'%s' accepted", bad[i]);
+        cr_assert_eq(v, 12345, "'%s' changed the output", bad[i]);
+    }
+    cr_assert_eq(cks_size_parse(NULL, NULL), CKS_ERR_INVALID_PARAM);
+}
