@@ -1534,12 +1534,28 @@ cks_status_t cks_sv_cluster_init(cks_server_h s)
     return cks_enc_start(&s->enc, encoders, s->tp);
 }
 
+void cks_sv_cluster_quiesce(cks_server_h s)
+{
+    if (s->map == NULL) {
+        return;
+    }
+    /* What the encoders finished is spread now: with the transport
+     * quiesced, its chunk sends are refused at once and the objects fail
+     * (their callbacks run, so nothing they own is left behind). */
+    cks_enc_job_t *e = cks_enc_stop(&s->enc);
+    while (e != NULL) {
+        cks_enc_job_t *next = e->next;
+        cks_cput_spread(e->arg);
+        e = next;
+    }
+}
+
 void cks_sv_cluster_fini(cks_server_h s)
 {
     if (s->map == NULL) {
         return;
     }
-    cks_enc_stop(&s->enc);
+    cks_sv_cluster_quiesce(s);
     for (size_t i = 0; s->peers != NULL && i < cks_cluster_nservers(s->map); i++) {
         if (s->peers[i].conn != NULL) {
             cks_tp_conn_put(s->peers[i].conn);

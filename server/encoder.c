@@ -109,7 +109,7 @@ cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, cks_tp_worker_h tp)
     pthread_cond_init(&e->cond, NULL);
     for (unsigned i = 0; i < nthreads; i++) {
         if (pthread_create(&e->threads[i], NULL, cks_enc_thread, e) != 0) {
-            cks_enc_stop(e);
+            (void)cks_enc_stop(e); /* nothing was queued yet */
             return CKS_ERR_NO_MEMORY;
         }
         e->nthreads++;
@@ -117,10 +117,10 @@ cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, cks_tp_worker_h tp)
     return CKS_OK;
 }
 
-void cks_enc_stop(cks_enc_t *e)
+cks_enc_job_t *cks_enc_stop(cks_enc_t *e)
 {
     if (e->threads == NULL) {
-        return;
+        return NULL;
     }
     pthread_mutex_lock(&e->lock);
     e->stop = 1;
@@ -129,10 +129,13 @@ void cks_enc_stop(cks_enc_t *e)
     for (unsigned i = 0; i < e->nthreads; i++) {
         pthread_join(e->threads[i], NULL);
     }
+    cks_enc_job_t *done = e->done_head; /* the threads ran every queued job */
+    e->done_head = e->done_tail = NULL;
     free(e->threads);
     e->threads = NULL;
     pthread_cond_destroy(&e->cond);
     pthread_mutex_destroy(&e->lock);
+    return done;
 }
 
 void cks_enc_push(cks_enc_t *e, cks_enc_job_t *job)

@@ -479,6 +479,16 @@ void cks_mdq_stop(cks_mdq_t *q)
     pthread_cond_signal(&q->cond);
     pthread_mutex_unlock(&q->lock);
     pthread_join(q->thread, NULL);
+    pthread_mutex_lock(&q->lock);
+    q->stopped = 1;
+    pthread_mutex_unlock(&q->lock);
+}
+
+void cks_mdq_fini(cks_mdq_t *q)
+{
+    if (!q->started) {
+        return;
+    }
     pthread_cond_destroy(&q->cond);
     pthread_mutex_destroy(&q->lock);
     q->started = 0;
@@ -488,6 +498,17 @@ void cks_mdq_push(cks_mdq_t *q, cks_mdq_job_t *job)
 {
     job->next = NULL;
     pthread_mutex_lock(&q->lock);
+    if (q->stopped) { /* shutting down: not run, but its callback runs */
+        job->status = CKS_ERR_CANCELED;
+        if (q->done_tail != NULL) {
+            q->done_tail->next = job;
+        } else {
+            q->done_head = job;
+        }
+        q->done_tail = job;
+        pthread_mutex_unlock(&q->lock);
+        return;
+    }
     if (q->tail != NULL) {
         q->tail->next = job;
     } else {

@@ -316,14 +316,18 @@ static void cks_sv_mdq_done(cks_server_h s, cks_mdq_job_t *j)
     free(j);
 }
 
-static void cks_sv_drain_done(cks_server_h s)
+/* Finish what the metadata writer finished; returns how many jobs. */
+static size_t cks_sv_drain_done(cks_server_h s)
 {
+    size_t n         = 0;
     cks_mdq_job_t *j = cks_mdq_take_done(&s->mdq);
     while (j != NULL) {
         cks_mdq_job_t *next = j->next;
         cks_sv_mdq_done(s, j);
         j = next;
+        n++;
     }
+    return n;
 }
 
 /* ---- request handlers ---------------------------------------------------------- */
@@ -1703,12 +1707,24 @@ void cks_server_destroy(cks_server_h s)
     if (s == NULL) {
         return;
     }
-    /* Let queued metadata work finish, then answer what it finished. */
+    /* Stop in the order that lets every callback find what it touches:
+     * no new connections; queued metadata work finishes and is answered;
+     * then every outstanding call completes (canceled) and every connection
+     * closes, while the versions and the map still exist; the encoders'
+     * finished work fails; the metadata jobs all that queued are completed
+     * as canceled. Only then is anything freed. */
+    cks_tp_listener_destroy(s->listener);
+    s->listener = NULL;
     cks_mdq_stop(&s->mdq);
     cks_sv_drain_done(s);
-    cks_sv_cluster_fini(s); /* joins the encoders; frees the map */
+    cks_tp_worker_quiesce(s->tp);
+    cks_sv_cluster_quiesce(s);
+    for (int round = 0; round < 16 && cks_sv_drain_done(s) > 0; round++) {
+        /* a done callback may queue more */
+    }
+    cks_mdq_fini(&s->mdq);
+    cks_sv_cluster_fini(s); /* frees the map */
     cks_hmap_foreach(s->versions, cks_sv_free_version, NULL); /* puts connections */
-    cks_tp_listener_destroy(s->listener);
     cks_tp_mem_unmap(s->arena_mem);
     cks_tp_worker_destroy(s->tp);
     cks_hmap_destroy(s->versions);

@@ -97,7 +97,9 @@ typedef struct {
 } cks_enc_t;
 
 cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, cks_tp_worker_h tp);
-void cks_enc_stop(cks_enc_t *e);
+/** Run every queued job, stop the threads, and return the finished jobs not
+ *  taken yet (a list, for the caller to complete). */
+cks_enc_job_t *cks_enc_stop(cks_enc_t *e);
 void cks_enc_push(cks_enc_t *e, cks_enc_job_t *job);
 cks_enc_job_t *cks_enc_take_done(cks_enc_t *e);
 
@@ -125,6 +127,20 @@ typedef struct {
 
 typedef struct cks_mdq_job cks_mdq_job_t;
 
+/* A job for the metadata writer. Ownership, one rule for every array:
+ *  - the writer thread (mdq.c) never frees what the job's creator put in it
+ *    (chunks, objs, data); it only fills `status` and `freed`;
+ *  - `freed` is the writer's (it replaces or clears it on failure) and then
+ *    the finishing side's;
+ *  - the finishing side - `done` for cluster jobs, cks_sv_mdq_done() for
+ *    standalone ones, both on the progress thread - frees `freed`, `objs`
+ *    unless it keeps them (a committed manifest becomes the version's), and
+ *    `chunks` when the creator allocated them for the job (a member's
+ *    CHUNK_PUT); a primary lends its cput's `local` array as `chunks`, which
+ *    the cput frees (cks_cput_free), never the job;
+ *  - the job itself is freed by the finishing side, which also puts `conn`.
+ * At shutdown, jobs pushed after cks_mdq_stop() finish as CKS_ERR_CANCELED
+ * through the same path. */
 struct cks_mdq_job {
     cks_mdq_job_t *next;
     cks_mdq_type_t type;
@@ -138,9 +154,9 @@ struct cks_mdq_job {
     const uint8_t *data;    /* PUT: bytes in the arena */
     char key[CKS_KEY_MAX_LEN + 1]; /* CHUNKS: the object */
     uint32_t key_len;
-    cks_md_chunk_t *chunks; /* CHUNKS (owned) */
+    cks_md_chunk_t *chunks; /* CHUNKS (see the ownership rule above) */
     size_t nchunks;
-    cks_md_object_t *objs;  /* MANIFEST (owned) */
+    cks_md_object_t *objs;  /* MANIFEST, DROP (freed by the finishing side) */
     size_t nobjs;
     uint32_t retain;        /* MANIFEST with has_rec: then keep the newest `retain`
                                restorable versions of the job (0: all) */
@@ -163,6 +179,7 @@ typedef struct {
     cks_mdq_job_t *done_head, *done_tail; /* back to the progress thread */
     int stop;
     int started;
+    int stopped;  /* the thread is gone: jobs pushed now complete as canceled */
     cks_md_h md;
     cks_tp_worker_h tp; /* signalled when jobs are done */
 } cks_mdq_t;
@@ -205,8 +222,12 @@ struct cks_server {
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
-/** Finish queued jobs, then stop the thread. */
+/** Finish queued jobs, then stop the thread. Jobs pushed after it are not
+ *  run: they go to the finished list with status CKS_ERR_CANCELED, so that
+ *  their done callbacks still run (shutdown). */
 void cks_mdq_stop(cks_mdq_t *q);
+/** Free the queue's lock (after cks_mdq_stop() and the last take). */
+void cks_mdq_fini(cks_mdq_t *q);
 void cks_mdq_push(cks_mdq_t *q, cks_mdq_job_t *job);
 /** Take every finished job (a list, oldest first). */
 cks_mdq_job_t *cks_mdq_take_done(cks_mdq_t *q);
@@ -235,6 +256,9 @@ uint64_t cks_sv_realtime_ns(void);
 
 /* cluster.c */
 cks_status_t cks_sv_cluster_init(struct cks_server *s);
+/** Shutdown, after the transport is quiesced: stop the encoders and finish
+ *  (fail) what they encoded. */
+void cks_sv_cluster_quiesce(struct cks_server *s);
 void cks_sv_cluster_fini(struct cks_server *s);
 /* Encoder completions, call timeouts, seal deadlines; returns the poll timeout. */
 int cks_sv_cluster_progress(struct cks_server *s);

@@ -480,7 +480,16 @@ typedef struct {
 /** Create a UCX context and worker (single-threaded, with a wake-up fd). */
 cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
                                   cks_tp_worker_h *worker_p);
-/** Destroy: closes every connection and listener still open. */
+/** First step of a shutdown: from now on new connections and calls are
+ *  refused (CKS_ERR_CANCELED, at once; their callbacks never run); every
+ *  outstanding call completes now with CKS_ERR_CANCELED (its callback runs
+ *  here, and may free what it owns); every connection is closed (bounded
+ *  wait for the closes). The owner calls it while everything the calls'
+ *  callbacks touch still exists, then frees that, then destroys the worker.
+ *  Idempotent. */
+void cks_tp_worker_quiesce(cks_tp_worker_h worker);
+/** Destroy: quiesces (if not done yet), closes every listener still open and
+ *  frees the worker. */
 void cks_tp_worker_destroy(cks_tp_worker_h worker);
 
 /** Run callbacks for everything that has happened; returns nonzero when

@@ -481,6 +481,9 @@ cks_status_t cks_tp_conn_connect(cks_tp_worker_h w, const char *addr, uint16_t p
     char peer[64];
     cks_status_t status;
 
+    if (w->stopping) {
+        return CKS_ERR_CANCELED;
+    }
     status = cks_tp_sockaddr(addr, port, &sa);
     if (status != CKS_OK) {
         return status;
@@ -1105,6 +1108,9 @@ static cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32
     if (cb == NULL || timeout_ms <= 0) {
         return CKS_ERR_INVALID_PARAM;
     }
+    if (w->stopping) {
+        return CKS_ERR_CANCELED;
+    }
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
         return CKS_ERR_NO_MEMORY;
@@ -1353,13 +1359,22 @@ err_free:
     return status;
 }
 
-void cks_tp_worker_destroy(cks_tp_worker_h w)
+void cks_tp_worker_quiesce(cks_tp_worker_h w)
 {
-    if (w == NULL) {
+    if (w == NULL || w->stopping) {
         return;
     }
+    w->stopping = 1;
     cks_tp_rma_pf_stop(w); /* its jobs hold connections and mappings */
-    /* Close what is still open; progress briefly so close requests finish. */
+    unsigned ncalls = 0;
+    for (cks_tp_call_req_t *c = w->calls_head; c != NULL; c = c->next) {
+        ncalls++;
+    }
+    if (ncalls > 0) {
+        cks_info("%s: stopping: %u outstanding calls canceled", w->name, ncalls);
+    }
+    /* Close what is still open; the closes purge sends still queued in UCX,
+     * whose completions may finish calls too: each callback runs here, once. */
     cks_tp_calls_fail_conn(w, NULL, CKS_ERR_CANCELED);
     for (cks_tp_conn_h c = w->conns; c != NULL; c = c->next) {
         c->failed = 1;
@@ -1372,6 +1387,14 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     if (w->closing > 0) {
         cks_warn("%s: %u endpoints did not finish closing", w->name, w->closing);
     }
+}
+
+void cks_tp_worker_destroy(cks_tp_worker_h w)
+{
+    if (w == NULL) {
+        return;
+    }
+    cks_tp_worker_quiesce(w);
     while (w->conns != NULL) { /* still referenced: their keys go before the worker */
         cks_tp_conn_h c = w->conns;
         w->conns        = c->next;

@@ -17,6 +17,10 @@
  *    versions/writers_race_for_one_version hit about one run in ten, when a
  *    short-lived racer's MEM_MAP reached a server after the racer exited).
  *
+ *  - crash_stop/sigterm_with_calls_to_a_stopped_peer_exits_cleanly: a
+ *    server stopped while its calls to a SIGSTOPped peer are outstanding
+ *    (described where the suite is).
+ *
  * Bounded loops; no sleeps as synchronisation.
  */
 #include "ckstore.h"
@@ -26,6 +30,7 @@
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,4 +196,106 @@ Test(crash, dead_segment_keys_are_refused)
     cks_tp_mem_unmap(m);
     free(back);
     cr_assert(alive(&srv), "the server died");
+}
+
+/* ---- a server stopped while its calls to a peer are outstanding -------------- */
+/*
+ * crash_stop/sigterm_with_calls_to_a_stopped_peer_exits_cleanly: six servers,
+ * RS(4,2); one member is SIGSTOPped (not the version's coordinator), then a
+ * client puts objects. Each primary other than the stopped one stores its
+ * objects (STORED) and sends their chunks to every member of the stripe
+ * group, so it has calls to the stopped member outstanding (they wait for
+ * its reply until the peer timeout). Every other server is then stopped
+ * with SIGTERM: each must exit with status 0, and under ASan without a
+ * report. At least one of them must say that it canceled outstanding calls
+ * when it stopped, or the case was not reached and the test fails.
+ */
+static cks_test_cluster_t stop_cl;
+
+static void stop_fini(void)
+{
+    if (stop_cl.srv[0].dir[0] != '\0') {
+        for (size_t i = 0; i < stop_cl.n; i++) {
+            if (stop_cl.srv[i].pid > 0) {
+                kill(stop_cl.srv[i].pid, SIGCONT);
+            }
+        }
+        cks_test_cluster_cleanup(&stop_cl);
+    }
+}
+
+TestSuite(crash_stop, .fini = stop_fini, .timeout = 120);
+
+/* Copy a sanitizer's report from a server's log to stderr (the log goes
+ * with the cluster's temp dir). */
+static void print_report(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    char line[512];
+    int left = 0;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (strstr(line, "AddressSanitizer") != NULL || strstr(line, "runtime error") != NULL) {
+            left = 40;
+        }
+        if (left > 0) {
+            fputs(line, stderr);
+            left--;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+}
+
+Test(crash_stop, sigterm_with_calls_to_a_stopped_peer_exits_cleanly)
+{
+    enum { NOBJ = 12 };
+    const size_t len = 1 * MiB;
+    cks_client_h c;
+    uint8_t *buf = malloc(len);
+    cr_assert_not_null(buf);
+    cks_test_fill(buf, len, 11);
+
+    cr_assert_eq(cks_test_cluster_start(&stop_cl, 6, 3, 128 * MiB, -1, NULL), 0);
+    int co = cks_test_coordinator(stop_cl.map, "stop", 1);
+    cr_assert_geq(co, 0);
+    size_t victim = (size_t)(co + 1) % 6;
+    cr_assert_eq(cks_test_connect_cluster(stop_cl.map, 4, 2, 64 * KiB, 3000, &c), CKS_OK);
+    begin(c, "stop", 1);
+    cr_assert_eq(kill(stop_cl.srv[victim].pid, SIGSTOP), 0);
+
+    int stored = 0;
+    for (int i = 0; i < NOBJ; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "o%d", i);
+        cks_status_t st = put_obj(c, "stop", 1, key, buf, len);
+        stored += st == CKS_OK;
+        cr_log_info("put %s: %s", key, cks_status_name(st));
+    }
+    cr_assert_gt(stored, 0, "no put was stored by a running primary");
+    cks_client_destroy(c);
+    free(buf);
+
+    for (size_t i = 0; i < stop_cl.n; i++) {
+        if (i == victim) {
+            continue;
+        }
+        int ws = cks_test_server_stop(&stop_cl.srv[i], SIGTERM);
+        cr_expect(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+                  "server %zu did not exit cleanly on SIGTERM: %s %d (log %s)", i,
+                  WIFSIGNALED(ws) ? "signal" : "exit status",
+                  WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws), stop_cl.srv[i].log);
+        cr_expect_eq(cks_test_log_count(stop_cl.srv[i].log, "AddressSanitizer"), 0,
+                     "server %zu: ASan report in %s", i, stop_cl.srv[i].log);
+        cr_expect_eq(cks_test_log_count(stop_cl.srv[i].log, "runtime error"), 0,
+                     "server %zu: UBSan report in %s", i, stop_cl.srv[i].log);
+        print_report(stop_cl.srv[i].log);
+    }
+    int canceled = 0;
+    for (size_t i = 0; i < stop_cl.n; i++) {
+        canceled += i != victim &&
+                    cks_test_log_count(stop_cl.srv[i].log, "outstanding calls canceled") > 0;
+    }
+    cr_assert_gt(canceled, 0, "no server had calls outstanding when it stopped: "
+                              "the case was not reached");
 }
