@@ -197,14 +197,19 @@ def save(state_dict: Any, client: Client, job: str, step: int, *,
          rank: Optional[int] = None, world_size: Optional[int] = None,
          parent: Optional[int] = None, retain: Optional[int] = None,
          timeout_s: Optional[int] = None, tagger: Callable[[str], Tags] = default_tags,
-         window: int = 16, extra: Optional[dict] = None) -> None:
+         window: int = 16, extra: Optional[dict] = None,
+         keep: Optional[Callable[[str, Tags], bool]] = None) -> None:
     """Save ``state_dict`` as version ``step`` of ``job`` and return once it
     is restorable (on a cluster: every stripe protected by its parity).
     Tensors are written in place (CPU; CUDA tensors through libckstore's
     device path where it is built with one, else copied to the host first),
-    ``window`` requests in flight."""
+    ``window`` requests in flight. ``keep(key, tags)``, when given, says
+    which tensors to write: the others must be in ``parent`` under the same
+    key (a partial version; see :func:`ckstore.pec.save_partial`)."""
     rank, world_size = _ranks(rank, world_size)
     flat = _Flat(state_dict, _prefix(rank, world_size), tagger)
+    if keep is not None:
+        flat.tensors = [x for x in flat.tensors if keep(x[0], x[2])]
     _begin(client, job, step, rank, world_size, parent, retain, timeout_s)
     try:
         _put_all(client, job, step, flat, window, flat.meta(extra), None)

@@ -137,7 +137,9 @@ class LocalCluster:
 
     def client_kwargs(self) -> dict:
         if self.map is not None:
-            return {"cluster": str(self.map), "secret": str(self.secret)}
+            # RS(2,1) with 64 KiB chunks: 3 nodes are enough
+            return {"cluster": str(self.map), "secret": str(self.secret), "ec": (2, 1),
+                    "chunk_size": 65536}
         return {"server": self.servers[0].addr, "secret": str(self.secret)}
 
     def close(self) -> None:

@@ -13,11 +13,6 @@ from cks_servers import LocalCluster, build_dir  # noqa: E402
 
 os.environ.setdefault("CKSTORE_LIB", str(build_dir() / "client-lib" / "libckstore.so"))
 
-# erasure coding of the test cluster: 3 servers, RS(2,1), 64 KiB chunks
-EC = (2, 1)
-CHUNK = 64 * 1024
-
-
 @pytest.fixture(scope="session")
 def standalone():
     c = LocalCluster(0)
@@ -27,7 +22,7 @@ def standalone():
 
 @pytest.fixture(scope="session")
 def cluster():
-    c = LocalCluster(3)
+    c = LocalCluster(3, arena_size="1G")
     yield c
     c.close()
 
@@ -42,8 +37,7 @@ def sclient(standalone):
 @pytest.fixture
 def cclient(cluster):
     import ckstore
-    with ckstore.Client(**cluster.client_kwargs(), ec=EC, chunk_size=CHUNK,
-                        timeout_ms=20000) as c:
+    with ckstore.Client(**cluster.client_kwargs(), timeout_ms=20000) as c:
         yield c
 
 
