@@ -45,5 +45,6 @@ def torch_or_skip():
     try:
         import torch
     except ImportError as e:
-        pytest.skip(f"PyTorch is not installed ({e}); scripts/deps --python installs it")
+        pytest.skip(f"PyTorch is not installed ({e}); scripts/deps --python installs it",
+                    allow_module_level=True)
     return torch
