@@ -250,6 +250,8 @@ def _candidates():
         return
     # a source checkout: python/ckstore/ -> the repository's build directories
     root = Path(__file__).resolve().parent.parent.parent
+    if os.environ.get("CKSTORE_BUILD"):
+        yield str(Path(os.environ["CKSTORE_BUILD"]).resolve() / "client-lib" / "libckstore.so")
     for build in ("build", "build-test"):
         yield str(root / build / "client-lib" / "libckstore.so")
     yield "libckstore.so"  # installed: the dynamic linker's search path
@@ -267,7 +269,8 @@ def _load():
             errors.append(f"{path}: {e}")
     raise ImportError(
         "ckstore: cannot load libckstore.so (build it with scripts/build, or set "
-        "CKSTORE_LIB to its path): " + "; ".join(errors))
+        "CKSTORE_LIB to its path, or CKSTORE_BUILD to the build directory): " +
+        "; ".join(errors))
 
 
 lib, lib_path = _load()

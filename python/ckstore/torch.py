@@ -7,11 +7,16 @@
     fut.result()                                     # the version is PROTECTED
 
 A state dict (nested dicts, lists and tuples of tensors and plain values) is
-stored as one version: every tensor is its own object, read and written in
-place, and the rest of the structure (with the tensors' dtype, shape and
-object key) is one more object, ``__meta__``, pickled. Object keys are the
-tensors' paths ("model/layers.0.attn.qkv.weight", "optim/state/3/exp_avg"),
-tagged by kind (optimizer, rng, expert with layer and expert number, dense).
+stored as one version: every tensor of at least ``pack_below`` bytes (default
+256 KiB) is its own object, read and written in place; smaller ones are
+packed, by their tags, into objects ``pack/<kind>/<layer>/<expert>/<n>`` of
+up to 4 MiB (on a cluster every object takes at least one stripe of
+k + m chunks in the servers' memory, so a few hundred biases and norms must
+not take one each). The rest of the structure (with each tensor's dtype,
+shape, object and offset) is one more object, ``__meta__``, pickled. Object
+keys are the tensors' paths ("model/layers.0.attn.qkv.weight",
+"optim/state/3/exp_avg"), tagged by kind (optimizer, rng, expert with layer
+and expert number, dense).
 
 With torch.distributed initialised (or ``rank``/``world_size`` given),
 every rank saves its own state dict into one multi-rank version under the
@@ -42,6 +47,8 @@ __all__ = ["save", "load", "async_save", "CheckpointInfo", "TensorRef", "default
 META_KEY = "__meta__"
 _FORMAT = 1
 _KEY_MAX = 256
+PACK_BELOW = 256 << 10
+PACK_MAX = 4 << 20
 
 _EXPERT_RE = re.compile(r"(?:^|[./])layers?[._](\d+)[./].*?experts?[._](\d+)(?:[./]|$)")
 
@@ -54,6 +61,29 @@ class TensorRef:
     shape: Tuple[int, ...]
     nbytes: int
     requires_grad: bool = False
+    offset: int = 0        # in the object (packed tensors)
+    packed: bool = False
+
+
+class _Pack:
+    """Small tensors of one tag group, packed into one object (64-byte aligned)."""
+
+    def __init__(self):
+        self.parts: List[Tuple[_torch.Tensor, int]] = []
+        self.size = 0
+
+    def add(self, t: _torch.Tensor, nbytes: int) -> int:
+        off = (self.size + 63) & ~63
+        self.parts.append((t, off))
+        self.size = off + nbytes
+        return off
+
+    def fill(self, out: _torch.Tensor) -> None:
+        """Copy the parts into ``out`` (uint8, at least ``size`` bytes)."""
+        for t, off in self.parts:
+            n = t.numel() * t.element_size()
+            if n:
+                out[off:off + n].copy_(_bytes_of(t))
 
 
 @dataclass
@@ -114,13 +144,35 @@ class _Flat:
     """A state dict taken apart: the skeleton (tensors replaced by TensorRef)
     and the tensors with their keys and tags."""
 
-    def __init__(self, obj: Any, prefix: str, tagger: Callable[[str], Tags]):
+    def __init__(self, obj: Any, prefix: str, tagger: Callable[[str], Tags],
+                 pack_below: int = PACK_BELOW):
         self.prefix = prefix
         self.tagger = tagger
-        self.tensors: List[Tuple[str, _torch.Tensor, Tags]] = []
+        self.pack_below = pack_below
+        # (key, tensor or _Pack, tags), one per object
+        self.tensors: List[Tuple[str, Any, Tags]] = []
         self._seen: Dict[int, TensorRef] = {}
         self._keys: set = set()
+        self._open_packs: Dict[Tuple, Tuple[str, _Pack]] = {}
+        self._npacks: Dict[Tuple, int] = {}
         self.skeleton = self._walk(obj, "")
+        self.packs = {key: data.size for key, data, _ in self.tensors
+                      if isinstance(data, _Pack)}
+
+    def _pack_for(self, tags: Tags, nbytes: int) -> Tuple[str, _Pack]:
+        group = (int(tags.kind), tags.layer, tags.expert, tags.rank)
+        cur = self._open_packs.get(group)
+        if cur is None or ((cur[1].size + 63) & ~63) + nbytes > PACK_MAX:
+            n = self._npacks.get(group, 0)
+            self._npacks[group] = n + 1
+            kind = Kind(tags.kind).name.lower() if tags.kind in Kind.__members__.values() \
+                else str(int(tags.kind))
+            key = f"{self.prefix}pack/{kind}/{tags.layer}/{tags.expert}/{n}"
+            cur = (key, _Pack())
+            self._open_packs[group] = cur
+            self._keys.add(key)
+            self.tensors.append((key, cur[1], tags))
+        return cur
 
     def _key(self, path: str) -> str:
         key = self.prefix + path
@@ -137,11 +189,19 @@ class _Flat:
                 t = obj.detach()
                 if t.is_sparse:
                     raise TypeError(f"ckstore: sparse tensor at {path!r} is not supported")
-                ref = TensorRef(self._key(path), str(t.dtype).replace("torch.", ""),
-                                tuple(t.shape), t.numel() * t.element_size(),
-                                bool(obj.requires_grad))
+                tags = self.tagger(path)
+                dtype = str(t.dtype).replace("torch.", "")
+                nbytes = t.numel() * t.element_size()
+                if nbytes < self.pack_below:
+                    key, pack = self._pack_for(tags, nbytes)
+                    off = pack.add(t.contiguous(), nbytes)
+                    ref = TensorRef(key, dtype, tuple(t.shape), nbytes,
+                                    bool(obj.requires_grad), off, True)
+                else:
+                    ref = TensorRef(self._key(path), dtype, tuple(t.shape), nbytes,
+                                    bool(obj.requires_grad))
+                    self.tensors.append((ref.key, t.contiguous(), tags))
                 self._seen[id(obj)] = ref
-                self.tensors.append((ref.key, t.contiguous(), self.tagger(path)))
             return ref
         sep = "/" if path else ""
         if isinstance(obj, dict):
@@ -160,8 +220,8 @@ class _Flat:
 
     def meta(self, extra: Optional[dict] = None) -> bytes:
         buf = io.BytesIO()
-        pickle.dump({"format": _FORMAT, "skeleton": self.skeleton, "extra": extra or {}},
-                    buf, protocol=4)
+        pickle.dump({"format": _FORMAT, "skeleton": self.skeleton, "packs": self.packs,
+                     "extra": extra or {}}, buf, protocol=4)
         return buf.getvalue()
 
 
@@ -198,16 +258,18 @@ def save(state_dict: Any, client: Client, job: str, step: int, *,
          parent: Optional[int] = None, retain: Optional[int] = None,
          timeout_s: Optional[int] = None, tagger: Callable[[str], Tags] = default_tags,
          window: int = 16, extra: Optional[dict] = None,
-         keep: Optional[Callable[[str, Tags], bool]] = None) -> None:
+         keep: Optional[Callable[[str, Tags], bool]] = None,
+         pack_below: int = PACK_BELOW) -> None:
     """Save ``state_dict`` as version ``step`` of ``job`` and return once it
     is restorable (on a cluster: every stripe protected by its parity).
     Tensors are written in place (CPU; CUDA tensors through libckstore's
     device path where it is built with one, else copied to the host first),
     ``window`` requests in flight. ``keep(key, tags)``, when given, says
     which tensors to write: the others must be in ``parent`` under the same
-    key (a partial version; see :func:`ckstore.pec.save_partial`)."""
+    key (a partial version; see :func:`ckstore.pec.save_partial`). Tensors
+    under ``pack_below`` bytes are packed by tags (0: none)."""
     rank, world_size = _ranks(rank, world_size)
-    flat = _Flat(state_dict, _prefix(rank, world_size), tagger)
+    flat = _Flat(state_dict, _prefix(rank, world_size), tagger, pack_below)
     if keep is not None:
         flat.tensors = [x for x in flat.tensors if keep(x[0], x[2])]
     _begin(client, job, step, rank, world_size, parent, retain, timeout_s)
@@ -238,6 +300,10 @@ def _put_all(client: Client, job: str, step: int, flat: _Flat, window: int, meta
     try:
         for key, t, tags in flat.tensors:
             data = source(key) if source is not None else t
+            if isinstance(data, _Pack):
+                buf = _torch.empty(data.size, dtype=_torch.uint8)
+                data.fill(buf)  # small tensors: one copy each
+                data = buf
             if isinstance(data, _torch.Tensor) and data.device.type == "cuda":
                 data = data.cpu()
             if len(reqs) >= window:
@@ -268,18 +334,18 @@ def async_save(state_dict: Any, client: Client, job: str, step: int, *,
                rank: Optional[int] = None, world_size: Optional[int] = None,
                parent: Optional[int] = None, retain: Optional[int] = None,
                timeout_s: Optional[int] = None, tagger: Callable[[str], Tags] = default_tags,
-               extra: Optional[dict] = None) -> Future:
+               extra: Optional[dict] = None, pack_below: int = PACK_BELOW) -> Future:
     """As :func:`save`, but return as soon as every tensor is copied into
     staging memory (``cks_mem_alloc()``): training may then change them.
     The returned future completes (result None) once the version is
     restorable (PROTECTED on a cluster), or raises the first error. A second
     ``async_save`` on the same client first waits for the previous one."""
     rank, world_size = _ranks(rank, world_size)
-    flat = _Flat(state_dict, _prefix(rank, world_size), tagger)
+    flat = _Flat(state_dict, _prefix(rank, world_size), tagger, pack_below)
     offsets: Dict[str, Tuple[int, int]] = {}
     total = 0
     for key, t, _ in flat.tensors:
-        n = t.numel() * t.element_size()
+        n = t.size if isinstance(t, _Pack) else t.numel() * t.element_size()
         offsets[key] = (total, n)
         total += (n + 63) & ~63
     with _stage_lock:
@@ -302,7 +368,9 @@ def async_save(state_dict: Any, client: Client, job: str, step: int, *,
     st = stage.tensor()
     for key, t, _ in flat.tensors:
         off, n = offsets[key]
-        if n:
+        if isinstance(t, _Pack):
+            t.fill(st[off:off + n])
+        elif n:
             st[off:off + n].copy_(_bytes_of(t))  # a device-to-host copy for CUDA
     meta = flat.meta(extra)
     fut: Future = Future()
@@ -326,9 +394,11 @@ def async_save(state_dict: Any, client: Client, job: str, step: int, *,
     return fut
 
 
-def _rebuild(obj: Any, tensors: Dict[str, _torch.Tensor]) -> Any:
+def _rebuild(obj: Any, tensors: Dict[int, _torch.Tensor]) -> Any:
+    # tensors by id() of their TensorRef: a tensor the state dict holds twice
+    # (tied weights) is one TensorRef, also after unpickling
     if isinstance(obj, TensorRef):
-        return tensors[obj.key]
+        return tensors[id(obj)]
     if isinstance(obj, dict):
         out = type(obj)() if type(obj) is not dict else {}
         for k, v in obj.items():
@@ -378,18 +448,26 @@ def load(client: Client, job: str, step: int = LATEST, *, rank: Optional[int] = 
     with client.open(job, step, check=check, fallback=fallback) as r:
         meta = read_meta(r, prefix)
         refs = _refs(meta["skeleton"], [])
-        tensors: Dict[str, _torch.Tensor] = {}
+        tensors: Dict[int, _torch.Tensor] = {}
+        packs: Dict[str, _torch.Tensor] = {}
         reqs: List[Request] = []
         for ref in refs:
-            if ref.key in tensors:
+            if id(ref) in tensors:
                 continue
             t = _torch.empty(ref.shape, dtype=getattr(_torch, ref.dtype))
-            tensors[ref.key] = t
-            if ref.nbytes == 0:
+            tensors[id(ref)] = t
+            if ref.packed:
+                if ref.key in packs:
+                    continue
+                dest = packs[ref.key] = _torch.empty(meta["packs"][ref.key],
+                                                     dtype=_torch.uint8)
+            elif ref.nbytes == 0:
                 continue
+            else:
+                dest = _bytes_of(t)  # straight into the tensor
             if len(reqs) >= window:
                 reqs.pop(0).result()
-            reqs.append(r.get_async(ref.key, _bytes_of(t), verify=verify))
+            reqs.append(r.get_async(ref.key, dest, verify=verify))
         first = None
         for q in reqs:
             try:
@@ -398,6 +476,10 @@ def load(client: Client, job: str, step: int = LATEST, *, rank: Optional[int] = 
                 first = first or e
         if first is not None:
             raise first
+        for ref in refs:
+            if ref.packed and ref.nbytes:
+                _bytes_of(tensors[id(ref)]).copy_(
+                    packs[ref.key][ref.offset:ref.offset + ref.nbytes])
         info = CheckpointInfo(job, r.version, rank)
         if with_info:
             for o in r.objects():
@@ -405,8 +487,9 @@ def load(client: Client, job: str, step: int = LATEST, *, rank: Optional[int] = 
                     info.sources[o.key] = o.source_version
                     info.tags[o.key] = o.tags
     for ref in refs:
-        if ref.requires_grad and tensors[ref.key].is_floating_point():
-            tensors[ref.key].requires_grad_(True)
+        t = tensors[id(ref)]
+        if ref.requires_grad and t.is_floating_point():
+            t.requires_grad_(True)
     if map_location is not None:
         tensors = {k: v.to(map_location) for k, v in tensors.items()}
     state = _rebuild(meta["skeleton"], tensors)

@@ -61,9 +61,21 @@ def test_save_load_model_and_optimizer(where, sclient, cclient):
     got, meta = ckt.load(client, job, with_info=True)
     same(sd, got)
     assert meta.version == 100 and set(meta.sources.values()) == {100}
-    assert meta.tags["optim/state/0/exp_avg"].kind == Kind.OPTIMIZER
-    assert meta.tags["model/0.weight"].kind == Kind.DENSE
+    # small tensors are packed by their tags
+    assert meta.tags["pack/optimizer/-1/-1/0"].kind == Kind.OPTIMIZER
+    assert meta.tags["pack/dense/-1/-1/0"].kind == Kind.DENSE
+    # and with packing off, each tensor is its own object
+    ckt.save(sd, client, job, 101, pack_below=0)
+    got2, meta2 = ckt.load(client, job, with_info=True)
+    same(sd, got2)
+    assert meta2.version == 101 and meta2.tags["optim/state/0/exp_avg"].kind == Kind.OPTIMIZER
+    assert meta2.tags["model/0.weight"].kind == Kind.DENSE
     # a fresh model and optimizer take the loaded state and agree exactly
+    # a tensor held twice (tied weights) comes back as one tensor
+    tied = torch.arange(4.0)
+    ckt.save({"a": tied, "b": {"c": tied}}, client, job, 102)
+    t2 = ckt.load(client, job, 102)
+    assert t2["a"] is t2["b"]["c"] and torch.equal(t2["a"], tied)
     m2, o2 = make(2)
     m2.load_state_dict(got["model"])
     o2.load_state_dict(got["optim"])
