@@ -280,8 +280,9 @@ def save(state_dict: Any, client: Client, job: str, step: int, *,
         else:
             client.seal(job, step)
     except BaseException:
-        if world_size == 1:
-            _abort_quietly(client, job, step)
+        # a rank that fails aborts the version: the other ranks' finish then
+        # returns the abort at once instead of waiting for the version's timeout
+        _abort_quietly(client, job, step)
         raise
 
 
@@ -386,8 +387,7 @@ def async_save(state_dict: Any, client: Client, job: str, step: int, *,
                 client.seal(job, step)
             fut.set_result(None)
         except BaseException as e:  # noqa: B902 - handed to the caller
-            if world_size == 1:
-                _abort_quietly(client, job, step)
+            _abort_quietly(client, job, step)
             fut.set_exception(e)
 
     threading.Thread(target=finish, name=f"ckstore-async-save-{step}", daemon=True).start()

@@ -6,7 +6,6 @@ import pytest
 from conftest import torch_or_skip
 
 torch = torch_or_skip()
-import ckstore  # noqa: E402
 import ckstore.torch as ckt  # noqa: E402
 from ckstore import CkstoreError, Kind, Status, VState  # noqa: E402
 
