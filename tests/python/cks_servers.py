@@ -8,6 +8,7 @@ import random
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -41,6 +42,22 @@ def _port_range():
     if hi <= 63000:
         return hi + 1, 65536
     return 20000, 60000
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that is free now, outside the ephemeral range (no
+    outgoing connection can take it meanwhile), e.g. for torch.distributed's
+    rendezvous."""
+    lo, hi = _port_range()
+    for _ in range(200):
+        port = random.randrange(lo, hi)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port found in 200 tries")
 
 
 class Server:

@@ -3,13 +3,13 @@ sharded state dict saved by 4 ranks (gloo, 127.0.0.1) as one multi-rank
 version, loaded into 2 and into 3 ranks (resharding), each rank checking
 its shards, the replicated tensor and the plain values."""
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from cks_servers import free_port
 from conftest import torch_or_skip
 
 torch = torch_or_skip()
@@ -20,12 +20,6 @@ except ImportError as e:
                 allow_module_level=True)
 
 HERE = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(cluster, mode, world, job, step):

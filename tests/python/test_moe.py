@@ -6,7 +6,6 @@ rejoins a new process group with a replacement process, both restore the
 newest checkpoint and train on: the final parameters, optimizer state and
 RNG state must be bit-identical to an uninterrupted run's."""
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cks_servers import free_port
 from conftest import torch_or_skip
 
 torch = torch_or_skip()
@@ -26,13 +26,6 @@ import ckstore.torch as ckt  # noqa: E402
 HERE = Path(__file__).resolve().parent
 STEPS, EVERY, FULL_EVERY, PER_STEP = 10, 2, 6, 2
 TIMEOUT_S = 120
-
-
-def free_port() -> int:
-    # a port for torch.distributed's rendezvous (its TCPStore) on 127.0.0.1
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn(cluster, job, rank, world, port, dump, *extra):
@@ -104,6 +97,8 @@ def test_kill_a_rank_restore_and_continue_bit_identical(cluster, reference, tmp_
     ref_job, ref = reference
     job = f"moe-kill-{os.getpid()}"
     port, rejoin = free_port(), free_port()
+    while rejoin == port:
+        rejoin = free_port()
     survivor = spawn(cluster, job, 0, 2, port, tmp_path / "final.r0.pt",
                      "--rejoin-port", rejoin)
     victim = spawn(cluster, job, 1, 2, port, tmp_path / "unused.pt", "--die-after", 7)
