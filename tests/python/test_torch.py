@@ -129,3 +129,20 @@ def test_cuda_tensors(cclient):
     ckt.save({"w": w}, cclient, job, 1)
     got = ckt.load(cclient, job, map_location="cuda")
     assert got["w"].is_cuda and torch.equal(got["w"], w)
+
+
+def test_a_rank_that_fails_aborts_the_multi_rank_version(cluster):
+    """Rank 1's save fails after the version began: it aborts the version,
+    and rank 0's save fails with the abort instead of waiting (abort_worker.py)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cks_servers import free_port
+    job = f"torch-abort-{os.getpid()}"
+    p = subprocess.run([sys.executable, str(Path(__file__).parent / "abort_worker.py"),
+                        str(free_port()), str(cluster.map), str(cluster.secret), job],
+                       env=dict(os.environ, UCX_NET_DEVICES="lo", OMP_NUM_THREADS="1"),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=150)
+    assert p.returncode == 0, p.stdout
+    assert "rank 0: version ABORTED" in p.stdout and "rank 1: " in p.stdout, p.stdout
