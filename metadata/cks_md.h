@@ -127,6 +127,11 @@ cks_status_t cks_md_stat(cks_md_h md, uint64_t *map_size_p, uint64_t *used_bytes
  *  transaction blocks until the first ends. */
 cks_status_t cks_md_txn_begin(cks_md_h md, int write, cks_md_txn_h *txn_p);
 
+/** Begin a write transaction nested in the write transaction `parent`: what
+ *  it writes reaches `parent` only when it commits, and nothing of it when it
+ *  is aborted. `parent` must not be used until the child ends. */
+cks_status_t cks_md_txn_begin_nested(cks_md_txn_h parent, cks_md_txn_h *txn_p);
+
 /** Commit and free `txn`, whatever the result. Committing a read transaction
  *  just ends it. */
 cks_status_t cks_md_txn_commit(cks_md_txn_h txn);

@@ -89,6 +89,7 @@ struct cks_md_txn {
     MDB_txn *txn;
     int write;
     int poisoned; /* LMDB failed inside: only abort is accepted */
+    struct cks_md_txn *parent; /* of a nested transaction, else NULL */
 };
 
 /* ---- LMDB codes --------------------------------------------------------- */
@@ -820,6 +821,36 @@ free_txn:
     return status;
 }
 
+cks_status_t cks_md_txn_begin_nested(cks_md_txn_h parent, cks_md_txn_h *txn_p)
+{
+    cks_status_t status;
+    cks_md_txn_h txn;
+    int rc;
+
+    if ((parent == NULL) || (txn_p == NULL) || !parent->write) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (parent->poisoned) {
+        return CKS_ERR_BAD_STATE;
+    }
+    txn = calloc(1, sizeof(*txn));
+    if (txn == NULL) {
+        cks_error("metadata: out of memory beginning a nested transaction");
+        return CKS_ERR_NO_MEMORY;
+    }
+    txn->md     = parent->md;
+    txn->write  = 1;
+    txn->parent = parent;
+    rc = mdb_txn_begin(parent->md->env, parent->txn, 0, &txn->txn);
+    if (rc != 0) {
+        status = md_status_from_mdb(NULL, rc, "mdb_txn_begin (nested)");
+        free(txn);
+        return status;
+    }
+    *txn_p = txn;
+    return CKS_OK;
+}
+
 cks_status_t cks_md_txn_commit(cks_md_txn_h txn)
 {
     cks_status_t status = CKS_OK;
@@ -834,7 +865,8 @@ cks_status_t cks_md_txn_commit(cks_md_txn_h txn)
     } else {
         rc = mdb_txn_commit(txn->txn); /* frees the LMDB txn whatever the result */
         if (rc != 0) {
-            status = md_status_from_mdb(NULL, rc, "mdb_txn_commit");
+            /* a nested commit that failed leaves its parent unusable */
+            status = md_status_from_mdb(txn->parent, rc, "mdb_txn_commit");
         }
     }
     free(txn);

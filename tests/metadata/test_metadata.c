@@ -309,6 +309,43 @@ Test(metadata, txn_abort_discards_and_read_txn_cannot_write)
     cks_md_close(md);
 }
 
+/* A nested transaction: what an aborted child wrote is gone, what a
+ * committed child wrote reaches its parent, and only with the parent. */
+Test(metadata, nested_txn_abort_discards_only_the_child)
+{
+    cks_md_h md = md_open(0);
+    cks_md_txn_h txn = txn_begin(md, 1), child, rd;
+    cks_md_version_t v = mkver(1, CKS_VSTATE_OPEN), got;
+    cks_md_chunk_t c = {0, 0, 4096, 1, 8192, 4096}, gc;
+
+    ST_OK(cks_md_version_put(txn, J("job"), &v, 0));
+    /* a child that writes one chunk, fails on the second and is aborted */
+    ST_OK(cks_md_txn_begin_nested(txn, &child));
+    ST_OK(cks_md_chunk_put(child, J("job"), 1, J("k"), &c));
+    c.idx = 1;
+    ST_OK(cks_md_chunk_put(child, J("job"), 1, J("k"), &c));
+    ST_EQ(cks_md_chunk_put(child, J("job"), 1, J("k"), &c), CKS_ERR_DUPLICATE_KEY);
+    cks_md_txn_abort(child);
+    ST_EQ(cks_md_chunk_get(txn, J("job"), 1, J("k"), 0, 0, &gc), CKS_ERR_NO_SUCH_KEY);
+    ST_OK(cks_md_version_get(txn, J("job"), 1, &got));
+    /* a child that commits */
+    ST_OK(cks_md_txn_begin_nested(txn, &child));
+    c.idx = 2;
+    ST_OK(cks_md_chunk_put(child, J("job"), 1, J("k"), &c));
+    ST_OK(cks_md_txn_commit(child));
+    ST_OK(cks_md_chunk_get(txn, J("job"), 1, J("k"), 0, 2, &gc));
+    /* only a write transaction has children */
+    rd = txn_begin(md, 0);
+    ST_EQ(cks_md_txn_begin_nested(rd, &child), CKS_ERR_INVALID_PARAM);
+    cks_md_txn_abort(rd);
+    ST_OK(cks_md_txn_commit(txn));
+    rd = txn_begin(md, 0);
+    ST_OK(cks_md_chunk_get(rd, J("job"), 1, J("k"), 0, 2, &gc));
+    ST_EQ(cks_md_chunk_get(rd, J("job"), 1, J("k"), 0, 1, &gc), CKS_ERR_NO_SUCH_KEY);
+    cks_md_txn_abort(rd);
+    cks_md_close(md);
+}
+
 /* ---- versions ------------------------------------------------------------ */
 
 Test(metadata, version_put_get_overwrite)
