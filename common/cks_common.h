@@ -103,7 +103,10 @@ static inline uint64_t cks_get_be64(const uint8_t *p)
  * release) cks_fault_fire() is the constant 0, there is no table, the
  * environment is not parsed (a process that finds CKS_FAULTS set logs one
  * warning that it is ignored) and the arm calls return CKS_ERR_UNSUPPORTED.
- * Points: chunk_send, chunk_recv, chunk_corrupt, md_put, md_commit,
+ * Points: chunk_send, chunk_recv, chunk_corrupt (a stored chunk's bit flips),
+ * chunk_wire_corrupt (a chunk's bit flips before its member checks it),
+ * md_put, md_commit, md_manifest (the coordinator's manifest is not
+ * recorded), md_chunk_dup (the second chunk record of a job is a duplicate),
  * arena_alloc, encoder, crc_check.
  */
 typedef enum {

@@ -520,9 +520,21 @@ static void cks_chunk_recorded(cks_server_h s, cks_mdq_job_t *j)
     cks_chunk_in_t *c = j->ctx;
     if (j->status != CKS_OK) {
         cks_arena_free(s->arena, j->chunks[0].arena_offset, j->chunks[0].arena_len);
+    } else if (cks_fault_fire("chunk_corrupt")) {
+        /* a bit flips in memory after the chunk was checked and recorded */
+        cks_arena_base(s->arena)[j->chunks[0].arena_offset + j->chunks[0].len / 2] ^= 0x10;
+    }
+    if (j->status == CKS_ERR_CRC_MISMATCH) {
+        cks_error("chunk %u of stripe %llu of '%.*s' (version %llu of '%s') arrived with "
+                  "bytes that fail its CRC: refused",
+                  j->chunks[0].idx, (unsigned long long)j->chunks[0].stripe, (int)j->key_len,
+                  j->key, (unsigned long long)j->version, j->job);
     }
     cks_sv_reply_status(c->conn, c->req_id, j->status,
-                        j->status == CKS_OK ? NULL : "chunk not recorded");
+                        j->status == CKS_OK ? NULL
+                        : j->status == CKS_ERR_CRC_MISMATCH
+                            ? "chunk refused: its bytes fail the CRC the primary computed"
+                            : "chunk not recorded");
     cks_tp_conn_put(c->conn);
     free(j->chunks);
     free(j);
@@ -542,10 +554,11 @@ static void cks_chunk_received(void *arg, cks_status_t status)
         cks_chunk_recorded(c->s, j);
         return;
     }
-    if (cks_fault_fire("chunk_corrupt")) {
-        /* a bit flips in memory after the primary computed the CRC */
+    if (cks_fault_fire("chunk_wire_corrupt")) {
+        /* a bit flips on the way, after the primary computed the CRC */
         cks_arena_base(c->s->arena)[ch->arena_offset + ch->len / 2] ^= 0x10;
     }
+    j->data = cks_arena_base(c->s->arena) + ch->arena_offset; /* checked before recorded */
     cks_mdq_push(&c->s->mdq, j);
 }
 
@@ -715,6 +728,73 @@ static int cks_sv_cv_open(const cks_sv_version_t *v)
     return v != NULL && v->cluster && v->objs != NULL && v->open && v->bcast == 0;
 }
 
+/*
+ * Abort a version this server coordinates and that is not open any more, or
+ * never was, everywhere: its record becomes ABORTED here, and every server
+ * (this one included) frees the chunks of it that no manifest uses. Chunks
+ * of a version can arrive after it ended - the objects of a coordinator that
+ * restarted while it was open, an object put into a version never begun, or
+ * one whose put was still spreading when its version was aborted - and no
+ * one else would ever free them. `rec` is its record, or NULL when it has
+ * none (then it gets one, ABORTED, so that it cannot be begun later with
+ * those chunks in it).
+ */
+static void cks_sv_abort_lost(cks_server_h s, const cks_wire_str_t *job, uint64_t version,
+                              const cks_md_version_t *rec, cks_status_t why_status,
+                              const char *why)
+{
+    cks_sv_version_t *v = cks_sv_version_find(s, job, version);
+
+    if (v != NULL && v->bcast > 0) {
+        if (v->wait == CKS_SV_WAIT_ABORT) {
+            v->redrop = 1; /* its drop may have passed a member already */
+        }
+        return;
+    }
+    if (v != NULL && (cks_sv_cv_open(v) || v->wait != CKS_SV_WAIT_NONE)) {
+        return;
+    }
+    if (v == NULL && (v = cks_sv_version_new(s, job, version)) == NULL) {
+        return; /* out of memory: the next report tries again */
+    }
+    v->cluster = 1;
+    if (rec != NULL) {
+        v->rec = *rec;
+    } else {
+        memset(&v->rec, 0, sizeof(v->rec));
+        v->rec.version    = version;
+        v->rec.parent     = CKS_MD_NO_PARENT;
+        v->rec.nranks     = 1;
+        v->rec.created_ns = cks_sv_realtime_ns();
+    }
+    v->failed = v->bcast_reply = why_status;
+    snprintf(v->why, sizeof(v->why), "%s", why);
+    v->wait = CKS_SV_WAIT_ABORT;
+    cks_warn("dropping version %llu of '%s' on every server: %s", (unsigned long long)version,
+             v->job, why);
+    cks_sv_cv_finish(s, v, 0);
+}
+
+/* An object reported for a version that is not open here: when the version
+ * never began, or was aborted, the object's chunks are dropped everywhere. */
+static void cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m)
+{
+    cks_md_version_t rec;
+    char why[CKS_MSG_MAX_LEN];
+    cks_status_t st = cks_sv_version_lookup(s, &m->job, m->version, &rec);
+
+    if (st == CKS_ERR_NO_SUCH_VERSION || st == CKS_ERR_NO_SUCH_JOB) {
+        snprintf(why, sizeof(why),
+                 "object '%.*s' was put into version %llu, which was never begun",
+                 (int)m->o.key.len, m->o.key.ptr, (unsigned long long)m->version);
+        cks_sv_abort_lost(s, &m->job, m->version, NULL, CKS_ERR_VERSION_NOT_OPEN, why);
+    } else if (st == CKS_OK && rec.state == CKS_VSTATE_ABORTED) {
+        snprintf(why, sizeof(why), "object '%.*s' arrived after version %llu was aborted",
+                 (int)m->o.key.len, m->o.key.ptr, (unsigned long long)m->version);
+        cks_sv_abort_lost(s, &m->job, m->version, &rec, CKS_ERR_VERSION_NOT_OPEN, why);
+    }
+}
+
 static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
                                      cks_status_t *status_p, char *why, size_t why_len)
 {
@@ -727,6 +807,10 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
         *status_p = CKS_ERR_VERSION_NOT_OPEN;
         snprintf(why, why_len, "version %llu is not open here",
                  (unsigned long long)m->version);
+        if (m->status == CKS_OK && (v == NULL || v->objs == NULL ||
+                                    (v->bcast > 0 && v->wait == CKS_SV_WAIT_ABORT))) {
+            cks_sv_object_orphan(s, m);
+        }
         return;
     }
     if (m->status != CKS_OK) {
@@ -1006,6 +1090,13 @@ static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
     cks_hmap_destroy(v->deleted);
     v->deleted = NULL;
     v->pending--;
+    if (v->redrop && v->failed != CKS_OK) {
+        /* objects came in while the drop was sent: drop once more */
+        v->redrop = 0;
+        v->wait   = CKS_SV_WAIT_ABORT;
+        cks_sv_cv_finish(s, v, 0);
+        return;
+    }
     cks_sv_version_release(s, v);
 }
 
@@ -1016,9 +1107,30 @@ static void cks_sv_cv_recorded(cks_server_h s, cks_mdq_job_t *j)
         cks_arena_free(s->arena, j->freed[i].off, j->freed[i].len);
     }
     free(j->freed);
+    if (j->type == CKS_MDQ_MANIFEST && j->status != CKS_OK) {
+        /* not recorded here (the job left nothing of itself in LMDB): the
+         * version is aborted everywhere, so that seal, abort and delete get
+         * a clear answer and every server frees its chunks */
+        cks_status_t st = j->status;
+        cks_error("the manifest of version %llu of '%s' could not be recorded: %s; "
+                  "aborting it",
+                  (unsigned long long)v->version, v->job, cks_status_string(st));
+        free(j->objs);
+        free(j);
+        v->failed = v->bcast_reply = st;
+        snprintf(v->why, sizeof(v->why),
+                 "version %llu: its manifest could not be recorded on its coordinator (%s)",
+                 (unsigned long long)v->version, cks_status_string(st));
+        v->wait  = CKS_SV_WAIT_ABORT;
+        v->bcast = 0;
+        v->pending--;
+        cks_sv_cv_finish(s, v, 0);
+        return;
+    }
     if (j->status != CKS_OK && v->bcast_reply == CKS_OK) {
         v->bcast_reply = j->status;
-        snprintf(v->why, sizeof(v->why), "manifest not recorded");
+        snprintf(v->why, sizeof(v->why), "%s not recorded",
+                 j->type == CKS_MDQ_DROP ? "drop" : "manifest");
     }
     if (j->type == CKS_MDQ_MANIFEST && j->status == CKS_OK) {
         v->rec = j->rec;
@@ -1492,6 +1604,24 @@ int cks_sv_cluster_progress(cks_server_h s)
 
     if (s->map == NULL) {
         return -1;
+    }
+    if (s->nlost > 0) {
+        /* versions that were open when this server stopped: the others
+         * hold chunks of them, which only this coordinator can release */
+        for (size_t i = 0; i < s->nlost; i++) {
+            cks_wire_str_t job = {s->lost_jobs[i], strlen(s->lost_jobs[i])};
+            cks_md_version_t rec;
+            if (cks_sv_version_lookup(s, &job, s->lost_versions[i], &rec) == CKS_OK &&
+                rec.state == CKS_VSTATE_ABORTED) {
+                cks_sv_abort_lost(s, &job, s->lost_versions[i], &rec, CKS_ERR_UNREACHABLE,
+                                  "its coordinator stopped while the version was open");
+            }
+        }
+        free(s->lost_jobs);
+        free(s->lost_versions);
+        s->lost_jobs     = NULL;
+        s->lost_versions = NULL;
+        s->nlost         = 0;
     }
     e = cks_enc_take_done(&s->enc);
     while (e != NULL) {

@@ -364,6 +364,9 @@ static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
             for (size_t i = 0; i < j->nchunks; i++) {
                 status = cks_md_chunk_put(txn, job, job_len, j->version, j->key, j->key_len,
                                           &j->chunks[i]);
+                if (status == CKS_OK && i == 1 && cks_fault_fire("md_chunk_dup")) {
+                    status = CKS_ERR_DUPLICATE_KEY; /* after one record was written */
+                }
                 if (status != CKS_OK) {
                     return status;
                 }
@@ -379,6 +382,9 @@ static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
             if (!j->has_rec) {
                 return CKS_OK;
             }
+            if (cks_fault_fire("md_manifest")) {
+                return CKS_ERR_IO; /* after the entries were written */
+            }
             status = cks_md_version_put(txn, job, job_len, &j->rec, 1);
             return status == CKS_OK && j->retain > 0 ? cks_mdq_retain(txn, j) : status;
         case CKS_MDQ_DROP:
@@ -392,16 +398,41 @@ static void cks_mdq_run_batch(cks_mdq_t *q, cks_mdq_job_t *batch)
     cks_md_txn_h txn;
     cks_status_t status;
 
-    /* CRCs first, outside the transaction */
+    /* CRCs first, outside the transaction: of new objects, and of chunks
+     * received from a primary (a chunk that does not match the CRC its
+     * primary computed is refused, never recorded) */
     for (cks_mdq_job_t *j = batch; j != NULL; j = j->next) {
         if (j->type == CKS_MDQ_PUT) {
             j->obj.crc64 = cks_crc64(0, j->data, j->obj.size);
+        } else if (j->type == CKS_MDQ_CHUNKS && j->data != NULL && j->nchunks == 1 &&
+                   cks_crc64(0, j->data, j->chunks[0].len) != j->chunks[0].crc64) {
+            j->status = CKS_ERR_CRC_MISMATCH;
         }
     }
     status = cks_md_txn_begin(q->md, 1, &txn);
     if (status == CKS_OK) {
+        /* each job in its own nested transaction: a job that fails halfway
+         * (a duplicate chunk, a full map) leaves nothing of itself behind,
+         * so no record points at space its caller frees on the failure */
         for (cks_mdq_job_t *j = batch; j != NULL; j = j->next) {
-            j->status = cks_mdq_apply(txn, j);
+            cks_md_txn_h child;
+            if (j->status != CKS_OK) {
+                continue; /* refused before the transaction */
+            }
+            j->status = cks_md_txn_begin_nested(txn, &child);
+            if (j->status == CKS_OK) {
+                j->status = cks_mdq_apply(child, j);
+                if (j->status == CKS_OK) {
+                    j->status = cks_md_txn_commit(child);
+                } else {
+                    cks_md_txn_abort(child);
+                }
+            }
+            if (j->status != CKS_OK) {
+                free(j->freed); /* nothing of it was deleted */
+                j->freed  = NULL;
+                j->nfreed = 0;
+            }
         }
         if (cks_fault_fire("md_commit")) {
             cks_md_txn_abort(txn);

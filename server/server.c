@@ -1381,14 +1381,23 @@ static cks_status_t cks_sv_abort_open_versions(cks_server_h s)
         }
         if (status == CKS_OK) {
             cks_warn("version %llu of '%s' was still open when the server stopped: "
-                     "marked ABORTED",
-                     (unsigned long long)r.open_versions[i], r.open_jobs[i]);
+                     "marked ABORTED%s",
+                     (unsigned long long)r.open_versions[i], r.open_jobs[i],
+                     s->p.cluster_map ? "; every server will be told to drop it" : "");
         }
     }
     if (status == CKS_OK) {
         status = cks_md_txn_commit(txn);
     } else {
         cks_md_txn_abort(txn);
+    }
+    if (status == CKS_OK && s->p.cluster_map != NULL && r.nopen > 0) {
+        /* the other servers hold chunks of these versions: they are told
+         * (cks_sv_cluster_progress) once this server runs */
+        s->lost_jobs     = r.open_jobs;
+        s->lost_versions = r.open_versions;
+        s->nlost         = r.nopen;
+        return CKS_OK;
     }
     free(r.open_jobs);
     free(r.open_versions);
@@ -1503,6 +1512,8 @@ static void cks_sv_params_free(cks_server_h s)
     free(s->arena_file);
     free(s->data_dir);
     free(s->listen_addr);
+    free(s->lost_jobs);
+    free(s->lost_versions);
 }
 
 cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *server_p)

@@ -66,6 +66,8 @@ struct cks_sv_version {
     uint32_t retain;       /* the job's retention (cluster) */
     uint64_t open_deadline_ns; /* abort when not every rank finished by then */
     cks_hmap_t *deleted;   /* keys of the parent removed in this version */
+    int redrop;            /* an object came in while the version's drop was being
+                              sent: send the drop once more when it ends */
 };
 
 /* Encoding work, on the encoder threads (encoder.c). */
@@ -151,7 +153,9 @@ struct cks_mdq_job {
     cks_md_version_t rec;   /* BEGIN, SEAL, ABORT, MANIFEST (has_rec), DROP (ABORTED) */
     int has_rec;
     cks_md_object_t obj;    /* PUT */
-    const uint8_t *data;    /* PUT: bytes in the arena */
+    const uint8_t *data;    /* PUT: bytes in the arena; CHUNKS received from a
+                               primary: the chunk's bytes, checked against its
+                               CRC before it is recorded */
     char key[CKS_KEY_MAX_LEN + 1]; /* CHUNKS: the object */
     uint32_t key_len;
     cks_md_chunk_t *chunks; /* CHUNKS (see the ownership rule above) */
@@ -219,6 +223,11 @@ struct cks_server {
     unsigned aborted_next;
     cks_tp_secret_t secret; /* with --secret */
     int has_secret;
+    /* versions this server found OPEN at start and marked ABORTED: the drop
+     * is sent to every other server once the server runs (cluster.c) */
+    char (*lost_jobs)[CKS_JOB_MAX_LEN + 1];
+    uint64_t *lost_versions;
+    size_t nlost;
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);

@@ -1,0 +1,361 @@
+/*
+ * End-to-end: no leak and no wedge, on a 6-server RS(4,2) cluster of real
+ * processes (#15 item 6). Each test measures the arena use of every server
+ * (cks_cluster_usage) before and after, so space that stays taken fails it.
+ *
+ * - a member refuses a chunk whose bytes do not match the CRC its primary
+ *   computed: the version is aborted with the reason instead of committing
+ *   PROTECTED with a bad chunk, and what it stored is freed;
+ * - a chunk-recording job that fails halfway (a duplicate key) leaves no
+ *   record behind: no record points at space its primary freed;
+ * - a coordinator that cannot record a manifest aborts the version: seal
+ *   gives the reason, delete answers at once, and every server frees it;
+ * - a coordinator killed while its version was open tells the other servers
+ *   when it returns: the chunks they hold of it are freed;
+ * - an object put into a version that was never begun leaves nothing.
+ */
+#include "ckstore.h"
+#include "cks_faults_gate.h"
+#include "cks_test.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KiB   (1ull << 10)
+#define MiB   (1ull << 20)
+#define NSRV  6
+#define CHUNK (16 * KiB)
+#define OBJ   (256 * KiB) /* 4 stripes of RS(4,2) with 16 KiB chunks */
+#define NOBJ  4
+
+static cks_test_cluster_t cl;
+
+static void start(int fault_id, const char *faults)
+{
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 64 * MiB, fault_id, faults), 0);
+}
+
+static void teardown(void)
+{
+    cks_test_cluster_cleanup(&cl);
+}
+
+TestSuite(leaks, .fini = teardown, .timeout = 300);
+
+static cks_client_h connect_all(void)
+{
+    cks_client_h c;
+    cr_assert_eq(cks_test_connect_cluster(cl.map, 4, 2, CHUNK, 20000, &c), CKS_OK);
+    return c;
+}
+
+static uint64_t usage(cks_client_h c)
+{
+    uint64_t used = 0;
+    cr_assert_eq(cks_cluster_usage(c, &used, NULL), CKS_OK);
+    return used;
+}
+
+/* Wait (at most 30 s, polling every 100 ms: the servers free space after
+ * answering) until the arena use of all servers is `want`; returns the last
+ * value seen. */
+static uint64_t usage_settles_at(cks_client_h c, uint64_t want)
+{
+    uint64_t used = usage(c);
+    for (int i = 0; i < 300 && used != want; i++) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        used = usage(c);
+    }
+    return used;
+}
+
+static cks_status_t put_obj(cks_client_h c, const char *job, uint64_t v, const char *key,
+                            const void *buf, uint64_t size)
+{
+    cks_put_params_t p = {0};
+    p.job              = job;
+    p.version          = v;
+    p.key              = key;
+    p.buffer           = buf;
+    p.size             = size;
+    return cks_put(c, &p);
+}
+
+static void begin(cks_client_h c, const char *job, uint64_t v, uint32_t nranks)
+{
+    cks_version_params_t vp = {0};
+    vp.field_mask           = CKS_VERSION_FIELD_NRANKS;
+    vp.job                  = job;
+    vp.version              = v;
+    vp.nranks               = nranks;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK, "begin %llu", (unsigned long long)v);
+}
+
+/* Put NOBJ objects of version v; returns the first put's error, if any. */
+static cks_status_t put_all(cks_client_h c, const char *job, uint64_t v, uint8_t *buf)
+{
+    cks_status_t first = CKS_OK;
+    for (int i = 0; i < NOBJ; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "o%d", i);
+        cks_test_fill(buf, OBJ, v << 8 | (uint64_t)i);
+        cks_status_t st = put_obj(c, job, v, key, buf, OBJ);
+        first           = first == CKS_OK ? st : first;
+    }
+    return first;
+}
+
+/* Every object of version v restores exact. */
+static void verify(cks_client_h c, const char *job, uint64_t v)
+{
+    uint8_t *want = malloc(OBJ), *got = malloc(OBJ + 1);
+    cks_restore_h r;
+    cr_assert(want != NULL && got != NULL);
+    cr_assert_eq(cks_restore_open(c, job, v, &r), CKS_OK, "restore %llu",
+                 (unsigned long long)v);
+    for (int i = 0; i < NOBJ; i++) {
+        char key[16];
+        cks_get_params_t g = {0};
+        uint64_t len       = 0;
+        snprintf(key, sizeof(key), "o%d", i);
+        cks_test_fill(want, OBJ, v << 8 | (uint64_t)i);
+        g.key         = key;
+        g.buffer      = got;
+        g.buffer_size = OBJ + 1;
+        cr_assert_eq(cks_get(r, &g, &len), CKS_OK, "get %s of %llu", key,
+                     (unsigned long long)v);
+        cr_assert_eq(len, OBJ);
+        cr_assert(memcmp(got, want, OBJ) == 0, "%s of %llu: WRONG BYTES", key,
+                  (unsigned long long)v);
+    }
+    cks_restore_close(r);
+    free(want);
+    free(got);
+}
+
+/* A version written, sealed, restored exact and deleted: the cluster still
+ * works, and leaves the arena use where it was. */
+static void round_trip(cks_client_h c, const char *job, uint64_t v, uint8_t *buf)
+{
+    uint64_t base = usage(c);
+    begin(c, job, v, 1);
+    cr_assert_eq(put_all(c, job, v, buf), CKS_OK);
+    cr_assert_eq(cks_version_seal(c, job, v), CKS_OK, "seal %llu", (unsigned long long)v);
+    verify(c, job, v);
+    cr_assert_eq(cks_version_delete(c, job, v), CKS_OK);
+    uint64_t used = usage_settles_at(c, base);
+    cr_assert_eq(used, base, "version %llu deleted: arena use %llu, %llu before",
+                 (unsigned long long)v, (unsigned long long)used, (unsigned long long)base);
+}
+
+static void print_error(cks_client_h c, cks_status_t st, const char *what, char *msg,
+                        size_t len)
+{
+    msg[0] = '\0';
+    if (st != CKS_OK) {
+        cks_client_last_error(c, msg, len);
+    }
+    printf("%s: %s%s%s\n", what, cks_status_string(st), msg[0] ? ": " : "", msg);
+}
+
+/* A chunk flips a bit on its way to server 3, after its primary computed the
+ * CRC. Server 3 refuses it; the version is aborted with that reason rather
+ * than committed PROTECTED with a bad chunk (before: seal answered CKS_OK). */
+Test(leaks, member_refuses_a_chunk_that_fails_its_crc)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    start(3, "chunk_wire_corrupt:once");
+    cks_client_h c = connect_all();
+    uint8_t *buf   = malloc(OBJ);
+    char msg[512];
+    cr_assert_not_null(buf);
+    const uint64_t base = usage(c);
+
+    begin(c, "crc", 1, 1);
+    cr_assert_eq(put_all(c, "crc", 1, buf), CKS_OK);
+    cks_status_t st = cks_version_seal(c, "crc", 1);
+    print_error(c, st, "seal of version 1", msg, sizeof(msg));
+    cr_assert(cks_test_log_has(cl.srv[3].log, "fault point 'chunk_wire_corrupt' fired", 5000),
+              "the corruption never happened");
+    cr_assert_neq(st, CKS_OK, "a version with a chunk that failed its CRC was committed");
+    cr_assert(cks_test_log_has(cl.srv[3].log, "fail its CRC: refused", 5000),
+              "server 3 did not say it refused the chunk");
+    cks_restore_h r;
+    cr_assert_neq(cks_restore_open(c, "crc", 1, &r), CKS_OK);
+    uint64_t used = usage_settles_at(c, base);
+    cr_assert_eq(used, base, "aborted version: arena use %llu, %llu before",
+                 (unsigned long long)used, (unsigned long long)base);
+    round_trip(c, "crc", 2, buf);
+    free(buf);
+    cks_client_destroy(c);
+}
+
+/* The primary's record of the chunks it keeps fails at the second of them
+ * (a duplicate key). Before: the first record stayed and pointed at space the
+ * primary freed, which the abort then freed a second time (arena use below
+ * its baseline) while another put could be using it. */
+Test(leaks, failed_chunk_records_leave_no_record)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    start(CKS_TEST_ALL, "md_chunk_dup:once");
+    cks_client_h c = connect_all();
+    uint8_t *buf   = malloc(OBJ);
+    char msg[512];
+    cr_assert_not_null(buf);
+    const uint64_t base = usage(c);
+
+    begin(c, "dup", 1, 1);
+    cr_assert_eq(put_all(c, "dup", 1, buf), CKS_OK);
+    cks_status_t st = cks_version_seal(c, "dup", 1);
+    print_error(c, st, "seal of version 1", msg, sizeof(msg));
+    int fired = 0;
+    for (size_t i = 0; i < NSRV; i++) {
+        fired += cks_test_log_count(cl.srv[i].log, "fault point 'md_chunk_dup' fired");
+    }
+    cr_assert_gt(fired, 0, "no chunk record failed");
+    cr_assert_neq(st, CKS_OK, "a version with an object whose chunks were not recorded "
+                              "was committed");
+    uint64_t used = usage_settles_at(c, base);
+    cr_assert_eq(used, base, "aborted version: arena use %llu, %llu before",
+                 (unsigned long long)used, (unsigned long long)base);
+    /* the space is reused by the next versions, which restore exact */
+    round_trip(c, "dup", 2, buf);
+    round_trip(c, "dup", 3, buf);
+    free(buf);
+    cks_client_destroy(c);
+}
+
+/* Restart server i with these fault points armed (NULL: none). */
+static void rearm(size_t i, const char *faults)
+{
+    snprintf(cl.srv[i].faults, sizeof(cl.srv[i].faults), "%s", faults ? faults : "");
+    cr_assert_eq(cks_test_server_restart(&cl.srv[i]), 0, "restart server %zu", i);
+}
+
+/* The coordinator's LMDB write of the manifest fails. Before: the version
+ * stayed OPEN in LMDB and gone in memory; abort answered VERSION_NOT_OPEN and
+ * delete BUSY until a restart, and its chunks stayed on every server. */
+Test(leaks, manifest_not_recorded_aborts_the_version)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    start(-1, NULL);
+    int coord = cks_test_coordinator(cl.map, "man", 1);
+    cr_assert_geq(coord, 0);
+    rearm((size_t)coord, "md_manifest:once");
+    cks_client_h c = connect_all();
+    uint8_t *buf   = malloc(OBJ);
+    char msg[512];
+    cr_assert_not_null(buf);
+    const uint64_t base = usage(c);
+
+    begin(c, "man", 1, 1);
+    cr_assert_eq(put_all(c, "man", 1, buf), CKS_OK);
+    cks_status_t st = cks_version_seal(c, "man", 1);
+    print_error(c, st, "seal of version 1", msg, sizeof(msg));
+    cr_assert(cks_test_log_has(cl.srv[coord].log, "fault point 'md_manifest' fired", 5000),
+              "the manifest write never failed");
+    cr_assert_neq(st, CKS_OK);
+    cr_assert(strstr(msg, "manifest") != NULL, "the seal's error '%s' does not say why", msg);
+    /* a clear state: ABORTED, so abort says it is not open and delete works */
+    cks_version_info_t info;
+    st = cks_version_stat(c, "man", 1, &info);
+    cr_assert_eq(st, CKS_OK, "stat: %s", cks_status_string(st));
+    cr_assert_eq(info.state, CKS_VSTATE_ABORTED, "version 1 is %s after its manifest failed",
+                 cks_vstate_string(info.state));
+    st = cks_version_abort(c, "man", 1);
+    print_error(c, st, "abort of version 1", msg, sizeof(msg));
+    cr_assert_eq(st, CKS_ERR_VERSION_NOT_OPEN);
+    uint64_t used = usage_settles_at(c, base);
+    cr_assert_eq(used, base, "aborted version: arena use %llu, %llu before",
+                 (unsigned long long)used, (unsigned long long)base);
+    st = cks_version_delete(c, "man", 1);
+    print_error(c, st, "delete of version 1", msg, sizeof(msg));
+    cr_assert_eq(st, CKS_OK);
+    round_trip(c, "man", 2, buf);
+    free(buf);
+    cks_client_destroy(c);
+}
+
+/* The coordinator of an open version is killed after its objects were
+ * protected; the other servers hold their chunks. When it returns, it marks
+ * the version ABORTED and tells them: every server's arena use is back to its
+ * baseline. Before: it marked it ABORTED locally only, and the chunks stayed
+ * for good, on it too. */
+Test(leaks, restarted_coordinator_drops_its_open_version_everywhere)
+{
+    start(-1, NULL);
+    int coord = cks_test_coordinator(cl.map, "lost", 1);
+    cr_assert_geq(coord, 0);
+    cks_client_h c = connect_all();
+    uint8_t *buf   = malloc(OBJ);
+    char msg[512];
+    cr_assert_not_null(buf);
+    const uint64_t base = usage(c);
+    /* each object: 4 stripes of 6 chunks of 16 KiB, on the six servers */
+    const uint64_t held = base + (uint64_t)NOBJ * 4 * 6 * CHUNK;
+
+    begin(c, "lost", 1, 2); /* rank 1 never finishes: it stays open */
+    cr_assert_eq(put_all(c, "lost", 1, buf), CKS_OK);
+    uint64_t used = usage_settles_at(c, held);
+    cr_assert_eq(used, held, "objects protected: arena use %llu, want %llu",
+                 (unsigned long long)used, (unsigned long long)held);
+    cks_client_destroy(c);
+
+    cks_test_cluster_kill(&cl, (size_t)coord);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[coord]), 0);
+    cr_assert(cks_test_log_has(cl.srv[coord].log, "still open when the server stopped", 5000),
+              "the coordinator did not find its open version");
+    c    = connect_all();
+    used = usage_settles_at(c, base);
+    cr_assert_eq(used, base, "coordinator restarted: arena use %llu, %llu before",
+                 (unsigned long long)used, (unsigned long long)base);
+    /* a rank that finishes now learns that the version is gone */
+    cks_status_t st = cks_version_finish(c, "lost", 1, 0);
+    print_error(c, st, "finish of rank 0", msg, sizeof(msg));
+    cr_assert_neq(st, CKS_OK);
+    round_trip(c, "lost", 2, buf);
+    free(buf);
+    cks_client_destroy(c);
+}
+
+/* A writer puts into a version that was never begun (the put is stored at
+ * once; the coordinator refuses the object when its primary reports it).
+ * Before: its chunks stayed on every server for good. Now the coordinator
+ * drops the version everywhere (it becomes ABORTED: never restorable). */
+Test(leaks, put_into_a_version_never_begun_leaves_nothing)
+{
+    start(-1, NULL);
+    cks_client_h c = connect_all();
+    uint8_t *buf   = malloc(OBJ);
+    char msg[512];
+    cr_assert_not_null(buf);
+    const uint64_t base = usage(c);
+
+    begin(c, "orph", 1, 1); /* the job exists; version 7 never begins */
+    cr_assert_eq(put_obj(c, "orph", 1, "o", buf, 4096), CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "orph", 1), CKS_OK);
+    const uint64_t with1 = usage(c);
+    cks_status_t st = put_all(c, "orph", 7, buf);
+    print_error(c, st, "puts into version 7", msg, sizeof(msg));
+    uint64_t used = usage_settles_at(c, with1);
+    cr_assert_eq(used, with1, "puts into a version never begun: arena use %llu, %llu before",
+                 (unsigned long long)used, (unsigned long long)with1);
+    cks_restore_h r;
+    cr_assert_neq(cks_restore_open(c, "orph", 7, &r), CKS_OK);
+    /* also into a job that has no version at all */
+    st = put_all(c, "nojob", 3, buf);
+    print_error(c, st, "puts into a job never begun", msg, sizeof(msg));
+    used = usage_settles_at(c, with1);
+    cr_assert_eq(used, with1, "puts into a job never begun: arena use %llu, %llu before",
+                 (unsigned long long)used, (unsigned long long)with1);
+    cr_assert_eq(cks_version_delete(c, "orph", 1), CKS_OK);
+    used = usage_settles_at(c, base);
+    cr_assert_eq(used, base);
+    round_trip(c, "orph", 2, buf);
+    free(buf);
+    cks_client_destroy(c);
+}
