@@ -107,6 +107,8 @@ static inline uint64_t cks_get_be64(const uint8_t *p)
  * chunk_wire_corrupt (a chunk's bit flips before its member checks it),
  * md_put, md_commit, md_manifest (the coordinator's manifest is not
  * recorded), md_chunk_dup (the second chunk record of a job is a duplicate),
+ * chunk_get_slow (a chunk's send, not into the reader's memory, is held back
+ * 1 s after its check),
  * arena_alloc, encoder, crc_check.
  */
 typedef enum {

@@ -506,6 +506,78 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     }
 }
 
+/* ---- reads in flight and the space they use ------------------------------------------ */
+
+static void cks_sv_read_begin(cks_server_h s, cks_sv_read_t *r)
+{
+    r->seq  = ++s->read_seq;
+    r->next = NULL;
+    r->prev = s->reads_tail;
+    if (s->reads_tail != NULL) {
+        s->reads_tail->next = r;
+    } else {
+        s->reads_head = r;
+    }
+    s->reads_tail = r;
+}
+
+/* Return what no read in flight may use any more (reads end in any order;
+ * space waits for the oldest read that began before it was freed). */
+static void cks_sv_deferred_release(cks_server_h s)
+{
+    uint64_t oldest = s->reads_head != NULL ? s->reads_head->seq : UINT64_MAX;
+    size_t n        = 0;
+    while (n < s->ndeferred && s->deferred[n].seq < oldest) {
+        cks_arena_free(s->arena, s->deferred[n].off, s->deferred[n].len);
+        n++;
+    }
+    if (n > 0) {
+        memmove(s->deferred, s->deferred + n, (s->ndeferred - n) * sizeof(*s->deferred));
+        s->ndeferred -= n;
+    }
+}
+
+static void cks_sv_read_end(cks_server_h s, cks_sv_read_t *r)
+{
+    if (r->prev != NULL) {
+        r->prev->next = r->next;
+    } else {
+        s->reads_head = r->next;
+    }
+    if (r->next != NULL) {
+        r->next->prev = r->prev;
+    } else {
+        s->reads_tail = r->prev;
+    }
+    if (s->ndeferred > 0) {
+        cks_sv_deferred_release(s);
+    }
+}
+
+void cks_sv_free_after_reads(cks_server_h s, uint64_t off, uint64_t len)
+{
+    if (s->reads_head == NULL) {
+        cks_arena_free(s->arena, off, len);
+        return;
+    }
+    if (s->ndeferred == s->capdeferred) {
+        size_t cap = s->capdeferred ? s->capdeferred * 2 : 64;
+        void *p    = realloc(s->deferred, cap * sizeof(*s->deferred));
+        if (p == NULL) {
+            /* kept taken rather than reused under a read */
+            cks_error("arena: out of memory deferring the free of %llu bytes: kept until "
+                      "restart", (unsigned long long)len);
+            return;
+        }
+        s->deferred    = p;
+        s->capdeferred = cap;
+    }
+    s->deferred[s->ndeferred++] = (cks_sv_deferred_t){off, len, s->read_seq};
+    if (s->ndeferred == 1) {
+        cks_info("arena space freed while chunk reads are in flight: returned after them");
+    }
+}
+
 /* ---- members: chunks ------------------------------------------------------------------- */
 
 typedef struct {
@@ -621,11 +693,24 @@ void cks_sv_chunk_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 typedef struct {
     cks_server_h s;
     cks_sv_version_t *v;
+    cks_sv_read_t read; /* the chunk's space stays until the send ends */
     uint64_t stripe; /* the chunk, for the log */
     uint32_t idx;
     uint32_t key_len;
     char key[CKS_KEY_MAX_LEN];
 } cks_chunk_out_t;
+
+/* Test builds: a chunk's send held back after its check (fault point
+ * chunk_get_slow), as a send that UCX completes late would be. */
+struct cks_sv_slow_send {
+    struct cks_sv_slow_send *next;
+    uint64_t due_ns;
+    cks_tp_conn_h conn;
+    uint64_t req_id;
+    cks_msg_chunk_get_reply_t r;
+    const uint8_t *bytes;
+    cks_chunk_out_t *o;
+};
 
 static void cks_sv_chunk_crc_error(uint32_t idx, uint64_t stripe, const char *key,
                                    size_t key_len)
@@ -642,7 +727,35 @@ static void cks_chunk_sent(void *arg, cks_status_t status)
     }
     o->v->readers--;
     cks_sv_version_release(o->s, o->v);
+    cks_sv_read_end(o->s, &o->read);
     free(o);
+}
+
+static void cks_sv_slow_sends(cks_server_h s, int all)
+{
+    struct cks_sv_slow_send **pp = &s->slow;
+    uint64_t now                 = cks_time_ns();
+    while (*pp != NULL) {
+        struct cks_sv_slow_send *w = *pp;
+        if (!all && w->due_ns > now) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        cks_status_t st = all ? CKS_ERR_CANCELED
+                              : cks_tp_send_into(w->conn, CKS_MSG_CHUNK_GET_REPLY, w->req_id,
+                                                 &w->r, w->bytes, w->r.length,
+                                                 s->arena_mem, NULL, NULL, cks_chunk_sent,
+                                                 w->o);
+        if (st != CKS_INPROGRESS) {
+            cks_chunk_sent(w->o, st);
+            if (!all) {
+                cks_sv_reply_status(w->conn, w->req_id, st, "chunk send failed");
+            }
+        }
+        cks_tp_conn_put(w->conn);
+        free(w);
+    }
 }
 
 void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
@@ -695,15 +808,27 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
     }
-    *o = (cks_chunk_out_t){s, v, m->stripe, m->idx, (uint32_t)m->key.len, {0}};
+    *o = (cks_chunk_out_t){s, v, {NULL, NULL, 0}, m->stripe, m->idx, (uint32_t)m->key.len,
+                           {0}};
     memcpy(o->key, m->key.ptr, m->key.len); /* checked: at most CKS_KEY_MAX_LEN */
     v->readers++;
+    cks_sv_read_begin(s, &o->read); /* from the check until the bytes are sent */
     r.status    = CKS_OK;
     r.msg       = cks_wire_cstr(NULL);
     r.crc64     = ch.crc64;
     r.chunk_len = ch.len;
     r.offset    = m->offset;
     r.length    = m->length;
+    if (dest == NULL && cks_fault_fire("chunk_get_slow")) {
+        struct cks_sv_slow_send *w = malloc(sizeof(*w));
+        if (w != NULL) {
+            *w = (struct cks_sv_slow_send){s->slow, cks_time_ns() + 1000000000ull, conn,
+                                           req_id, r, bytes + m->offset, o};
+            cks_tp_conn_get(conn);
+            s->slow = w;
+            return;
+        }
+    }
     cks_tp_check_t check = {cks_crc64, ch.crc64};
     status = cks_tp_send_into(conn, CKS_MSG_CHUNK_GET_REPLY, req_id, &r, bytes + m->offset,
                               m->length, s->arena_mem, dest, whole ? &check : NULL,
@@ -1104,7 +1229,7 @@ static void cks_sv_cv_recorded(cks_server_h s, cks_mdq_job_t *j)
 {
     cks_sv_version_t *v = j->ctx;
     for (size_t i = 0; i < j->nfreed; i++) {
-        cks_arena_free(s->arena, j->freed[i].off, j->freed[i].len);
+        cks_sv_free_after_reads(s, j->freed[i].off, j->freed[i].len);
     }
     free(j->freed);
     if (j->type == CKS_MDQ_MANIFEST && j->status != CKS_OK) {
@@ -1424,7 +1549,7 @@ static void cks_commit_recorded(cks_server_h s, cks_mdq_job_t *j)
         cks_sv_version_release(s, v);
     }
     for (size_t i = 0; i < j->nfreed; i++) {
-        cks_arena_free(s->arena, j->freed[i].off, j->freed[i].len);
+        cks_sv_free_after_reads(s, j->freed[i].off, j->freed[i].len);
     }
     cks_sv_reply_status(c->conn, c->req_id, j->status, NULL);
     cks_tp_conn_put(c->conn);
@@ -1613,7 +1738,8 @@ int cks_sv_cluster_progress(cks_server_h s)
             cks_md_version_t rec;
             if (cks_sv_version_lookup(s, &job, s->lost_versions[i], &rec) == CKS_OK &&
                 rec.state == CKS_VSTATE_ABORTED) {
-                cks_sv_abort_lost(s, &job, s->lost_versions[i], &rec, CKS_ERR_UNREACHABLE,
+                cks_sv_abort_lost(s, &job, s->lost_versions[i], &rec,
+                                  CKS_ERR_VERSION_NOT_OPEN,
                                   "its coordinator stopped while the version was open");
             }
         }
@@ -1622,6 +1748,9 @@ int cks_sv_cluster_progress(cks_server_h s)
         s->lost_jobs     = NULL;
         s->lost_versions = NULL;
         s->nlost         = 0;
+    }
+    if (s->slow != NULL) {
+        cks_sv_slow_sends(s, 0);
     }
     e = cks_enc_take_done(&s->enc);
     while (e != NULL) {
@@ -1678,6 +1807,7 @@ void cks_sv_cluster_quiesce(cks_server_h s)
         cks_cput_spread(e->arg);
         e = next;
     }
+    cks_sv_slow_sends(s, 1); /* test builds: sends held back end now */
 }
 
 void cks_sv_cluster_fini(cks_server_h s)
@@ -1686,6 +1816,9 @@ void cks_sv_cluster_fini(cks_server_h s)
         return;
     }
     cks_sv_cluster_quiesce(s);
+    free(s->deferred); /* the arena goes with the server */
+    s->deferred  = NULL;
+    s->ndeferred = s->capdeferred = 0;
     for (size_t i = 0; s->peers != NULL && i < cks_cluster_nservers(s->map); i++) {
         if (s->peers[i].conn != NULL) {
             cks_tp_conn_put(s->peers[i].conn);

@@ -70,6 +70,20 @@ struct cks_sv_version {
                               sent: send the drop once more when it ends */
 };
 
+/* A read whose bytes may still be taken from the arena (a chunk get, until
+ * its send completes): space freed while it runs is returned to the arena
+ * only once every read begun before the free has ended (cluster.c). */
+typedef struct cks_sv_read {
+    struct cks_sv_read *prev, *next;
+    uint64_t seq;
+} cks_sv_read_t;
+
+/* Arena space freed while reads were in flight: returned after them. */
+typedef struct {
+    uint64_t off, len;
+    uint64_t seq; /* reads up to this one may use it */
+} cks_sv_deferred_t;
+
 /* Encoding work, on the encoder threads (encoder.c). */
 typedef struct cks_enc_job {
     struct cks_enc_job *next;
@@ -225,6 +239,12 @@ struct cks_server {
     int has_secret;
     /* versions this server found OPEN at start and marked ABORTED: the drop
      * is sent to every other server once the server runs (cluster.c) */
+    /* chunk reads in flight, oldest first, and space freed meanwhile */
+    cks_sv_read_t *reads_head, *reads_tail;
+    uint64_t read_seq;
+    cks_sv_deferred_t *deferred;
+    size_t ndeferred, capdeferred;
+    struct cks_sv_slow_send *slow; /* test builds: sends held back by a fault */
     char (*lost_jobs)[CKS_JOB_MAX_LEN + 1];
     uint64_t *lost_versions;
     size_t nlost;
@@ -269,6 +289,10 @@ cks_status_t cks_sv_cluster_init(struct cks_server *s);
  *  (fail) what they encoded. */
 void cks_sv_cluster_quiesce(struct cks_server *s);
 void cks_sv_cluster_fini(struct cks_server *s);
+/** Return arena space of recorded chunks or objects (a drop, retention):
+ *  at once when no read is in flight, else once every read begun before
+ *  this call has ended, so that no read sends bytes of space reused. */
+void cks_sv_free_after_reads(struct cks_server *s, uint64_t off, uint64_t len);
 /* Encoder completions, call timeouts, seal deadlines; returns the poll timeout. */
 int cks_sv_cluster_progress(struct cks_server *s);
 /* A connection failed: 1 when it was one of our peer connections. */

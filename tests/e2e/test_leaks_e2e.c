@@ -13,12 +13,18 @@
  * - a coordinator killed while its version was open tells the other servers
  *   when it returns: the chunks they hold of it are freed;
  * - an object put into a version that was never begun leaves nothing.
+ *
+ * And (#15 item 3) retention never frees chunk space while a read of it is in
+ * flight: a reader loops unaligned ranged reads of a version while newer
+ * versions commit, drop it (retain 1) and reuse its space; every read gives
+ * the bytes written or an error, never CKS_OK with other bytes.
  */
 #include "ckstore.h"
 #include "cks_faults_gate.h"
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,7 +322,8 @@ Test(leaks, restarted_coordinator_drops_its_open_version_everywhere)
     /* a rank that finishes now learns that the version is gone */
     cks_status_t st = cks_version_finish(c, "lost", 1, 0);
     print_error(c, st, "finish of rank 0", msg, sizeof(msg));
-    cr_assert_neq(st, CKS_OK);
+    cr_assert_eq(st, CKS_ERR_VERSION_NOT_OPEN);
+    cr_assert(strstr(msg, "coordinator stopped") != NULL, "no reason in '%s'", msg);
     round_trip(c, "lost", 2, buf);
     free(buf);
     cks_client_destroy(c);
@@ -356,6 +363,126 @@ Test(leaks, put_into_a_version_never_begun_leaves_nothing)
     used = usage_settles_at(c, base);
     cr_assert_eq(used, base);
     round_trip(c, "orph", 2, buf);
+    free(buf);
+    cks_client_destroy(c);
+}
+
+/* ---- #15 item 3: reads racing retention -------------------------------------------- */
+
+typedef struct {
+    cks_client_h c;
+    volatile int stop;
+    int reads, ok, errors, wrong;
+    char first_wrong[256];
+} reader_t;
+
+/* Unaligned ranged reads of the objects of version 1 of "race", each within
+ * a chunk or across two, until told to stop (at least 8, at most 60). */
+static void *race_reader(void *arg)
+{
+    reader_t *rd  = arg;
+    uint8_t *want = malloc((size_t)NOBJ * OBJ), *got = malloc(4096);
+    cks_restore_h r;
+
+    cr_assert(want != NULL && got != NULL);
+    for (int i = 0; i < NOBJ; i++) {
+        cks_test_fill(want + (size_t)i * OBJ, OBJ, 1u << 8 | (uint64_t)i);
+    }
+    if (cks_restore_open(rd->c, "race", 1, &r) != CKS_OK) {
+        rd->errors++;
+        free(want);
+        free(got);
+        return NULL;
+    }
+    for (int i = 0; i < 60 && (i < 8 || !rd->stop); i++) {
+        char key[16];
+        int obj             = i % NOBJ;
+        uint64_t off        = (1 + (uint64_t)i * 40961) % (OBJ - 4096);
+        uint64_t len        = 101 + (uint64_t)(i * 37) % 3000;
+        uint64_t n          = 0;
+        cks_get_params_t g  = {0};
+        snprintf(key, sizeof(key), "o%d", obj);
+        g.field_mask  = CKS_GET_FIELD_RANGE;
+        g.key         = key;
+        g.buffer      = got;
+        g.buffer_size = 4096;
+        g.offset      = off;
+        g.length      = len;
+        memset(got, 0, 4096);
+        cks_status_t st = cks_get(r, &g, &n);
+        rd->reads++;
+        if (st != CKS_OK) {
+            rd->errors++;
+            continue;
+        }
+        rd->ok++;
+        if (n != len || memcmp(got, want + (size_t)obj * OBJ + off, len) != 0) {
+            if (rd->wrong++ == 0) {
+                snprintf(rd->first_wrong, sizeof(rd->first_wrong),
+                         "read %d: %s bytes %llu+%llu of version 1 returned CKS_OK with "
+                         "other bytes", i, key, (unsigned long long)off,
+                         (unsigned long long)len);
+            }
+        }
+    }
+    cks_restore_close(r);
+    free(want);
+    free(got);
+    return NULL;
+}
+
+/* Every chunk send is held back 1 s after its check (fault point
+ * chunk_get_slow on every server): while a read of version 1 waits, version
+ * 2 commits and retention (retain 1) drops version 1, then version 3's puts
+ * take the space. Before: the space was freed and reused at once, and the
+ * held-back send carried version 3's bytes with CKS_OK. */
+Test(leaks, ranged_reads_racing_retention_never_get_other_bytes)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    start(CKS_TEST_ALL, "chunk_get_slow:always");
+    cks_client_h c = connect_all();
+    uint8_t *buf   = malloc(OBJ);
+    reader_t rd    = {0};
+    pthread_t t;
+    cr_assert_not_null(buf);
+    const uint64_t base = usage(c);
+
+    for (uint64_t v = 1; v <= 6; v++) {
+        cks_version_params_t vp = {0};
+        vp.field_mask           = CKS_VERSION_FIELD_RETAIN;
+        vp.job                  = "race";
+        vp.version              = v;
+        vp.retain               = 1;
+        cr_assert_eq(cks_version_begin(c, &vp), CKS_OK, "begin %llu", (unsigned long long)v);
+        cr_assert_eq(put_all(c, "race", v, buf), CKS_OK);
+        cr_assert_eq(cks_version_seal(c, "race", v), CKS_OK, "seal %llu",
+                     (unsigned long long)v);
+        if (v == 1) {
+            rd.c = connect_all();
+            cr_assert_eq(pthread_create(&t, NULL, race_reader, &rd), 0);
+            /* the first reads are held back on the servers */
+            struct timespec ts = {0, 300 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    rd.stop = 1;
+    pthread_join(t, NULL);
+    printf("reader: %d reads, %d CKS_OK, %d errors, %d CKS_OK with other bytes\n", rd.reads, rd.ok,
+           rd.errors, rd.wrong);
+    cr_assert_eq(rd.wrong, 0, "%s (%d of %d reads)", rd.first_wrong, rd.wrong, rd.reads);
+    cr_assert_gt(rd.reads, 0, "nothing was read");
+    int deferred = 0;
+    for (size_t i = 0; i < NSRV; i++) {
+        deferred += cks_test_log_count(cl.srv[i].log, "freed while chunk reads are in flight");
+    }
+    cr_assert_gt(deferred, 0, "no server freed space while a read was in flight: the race "
+                              "was not tested");
+    cks_client_destroy(rd.c);
+    /* what the reads held is returned: only version 6 remains */
+    cr_assert_eq(cks_version_delete(c, "race", 6), CKS_OK);
+    uint64_t used = usage_settles_at(c, base);
+    cr_assert_eq(used, base, "every version deleted: arena use %llu, %llu before",
+                 (unsigned long long)used, (unsigned long long)base);
     free(buf);
     cks_client_destroy(c);
 }
