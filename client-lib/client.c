@@ -1700,9 +1700,99 @@ cks_status_t cks_version_stat(cks_client_h c, const char *job, uint64_t version,
     return cks_cl_version_stat(c, job, version, 0, info_p);
 }
 
+typedef struct {
+    cks_waiter_t w;
+    cks_version_info_t info;
+    cks_status_t status;
+} cks_latest_t;
+
+static int cks_cl_restorable(cks_vstate_t st)
+{
+    return st == CKS_VSTATE_PROTECTED || st == CKS_VSTATE_SEALED || st == CKS_VSTATE_DEGRADED;
+}
+
+/*
+ * Cluster: no one server's "latest" is the truth. A server that was down when
+ * versions committed (a restarted one) answers an older version, one that
+ * missed a delete a version that is gone. Every server is asked at once; the
+ * newest version any of them names is taken once its coordinator (asked
+ * first by cks_version_stat) confirms it restorable, else the next newest.
+ */
 cks_status_t cks_version_latest(cks_client_h c, const char *job, cks_version_info_t *info_p)
 {
-    return cks_cl_version_stat(c, job, 0, 1, info_p);
+    cks_status_t status = CKS_ERR_UNREACHABLE, notfound = CKS_OK;
+    cks_latest_t *l;
+
+    if (c == NULL || info_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (c->map == NULL || c->nsrv < 2) {
+        return cks_cl_version_stat(c, job, 0, 1, info_p);
+    }
+    l = calloc(c->nsrv, sizeof(*l));
+    if (l == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < c->nsrv; i++) {
+        size_t used  = 0;
+        cks_op_t *op = cks_op_new(CKS_OP_VERSION_STAT, CKS_MSG_VERSION_STAT);
+        cks_waiter_init(&l[i].w);
+        l[i].status = op != NULL ? cks_op_name(op, &used, job, CKS_JOB_MAX_LEN,
+                                               &op->body.m_VERSION_STAT.job)
+                                 : CKS_ERR_NO_MEMORY;
+        if (l[i].status != CKS_OK) {
+            free(op);
+            continue;
+        }
+        op->body.m_VERSION_STAT.version = 0;
+        op->body.m_VERSION_STAT.latest  = 1;
+        op->out                         = &l[i].info;
+        op->srv                         = i;
+        op->target                      = CKS_TARGET_FIXED;
+        l[i].status                     = cks_cl_submit(c, op, cks_waiter_cb, &l[i].w);
+    }
+    for (size_t i = 0; i < c->nsrv; i++) {
+        l[i].status = cks_waiter_wait(&l[i].w, l[i].status);
+        if (l[i].status == CKS_ERR_NO_SUCH_JOB || l[i].status == CKS_ERR_NO_SUCH_VERSION) {
+            notfound = notfound == CKS_OK ? l[i].status : notfound;
+        } else if (l[i].status != CKS_OK && status == CKS_ERR_UNREACHABLE) {
+            status = l[i].status; /* kept when no server answers */
+        }
+    }
+    /* newest first: each candidate once */
+    for (;;) {
+        size_t best = c->nsrv;
+        for (size_t i = 0; i < c->nsrv; i++) {
+            if (l[i].status == CKS_OK &&
+                (best == c->nsrv || l[i].info.version > l[best].info.version)) {
+                best = i;
+            }
+        }
+        if (best == c->nsrv) {
+            break;
+        }
+        uint64_t v = l[best].info.version;
+        cks_version_info_t info;
+        cks_status_t st = cks_cl_version_stat(c, job, v, 0, &info);
+        if (st == CKS_OK && cks_cl_restorable(info.state)) {
+            *info_p = info;
+            free(l);
+            return CKS_OK;
+        }
+        if (st != CKS_OK && st != CKS_ERR_NO_SUCH_VERSION && st != CKS_ERR_NO_SUCH_JOB) {
+            *info_p = l[best].info; /* no one could confirm: as the servers said */
+            free(l);
+            return CKS_OK;
+        }
+        for (size_t i = 0; i < c->nsrv; i++) {
+            if (l[i].status == CKS_OK && l[i].info.version == v) {
+                l[i].status = CKS_ERR_NO_SUCH_VERSION; /* gone, or not restorable */
+                notfound    = CKS_ERR_NO_SUCH_VERSION;
+            }
+        }
+    }
+    free(l);
+    return notfound != CKS_OK ? notfound : status;
 }
 
 cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,

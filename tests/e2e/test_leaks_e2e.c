@@ -18,9 +18,13 @@
  * flight: a reader loops unaligned ranged reads of a version while newer
  * versions commit, drop it (retain 1) and reuse its space; every read gives
  * the bytes written or an error, never CKS_OK with other bytes.
+ *
+ * And (#15 item 5, the client's part) `latest` is never an older version from
+ * a server that was down while newer ones committed.
  */
 #include "ckstore.h"
 #include "cks_faults_gate.h"
+#include "cks_md.h"
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
@@ -467,8 +471,8 @@ Test(leaks, ranged_reads_racing_retention_never_get_other_bytes)
     }
     rd.stop = 1;
     pthread_join(t, NULL);
-    printf("reader: %d reads, %d CKS_OK, %d errors, %d CKS_OK with other bytes\n", rd.reads, rd.ok,
-           rd.errors, rd.wrong);
+    printf("reader: %d reads, %d CKS_OK, %d errors, %d CKS_OK with other bytes\n", rd.reads,
+           rd.ok, rd.errors, rd.wrong);
     cr_assert_eq(rd.wrong, 0, "%s (%d of %d reads)", rd.first_wrong, rd.wrong, rd.reads);
     cr_assert_gt(rd.reads, 0, "nothing was read");
     int deferred = 0;
@@ -485,4 +489,71 @@ Test(leaks, ranged_reads_racing_retention_never_get_other_bytes)
                  (unsigned long long)used, (unsigned long long)base);
     free(buf);
     cks_client_destroy(c);
+}
+
+/* ---- #15 item 5: latest after a server missed commits --------------------------------- */
+
+/* A key of "late" whose RS(2,1) stripe 0 avoids server `avoid` (its primary
+ * and members are up while it is down). */
+static void key_avoiding(cks_cluster_h map, size_t avoid, int from, char *key, size_t len)
+{
+    for (int i = from; i < from + 10000; i++) {
+        uint16_t group[CKS_PLACE_WIDTH_MAX];
+        snprintf(key, len, "k%d", i);
+        cr_assert_eq(cks_place(map, "late", 4, key, strlen(key), 0, 2, 1, NULL, group), CKS_OK);
+        if (group[0] != avoid && group[1] != avoid && group[2] != avoid) {
+            return;
+        }
+    }
+    cr_assert_fail("no key avoids server %zu", avoid);
+}
+
+/* Server 0 is killed; versions commit without it; it comes back. `latest`
+ * is the newest version, and restores. Before: the client asked server 0
+ * first, which answered the version it had before it stopped. */
+Test(leaks, latest_is_the_newest_after_server_0_missed_commits)
+{
+    start(-1, NULL);
+    char err[256], key[32];
+    cks_cluster_h map;
+    cr_assert_eq(cks_cluster_load(cl.map, &map, err, sizeof(err)), CKS_OK, "%s", err);
+    cks_client_h c;
+    cr_assert_eq(cks_test_connect_cluster(cl.map, 2, 1, 4096, 20000, &c), CKS_OK);
+    uint8_t buf[8192];
+    cks_version_info_t vi;
+
+    /* version 1 with every server up; then versions whose coordinator is not
+     * server 0 and keys that avoid it */
+    uint64_t vs[3] = {1, 0, 0};
+    for (uint64_t v = 2, n = 1; n < 3 && v < 1000; v++) {
+        if (cks_test_coordinator(cl.map, "late", v) != 0) {
+            vs[n++] = v;
+        }
+    }
+    cr_assert(vs[2] != 0);
+    for (int i = 0; i < 3; i++) {
+        if (i == 1) {
+            cks_test_cluster_kill(&cl, 0);
+        }
+        begin(c, "late", vs[i], 1);
+        key_avoiding(map, 0, i * 100, key, sizeof(key));
+        cks_test_fill(buf, sizeof(buf), vs[i]);
+        cr_assert_eq(put_obj(c, "late", vs[i], key, buf, sizeof(buf)), CKS_OK);
+        cr_assert_eq(cks_version_seal(c, "late", vs[i]), CKS_OK, "seal %llu",
+                     (unsigned long long)vs[i]);
+    }
+    cr_assert_eq(cks_test_server_restart(&cl.srv[0]), 0);
+    cks_client_destroy(c);
+    cr_assert_eq(cks_test_connect_cluster(cl.map, 2, 1, 4096, 20000, &c), CKS_OK);
+    cr_assert_eq(cks_version_latest(c, "late", &vi), CKS_OK);
+    printf("latest after server 0 returned: %llu (newest %llu)\n",
+           (unsigned long long)vi.version, (unsigned long long)vs[2]);
+    cr_assert_eq(vi.version, vs[2], "latest is %llu, the newest is %llu",
+                 (unsigned long long)vi.version, (unsigned long long)vs[2]);
+    /* and a restore of "latest" opens it */
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(c, "late", CKS_VERSION_LATEST, &r), CKS_OK);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+    cks_cluster_free(map);
 }
