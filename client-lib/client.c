@@ -985,7 +985,9 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             op->crc64    = m->crc64;
             op->obj_size = m->size;
             if (m->length != m->size) {
-                op->flags &= ~CKS_GET_VERIFY; /* a range cannot be checked alone */
+                op->flags &= ~CKS_GET_VERIFY; /* a range: the server checked the object */
+            } else if (!(hdr->flags & CKS_WIRE_F_RMA)) {
+                op->flags |= CKS_GET_VERIFY; /* a whole payload: always checked here */
             }
             if (hdr->flags & CKS_WIRE_F_RMA) {
                 cks_cl_recv_done(op, CKS_OK); /* the server wrote the bytes into buf */

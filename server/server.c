@@ -880,6 +880,20 @@ static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                             "'%s' failed its CRC check at server start", obj.key);
         return;
     }
+    /* the object's CRC covers it whole: a part of it cannot be checked by
+     * the reader, so it is checked here (one pass over the object); the
+     * whole object is checked by the reader as it arrives, or by the
+     * transport as it writes it into the reader's memory */
+    const uint8_t *bytes = cks_arena_base(s->arena) + obj.arena_offset;
+    int whole            = m->offset == 0 && length == obj.size;
+    if (!whole && cks_crc64(0, bytes, obj.size) != obj.crc64) {
+        cks_error("object '%s' of version %llu of '%.*s' fails its CRC", obj.key,
+                  (unsigned long long)m->version, (int)m->job.len, m->job.ptr);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_CRC_MISMATCH, "'%s' fails its CRC",
+                            obj.key);
+        return;
+    }
+    cks_tp_check_t check = {cks_crc64, obj.crc64};
     if (v == NULL && (v = cks_sv_version_new(s, &m->job, m->version)) == NULL) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
@@ -899,9 +913,8 @@ static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.crc64  = obj.crc64;
     r.offset = m->offset;
     r.length = length;
-    status   = cks_tp_send_into(conn, CKS_MSG_GET_REPLY, req_id, &r,
-                                cks_arena_base(s->arena) + obj.arena_offset + m->offset,
-                                length, s->arena_mem, dest, NULL, cks_sv_get_done, c);
+    status   = cks_tp_send_into(conn, CKS_MSG_GET_REPLY, req_id, &r, bytes + m->offset, length,
+                                s->arena_mem, dest, whole ? &check : NULL, cks_sv_get_done, c);
     if (status != CKS_INPROGRESS) {
         cks_sv_get_done(c, status);
         cks_sv_reply_status(conn, req_id, status, "cannot send %llu bytes of '%s'%s",

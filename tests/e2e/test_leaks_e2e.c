@@ -19,6 +19,10 @@
  * versions commit, drop it (retain 1) and reuse its space; every read gives
  * the bytes written or an error, never CKS_OK with other bytes.
  *
+ * And every read path checks a CRC by default: on a standalone server, an
+ * object whose bytes rotted in memory is refused whole, in a range, and
+ * written into the reader's memory, without CKS_GET_VERIFY.
+ *
  * And (#15 item 5, the client's part) `latest` is never an older version from
  * a server that was down while newer ones committed.
  */
@@ -28,11 +32,15 @@
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define KiB   (1ull << 10)
 #define MiB   (1ull << 20)
@@ -556,4 +564,98 @@ Test(leaks, latest_is_the_newest_after_server_0_missed_commits)
     cks_restore_close(r);
     cks_client_destroy(c);
     cks_cluster_free(map);
+}
+
+/* ---- CRCs by default ----------------------------------------------------------------- */
+
+static cks_test_server_t single;
+
+static void single_teardown(void)
+{
+    cks_test_server_cleanup(&single);
+}
+
+TestSuite(crc_default, .fini = single_teardown, .timeout = 120);
+
+/* Flip a byte of the copy of the 256 bytes at `needle` in the arena file
+ * `path` (the running server's memory: MAP_SHARED); returns the copies. */
+static int rot_in_memory(const char *path, const uint8_t *needle)
+{
+    struct stat st;
+    int found = 0, fd = open(path, O_RDWR);
+    cr_assert(fd >= 0, "open %s", path);
+    cr_assert_eq(fstat(fd, &st), 0);
+    uint8_t *a = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    cr_assert(a != MAP_FAILED, "map %s", path);
+    close(fd);
+    for (uint8_t *p = a, *end = a + st.st_size;
+         (p = memmem(p, (size_t)(end - p), needle, 256)) != NULL; p += 256) {
+        p[100] ^= 0x10;
+        found++;
+    }
+    munmap(a, (size_t)st.st_size);
+    return found;
+}
+
+static cks_status_t get_into(cks_restore_h r, uint8_t *buf, uint64_t size, uint64_t off,
+                             uint64_t len)
+{
+    cks_get_params_t g = {0};
+    uint64_t n         = 0;
+    g.key              = "obj";
+    g.buffer           = buf;
+    g.buffer_size      = size;
+    if (len > 0) {
+        g.field_mask = CKS_GET_FIELD_RANGE;
+        g.offset     = off;
+        g.length     = len;
+    }
+    return cks_get(r, &g, &n);
+}
+
+/* Before: a whole get without CKS_GET_VERIFY, and every ranged get, returned
+ * CKS_OK with the rotted bytes. */
+Test(crc_default, standalone_reads_refuse_rotted_bytes_without_verify)
+{
+    const uint64_t size = 1 * MiB;
+    uint8_t *want = malloc(size), *got = malloc(size), *shm = NULL;
+    cks_client_h c;
+    cks_restore_h r;
+    char msg[512];
+
+    cr_assert(want != NULL && got != NULL);
+    cr_assert_eq(cks_test_server_start(&single, 64 * MiB), 0);
+    cr_assert_eq(cks_test_connect(&single, 20000, &c), CKS_OK);
+    cks_test_fill(want, size, 77);
+    begin(c, "rot", 1, 1);
+    cr_assert_eq(put_obj(c, "rot", 1, "obj", want, size), CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "rot", 1), CKS_OK);
+    cr_assert_eq(cks_restore_open(c, "rot", 1, &r), CKS_OK);
+    cr_assert_eq(get_into(r, got, size, 0, 0), CKS_OK);
+    cr_assert(memcmp(got, want, size) == 0);
+
+    cr_assert_eq(rot_in_memory(single.arena, want + size / 2), 1, "the bytes were not found");
+    /* whole, as a payload: the client checks */
+    cks_status_t st = get_into(r, got, size, 0, 0);
+    print_error(c, st, "whole get", msg, sizeof(msg));
+    cr_assert_eq(st, CKS_ERR_CRC_MISMATCH, "whole get of rotted bytes: %s",
+                 cks_status_string(st));
+    /* a range, inside or away from the rotted byte: the server checks */
+    st = get_into(r, got, size, size / 2 + 1, 333);
+    print_error(c, st, "ranged get", msg, sizeof(msg));
+    cr_assert_eq(st, CKS_ERR_CRC_MISMATCH, "ranged get of rotted bytes: %s",
+                 cks_status_string(st));
+    st = get_into(r, got, size, 7, 4096);
+    cr_assert_eq(st, CKS_ERR_CRC_MISMATCH, "ranged get elsewhere: %s", cks_status_string(st));
+    /* whole, written into the client's memory: the server's transport checks */
+    cr_assert_eq(cks_mem_alloc(c, size, (void **)&shm), CKS_OK);
+    st = get_into(r, shm, size, 0, 0);
+    print_error(c, st, "whole get into cks_mem_alloc() memory", msg, sizeof(msg));
+    cr_assert_eq(st, CKS_ERR_CRC_MISMATCH, "whole get into shared memory: %s",
+                 cks_status_string(st));
+    cr_assert_eq(cks_mem_free(c, shm), CKS_OK);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+    free(want);
+    free(got);
 }
