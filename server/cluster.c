@@ -1054,11 +1054,122 @@ typedef struct {
 static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v);
 static void cks_bcast_send(cks_bcast_t *b);
 
+/* ---- drops a peer missed ------------------------------------------------------------ */
+
+#define CKS_SV_OWED_MAX   4096
+#define CKS_SV_OWED_EVERY (1000000000ull) /* ns between tries */
+
+static void cks_sv_owe(cks_server_h s, size_t pos, const char *job, size_t job_len,
+                       uint64_t version, uint32_t state)
+{
+    cks_sv_owed_t **pp = &s->owed, *o;
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        o = *pp;
+        if (o->pos == pos && o->version == version && o->job_len == job_len &&
+            memcmp(o->job, job, job_len) == 0) {
+            o->state = state; /* the newest drop of it */
+            return;
+        }
+    }
+    if (s->nowed >= CKS_SV_OWED_MAX || (o = calloc(1, sizeof(*o))) == NULL) {
+        cks_warn("server %zu missed the drop of version %llu of '%.*s' and will not be told "
+                 "again (%zu drops owed)",
+                 pos, (unsigned long long)version, (int)job_len, job, s->nowed);
+        return;
+    }
+    o->s       = s;
+    o->pos     = pos;
+    memcpy(o->job, job, job_len);
+    o->job_len = (uint32_t)job_len;
+    o->version = version;
+    o->state   = state;
+    *pp        = o; /* last: oldest first */
+    s->nowed++;
+    if (s->owed_next_ns == 0) {
+        s->owed_next_ns = cks_time_ns() + CKS_SV_OWED_EVERY;
+    }
+}
+
+static void cks_sv_owed_unlink(cks_server_h s, cks_sv_owed_t *o)
+{
+    for (cks_sv_owed_t **pp = &s->owed; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == o) {
+            *pp = o->next;
+            s->nowed--;
+            free(o);
+            return;
+        }
+    }
+}
+
+static void cks_sv_owed_done(void *arg, cks_status_t status, const char *msg)
+{
+    cks_sv_owed_t *o = arg;
+    o->in_flight     = 0;
+    if (status == CKS_OK) {
+        cks_info("server %zu took the drop of version %llu of '%s' it had missed", o->pos,
+                 (unsigned long long)o->version, o->job);
+        cks_sv_owed_unlink(o->s, o);
+    } else if (status == CKS_ERR_CANCELED || status == CKS_ERR_SHUTTING_DOWN) {
+        cks_sv_owed_unlink(o->s, o); /* this server stops: forgotten (in memory only) */
+    } else {
+        (void)msg; /* tried again later */
+    }
+}
+
+/* Send every owed drop again (at most once a second each). */
+static void cks_sv_owed_send(cks_server_h s, int all_cancel)
+{
+    cks_sv_owed_t *o = s->owed, *next;
+    if (all_cancel) {
+        for (; o != NULL; o = next) {
+            next = o->next;
+            if (!o->in_flight) {
+                cks_sv_owed_unlink(s, o);
+            }
+        }
+        return;
+    }
+    for (; o != NULL; o = o->next) {
+        if (o->in_flight) {
+            continue;
+        }
+        cks_tp_conn_h conn = cks_sv_peer(s, o->pos);
+        if (conn == NULL) {
+            continue;
+        }
+        cks_msg_version_drop_t m = {{o->job, o->job_len}, o->version, o->state};
+        o->in_flight             = 1;
+        if (cks_tp_call(conn, CKS_MSG_VERSION_DROP, 0, &m, NULL, 0, NULL,
+                        CKS_SV_CALL_TIMEOUT_MS, cks_sv_owed_done, o) != CKS_INPROGRESS) {
+            o->in_flight = 0;
+        }
+    }
+}
+
+void cks_sv_owed_forget(cks_server_h s, const char *job, size_t job_len, uint64_t version)
+{
+    cks_sv_owed_t *o = s->owed, *next;
+    for (; o != NULL; o = next) {
+        next = o->next;
+        if (o->version == version && o->job_len == job_len &&
+            memcmp(o->job, job, job_len) == 0 && !o->in_flight) {
+            cks_sv_owed_unlink(s, o);
+        }
+    }
+}
+
 static void cks_bcast_done(void *arg, cks_status_t status, const char *msg)
 {
     cks_bcast_t *b = arg;
     free(b->page);
     b->page = NULL;
+    if (status != CKS_OK && b->drop && status != CKS_ERR_CANCELED &&
+        status != CKS_ERR_SHUTTING_DOWN) {
+        /* told again until it takes it: a server that was down must not
+         * keep a version the others dropped (its chunks, its retention) */
+        cks_sv_owe(b->s, b->pos, b->v->job, b->v->job_len, b->v->version, b->drop_state);
+    }
     if (status != CKS_OK) {
         const cks_cluster_server_t *cs = cks_cluster_server(b->s->map, b->pos);
         cks_warn("server %u (%s:%u) did not take the %s of version %llu of '%s': %s %s",
@@ -1752,6 +1863,10 @@ int cks_sv_cluster_progress(cks_server_h s)
     if (s->slow != NULL) {
         cks_sv_slow_sends(s, 0);
     }
+    if (s->owed != NULL && now >= s->owed_next_ns) {
+        s->owed_next_ns = now + CKS_SV_OWED_EVERY;
+        cks_sv_owed_send(s, 0);
+    }
     e = cks_enc_take_done(&s->enc);
     while (e != NULL) {
         cks_enc_job_t *next = e->next;
@@ -1808,6 +1923,7 @@ void cks_sv_cluster_quiesce(cks_server_h s)
         e = next;
     }
     cks_sv_slow_sends(s, 1); /* test builds: sends held back end now */
+    cks_sv_owed_send(s, 1);  /* what was owed is forgotten (in memory only) */
 }
 
 void cks_sv_cluster_fini(cks_server_h s)
@@ -1816,6 +1932,12 @@ void cks_sv_cluster_fini(cks_server_h s)
         return;
     }
     cks_sv_cluster_quiesce(s);
+    while (s->owed != NULL) {
+        cks_sv_owed_t *o = s->owed;
+        s->owed          = o->next;
+        free(o);
+    }
+    s->nowed = 0;
     free(s->deferred); /* the arena goes with the server */
     s->deferred  = NULL;
     s->ndeferred = s->capdeferred = 0;

@@ -571,6 +571,7 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
     v->open           = 1;
     v->pending        = 0;
     if (s->map != NULL) { /* this server coordinates the version */
+        cks_sv_owed_forget(s, v->job, v->job_len, v->version);
         v->cluster          = 1;
         v->expected         = UINT64_MAX;
         v->digest           = 0;

@@ -124,6 +124,18 @@ typedef struct {
     cks_tp_conn_h conn; /* NULL until first needed, and after a failure */
 } cks_sv_peer_t;
 
+/* A drop a peer did not take (it was down): sent again until it does. */
+typedef struct cks_sv_owed {
+    struct cks_sv_owed *next;
+    struct cks_server *s;
+    size_t pos;            /* the peer */
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version;
+    uint32_t state;        /* as VERSION_DROP's */
+    int in_flight;
+} cks_sv_owed_t;
+
 
 /* Work for the metadata writer thread. */
 typedef enum {
@@ -245,6 +257,9 @@ struct cks_server {
     cks_sv_deferred_t *deferred;
     size_t ndeferred, capdeferred;
     struct cks_sv_slow_send *slow; /* test builds: sends held back by a fault */
+    cks_sv_owed_t *owed;   /* drops peers missed, oldest first */
+    size_t nowed;
+    uint64_t owed_next_ns; /* next time they are sent again */
     char (*lost_jobs)[CKS_JOB_MAX_LEN + 1];
     uint64_t *lost_versions;
     size_t nlost;
@@ -293,6 +308,10 @@ void cks_sv_cluster_fini(struct cks_server *s);
  *  at once when no read is in flight, else once every read begun before
  *  this call has ended, so that no read sends bytes of space reused. */
 void cks_sv_free_after_reads(struct cks_server *s, uint64_t off, uint64_t len);
+/** A version of `job` is begun again on its coordinator: drops still owed
+ *  for an earlier version of that number must not reach it. */
+void cks_sv_owed_forget(struct cks_server *s, const char *job, size_t job_len,
+                        uint64_t version);
 /* Encoder completions, call timeouts, seal deadlines; returns the poll timeout. */
 int cks_sv_cluster_progress(struct cks_server *s);
 /* A connection failed: 1 when it was one of our peer connections. */

@@ -566,6 +566,44 @@ Test(leaks, latest_is_the_newest_after_server_0_missed_commits)
     cks_cluster_free(map);
 }
 
+/* A server is down while a version is deleted; it returns. The version's
+ * coordinator tells it again until it takes the drop: its chunks of the
+ * version are freed, and every server's arena use is what the remaining
+ * version needs. Before: the returning server kept them for good. */
+Test(leaks, delete_missed_by_a_down_server_is_applied_when_it_returns)
+{
+    start(-1, NULL);
+    cks_client_h c = connect_all();
+    uint8_t *buf   = malloc(OBJ);
+    cr_assert_not_null(buf);
+    const uint64_t base = usage(c);
+    const uint64_t one  = (uint64_t)NOBJ * 4 * 6 * CHUNK; /* a version's footprint */
+
+    for (uint64_t v = 1; v <= 2; v++) {
+        begin(c, "miss", v, 1);
+        cr_assert_eq(put_all(c, "miss", v, buf), CKS_OK);
+        cr_assert_eq(cks_version_seal(c, "miss", v), CKS_OK);
+    }
+    cr_assert_eq(usage_settles_at(c, base + 2 * one), base + 2 * one);
+    int coord = cks_test_coordinator(cl.map, "miss", 1);
+    size_t down = (size_t)(coord + 1) % NSRV;
+    cks_test_cluster_kill(&cl, down);
+    cr_assert_eq(cks_version_delete(c, "miss", 1), CKS_OK);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[down]), 0);
+    uint64_t used = usage_settles_at(c, base + one);
+    cr_assert_eq(used, base + one,
+                 "server %zu missed the delete of version 1: arena use %llu, want %llu", down,
+                 (unsigned long long)used, (unsigned long long)(base + one));
+    cr_assert(cks_test_log_has(cl.srv[coord].log, "took the drop of version 1", 5000));
+    verify(c, "miss", 2);
+    cr_assert_eq(cks_version_delete(c, "miss", 2), CKS_OK);
+    used = usage_settles_at(c, base);
+    cr_assert_eq(used, base, "every version deleted: arena use %llu, %llu before",
+                 (unsigned long long)used, (unsigned long long)base);
+    free(buf);
+    cks_client_destroy(c);
+}
+
 /* ---- CRCs by default ----------------------------------------------------------------- */
 
 static cks_test_server_t single;
