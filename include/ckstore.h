@@ -420,8 +420,11 @@ enum {
     CKS_GET_FIELD_FLAGS    = 1u << 2,
 };
 
-/** Check the whole object's CRC on arrival (costs one pass over the bytes;
- *  only for whole-object reads). */
+/** Every read is CRC-checked by default (chunks, or a standalone object as it
+ *  arrives or before a part of it is sent). This adds a second full check:
+ *  the whole object's CRC over the caller's buffer once the bytes are there
+ *  (on a cluster, the decoded object); one more pass over the bytes; only for
+ *  whole-object reads. */
 #define CKS_GET_VERIFY 0x1u
 /** Cluster, whole objects: also read every chunk of every stripe whole - data,
  *  padding and parity - and check its CRC (a scrub; `ckstore verify` uses it;
