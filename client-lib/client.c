@@ -340,7 +340,11 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     cks_cl_srv_t *sv = &c->srv[op->srv];
     cks_status_t status;
 
-    op->req_id      = c->next_req_id++;
+    /* a random id: a reply is taken only from this op's connection (see
+     * cks_cl_reply_op()), and no one on another connection can guess it */
+    do {
+        op->req_id = cks_tp_random_id();
+    } while (cks_hmap_get(c->inflight, &op->req_id, sizeof(op->req_id)) != NULL);
     op->deadline_ns = cks_time_ns() + (uint64_t)c->timeout_ms * 1000000ull;
     cks_cl_fl_link(c, op); /* in flight from now on, in deadline order */
     if (cks_hmap_put(c->inflight, &op->req_id, sizeof(op->req_id), op) != CKS_OK) {
@@ -806,11 +810,29 @@ static uint64_t cks_cl_reply_bytes(const cks_op_t *op, const cks_wire_hdr_t *hdr
     return data == NULL ? 0 : data->length;
 }
 
+/* The op a reply answers: the one in flight with its id, sent on this very
+ * connection, which must have authenticated unless the op is a step of the
+ * handshake. NULL for anything else: a reply on another server's connection,
+ * on an endpoint UCX made by itself, or from a server that has not proved
+ * the secret yet must not complete an op (#15 item 8). */
+static cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr)
+{
+    cks_op_t *op     = cks_hmap_get(c->inflight, &hdr->req_id, sizeof(hdr->req_id));
+    cks_cl_srv_t *sv = cks_tp_conn_user(conn);
+    if (op == NULL || sv != &c->srv[op->srv] || sv->conn != conn) {
+        return NULL;
+    }
+    if (sv->state != CKS_SRV_UP && op->kind != CKS_OP_HELLO && op->kind != CKS_OP_AUTH) {
+        return NULL;
+    }
+    return op;
+}
+
 static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
                           const cks_msg_any_t *b, cks_tp_data_t *data)
 {
     cks_client_h c = arg;
-    cks_op_t *op   = cks_hmap_get(c->inflight, &hdr->req_id, sizeof(hdr->req_id));
+    cks_op_t *op   = cks_cl_reply_op(c, conn, hdr);
 
     if (op == NULL || op->replied) {
         cks_debug("reply %s for unknown request %llu dropped", cks_msg_name(hdr->type),
@@ -1045,8 +1067,7 @@ static void cks_cl_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_
                               cks_status_t status, const char *reason)
 {
     cks_client_h c = arg;
-    cks_op_t *op   = hdr ? cks_hmap_get(c->inflight, &hdr->req_id, sizeof(hdr->req_id))
-                         : NULL;
+    cks_op_t *op   = hdr ? cks_cl_reply_op(c, conn, hdr) : NULL;
     if (op != NULL && !op->replied) {
         cks_cl_set_error(c, status, reason, strlen(reason));
         cks_cl_op_fail(c, op, status);
@@ -1316,8 +1337,7 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
     snprintf(c->name, sizeof(c->name), "%s",
              (params->field_mask & CKS_CLIENT_FIELD_NAME) && params->name ? params->name
                                                                           : "libckstore");
-    c->next_req_id = 1;
-    status         = cks_hmap_create(&c->inflight);
+    status = cks_hmap_create(&c->inflight);
     if (status == CKS_OK) {
         status = cks_hmap_create(&c->put_counts);
     }

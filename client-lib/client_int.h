@@ -148,7 +148,6 @@ struct cks_client {
     /* progress thread only */
     cks_hmap_t *inflight;     /* req_id -> op */
     cks_op_t *fl_head, *fl_tail; /* in flight, oldest first */
-    uint64_t next_req_id;
 };
 
 struct cks_restore {

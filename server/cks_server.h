@@ -33,6 +33,12 @@ typedef struct {
     const char *secret_file;/* cluster secret: every connection must authenticate */
     const char *job_secrets;/* directory of job secrets (file per job name): a
                                client may prove one instead, for that job only */
+    const char *peer_secret_file; /* the servers' own secret (required by a
+                               cluster member with secret_file): peers prove
+                               it, and only they may send server-to-server
+                               messages */
+    unsigned auth_timeout_s;/* with a secret: close a connection that has not
+                               authenticated this long; 0: 10 */
 } cks_server_params_t;
 
 /** Open the arena and metadata, re-check every stored object's CRC, abort

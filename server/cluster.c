@@ -64,7 +64,7 @@ static cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
     /* requests may follow at once: they queue behind the handshake on the
      * listener endpoint, and a server with a secret answers nothing else
      * before AUTH */
-    if (cks_tp_conn_handshake(p->conn, s->name, s->has_secret ? &s->secret : NULL,
+    if (cks_tp_conn_handshake(p->conn, s->name, s->has_peer_secret ? &s->peer_secret : NULL,
                               CKS_SV_CALL_TIMEOUT_MS, cks_sv_hello_done, NULL) !=
         CKS_INPROGRESS) {
         cks_tp_conn_put(p->conn);

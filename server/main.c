@@ -26,8 +26,9 @@ static void usage(FILE *out)
             "                         of that erasure-coded cluster\n"
             "  -i, --id N             this server's id in the cluster map\n"
             "  -e, --encoders N       encoder threads (cluster; default 1)\n"
-            "      --max-conns N      connections served at once; more are refused\n"
-            "                         (default 1024)\n"
+            "      --max-conns N      client connections served at once; more are\n"
+            "                         refused (default 1024; with --peer-secret, the\n"
+            "                         servers of the map have room beyond it)\n"
             "      --max-pending N    replies in flight per connection: a peer that\n"
             "                         sends requests past it without reading its\n"
             "                         replies is disconnected (default 4096)\n"
@@ -37,6 +38,12 @@ static void usage(FILE *out)
             "                         must prove it before anything else (SECURITY.md)\n"
             "  -J, --job-secrets DIR  job secrets, one file per job name (mode 0600): a\n"
             "                         client that proves one is served that job only\n"
+            "      --peer-secret FILE the servers' own secret (mode 0600, not given to\n"
+            "                         clients; a cluster with --secret needs it): only\n"
+            "                         servers that prove it may send server-to-server\n"
+            "                         messages, and they do not count in --max-conns\n"
+            "      --auth-timeout S   close a connection that has not authenticated\n"
+            "                         within S seconds (with --secret; default 10)\n"
             "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
             "  -f, --arena-file PATH  arena file (default /dev/shm/ckstore-<port>.arena)\n"
             "  -d, --data-dir DIR     LMDB directory (default ./ckstore-data)\n"
@@ -71,6 +78,8 @@ int main(int argc, char **argv)
         {"reply-timeout", required_argument, NULL, 1003},
         {"secret", required_argument, NULL, 'S'},
         {"job-secrets", required_argument, NULL, 'J'},
+        {"peer-secret", required_argument, NULL, 1004},
+        {"auth-timeout", required_argument, NULL, 1005},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -123,6 +132,8 @@ int main(int argc, char **argv)
             case 1003: p.reply_timeout_s = (unsigned)atoi(optarg); break;
             case 'S': p.secret_file = optarg; break;
             case 'J': p.job_secrets = optarg; break;
+            case 1004: p.peer_secret_file = optarg; break;
+            case 1005: p.auth_timeout_s = (unsigned)atoi(optarg); break;
             case 's':
                 if (cks_size_parse(optarg, &p.arena_size) != CKS_OK) {
                     fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);

@@ -353,6 +353,7 @@ static void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_tp_secret_t job_secret;
     const cks_tp_secret_t *key = &s->secret;
     char path[PATH_MAX];
+    int peer = 0;
     const void *addr;
     size_t addr_len;
 
@@ -366,7 +367,13 @@ static void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         return;
     }
     a->challenged = 0; /* one answer per challenge */
-    if (a->job[0] != '\0') { /* the job's own secret, from --job-secrets */
+    if (a->job[0] == '\0' && s->has_peer_secret &&
+        cks_tp_proof_check(&s->peer_secret, CKS_TP_LABEL_PEER_CLIENT, a->server_nonce,
+                           CKS_WIRE_NONCE_LEN, a->client_nonce, CKS_WIRE_NONCE_LEN,
+                           &m->proof) == CKS_OK) {
+        peer = 1; /* a server of the cluster */
+        key  = &s->peer_secret;
+    } else if (a->job[0] != '\0') { /* the job's own secret, from --job-secrets */
         snprintf(path, sizeof(path), "%s/%s", s->p.job_secrets, a->job);
         if (cks_tp_secret_load(path, &job_secret) != CKS_OK) {
             cks_sv_auth_refuse(s, conn, req_id, "no secret for this job on this server");
@@ -374,23 +381,35 @@ static void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         }
         key = &job_secret;
     }
-    if (cks_tp_proof_check(key, CKS_TP_LABEL_CLIENT, a->server_nonce, CKS_WIRE_NONCE_LEN,
-                           a->client_nonce, CKS_WIRE_NONCE_LEN, &m->proof) != CKS_OK) {
+    if (!peer && cks_tp_proof_check(key, CKS_TP_LABEL_CLIENT, a->server_nonce,
+                                    CKS_WIRE_NONCE_LEN, a->client_nonce, CKS_WIRE_NONCE_LEN,
+                                    &m->proof) != CKS_OK) {
         cks_sv_auth_refuse(s, conn, req_id,
-                           a->job[0] ? "wrong secret for the job" : "wrong cluster secret");
+                           a->job[0]            ? "wrong secret for the job"
+                           : s->has_peer_secret ? "wrong cluster secret (nor the peer secret)"
+                                                : "wrong cluster secret");
         return;
     }
-    if (cks_tp_proof(key, CKS_TP_LABEL_SERVER, a->client_nonce, CKS_WIRE_NONCE_LEN,
-                     a->server_nonce, CKS_WIRE_NONCE_LEN, proof) != CKS_OK) {
+    if (cks_tp_proof(key, peer ? CKS_TP_LABEL_PEER_SERVER : CKS_TP_LABEL_SERVER,
+                     a->client_nonce, CKS_WIRE_NONCE_LEN, a->server_nonce, CKS_WIRE_NONCE_LEN,
+                     proof) != CKS_OK) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_INTERNAL, "cannot prove the secret");
         return;
     }
-    a->authed = 1;
+    if (cks_tp_conn_authenticated(conn, peer) != CKS_OK) {
+        /* the clients' slots are taken; those kept for the peers stay free */
+        cks_warn("%s refused: %u client connections open (the limit)", cks_tp_conn_peer(conn),
+                 s->p.max_conns ? s->p.max_conns : 1024);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY, "too many client connections");
+        cks_tp_conn_close_later(conn, 1000);
+        return;
+    }
     a->scoped = a->job[0] != '\0';
     if (a->scoped) {
         cks_info("%s authenticated for job '%s' only", cks_tp_conn_peer(conn), a->job);
     } else {
-        cks_info("%s authenticated", cks_tp_conn_peer(conn));
+        cks_info("%s authenticated%s", cks_tp_conn_peer(conn),
+                 peer ? " as a server of the cluster" : "");
     }
     cks_tp_worker_address(s->tp, &addr, &addr_len);
     r.status = CKS_OK;
@@ -1197,6 +1216,16 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         cks_sv_auth_refuse(s, conn, hdr->req_id, "authenticate first");
         return;
     }
+    if (s->has_peer_secret && cks_msg_server_only(hdr->type) && !cks_tp_conn_auth(conn)->peer) {
+        /* only a server that proved the peer secret: a client of the cluster
+         * secret could otherwise store chunks, commit or drop versions */
+        cks_warn("%s refused %s: only servers of the cluster send it", cks_tp_conn_peer(conn),
+                 cks_msg_name(hdr->type));
+        cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_AUTH,
+                            "%s: only servers of the cluster may send it",
+                            cks_msg_name(hdr->type));
+        return;
+    }
     if (cks_tp_conn_auth(conn)->scoped && hdr->type != CKS_MSG_HELLO &&
         hdr->type != CKS_MSG_MEM_MAP) {
         /* a job's secret opens that job and nothing else (MEM_MAP names
@@ -1571,6 +1600,32 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
         }
         s->has_secret = 1;
     }
+    if (params->peer_secret_file != NULL || (params->cluster_map != NULL && s->has_secret)) {
+        /* clients hold the cluster secret: the role of a server needs one
+         * they are not given */
+        if (params->peer_secret_file == NULL || !s->has_secret) {
+            cks_error(params->peer_secret_file == NULL
+                          ? "a cluster server with --secret needs --peer-secret FILE too: "
+                            "the servers' own secret, which clients are not given "
+                            "(docs/SECURITY.md)"
+                          : "--peer-secret needs --secret (the clients' secret)");
+            status = CKS_ERR_INVALID_PARAM;
+            goto err_free;
+        }
+        status = cks_tp_secret_load(params->peer_secret_file, &s->peer_secret);
+        if (status != CKS_OK) {
+            goto err_free;
+        }
+        if (s->peer_secret.len == s->secret.len &&
+            memcmp(s->peer_secret.key, s->secret.key, s->secret.len) == 0) {
+            cks_error("the peer secret must differ from the cluster secret: clients hold "
+                      "that one");
+            status = CKS_ERR_INVALID_PARAM;
+            goto err_free;
+        }
+        s->peer_secret.peer = 1;
+        s->has_peer_secret  = 1;
+    }
     status = cks_md_open(s->data_dir, params->md_map_size, &s->md);
     if (status != CKS_OK) {
         cks_error("cannot open metadata in %s: %s", s->data_dir, cks_status_string(status));
@@ -1596,6 +1651,7 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
     wp.max_conns   = params->max_conns ? params->max_conns : 1024;
     wp.max_pending = params->max_pending ? params->max_pending : 4096;
     wp.stall_ms    = (params->reply_timeout_s ? params->reply_timeout_s : 60) * 1000u;
+    wp.auth_timeout_ms = (params->auth_timeout_s ? params->auth_timeout_s : 10) * 1000u;
     status         = cks_tp_worker_create(&wp, &s->tp);
     if (status != CKS_OK) {
         goto err_arena;
@@ -1614,6 +1670,11 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
         status = cks_sv_cluster_init(s);
         if (status != CKS_OK) {
             goto err_mem;
+        }
+        /* each peer connects to us once (twice while it reconnects): room
+         * that clients cannot take (cks_tp_worker_set_peer_room()) */
+        if (s->has_peer_secret) {
+            cks_tp_worker_set_peer_room(s->tp, 2u * (unsigned)cks_cluster_nservers(s->map));
         }
         const cks_cluster_server_t *me = cks_cluster_server(s->map, s->self);
         if (params->listen_addr == NULL) { /* listen where the map says */

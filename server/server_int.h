@@ -263,6 +263,8 @@ struct cks_server {
     char (*lost_jobs)[CKS_JOB_MAX_LEN + 1];
     uint64_t *lost_versions;
     size_t nlost;
+    cks_tp_secret_t peer_secret; /* with --peer-secret: the servers' own */
+    int has_peer_secret;
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);

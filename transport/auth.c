@@ -51,6 +51,7 @@ cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p)
         return CKS_ERR_AUTH;
     }
     s.len     = (size_t)n;
+    s.peer    = 0;
     *secret_p = s;
     return CKS_OK;
 }
@@ -58,6 +59,18 @@ cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p)
 cks_status_t cks_tp_nonce(uint8_t nonce[CKS_WIRE_NONCE_LEN])
 {
     return RAND_bytes(nonce, CKS_WIRE_NONCE_LEN) == 1 ? CKS_OK : CKS_ERR_INTERNAL;
+}
+
+uint64_t cks_tp_random_id(void)
+{
+    uint64_t id = 0;
+    if (RAND_bytes((unsigned char *)&id, sizeof(id)) != 1) {
+        /* OpenSSL's generator failed (it logs why): ids stay unique, only
+         * less hard to guess */
+        static _Atomic uint64_t fallback;
+        id = cks_time_ns() ^ (++fallback << 40);
+    }
+    return id != 0 ? id : 1;
 }
 
 cks_status_t cks_tp_proof(const cks_tp_secret_t *secret, const char *label, const void *a,

@@ -383,6 +383,9 @@ typedef union {
 
 /** Name of a message type ("PUT"); "UNKNOWN" for others. */
 const char *cks_msg_name(unsigned type);
+/** 1 for the messages only servers send each other (the "s>s" rows of the
+ *  table: CHUNK_PUT, OBJECT_DONE, VERSION_COMMIT, VERSION_DROP), else 0. */
+int cks_msg_server_only(unsigned type);
 
 /** Pack header and body into buf (at least CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY
  *  bytes). `body` points to the struct of `type`'s table entry. Returns
@@ -475,6 +478,10 @@ typedef struct {
     unsigned stall_ms;           /* a connection whose pending sends make no
                                     progress this long is closed (default:
                                     never) */
+    unsigned auth_timeout_ms;    /* with cks_tp_worker_require_auth(): an
+                                    accepted connection that has not
+                                    authenticated this long is closed
+                                    (0: 10000) */
 } cks_tp_worker_params_t;
 
 /** Create a UCX context and worker (single-threaded, with a wake-up fd). */
@@ -559,13 +566,21 @@ cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size
 typedef struct {
     uint8_t key[256];
     size_t len;
+    int peer; /* the servers' own secret (--peer-secret): a handshake with it
+                 proves the role of a server of the cluster (the peer labels
+                 below), which a client of the cluster secret cannot */
 } cks_tp_secret_t;
 
 #define CKS_TP_LABEL_SERVER "ckstore-server" /* what the server's proof covers */
 #define CKS_TP_LABEL_CLIENT "ckstore-client"
+/* the same two proofs between servers, with the peer secret: a proof of one
+ * role never answers a challenge of the other */
+#define CKS_TP_LABEL_PEER_SERVER "ckstore-peer-server"
+#define CKS_TP_LABEL_PEER_CLIENT "ckstore-peer-client"
 
 /** Load a secret file: 16..255 bytes, a regular file readable by its owner
- *  only (mode & 077 == 0). Errors name the problem. */
+ *  only (mode & 077 == 0). Errors name the problem. `peer` is 0 (set it for
+ *  the peer secret). */
 cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p);
 /** The job whose field names the job a client request is about, or NULL
  *  for types that name none (HELLO, JOB_LIST, AUTH, replies, server-to-server
@@ -573,6 +588,9 @@ cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p);
 const cks_wire_str_t *cks_msg_client_job(unsigned type, const cks_msg_any_t *body);
 /** Random nonce. */
 cks_status_t cks_tp_nonce(uint8_t nonce[CKS_WIRE_NONCE_LEN]);
+/** A random, nonzero request id (OpenSSL's generator): ids that a peer on
+ *  another connection cannot guess. Any thread. */
+uint64_t cks_tp_random_id(void);
 /** proof = HMAC-SHA256(secret, label | a | b). */
 cks_status_t cks_tp_proof(const cks_tp_secret_t *secret, const char *label, const void *a,
                           size_t alen, const void *b, size_t blen,
@@ -586,6 +604,9 @@ cks_status_t cks_tp_proof_check(const cks_tp_secret_t *secret, const char *label
  *  (the server stores its challenge here between HELLO and AUTH). */
 typedef struct {
     int authed;
+    int peer;       /* authenticated as a server of the cluster (peer secret):
+                       only such a connection may carry server-to-server
+                       messages (cks_msg_server_only()) */
     int challenged; /* a HELLO got our nonce; AUTH may follow, once */
     int scoped;     /* authenticated with a job's secret: serves `job` only */
     char job[CKS_JOB_MAX_LEN + 1];
@@ -594,14 +615,31 @@ typedef struct {
 } cks_tp_auth_t;
 cks_tp_auth_t *cks_tp_conn_auth(cks_tp_conn_h conn);
 
-/** From now on, replies are taken only from authenticated connections (and
- *  from those this worker opened itself), so that a stranger cannot answer
- *  our calls. The server sets it when it has a secret. */
+/** From now on, replies are taken only from authenticated connections (a
+ *  call's reply only from the connection the call went out on, in any case),
+ *  and accepted connections that do not authenticate within auth_timeout_ms
+ *  are closed. The server sets it when it has a secret. */
 void cks_tp_worker_require_auth(cks_tp_worker_h worker);
+
+/** Room for peers: with authentication required, the listener accepts up to
+ *  max_conns + room connections that have not proved the peer role, and
+ *  cks_tp_conn_authenticated() lets at most max_conns of them authenticate
+ *  as clients; connections authenticated as peers are not counted. So
+ *  clients cannot take the slots the servers of a cluster need. 0 by
+ *  default (a standalone server). */
+void cks_tp_worker_set_peer_room(cks_tp_worker_h worker, unsigned room);
+
+/** The owner's verdict on a connection's handshake (server side): it proved
+ *  the peer secret (peer = 1) or a client's secret. A client connection past
+ *  max_conns clients is refused with CKS_ERR_BUSY (the connection stays as it
+ *  was: the owner answers and closes it); otherwise the connection is marked
+ *  authenticated (and as a peer) and CKS_OK returned. */
+cks_status_t cks_tp_conn_authenticated(cks_tp_conn_h conn, int peer);
 
 /** Client side of the handshake (a client, or a server opening a peer
  *  connection): HELLO, then - with a secret - send AUTH and check the
- *  server's proof in its reply; finally move the connection to the server's worker-address
+ *  server's proof in its reply (with a peer secret, both proofs use the
+ *  peer labels, and the connection is marked as one to a peer); finally move the connection to the server's worker-address
  *  endpoint. `secret` may be NULL (no authentication); it must outlive the
  *  handshake. cb runs once with the outcome (CKS_ERR_AUTH when the proofs do
  *  not match or the server wants a secret we do not have). */

@@ -92,6 +92,11 @@ struct cks_tp_conn {
     int implicit; /* made by UCX, adopted by cks_tp_conn_adopt() */
     int outgoing; /* made by cks_tp_conn_connect(): we chose the peer */
     int local;    /* the data endpoint reaches a process of this host (shared memory) */
+    int forged_logged; /* it answered a call of another connection (logged once) */
+    int accepted;      /* made by a listener (cks_tp_listener_create()) */
+    int guest;         /* counted in nguests: accepted, not authenticated as a peer */
+    int client;        /* counted in nclients: authenticated, not as a peer */
+    uint64_t accepted_ns;
     int handshaking; /* cks_tp_conn_handshake() runs: other sends are held */
     unsigned sends;       /* sends in flight */
     uint64_t progress_ns; /* when one last completed, or the first began */
@@ -167,9 +172,11 @@ struct cks_tp_worker {
     int key_seg_kind;
     struct cks_tp_pf *pf;  /* rma.c: the prefault thread (NULL until first needed) */
     int require_auth;      /* see cks_tp_worker_require_auth() */
+    unsigned nguests;      /* accepted connections not authenticated as peers */
+    unsigned nclients;     /* ...of which authenticated (as clients) */
+    unsigned peer_room;    /* see cks_tp_worker_set_peer_room() */
     cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
     cks_tp_call_req_t *calls_head, *calls_tail;
-    uint64_t next_call_id;
     int progressed;         /* the last cks_tp_worker_progress() did something */
     unsigned stalls;        /* arms refused since, with nothing progressed */
 };

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <ucp/api/ucp.h>
 
-static int cks_tp_call_reply(cks_tp_worker_h w, const cks_wire_hdr_t *hdr,
+static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
                              const cks_msg_any_t *body);
 static void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn,
                                    cks_status_t status);
@@ -314,6 +314,8 @@ void cks_tp_conn_put(cks_tp_conn_h conn)
     if (conn->prev != NULL || w->conns == conn) {
         w->nconns--;
     }
+    w->nguests -= conn->guest ? 1 : 0;
+    w->nclients -= conn->client ? 1 : 0;
     if (conn->prev != NULL) {
         conn->prev->next = conn->next;
     } else if (w->conns == conn) {
@@ -566,7 +568,11 @@ static void cks_tp_listener_conn_cb(ucp_conn_request_h req, void *arg)
         inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
         snprintf(peer, sizeof(peer), "%s:%u", ip, ntohs(sa->sin_port));
     }
-    int refuse = w->params.max_conns != 0 && w->nconns >= w->params.max_conns;
+    /* with authentication, only connections that may yet prove the peer
+     * role count, and room is kept for peers (cks_tp_worker_set_peer_room()) */
+    int refuse = w->params.max_conns != 0 &&
+                 (w->require_auth ? w->nguests >= w->params.max_conns + w->peer_room
+                                  : w->nconns >= w->params.max_conns);
     if (refuse) {
         uint64_t now = cks_time_ns();
         if (now - w->refused_log_ns > 1000000000ull) { /* a line a second at most */
@@ -606,6 +612,10 @@ static void cks_tp_listener_conn_cb(ucp_conn_request_h req, void *arg)
         conn->close_at_ns = cks_time_ns() + CKS_TP_REFUSED_CLOSE_NS;
         return;
     }
+    conn->accepted    = 1;
+    conn->guest       = 1;
+    conn->accepted_ns = cks_time_ns();
+    w->nguests++;
     cks_debug("%s: accepted connection from %s", w->name, peer);
     l->on_accept(l->arg, conn);
 }
@@ -727,7 +737,7 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
         cks_warn("%s: reply from unauthenticated %s dropped", w->name, conn->peer);
         return UCS_OK;
     }
-    if (cks_tp_call_reply(w, &hdr, &body)) {
+    if (cks_tp_call_reply(w, conn, &hdr, &body)) {
         return UCS_OK; /* a reply to one of our calls; any payload is dropped */
     }
     if (!CKS_MSG_IS_REPLY(hdr.type) &&
@@ -1046,13 +1056,26 @@ static void cks_tp_call_sent(void *arg, cks_status_t status)
     }
 }
 
-/* A reply: returns 1 when it answered one of our calls. */
-static int cks_tp_call_reply(cks_tp_worker_h w, const cks_wire_hdr_t *hdr,
+/* A reply: returns 1 when it answered one of our calls. It answers one only
+ * when it came on the connection the call went out on, and - where
+ * authentication is required - only once that connection has authenticated,
+ * or as the answer to a step of its handshake (the calls with a hook): a
+ * reply anyone else sends with the call's id is no answer to it, and is
+ * treated as one to no call (#15 item 8). */
+static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
                              const cks_msg_any_t *body)
 {
     cks_tp_call_req_t *c;
     if (!CKS_MSG_IS_REPLY(hdr->type) ||
         (c = cks_hmap_get(w->calls, &hdr->req_id, sizeof(hdr->req_id))) == NULL) {
+        return 0;
+    }
+    if (c->conn != conn || (w->require_auth && !conn->auth.authed && c->hook == NULL)) {
+        if (!conn->forged_logged) { /* once per connection: it may send many */
+            cks_warn("%s: %s answered a call made on another connection: ignored", w->name,
+                     conn->peer);
+            conn->forged_logged = 1;
+        }
         return 0;
     }
     if (!c->replied) {
@@ -1115,7 +1138,11 @@ static cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32
     if (c == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    c->req_id      = ++w->next_call_id | (1ull << 63); /* apart from the owner's ids */
+    /* random ids (apart from the owner's, with the top bit set): a peer
+     * cannot guess those of the calls made on other connections */
+    do {
+        c->req_id = cks_tp_random_id() | (1ull << 63);
+    } while (cks_hmap_get(w->calls, &c->req_id, sizeof(c->req_id)) != NULL);
     c->deadline_ns = cks_time_ns() + (uint64_t)timeout_ms * 1000000ull;
     c->conn        = conn;
     c->cb          = cb;
@@ -1167,6 +1194,8 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
 {
     uint64_t now   = cks_time_ns();
     uint64_t stall = (uint64_t)w->params.stall_ms * 1000000ull;
+    uint64_t auth_to = (uint64_t)(w->params.auth_timeout_ms ? w->params.auth_timeout_ms
+                                                            : 10000u) * 1000000ull;
     uint64_t next  = UINT64_MAX;
     cks_tp_conn_h conn = w->conns;
 
@@ -1175,6 +1204,11 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
         int stalled = !conn->failed && conn->sends > 0 && stall > 0 &&
                       now - conn->progress_ns >= stall;
         int due     = !conn->failed && conn->close_at_ns != 0 && now >= conn->close_at_ns;
+        /* a connection that never authenticates holds its slot no longer
+         * than the deadline */
+        int unauthed = w->require_auth && conn->accepted && !conn->auth.authed &&
+                       !conn->failed && conn->close_at_ns == 0;
+        int late     = unauthed && now - conn->accepted_ns >= auth_to;
         if (conn->refused) {
             if (now >= conn->close_at_ns) {
                 /* gracefully: once the handshake is done, a forced close of
@@ -1185,6 +1219,13 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
             } else {
                 next = CKS_MIN(next, conn->close_at_ns);
             }
+        } else if (late) {
+            cks_warn("%s: %s did not authenticate in %llu ms: closing it", w->name, conn->peer,
+                     (unsigned long long)(auth_to / 1000000));
+            cks_tp_conn_get(conn);
+            cks_tp_conn_fail(conn, 0, CKS_ERR_TIMEOUT); /* gracefully: the peer is told */
+            after = conn->next;
+            cks_tp_conn_put(conn);
         } else if (due || (!conn->failed && (conn->overrun || stalled))) {
             if (stalled && !conn->overrun && !due) {
                 cks_warn("%s: %s took none of its %u replies in %u ms: closing it", w->name,
@@ -1202,6 +1243,9 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
             }
             if (!conn->failed && conn->close_at_ns != 0) {
                 next = CKS_MIN(next, conn->close_at_ns);
+            }
+            if (unauthed) {
+                next = CKS_MIN(next, conn->accepted_ns + auth_to);
             }
         }
         conn = after;
@@ -1546,10 +1590,12 @@ static void cks_tp_hs_auth_hook(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr,
 {
     cks_tp_hs_t *hs = c->hook_arg;
     if (hdr->type != CKS_MSG_AUTH_REPLY ||
-        cks_tp_proof_check(hs->secret, CKS_TP_LABEL_SERVER, hs->cn, CKS_WIRE_NONCE_LEN, hs->sn,
-                           CKS_WIRE_NONCE_LEN, &body->m_AUTH_REPLY.proof) != CKS_OK) {
-        cks_error("%s: server %s did not prove the cluster secret", c->conn->worker->name,
-                  c->conn->peer);
+        cks_tp_proof_check(hs->secret,
+                           hs->secret->peer ? CKS_TP_LABEL_PEER_SERVER : CKS_TP_LABEL_SERVER,
+                           hs->cn, CKS_WIRE_NONCE_LEN, hs->sn, CKS_WIRE_NONCE_LEN,
+                           &body->m_AUTH_REPLY.proof) != CKS_OK) {
+        cks_error("%s: server %s did not prove the %s secret", c->conn->worker->name,
+                  c->conn->peer, hs->secret->peer ? "peer" : "cluster");
         c->status = CKS_ERR_AUTH;
         return;
     }
@@ -1564,6 +1610,7 @@ static void cks_tp_hs_auth_done(void *arg, cks_status_t status, const char *msg)
                   hs->conn->peer, cks_status_string(status), msg);
     } else {
         hs->conn->auth.authed = 1;
+        hs->conn->auth.peer   = hs->secret->peer;
     }
     cks_tp_hs_finish(hs, status);
 }
@@ -1581,8 +1628,9 @@ static void cks_tp_hs_hello_done(void *arg, cks_status_t status, const char *msg
         return;
     }
     cks_tp_worker_address(hs->conn->worker, &addr, &addr_len);
-    status = cks_tp_proof(hs->secret, CKS_TP_LABEL_CLIENT, hs->sn, CKS_WIRE_NONCE_LEN, hs->cn,
-                          CKS_WIRE_NONCE_LEN, proof);
+    status = cks_tp_proof(hs->secret,
+                          hs->secret->peer ? CKS_TP_LABEL_PEER_CLIENT : CKS_TP_LABEL_CLIENT,
+                          hs->sn, CKS_WIRE_NONCE_LEN, hs->cn, CKS_WIRE_NONCE_LEN, proof);
     auth.proof = (cks_wire_str_t){(const char *)proof, CKS_WIRE_NONCE_LEN};
     auth.addr  = (cks_wire_str_t){addr, (uint32_t)addr_len};
     if (status == CKS_OK) {
@@ -1640,4 +1688,29 @@ cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
 void cks_tp_worker_require_auth(cks_tp_worker_h w)
 {
     w->require_auth = 1;
+}
+
+void cks_tp_worker_set_peer_room(cks_tp_worker_h w, unsigned room)
+{
+    w->peer_room = room;
+}
+
+cks_status_t cks_tp_conn_authenticated(cks_tp_conn_h conn, int peer)
+{
+    cks_tp_worker_h w = conn->worker;
+    if (peer) {
+        if (conn->guest) { /* a peer takes none of the clients' slots */
+            conn->guest = 0;
+            w->nguests--;
+        }
+        conn->auth.peer = 1;
+    } else if (conn->accepted && !conn->client) {
+        if (w->params.max_conns != 0 && w->nclients >= w->params.max_conns) {
+            return CKS_ERR_BUSY;
+        }
+        conn->client = 1;
+        w->nclients++;
+    }
+    conn->auth.authed = 1;
+    return CKS_OK;
 }

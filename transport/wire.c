@@ -216,6 +216,18 @@ const char *cks_msg_name(unsigned type)
     return "UNKNOWN";
 }
 
+int cks_msg_server_only(unsigned type)
+{
+    switch (type) {
+#define CKS_MSG_S2S_(name, id, type, dir) \
+    case id: \
+        return strcmp(dir, "s>s") == 0;
+        CKS_MSG_LIST(CKS_MSG_S2S_)
+#undef CKS_MSG_S2S_
+    }
+    return 0;
+}
+
 cks_wire_str_t cks_wire_cstr(const char *s)
 {
     cks_wire_str_t str = {s ? s : "", s ? (uint32_t)strlen(s) : 0};

@@ -13,12 +13,14 @@
  * server-to-server message.
  */
 #include "ckstore.h"
+#include "cks_md.h"
 #include "cks_test.h"
 #include "cks_tp.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -567,6 +569,12 @@ Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
     cks_version_info_t vi;
     cr_assert_eq(cks_version_stat(c, "moe", 1, &vi), CKS_OK);
     cks_client_destroy(c);
+    /* the servers proved the peer secret to each other: a role clients lack */
+    size_t as_peer = 0;
+    for (size_t i = 0; i < cl.n; i++) {
+        as_peer += cks_test_log_has(cl.srv[i].log, "authenticated as a server of the cluster", 0);
+    }
+    cr_assert_geq(as_peer, 1, "no server authenticated a peer as a server");
     /* a job's own secret works across the cluster too (its chunk reads and
      * writes name the job), and opens nothing else */
     cr_assert_eq(connect_job(NULL, cl.map, alpha, "alpha", &c), CKS_OK);
@@ -590,6 +598,59 @@ Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
     unlink(alpha);
     rmdir(jobs);
     free(buf);
+}
+
+/* Send each server-to-server message (the "s>s" rows of CKS_MSG_LIST) for
+ * `job` on conn (server i): each must be refused with CKS_ERR_AUTH. Were they
+ * accepted: a chunk of a new version 9 stored, an object reported done, a
+ * manifest of an empty version 9 committed keeping only the newest version
+ * (version 1 would go), and version 1 dropped. */
+static void send_s2s_expect_refused(cks_tp_worker_h w, cks_tp_conn_h conn, raw_ctx_t *pctx,
+                                    size_t i, const char *job, const uint8_t *chunk)
+{
+    /* a chunk of a new version of its job (stored, were it accepted) */
+    cks_msg_chunk_put_t cp = {0};
+    cp.job     = cks_wire_cstr(job);
+    cp.version = 9;
+    cp.key     = cks_wire_cstr("obj0");
+    raw_send(w, conn, pctx, CKS_MSG_CHUNK_PUT, &cp, chunk, 64 * 1024);
+    cr_assert_eq(pctx->got, 1, "server %zu: no answer to CHUNK_PUT", i);
+    cr_assert_eq(pctx->status, CKS_ERR_AUTH, "server %zu: CHUNK_PUT %d (%s)", i, pctx->status,
+                 pctx->msg);
+    /* an object reported done to a coordinator */
+    cks_msg_object_done_t od = {0};
+    od.job     = cks_wire_cstr(job);
+    od.version = 9;
+    od.o.key   = cks_wire_cstr("obj0");
+    od.o.size  = 64 * 1024;
+    od.o.source = 9;
+    raw_send(w, conn, pctx, CKS_MSG_OBJECT_DONE, &od, NULL, 0);
+    cr_assert_eq(pctx->got, 1, "server %zu: no answer to OBJECT_DONE", i);
+    cr_assert_eq(pctx->status, CKS_ERR_AUTH, "server %zu: OBJECT_DONE %d (%s)", i,
+                 pctx->status, pctx->msg);
+    /* a manifest of a protected, empty version 9, keeping only the
+     * newest version (were it accepted, version 1 would go) */
+    cks_msg_version_commit_t vc = {0};
+    vc.job          = cks_wire_cstr(job);
+    vc.v.version    = 9;
+    vc.v.parent     = UINT64_MAX;
+    vc.v.state      = CKS_VSTATE_PROTECTED;
+    vc.v.nranks     = 1;
+    vc.v.k          = 4;
+    vc.v.m          = 2;
+    vc.v.chunk_size = 64 * 1024;
+    vc.last         = 1;
+    vc.retain       = 1;
+    raw_send(w, conn, pctx, CKS_MSG_VERSION_COMMIT, &vc, NULL, 0);
+    cr_assert_eq(pctx->got, 1, "server %zu: no answer to VERSION_COMMIT", i);
+    cr_assert_eq(pctx->status, CKS_ERR_AUTH, "server %zu: VERSION_COMMIT %d (%s)", i,
+                 pctx->status, pctx->msg);
+    /* version 1 dropped as aborted */
+    cks_msg_version_drop_t vd = {cks_wire_cstr(job), 1, CKS_VSTATE_ABORTED};
+    raw_send(w, conn, pctx, CKS_MSG_VERSION_DROP, &vd, NULL, 0);
+    cr_assert_eq(pctx->got, 1, "server %zu: no answer to VERSION_DROP", i);
+    cr_assert_eq(pctx->status, CKS_ERR_AUTH, "server %zu: VERSION_DROP %d (%s)", i,
+                 pctx->status, pctx->msg);
 }
 
 /* A client that proved only a job's secret sends, for its own job, each
@@ -637,49 +698,7 @@ Test(auth, a_job_secret_cannot_send_server_to_server_messages, .timeout = 300)
         raw_auth(w, conn, &ctx, proof);
         cr_assert_eq(ctx.status, CKS_OK, "server %zu: AUTH %d (%s)", i, ctx.status, ctx.msg);
 
-        /* a chunk of a new version of its job (stored, were it accepted) */
-        cks_msg_chunk_put_t cp = {0};
-        cp.job     = cks_wire_cstr("alpha");
-        cp.version = 9;
-        cp.key     = cks_wire_cstr("obj0");
-        raw_send(w, conn, &ctx, CKS_MSG_CHUNK_PUT, &cp, chunk, 64 * 1024);
-        cr_assert_eq(ctx.got, 1, "server %zu: no answer to CHUNK_PUT", i);
-        cr_assert_eq(ctx.status, CKS_ERR_AUTH, "server %zu: CHUNK_PUT %d (%s)", i, ctx.status,
-                     ctx.msg);
-        /* an object reported done to a coordinator */
-        cks_msg_object_done_t od = {0};
-        od.job     = cks_wire_cstr("alpha");
-        od.version = 9;
-        od.o.key   = cks_wire_cstr("obj0");
-        od.o.size  = 64 * 1024;
-        od.o.source = 9;
-        raw_send(w, conn, &ctx, CKS_MSG_OBJECT_DONE, &od, NULL, 0);
-        cr_assert_eq(ctx.got, 1, "server %zu: no answer to OBJECT_DONE", i);
-        cr_assert_eq(ctx.status, CKS_ERR_AUTH, "server %zu: OBJECT_DONE %d (%s)", i,
-                     ctx.status, ctx.msg);
-        /* a manifest of a protected, empty version 9, keeping only the
-         * newest version (were it accepted, version 1 would go) */
-        cks_msg_version_commit_t vc = {0};
-        vc.job          = cks_wire_cstr("alpha");
-        vc.v.version    = 9;
-        vc.v.parent     = UINT64_MAX;
-        vc.v.state      = CKS_VSTATE_PROTECTED;
-        vc.v.nranks     = 1;
-        vc.v.k          = 4;
-        vc.v.m          = 2;
-        vc.v.chunk_size = 64 * 1024;
-        vc.last         = 1;
-        vc.retain       = 1;
-        raw_send(w, conn, &ctx, CKS_MSG_VERSION_COMMIT, &vc, NULL, 0);
-        cr_assert_eq(ctx.got, 1, "server %zu: no answer to VERSION_COMMIT", i);
-        cr_assert_eq(ctx.status, CKS_ERR_AUTH, "server %zu: VERSION_COMMIT %d (%s)", i,
-                     ctx.status, ctx.msg);
-        /* version 1 dropped as aborted */
-        cks_msg_version_drop_t vd = {cks_wire_cstr("alpha"), 1, CKS_VSTATE_ABORTED};
-        raw_send(w, conn, &ctx, CKS_MSG_VERSION_DROP, &vd, NULL, 0);
-        cr_assert_eq(ctx.got, 1, "server %zu: no answer to VERSION_DROP", i);
-        cr_assert_eq(ctx.status, CKS_ERR_AUTH, "server %zu: VERSION_DROP %d (%s)", i,
-                     ctx.status, ctx.msg);
+        send_s2s_expect_refused(w, conn, &ctx, i, "alpha", chunk);
 
         /* the connection still serves its job's own requests */
         cks_msg_version_stat_t vs = {cks_wire_cstr("alpha"), 1, 0};
@@ -724,7 +743,8 @@ static void hs_done(void *arg, cks_status_t status)
     h->done      = 1;
 }
 
-/* A cluster server restarted with another secret (same id, same port). Its
+/* A cluster server restarted with another secret and another peer secret
+ * (same id, same port). Its
  * own client (same secret as it) makes it a primary: it encodes a put and
  * sends the chunks to its peers, which refuse its handshake; nothing of it
  * is stored on them. A client with the cluster secret is refused by it. */
@@ -747,10 +767,16 @@ Test(auth, a_server_with_a_wrong_secret_is_refused_by_its_peers, .timeout = 300)
     cks_test_fill(buf, size, cks_test_seed(35));
 
     cr_assert_eq(cks_test_cluster_start(&cl, 6, 3, 64 * MiB, -1, NULL), 0);
+    char wrong_peer[160];
+    snprintf(wrong_peer, sizeof(wrong_peer), "%s/wrong-peer.key", dir);
+    write_secret(wrong_peer, "0123456789abcdef0123456789abcdef", 0600);
     cks_test_cluster_kill(&cl, r);
     cks_test_set_secret(wrong);
-    cr_assert_eq(cks_test_server_restart(&cl.srv[r]), 0, "restart with another secret");
+    cks_test_set_peer_secret(wrong_peer);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[r]), 0, "restart with other secrets");
     cks_test_set_secret(good);
+    cks_test_set_peer_secret(NULL);
+    unlink(wrong_peer);
 
     /* the rogue's client authenticates with the rogue's secret */
     cr_assert_eq(cks_tp_secret_load(wrong, &rogue_secret), CKS_OK);
@@ -822,6 +848,13 @@ typedef struct {
     /* read after the join */
     int hellos, hellos_from_servers, auths, others;
     char other[192]; /* the last of the others, and who sent it */
+    /* forging: HELLO is never answered; instead, replies that say
+     * "forged" are sent on its connection for the request ids that follow
+     * the HELLO's (the client's next requests to the other servers) */
+    int forge;
+    cks_tp_conn_h forge_conn;
+    uint64_t forge_from;
+    long forged;
 } fake_t;
 
 static void fake_reply(cks_tp_conn_h conn, unsigned type, uint64_t req_id, const void *body)
@@ -836,7 +869,14 @@ static void fake_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr
     cks_tp_auth_t *a = cks_tp_conn_auth(conn); /* per connection: the nonces */
     uint8_t proof[CKS_WIRE_NONCE_LEN];
 
-    if (hdr->type == CKS_MSG_HELLO) {
+    if (hdr->type == CKS_MSG_HELLO && f->forge) {
+        f->hellos++;
+        if (f->forge_conn == NULL) {
+            cks_tp_conn_get(conn);
+            f->forge_conn = conn;
+            f->forge_from = hdr->req_id + 1;
+        }
+    } else if (hdr->type == CKS_MSG_HELLO) {
         cks_msg_hello_reply_t r = {0};
         f->hellos++;
         f->hellos_from_servers += body->m_HELLO.name.len == 14 &&
@@ -912,7 +952,17 @@ static void *fake_main(void *arg)
     pthread_mutex_unlock(&f->lock);
     uint64_t until = cks_time_ns() + 200ull * 1000000000ull; /* bounded, whatever happens */
     while (ok && !atomic_load(&f->stop) && cks_time_ns() < until) {
-        cks_tp_worker_wait(f->w, 100);
+        cks_tp_worker_wait(f->w, f->forge_conn != NULL ? 10 : 100);
+        if (f->forge_conn != NULL && !cks_tp_conn_failed(f->forge_conn)) {
+            cks_msg_status_t r = {CKS_ERR_DATA_LOST, cks_wire_cstr("forged reply")};
+            for (uint64_t id = f->forge_from; id < f->forge_from + 512; id++) {
+                f->forged += cks_tp_send(f->forge_conn, CKS_MSG_STATUS_REPLY, 0, id, &r, NULL,
+                                         0, CKS_MEM_HOST, NULL, NULL, NULL) == CKS_INPROGRESS;
+            }
+        }
+    }
+    if (f->forge_conn != NULL) {
+        cks_tp_conn_put(f->forge_conn);
     }
     for (size_t i = 0; i < sizeof(f->conns) / sizeof(f->conns[0]); i++) {
         if (f->conns[i] != NULL) {
@@ -929,11 +979,12 @@ static void *fake_main(void *arg)
 }
 
 /* Start the fake on 127.0.0.1:port (0: any) proving the secret in `path`. */
-static void fake_start(fake_t *f, const char *path, uint16_t port)
+static void fake_start_mode(fake_t *f, const char *path, uint16_t port, int forge)
 {
     struct timespec ts;
     memset(f, 0, sizeof(*f));
-    f->port = port;
+    f->port  = port;
+    f->forge = forge;
     cr_assert_eq(cks_tp_secret_load(path, &f->secret), CKS_OK);
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->cond, NULL);
@@ -945,6 +996,11 @@ static void fake_start(fake_t *f, const char *path, uint16_t port)
     }
     pthread_mutex_unlock(&f->lock);
     cr_assert_eq(f->ready, 1, "the fake server did not start");
+}
+
+static void fake_start(fake_t *f, const char *path, uint16_t port)
+{
+    fake_start_mode(f, path, port, 0);
 }
 
 static void fake_stop(fake_t *f)
@@ -1015,8 +1071,7 @@ Test(auth, servers_send_nothing_to_a_peer_that_proves_a_wrong_secret, .timeout =
     cks_client_destroy(c);
     size_t peers = 0;
     for (size_t i = 0; i < cl.n; i++) {
-        peers += i != r && cks_test_log_has(cl.srv[i].log, "did not prove the cluster secret",
-                                            0);
+        peers += i != r && cks_test_log_has(cl.srv[i].log, "did not prove the peer secret", 0);
     }
     fake_stop(&f);
     cr_assert_geq(peers, 1, "no server connected to the fake");
@@ -1024,5 +1079,283 @@ Test(auth, servers_send_nothing_to_a_peer_that_proves_a_wrong_secret, .timeout =
     cr_assert_eq(f.others, 0, "the servers and the client sent %d requests to the rogue (%s)",
                  f.others, f.other);
     cks_test_cluster_cleanup(&cl);
+    free(buf);
+}
+
+/* ---- forged replies and peer roles (#15 items 8 and 9) --------------------- */
+
+/* A raw connection to 127.0.0.1:port, authenticated with `secret` by the
+ * transport's own handshake (as a client, or as a server with the peer
+ * secret); asserts that it succeeded. */
+static cks_tp_conn_h raw_open_authed(cks_tp_worker_h w, uint16_t port, const char *name,
+                                     const cks_tp_secret_t *secret)
+{
+    cks_tp_conn_h conn;
+    hs_wait_t hs = {0};
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", port, &conn), CKS_OK);
+    cr_assert_eq(cks_tp_conn_handshake(conn, name, secret, 10000, hs_done, &hs),
+                 CKS_INPROGRESS);
+    uint64_t until = cks_time_ns() + 15ull * 1000000000ull;
+    while (!hs.done && cks_time_ns() < until) {
+        cks_tp_worker_wait(w, 50);
+    }
+    cr_assert(hs.done, "no handshake with port %u", port);
+    cr_assert_eq(hs.status, CKS_OK, "handshake with port %u: %d", port, hs.status);
+    return conn;
+}
+
+/* A client with the cluster secret, on its own authenticated connections,
+ * answers the calls that servers make to each other: while one member is
+ * stopped (SIGSTOP), the chunk puts to it stay in flight on the primaries,
+ * and the forger sends every other server "forged" error replies for the
+ * request ids servers use for their calls. Those replies came on another
+ * connection than the calls: they must change nothing, and the version
+ * seals once the member runs again, and restores exactly. (Before, a reply
+ * was matched by its request id alone, on any connection: the forged errors
+ * failed the chunk puts, and the version was aborted.) */
+Test(auth, forged_replies_for_server_calls_are_ignored, .timeout = 300)
+{
+    cks_test_cluster_t cl;
+    cks_client_h c;
+    cks_cluster_h map;
+    raw_ctx_t ctx = {0};
+    cks_tp_worker_params_t wp = {.name = "forger", .on_msg = raw_on_msg,
+                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
+                                 .arg = &ctx};
+    cks_tp_worker_h w;
+    cks_tp_conn_h conns[CKS_TEST_MAX_SERVERS] = {0};
+    cks_tp_secret_t secret;
+    const char *job = "forged";
+    char keys[4][32], err[256];
+    size_t nkeys = 0;
+    uint64_t size = 200 * 1024 + 5;
+    uint8_t *buf  = malloc(size + 8);
+    uint8_t *dst  = malloc(size);
+    long forged   = 0;
+    cks_test_fill(buf, size + 8, cks_test_seed(37));
+
+    cr_assert_eq(cks_test_cluster_start(&cl, 6, 3, 64 * MiB, -1, NULL), 0);
+    int coord = cks_test_coordinator(cl.map, job, 1);
+    cr_assert_geq(coord, 0);
+    size_t mute = ((size_t)coord + 1) % cl.n; /* stopped: a member, not the coordinator */
+
+    /* keys whose primary is not the stopped member (their puts are STORED at
+     * once; the primaries then send it a chunk of each) */
+    cr_assert_eq(cks_cluster_load(cl.map, &map, err, sizeof(err)), CKS_OK, "%s", err);
+    for (int i = 0; i < 200 && nkeys < 4; i++) {
+        uint16_t group[CKS_PLACE_WIDTH_MAX];
+        snprintf(keys[nkeys], sizeof(keys[nkeys]), "obj%d", i);
+        cr_assert_eq(cks_place(map, job, strlen(job), keys[nkeys], strlen(keys[nkeys]), 0, 4, 2,
+                               NULL, group),
+                     CKS_OK);
+        nkeys += group[0] != mute;
+    }
+    cks_cluster_free(map);
+    cr_assert_eq(nkeys, 4);
+
+    cr_assert_eq(cks_tp_secret_load(good, &secret), CKS_OK);
+    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
+    for (size_t i = 0; i < cl.n; i++) {
+        if (i != mute) {
+            conns[i] = raw_open_authed(w, cl.srv[i].port, "forger", &secret);
+        }
+    }
+
+    cr_assert_eq(connect_to(NULL, cl.map, good, &c), CKS_OK);
+    cks_version_params_t vp = {0};
+    vp.job     = job;
+    vp.version = 1;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cr_assert_eq(kill(cl.srv[mute].pid, SIGSTOP), 0);
+    for (size_t j = 0; j < nkeys; j++) {
+        cks_put_params_t p = {0};
+        p.job     = job;
+        p.version = 1;
+        p.key     = keys[j];
+        p.buffer  = buf + j;
+        p.size    = size;
+        cr_assert_eq(cks_put(c, &p), CKS_OK, "%s", keys[j]);
+    }
+    /* forge for 2 s: replies for the first 128 call ids of each server (its
+     * handshakes with its peers, then this version's chunk puts) */
+    uint64_t until = cks_time_ns() + 2ull * 1000000000ull;
+    while (cks_time_ns() < until) {
+        cks_msg_status_t r = {CKS_ERR_DATA_LOST, cks_wire_cstr("forged reply")};
+        for (size_t i = 0; i < cl.n; i++) {
+            for (uint64_t id = 1; conns[i] != NULL && id <= 128; id++) {
+                forged += cks_tp_send(conns[i], CKS_MSG_STATUS_REPLY, 0, id | (1ull << 63), &r,
+                                      NULL, 0, CKS_MEM_HOST, NULL, NULL, NULL) ==
+                          CKS_INPROGRESS;
+            }
+        }
+        cks_tp_worker_wait(w, 50);
+    }
+    cr_assert_eq(kill(cl.srv[mute].pid, SIGCONT), 0);
+    cr_assert_gt(forged, 0, "no forged reply was sent");
+    cr_assert_eq(ctx.lost, 0, "a server closed the forger's connection");
+
+    cks_status_t sealed = cks_version_seal(c, job, 1);
+    cks_client_last_error(c, err, sizeof(err));
+    cr_assert_eq(sealed, CKS_OK, "a forged reply failed the version: %s (%s)",
+                 cks_status_string(sealed), err);
+    cks_restore_h rs;
+    cr_assert_eq(cks_restore_open(c, job, 1, &rs), CKS_OK);
+    for (size_t j = 0; j < nkeys; j++) {
+        cks_get_params_t g = {0};
+        uint64_t got       = 0;
+        g.key         = keys[j];
+        g.buffer      = dst;
+        g.buffer_size = size;
+        cr_assert_eq(cks_get(rs, &g, &got), CKS_OK, "%s", keys[j]);
+        cr_assert_eq(got, size);
+        cr_assert(memcmp(dst, buf + j, size) == 0, "%s: bytes differ", keys[j]);
+    }
+    cks_restore_close(rs);
+    cks_client_destroy(c);
+    for (size_t i = 0; i < cl.n; i++) {
+        if (conns[i] != NULL) {
+            cks_tp_conn_put(conns[i]);
+        }
+    }
+    cks_tp_worker_destroy(w);
+    cks_test_cluster_cleanup(&cl);
+    free(dst);
+    free(buf);
+}
+
+typedef struct {
+    cks_client_h c;
+    cks_cluster_stats_t st;
+    cks_status_t status;
+    atomic_int done;
+} stats_call_t;
+
+static void *stats_thread(void *arg)
+{
+    stats_call_t *s = arg;
+    s->status       = cks_cluster_stats(s->c, &s->st);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+/* A client's connection that has not authenticated yet (a fake server in
+ * place of server 6 of the map takes HELLO and never answers it) carries
+ * "forged" error replies for the request ids the client uses next, while
+ * the client asks the real servers for the job list, again and again.
+ * Replies from a connection the request did not go out on, or that has not
+ * authenticated, must be ignored: every request answers CKS_OK. (Before,
+ * the client matched replies by request id alone, and took them from a
+ * connection that had not authenticated.) */
+Test(auth, forged_replies_to_a_client_are_ignored, .timeout = 300)
+{
+    cks_test_cluster_t cl;
+    cks_client_h c;
+    fake_t f;
+    stats_call_t sc = {0};
+    pthread_t th;
+    char names[4][CKS_JOB_NAME_MAX + 1];
+    size_t count;
+    int more, calls = 0, ok = 0;
+    cks_status_t bad = CKS_OK;
+    const size_t r   = 6;
+
+    cr_assert_eq(cks_test_cluster_start(&cl, 7, 3, 64 * MiB, -1, NULL), 0);
+    cks_test_cluster_kill(&cl, r);
+    fake_start_mode(&f, wrong, cl.srv[r].port, 1);
+
+    cks_client_params_t p = {0};
+    p.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_CLUSTER |
+                   CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_SECRET;
+    p.timeout_ms = 4000; /* how long the fake holds its HELLO */
+    p.cluster    = cl.map;
+    p.ec_k       = 4;
+    p.ec_m       = 2;
+    p.chunk_size = 64 * 1024;
+    p.secret     = good;
+    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    cr_assert_eq(cks_job_list(c, NULL, names, 4, &count, &more), CKS_OK);
+    /* every server's usage: its HELLO to the fake waits, unanswered */
+    sc.c = c;
+    cr_assert_eq(pthread_create(&th, NULL, stats_thread, &sc), 0);
+    uint64_t until = cks_time_ns() + 20ull * 1000000000ull;
+    while (!atomic_load(&sc.done) && calls < 20000 && cks_time_ns() < until) {
+        cks_status_t st = cks_job_list(c, NULL, names, 4, &count, &more);
+        calls++;
+        if (st == CKS_OK) {
+            ok++;
+        } else if (bad == CKS_OK) {
+            char text[256];
+            bad = st;
+            cks_client_last_error(c, text, sizeof(text));
+            cr_log_error("request %d: %s (%s)", calls, cks_status_string(st), text);
+        }
+    }
+    pthread_join(th, NULL);
+    fake_stop(&f);
+    cr_assert_geq(f.hellos, 1, "the client never connected to the fake");
+    cr_assert_gt(f.forged, 0, "the fake forged no reply");
+    cr_assert_gt(calls, 0);
+    cr_assert_eq(ok, calls, "%d of %d requests failed, the first with %s", calls - ok, calls,
+                 cks_status_string(bad));
+    cks_client_destroy(c);
+    cks_test_cluster_cleanup(&cl);
+}
+
+/* A client that proved the cluster secret (not a job's) is still a client:
+ * every server-to-server message it sends, for any job, is refused, and
+ * nothing changes. Only a server that proves the peer secret may send them
+ * (the servers of this cluster do so for every version they store). */
+Test(auth, a_cluster_secret_client_cannot_send_server_to_server_messages, .timeout = 300)
+{
+    cks_test_cluster_t cl;
+    cks_client_h admin;
+    cks_version_info_t vi;
+    raw_ctx_t ctx = {0};
+    cks_tp_worker_params_t wp = {.name = "cluster-client", .on_msg = raw_on_msg,
+                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
+                                 .arg = &ctx};
+    cks_tp_worker_h w;
+    cks_tp_conn_h conn;
+    cks_tp_secret_t secret;
+    uint64_t size = 1 * MiB + 3, used0 = 0, used1 = 0;
+    uint8_t *buf   = malloc(size + 8);
+    uint8_t *chunk = calloc(1, 64 * 1024);
+    cks_test_fill(buf, size + 8, cks_test_seed(39));
+
+    cr_assert_eq(cks_test_cluster_start(&cl, 6, 3, 64 * MiB, -1, NULL), 0);
+    cr_assert_eq(connect_to(NULL, cl.map, good, &admin), CKS_OK);
+    cr_assert_eq(write_version(admin, "alpha", 1, buf, size, 2), CKS_OK);
+    cr_assert_eq(cks_cluster_usage(admin, &used0, NULL), CKS_OK);
+
+    cr_assert_eq(cks_tp_secret_load(good, &secret), CKS_OK);
+    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
+    for (size_t i = 0; i < cl.n; i++) {
+        conn = raw_open_authed(w, cl.srv[i].port, "ckstore-server", &secret);
+        send_s2s_expect_refused(w, conn, &ctx, i, "alpha", chunk);
+        /* the connection still serves a client's requests */
+        cks_msg_version_stat_t vs = {cks_wire_cstr("alpha"), 1, 0};
+        raw_send(w, conn, &ctx, CKS_MSG_VERSION_STAT, &vs, NULL, 0);
+        cr_assert_eq(ctx.got, 1, "server %zu: no answer to VERSION_STAT", i);
+        cr_assert_eq(ctx.status, CKS_OK, "server %zu: VERSION_STAT %d (%s)", i, ctx.status,
+                     ctx.msg);
+        cks_tp_conn_put(conn);
+    }
+    cks_tp_worker_destroy(w);
+    for (size_t i = 0; i < cl.n; i++) {
+        cr_assert(cks_test_log_has(cl.srv[i].log, "only servers of the cluster send", 0),
+                  "server %zu: %s", i, cl.srv[i].log);
+    }
+
+    /* nothing changed: no chunk stored, no version 9, version 1 exact */
+    cr_assert_eq(cks_cluster_usage(admin, &used1, NULL), CKS_OK);
+    cr_assert_eq(used1, used0, "arena use went from %llu to %llu bytes",
+                 (unsigned long long)used0, (unsigned long long)used1);
+    cr_assert_eq(cks_version_stat(admin, "alpha", 9, &vi), CKS_ERR_NO_SUCH_VERSION);
+    cr_assert_eq(cks_version_stat(admin, "alpha", 1, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_PROTECTED);
+    verify_version(admin, "alpha", 1, buf, size, 2);
+    cks_client_destroy(admin);
+    cks_test_cluster_cleanup(&cl);
+    free(chunk);
     free(buf);
 }

@@ -35,6 +35,7 @@
 #endif
 
 static char test_secret[300]; /* --secret for servers started from now on */
+static char test_peer_secret[300]; /* their --peer-secret ("": the cluster's own) */
 static uint64_t test_seed;     /* cks_test_seed()'s, or CKS_TEST_SEED, or 0 */
 static int test_seed_set;
 static char test_flags[256];  /* more flags for them, split at spaces */
@@ -47,6 +48,32 @@ void cks_test_set_server_flags(const char *flags)
 void cks_test_set_secret(const char *path)
 {
     snprintf(test_secret, sizeof(test_secret), "%s", path != NULL ? path : "");
+}
+
+void cks_test_set_peer_secret(const char *path)
+{
+    snprintf(test_peer_secret, sizeof(test_peer_secret), "%s", path != NULL ? path : "");
+}
+
+/* The cluster's own peer secret, made with it: 32 random hex digits. */
+static int peer_secret_write(const char *path)
+{
+    uint8_t raw[16];
+    char text[33];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    int ok = fd >= 0 && read(fd, raw, sizeof(raw)) == (ssize_t)sizeof(raw);
+    if (fd >= 0) {
+        close(fd);
+    }
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        snprintf(text + 2 * i, 3, "%02x", raw[i]);
+    }
+    fd = ok ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+    ok = fd >= 0 && write(fd, text, 32) == 32;
+    if (fd >= 0) {
+        close(fd);
+    }
+    return ok ? 0 : -1;
 }
 
 static uint64_t now_ms(void)
@@ -147,9 +174,15 @@ static int spawn(cks_test_server_t *s)
             argv[a++] = "--port";
             argv[a++] = "0";
         }
+        char peer[320];
         if (test_secret[0] != '\0') {
             argv[a++] = "--secret";
             argv[a++] = test_secret;
+        }
+        if (test_secret[0] != '\0' && s->cluster != NULL) { /* servers prove their role */
+            snprintf(peer, sizeof(peer), "%s/peer.key", s->cluster->dir);
+            argv[a++] = "--peer-secret";
+            argv[a++] = test_peer_secret[0] != '\0' ? test_peer_secret : peer;
         }
         snprintf(flags, sizeof(flags), "%s", test_flags);
         for (char *save = NULL, *f = strtok_r(flags, " ", &save); f != NULL && a < 28;
@@ -359,6 +392,12 @@ static int cluster_start(cks_test_cluster_t *c, size_t n, size_t racks, uint64_t
         return -1;
     }
     snprintf(c->map, sizeof(c->map), "%s/cluster.map", c->dir);
+    char peer[320];
+    snprintf(peer, sizeof(peer), "%s/peer.key", c->dir);
+    if (peer_secret_write(peer) != 0) {
+        fprintf(stderr, "cannot write %s\n", peer);
+        return -1;
+    }
     for (size_t i = 0; i < n; i++) {
         if (server_init(&c->srv[i], arena_size) != 0) {
             return -1;
@@ -439,6 +478,9 @@ void cks_test_cluster_cleanup(cks_test_cluster_t *c)
         cks_test_server_cleanup(&c->srv[i]);
     }
     if (getenv("CKS_TEST_KEEP") == NULL && c->dir[0] != '\0') {
+        char peer[320];
+        snprintf(peer, sizeof(peer), "%s/peer.key", c->dir);
+        unlink(peer);
         unlink(c->map);
         rmdir(c->dir);
     }

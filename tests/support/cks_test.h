@@ -92,6 +92,10 @@ cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
 /** Servers started from now on (in this process) get `--secret path`;
  *  NULL or "" for none. */
 void cks_test_set_secret(const char *path);
+/** Cluster members started from now on with a secret get `--peer-secret
+ *  path`; NULL or "" (the default): their cluster's own, a file of random
+ *  bytes made with it (dir/peer.key). */
+void cks_test_set_peer_secret(const char *path);
 /** Servers started from now on get these extra flags (space-separated, at
  *  most 12); NULL or "" for none. */
 void cks_test_set_server_flags(const char *flags);
