@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -722,4 +723,212 @@ Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_c
     reader_pid = 0;
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
               "the reader did not get its %u replies once continued (status %d)", n, st);
+}
+
+/* ---- authentication deadline and room for peers (#15 item 10) ------------- */
+
+/* A secret file of this test, mode 0600, in dir: `name` holding `text`. */
+static void secret_file(char *path, size_t len, const char *dir, const char *name,
+                        const char *text)
+{
+    snprintf(path, len, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(chmod(path, 0600), 0);
+    cr_assert_geq(fputs(text, f), 0);
+    cr_assert_eq(fclose(f), 0);
+}
+
+typedef struct {
+    int done;
+    cks_status_t status;
+} hs_t;
+
+static void hs_cb(void *arg, cks_status_t status)
+{
+    hs_t *h   = arg;
+    h->status = status;
+    h->done   = 1;
+}
+
+/* The transport's handshake on a new connection to port, bounded; its status. */
+static cks_status_t handshake(cks_tp_worker_h w, uint16_t port, const cks_tp_secret_t *secret,
+                              cks_tp_conn_h *conn_p)
+{
+    hs_t h = {0};
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", port, conn_p), CKS_OK);
+    cr_assert_eq(cks_tp_conn_handshake(*conn_p, "filler", secret, 10000, hs_cb, &h),
+                 CKS_INPROGRESS);
+    uint64_t until = cks_time_ns() + 15ull * 1000000000ull;
+    while (!h.done && cks_time_ns() < until) {
+        cks_tp_worker_wait(w, 20);
+    }
+    cr_assert(h.done, "no end to the handshake with port %u", port);
+    return h.status;
+}
+
+/* With a secret and --auth-timeout 1: a connection that sends nothing, and
+ * one that sends HELLO (gets its challenge) but never AUTH, are closed by
+ * the server after the deadline; an authenticated client stays served. */
+Test(limits, unauthenticated_connections_are_closed_after_the_deadline)
+{
+    char dir[64] = "/tmp/cks-limits-XXXXXX", key[128], flags[300];
+    cks_client_params_t p = {0};
+    cks_version_info_t vi;
+    raw_t r = {0};
+    cks_tp_conn_h idle, hello_only;
+    uint8_t cn[CKS_WIRE_NONCE_LEN];
+    cr_assert_not_null(mkdtemp(dir));
+    secret_file(key, sizeof(key), dir, "cluster.key", "5e1f0c2a9b8d7e6f5a4b3c2d1e0f9a8b");
+    cks_test_set_secret(key);
+    snprintf(flags, sizeof(flags), "--auth-timeout 1");
+    start_server(flags);
+    cks_test_set_secret(NULL);
+
+    p.field_mask = CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS |
+                   CKS_CLIENT_FIELD_SECRET;
+    p.server     = srv.addr;
+    p.timeout_ms = GOOD_TIMEOUT_MS;
+    p.secret     = key;
+    cr_assert_eq(cks_client_create(&p, &good), CKS_OK);
+
+    cks_tp_worker_h w = raw_worker(&r);
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &idle), CKS_OK);
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &hello_only), CKS_OK);
+    cr_assert_eq(cks_tp_nonce(cn), CKS_OK);
+    cks_msg_hello_t hello = {cks_wire_cstr("lingerer"), cks_wire_cstr(NULL),
+                             {(const char *)cn, CKS_WIRE_NONCE_LEN}, cks_wire_cstr(NULL)};
+    cr_assert_eq(cks_tp_send(hello_only, CKS_MSG_HELLO, 0, 1, &hello, NULL, 0, CKS_MEM_HOST,
+                             NULL, raw_sent, &r),
+                 CKS_INPROGRESS);
+    /* both closed by the server: bounded at 15 s (the deadline is 1 s) */
+    uint64_t until = cks_time_ns() + 15ull * 1000000000ull;
+    while (r.lost < 2 && cks_time_ns() < until) {
+        cks_tp_worker_wait(w, 20);
+    }
+    cr_assert_eq(r.replies, 1, "HELLO was not answered with a challenge");
+    cr_assert_eq(r.lost, 2, "%u of 2 unauthenticated connections were closed", r.lost);
+    cr_assert(cks_test_log_has(srv.log, "did not authenticate in 1000 ms", 5000),
+              "no log line in %s", srv.log);
+    /* the authenticated client's connection is older than the deadline, and served */
+    cr_assert_eq(cks_version_stat(good, "nojob", 1, &vi), CKS_ERR_NO_SUCH_JOB);
+    cks_tp_conn_put(idle);
+    cks_tp_conn_put(hello_only);
+    cks_tp_worker_destroy(w);
+    unlink(key);
+    rmdir(dir);
+}
+
+/* A cluster of six with a secret and --max-conns 3 (clients): a client
+ * connects to every server, then raw clients with the cluster secret take
+ * every other client slot of every server, and one more is refused
+ * (CKS_ERR_BUSY). The servers have not connected to each other yet (peer
+ * connections are made on first use): the client's version now needs chunk
+ * puts from each primary to five peers, manifests from the coordinator to
+ * every server. They prove the peer secret and are not counted among the
+ * clients: the version commits and restores exactly. (Before, the cap
+ * counted every connection, and filling it blocked the servers' own.) */
+Test(limits, peers_have_room_when_clients_fill_the_cap, .timeout = 300)
+{
+    char dir[64] = "/tmp/cks-limits-XXXXXX", key[128];
+    cks_test_cluster_t cl;
+    cks_client_h c;
+    cks_cluster_stats_t st;
+    cks_tp_secret_t secret;
+    raw_t r = {0};
+    cks_tp_conn_h fill[CKS_TEST_MAX_SERVERS][3] = {{0}};
+    cks_tp_conn_h extra;
+    uint64_t size = 1 * MiB + 11;
+    uint8_t *buf  = malloc(size + 8), *dst = malloc(size);
+    char text[256];
+    cks_test_fill(buf, size + 8, cks_test_seed(41));
+    cr_assert_not_null(mkdtemp(dir));
+    secret_file(key, sizeof(key), dir, "cluster.key", "5e1f0c2a9b8d7e6f5a4b3c2d1e0f9a8b");
+    cks_test_set_secret(key);
+    cks_test_set_server_flags("--max-conns 3");
+    cr_assert_eq(cks_test_cluster_start(&cl, 6, 3, 64 * MiB, -1, NULL), 0);
+    cks_test_set_server_flags(NULL);
+    cks_test_set_secret(NULL);
+
+    cks_client_params_t p = {0};
+    p.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_CLUSTER |
+                   CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_SECRET;
+    p.timeout_ms = GOOD_TIMEOUT_MS;
+    p.cluster    = cl.map;
+    p.ec_k       = 4;
+    p.ec_m       = 2;
+    p.chunk_size = 64 * 1024;
+    p.secret     = key;
+    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    cr_assert_eq(cks_cluster_stats(c, &st), CKS_OK);
+    cr_assert_eq(st.answered, cl.n, "%u servers answered", st.answered);
+
+    /* every other client slot of every server taken; one more refused */
+    cr_assert_eq(cks_tp_secret_load(key, &secret), CKS_OK);
+    cks_tp_worker_h w = raw_worker(&r);
+    for (size_t i = 0; i < cl.n; i++) {
+        for (size_t j = 0; j < 2; j++) {
+            cr_assert_eq(handshake(w, cl.srv[i].port, &secret, &fill[i][j]), CKS_OK,
+                         "server %zu: client %zu of 3 refused", i, j + 2);
+        }
+        cks_status_t busy = handshake(w, cl.srv[i].port, &secret, &extra);
+        cks_tp_conn_put(extra);
+        cr_assert_neq(busy, CKS_OK, "server %zu took a fourth client", i);
+        cr_assert(cks_test_log_has(cl.srv[i].log, "client connections open (the limit)", 5000),
+                  "server %zu: no log line in %s", i, cl.srv[i].log);
+    }
+
+    /* the version needs every server to reach every other */
+    cks_version_params_t vp = {0};
+    vp.job     = "room";
+    vp.version = 1;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    for (int i = 0; i < 3; i++) {
+        cks_put_params_t pp = {0};
+        char k[16];
+        snprintf(k, sizeof(k), "obj%d", i);
+        pp.job     = "room";
+        pp.version = 1;
+        pp.key     = k;
+        pp.buffer  = buf + i;
+        pp.size    = size;
+        cr_assert_eq(cks_put(c, &pp), CKS_OK, "%s", k);
+    }
+    cks_status_t sealed = cks_version_seal(c, "room", 1);
+    cks_client_last_error(c, text, sizeof(text));
+    cr_assert_eq(sealed, CKS_OK, "seal with the client slots full: %s (%s)",
+                 cks_status_string(sealed), text);
+    cks_restore_h rs;
+    cr_assert_eq(cks_restore_open(c, "room", 1, &rs), CKS_OK);
+    for (int i = 0; i < 3; i++) {
+        cks_get_params_t g = {0};
+        uint64_t got       = 0;
+        char k[16];
+        snprintf(k, sizeof(k), "obj%d", i);
+        g.key         = k;
+        g.buffer      = dst;
+        g.buffer_size = size;
+        cr_assert_eq(cks_get(rs, &g, &got), CKS_OK, "%s", k);
+        cr_assert_eq(got, size);
+        cr_assert(memcmp(dst, buf + i, size) == 0, "%s: bytes differ", k);
+    }
+    cks_restore_close(rs);
+    size_t as_peer = 0;
+    for (size_t i = 0; i < cl.n; i++) {
+        as_peer += cks_test_log_has(cl.srv[i].log, "authenticated as a server of the cluster", 0);
+    }
+    cr_assert_geq(as_peer, 1, "no server authenticated a peer");
+
+    cks_client_destroy(c);
+    for (size_t i = 0; i < cl.n; i++) {
+        for (size_t j = 0; j < 2; j++) {
+            cks_tp_conn_put(fill[i][j]);
+        }
+    }
+    cks_tp_worker_destroy(w);
+    cks_test_cluster_cleanup(&cl);
+    unlink(key);
+    rmdir(dir);
+    free(dst);
+    free(buf);
 }
