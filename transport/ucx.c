@@ -740,7 +740,10 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
     if (cks_tp_call_reply(w, conn, &hdr, &body)) {
         return UCS_OK; /* a reply to one of our calls; any payload is dropped */
     }
-    if (!CKS_MSG_IS_REPLY(hdr.type) &&
+    /* a reply that answered none of our calls, on a connection a listener
+     * accepted (a client's), is answered like a request: it is held to the
+     * same limit */
+    if ((!CKS_MSG_IS_REPLY(hdr.type) || conn->accepted) &&
         (conn->overrun || conn->sends >= (w->params.max_pending ? w->params.max_pending
                                                                 : CKS_TP_MAX_PENDING))) {
         /* a peer that sends requests but does not take its replies: serve
