@@ -819,6 +819,12 @@ static cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_w
 {
     cks_op_t *op     = cks_hmap_get(c->inflight, &hdr->req_id, sizeof(hdr->req_id));
     cks_cl_srv_t *sv = cks_tp_conn_user(conn);
+    if (op != NULL && !c->has_secret && sv == NULL && cks_tp_conn_implicit(conn)) {
+        /* without a secret, a server may answer on a data endpoint UCX could
+         * not pair with ours yet; nothing proves who anyone is there anyway */
+        sv = &c->srv[op->srv];
+        conn = sv->conn;
+    }
     if (op == NULL || sv != &c->srv[op->srv] || sv->conn != conn) {
         return NULL;
     }

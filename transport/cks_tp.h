@@ -541,6 +541,9 @@ void *cks_tp_conn_user(cks_tp_conn_h conn);
 const char *cks_tp_conn_peer(cks_tp_conn_h conn);
 /** Nonzero once the connection failed or was closed. */
 int cks_tp_conn_failed(cks_tp_conn_h conn);
+/** Nonzero for an endpoint UCX made by itself for a peer (not paired with one
+ *  of ours): which connection it belongs to is unknown. */
+int cks_tp_conn_implicit(cks_tp_conn_h conn);
 
 /** This worker's UCX address (valid until the worker is destroyed). */
 void cks_tp_worker_address(cks_tp_worker_h worker, const void **addr_p, size_t *len_p);

@@ -93,6 +93,8 @@ struct cks_tp_conn {
     int outgoing; /* made by cks_tp_conn_connect(): we chose the peer */
     int local;    /* the data endpoint reaches a process of this host (shared memory) */
     int forged_logged; /* it answered a call of another connection (logged once) */
+    uint8_t *peer_waddr; /* the worker address the data endpoint was made from */
+    size_t peer_waddr_len;
     int accepted;      /* made by a listener (cks_tp_listener_create()) */
     int guest;         /* counted in nguests: accepted, not authenticated as a peer */
     int client;        /* counted in nclients: authenticated, not as a peer */

@@ -26,8 +26,8 @@
 #include <time.h>
 #include <ucp/api/ucp.h>
 
-static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
-                             const cks_msg_any_t *body);
+static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data,
+                             const cks_wire_hdr_t *hdr, const cks_msg_any_t *body);
 static void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn,
                                    cks_status_t status);
 
@@ -325,6 +325,7 @@ void cks_tp_conn_put(cks_tp_conn_h conn)
         conn->next->prev = conn->prev;
     }
     cks_tp_rkeys_release(conn);
+    free(conn->peer_waddr);
     free(conn);
 }
 
@@ -444,6 +445,11 @@ cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size
         return status;
     }
     conn->data_ep = ep;
+    conn->peer_waddr = malloc(len); /* which process it reaches (see cks_tp_call_reply()) */
+    if (conn->peer_waddr != NULL) {
+        memcpy(conn->peer_waddr, peer_addr, len);
+        conn->peer_waddr_len = len;
+    }
     return CKS_OK;
 }
 
@@ -737,7 +743,11 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
         cks_warn("%s: reply from unauthenticated %s dropped", w->name, conn->peer);
         return UCS_OK;
     }
-    if (cks_tp_call_reply(w, conn, &hdr, &body)) {
+    if (cks_tp_call_reply(w, conn,
+                          conn->data_ep != NULL && (param->recv_attr &
+                                                    UCP_AM_RECV_ATTR_FIELD_REPLY_EP) &&
+                              param->reply_ep == conn->data_ep,
+                          &hdr, &body)) {
         return UCS_OK; /* a reply to one of our calls; any payload is dropped */
     }
     /* a reply that answered none of our calls, on a connection a listener
@@ -1065,15 +1075,38 @@ static void cks_tp_call_sent(void *arg, cks_status_t status)
  * or as the answer to a step of its handshake (the calls with a hook): a
  * reply anyone else sends with the call's id is no answer to it, and is
  * treated as one to no call (#15 item 8). */
-static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
-                             const cks_msg_any_t *body)
+/* Two connections between the same two processes (a server's to a peer and
+ * the peer's to it) each have a data endpoint to the other's worker address,
+ * and UCX may pair them crosswise: an answer the peer sends on the data
+ * endpoint of the connection it got the call on then arrives on our data
+ * endpoint of the other one. A data endpoint carries only what the process
+ * at its address sends (UCX pairs endpoints by worker), so a reply that came
+ * through one whose address is that of the call's data endpoint came from
+ * the process the call went to. */
+static int cks_tp_same_peer(cks_tp_conn_h a, cks_tp_conn_h b)
+{
+    return a->data_ep != NULL && b->data_ep != NULL && a->peer_waddr != NULL &&
+           b->peer_waddr != NULL && a->peer_waddr_len == b->peer_waddr_len &&
+           memcmp(a->peer_waddr, b->peer_waddr, a->peer_waddr_len) == 0;
+}
+
+static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data,
+                             const cks_wire_hdr_t *hdr, const cks_msg_any_t *body)
 {
     cks_tp_call_req_t *c;
     if (!CKS_MSG_IS_REPLY(hdr->type) ||
         (c = cks_hmap_get(w->calls, &hdr->req_id, sizeof(hdr->req_id))) == NULL) {
         return 0;
     }
-    if (c->conn != conn || (w->require_auth && !conn->auth.authed && c->hook == NULL)) {
+    /* Without authentication, an endpoint UCX made by itself may carry the
+     * answer: a peer that answered on its data endpoint before we had made
+     * ours to it (requests sent right after HELLO, not held behind a
+     * handshake), so that UCX could not pair the two. Nothing proves who
+     * anyone is there anyway. */
+    int unpaired = conn->implicit && !w->require_auth;
+    int crossed  = via_data && cks_tp_same_peer(conn, c->conn);
+    if ((c->conn != conn && !unpaired && !crossed) ||
+        (w->require_auth && !conn->auth.authed && c->hook == NULL)) {
         if (!conn->forged_logged) { /* once per connection: it may send many */
             cks_warn("%s: %s answered a call made on another connection: ignored", w->name,
                      conn->peer);
@@ -1691,6 +1724,11 @@ cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
 void cks_tp_worker_require_auth(cks_tp_worker_h w)
 {
     w->require_auth = 1;
+}
+
+int cks_tp_conn_implicit(cks_tp_conn_h conn)
+{
+    return conn->implicit;
 }
 
 void cks_tp_worker_set_peer_room(cks_tp_worker_h w, unsigned room)

@@ -10,7 +10,11 @@
  * is refused and its connection served nothing), that a server with another
  * secret is refused by its peers and a fake one (which accepts any AUTH)
  * by clients and servers, and that a job's secret opens no
- * server-to-server message.
+ * server-to-server message. Servers prove a role clients cannot (the peer
+ * secret): a client of the cluster secret sends no server-to-server message
+ * either. Forged replies - for servers' calls, from a client's own
+ * connection, and for a client's requests, from a server that has not
+ * authenticated - complete nothing.
  */
 #include "ckstore.h"
 #include "cks_md.h"

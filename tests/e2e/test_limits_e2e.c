@@ -7,7 +7,9 @@
  * abuser with a log line, its memory stays bounded, and a well-behaved
  * client keeps being served, bit-exact. A stopped client whose shared-memory
  * FIFO is full of replies costs the server no spinning core, and gets every
- * reply once continued.
+ * reply once continued. With a secret, connections that never authenticate
+ * are closed after the deadline, and clients that fill the connection cap
+ * leave room for the servers of the cluster.
  */
 #include "ckstore.h"
 #include "cks_test.h"
