@@ -78,7 +78,8 @@ class Server:
         c = self.cluster
         args = [str(c.server_bin)]
         if c.map is not None:
-            args += ["--cluster", str(c.map), "--id", str(self.id)]
+            args += ["--cluster", str(c.map), "--id", str(self.id),
+                     "--peer-secret", str(c.peer_secret)]
         else:
             args += ["--listen", "127.0.0.1", "--port", "0"]
         args += ["--secret", str(c.secret), "--arena-size", c.arena_size,
@@ -121,7 +122,8 @@ class Server:
 
 class LocalCluster:
     """n servers (n >= 1) in a cluster map on 127.0.0.1, one node each, racks
-    r0..r(racks-1); n = 0: one standalone server. A cluster secret."""
+    r0..r(racks-1); n = 0: one standalone server. A cluster secret, and the
+    servers' own peer secret (clients never get it)."""
 
     def __init__(self, n: int, racks: int = 3, arena_size: str = "256M"):
         bd = build_dir()
@@ -132,6 +134,10 @@ class LocalCluster:
         self.dir = Path(tempfile.mkdtemp(prefix="ckstore-pytest."))
         self.secret = self.dir / "cluster.key"
         fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, secrets.token_hex(32).encode())
+        os.close(fd)
+        self.peer_secret = self.dir / "peer.key"
+        fd = os.open(self.peer_secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, secrets.token_hex(32).encode())
         os.close(fd)
         self.map: Optional[Path] = self.dir / "cluster.map" if n > 0 else None
