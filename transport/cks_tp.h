@@ -682,6 +682,29 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
                          size_t payload_len, cks_mem_type_t mem_type,
                          cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb, void *arg);
 
+/** A payload produced while it is sent (device memory staged through host
+ *  buffers): UCX asks for its bytes in order, piece by piece, on the
+ *  worker's thread, instead of reading one contiguous buffer. */
+typedef struct {
+    size_t len; /**< payload bytes */
+    /** Write up to `max` bytes of the payload from `offset` into dst and
+     *  return how many (at least 1 while offset < len). Runs on the worker's
+     *  thread, inside cks_tp_worker_progress() or cks_tp_send_stream(). */
+    size_t (*pack)(void *arg, size_t offset, void *dst, size_t max);
+    void *arg;
+} cks_tp_source_t;
+
+/** As cks_tp_send(), with the payload taken from `src` (the caller's; it
+ *  must stay valid until `cb` runs, and pack is not called after that). */
+cks_status_t cks_tp_send_stream(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                                uint64_t req_id, const void *body, const cks_tp_source_t *src,
+                                cks_tp_done_cb_t cb, void *arg);
+
+/** Whether this worker's UCX context moves CUDA device memory itself (its
+ *  memory types include CUDA: cuda_copy, cuda_ipc, gdr_copy or GPUDirect
+ *  RDMA transports are loaded). */
+int cks_tp_worker_cuda_direct(cks_tp_worker_h worker);
+
 /** Send `len` bytes as a message header exactly as given (no packing), with
  *  an optional payload: for tests that must send malformed messages. Same
  *  completion contract as cks_tp_send(); `bytes` is copied. */

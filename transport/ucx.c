@@ -855,9 +855,11 @@ cks_tp_send_req_t *cks_tp_send_req_get(cks_tp_worker_h w)
     cks_tp_send_req_t *s = w->free_sends;
     if (s != NULL) {
         w->free_sends = s->next;
-        return s;
+    } else if ((s = malloc(sizeof(*s))) == NULL) {
+        return NULL;
     }
-    return malloc(sizeof(*s));
+    s->src = NULL;
+    return s;
 }
 
 void cks_tp_send_req_put(cks_tp_worker_h w, cks_tp_send_req_t *s)
@@ -906,6 +908,14 @@ cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hd
     if (payload_memh != NULL) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = payload_memh->memh;
+    }
+    if (s->src != NULL) {
+        /* the bytes come from the source's pack(), as UCX sends them */
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        p.datatype    = w->stream_dt;
+        p.memory_type = UCS_MEMORY_TYPE_HOST;
+        payload       = s->src;
+        payload_len   = s->src->len;
     }
     /* the callback may run inside ucp_am_send_nbx(): take the reference first */
     cks_tp_conn_get(conn);
@@ -972,6 +982,116 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
     }
     return cks_tp_send_hdr(conn, s, hdr_len, payload, payload_len, mem_type, payload_memh,
                            cb, arg);
+}
+
+/* ---- payloads produced while they are sent (generic datatype) ---------------- */
+
+static void *cks_tp_stream_start(void *context, const void *buffer, size_t count)
+{
+    return (void *)buffer; /* the cks_tp_source_t */
+}
+
+static void *cks_tp_stream_start_unpack(void *context, void *buffer, size_t count)
+{
+    return NULL; /* never received with this datatype */
+}
+
+static size_t cks_tp_stream_packed_size(void *state)
+{
+    return ((const cks_tp_source_t *)state)->len;
+}
+
+static size_t cks_tp_stream_pack(void *state, size_t offset, void *dest, size_t max_length)
+{
+    const cks_tp_source_t *src = state;
+    size_t n = CKS_MIN(max_length, src->len - offset);
+    return n == 0 ? 0 : src->pack(src->arg, offset, dest, n);
+}
+
+static ucs_status_t cks_tp_stream_unpack(void *state, size_t offset, const void *src,
+                                         size_t length)
+{
+    return UCS_ERR_UNSUPPORTED;
+}
+
+static void cks_tp_stream_finish(void *state)
+{
+}
+
+static const ucp_generic_dt_ops_t cks_tp_stream_ops = {
+    .start_pack   = cks_tp_stream_start,
+    .start_unpack = cks_tp_stream_start_unpack,
+    .packed_size  = cks_tp_stream_packed_size,
+    .pack         = cks_tp_stream_pack,
+    .unpack       = cks_tp_stream_unpack,
+    .finish       = cks_tp_stream_finish,
+};
+
+cks_status_t cks_tp_send_stream(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                                uint64_t req_id, const void *body, const cks_tp_source_t *src,
+                                cks_tp_done_cb_t cb, void *arg)
+{
+    cks_tp_worker_h w = conn->worker;
+    cks_tp_send_req_t *s;
+    size_t hdr_len;
+    cks_status_t status;
+
+    if (src == NULL || src->len == 0 || src->pack == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (conn->failed || conn->closed) {
+        return CKS_ERR_CONN_LOST;
+    }
+    if (w->stream_dt == 0) {
+        status = cks_tp_status(ucp_dt_create_generic(&cks_tp_stream_ops, NULL, &w->stream_dt),
+                               "generic datatype");
+        if (status != CKS_OK) {
+            w->stream_dt = 0;
+            return status;
+        }
+    }
+    if ((s = cks_tp_send_req_get(w)) == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    flags |= CKS_WIRE_F_PAYLOAD;
+    status = cks_wire_pack(type, flags, req_id, body, s->hdr, sizeof(s->hdr), &hdr_len);
+    if (status != CKS_OK) {
+        cks_error("%s: cannot pack %s: %s", w->name, cks_msg_name(type),
+                  cks_status_string(status));
+        cks_tp_send_req_put(w, s);
+        return status;
+    }
+    s->src = src;
+    if (conn->handshaking) {
+        s->conn         = conn;
+        s->cb           = cb;
+        s->arg          = arg;
+        s->hdr_len      = hdr_len;
+        s->payload      = NULL;
+        s->payload_len  = src->len;
+        s->mem_type     = CKS_MEM_HOST;
+        s->payload_memh = NULL;
+        s->next         = NULL;
+        if (conn->held_tail != NULL) {
+            conn->held_tail->next = s;
+        } else {
+            conn->held_head = s;
+        }
+        conn->held_tail = s;
+        cks_tp_conn_get(conn);
+        return CKS_INPROGRESS;
+    }
+    return cks_tp_send_hdr(conn, s, hdr_len, NULL, src->len, CKS_MEM_HOST, NULL, cb, arg);
+}
+
+int cks_tp_worker_cuda_direct(cks_tp_worker_h w)
+{
+    ucp_context_attr_t attr;
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(w->context, &attr) != UCS_OK) {
+        return 0;
+    }
+    return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 }
 
 /* The handshake is over: send what was held (CKS_OK), or fail it. */
@@ -1490,6 +1610,9 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     free(w->deferred);
     cks_hmap_destroy(w->calls);
     ucp_worker_release_address(w->worker, w->address);
+    if (w->stream_dt != 0) {
+        ucp_dt_destroy(w->stream_dt);
+    }
     ucp_worker_destroy(w->worker);
     ucp_cleanup(w->context);
     free(w->key_shape);
