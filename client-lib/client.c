@@ -16,6 +16,7 @@
  * Blocking calls are *_nb calls plus a wait on a condition variable.
  */
 #include "client_int.h"
+#include "stage.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -375,8 +376,13 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     }
     if (op->kind == CKS_OP_PUT && op->payload_len > 0) {
         op->sending = 1;
-        status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, op->payload,
-                             op->payload_len, op->mem_type, NULL, cks_cl_send_done, op);
+        if (op->stage != NULL) { /* staged device memory: bytes as they are copied */
+            status = cks_tp_send_stream(sv->conn, op->type, 0, op->req_id, &op->body,
+                                        cks_cl_stage_source(op->stage), cks_cl_send_done, op);
+        } else {
+            status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, op->payload,
+                                 op->payload_len, op->mem_type, NULL, cks_cl_send_done, op);
+        }
         if (status != CKS_INPROGRESS) {
             op->sending = 0;
             cks_cl_op_fail(c, op, status);
@@ -1350,6 +1356,9 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
     if (status == CKS_OK) {
         status = cks_cl_servers(c, params);
     }
+    if (status == CKS_OK) {
+        status = cks_cl_stage_config(c, params);
+    }
     if (status == CKS_OK && (params->field_mask & CKS_CLIENT_FIELD_SECRET)) {
         status        = params->secret != NULL ? cks_tp_secret_load(params->secret, &c->secret)
                                                : CKS_ERR_INVALID_PARAM;
@@ -1502,6 +1511,7 @@ void cks_client_destroy(cks_client_h c)
         op->cb(op->arg, CKS_ERR_CANCELED);
         free(op);
     }
+    cks_cl_stage_free(c); /* its ops all failed above: its thread ends */
     while (c->mems != NULL) { /* the caller's to free; UCX's must go before the worker */
         cks_cl_mem_t *m = c->mems;
         cks_warn("cks_client_destroy: %zu bytes from cks_mem_alloc() not freed", m->len);
@@ -1919,9 +1929,6 @@ cks_status_t cks_put_nb(cks_client_h c, const cks_put_params_t *p, cks_done_cb_t
     if (c == NULL || p == NULL || cb == NULL || (p->size > 0 && p->buffer == NULL)) {
         return CKS_ERR_INVALID_PARAM;
     }
-    if ((p->field_mask & CKS_PUT_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
-        return CKS_ERR_UNSUPPORTED; /* device memory: not in this build yet */
-    }
     if ((p->field_mask & CKS_PUT_FIELD_TAGS) && (unsigned)p->tags.kind > CKS_KIND_OTHER) {
         return CKS_ERR_INVALID_PARAM;
     }
@@ -1963,6 +1970,16 @@ cks_status_t cks_put_nb(cks_client_h c, const cks_put_params_t *p, cks_done_cb_t
             return status;
         }
         op->srv = group[0]; /* the primary: first member of stripe 0's group */
+    }
+    /* device memory (stage.c): direct to UCX, or staged through host slices */
+    if (p->field_mask & (CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED)) {
+        status = cks_cl_stage_put(c, p, op, &cb, &arg);
+        if (status != CKS_OK) {
+            if (status != CKS_INPROGRESS) {
+                free(op);
+            }
+            return status;
+        }
     }
     return cks_cl_submit(c, op, cb, arg);
 }

@@ -88,6 +88,8 @@ struct cks_op {
     cks_status_t status;
     cks_done_cb_t cb;
     void *arg;
+    struct cks_stage_job *stage; /* PUT of device memory staged through host
+                                    slices (stage.c): its payload source */
 };
 
 /* Memory from cks_mem_alloc(). */
@@ -145,6 +147,10 @@ struct cks_client {
     cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET */
     int has_secret;
     char secret_job[CKS_JOB_MAX_LEN + 1]; /* "" for the cluster secret */
+    /* stage.c: device memory (NULL until the first device transfer) */
+    struct cks_stage *stage;
+    uint64_t stage_slice;     /* bytes per slice of its ring */
+    unsigned stage_slices;    /* slices in the ring */
     /* progress thread only */
     cks_hmap_t *inflight;     /* req_id -> op */
     cks_op_t *fl_head, *fl_tail; /* in flight, oldest first */

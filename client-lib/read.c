@@ -23,6 +23,7 @@
  * CRC-checked here, partial ones by the server before it sends them).
  */
 #include "client_int.h"
+#include "stage.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -874,7 +875,11 @@ cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *le
         return CKS_ERR_INVALID_PARAM;
     }
     if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
-        return CKS_ERR_UNSUPPORTED;
+        /* device memory: staged through host slices (stage.c) */
+        status = cks_cl_stage_get(r, p, length_p, cb, arg);
+        if (status != CKS_OK) {
+            return status;
+        }
     }
     range = !!(p->field_mask & CKS_GET_FIELD_RANGE);
     if (range && (p->length > p->buffer_size || p->length == UINT64_MAX)) {

@@ -59,6 +59,7 @@ enum {
     CKS_CLIENT_FIELD_EC         = 1u << 4,
     CKS_CLIENT_FIELD_SECRET     = 1u << 5,
     CKS_CLIENT_FIELD_SCRATCH    = 1u << 6,
+    CKS_CLIENT_FIELD_STAGE      = 1u << 7,
 };
 
 typedef struct {
@@ -85,6 +86,11 @@ typedef struct {
                                host write it with one copy); it bounds their
                                memory: stripes wait for room. Rounded up to 64 KiB;
                                0: malloc() per stripe, unbounded (default 32 MiB) */
+    uint64_t stage_slice;  /**< with CKS_CLIENT_FIELD_STAGE: bytes per slice of the
+                               ring of pinned host memory that device buffers are
+                               staged through (default 4 MiB; 4 KiB .. 1 GiB,
+                               rounded up to 4 KiB) */
+    uint32_t stage_slices; /**< slices in that ring (default 8; 2 .. 64) */
 } cks_client_params_t;
 
 /** Connect to a standalone server (`server`) or a cluster (`cluster`): at
@@ -95,6 +101,30 @@ CKS_API_VISIBLE cks_status_t cks_client_create(const cks_client_params_t *params
 /** Fail every request still in flight with CKS_ERR_CANCELED (their callbacks
  *  run), close the connection, stop the progress thread, free the handle. */
 CKS_API_VISIBLE void cks_client_destroy(cks_client_h client);
+
+/** How this client moves device memory (cks_client_stats_t.gpu_path). */
+typedef enum {
+    CKS_GPU_PATH_NONE   = 0, /**< no device transfer yet, or none possible (the
+                                  build has no CUDA, or the machine no device) */
+    CKS_GPU_PATH_DIRECT = 1, /**< UCX moves device memory itself (its context
+                                  reports the CUDA memory type): puts hand device
+                                  pointers to UCX; gets are staged (below) */
+    CKS_GPU_PATH_STAGED = 2, /**< through the ring of pinned host slices */
+} cks_gpu_path_t;
+
+/** The client's own figures (no request is sent), since it was created. */
+typedef struct {
+    cks_gpu_path_t gpu_path;  /**< decided at the first device transfer; also
+                                   logged then, at info level */
+    uint64_t device_puts_direct; /**< puts of device memory handed to UCX */
+    uint64_t device_puts_staged; /**< staged puts that completed (any status) */
+    uint64_t device_gets_staged; /**< staged gets that completed (any status) */
+    uint64_t staged_bytes;    /**< bytes copied between device and ring */
+    uint64_t stage_copy_ns;   /**< time the ring's thread waited for those copies */
+} cks_client_stats_t;
+
+/** Fill *stats_p. CKS_ERR_INVALID_PARAM on NULL arguments. */
+CKS_API_VISIBLE cks_status_t cks_client_stats(cks_client_h client, cks_client_stats_t *stats_p);
 
 /** Copy the server's (or the library's) text about the last failed request
  *  into buf (always NUL-terminated). */
@@ -246,9 +276,55 @@ typedef struct {
     int32_t rank;
 } cks_tags_t;
 
+/* ---- device memory ----------------------------------------------------------
+ * A put may read, and a get may write, CUDA device memory: mem_type
+ * CKS_MEM_CUDA, or CKS_MEM_AUTO to let the library ask the CUDA runtime.
+ * Without a CUDA device at run time (or in a build without the CUDA toolkit)
+ * such a call returns CKS_ERR_UNSUPPORTED and cks_client_last_error() says
+ * why ("no CUDA device"). Two paths (cks_client_stats_t.gpu_path):
+ *   - direct: where UCX moves CUDA memory itself, a put hands the device
+ *     pointer to UCX, as a host put hands its buffer;
+ *   - staged: otherwise, and for every get, the bytes go through a ring of
+ *     pinned host slices (cks_mem_alloc() memory, registered once with the
+ *     CUDA runtime; CKS_CLIENT_FIELD_STAGE sizes it). A put copies slice
+ *     after slice device-to-host on the library's own CUDA streams while
+ *     UCX sends the slices copied before; a get reads slice after slice from
+ *     the servers while the slices read before are copied host-to-device.
+ *     The copies and their waits run on the library's stage thread, never
+ *     on the UCX progress thread (which waits, at most the client's timeout,
+ *     for a slice whose copy is under way). One staged object moves at a
+ *     time per client, in the order of the calls; an object that fits in
+ *     the ring is copied whole before it is sent (so that a failed copy
+ *     never reaches the server), a larger one overlaps its copies with its
+ *     sends.
+ * Ownership of a device buffer at each step of a put:
+ *   1. cks_put_nb() returns CKS_INPROGRESS: the library reads the buffer
+ *      from now on; the caller must not write it.
+ *   2. COPIED (the put's copied_cb, CKS_PUT_FIELD_COPIED): the library has
+ *      read the buffer for the last time; it is the caller's again, and
+ *      training may overwrite it while the bytes travel on from host memory.
+ *      Staged: when the last slice's device-to-host copy completed. Direct
+ *      (and host buffers): when the put completes, just before its callback.
+ *   3. STORED (the put's callback, CKS_OK): the server holds the bytes.
+ *   4. PROTECTED: cks_version_finish()/seal completed: every stripe has its
+ *      parity.
+ * A get's device buffer is written until the get's callback runs; a failed
+ * get may have written any part of it. A staged put whose copy fails (a
+ * copy error, a timeout) fails with that status, and the ring serves the
+ * next object: an object that fits in the ring (stage_slice x stage_slices)
+ * is copied whole before its request goes out, so the server never sees
+ * it; a larger one is sent while it is copied, and UCX cannot take back
+ * the part already sent, so its version is aborted (the server may hold
+ * the object with the rest as zeros: it is never restored). The ring's
+ * memory is the library's; it is set up at the first device transfer,
+ * which must come from an application thread, not from a completion
+ * callback.
+ */
+
 enum {
     CKS_PUT_FIELD_TAGS     = 1u << 0,
     CKS_PUT_FIELD_MEM_TYPE = 1u << 1,
+    CKS_PUT_FIELD_COPIED   = 1u << 2,
 };
 
 typedef struct {
@@ -260,10 +336,18 @@ typedef struct {
     uint64_t size;            /**< bytes; 0 is allowed */
     cks_tags_t tags;          /**< default: kind other, every tag CKS_TAG_NONE */
     cks_mem_type_t mem_type;  /**< default CKS_MEM_HOST */
+    cks_done_cb_t copied_cb;  /**< with CKS_PUT_FIELD_COPIED: runs once when the
+                                   library no longer reads `buffer` (step 2 of
+                                   "device memory" above), before the put's own
+                                   callback, with CKS_OK or the error that ended
+                                   the reading; never when cks_put_nb() returns
+                                   an error. It must not block. */
+    void *copied_arg;
 } cks_put_params_t;
 
-/** Store an object, zero-copy from `buffer`. Completes once the server holds
- *  the bytes (STORED); the buffer may be reused from then on. */
+/** Store an object, zero-copy from `buffer` (host, or device memory: see
+ *  "device memory" above). Completes once the server holds the bytes
+ *  (STORED); the buffer may be reused from then on, or from COPIED. */
 CKS_API_VISIBLE cks_status_t cks_put_nb(cks_client_h c, const cks_put_params_t *p,
                                         cks_done_cb_t cb, void *arg);
 CKS_API_VISIBLE cks_status_t cks_put(cks_client_h c, const cks_put_params_t *p);
@@ -440,7 +524,8 @@ typedef struct {
     uint64_t buffer_size;     /**< bytes available at buffer */
     uint64_t offset;          /**< with CKS_GET_FIELD_RANGE; default 0 */
     uint64_t length;          /**< with CKS_GET_FIELD_RANGE; default: the whole object */
-    cks_mem_type_t mem_type;  /**< default CKS_MEM_HOST */
+    cks_mem_type_t mem_type;  /**< default CKS_MEM_HOST; CKS_MEM_CUDA or
+                                   CKS_MEM_AUTO: staged (see "device memory") */
     uint32_t flags;           /**< CKS_GET_VERIFY */
 } cks_get_params_t;
 

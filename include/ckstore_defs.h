@@ -83,10 +83,14 @@ typedef enum {
     CKS_KIND_OTHER     = 4,
 } cks_kind_t;
 
-/** Memory type of a caller's buffer; never guessed. */
+/** Memory type of a caller's buffer; never guessed: a buffer whose type is
+ *  not given (its params' MEM_TYPE bit unset) is host memory. */
 typedef enum {
     CKS_MEM_HOST = 0, /**< ordinary host memory */
-    CKS_MEM_CUDA = 1, /**< CUDA device memory (not yet supported: CKS_ERR_UNSUPPORTED) */
+    CKS_MEM_CUDA = 1, /**< CUDA device memory (see "device memory" in ckstore.h) */
+    CKS_MEM_AUTO = 2, /**< "unset": the library asks the CUDA runtime
+                           (cudaPointerGetAttributes) at the call; host memory
+                           when the build or the machine has no CUDA device */
 } cks_mem_type_t;
 
 /** "OPEN", "SEALED", ...; never NULL. */

@@ -1,0 +1,551 @@
+/*
+ * End-to-end: device memory, against real servers (a standalone one, and a
+ * 3-server RS(2,1) cluster).
+ *
+ * stage_*: the staging pipeline (ring of host slices, slicing, ordering,
+ * overlap of copies with sends, errors in the middle of an object, ring
+ * wrap) through the same code as on a GPU, with the copy step done by a
+ * host copy (CKS_STAGE_HOST=1, test builds only): "device" buffers are host
+ * memory, so the bytes can be checked here.
+ *
+ * no_device: without a CUDA device a CUDA put or get is CKS_ERR_UNSUPPORTED
+ * naming the reason, and CKS_MEM_AUTO on a host buffer is a host put.
+ *
+ * cuda_*: real device memory (built with the CUDA toolkit; skipped without
+ * a device).
+ */
+#include "ckstore.h"
+#include "cks_faults_gate.h"
+#include "cks_test.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef CKS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+
+#define SLICE  (16 * KiB)
+#define SLICES 3u
+
+static cks_test_server_t srv;
+static cks_test_cluster_t clu;
+static int is_cluster;
+
+static cks_client_h connect_staged(uint64_t slice, unsigned slices)
+{
+    cks_client_params_t p = {0};
+    cks_client_h c        = NULL;
+    p.field_mask   = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_STAGE;
+    p.timeout_ms   = 20000;
+    p.stage_slice  = slice;
+    p.stage_slices = slices;
+    if (is_cluster) {
+        p.field_mask |= CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC;
+        p.cluster    = clu.map;
+        p.ec_k       = 2;
+        p.ec_m       = 1;
+        p.chunk_size = 64 * KiB;
+    } else {
+        p.field_mask |= CKS_CLIENT_FIELD_SERVER;
+        p.server = srv.addr;
+    }
+    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    return c;
+}
+
+static void setup_single(void)
+{
+    is_cluster = 0;
+    cr_assert_eq(cks_test_server_start(&srv, 64 * MiB), 0);
+}
+
+static void teardown_single(void)
+{
+    cks_test_server_cleanup(&srv);
+}
+
+static void setup_cluster(void)
+{
+    is_cluster = 1;
+    cr_assert_eq(cks_test_cluster_start(&clu, 3, 3, 64 * MiB, -1, NULL), 0);
+}
+
+static void teardown_cluster(void)
+{
+    cks_test_cluster_cleanup(&clu);
+}
+
+static void begin(cks_client_h c, const char *job, uint64_t v)
+{
+    cks_version_params_t vp = {0};
+    vp.job     = job;
+    vp.version = v;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+}
+
+/* The order callbacks ran in, as the tests see it. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int events[64];  /* +i: COPIED of put i; 100 + i: put i done */
+    cks_status_t status[64];
+    int n;
+    int done;        /* puts done */
+} trace_t;
+
+typedef struct {
+    trace_t *t;
+    int id;
+} trace_arg_t;
+
+static void trace_add(trace_t *t, int ev, cks_status_t st, int is_done)
+{
+    pthread_mutex_lock(&t->lock);
+    if (t->n < 64) {
+        t->status[t->n]   = st;
+        t->events[t->n++] = ev;
+    }
+    t->done += is_done;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+}
+
+static void copied_cb(void *arg, cks_status_t st)
+{
+    trace_arg_t *a = arg;
+    trace_add(a->t, a->id, st, 0);
+}
+
+static void done_cb(void *arg, cks_status_t st)
+{
+    trace_arg_t *a = arg;
+    trace_add(a->t, 100 + a->id, st, 1);
+}
+
+static cks_status_t put_dev(cks_client_h c, const char *job, uint64_t v, const char *key,
+                            const void *buf, uint64_t size, cks_mem_type_t type)
+{
+    cks_put_params_t p = {0};
+    p.field_mask = CKS_PUT_FIELD_MEM_TYPE;
+    p.job        = job;
+    p.version    = v;
+    p.key        = key;
+    p.buffer     = buf;
+    p.size       = size;
+    p.mem_type   = type;
+    return cks_put(c, &p);
+}
+
+static cks_status_t get_dev(cks_restore_h r, const char *key, void *buf, uint64_t size,
+                            uint64_t *len_p, uint32_t flags)
+{
+    cks_get_params_t g = {0};
+    g.field_mask  = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_FLAGS;
+    g.key         = key;
+    g.buffer      = buf;
+    g.buffer_size = size;
+    g.mem_type    = CKS_MEM_CUDA;
+    g.flags       = flags;
+    return cks_get(r, &g, len_p);
+}
+
+static void stage_env(const char *fail_slice)
+{
+    setenv("CKS_STAGE_HOST", "1", 1);
+    if (fail_slice != NULL) {
+        setenv("CKS_STAGE_FAIL_SLICE", fail_slice, 1);
+    } else {
+        unsetenv("CKS_STAGE_FAIL_SLICE");
+    }
+}
+
+/* Sizes around the slice and the ring: empty, one byte, a slice less and
+ * more one, the ring exactly and past it (wrap), many wraps, odd sizes. */
+static const uint64_t sizes[] = {0,
+                                 1,
+                                 SLICE - 1,
+                                 SLICE,
+                                 SLICE + 1,
+                                 SLICES * SLICE,
+                                 SLICES * SLICE + 123,
+                                 10 * SLICE + 4097,
+                                 1 * MiB + 7};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+static void roundtrip(void)
+{
+    uint64_t seed = cks_test_seed(0x57a6e);
+    cks_client_h c;
+    uint8_t *src[NSIZES], *dst;
+    uint64_t staged = 0;
+    char key[32];
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    stage_env(NULL);
+    c = connect_staged(SLICE, SLICES);
+    begin(c, "gpu", 1);
+    for (size_t i = 0; i < NSIZES; i++) {
+        src[i] = malloc(sizes[i] + 1);
+        cks_test_fill(src[i], sizes[i], seed + i);
+        snprintf(key, sizeof(key), "obj%zu", i);
+        cr_assert_eq(put_dev(c, "gpu", 1, key, src[i], sizes[i], CKS_MEM_CUDA), CKS_OK,
+                     "put %llu bytes", (unsigned long long)sizes[i]);
+        staged += sizes[i];
+    }
+    /* CKS_MEM_AUTO: the host engine calls every buffer device memory */
+    cr_assert_eq(put_dev(c, "gpu", 1, "auto", src[4], sizes[4], CKS_MEM_AUTO), CKS_OK);
+    staged += sizes[4];
+    cr_assert_eq(cks_version_seal(c, "gpu", 1), CKS_OK);
+
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(c, "gpu", 1, &r), CKS_OK);
+    dst = malloc(2 * MiB);
+    for (size_t i = 0; i < NSIZES; i++) {
+        uint64_t len = UINT64_MAX;
+        snprintf(key, sizeof(key), "obj%zu", i);
+        memset(dst, 0xee, sizes[i] + 1);
+        cr_assert_eq(get_dev(r, key, dst, sizes[i] + 1, &len, CKS_GET_VERIFY), CKS_OK,
+                     "get %llu bytes", (unsigned long long)sizes[i]);
+        cr_assert_eq(len, sizes[i]);
+        cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "bytes of %s (%llu)", key,
+                  (unsigned long long)sizes[i]);
+        cr_assert_eq(dst[sizes[i]], 0xee, "a byte past the object was written");
+        staged += sizes[i];
+    }
+    /* a byte range that starts and ends inside slices, across the ring */
+    cks_get_params_t g = {0};
+    uint64_t len = 0;
+    g.field_mask  = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_RANGE;
+    g.key         = "obj8";
+    g.buffer      = dst;
+    g.buffer_size = 2 * MiB;
+    g.mem_type    = CKS_MEM_CUDA;
+    g.offset      = SLICE / 2 + 3;
+    g.length      = 5 * SLICE + 11;
+    cr_assert_eq(cks_get(r, &g, &len), CKS_OK);
+    cr_assert_eq(len, g.length);
+    cr_assert(memcmp(dst, src[8] + g.offset, g.length) == 0);
+    staged += g.length;
+    g.offset = sizes[8] - 10;
+    g.length = 11;
+    cr_assert_eq(cks_get(r, &g, &len), CKS_ERR_OUT_OF_RANGE);
+
+    cks_client_stats_t s;
+    cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+    cr_assert_eq(s.gpu_path, CKS_GPU_PATH_STAGED);
+    cr_assert_eq(s.device_puts_direct, 0);
+    cr_assert_eq(s.device_puts_staged, NSIZES); /* not the empty one; "auto" */
+    cr_assert_eq(s.device_gets_staged, NSIZES + 2);
+    cr_assert_eq(s.staged_bytes, staged, "%llu staged, %llu expected",
+                 (unsigned long long)s.staged_bytes, (unsigned long long)staged);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+    for (size_t i = 0; i < NSIZES; i++) {
+        free(src[i]);
+    }
+    free(dst);
+}
+
+Test(stage_single, roundtrip_sizes_ring_wrap, .init = setup_single, .fini = teardown_single,
+     .timeout = 120)
+{
+    roundtrip();
+}
+
+Test(stage_cluster, roundtrip_sizes_ring_wrap, .init = setup_cluster,
+     .fini = teardown_cluster, .timeout = 180)
+{
+    roundtrip();
+}
+
+/* Non-blocking puts of objects larger than the ring: each object's COPIED
+ * comes before its STORED (its last slices were copied while the first
+ * ones were sent: with a ring smaller than the object there is no other
+ * way), and the objects complete in the order they were put. */
+static void order_overlap(void)
+{
+    uint64_t seed = cks_test_seed(0x0de5);
+    enum { N = 6 };
+    trace_t t = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    trace_arg_t args[N];
+    uint8_t *src[N];
+    uint64_t size[N];
+    char key[N][16];
+    cks_client_h c;
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    stage_env(NULL);
+    c = connect_staged(SLICE, SLICES);
+    begin(c, "ord", 7);
+    for (int i = 0; i < N; i++) {
+        size[i] = (uint64_t)(SLICES + 2 + i) * SLICE + (uint64_t)i * 511 + 1;
+        src[i]  = malloc(size[i]);
+        cks_test_fill(src[i], size[i], seed + (uint64_t)i);
+        snprintf(key[i], sizeof(key[i]), "k%d", i);
+        args[i].t = &t;
+        args[i].id = i;
+        cks_put_params_t p = {0};
+        p.field_mask = CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED;
+        p.job        = "ord";
+        p.version    = 7;
+        p.key        = key[i];
+        p.buffer     = src[i];
+        p.size       = size[i];
+        p.mem_type   = CKS_MEM_CUDA;
+        p.copied_cb  = copied_cb;
+        p.copied_arg = &args[i];
+        cr_assert_eq(cks_put_nb(c, &p, done_cb, &args[i]), CKS_INPROGRESS);
+    }
+    pthread_mutex_lock(&t.lock);
+    for (int waits = 0; t.done < N && waits < 120; waits++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&t.cond, &t.lock, &ts);
+    }
+    pthread_mutex_unlock(&t.lock);
+    cr_assert_eq(t.done, N, "puts done: %d of %d", t.done, N);
+    cr_assert_eq(t.n, 2 * N);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(t.events[2 * i], i, "event %d: %d (COPIED of put %d expected)", 2 * i,
+                     t.events[2 * i], i);
+        cr_assert_eq(t.events[2 * i + 1], 100 + i, "event %d: %d (put %d done expected)",
+                     2 * i + 1, t.events[2 * i + 1], i);
+        cr_assert_eq(t.status[2 * i], CKS_OK);
+        cr_assert_eq(t.status[2 * i + 1], CKS_OK);
+    }
+    cr_assert_eq(cks_version_seal(c, "ord", 7), CKS_OK);
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(c, "ord", 7, &r), CKS_OK);
+    for (int i = 0; i < N; i++) {
+        uint8_t *dst = malloc(size[i]);
+        uint64_t len = 0;
+        cr_assert_eq(get_dev(r, key[i], dst, size[i], &len, 0), CKS_OK);
+        cr_assert(len == size[i] && memcmp(dst, src[i], size[i]) == 0, "bytes of %s", key[i]);
+        free(dst);
+        free(src[i]);
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
+Test(stage_single, order_and_overlap, .init = setup_single, .fini = teardown_single,
+     .timeout = 120)
+{
+    order_overlap();
+}
+
+Test(stage_cluster, order_and_overlap, .init = setup_cluster, .fini = teardown_cluster,
+     .timeout = 180)
+{
+    order_overlap();
+}
+
+/* Errors in the middle of an object (an injected copy failure: the Nth
+ * copy of the client, CKS_STAGE_FAIL_SLICE=N).
+ * An object that fits in the ring (3 slices) fails at its slice 1: the
+ * put fails with the copy's error before the server saw a byte, so the
+ * object is not stored; the next object (7 slices, larger than the ring)
+ * goes through the same ring and restores exactly.
+ * A larger object fails at its slice 2, while its first slices are on
+ * their way: the put fails with the copy's error and the reason, its
+ * version is aborted (the server may hold the object with the rest sent
+ * as zeros), and the ring serves the next object.
+ * A get whose copy fails at its slice 3 fails; the same get again
+ * succeeds, exactly. */
+static void error_mid_object(void)
+{
+    uint64_t seed = cks_test_seed(0xe770);
+    uint64_t small = 2 * SLICE + 77, size = 6 * SLICE + 77;
+    uint8_t *a = malloc(size), *b = malloc(size), *dst = malloc(size);
+    char err[256];
+    cks_client_h c;
+    cks_restore_h r;
+    uint64_t len = 0;
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cks_test_fill(a, size, seed);
+    cks_test_fill(b, size, seed + 1);
+
+    stage_env("1"); /* copies of this client: put "a" 0..1 (fails), put "b" 2..8 */
+    c = connect_staged(SLICE, SLICES);
+    begin(c, "err", 3);
+    cr_assert_eq(put_dev(c, "err", 3, "a", a, small, CKS_MEM_CUDA), CKS_ERR_INTERNAL);
+    cks_client_last_error(c, err, sizeof(err));
+    cr_assert(strstr(err, "was not stored") != NULL, "last error: %s", err);
+    cr_assert_eq(put_dev(c, "err", 3, "b", b, size, CKS_MEM_CUDA), CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "err", 3), CKS_OK);
+    cr_assert_eq(cks_restore_open(c, "err", 3, &r), CKS_OK);
+    cks_object_info_t info;
+    cr_assert_eq(cks_object_stat(r, "a", &info), CKS_ERR_NO_SUCH_KEY,
+                 "the failed put's object was stored");
+    cr_assert_eq(get_dev(r, "b", dst, size, &len, CKS_GET_VERIFY), CKS_OK);
+    cr_assert(len == size && memcmp(dst, b, size) == 0);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+
+    stage_env("2"); /* put "c" (7 slices) fails at its slice 2 */
+    c = connect_staged(SLICE, SLICES);
+    begin(c, "err", 4);
+    cr_assert_eq(put_dev(c, "err", 4, "c", a, size, CKS_MEM_CUDA), CKS_ERR_INTERNAL);
+    cks_client_last_error(c, err, sizeof(err));
+    cr_assert(strstr(err, "staged copy") != NULL, "last error: %s", err);
+    /* its first bytes were with the server: the version is aborted, so
+     * that it never restores other bytes */
+    cks_version_info_t vi;
+    cr_assert(strstr(err, "aborted") != NULL, "last error: %s", err);
+    cr_assert_eq(cks_version_stat(c, "err", 4, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_ABORTED, "state %s", cks_vstate_string(vi.state));
+    cr_assert_neq(cks_version_seal(c, "err", 4), CKS_OK);
+    /* the ring serves the next object */
+    begin(c, "err", 5);
+    cr_assert_eq(put_dev(c, "err", 5, "d", b, size, CKS_MEM_CUDA), CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "err", 5), CKS_OK);
+    cr_assert_eq(cks_restore_open(c, "err", 5, &r), CKS_OK);
+    cr_assert_eq(get_dev(r, "d", dst, size, &len, CKS_GET_VERIFY), CKS_OK);
+    cr_assert(len == size && memcmp(dst, b, size) == 0);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+
+    stage_env("3"); /* the first get fails at its slice 3 */
+    c = connect_staged(SLICE, SLICES);
+    cr_assert_eq(cks_restore_open(c, "err", 3, &r), CKS_OK);
+    memset(dst, 0, size);
+    cr_assert_eq(get_dev(r, "b", dst, size, &len, 0), CKS_ERR_INTERNAL);
+    cr_assert_eq(get_dev(r, "b", dst, size, &len, CKS_GET_VERIFY), CKS_OK);
+    cr_assert(len == size && memcmp(dst, b, size) == 0);
+    cks_client_stats_t s;
+    cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+    cr_assert_eq(s.device_gets_staged, 2);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+    free(a);
+    free(b);
+    free(dst);
+}
+
+Test(stage_single, error_mid_object_then_next, .init = setup_single, .fini = teardown_single,
+     .timeout = 120)
+{
+    error_mid_object();
+}
+
+Test(stage_cluster, error_mid_object_then_next, .init = setup_cluster,
+     .fini = teardown_cluster, .timeout = 180)
+{
+    error_mid_object();
+}
+
+static int cuda_devices(void)
+{
+#ifdef CKS_HAVE_CUDA
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+#else
+    return 0;
+#endif
+}
+
+/* Without a device: CUDA puts and gets are refused with the reason; AUTO on
+ * a host buffer is a host transfer. */
+Test(no_device, cuda_is_unsupported_auto_is_host, .init = setup_single,
+     .fini = teardown_single, .timeout = 60)
+{
+    uint8_t buf[4096], dst[4096];
+    char err[256];
+    cks_client_h c;
+
+    if (cuda_devices() > 0) {
+        cr_skip_test("this machine has a CUDA device: the cuda_* tests run instead");
+    }
+    unsetenv("CKS_STAGE_HOST");
+    c = connect_staged(SLICE, SLICES);
+    cks_test_fill(buf, sizeof(buf), 5);
+    begin(c, "nodev", 1);
+    cr_assert_eq(put_dev(c, "nodev", 1, "x", buf, sizeof(buf), CKS_MEM_CUDA),
+                 CKS_ERR_UNSUPPORTED);
+    cks_client_last_error(c, err, sizeof(err));
+    cr_assert(strstr(err, "no CUDA device") != NULL, "last error: %s", err);
+    cr_assert_eq(put_dev(c, "nodev", 1, "x", buf, sizeof(buf), CKS_MEM_AUTO), CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "nodev", 1), CKS_OK);
+    cks_restore_h r;
+    uint64_t len = 0;
+    cr_assert_eq(cks_restore_open(c, "nodev", 1, &r), CKS_OK);
+    cr_assert_eq(get_dev(r, "x", dst, sizeof(dst), &len, 0), CKS_ERR_UNSUPPORTED);
+    cks_get_params_t g = {0};
+    g.field_mask  = CKS_GET_FIELD_MEM_TYPE;
+    g.key         = "x";
+    g.buffer      = dst;
+    g.buffer_size = sizeof(dst);
+    g.mem_type    = CKS_MEM_AUTO;
+    cr_assert_eq(cks_get(r, &g, &len), CKS_OK);
+    cr_assert(len == sizeof(buf) && memcmp(dst, buf, sizeof(buf)) == 0);
+    cks_client_stats_t s;
+    cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+    cr_assert_eq(s.gpu_path, CKS_GPU_PATH_NONE);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
+/* Real device memory: puts from and gets into cudaMalloc() buffers, sizes
+ * around the slice, checked against host copies. */
+Test(cuda, device_roundtrip, .init = setup_single, .fini = teardown_single, .timeout = 120)
+{
+    if (cuda_devices() == 0) {
+        cr_skip_test("no CUDA device on this machine (or no CUDA in this build)");
+    }
+#ifdef CKS_HAVE_CUDA
+    uint64_t seed = cks_test_seed(0xc0da);
+    unsetenv("CKS_STAGE_HOST");
+    cks_client_h c = connect_staged(64 * KiB, 4);
+    begin(c, "dev", 1);
+    for (size_t i = 0; i < NSIZES; i++) {
+        uint8_t *h = malloc(sizes[i] + 1), *back = malloc(sizes[i] + 1);
+        void *d = NULL;
+        char key[32];
+        cr_assert_eq(cudaMalloc(&d, sizes[i] + 1), cudaSuccess);
+        cks_test_fill(h, sizes[i], seed + i);
+        cr_assert_eq(cudaMemcpy(d, h, sizes[i], cudaMemcpyHostToDevice), cudaSuccess);
+        snprintf(key, sizeof(key), "d%zu", i);
+        cr_assert_eq(put_dev(c, "dev", 1, key, d, sizes[i], CKS_MEM_AUTO), CKS_OK);
+        cudaFree(d);
+        free(h);
+        free(back);
+    }
+    cr_assert_eq(cks_version_seal(c, "dev", 1), CKS_OK);
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(c, "dev", 1, &r), CKS_OK);
+    for (size_t i = 0; i < NSIZES; i++) {
+        uint8_t *h = malloc(sizes[i] + 1), *back = malloc(sizes[i] + 1);
+        void *d = NULL;
+        uint64_t len = 0;
+        char key[32];
+        cr_assert_eq(cudaMalloc(&d, sizes[i] + 1), cudaSuccess);
+        cks_test_fill(h, sizes[i], seed + i);
+        snprintf(key, sizeof(key), "d%zu", i);
+        cr_assert_eq(get_dev(r, key, d, sizes[i] + 1, &len, CKS_GET_VERIFY), CKS_OK);
+        cr_assert_eq(len, sizes[i]);
+        cr_assert_eq(cudaMemcpy(back, d, sizes[i], cudaMemcpyDeviceToHost), cudaSuccess);
+        cr_assert(memcmp(back, h, sizes[i]) == 0, "bytes of %s", key);
+        cudaFree(d);
+        free(h);
+        free(back);
+    }
+    cks_client_stats_t s;
+    cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+    cr_assert_neq(s.gpu_path, CKS_GPU_PATH_NONE);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+#endif
+}
