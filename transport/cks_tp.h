@@ -695,7 +695,9 @@ typedef struct {
 } cks_tp_source_t;
 
 /** As cks_tp_send(), with the payload taken from `src` (the caller's; it
- *  must stay valid until `cb` runs, and pack is not called after that). */
+ *  must stay valid until `cb` runs, and pack is not called after that).
+ *  Unlike cks_tp_send(), `cb` may run before the call returns (UCX 1.13
+ *  honours a generic datatype only for sends that may complete in place). */
 cks_status_t cks_tp_send_stream(cks_tp_conn_h conn, unsigned type, uint32_t flags,
                                 uint64_t req_id, const void *body, const cks_tp_source_t *src,
                                 cks_tp_done_cb_t cb, void *arg);

@@ -916,6 +916,10 @@ cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hd
         p.memory_type = UCS_MEMORY_TYPE_HOST;
         payload       = s->src;
         payload_len   = s->src->len;
+        /* UCX 1.13 takes the datatype only when NO_IMM_CMPL is not asked
+         * for (with both it sends the address as contiguous bytes): the
+         * send may then complete in place, below */
+        p.op_attr_mask &= ~(uint32_t)UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     }
     /* the callback may run inside ucp_am_send_nbx(): take the reference first */
     cks_tp_conn_get(conn);
@@ -930,6 +934,15 @@ cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hd
         cks_tp_send_req_put(w, s);
         cks_tp_conn_put(conn);
         return status;
+    }
+    if (req == NULL) { /* completed in place (a payload source only) */
+        conn->sends--;
+        conn->progress_ns = cks_time_ns();
+        if (cb != NULL) {
+            cb(arg, CKS_OK);
+        }
+        cks_tp_conn_put(conn);
+        cks_tp_send_req_put(w, s);
     }
     return CKS_INPROGRESS;
 }
