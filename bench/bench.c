@@ -807,6 +807,12 @@ int main(int argc, char **argv)
     double load_start = -1, load_end;
     int rc = 1, met;
 
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--gpu") == 0) { /* device memory (gpu.c; docs/BENCHMARKS.md) */
+            int cluster = argc > 1 && strcmp(argv[1], "cluster") == 0;
+            return cks_bench_gpu_main(argc - cluster, argv + cluster, cluster);
+        }
+    }
     if (argc > 1 && strcmp(argv[1], "cluster") == 0) {
         return cks_bench_cluster_main(argc - 1, argv + 1); /* docs/BENCHMARKS_CLUSTER.md */
     }

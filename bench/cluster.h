@@ -14,5 +14,7 @@
 /** `ckstore-bench cluster [options]`: argv[0] is "cluster". Returns the exit
  *  status (0 ran, 1 failed, 2 bad options). */
 int cks_bench_cluster_main(int argc, char **argv);
+/* gpu.c: `--gpu` (single server, or cluster = 1); 0 without a device. */
+int cks_bench_gpu_main(int argc, char **argv, int cluster);
 
 #endif

@@ -1,0 +1,284 @@
+/*
+ * DESIGN: `ckstore-bench --gpu` and `ckstore-bench cluster --gpu`: device
+ * memory through the store, against the CUDA runtime's own copies measured
+ * in the same run (docs/BENCHMARKS.md, "GPU"):
+ *   - put: device buffer -> server (STORED), GB/s, against one pinned
+ *     cudaMemcpy device-to-host of the same bytes (target ratio >= 0.9);
+ *   - get: server -> device buffer, against pinned host-to-device;
+ *   - stall: from cks_put_nb() to COPIED (the trainer may overwrite its
+ *     buffer), against one device-to-host copy of the snapshot.
+ * Single: an embedded server (a forked child, as the host bench uses);
+ * cluster: the cluster of a map file (--map). Without a CUDA device (or in
+ * a build without CUDA) it says so and exits 0: nothing is measured.
+ * Owns its CUDA buffers; never touches the trainer's (there is none).
+ */
+#include "bench.h"
+#include "ckstore.h"
+#include "cluster.h"
+
+#include <pthread.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef CKS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* 0 and the reason in why when there is no device to measure. */
+static int gpu_devices(char *why, size_t len)
+{
+#ifdef CKS_HAVE_CUDA
+    int n           = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess || n == 0) {
+        snprintf(why, len, "no CUDA device (%s)",
+                 err != cudaSuccess ? cudaGetErrorString(err) : "the runtime counts none");
+        return 0;
+    }
+    return n;
+#else
+    snprintf(why, len, "no CUDA device: this build has no CUDA support (configure where the "
+                       "CUDA toolkit is installed)");
+    return 0;
+#endif
+}
+
+#ifdef CKS_HAVE_CUDA
+static double gpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    double t_copied;
+} gpu_copied_t;
+
+static void gpu_copied_cb(void *arg, cks_status_t st)
+{
+    ((gpu_copied_t *)arg)->t_copied = gpu_now();
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done;
+    cks_status_t st;
+} gpu_wait_t;
+
+static void gpu_done_cb(void *arg, cks_status_t st)
+{
+    gpu_wait_t *w = arg;
+    pthread_mutex_lock(&w->lock);
+    w->done = 1;
+    w->st   = st;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+static double gbs(uint64_t bytes, double s)
+{
+    return s > 0 ? (double)bytes / s / 1e9 : 0;
+}
+
+/* The measurements, with a connected client. */
+static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
+{
+    void *dev = NULL, *host = NULL;
+    double d2h = 1e30, h2d = 1e30, put = 1e30, get = 1e30, stall = 1e30;
+    int rc = 1;
+
+    if (cudaMalloc(&dev, size) != cudaSuccess || cudaMallocHost(&host, size) != cudaSuccess) {
+        fprintf(stderr, "ckstore-bench --gpu: cannot allocate %llu bytes on the device and "
+                        "pinned on the host\n", (unsigned long long)size);
+        goto out;
+    }
+    memset(host, 0x5a, size);
+    cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice);
+    for (unsigned r = 0; r < reps; r++) { /* the references: best of reps */
+        double t0 = gpu_now();
+        cudaMemcpy(host, dev, size, cudaMemcpyDeviceToHost);
+        double t1 = gpu_now();
+        cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice);
+        double t2 = gpu_now();
+        d2h = t1 - t0 < d2h ? t1 - t0 : d2h;
+        h2d = t2 - t1 < h2d ? t2 - t1 : h2d;
+    }
+    for (unsigned r = 0; r < reps; r++) {
+        cks_version_params_t vp = {0};
+        cks_put_params_t p      = {0};
+        gpu_wait_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, CKS_OK};
+        gpu_copied_t cp = {0};
+        cks_restore_h rh;
+        uint64_t len = 0;
+        vp.job     = "bench-gpu";
+        vp.version = r + 1;
+        if (cks_version_begin(c, &vp) != CKS_OK) {
+            fprintf(stderr, "ckstore-bench --gpu: begin failed\n");
+            goto out;
+        }
+        p.field_mask = CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED;
+        p.job        = vp.job;
+        p.version    = vp.version;
+        p.key        = "snapshot";
+        p.buffer     = dev;
+        p.size       = size;
+        p.mem_type   = CKS_MEM_CUDA;
+        p.copied_cb  = gpu_copied_cb;
+        p.copied_arg = &cp;
+        double t0 = gpu_now();
+        cks_status_t st = cks_put_nb(c, &p, gpu_done_cb, &w);
+        if (st == CKS_INPROGRESS) {
+            pthread_mutex_lock(&w.lock);
+            while (!w.done) {
+                pthread_cond_wait(&w.cond, &w.lock);
+            }
+            pthread_mutex_unlock(&w.lock);
+            st = w.st;
+        }
+        double t1 = gpu_now();
+        if (st != CKS_OK) {
+            char err[256];
+            cks_client_last_error(c, err, sizeof(err));
+            fprintf(stderr, "ckstore-bench --gpu: put: %s (%s)\n", cks_status_string(st), err);
+            goto out;
+        }
+        put   = t1 - t0 < put ? t1 - t0 : put;
+        stall = cp.t_copied - t0 < stall ? cp.t_copied - t0 : stall;
+        if (cks_version_seal(c, vp.job, vp.version) != CKS_OK ||
+            cks_restore_open(c, vp.job, vp.version, &rh) != CKS_OK) {
+            fprintf(stderr, "ckstore-bench --gpu: seal or open failed\n");
+            goto out;
+        }
+        cks_get_params_t g = {0};
+        g.field_mask       = CKS_GET_FIELD_MEM_TYPE;
+        g.key              = "snapshot";
+        g.buffer           = dev;
+        g.buffer_size      = size;
+        g.mem_type         = CKS_MEM_CUDA;
+        t0 = gpu_now();
+        st = cks_get(rh, &g, &len);
+        t1 = gpu_now();
+        cks_restore_close(rh);
+        (void)cks_version_delete(c, vp.job, vp.version);
+        if (st != CKS_OK || len != size) {
+            fprintf(stderr, "ckstore-bench --gpu: get: %s\n", cks_status_string(st));
+            goto out;
+        }
+        get = t1 - t0 < get ? t1 - t0 : get;
+    }
+    cks_client_stats_t s;
+    cks_client_stats(c, &s);
+    printf("gpu path: %s\n", s.gpu_path == CKS_GPU_PATH_DIRECT   ? "direct (UCX moves CUDA memory)"
+                             : s.gpu_path == CKS_GPU_PATH_STAGED ? "staged (pinned host ring)"
+                                                                 : "none");
+    printf("snapshot %llu bytes, best of %u\n", (unsigned long long)size, reps);
+    printf("  D2H cudaMemcpy (pinned)  %8.2f GB/s\n", gbs(size, d2h));
+    printf("  put device -> server     %8.2f GB/s   ratio %.2f (target >= 0.9)\n",
+           gbs(size, put), gbs(size, put) / gbs(size, d2h));
+    printf("  H2D cudaMemcpy (pinned)  %8.2f GB/s\n", gbs(size, h2d));
+    printf("  get server -> device     %8.2f GB/s   ratio %.2f (target >= 0.9)\n",
+           gbs(size, get), gbs(size, get) / gbs(size, h2d));
+    printf("  trainer stall (to COPIED) %7.3f ms   one D2H copy %.3f ms   ratio %.2f\n",
+           stall * 1e3, d2h * 1e3, stall / d2h);
+    rc = 0;
+out:
+    cudaFree(dev);
+    cudaFreeHost(host);
+    return rc;
+}
+#endif
+
+int cks_bench_gpu_main(int argc, char **argv, int cluster)
+{
+    static const struct option longopts[] = {
+        {"gpu", no_argument, NULL, 'g'},
+        {"size", required_argument, NULL, 's'},
+        {"reps", required_argument, NULL, 'r'},
+        {"map", required_argument, NULL, 'M'},
+        {"server", required_argument, NULL, 'S'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *map = NULL, *server = NULL;
+    uint64_t size   = 256ull << 20;
+    unsigned reps   = 3;
+    char why[256];
+    int c;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+            case 'g': break;
+            case 's':
+                if (bench_size_parse(optarg, &size) != 0 || size == 0) {
+                    fprintf(stderr, "ckstore-bench --gpu: bad size '%s'\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'r': reps = (unsigned)strtoul(optarg, NULL, 10); break;
+            case 'M': map = optarg; break;
+            case 'S': server = optarg; break;
+            default:
+                fprintf(stderr, "usage: ckstore-bench [cluster] --gpu [--size S] [--reps N] "
+                                "[--server IP:PORT | --map FILE (cluster)]\n");
+                return 2;
+        }
+    }
+    if (reps == 0 || reps > 100) {
+        fprintf(stderr, "ckstore-bench --gpu: reps must be 1..100\n");
+        return 2;
+    }
+    if (gpu_devices(why, sizeof(why)) == 0) {
+        printf("ckstore-bench%s --gpu: %s; nothing measured\n", cluster ? " cluster" : "", why);
+        return 0;
+    }
+#ifdef CKS_HAVE_CUDA
+    bench_child_t child = {0};
+    cks_client_params_t cp = {0};
+    cks_client_h client = NULL;
+    char addr[64], err[256];
+    int rc = 1;
+
+    if (cluster && map == NULL) {
+        fprintf(stderr, "ckstore-bench cluster --gpu: give the cluster's map (--map FILE)\n");
+        return 2;
+    }
+    if (!cluster && server == NULL) {
+        if (bench_child_start(&child, size * 2 + (64ull << 20), 30, err, sizeof(err)) != 0) {
+            fprintf(stderr, "ckstore-bench --gpu: %s\n", err);
+            return 1;
+        }
+        snprintf(addr, sizeof(addr), "127.0.0.1:%u", child.port);
+        server = addr;
+    }
+    cp.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_NAME;
+    cp.timeout_ms = 60000;
+    cp.name       = "ckstore-bench-gpu";
+    if (cluster) {
+        cp.field_mask |= CKS_CLIENT_FIELD_CLUSTER;
+        cp.cluster = map;
+    } else {
+        cp.field_mask |= CKS_CLIENT_FIELD_SERVER;
+        cp.server = server;
+    }
+    if (cks_client_create(&cp, &client) != CKS_OK) {
+        fprintf(stderr, "ckstore-bench --gpu: cannot connect\n");
+    } else {
+        printf("server: %s\n", cluster ? map : server);
+        rc = gpu_measure(client, size, reps);
+        cks_client_destroy(client);
+    }
+    if (child.pid > 0) {
+        bench_child_stop(&child, 30);
+    }
+    return rc;
+#else
+    (void)map;
+    (void)server;
+    return 0;
+#endif
+}
