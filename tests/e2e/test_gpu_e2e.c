@@ -176,7 +176,8 @@ static const uint64_t sizes[] = {0,
                                  SLICES * SLICE,
                                  SLICES * SLICE + 123,
                                  10 * SLICE + 4097,
-                                 1 * MiB + 7};
+                                 1 * MiB + 7,
+                                 24 * MiB + 13}; /* a rendezvous-sized message */
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
 static void roundtrip(void)
@@ -206,7 +207,7 @@ static void roundtrip(void)
 
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(c, "gpu", 1, &r), CKS_OK);
-    dst = malloc(2 * MiB);
+    dst = malloc(25 * MiB);
     for (size_t i = 0; i < NSIZES; i++) {
         uint64_t len = UINT64_MAX;
         snprintf(key, sizeof(key), "obj%zu", i);
@@ -225,7 +226,7 @@ static void roundtrip(void)
     g.field_mask  = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_RANGE;
     g.key         = "obj8";
     g.buffer      = dst;
-    g.buffer_size = 2 * MiB;
+    g.buffer_size = 25 * MiB;
     g.mem_type    = CKS_MEM_CUDA;
     g.offset      = SLICE / 2 + 3;
     g.length      = 5 * SLICE + 11;
