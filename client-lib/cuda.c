@@ -6,7 +6,9 @@
  * event per ring slot that marks its copy's end.
  *
  * Threads: classify on any thread (cudaPointerGetAttributes does not
- * synchronize); every other call on the stage thread only. cudaError_t is
+ * synchronize); create and host_register/unregister at the stage's set-up
+ * and end, on an application thread; every other call on the stage thread
+ * only. cudaError_t is
  * translated here, once, and logged with its text.
  *
  * Must never: be called on the UCX progress thread (copy_wait blocks on an
@@ -67,7 +69,7 @@ static cks_status_t cks_cuda_classify(void *eng, const void *ptr, cks_mem_type_t
 
 static cks_status_t cks_cuda_register(void *eng, void *ptr, size_t len)
 {
-    return cks_cuda_status(cudaHostRegister(ptr, len, cudaHostRegisterDefault),
+    return cks_cuda_status(cudaHostRegister(ptr, len, cudaHostRegisterPortable),
                            "cudaHostRegister");
 }
 

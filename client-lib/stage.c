@@ -7,7 +7,10 @@
  *
  * A staged put: the stage thread submits the put's op (its payload is a
  * cks_tp_source_t) and copies the object slice after slice device-to-host
- * into the ring, at most nslots ahead of what UCX has taken; UCX pulls the
+ * into the ring, at most nslots ahead of what UCX has taken (an object that
+ * fits in the ring is copied whole first, then submitted, so that a failed
+ * copy never reaches the server; a larger one that fails has its version
+ * aborted, since UCX cannot take back what it sent); UCX pulls the
  * bytes through cks_stage_pack() on the progress thread, which waits only
  * for a slice whose copy is already under way (slice i's slot is free once
  * slice i - nslots was packed, which pack itself did, in order), so the wait
@@ -17,7 +20,9 @@
  * later slices are still being received; a whole-object get's CRC is checked
  * on the host slices as they pass.
  *
- * Threads: the stage thread makes every copy-engine call but classify; the
+ * Threads: the stage thread makes every copy-engine call but classify (any
+ * thread) and the ring's registration (at set-up, on the application thread
+ * of the first device transfer, never the progress thread); the
  * progress thread runs pack and the ops' callbacks, which only record and
  * signal under the stage lock. An application thread (or a callback) only
  * queues a job.
