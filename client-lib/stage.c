@@ -3,14 +3,19 @@
  * (direct to UCX, or staged), and owns the staging pipeline: a ring of
  * `nslots` pinned host slices (one cks_mem_alloc() region, registered with
  * the copy engine), a FIFO of staged jobs, and the stage thread that runs
- * them one at a time.
+ * them in order. Job after job takes the next slots of the ring (slice i of
+ * a job is in slot (base + i) % nslots); slot_job and slot_slice say whose
+ * slice a slot holds.
  *
  * A staged put: the stage thread submits the put's op (its payload is a
  * cks_tp_source_t) and copies the object slice after slice device-to-host
  * into the ring, at most nslots ahead of what UCX has taken (an object that
- * fits in the ring is copied whole first, then submitted, so that a failed
- * copy never reaches the server; a larger one that fails has its version
- * aborted, since UCX cannot take back what it sent); UCX pulls the
+ * fits in the ring is copied whole first, then submitted and handed off:
+ * its op's callback frees its slots and ends it, while the stage thread
+ * goes on with the next jobs; a failed copy then never reaches the server.
+ * A larger one first waits for the ring to be empty, so that its pack
+ * waits only for its own copies; if it fails, its version is aborted,
+ * since UCX cannot take back what it sent); UCX pulls the
  * bytes through cks_stage_pack() on the progress thread, which waits only
  * for a slice whose copy is already under way (slice i's slot is free once
  * slice i - nslots was packed, which pack itself did, in order), so the wait
@@ -78,6 +83,8 @@ struct cks_stage_job {
     unsigned reads;         /* range gets in flight */
     /* both */
     uint64_t nslices;
+    uint64_t base;          /* its slice i is in slot (base + i) % nslots */
+    int handed_off;         /* a put whose completion the op's callback runs */
     cks_status_t status;    /* first error */
 };
 
@@ -106,6 +113,8 @@ struct cks_stage {
     int stop;
     cks_slot_state_t state[CKS_STAGE_SLICES_MAX];
     uint64_t slot_slice[CKS_STAGE_SLICES_MAX]; /* the slice a slot holds */
+    cks_stage_job_t *slot_job[CKS_STAGE_SLICES_MAX]; /* of which job */
+    uint64_t ring_pos;      /* where the next job starts in the ring */
     cks_status_t slot_status[CKS_STAGE_SLICES_MAX];
     cks_slot_read_t reads[CKS_STAGE_SLICES_MAX];
     int fail_slice;         /* test builds: CKS_STAGE_FAIL_SLICE, -1: none */
@@ -482,6 +491,11 @@ static uint64_t cks_stage_slice_len(const cks_stage_t *st, const cks_stage_job_t
     return CKS_MIN(st->slice, j->len - off);
 }
 
+static unsigned cks_stage_slot(const cks_stage_t *st, const cks_stage_job_t *j, uint64_t i)
+{
+    return (unsigned)((j->base + i) % st->nslots);
+}
+
 static void cks_stage_deadline(struct timespec *ts, int ms)
 {
     clock_gettime(CLOCK_MONOTONIC, ts);
@@ -505,7 +519,7 @@ static size_t cks_stage_pack(void *arg, size_t offset, void *dst, size_t max)
     uint64_t i         = offset / st->slice;
     uint64_t within    = offset % st->slice;
     uint64_t n         = CKS_MIN((uint64_t)max, cks_stage_slice_len(st, j, i) - within);
-    unsigned slot      = (unsigned)(i % st->nslots);
+    unsigned slot      = cks_stage_slot(st, j, i);
     struct timespec dl;
 
     pthread_mutex_lock(&st->lock);
@@ -515,7 +529,8 @@ static size_t cks_stage_pack(void *arg, size_t offset, void *dst, size_t max)
     }
     cks_stage_deadline(&dl, st->c->timeout_ms);
     while (j->status == CKS_OK && !st->stop &&
-           !(st->state[slot] == CKS_SLOT_READY && st->slot_slice[slot] == i)) {
+           !(st->state[slot] == CKS_SLOT_READY && st->slot_job[slot] == j &&
+             st->slot_slice[slot] == i)) {
         if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
             j->status = CKS_ERR_TIMEOUT;
             cks_warn("staged put: slice %llu not copied within %d ms",
@@ -546,11 +561,43 @@ static size_t cks_stage_pack(void *arg, size_t offset, void *dst, size_t max)
 static void cks_stage_put_op_done(void *arg, cks_status_t status)
 {
     cks_stage_job_t *j = arg;
-    pthread_mutex_lock(&j->st->lock);
-    j->op_done   = 1;
-    j->op_status = status;
-    pthread_cond_broadcast(&j->st->cond);
-    pthread_mutex_unlock(&j->st->lock);
+    cks_stage_t *st    = j->st;
+    pthread_mutex_lock(&st->lock);
+    int handed_off = j->handed_off; /* else the stage thread frees j once we unlock */
+    j->op_done     = 1;
+    j->op_status   = status;
+    if (handed_off) {
+        /* copied whole, then sent: UCX is done with its slots; it ends here */
+        for (unsigned s = 0; s < st->nslots; s++) {
+            if (st->slot_job[s] == j) {
+                st->state[s]    = CKS_SLOT_FREE;
+                st->slot_job[s] = NULL;
+            }
+        }
+        st->puts_staged++;
+    }
+    pthread_cond_broadcast(&st->cond);
+    pthread_mutex_unlock(&st->lock);
+    if (handed_off) {
+        j->cb(j->arg, status);
+        free(j);
+    }
+}
+
+/* Wait until no slot is in use: earlier objects' slots are released by the
+ * progress thread (pack, or the op's end), never by this one. */
+static void cks_stage_drain(cks_stage_t *st)
+{
+    for (;;) {
+        unsigned busy = 0;
+        for (unsigned s = 0; s < st->nslots; s++) {
+            busy += st->state[s] != CKS_SLOT_FREE;
+        }
+        if (busy == 0) {
+            return;
+        }
+        pthread_cond_wait(&st->cond, &st->lock);
+    }
 }
 
 /* Start a copy for slice i of the current job into/out of its slot; an
@@ -592,6 +639,8 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
      * byte; a larger one is sent while it is copied. */
     int whole = j->nslices <= st->nslots;
     if (!whole) {
+        /* its pack must only ever wait for its own copies */
+        cks_stage_drain(st);
         status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
         if (status != CKS_INPROGRESS) {
             j->op        = NULL; /* freed */
@@ -602,10 +651,12 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
     }
     /* copy slice after slice, at most nslots ahead of what UCX took */
     while (j->status == CKS_OK && copied < j->nslices && !j->op_done) {
-        if (started < j->nslices && started < j->packed + st->nslots) {
-            unsigned slot = (unsigned)(started % st->nslots);
+        if (started < j->nslices && started < j->packed + st->nslots &&
+            st->state[cks_stage_slot(st, j, started)] == CKS_SLOT_FREE) {
+            unsigned slot = cks_stage_slot(st, j, started);
             st->state[slot]      = CKS_SLOT_BUSY;
             st->slot_slice[slot] = started;
+            st->slot_job[slot]   = j;
             pthread_mutex_unlock(&st->lock);
             status = cks_stage_copy_start(st, j, started, slot);
             pthread_mutex_lock(&st->lock);
@@ -616,12 +667,13 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             }
             started++;
             if (started - copied < 2 && started < j->nslices &&
-                started < j->packed + st->nslots) {
+                started < j->packed + st->nslots &&
+                st->state[cks_stage_slot(st, j, started)] == CKS_SLOT_FREE) {
                 continue; /* two copies under way before waiting for one */
             }
         }
         if (copied < started) {
-            unsigned slot = (unsigned)(copied % st->nslots);
+            unsigned slot = cks_stage_slot(st, j, copied);
             uint64_t ns;
             pthread_mutex_unlock(&st->lock);
             status = cks_stage_copy_wait(st, slot, &ns);
@@ -637,9 +689,12 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             pthread_cond_broadcast(&st->cond);
             continue;
         }
-        /* every slot holds a slice UCX has not taken yet */
+        /* the next slot holds a slice UCX has not taken yet (this object's,
+         * or an earlier one's) */
         cks_stage_deadline(&dl, c->timeout_ms);
-        while (started >= j->packed + st->nslots && j->status == CKS_OK && !j->op_done) {
+        while ((started >= j->packed + st->nslots ||
+                st->state[cks_stage_slot(st, j, started)] != CKS_SLOT_FREE) &&
+               j->status == CKS_OK && !j->op_done) {
             if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
                 break; /* the op's own timeout ends it */
             }
@@ -647,7 +702,7 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
     }
     /* copies started and not waited for still use the device buffer */
     while (copied < started) {
-        unsigned slot = (unsigned)(copied % st->nslots);
+        unsigned slot = cks_stage_slot(st, j, copied);
         uint64_t ns;
         pthread_mutex_unlock(&st->lock);
         (void)cks_stage_copy_wait(st, slot, &ns);
@@ -660,26 +715,32 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
         cks_warn("staged put of %llu bytes: %s", (unsigned long long)j->len,
                  cks_status_string(j->status));
     }
-    if (whole) {
-        if (j->status == CKS_OK) {
-            status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
-        } else {
-            free(j->op); /* never sent */
-            status = j->status;
-        }
-        if (status != CKS_INPROGRESS) {
-            j->op        = NULL;
-            j->op_done   = 1;
-            j->op_status = status;
-            j->status    = status;
-        }
-    }
     if (j->copied_cb != NULL) { /* the device buffer is the caller's again */
         cks_done_cb_t cb = j->copied_cb;
         j->copied_cb     = NULL;
         pthread_mutex_unlock(&st->lock);
         cb(j->copied_arg, j->status);
         pthread_mutex_lock(&st->lock);
+    }
+    if (whole) {
+        if (j->status == CKS_OK) {
+            /* sent from its slots while the next objects are copied: the
+             * op's callback ends it (cks_stage_put_op_done(), which waits
+             * for this lock) */
+            j->handed_off = 1;
+            status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
+            if (status == CKS_INPROGRESS) {
+                return;
+            }
+            j->handed_off = 0;
+        } else {
+            free(j->op); /* never sent */
+            status = j->status;
+        }
+        j->op        = NULL;
+        j->op_done   = 1;
+        j->op_status = status;
+        j->status    = status;
     }
     /* the op's callback comes, at the latest, at its timeout or the client's end */
     while (!j->op_done) {
@@ -778,7 +839,7 @@ cks_status_t cks_cl_stage_get(cks_restore_h r, const cks_get_params_t *p, uint64
 /* Start the range get of slice i into its slot (lock held). */
 static cks_status_t cks_stage_read_start(cks_stage_t *st, cks_stage_job_t *j, uint64_t i)
 {
-    unsigned slot = (unsigned)(i % st->nslots);
+    unsigned slot = cks_stage_slot(st, j, i);
     cks_get_params_t g = {0};
     cks_status_t status;
 
@@ -790,6 +851,7 @@ static cks_status_t cks_stage_read_start(cks_stage_t *st, cks_stage_job_t *j, ui
     g.length             = cks_stage_slice_len(st, j, i);
     st->state[slot]      = CKS_SLOT_BUSY;
     st->slot_slice[slot] = i;
+    st->slot_job[slot]   = j;
     st->slot_status[slot] = CKS_OK;
     st->reads[slot].st   = st;
     st->reads[slot].slot = slot;
@@ -832,6 +894,7 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
         goto out;
     }
     j->nslices = (j->len + st->slice - 1) / st->slice;
+    cks_stage_drain(st); /* earlier puts' slots */
     while (done < j->nslices) {
         /* keep the ring full of reads */
         while (j->status == CKS_OK && issued < j->nslices && issued < done + st->nslots) {
@@ -847,7 +910,7 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
         }
         /* the oldest slice, in order: wait for it, then copy it to the device
          * while the later ones are still being received */
-        unsigned slot = (unsigned)(done % st->nslots);
+        unsigned slot = cks_stage_slot(st, j, done);
         cks_stage_deadline(&dl, st->c->timeout_ms * 2);
         while (st->state[slot] != CKS_SLOT_READY) {
             if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
@@ -887,9 +950,6 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
     while (j->reads > 0) {
         pthread_cond_wait(&st->cond, &st->lock);
     }
-    for (unsigned s = 0; s < st->nslots; s++) {
-        st->state[s] = CKS_SLOT_FREE;
-    }
     if (j->status == CKS_OK && (j->flags & CKS_GET_VERIFY) && !j->range && crc != info.crc64) {
         j->status = CKS_ERR_CRC_MISMATCH;
         cks_error("staged get of '%s': CRC mismatch", j->key);
@@ -925,6 +985,7 @@ static void *cks_stage_thread(void *arg)
             st->tail = NULL;
         }
         st->cur = j;
+        j->base = st->ring_pos;
         if (st->stop) {
             j->status = CKS_ERR_CANCELED;
             if (j->is_put) {
@@ -949,10 +1010,18 @@ static void *cks_stage_thread(void *arg)
                 cks_stage_run_get(st, j);
             }
         }
-        for (unsigned s = 0; s < st->nslots; s++) {
-            st->state[s] = CKS_SLOT_FREE;
-        }
+        st->ring_pos += j->nslices;
         st->cur = NULL;
+        if (j->handed_off) {
+            continue; /* its op's callback ends it; j may be gone already */
+        }
+        for (unsigned s = 0; s < st->nslots; s++) { /* nothing uses its slots now */
+            if (st->slot_job[s] == j) {
+                st->state[s]    = CKS_SLOT_FREE;
+                st->slot_job[s] = NULL;
+            }
+        }
+        pthread_cond_broadcast(&st->cond);
         pthread_mutex_unlock(&st->lock);
         if (j->is_put && j->copied_cb != NULL) {
             j->copied_cb(j->copied_arg, j->status);

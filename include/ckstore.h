@@ -292,11 +292,15 @@ typedef struct {
  *     the servers while the slices read before are copied host-to-device.
  *     The copies and their waits run on the library's stage thread, never
  *     on the UCX progress thread (which waits, at most the client's timeout,
- *     for a slice whose copy is under way). One staged object moves at a
- *     time per client, in the order of the calls; an object that fits in
- *     the ring is copied whole before it is sent (so that a failed copy
- *     never reaches the server), a larger one overlaps its copies with its
- *     sends.
+ *     for a slice whose copy is under way). Staged objects are copied in
+ *     the order of the calls: an object that fits in the ring is copied
+ *     whole before it is sent (so that a failed copy never reaches the
+ *     server) and is sent from its slots while the next objects are copied
+ *     into the free ones; a larger one has the ring to itself and overlaps
+ *     its own copies with its sends. The callbacks of staged transfers
+ *     (copied_cb, and the put's or get's own) may run on the stage thread
+ *     instead of the progress thread; the same rules hold (once, never
+ *     blocking, further *_nb calls allowed).
  * Ownership of a device buffer at each step of a put:
  *   1. cks_put_nb() returns CKS_INPROGRESS: the library reads the buffer
  *      from now on; the caller must not write it.

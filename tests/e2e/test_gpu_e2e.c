@@ -337,6 +337,96 @@ static void order_overlap(void)
     cks_client_destroy(c);
 }
 
+/* Non-blocking puts of objects that fit in the ring (1 to 3 slices): each
+ * is copied whole, then sent from its slots while the next ones are copied
+ * into the free slots. Every COPIED comes in the order of the puts and
+ * before that put's own STORED; every object restores exactly. */
+static void small_objects(void)
+{
+    uint64_t seed = cks_test_seed(0x5a11);
+    enum { N = 12 };
+    trace_t t = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    trace_arg_t args[N];
+    uint8_t *src[N];
+    uint64_t size[N];
+    char key[N][16];
+    cks_client_h c;
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    stage_env(NULL);
+    c = connect_staged(SLICE, SLICES);
+    begin(c, "small", 2);
+    for (int i = 0; i < N; i++) {
+        size[i] = (uint64_t)(i % SLICES) * SLICE + 1 + (uint64_t)i * 97;
+        src[i]  = malloc(size[i]);
+        cks_test_fill(src[i], size[i], seed + (uint64_t)i);
+        snprintf(key[i], sizeof(key[i]), "s%d", i);
+        args[i].t  = &t;
+        args[i].id = i;
+        cks_put_params_t p = {0};
+        p.field_mask = CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED;
+        p.job        = "small";
+        p.version    = 2;
+        p.key        = key[i];
+        p.buffer     = src[i];
+        p.size       = size[i];
+        p.mem_type   = CKS_MEM_CUDA;
+        p.copied_cb  = copied_cb;
+        p.copied_arg = &args[i];
+        cr_assert_eq(cks_put_nb(c, &p, done_cb, &args[i]), CKS_INPROGRESS);
+    }
+    pthread_mutex_lock(&t.lock);
+    for (int waits = 0; t.done < N && waits < 120; waits++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&t.cond, &t.lock, &ts);
+    }
+    pthread_mutex_unlock(&t.lock);
+    cr_assert_eq(t.done, N, "puts done: %d of %d", t.done, N);
+    cr_assert_eq(t.n, 2 * N);
+    int next_copied = 0, copied_seen[N] = {0};
+    for (int e = 0; e < t.n; e++) {
+        cr_assert_eq(t.status[e], CKS_OK, "event %d: %d", e, t.events[e]);
+        if (t.events[e] < 100) {
+            cr_assert_eq(t.events[e], next_copied, "COPIED of put %d, %d expected",
+                         t.events[e], next_copied);
+            copied_seen[next_copied++] = 1;
+        } else {
+            cr_assert(copied_seen[t.events[e] - 100], "put %d STORED before COPIED",
+                      t.events[e] - 100);
+        }
+    }
+    cr_assert_eq(cks_version_seal(c, "small", 2), CKS_OK);
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(c, "small", 2, &r), CKS_OK);
+    for (int i = 0; i < N; i++) {
+        uint8_t *dst = malloc(size[i]);
+        uint64_t len = 0;
+        cr_assert_eq(get_dev(r, key[i], dst, size[i], &len, CKS_GET_VERIFY), CKS_OK);
+        cr_assert(len == size[i] && memcmp(dst, src[i], size[i]) == 0, "bytes of %s", key[i]);
+        free(dst);
+        free(src[i]);
+    }
+    cks_client_stats_t s;
+    cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+    cr_assert_eq(s.device_puts_staged, N);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
+Test(stage_single, small_objects_in_flight_together, .init = setup_single,
+     .fini = teardown_single, .timeout = 120)
+{
+    small_objects();
+}
+
+Test(stage_cluster, small_objects_in_flight_together, .init = setup_cluster,
+     .fini = teardown_cluster, .timeout = 180)
+{
+    small_objects();
+}
+
 Test(stage_single, order_and_overlap, .init = setup_single, .fini = teardown_single,
      .timeout = 120)
 {
