@@ -427,6 +427,51 @@ Test(stage_cluster, small_objects_in_flight_together, .init = setup_cluster,
     small_objects();
 }
 
+/* A client destroyed with staged puts queued and in flight (objects that fit
+ * in the ring and larger ones): every callback runs exactly once, with
+ * CKS_OK or CKS_ERR_CANCELED, and the destroy returns. */
+Test(stage_single, destroy_with_puts_in_flight, .init = setup_single,
+     .fini = teardown_single, .timeout = 120)
+{
+    enum { N = 10 };
+    trace_t t = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    trace_arg_t args[N];
+    uint64_t size = 8 * SLICE + 5;
+    uint8_t *src = malloc(size);
+    char key[N][16];
+    cks_client_h c;
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    stage_env(NULL);
+    cks_test_fill(src, size, cks_test_seed(0xde57));
+    c = connect_staged(SLICE, SLICES);
+    begin(c, "bye", 1);
+    for (int i = 0; i < N; i++) {
+        snprintf(key[i], sizeof(key[i]), "b%d", i);
+        args[i].t  = &t;
+        args[i].id = i;
+        cks_put_params_t p = {0};
+        p.field_mask = CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED;
+        p.job        = "bye";
+        p.version    = 1;
+        p.key        = key[i];
+        p.buffer     = src;
+        p.size       = i % 2 ? size : SLICE + (uint64_t)i;
+        p.mem_type   = CKS_MEM_CUDA;
+        p.copied_cb  = copied_cb;
+        p.copied_arg = &args[i];
+        cr_assert_eq(cks_put_nb(c, &p, done_cb, &args[i]), CKS_INPROGRESS);
+    }
+    cks_client_destroy(c);
+    cr_assert_eq(t.done, N, "callbacks: %d of %d", t.done, N);
+    cr_assert_eq(t.n, 2 * N, "events: %d", t.n);
+    for (int e = 0; e < t.n; e++) {
+        cr_assert(t.status[e] == CKS_OK || t.status[e] == CKS_ERR_CANCELED,
+                  "event %d (%d): %s", e, t.events[e], cks_status_name(t.status[e]));
+    }
+    free(src);
+}
+
 Test(stage_single, order_and_overlap, .init = setup_single, .fini = teardown_single,
      .timeout = 120)
 {
