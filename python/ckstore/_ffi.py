@@ -40,6 +40,8 @@ typedef struct {
     const char *secret;
     const char *secret_job;
     uint64_t scratch_size;
+    uint64_t stage_slice;
+    uint32_t stage_slices;
 } cks_client_params_t;
 
 cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *client_p);
@@ -124,6 +126,8 @@ typedef struct {
     uint64_t size;
     cks_tags_t tags;
     cks_mem_type_t mem_type;
+    cks_done_cb_t copied_cb;
+    void *copied_arg;
 } cks_put_params_t;
 
 cks_status_t cks_put_nb(cks_client_h c, const cks_put_params_t *p, cks_done_cb_t cb,
