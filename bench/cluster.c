@@ -47,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -2247,6 +2248,95 @@ static void cl_memory_now(void)
     }
 }
 
+/* ---- cold and warm, per phase -----------------------------------------------------
+ * What a user meets first is cold: the first snapshot after the servers
+ * start, and the restore by a replacement rank (a fresh client with fresh
+ * buffers the servers have never seen). The main figures are medians over
+ * the repetitions; these keep the first apart from the later ones. The
+ * snapshots need no run of their own (mainfig's first entry is the first
+ * snapshot after start); the fresh restore is one more restore per
+ * repetition, after the warm one, by fresh clients. The reference for
+ * cks_mem_alloc() is the first touch of as many 4 KiB pages of anonymous
+ * memory by one thread, measured next to it. */
+
+static struct {
+    double fresh_s[CL_MAX_REPS];        /* restore by fresh clients into fresh buffers */
+    double fresh_alloc_ms_gib[CL_MAX_REPS * CL_MAX_CLIENTS]; /* their cks_mem_alloc() */
+    double touch_ms_gib[CL_MAX_REPS];   /* first touch of 4 KiB pages, one thread */
+    unsigned nfresh, nfresh_alloc, ntouch;
+    /* mainfig's per-snapshot and healthy-restore seconds in the order they
+     * were measured (the main report sorts mainfig's arrays in place) */
+    double stored[CL_MAX_SNAPS], prot[CL_MAX_SNAPS], stall[CL_MAX_SNAPS];
+    double restore[CL_MAX_REPS];
+    unsigned nsnap, nrestore;
+} cwfig;
+
+/* Keep the measured order of mainfig's figures (after the measurements). */
+static void cl_cw_keep(void)
+{
+    cwfig.nsnap = mainfig.nsnap;
+    memcpy(cwfig.stored, mainfig.stored, sizeof(cwfig.stored));
+    memcpy(cwfig.prot, mainfig.prot, sizeof(cwfig.prot));
+    memcpy(cwfig.stall, mainfig.stall, sizeof(cwfig.stall));
+    cwfig.nrestore = mainfig.nrestore[0];
+    memcpy(cwfig.restore, mainfig.restore[0], sizeof(cwfig.restore));
+}
+
+/* ms per GiB to fault in `len` bytes of fresh anonymous 4 KiB pages by
+ * writing them (NAN: no memory) */
+static double cl_cw_touch_ms_gib(uint64_t len)
+{
+    uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    double t0, t1;
+    if (p == MAP_FAILED) {
+        return NAN;
+    }
+    madvise(p, len, MADV_NOHUGEPAGE); /* the pages cks_mem_alloc() gets here: 4 KiB */
+    t0 = bench_now();
+    memset(p, 1, len);
+    t1 = bench_now();
+    munmap(p, len);
+    return (t1 - t0) * 1e3 / ((double)len / (1u << 30));
+}
+
+static int cl_cw_restore_fresh(const char *job, uint64_t version)
+{
+    cl_res_t res[CL_MAX_CLIENTS];
+    cl_cmd_t cmd;
+    uint64_t bytes, touch = 0;
+    double secs;
+
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.op = CL_CMD_RESTORE;
+    cmd.flags = CL_F_FRESH;
+    cmd.version = version;
+    snprintf(cmd.job, sizeof(cmd.job), "%s", job);
+    bench_progress("restore of version %llu by fresh clients", (unsigned long long)version);
+    if (cl_workers_run(&cmd, res, opts.readers) != 0) {
+        return -1;
+    }
+    cl_aggregate(res, opts.readers, &bytes, NULL, &secs, NULL);
+    if (cwfig.nfresh < CL_MAX_REPS) {
+        cwfig.fresh_s[cwfig.nfresh++] = secs;
+    }
+    for (unsigned w = 0; w < opts.readers; w++) {
+        if (res[w].alloc_bytes > 0 && cwfig.nfresh_alloc < CL_MAX_REPS * CL_MAX_CLIENTS) {
+            cwfig.fresh_alloc_ms_gib[cwfig.nfresh_alloc++] =
+                res[w].alloc_s * 1e3 / ((double)res[w].alloc_bytes / (1u << 30));
+            touch = res[w].alloc_bytes > touch ? res[w].alloc_bytes : touch;
+        }
+    }
+    if (touch > 0 && cwfig.ntouch < CL_MAX_REPS) {
+        double ms = cl_cw_touch_ms_gib(touch);
+        if (isfinite(ms)) {
+            cwfig.touch_ms_gib[cwfig.ntouch++] = ms;
+        }
+    }
+    say("  restore by fresh clients into fresh buffers: %.2f GB/s\n",
+        (double)bytes / secs / BENCH_GB);
+    return 0;
+}
+
 static int cl_measure_main(void)
 {
     char job[64];
@@ -2281,6 +2371,9 @@ static int cl_measure_main(void)
             cl_memory_now();
         }
         if (cl_restore_phase(job, newest, 0, rep == 0, 0) != 0) {
+            return -1;
+        }
+        if (cl_cw_restore_fresh(job, newest) != 0) { /* cold and warm: a replacement rank */
             return -1;
         }
         for (unsigned d = 0; d < mainfig.ndown; d++) {
@@ -2318,6 +2411,7 @@ static int cl_measure_main(void)
         }
     }
     bench_progress_clear();
+    cl_cw_keep(); /* cold and warm, per phase */
     return 0;
 }
 
@@ -2742,8 +2836,8 @@ static void cl_print_main(bench_report_t *rep)
     if (cl_nallocs > 0) {
         /* untimed preparation, but a cost a replacement rank pays once */
         say("cks_mem_alloc() of the clients' buffers (untimed preparation; the servers on "
-            "this host map and fault in each buffer before it returns): median %.0f ms per "
-            "GiB over %u preparations\n",
+            "this host map each buffer before it returns, and fault it in afterwards): median "
+            "%.0f ms per GiB over %u preparations\n",
             cl_median(cl_alloc_s_gib, cl_nallocs) * 1e3, cl_nallocs);
     }
 
@@ -3616,6 +3710,180 @@ static void cl_plot_bars(void)
                     "GB/s (10^9 B/s of object bytes)", b, n, opts.timeout_s);
 }
 
+/* ---- cold and warm, per phase: the report -------------------------------------- */
+
+/* median of v[first .. n-1] (NAN when empty); v is not reordered */
+static double cl_cw_median_from(const double *v, unsigned first, unsigned n)
+{
+    double tmp[CL_MAX_SNAPS];
+    unsigned k = 0;
+    for (unsigned i = first; i < n && k < CL_MAX_SNAPS; i++) {
+        tmp[k++] = v[i];
+    }
+    return k > 0 ? cl_median(tmp, k) : NAN;
+}
+
+static double cl_cw_gbps(double secs)
+{
+    return isfinite(secs) && secs > 0 ? (double)mainfig.bytes / secs / BENCH_GB : NAN;
+}
+
+/* One row: cold and warm (GB/s, or ms when `ms`), their ratio, and the cold
+ * figure against a reference of the same run with its target. For GB/s the
+ * ratios are figure / reference (higher is better); for ms, cold / reference
+ * (lower is better). */
+static void cl_cw_row(bench_report_t *rep, const char *phase, int ms, double cold, double warm,
+                      double cw_target, const char *ref_what, double ref, double ref_target)
+{
+    double cw = cold / warm;
+    double rr = cold / ref;
+    bench_rec_t *r;
+
+    say("%-46s %8.2f %8.2f %6.2f", phase, cold, warm, cw);
+    if (isfinite(cw_target) && isfinite(cw)) {
+        say(" %s", (ms ? cw <= cw_target : cw >= cw_target) ? "met   " : "MISSED");
+    } else {
+        say(" %6s", "");
+    }
+    say("  %-32s %8.2f %6.2f", ref_what, ref, rr);
+    if (isfinite(ref_target) && isfinite(rr)) {
+        say(" %s %.1f %s", ms ? "<=" : ">=", ref_target,
+            (ms ? rr <= ref_target : rr >= ref_target) ? "met" : "MISSED");
+    }
+    say("\n");
+    if ((r = bench_report_add(rep)) == NULL) {
+        return;
+    }
+    cl_rec_common(r, "cold_warm");
+    bench_rec_str(r, "phase", phase);
+    bench_rec_str(r, "unit", ms ? "ms" : "GB/s");
+    bench_rec_f64(r, "cold", cold);
+    bench_rec_f64(r, "warm", warm);
+    bench_rec_f64(r, "cold_warm_ratio", cw);
+    if (isfinite(cw_target)) {
+        bench_rec_f64(r, "cold_warm_target", cw_target);
+    }
+    bench_rec_str(r, "ref", ref_what);
+    bench_rec_f64(r, "ref_value", ref);
+    bench_rec_f64(r, "ref_ratio", rr);
+    if (isfinite(ref_target)) {
+        bench_rec_f64(r, "ref_target", ref_target);
+    }
+    bench_rec_u64(r, "bytes", mainfig.bytes);
+    bench_rec_u64(r, "servers", cl.nmap);
+}
+
+static void cl_cw_print(bench_report_t *rep)
+{
+    char put_what[40], get_what[40], ref[64];
+    double raw_put = cl_raw_best(BENCH_DIR_PUT, put_what, sizeof(put_what));
+    double raw_get = cl_raw_best(BENCH_DIR_GET, get_what, sizeof(get_what));
+    double memcpy_gbps = refs.memcpy_fig.st.median;
+    double bound = memcpy_gbps * opts.k / (opts.k + opts.m);
+    double memcpy_ms = (double)mainfig.rank_bytes / (memcpy_gbps * BENCH_GB) * 1e3;
+    double fresh = cwfig.nfresh > 0 ? cl_cw_median_from(cwfig.fresh_s, 0, cwfig.nfresh) : NAN;
+
+    if (cwfig.nsnap == 0) {
+        return;
+    }
+    say("\ncold and warm, per phase (cold: the first after the servers start, or a fresh client "
+        "with fresh buffers; warm: the median of the later repetitions; cold/warm and "
+        "cold/reference are ratios of the same run)\n");
+    say("%-46s %8s %8s %6s %6s  %-32s %8s %6s %s\n", "phase", "cold", "warm", "c/w", "",
+        "reference (same run)", "ref", "c/ref", "target");
+    snprintf(ref, sizeof(ref), "raw UCX put (%s)", isfinite(raw_put) ? put_what : "-");
+    cl_cw_row(rep, "snapshot STORED, GB/s", 0, cl_cw_gbps(cwfig.stored[0]),
+              cl_cw_gbps(cl_cw_median_from(cwfig.stored, 1, cwfig.nsnap)), 0.8, ref, raw_put,
+              0.8);
+    cl_cw_row(rep, "snapshot PROTECTED, GB/s", 0, cl_cw_gbps(cwfig.prot[0]),
+              cl_cw_gbps(cl_cw_median_from(cwfig.prot, 1, cwfig.nsnap)), 0.8,
+              "memcpy x k/(k+m)", bound, 0.8);
+    cl_cw_row(rep, "trainer stall, ms", 1, cwfig.stall[0] * 1e3,
+              cl_cw_median_from(cwfig.stall, 1, cwfig.nsnap) * 1e3, NAN,
+              "one memcpy of a writer's bytes", memcpy_ms, 1.5);
+    if (cwfig.nsnap > 1) {
+        /* the warm stall against the same reference */
+        say("%-46s %8s %8.2f %6s %6s  %-32s %8.2f %6.2f <= 1.5 %s\n", "trainer stall, warm, ms",
+            "", cl_cw_median_from(cwfig.stall, 1, cwfig.nsnap) * 1e3, "", "",
+            "one memcpy of a writer's bytes", memcpy_ms,
+            cl_cw_median_from(cwfig.stall, 1, cwfig.nsnap) * 1e3 / memcpy_ms,
+            cl_cw_median_from(cwfig.stall, 1, cwfig.nsnap) * 1e3 / memcpy_ms <= 1.5
+                ? "met"
+                : "MISSED");
+    }
+    snprintf(ref, sizeof(ref), "raw UCX get (%s)", isfinite(raw_get) ? get_what : "-");
+    if (cwfig.nrestore > 0) {
+        double warm = cl_cw_median_from(cwfig.restore, 1, cwfig.nrestore);
+        cl_cw_row(rep, "restore, first by the writer, GB/s", 0,
+                  cl_cw_gbps(cwfig.restore[0]), cl_cw_gbps(warm), 0.8, ref, raw_get, 0.8);
+        cl_cw_row(rep, "restore by a fresh client (replacement), GB/s", 0, cl_cw_gbps(fresh),
+                  cl_cw_gbps(warm), 0.8, ref, raw_get, 0.8);
+    }
+    if (cwfig.nfresh_alloc > 0 && cwfig.ntouch > 0) {
+        double a = cl_cw_median_from(cwfig.fresh_alloc_ms_gib, 0, cwfig.nfresh_alloc);
+        double t = cl_cw_median_from(cwfig.touch_ms_gib, 0, cwfig.ntouch);
+        snprintf(ref, sizeof(ref), "first touch, 4 KiB pages");
+        say("%-46s %8.0f %8s %6s %6s  %-32s %8.0f %6.2f <= 1.0 %s\n",
+            "cks_mem_alloc() of a fresh client, ms/GiB", a, "", "", "", ref, t, a / t,
+            a / t <= 1.0 ? "met" : "MISSED");
+        bench_rec_t *r = bench_report_add(rep);
+        if (r != NULL) {
+            cl_rec_common(r, "cold_warm");
+            bench_rec_str(r, "phase", "cks_mem_alloc() of a fresh client, ms/GiB");
+            bench_rec_str(r, "unit", "ms/GiB");
+            bench_rec_f64(r, "cold", a);
+            bench_rec_str(r, "ref", ref);
+            bench_rec_f64(r, "ref_value", t);
+            bench_rec_f64(r, "ref_ratio", a / t);
+            bench_rec_f64(r, "ref_target", 1.0);
+            bench_rec_u64(r, "servers", cl.nmap);
+        }
+    }
+}
+
+/* The chart: each phase cold and warm side by side, the references grey. */
+static void cl_cw_plot(void)
+{
+    bench_bar_t b[16];
+    unsigned n = 0;
+    char what[40], title[200];
+    double warm_restore = cwfig.nrestore > 1
+                              ? cl_cw_median_from(cwfig.restore, 1, cwfig.nrestore)
+                              : NAN;
+#define CW_BAR(lbl, val, grp)                                          \
+    do {                                                               \
+        if (isfinite(val) && n < 16) {                                 \
+            snprintf(b[n].label, sizeof(b[n].label), "%s", lbl);       \
+            b[n].value = (val);                                        \
+            b[n].group = (grp);                                        \
+            n++;                                                       \
+        }                                                              \
+    } while (0)
+    if (cwfig.nsnap == 0) {
+        return;
+    }
+    CW_BAR("STORED, first after start", cl_cw_gbps(cwfig.stored[0]), 2);
+    CW_BAR("STORED, steady", cl_cw_gbps(cl_cw_median_from(cwfig.stored, 1, cwfig.nsnap)),
+           0);
+    CW_BAR("raw UCX put", cl_raw_best(BENCH_DIR_PUT, what, sizeof(what)), 1);
+    CW_BAR("PROTECTED, first after start", cl_cw_gbps(cwfig.prot[0]), 2);
+    CW_BAR("PROTECTED, steady", cl_cw_gbps(cl_cw_median_from(cwfig.prot, 1, cwfig.nsnap)),
+           0);
+    CW_BAR("restore, fresh client",
+           cwfig.nfresh > 0 ? cl_cw_gbps(cl_cw_median_from(cwfig.fresh_s, 0, cwfig.nfresh))
+                            : NAN,
+           2);
+    CW_BAR("restore, warm client", cl_cw_gbps(warm_restore), 0);
+    CW_BAR("raw UCX get", cl_raw_best(BENCH_DIR_GET, what, sizeof(what)), 1);
+#undef CW_BAR
+    snprintf(title, sizeof(title),
+             "ckstore cold (orange: first after start, fresh client) and warm (blue), "
+             "%u servers, RS(%u,%u)",
+             cl.nmap, opts.k, opts.m);
+    bench_plot_bars(opts.plot, "ckstore_cold_vs_warm", title, "GB/s (10^9 B/s of object bytes)",
+                    b, n, opts.timeout_s);
+}
+
 /* ---- options
  * ------------------------------------------------------------------------------------ */
 
@@ -4421,6 +4689,7 @@ int cks_bench_cluster_main(int argc, char **argv)
     cl_rec_raw_best(&rep);
     if (!opts.pec_only) {
         cl_print_main(&rep);
+        cl_cw_print(&rep); /* cold and warm, per phase */
         cl_print_figures(&rep);
         cl_print_peers(&rep);
     }
@@ -4432,6 +4701,7 @@ int cks_bench_cluster_main(int argc, char **argv)
     }
     if (opts.plot != NULL && !opts.pec_only) {
         cl_plot_bars();
+        cl_cw_plot(); /* cold and warm, per phase */
     }
     say("load average: %.2f at the start, %.2f at the end\n", load_start, load_end);
 
