@@ -273,6 +273,34 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         cks_cl_dispatch(c, op);
         return;
     }
+    if (op->target == CKS_TARGET_GROUP && cks_cl_retryable(op->status) &&
+        ++op->tries < op->ngroup && !c->stop) {
+        /* the primary is unreachable: the next member of the group stores
+         * the object (it keeps its own chunk, and the primary's is missing
+         * until repaired) */
+        cks_log(op->tries == 1 ? CKS_LOG_WARN : CKS_LOG_INFO,
+                "put of '%.*s': server %s:%u %s; trying the group's next member",
+                (int)op->body.m_PUT.key.len, op->body.m_PUT.key.ptr, c->srv[op->srv].addr,
+                c->srv[op->srv].port, cks_status_string(op->status));
+        op->srv     = op->group[op->tries];
+        op->status  = CKS_OK;
+        op->replied = 0;
+        cks_cl_dispatch(c, op);
+        return;
+    }
+    if (op->target == CKS_TARGET_GROUP && op->tries > 0 && cks_cl_retryable(op->status)) {
+        /* more than m members of the object's group are unreachable */
+        char text[CKS_MSG_MAX_LEN];
+        int n = snprintf(text, sizeof(text), "put of '%.*s': %zu members of its group "
+                         "unreachable (more than the m = %u it can lose):",
+                         (int)op->body.m_PUT.key.len, op->body.m_PUT.key.ptr, op->tries,
+                         op->body.m_PUT.m);
+        for (size_t i = 0; i < op->tries && n > 0 && (size_t)n < sizeof(text); i++) {
+            const cks_cl_srv_t *g = &c->srv[op->group[i]];
+            n += snprintf(text + n, sizeof(text) - (size_t)n, " %s:%u", g->addr, g->port);
+        }
+        cks_cl_set_error(c, op->status, text, strnlen(text, sizeof(text)));
+    }
     if (op->target == CKS_TARGET_ANY && op->notfound != CKS_OK &&
         cks_cl_retryable(op->status)) {
         op->status = op->notfound; /* the best answer any server gave */
@@ -714,6 +742,8 @@ void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t
     info->ec_k       = e->k;
     info->ec_m       = e->m;
     info->chunk_size = e->chunk_size;
+    info->redundancy = e->redundancy;
+    info->missing    = e->missing;
 }
 
 static void cks_cl_object_info(cks_object_info_t *info, const cks_msg_object_entry_t *e)
@@ -1973,6 +2003,11 @@ cks_status_t cks_put_nb(cks_client_h c, const cks_put_params_t *p, cks_done_cb_t
             return status;
         }
         op->srv = group[0]; /* the primary: first member of stripe 0's group */
+        /* while it is unreachable, the next members (up to m of them: with
+         * more down, no stripe of the object could be stored) */
+        op->target = CKS_TARGET_GROUP;
+        op->ngroup = c->m + 1 < c->k + c->m ? c->m + 1 : c->k + c->m;
+        memcpy(op->group, group, sizeof(op->group));
     }
     /* device memory (stage.c): direct to UCX, or staged through host slices */
     if (p->field_mask & (CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED)) {

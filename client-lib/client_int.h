@@ -37,6 +37,8 @@ typedef enum {
 typedef enum {
     CKS_TARGET_FIXED = 0, /* op->srv only */
     CKS_TARGET_ANY   = 1, /* op->srv first, then every other server in turn */
+    CKS_TARGET_GROUP = 2, /* a put: the placement group's members in order, while
+                             the one asked is unreachable (at most m + 1 of them) */
 } cks_target_t;
 
 typedef struct {
@@ -55,7 +57,9 @@ struct cks_op {
     uint64_t deadline_ns;
     size_t srv;             /* target server position */
     cks_target_t target;
-    size_t tries;           /* servers tried (CKS_TARGET_ANY) */
+    size_t tries;           /* servers tried (CKS_TARGET_ANY, CKS_TARGET_GROUP) */
+    uint16_t group[CKS_PLACE_WIDTH_MAX]; /* CKS_TARGET_GROUP: stripe 0's members */
+    unsigned ngroup;        /* how many of them may act as the primary */
     int coord_first;        /* op->srv was first set to the version's coordinator */
     cks_status_t notfound;  /* a "no such ..." from a server that may have missed
                                a manifest (CKS_TARGET_ANY, not the first asked) */

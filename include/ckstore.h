@@ -220,6 +220,12 @@ typedef struct {
     uint64_t bytes;
     uint32_t ec_k, ec_m;  /**< Reed-Solomon geometry; 0, 0 on a standalone server */
     uint64_t chunk_size;
+    uint32_t redundancy;  /**< cluster: how many servers of any stripe's group the
+                               version can lose and still restore: ec_m when
+                               PROTECTED, less when DEGRADED (written while
+                               servers were unreachable; repair restores it) */
+    uint64_t missing;     /**< cluster: chunks not stored when it committed
+                               (0 when PROTECTED) */
 } cks_version_info_t;
 
 /** One version's record. */

@@ -67,6 +67,10 @@ typedef struct {
     uint64_t bytes;      /**< their total size (kept by the caller) */
     uint32_t ec_k, ec_m; /**< Reed-Solomon geometry; 0, 0 on a standalone server */
     uint64_t chunk_size; /**< bytes per chunk (cluster) */
+    uint32_t redundancy; /**< cluster: servers of any stripe's group it can still
+                              lose (ec_m when PROTECTED, less when DEGRADED) */
+    uint64_t missing;    /**< cluster: chunks not stored when it committed
+                              (DEGRADED until repair rebuilds them) */
 } cks_md_version_t;
 
 /** One object of one version. */

@@ -65,8 +65,9 @@
 /* Record formats: [fmt, version, parent, state, nranks, created_ns, sealed_ns,
  * nobjects, bytes] and [fmt, kind, layer, expert, rank, size, crc64,
  * arena_offset, arena_len]. Fields are only ever appended, with a new fmt. */
-#define MD_VREC_FMT     2 /* 1 lacked ec_k, ec_m, chunk_size; still read */
-#define MD_VREC_NFIELDS 12
+#define MD_VREC_FMT     3 /* 1 lacked ec_k, ec_m, chunk_size; 2 redundancy, missing;
+                             both still read */
+#define MD_VREC_NFIELDS 14
 #define MD_CREC_FMT     1 /* chunks: [fmt, len, crc64, arena_offset, arena_len] */
 #define MD_CREC_NFIELDS 5
 #define MD_DB_CHUNKS    "chunks"
@@ -266,6 +267,8 @@ static cks_status_t md_version_encode(const cks_md_version_t *v, md_wbuf_t *w)
     rc |= msgpack_pack_uint32(&pk, v->ec_k);
     rc |= msgpack_pack_uint32(&pk, v->ec_m);
     rc |= msgpack_pack_uint64(&pk, v->chunk_size);
+    rc |= msgpack_pack_uint32(&pk, v->redundancy);
+    rc |= msgpack_pack_uint64(&pk, v->missing);
     if (rc != 0) {
         cks_error("metadata: msgpack packing of a version record failed");
         return CKS_ERR_INTERNAL;
@@ -465,11 +468,13 @@ static cks_status_t md_version_decode(const char *job, size_t job_len,
     cks_md_version_t v;
     uint64_t state, nranks;
 
-    uint64_t n = 0, fmt = 0, k = 0, m = 0;
+    uint64_t n = 0, fmt = 0, k = 0, m = 0, red = 0;
     memset(&v, 0, sizeof(v));
-    /* format 1 (9 fields) or 2 (12 fields: + ec_k, ec_m, chunk_size) */
+    /* format 1 (9 fields), 2 (12 fields: + ec_k, ec_m, chunk_size) or 3 (14
+     * fields: + redundancy, missing) */
     if ((md_rd_array(&r, &n) != 0) || (md_rd_u64(&r, UINT32_MAX, &fmt) != 0) ||
-        !((fmt == 1 && n == 9) || (fmt == MD_VREC_FMT && n == MD_VREC_NFIELDS))) {
+        !((fmt == 1 && n == 9) || (fmt == 2 && n == 12) ||
+          (fmt == MD_VREC_FMT && n == MD_VREC_NFIELDS))) {
         md_rd_fail(&r, "unknown record format or field count");
         goto corrupt;
     }
@@ -481,13 +486,17 @@ static cks_status_t md_version_decode(const char *job, size_t job_len,
         (md_rd_u64(&r, UINT64_MAX, &v.sealed_ns) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &v.nobjects) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &v.bytes) != 0) ||
-        (fmt == MD_VREC_FMT &&
+        (fmt >= 2 &&
          ((md_rd_u64(&r, 16, &k) != 0) || (md_rd_u64(&r, 4, &m) != 0) ||
-          (md_rd_u64(&r, UINT64_MAX, &v.chunk_size) != 0)))) {
+          (md_rd_u64(&r, UINT64_MAX, &v.chunk_size) != 0))) ||
+        (fmt >= 3 &&
+         ((md_rd_u64(&r, 4, &red) != 0) || (md_rd_u64(&r, UINT64_MAX, &v.missing) != 0)))) {
         goto corrupt;
     }
     v.ec_k = (uint32_t)k;
     v.ec_m = (uint32_t)m;
+    /* records before format 3 were written whole: full redundancy */
+    v.redundancy = fmt >= 3 ? (uint32_t)red : (uint32_t)m;
     if (r.p != r.end) {
         md_rd_fail(&r, "trailing bytes");
         goto corrupt;

@@ -30,6 +30,15 @@
 #include <string.h>
 
 #define CKS_SV_CALL_TIMEOUT_MS 30000
+/* How long a primary waits for a member to take a chunk before it counts
+ * the chunk as missing (the object is then stored DEGRADED when no stripe
+ * misses more than m chunks), and a coordinator for a member to take a
+ * manifest or a drop. */
+#define CKS_SV_MEMBER_TIMEOUT_MS 10000
+/* A member that failed a chunk put is skipped (its chunks counted missing
+ * at once) for this long, so that one dead server does not cost every
+ * object of a checkpoint a timeout. */
+#define CKS_SV_PEER_DOWN_NS (5ull * 1000000000ull)
 #define CKS_SV_SEAL_TIMEOUT_NS (60ull * 1000000000ull)
 #define CKS_SV_CHUNK_MAX       (64u << 20)
 
@@ -87,6 +96,13 @@ int cks_sv_cluster_conn_err(cks_server_h s, cks_tp_conn_h conn)
     return 1;
 }
 
+/* Did this member fail a chunk put a moment ago? */
+static int cks_sv_peer_down(cks_server_h s, size_t pos)
+{
+    uint64_t t = s->peers[pos].down_ns;
+    return t != 0 && cks_time_ns() - t < CKS_SV_PEER_DOWN_NS;
+}
+
 static size_t cks_sv_coordinator(cks_server_h s, const char *job, size_t job_len,
                                  uint64_t version)
 {
@@ -141,6 +157,10 @@ typedef struct {
     char why[CKS_MSG_MAX_LEN];
     cks_md_chunk_t *local;      /* chunks that stay on this server */
     size_t nlocal;
+    uint8_t *missing;           /* per stripe: chunks no member took */
+    uint32_t nmissing;
+    uint16_t down[CKS_PLACE_WIDTH_MAX]; /* positions of the members that failed */
+    unsigned ndown;
     cks_tp_conn_h conn;         /* the client, until STORED */
     uint64_t req_id;
 } cks_cput_t;
@@ -150,6 +170,7 @@ static void cks_cput_free(cks_cput_t *p)
     cks_sv_version_t *v = p->v;
     free(p->enc.crcs);
     free(p->local);
+    free(p->missing);
     if (p->status != CKS_OK) {
         cks_hmap_del(v->keys, p->key, p->e.key.len); /* the key may be written again */
     }
@@ -185,6 +206,14 @@ static void cks_cput_report(cks_cput_t *p)
     m.k       = p->k;
     m.m       = p->m;
     m.chunk_size = p->chunk;
+    m.missing    = p->nmissing;
+    m.why        = (cks_wire_str_t){p->why, p->status != CKS_OK ? strlen(p->why) : 0};
+    m.redundancy = p->m;
+    for (uint64_t st = 0; p->missing != NULL && st < p->stripes; st++) {
+        if (p->m - p->missing[st] < m.redundancy) {
+            m.redundancy = p->m - p->missing[st];
+        }
+    }
     coord     = cks_sv_coordinator(s, p->v->job, p->v->job_len, p->v->version);
     if (coord == s->self) {
         cks_status_t st;
@@ -228,11 +257,54 @@ static void cks_cput_chunks_recorded(cks_server_h s, cks_mdq_job_t *j)
     cks_cput_report(p);
 }
 
+/* A member did not take a chunk: count it missing, and remember the member. */
+static void cks_cput_missing(cks_cput_t *p, uint64_t stripe, uint16_t pos)
+{
+    unsigned i;
+    p->missing[stripe]++;
+    p->nmissing++;
+    for (i = 0; i < p->ndown && p->down[i] != pos; i++) {
+    }
+    if (i == p->ndown && p->ndown < CKS_PLACE_WIDTH_MAX) {
+        p->down[p->ndown++] = pos;
+    }
+}
+
+/* A stripe that misses more than m chunks cannot be restored: the object
+ * fails, naming the members that did not take their chunks. */
+static void cks_cput_check_missing(cks_cput_t *p)
+{
+    char names[CKS_MSG_MAX_LEN / 2];
+    size_t off = 0;
+
+    for (uint64_t st = 0; p->status == CKS_OK && st < p->stripes; st++) {
+        if (p->missing[st] <= p->m) {
+            continue;
+        }
+        names[0] = '\0';
+        for (unsigned i = 0; i < p->ndown && off < sizeof(names); i++) {
+            const cks_cluster_server_t *cs = cks_cluster_server(p->s->map, p->down[i]);
+            int n = snprintf(names + off, sizeof(names) - off, "%s%u (%s:%u)", i ? ", " : "",
+                             cs->id, cs->addr, cs->port);
+            off += n > 0 ? (size_t)n : 0;
+        }
+        cks_cput_fail(p, CKS_ERR_UNREACHABLE,
+                      "servers unreachable: %s; stripe %llu of '%s' would miss %u of its %u "
+                      "chunks, more than RS(%u,%u) survives",
+                      names, (unsigned long long)st, p->key, p->missing[st], p->k + p->m,
+                      p->k, p->m);
+    }
+}
+
 /* Every member answered: record the chunks kept here, then report. */
 static void cks_cput_settle(cks_cput_t *p)
 {
     cks_server_h s = p->s;
     cks_mdq_job_t *j;
+
+    if (p->missing != NULL) {
+        cks_cput_check_missing(p);
+    }
 
     if (p->status != CKS_OK || p->nlocal == 0) {
         for (size_t i = 0; p->status != CKS_OK && i < p->nlocal; i++) {
@@ -266,6 +338,7 @@ typedef struct {
     uint64_t off; /* the slice that was sent */
     uint64_t stripe;
     unsigned idx;
+    uint16_t pos; /* the member */
 } cks_cput_ack_t;
 
 static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
@@ -273,9 +346,25 @@ static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
     cks_cput_ack_t *a = arg;
     cks_cput_t *p     = a->p;
     cks_arena_free(p->s->arena, a->off, p->chunk); /* UCX is done with it */
-    if (status != CKS_OK) {
+    if (status == CKS_ERR_UNREACHABLE || status == CKS_ERR_TIMEOUT ||
+        status == CKS_ERR_CONN_LOST || status == CKS_ERR_SHUTTING_DOWN ||
+        status == CKS_ERR_CANCELED) {
+        /* the member is gone or does not answer: the chunk is missing, and
+         * the object is stored DEGRADED if its stripes survive that */
+        if (p->s->peers[a->pos].down_ns == 0 ||
+            !cks_sv_peer_down(p->s, a->pos)) {
+            const cks_cluster_server_t *cs = cks_cluster_server(p->s->map, a->pos);
+            cks_warn("server %u (%s:%u) did not take chunk %u of stripe %llu of '%s': %s %s; "
+                     "writing without it", cs->id, cs->addr, cs->port, a->idx,
+                     (unsigned long long)a->stripe, p->key, cks_status_string(status), msg);
+        }
+        p->s->peers[a->pos].down_ns = cks_time_ns();
+        cks_cput_missing(p, a->stripe, a->pos);
+    } else if (status != CKS_OK) {
         cks_cput_fail(p, status, "chunk %u of stripe %llu: %s %s", a->idx,
                       (unsigned long long)a->stripe, cks_status_string(status), msg);
+    } else {
+        p->s->peers[a->pos].down_ns = 0;
     }
     free(a);
     if (--p->acks == 0) {
@@ -297,8 +386,9 @@ static void cks_cput_spread(cks_cput_t *p)
         cks_cput_settle(p);
         return;
     }
-    p->local = calloc(p->stripes * width, sizeof(*p->local));
-    if (p->local == NULL) {
+    p->local   = calloc(p->stripes * width, sizeof(*p->local));
+    p->missing = calloc(p->stripes ? p->stripes : 1, 1);
+    if (p->local == NULL || p->missing == NULL) {
         cks_cput_fail(p, CKS_ERR_NO_MEMORY, "server out of memory");
         cks_arena_free(s->arena, p->off, p->len);
         cks_cput_settle(p);
@@ -323,16 +413,32 @@ static void cks_cput_spread(cks_cput_t *p)
                 c->arena_len      = p->chunk;
                 continue;
             }
-            cks_tp_conn_h conn = status == CKS_OK ? cks_sv_peer(s, group[i]) : NULL;
-            cks_cput_ack_t *a  = malloc(sizeof(*a));
-            if (conn == NULL || a == NULL) {
-                free(a);
-                cks_cput_fail(p, CKS_ERR_UNREACHABLE, "member of stripe %llu unreachable",
+            if (status != CKS_OK) {
+                cks_cput_fail(p, status, "no placement for stripe %llu",
                               (unsigned long long)st);
                 cks_arena_free(s->arena, p->off + rel, p->chunk);
                 continue;
             }
-            *a = (cks_cput_ack_t){p, p->off + rel, st, i};
+            if (cks_sv_peer_down(s, group[i])) {
+                /* failed a moment ago: do not wait on it again */
+                cks_cput_missing(p, st, group[i]);
+                cks_arena_free(s->arena, p->off + rel, p->chunk);
+                continue;
+            }
+            cks_tp_conn_h conn = cks_sv_peer(s, group[i]);
+            cks_cput_ack_t *a  = malloc(sizeof(*a));
+            if (conn == NULL || a == NULL) {
+                free(a);
+                if (conn == NULL) {
+                    s->peers[group[i]].down_ns = cks_time_ns();
+                    cks_cput_missing(p, st, group[i]);
+                } else {
+                    cks_cput_fail(p, CKS_ERR_NO_MEMORY, "server out of memory");
+                }
+                cks_arena_free(s->arena, p->off + rel, p->chunk);
+                continue;
+            }
+            *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i]};
             cks_msg_chunk_put_t m = {
                 .job     = {p->v->job, p->v->job_len},
                 .version = p->v->version,
@@ -344,7 +450,7 @@ static void cks_cput_spread(cks_cput_t *p)
             p->acks++;
             if (cks_fault_fire("chunk_send") ||
                 cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
-                            p->chunk, s->arena_mem, CKS_SV_CALL_TIMEOUT_MS, cks_cput_acked,
+                            p->chunk, s->arena_mem, CKS_SV_MEMBER_TIMEOUT_MS, cks_cput_acked,
                             a) != CKS_INPROGRESS) {
                 cks_cput_acked(a, CKS_ERR_UNREACHABLE, "send failed");
             }
@@ -941,8 +1047,13 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
     if (m->status != CKS_OK) {
         if (v->failed == CKS_OK) {
             v->failed = m->status < 0 ? m->status : CKS_ERR_INTERNAL;
-            snprintf(v->why, sizeof(v->why), "object '%.*s' could not be protected (%s)",
-                     (int)m->o.key.len, m->o.key.ptr, cks_status_string(v->failed));
+            if (m->why.len > 0) {
+                snprintf(v->why, sizeof(v->why), "an object could not be stored: %.*s",
+                         (int)m->why.len, m->why.ptr);
+            } else {
+                snprintf(v->why, sizeof(v->why), "object '%.*s' could not be protected (%s)",
+                         (int)m->o.key.len, m->o.key.ptr, cks_status_string(v->failed));
+            }
         }
         *status_p = CKS_OK;
         cks_sv_cv_check(s, v);
@@ -979,6 +1090,21 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
         cks_sv_cv_check(s, v);
         return;
     }
+    uintptr_t seen = v->reported ? (uintptr_t)cks_hmap_get(v->reported, m->o.key.ptr,
+                                                            m->o.key.len)
+                                 : 0;
+    if (seen != 0 && v->objs[seen - 1].size == m->o.size &&
+        v->objs[seen - 1].crc64 == m->o.crc64) {
+        /* the same object again: its put was retried on the next member of
+         * its group while the first primary did not answer, and both stored
+         * it (the same chunks, in the same places) */
+        *status_p = CKS_OK;
+        return;
+    }
+    if (v->reported == NULL && cks_hmap_create(&v->reported) != CKS_OK) {
+        *status_p = CKS_ERR_NO_MEMORY;
+        return;
+    }
     if (v->nobjs == v->capobjs) {
         size_t cap = v->capobjs * 2;
         void *p    = realloc(v->objs, cap * sizeof(*v->objs));
@@ -988,6 +1114,11 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
         }
         v->objs    = p;
         v->capobjs = cap;
+    }
+    if (seen == 0 && cks_hmap_put(v->reported, m->o.key.ptr, m->o.key.len,
+                                  (void *)(uintptr_t)(v->nobjs + 1)) != CKS_OK) {
+        *status_p = CKS_ERR_NO_MEMORY;
+        return;
     }
     o = &v->objs[v->nobjs++];
     memset(o, 0, sizeof(*o));
@@ -1000,6 +1131,13 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
     o->size           = m->o.size;
     o->crc64          = m->o.crc64;
     o->source_version = m->version;
+    if (m->missing > 0) {
+        /* stored without some chunks (members unreachable): DEGRADED */
+        v->rec.missing += m->missing;
+        if (m->redundancy < v->rec.redundancy) {
+            v->rec.redundancy = m->redundancy;
+        }
+    }
     v->nobjects++;
     v->bytes += m->o.size;
     v->digest ^= cks_sv_object_digest(o->key, o->key_len, o->size);
@@ -1176,6 +1314,9 @@ static void cks_bcast_done(void *arg, cks_status_t status, const char *msg)
                  cs->id, cs->addr, cs->port, b->drop ? "drop" : "manifest",
                  (unsigned long long)b->v->version, b->v->job, cks_status_string(status),
                  msg);
+        if (status == CKS_ERR_TIMEOUT || status == CKS_ERR_CONN_LOST) {
+            b->s->peers[b->pos].down_ns = cks_time_ns();
+        }
     } else if (!b->drop && b->next < b->v->nobjs) {
         cks_bcast_send(b); /* the next page */
         return;
@@ -1192,13 +1333,15 @@ static void cks_bcast_send(cks_bcast_t *b)
 {
     cks_server_h s      = b->s;
     cks_sv_version_t *v = b->v;
-    cks_tp_conn_h conn  = cks_sv_peer(s, b->pos);
+    /* a member that just failed to take chunks is not waited for again: it
+     * misses this outcome, as a server that is down does */
+    cks_tp_conn_h conn  = cks_sv_peer_down(s, b->pos) ? NULL : cks_sv_peer(s, b->pos);
     cks_status_t status = conn ? CKS_OK : CKS_ERR_UNREACHABLE;
 
     if (status == CKS_OK && b->drop) {
         cks_msg_version_drop_t m = {{v->job, v->job_len}, v->version, b->drop_state};
         status = cks_tp_call(conn, CKS_MSG_VERSION_DROP, 0, &m, NULL, 0, NULL,
-                             CKS_SV_CALL_TIMEOUT_MS, cks_bcast_done, b);
+                             CKS_SV_MEMBER_TIMEOUT_MS, cks_bcast_done, b);
     } else if (status == CKS_OK) {
         cks_msg_version_commit_t m = {0};
         size_t off = 0, n = 0;
@@ -1217,12 +1360,13 @@ static void cks_bcast_send(cks_bcast_t *b)
         m.v   = (cks_msg_version_entry_t){v->version,     v->rec.parent,   v->rec.state,
                                           v->rec.nranks,  v->rec.created_ns, v->rec.sealed_ns,
                                           v->rec.nobjects, v->rec.bytes,   v->rec.ec_k,
-                                          v->rec.ec_m,    v->rec.chunk_size};
+                                          v->rec.ec_m,    v->rec.chunk_size,
+                                          v->rec.redundancy, v->rec.missing};
         m.last   = b->next >= v->nobjs;
         m.retain = v->retain;
         if (status == CKS_OK) {
             status = cks_tp_call(conn, CKS_MSG_VERSION_COMMIT, off ? CKS_WIRE_F_PAGE : 0, &m,
-                                 off ? b->page : NULL, off, NULL, CKS_SV_CALL_TIMEOUT_MS,
+                                 off ? b->page : NULL, off, NULL, CKS_SV_MEMBER_TIMEOUT_MS,
                                  cks_bcast_done, b);
         }
     }
@@ -1325,6 +1469,8 @@ static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
     v->ranks_done = NULL;
     cks_hmap_destroy(v->deleted);
     v->deleted = NULL;
+    cks_hmap_destroy(v->reported);
+    v->reported = NULL;
     v->pending--;
     if (v->redrop && v->failed != CKS_OK) {
         /* objects came in while the drop was sent: drop once more */
@@ -1376,9 +1522,11 @@ static void cks_sv_cv_recorded(cks_server_h s, cks_mdq_job_t *j)
         v->nobjs   = j->nobjs;
         v->capobjs = j->nobjs;
         j->objs    = NULL;
-        cks_info("version %llu of '%s' committed: %llu objects, %llu bytes, PROTECTED",
+        cks_info("version %llu of '%s' committed: %llu objects, %llu bytes, %s "
+                 "(survives %u more lost servers; %llu chunks missing)",
                  (unsigned long long)v->version, v->job, (unsigned long long)v->rec.nobjects,
-                 (unsigned long long)v->rec.bytes);
+                 (unsigned long long)v->rec.bytes, cks_vstate_string(v->rec.state),
+                 v->rec.redundancy, (unsigned long long)v->rec.missing);
     }
     free(j->objs);
     int drop    = j->type == CKS_MDQ_DROP;
@@ -1421,6 +1569,11 @@ static cks_status_t cks_sv_cv_manifest(cks_server_h s, cks_sv_version_t *v,
             if (status == CKS_OK && prec.state != CKS_VSTATE_PROTECTED &&
                 prec.state != CKS_VSTATE_SEALED && prec.state != CKS_VSTATE_DEGRADED) {
                 status = CKS_ERR_NOT_RESTORABLE;
+            }
+            if (status == CKS_OK && prec.ec_m == v->rec.ec_m &&
+                prec.redundancy < v->rec.redundancy) {
+                /* inherited objects are no better protected than the parent */
+                v->rec.redundancy = prec.redundancy;
             }
             while (status == CKS_OK && more) {
                 status = cks_md_object_list(txn, v->job, v->job_len, v->rec.parent,
@@ -1498,7 +1651,10 @@ static void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit)
             cks_sv_cv_finish(s, v, 0);
             return;
         }
-        j->rec.state     = CKS_VSTATE_PROTECTED;
+        j->rec.redundancy = v->rec.redundancy;
+        j->rec.state = j->rec.missing > 0 || j->rec.redundancy < j->rec.ec_m
+                           ? CKS_VSTATE_DEGRADED
+                           : CKS_VSTATE_PROTECTED;
         j->rec.sealed_ns = cks_sv_realtime_ns();
         j->rec.nobjects  = j->nobjs;
         j->rec.bytes     = 0;
@@ -1739,7 +1895,8 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     j->rec     = (cks_md_version_t){m->v.version,  m->v.parent,     (cks_vstate_t)m->v.state,
                                     m->v.nranks,   m->v.created_ns, m->v.sealed_ns,
                                     m->v.nobjects, m->v.bytes,      m->v.k,
-                                    m->v.m,        m->v.chunk_size};
+                                    m->v.m,        m->v.chunk_size,
+                                    m->v.redundancy, m->v.missing};
     j->retain         = m->last ? m->retain : 0;
     j->done           = cks_commit_recorded;
     j->ctx            = c;

@@ -110,6 +110,7 @@ static void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
     cks_hmap_del(s->versions, key, cks_sv_vkey(key, v->job, v->job_len, v->version));
     cks_hmap_destroy(v->keys);
     cks_hmap_destroy(v->deleted);
+    cks_hmap_destroy(v->reported);
     free(v->objs);
     free(v->ranks_done);
     free(v->waiters);
@@ -587,6 +588,7 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
     v->rec.ec_k       = m->k;
     v->rec.ec_m       = m->m;
     v->rec.chunk_size = m->chunk_size;
+    v->rec.redundancy = m->m; /* less if objects are stored DEGRADED */
     v->open           = 1;
     v->pending        = 0;
     if (s->map != NULL) { /* this server coordinates the version */
@@ -959,6 +961,8 @@ static void cks_sv_entry_from_rec(cks_msg_version_entry_t *e, const cks_md_versi
     e->k          = rec->ec_k;
     e->m          = rec->ec_m;
     e->chunk_size = rec->chunk_size;
+    e->redundancy = rec->redundancy;
+    e->missing    = rec->missing;
 }
 
 static void cks_sv_entry_from_obj(cks_msg_object_entry_t *e, const cks_md_object_t *o)
@@ -1774,6 +1778,7 @@ static void cks_sv_free_version(const void *key, size_t len, void *value, void *
     }
     cks_hmap_destroy(v->keys);
     cks_hmap_destroy(v->deleted);
+    cks_hmap_destroy(v->reported);
     free(v->objs);
     free(v->ranks_done);
     free(v->waiters);

@@ -68,6 +68,8 @@ struct cks_sv_version {
     cks_hmap_t *deleted;   /* keys of the parent removed in this version */
     int redrop;            /* an object came in while the version's drop was being
                               sent: send the drop once more when it ends */
+    cks_hmap_t *reported;  /* keys reported done -> index in objs + 1 (a put
+                              retried on another primary may be reported twice) */
 };
 
 /* A read whose bytes may still be taken from the arena (a chunk get, until
@@ -122,6 +124,7 @@ cks_enc_job_t *cks_enc_take_done(cks_enc_t *e);
 /* A server of the cluster as this server sees it (cluster.c). */
 typedef struct {
     cks_tp_conn_h conn; /* NULL until first needed, and after a failure */
+    uint64_t down_ns;   /* when it last failed to take a chunk; 0: it took the last */
 } cks_sv_peer_t;
 
 /* A drop a peer did not take (it was down): sent again until it does. */

@@ -111,8 +111,8 @@ static int cmd_versions(const char *job)
     uint64_t after = 0;
     size_t count;
     int more = 1, first = 1;
-    printf("%10s %10s %-9s %8s %14s %8s\n", "VERSION", "PARENT", "STATE", "OBJECTS", "BYTES",
-           "AGE");
+    printf("%10s %10s %-9s %-10s %8s %14s %8s\n", "VERSION", "PARENT", "STATE", "REDUNDANCY",
+           "OBJECTS", "BYTES", "AGE");
     while (more) {
         cks_status_t st = cks_version_list(cl, job, first ? NULL : &after, v, 64, &count,
                                            &more);
@@ -124,8 +124,14 @@ static int cmd_versions(const char *job)
             if (v[i].parent != CKS_NO_PARENT) {
                 snprintf(parent, sizeof(parent), "%" PRIu64, v[i].parent);
             }
-            printf("%10" PRIu64 " %10s %-9s %8" PRIu64 " %14" PRIu64 " ", v[i].version, parent,
-                   cks_vstate_string(v[i].state), v[i].nobjects, v[i].bytes);
+            char red[32] = "-";
+            if (v[i].ec_m > 0 && v[i].state != CKS_VSTATE_OPEN &&
+                v[i].state != CKS_VSTATE_ABORTED) {
+                /* servers of a group it can still lose, of the m it was made for */
+                snprintf(red, sizeof(red), "%u/%u", v[i].redundancy, v[i].ec_m);
+            }
+            printf("%10" PRIu64 " %10s %-9s %-10s %8" PRIu64 " %14" PRIu64 " ", v[i].version,
+                   parent, cks_vstate_string(v[i].state), red, v[i].nobjects, v[i].bytes);
             print_age(v[i].created_ns);
             printf("\n");
         }
@@ -216,8 +222,13 @@ static int cmd_stat(const char *job, const char *ver, const char *key)
     }
     cks_restore_info(r, &vi);
     if (key == NULL) {
-        printf("job %s version %" PRIu64 " state %s objects %" PRIu64 " bytes %" PRIu64 "\n",
+        printf("job %s version %" PRIu64 " state %s objects %" PRIu64 " bytes %" PRIu64,
                job, vi.version, cks_vstate_string(vi.state), vi.nobjects, vi.bytes);
+        if (vi.ec_m > 0) {
+            printf(" redundancy %u/%u missing-chunks %" PRIu64, vi.redundancy, vi.ec_m,
+                   vi.missing);
+        }
+        printf("\n");
     } else {
         cks_object_info_t o;
         cks_status_t st = cks_object_stat(r, key, &o);

@@ -174,6 +174,8 @@ typedef struct {
     uint64_t bytes;
     uint32_t k, m;
     uint64_t chunk_size;
+    uint32_t redundancy; /* servers of any stripe's group it can still lose */
+    uint64_t missing;    /* chunks not stored (DEGRADED until rebuilt) */
 } cks_msg_version_entry_t;
 
 typedef struct {
@@ -286,9 +288,11 @@ typedef struct {
     uint64_t length;    /* payload bytes that follow */
 } cks_msg_chunk_get_reply_t;
 
-/** Primary -> coordinator: an object of an open version is protected (or
+/** Primary -> coordinator: an object of an open version is stored (or
  *  could not be: status < 0), with the geometry it was written with (the
- *  coordinator refuses one that differs from the version's). */
+ *  coordinator refuses one that differs from the version's), how many of its
+ *  chunks could not be stored (members unreachable) and the fewest further
+ *  losses any of its stripes survives. */
 typedef struct {
     cks_wire_str_t job;
     uint64_t version;
@@ -296,6 +300,9 @@ typedef struct {
     cks_msg_object_entry_t o;
     uint32_t k, m;
     uint64_t chunk_size;
+    uint32_t missing;
+    uint32_t redundancy;
+    cks_wire_str_t why; /* status < 0: the reason (e.g. the servers unreachable) */
 } cks_msg_object_done_t;
 
 /** Coordinator -> every server: a page of a committed version's manifest

@@ -43,7 +43,7 @@ typedef struct {
     FD_U64(T, p version), FD_U64(T, p parent), FD_U32(T, p state), \
     FD_U32(T, p nranks), FD_U64(T, p created_ns), FD_U64(T, p sealed_ns), \
     FD_U64(T, p nobjects), FD_U64(T, p bytes), FD_U32(T, p k), FD_U32(T, p m), \
-    FD_U64(T, p chunk_size)
+    FD_U64(T, p chunk_size), FD_U32(T, p redundancy), FD_U64(T, p missing)
 #define FD_OBJECT_ENTRY(T, p) \
     FD_STR(T, p key, CKS_KEY_MAX_LEN), FD_U32(T, p kind), FD_I32(T, p layer), \
     FD_I32(T, p expert), FD_I32(T, p rank), FD_U64(T, p size), FD_U64(T, p crc64), \
@@ -147,7 +147,9 @@ static const cks_wire_field_t fd_object_done[] = {
     FD_STR(cks_msg_object_done_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_object_done_t, version), FD_I32(cks_msg_object_done_t, status),
     FD_OBJECT_ENTRY(cks_msg_object_done_t, o.), FD_U32(cks_msg_object_done_t, k),
-    FD_U32(cks_msg_object_done_t, m), FD_U64(cks_msg_object_done_t, chunk_size)};
+    FD_U32(cks_msg_object_done_t, m), FD_U64(cks_msg_object_done_t, chunk_size),
+    FD_U32(cks_msg_object_done_t, missing), FD_U32(cks_msg_object_done_t, redundancy),
+    FD_STR(cks_msg_object_done_t, why, CKS_MSG_MAX_LEN)};
 static const cks_wire_field_t fd_version_commit[] = {
     FD_STR(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
     FD_VERSION_ENTRY(cks_msg_version_commit_t, v.), FD_U32(cks_msg_version_commit_t, last),

@@ -1182,6 +1182,8 @@ Test(metadata, values_are_plain_msgpack)
     v.ec_k           = 4;
     v.ec_m       = 2;
     v.chunk_size = 1u << 20;
+    v.redundancy = 1;
+    v.missing    = 3;
     txn = txn_begin(md, 1);
     ST_OK(cks_md_version_put(txn, J("job"), &v, 0));
     ST_OK(cks_md_object_put(txn, J("job"), v.version, &o));
@@ -1195,8 +1197,8 @@ Test(metadata, values_are_plain_msgpack)
     cr_assert_eq(off, len);
     cr_assert_eq(u.data.type, MSGPACK_OBJECT_ARRAY);
     a = &u.data.via.array;
-    cr_assert_eq(a->size, 12);
-    cr_assert_eq(a->ptr[0].via.u64, 2); /* record format */
+    cr_assert_eq(a->size, 14);
+    cr_assert_eq(a->ptr[0].via.u64, 3); /* record format */
     cr_assert_eq(a->ptr[1].via.u64, v.version);
     cr_assert_eq(a->ptr[2].via.u64, v.parent);
     cr_assert_eq(a->ptr[3].via.u64, CKS_VSTATE_DEGRADED);
@@ -1204,6 +1206,8 @@ Test(metadata, values_are_plain_msgpack)
     cr_assert_eq(a->ptr[9].via.u64, 4);
     cr_assert_eq(a->ptr[10].via.u64, 2);
     cr_assert_eq(a->ptr[11].via.u64, 1u << 20);
+    cr_assert_eq(a->ptr[12].via.u64, 1);
+    cr_assert_eq(a->ptr[13].via.u64, 3);
     msgpack_unpacked_destroy(&u);
 
     len = raw_get("objects", k, okey(k, "job", v.version, "w"), buf, sizeof(buf));

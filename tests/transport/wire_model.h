@@ -36,7 +36,7 @@ typedef struct {
     unsigned nfields;
 } wm_msg_t;
 
-#define WM_MAX_FIELDS 16u
+#define WM_MAX_FIELDS 20u
 #define WM_NENTRIES   3u /* entry kinds: VERSION, OBJECT, JOB */
 
 #define WM_U32_(T, f)      {WM_U32, offsetof(T, f), 0, #f}
@@ -49,7 +49,7 @@ typedef struct {
     WM_U64_(T, p version), WM_U64_(T, p parent), WM_U32_(T, p state), \
     WM_U32_(T, p nranks), WM_U64_(T, p created_ns), WM_U64_(T, p sealed_ns), \
     WM_U64_(T, p nobjects), WM_U64_(T, p bytes), WM_U32_(T, p k), WM_U32_(T, p m), \
-    WM_U64_(T, p chunk_size)
+    WM_U64_(T, p chunk_size), WM_U32_(T, p redundancy), WM_U64_(T, p missing)
 #define WM_OENTRY_(T, p) \
     WM_STR_(T, p key, CKS_KEY_MAX_LEN), WM_U32_(T, p kind), WM_I32_(T, p layer), \
     WM_I32_(T, p expert), WM_I32_(T, p rank), WM_U64_(T, p size), \
@@ -162,7 +162,9 @@ static const wm_field_t wm_f_object_done[] = {
     WM_STR_(cks_msg_object_done_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_object_done_t, version), WM_I32_(cks_msg_object_done_t, status),
     WM_OENTRY_(cks_msg_object_done_t, o.), WM_U32_(cks_msg_object_done_t, k),
-    WM_U32_(cks_msg_object_done_t, m), WM_U64_(cks_msg_object_done_t, chunk_size)};
+    WM_U32_(cks_msg_object_done_t, m), WM_U64_(cks_msg_object_done_t, chunk_size),
+    WM_U32_(cks_msg_object_done_t, missing), WM_U32_(cks_msg_object_done_t, redundancy),
+    WM_STR_(cks_msg_object_done_t, why, CKS_MSG_MAX_LEN)};
 static const wm_field_t wm_f_version_commit[] = {
     WM_STR_(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
     WM_VENTRY_(cks_msg_version_commit_t, v.), WM_U32_(cks_msg_version_commit_t, last),
