@@ -2230,6 +2230,60 @@ static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned re
     return 0;
 }
 
+/* A snapshot with `down` servers killed: a version whose coordinator is up
+ * (from *version_io on, the next numbers are tried: one whose coordinator is
+ * down cannot begin), stored without the dead servers' chunks and committed
+ * DEGRADED. Prints STORED and committed bandwidth and the state. */
+static int cl_snapshot_down(const char *job, uint64_t *version_io, unsigned down, unsigned rep)
+{
+    cl_res_t res[CL_MAX_CLIENTS];
+    cl_cmd_t cmd;
+    cks_version_params_t vp;
+    cks_version_info_t vi;
+    cks_status_t st = CKS_ERR_UNREACHABLE;
+    uint64_t bytes, rmax;
+    double stored_s, prot_s;
+
+    for (unsigned t = 0; t < 16 && st != CKS_OK; t++, (*version_io)++) {
+        memset(&vp, 0, sizeof(vp));
+        vp.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT;
+        vp.job        = job;
+        vp.version    = *version_io;
+        vp.nranks     = opts.clients;
+        vp.timeout_s  = (uint32_t)(opts.timeout_s * 4);
+        st            = cks_version_begin(cl_client, &vp);
+        if (st != CKS_OK && st != CKS_ERR_UNREACHABLE && st != CKS_ERR_CONN_LOST &&
+            st != CKS_ERR_TIMEOUT) {
+            return cl_fail("begin a version with servers down", st);
+        }
+    }
+    if (st != CKS_OK) {
+        return cl_fail("begin a version with servers down", st);
+    }
+    (*version_io)--; /* the one begun */
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.op      = CL_CMD_SNAP;
+    cmd.version = *version_io;
+    snprintf(cmd.job, sizeof(cmd.job), "%s", job);
+    bench_progress("rep %u/%u: snapshot with %u down, version %llu", rep + 1, opts.reps, down,
+                   (unsigned long long)*version_io);
+    if (cl_workers_run(&cmd, res, opts.clients) != 0) {
+        cks_version_abort(cl_client, job, *version_io);
+        return -1;
+    }
+    cl_aggregate(res, opts.clients, &bytes, &stored_s, &prot_s, &rmax);
+    st = cks_version_stat(cl_client, job, *version_io, &vi);
+    if (st != CKS_OK) {
+        return cl_fail("stat of a version written with servers down", st);
+    }
+    say("  rep %u: snapshot with %u of %u servers down (version %llu): STORED %.2f GB/s, "
+        "committed %.2f GB/s, %s, redundancy %u/%u, %llu chunks missing\n",
+        rep + 1, down, cl.nsrv, (unsigned long long)*version_io,
+        (double)bytes / stored_s / BENCH_GB, (double)bytes / prot_s / BENCH_GB,
+        cks_vstate_string(vi.state), vi.redundancy, vi.ec_m, (unsigned long long)vi.missing);
+    return 0;
+}
+
 /* Arena bytes in use and the servers' resident memory, now. */
 static void cl_memory_now(void)
 {
@@ -2356,6 +2410,7 @@ static int cl_measure_main(void)
     for (unsigned rep = 0; rep < opts.reps; rep++) {
         uint64_t first = (uint64_t)rep * opts.versions + 1;
         uint64_t newest = first + opts.versions - 1;
+        uint64_t downv[CL_MAX_DOWN] = {0};
 
         if (cl_client_connect() != 0) {
             return -1;
@@ -2382,6 +2437,11 @@ static int cl_measure_main(void)
             if (cl_restore_phase(job, newest, d + 1, rep == 0, 1) != 0) {
                 return -1;
             }
+            /* and a checkpoint written with them down (DEGRADED) */
+            downv[d] = 1000000 + (uint64_t)rep * 1000 + d * 100;
+            if (cl_snapshot_down(job, &downv[d], d + 1, rep) != 0) {
+                return -1;
+            }
         }
         if (mainfig.ndown > 0) {
             double deadline = bench_now() + opts.timeout_s + 10;
@@ -2405,6 +2465,12 @@ static int cl_measure_main(void)
         }
         for (uint64_t v = first; v <= newest; v++) {
             cks_status_t st = cks_version_delete(cl_client, job, v);
+            if (st != CKS_OK) {
+                return cl_fail("delete", st);
+            }
+        }
+        for (unsigned d = 0; d < mainfig.ndown; d++) {
+            cks_status_t st = cks_version_delete(cl_client, job, downv[d]);
             if (st != CKS_OK) {
                 return cl_fail("delete", st);
             }
@@ -3893,7 +3959,8 @@ static void cl_usage(FILE *f)
         f,
         "Usage: ckstore-bench cluster [OPTIONS]\n"
         "Measure an erasure-coded ckstore cluster on this machine: snapshot (STORED,\n"
-        "PROTECTED), restore, degraded restore with servers killed, and full versus\n"
+        "PROTECTED), restore, degraded restore and snapshot (DEGRADED) with servers\n"
+        "killed, and full versus\n"
         "partial-expert checkpoints, against raw ISA-L, memcpy and raw UCX measured in\n"
         "the same run (see docs/BENCHMARKS_CLUSTER.md).\n"
         "\n"
