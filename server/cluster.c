@@ -351,14 +351,20 @@ static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
         status == CKS_ERR_CANCELED) {
         /* the member is gone or does not answer: the chunk is missing, and
          * the object is stored DEGRADED if its stripes survive that */
-        if (p->s->peers[a->pos].down_ns == 0 ||
-            !cks_sv_peer_down(p->s, a->pos)) {
+        uint64_t now = cks_time_ns();
+        if (now - p->s->peers[a->pos].warned_ns > 1000000000ull) { /* once a second */
+            p->s->peers[a->pos].warned_ns = now;
             const cks_cluster_server_t *cs = cks_cluster_server(p->s->map, a->pos);
             cks_warn("server %u (%s:%u) did not take chunk %u of stripe %llu of '%s': %s %s; "
                      "writing without it", cs->id, cs->addr, cs->port, a->idx,
                      (unsigned long long)a->stripe, p->key, cks_status_string(status), msg);
         }
-        p->s->peers[a->pos].down_ns = cks_time_ns();
+        if (status == CKS_ERR_TIMEOUT) {
+            /* waiting on it is what costs: later chunks skip it for a while
+             * (a refused or lost connection fails at once, and a restarted
+             * server is used again at once) */
+            p->s->peers[a->pos].down_ns = cks_time_ns();
+        }
         cks_cput_missing(p, a->stripe, a->pos);
     } else if (status != CKS_OK) {
         cks_cput_fail(p, status, "chunk %u of stripe %llu: %s %s", a->idx,
@@ -430,7 +436,6 @@ static void cks_cput_spread(cks_cput_t *p)
             if (conn == NULL || a == NULL) {
                 free(a);
                 if (conn == NULL) {
-                    s->peers[group[i]].down_ns = cks_time_ns();
                     cks_cput_missing(p, st, group[i]);
                 } else {
                     cks_cput_fail(p, CKS_ERR_NO_MEMORY, "server out of memory");
@@ -448,8 +453,15 @@ static void cks_cput_spread(cks_cput_t *p)
                 .crc64   = crc,
             };
             p->acks++;
-            if (cks_fault_fire("chunk_send") ||
-                cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
+            if (cks_fault_fire("chunk_send")) {
+                /* the send is lost: the chunk is missing, the member is not down */
+                free(a);
+                p->acks--;
+                cks_cput_missing(p, st, group[i]);
+                cks_arena_free(s->arena, p->off + rel, p->chunk);
+                continue;
+            }
+            if (cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
                             p->chunk, s->arena_mem, CKS_SV_MEMBER_TIMEOUT_MS, cks_cput_acked,
                             a) != CKS_INPROGRESS) {
                 cks_cput_acked(a, CKS_ERR_UNREACHABLE, "send failed");
@@ -1314,7 +1326,7 @@ static void cks_bcast_done(void *arg, cks_status_t status, const char *msg)
                  cs->id, cs->addr, cs->port, b->drop ? "drop" : "manifest",
                  (unsigned long long)b->v->version, b->v->job, cks_status_string(status),
                  msg);
-        if (status == CKS_ERR_TIMEOUT || status == CKS_ERR_CONN_LOST) {
+        if (status == CKS_ERR_TIMEOUT) {
             b->s->peers[b->pos].down_ns = cks_time_ns();
         }
     } else if (!b->drop && b->next < b->v->nobjs) {

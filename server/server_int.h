@@ -124,7 +124,8 @@ cks_enc_job_t *cks_enc_take_done(cks_enc_t *e);
 /* A server of the cluster as this server sees it (cluster.c). */
 typedef struct {
     cks_tp_conn_h conn; /* NULL until first needed, and after a failure */
-    uint64_t down_ns;   /* when it last failed to take a chunk; 0: it took the last */
+    uint64_t down_ns;   /* when a chunk put to it last timed out; 0: it took the last */
+    uint64_t warned_ns; /* when its last "did not take chunk" warning was logged */
 } cks_sv_peer_t;
 
 /* A drop a peer did not take (it was down): sent again until it does. */

@@ -9,8 +9,11 @@
  * while up to two servers are killed and restarted at random moments, for a
  * fixed number of rounds (a time bound that is hit fails the test). What
  * must hold: the faults fire (their log lines are counted); a write either
- * commits or fails with a clear error; a version that commits restores
- * bit-exact whenever at most m = 2 servers are down, in every later round;
+ * commits (PROTECTED, or DEGRADED when servers were down or chunk sends
+ * were killed) or fails with a clear error; a version that commits restores
+ * bit-exact in every later round while no more servers are down than were
+ * when it was written plus the redundancy it states (at most m = 2 down for
+ * a PROTECTED one), and past that bit-exact or with a clear error;
  * a version whose write failed restores bit-exact or not at all; a restore
  * never returns wrong bytes; exact restores happen after faults fired.
  *
@@ -162,7 +165,13 @@ Test(faults, random_faults_and_kills)
     cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * 1024 * 1024, -1, NULL), 0);
     uint8_t *buf = malloc(256 * KiB), *want = malloc(256 * KiB);
     uint64_t committed[ROUNDS + 1];
+    /* per committed version: the servers down when it was written and the
+     * redundancy it states (DEGRADED versions, written with servers down or
+     * with chunk sends killed, survive fewer further losses) */
+    int was_down[ROUNDS + 1][NSRV];
+    uint32_t redundancy[ROUNDS + 1];
     int ncommitted = 0, down[NSRV] = {0}, failed_writes = 0, late = 0, restores = 0;
+    int beyond = 0;
     int after_faults = 0, round = 0;
 
     /* a version committed before any fault, then every server restarted with
@@ -170,6 +179,8 @@ Test(faults, random_faults_and_kills)
     cks_client_h c0 = connect_cluster();
     cr_assert_not_null(c0);
     cr_assert_eq(write_version(c0, seed, 100, buf), CKS_OK);
+    memset(was_down[ncommitted], 0, sizeof(was_down[ncommitted]));
+    redundancy[ncommitted]  = 2;
     committed[ncommitted++] = 100;
     cks_client_destroy(c0);
     for (int i = 0; i < NSRV; i++) {
@@ -197,7 +208,16 @@ Test(faults, random_faults_and_kills)
         cr_assert_not_null(c, "round %d: no server answers", round);
         uint64_t v      = (uint64_t)round + 1;
         cks_status_t st = write_version(c, seed, v, buf), rst;
+        cks_version_info_t vi;
+        memcpy(was_down[ncommitted], down, sizeof(down));
+        redundancy[ncommitted] = 2;
         if (st == CKS_OK) {
+            cr_assert_eq(cks_version_stat(c, "f", v, &vi), CKS_OK);
+            cr_assert(vi.state == CKS_VSTATE_PROTECTED || vi.state == CKS_VSTATE_DEGRADED);
+            redundancy[ncommitted] = vi.redundancy;
+            fprintf(stderr, "round %d: version %llu %s, redundancy %u, with %d down\n", round,
+                    (unsigned long long)v, cks_vstate_string(vi.state), vi.redundancy,
+                    down_count(down));
             committed[ncommitted++] = v;
         } else {
             char text[256];
@@ -213,6 +233,9 @@ Test(faults, random_faults_and_kills)
             if (restore_version(c, seed, v, buf, want, &rst)) {
                 fprintf(stderr, "round %d: version %llu restores bit-exact all the same\n",
                         round, (unsigned long long)v);
+                if (cks_version_stat(c, "f", v, &vi) == CKS_OK) {
+                    redundancy[ncommitted] = vi.redundancy;
+                }
                 committed[ncommitted++] = v;
                 late++;
             } else {
@@ -220,12 +243,27 @@ Test(faults, random_faults_and_kills)
                           (unsigned long long)v, (int)rst);
             }
         }
-        /* every committed version restores exactly while <= 2 are down */
+        /* every committed version restores exactly while no more servers
+         * are down than when it was written plus the redundancy it states
+         * (<= 2 down for a PROTECTED one); past that, exactly or with a
+         * clear error, never other bytes (repair, which would bring a
+         * DEGRADED version back to PROTECTED, is not built) */
         for (int i = 0; i < ncommitted; i++) {
+            int newly = 0;
+            for (int s = 0; s < NSRV; s++) {
+                newly += down[s] && !was_down[i][s];
+            }
             int ok = restore_version(c, seed, committed[i], buf, want, &rst);
-            cr_assert(ok, "round %d: committed version %llu lost with %d servers down: %s",
-                      round, (unsigned long long)committed[i], down_count(down),
-                      cks_status_name(rst));
+            if ((uint32_t)newly > redundancy[i]) {
+                cr_assert(ok || rst < 0, "round %d: version %llu: %d", round,
+                          (unsigned long long)committed[i], (int)rst);
+                beyond++;
+                continue;
+            }
+            cr_assert(ok, "round %d: committed version %llu (redundancy %u) lost with %d "
+                      "servers down, %d of them since it was written: %s",
+                      round, (unsigned long long)committed[i], redundancy[i],
+                      down_count(down), newly, cks_status_name(rst));
             restores++;
             after_faults += fired > 0;
         }
@@ -234,9 +272,9 @@ Test(faults, random_faults_and_kills)
     int fired = logs_count(FIRED);
     fprintf(stderr, "faults: %d rounds in %llu s; %d committed, %d writes failed cleanly "
             "(%d of them whole after all), %d exact restores, %d of them after a fault "
-            "fired; %d faults fired:",
+            "fired, %d restores past a version's redundancy; %d faults fired:",
             round, (unsigned long long)(now_s() - t0), ncommitted, failed_writes, late,
-            restores, after_faults, fired);
+            restores, after_faults, beyond, fired);
     for (size_t p = 0; p < sizeof(points) / sizeof(points[0]); p++) {
         char line[64];
         snprintf(line, sizeof(line), "fault point '%s' fired", points[p]);
