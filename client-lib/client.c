@@ -218,6 +218,31 @@ static int cks_cl_retryable(cks_status_t st)
 
 /* Finish an op when nothing of UCX uses its buffers any more: run its
  * callback, or send it to the next server when another may answer. */
+/* Send op again from the progress loop's next pass, not from inside the
+ * failure being handled: that may be walking the lists a dispatch changes
+ * (a server going down fails its ops one by one, and a retry sent at once
+ * to another unreachable server could complete and free the next op of
+ * that walk). 0 when the client is stopping: the op completes instead. */
+static int cks_cl_requeue(cks_client_h c, cks_op_t *op)
+{
+    pthread_mutex_lock(&c->lock);
+    int ok = !c->stop;
+    if (ok) {
+        op->next = NULL;
+        if (c->sub_tail != NULL) {
+            c->sub_tail->next = op;
+        } else {
+            c->sub_head = op;
+        }
+        c->sub_tail = op;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (ok) {
+        cks_tp_worker_signal(c->tp);
+    }
+    return ok;
+}
+
 static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
 {
     if (op->sending || op->receiving || !op->replied) {
@@ -274,19 +299,23 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         return;
     }
     if (op->target == CKS_TARGET_GROUP && cks_cl_retryable(op->status) &&
-        ++op->tries < op->ngroup && !c->stop) {
+        op->tries + 1 < op->ngroup) {
         /* the primary is unreachable: the next member of the group stores
          * the object (it keeps its own chunk, and the primary's is missing
          * until repaired) */
-        cks_log(op->tries == 1 ? CKS_LOG_WARN : CKS_LOG_INFO,
+        cks_status_t failed = op->status;
+        cks_log(op->tries == 0 ? CKS_LOG_WARN : CKS_LOG_INFO,
                 "put of '%.*s': server %s:%u %s; trying the group's next member",
                 (int)op->body.m_PUT.key.len, op->body.m_PUT.key.ptr, c->srv[op->srv].addr,
                 c->srv[op->srv].port, cks_status_string(op->status));
+        op->tries++;
         op->srv     = op->group[op->tries];
         op->status  = CKS_OK;
         op->replied = 0;
-        cks_cl_dispatch(c, op);
-        return;
+        if (cks_cl_requeue(c, op)) {
+            return;
+        }
+        op->status = failed; /* the client is stopping: the put fails */
     }
     if (op->target == CKS_TARGET_GROUP && op->tries > 0 && cks_cl_retryable(op->status)) {
         /* more than m members of the object's group are unreachable */
