@@ -152,6 +152,7 @@ struct cks_tp_worker {
     cks_tp_send_req_t *free_sends;
     unsigned closing; /* endpoint close requests in flight */
     int stopping;     /* cks_tp_worker_quiesce() ran: no new connections or calls */
+    int destroying;   /* cks_tp_worker_destroy() freed the connections */
     /* Endpoints to close once ucp_worker_progress() has returned, not from
      * the callback inside it that asks (an error callback), while UCX may
      * still walk the transport endpoints that the close frees. */

@@ -872,8 +872,16 @@ static void cks_tp_send_done(void *request, ucs_status_t st, void *arg)
 {
     cks_tp_send_req_t *s = arg;
     cks_tp_worker_h w    = s->worker;
-    cks_status_t status  = cks_tp_status(st, "send");
 
+    if (w->destroying) {
+        /* ucp_worker_destroy() purges a send still queued on an endpoint
+         * that never finished closing (one to a dead server, still wiring
+         * up): its connection is freed and its owner is gone */
+        free(s);
+        ucp_request_free(request);
+        return;
+    }
+    cks_status_t status = cks_tp_status(st, "send");
     s->conn->sends--;
     s->conn->progress_ns = cks_time_ns();
     if (s->cb != NULL) {
@@ -1608,6 +1616,7 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
         return;
     }
     cks_tp_worker_quiesce(w);
+    w->destroying = 1; /* sends UCX completes from here on touch nothing */
     while (w->conns != NULL) { /* still referenced: their keys go before the worker */
         cks_tp_conn_h c = w->conns;
         w->conns        = c->next;
