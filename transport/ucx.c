@@ -1621,6 +1621,7 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
         cks_tp_conn_h c = w->conns;
         w->conns        = c->next;
         cks_tp_rkeys_release(c);
+        free(c->peer_waddr);
         free(c);
     }
     while (w->free_sends != NULL) {
