@@ -121,7 +121,9 @@ static void fm_version(uint64_t kv, const uint8_t *val, size_t len)
         l2 > CKS_MD_VALUE_MAX) {
         FZ_FAIL("version: re-encode failed");
     }
-    if (l2 > len && len >= 2 && val[0] == 0x9c && val[1] == 0x02) {
+    /* a record of the current format (14 fields, format 3) re-encodes no
+     * longer; older formats (1, 2) grow by the fields they lacked */
+    if (l2 > len && len >= 2 && val[0] == 0x9e && val[1] == 0x03) {
         FZ_FAIL("version: canonical encoding longer than the input (%zu > %zu)", l2, len);
     }
     copy = fm_copy(b2, l2);

@@ -96,6 +96,8 @@ typedef struct {
     uint64_t bytes;
     uint32_t ec_k, ec_m;
     uint64_t chunk_size;
+    uint32_t redundancy;
+    uint64_t missing;
 } cks_version_info_t;
 
 cks_status_t cks_version_stat(cks_client_h c, const char *job, uint64_t version,
