@@ -1473,13 +1473,10 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
 }
 
 /* Tell every server that is up of a new region, and wait (bounded by the
- * client's timeout) until those on this host have mapped it: registration at
- * allocation, as RDMA memory is registered. They fault it in after they
- * answer, in the background, so that the allocation costs one mapping per
- * server rather than every server's fault-in in turn (on a VM with shadow
- * page tables that was 6 x the first touch with 6 servers on the host).
- * Servers elsewhere have nothing to do; any failure only leaves the fault-in
- * to the first transfers. */
+ * client's timeout) until those on this host have mapped and faulted it in:
+ * registration at allocation, as RDMA memory is registered, so that the
+ * transfers run at full speed from the first. Servers elsewhere have nothing
+ * to do; any failure only leaves the fault-in to the first transfers. */
 static void cks_cl_mem_register(cks_client_h c, const cks_cl_mem_t *m)
 {
     cks_waiter_t *w = calloc(c->nsrv, sizeof(*w));

@@ -74,16 +74,6 @@ cks_status_t cks_name_check(const char *name, size_t len, size_t max_len);
  *  callers with a lower bound check it themselves. */
 cks_status_t cks_size_parse(const char *text, uint64_t *size_p);
 
-/* Read one byte of every page of [base, base + len) from user space.
- * madvise(MADV_POPULATE_WRITE) fills the kernel's page tables; on virtual
- * machines that shadow the guest's page tables (this project's 2-vCPU test
- * VMs) the first user access to each page still costs a trap to the
- * hypervisor, about 25 x the copy of the page, and that trap is what made the
- * first transfers into or out of a freshly mapped region slow. Touching the
- * pages here takes it ahead of the transfers; elsewhere it is a cheap pass.
- * The contents are not changed. */
-void cks_mem_touch(const void *base, size_t len);
-
 /* ---- byte order --------------------------------------------------------- */
 static inline void cks_put_be64(uint8_t *p, uint64_t v)
 {

@@ -125,25 +125,6 @@ uint64_t cks_time_ns(void)
 }
 
 /* ---- names ---------------------------------------------------------------- */
-void cks_mem_touch(const void *base, size_t len)
-{
-    static size_t page;
-    const volatile uint8_t *p = base;
-    uint8_t sink              = 0;
-
-    if (page == 0) {
-        long v = sysconf(_SC_PAGESIZE);
-        page   = v > 0 ? (size_t)v : 4096;
-    }
-    for (size_t off = 0; off < len; off += page) {
-        sink ^= p[off];
-    }
-    if (len > 0) {
-        sink ^= p[len - 1];
-    }
-    __asm__ volatile("" : : "r"(sink)); /* keep the reads */
-}
-
 cks_status_t cks_size_parse(const char *text, uint64_t *size_p)
 {
     if (text == NULL || size_p == NULL || !isdigit((unsigned char)text[0])) {

@@ -260,13 +260,11 @@ CKS_API_VISIBLE cks_status_t cks_job_list(cks_client_h c, const char *after,
  *  copies) and restores into; prefer a few large allocations, carved up, to
  *  many small ones. With a server on another host it is ordinary memory.
  *  Like registering memory for RDMA, allocating costs more than malloc():
- *  before it returns, every connected server on this host maps the region;
- *  each then faults its pages in in the background (a server that connects
- *  later, a restarted one, does the same), so that the first transfers run
- *  as fast as the later ones without the allocation waiting for every
- *  server's fault-in. A transfer that comes first faults in what it uses. A
- *  server that cannot map it is not an error: it faults pages in at the
- *  first transfers instead.
+ *  before it returns, every connected server on this host maps the region
+ *  and faults its pages in (tens of ms per GiB), so that the first transfers
+ *  run as fast as the later ones; a server that connects later (a restarted
+ *  one) does the same in the background. A server that cannot map it is
+ *  not an error: it faults pages in at the first transfers instead.
  *  *ptr_p belongs to the caller until cks_mem_free(); free every allocation
  *  before cks_client_destroy(). Any thread but a completion callback's. */
 CKS_API_VISIBLE cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p);

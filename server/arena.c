@@ -48,7 +48,6 @@ uint64_t cks_arena_extent_len(uint64_t size)
 static void cks_arena_prefault(uint8_t *base, uint64_t size)
 {
     if (madvise(base, size, MADV_POPULATE_WRITE) == 0) {
-        cks_mem_touch(base, size); /* and the hypervisor's tables (cks_mem_touch()) */
         return;
     }
     /* older kernels: touch every page without changing its contents */

@@ -1146,25 +1146,33 @@ out:
     cks_sv_list_reply(conn, req_id, status, page, off, (uint32_t)count, more);
 }
 
-/* ---- MEM_MAP: a client's region, mapped ahead of its transfers -------------------- *
- * The answer says whether the region could be mapped here; faulting it in
- * (page tables, and a user-space touch of every page: cks_mem_touch()) goes
- * on in the transport's helper thread after the answer, so that allocation
- * costs the client about one mapping per server instead of every server's
- * fault-in in turn. A transfer that comes first faults in the 2 MiB blocks
- * it uses itself. */
+/* ---- MEM_MAP: a client's region, mapped and faulted in ahead of its transfers ---- */
 
-static void cks_sv_mem_map_faulted(void *arg, cks_status_t status)
+typedef struct {
+    cks_tp_conn_h conn; /* one reference */
+    uint64_t req_id;
+} cks_sv_mem_map_t;
+
+static void cks_sv_mem_map_done(void *arg, cks_status_t status)
 {
-    (void)arg; /* the transport warned of a failure; transfers fault in what they use */
-    if (status != CKS_OK && status != CKS_ERR_CANCELED) {
-        cks_debug("a client's region was not faulted in ahead: %s", cks_status_string(status));
+    cks_sv_mem_map_t *mm = arg;
+    if (status == CKS_ERR_UNSUPPORTED) {
+        cks_sv_reply_status(mm->conn, mm->req_id, status,
+                            "the region cannot be mapped here (another host, or other "
+                            "UCX transports)");
+    } else {
+        cks_sv_reply_status(mm->conn, mm->req_id, status,
+                            status == CKS_OK ? NULL : "could not map the region: %s",
+                            cks_status_string(status));
     }
+    cks_tp_conn_put(mm->conn);
+    free(mm);
 }
 
 static void cks_sv_mem_map(cks_tp_conn_h conn, uint64_t req_id, const cks_msg_mem_map_t *m,
                            cks_tp_data_t *data)
 {
+    cks_sv_mem_map_t *mm;
     cks_status_t status;
 
     if (data == NULL || !data->is_rma || data->length != m->length) {
@@ -1172,18 +1180,18 @@ static void cks_sv_mem_map(cks_tp_conn_h conn, uint64_t req_id, const cks_msg_me
                             "MEM_MAP names a whole region with an RMA descriptor");
         return;
     }
-    status = cks_tp_rma_prefault(conn, data, cks_sv_mem_map_faulted, NULL);
-    if (status == CKS_INPROGRESS) {
-        status = CKS_OK; /* mapped; the fault-in runs on */
+    mm = malloc(sizeof(*mm));
+    if (mm == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, NULL);
+        return;
     }
-    if (status == CKS_ERR_UNSUPPORTED) {
-        cks_sv_reply_status(conn, req_id, status,
-                            "the region cannot be mapped here (another host, or other "
-                            "UCX transports)");
-    } else {
-        cks_sv_reply_status(conn, req_id, status,
-                            status == CKS_OK ? NULL : "could not map the region: %s",
-                            cks_status_string(status));
+    mm->conn   = conn;
+    mm->req_id = req_id;
+    cks_tp_conn_get(conn);
+    /* the transport's helper thread faults it in; the answer waits for it */
+    status = cks_tp_rma_prefault(conn, data, cks_sv_mem_map_done, mm);
+    if (status != CKS_INPROGRESS) {
+        cks_sv_mem_map_done(mm, status);
     }
 }
 

@@ -492,9 +492,7 @@ static void cks_tp_rkey_fault(cks_tp_rkey_t *rk, uint64_t addr, size_t len)
         if (!(rk->faulted[b / 8] & (1u << (b % 8)))) {
             uint64_t off = b * CKS_TP_FAULT_BLOCK;
             size_t n     = (size_t)CKS_MIN((uint64_t)CKS_TP_FAULT_BLOCK, rk->seg_len - off);
-            if (madvise((uint8_t *)rk->local + off, n, MADV_POPULATE_WRITE) == 0) {
-                cks_mem_touch((uint8_t *)rk->local + off, n);
-            }
+            (void)madvise((uint8_t *)rk->local + off, n, MADV_POPULATE_WRITE);
             rk->faulted[b / 8] |= (uint8_t)(1u << (b % 8));
         }
     }
@@ -667,10 +665,7 @@ static void *cks_tp_pf_thread(void *arg)
             size_t n = CKS_MIN((size_t)CKS_TP_PF_SLICE, j->len - off);
             if (madvise(j->addr + off, n, MADV_POPULATE_WRITE) != 0) {
                 j->err = errno != 0 ? errno : EIO;
-                break;
-            }
-            cks_mem_touch(j->addr + off, n); /* the hypervisor's tables too */
-            if (__atomic_load_n(&pf->stop, __ATOMIC_RELAXED)) {
+            } else if (__atomic_load_n(&pf->stop, __ATOMIC_RELAXED)) {
                 j->err = -1;
             }
         }

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define MiB (1ull << 20)
 
@@ -240,45 +239,4 @@ Test(size_parse, bad_text_is_refused_and_leaves_the_output)
         cr_assert_eq(v, 12345, "'%s' changed the output", bad[i]);
     }
     cr_assert_eq(cks_size_parse(NULL, NULL), CKS_ERR_INVALID_PARAM);
-}
-
-/* cks_mem_touch() reads every page of a range, shared or private, mapped or
- * not yet faulted in, and leaves every byte as it was. */
-Test(mem_touch, pages_are_faulted_in_and_bytes_unchanged)
-{
-    const size_t len = (3u << 20) + 123; /* not a whole number of pages */
-    uint64_t seed    = cks_test_seed(17);
-    uint8_t *ref     = malloc(len);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, len, seed);
-
-    uint8_t *shared = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert(shared != MAP_FAILED);
-    size_t npages = (len + 4095) / 4096;
-    unsigned char *vec = malloc(npages);
-    cr_assert_not_null(vec);
-
-    /* untouched shared memory: no page resident before, all of them after */
-    cr_assert_eq(mincore(shared, len, vec), 0);
-    size_t before = 0, after = 0;
-    for (size_t i = 0; i < npages; i++) {
-        before += vec[i] & 1;
-    }
-    cks_mem_touch(shared, len);
-    cr_assert_eq(mincore(shared, len, vec), 0);
-    for (size_t i = 0; i < npages; i++) {
-        after += vec[i] & 1;
-    }
-    cr_assert_eq(before, 0, "%zu pages resident before any access", before);
-    cr_assert_eq(after, npages, "%zu of %zu pages resident after the touch", after, npages);
-
-    memcpy(shared, ref, len);
-    cks_mem_touch(shared, len);
-    cr_assert(memcmp(shared, ref, len) == 0, "the touch changed the bytes");
-    cks_mem_touch(shared + 1, 0); /* an empty range reads nothing */
-    cr_assert(memcmp(shared, ref, len) == 0);
-
-    munmap(shared, len);
-    free(vec);
-    free(ref);
 }
