@@ -955,6 +955,32 @@ cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hd
     return CKS_INPROGRESS;
 }
 
+/* Queue a packed send on a connection still in its handshake; it goes out
+ * (or fails) when the handshake ends. Holds a reference on conn. */
+static cks_status_t cks_tp_send_hold(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hdr_len,
+                                     const void *payload, size_t payload_len,
+                                     cks_mem_type_t mem_type, cks_tp_mem_h payload_memh,
+                                     cks_tp_done_cb_t cb, void *arg)
+{
+    s->conn         = conn;
+    s->cb           = cb;
+    s->arg          = arg;
+    s->hdr_len      = hdr_len;
+    s->payload      = payload;
+    s->payload_len  = payload_len;
+    s->mem_type     = mem_type;
+    s->payload_memh = payload_memh;
+    s->next         = NULL;
+    if (conn->held_tail != NULL) {
+        conn->held_tail->next = s;
+    } else {
+        conn->held_head = s;
+    }
+    conn->held_tail = s;
+    cks_tp_conn_get(conn);
+    return CKS_INPROGRESS;
+}
+
 cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
                          uint64_t req_id, const void *body, const void *payload,
                          size_t payload_len, cks_mem_type_t mem_type,
@@ -983,23 +1009,8 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
     }
     if (conn->handshaking && type != CKS_MSG_HELLO && type != CKS_MSG_AUTH) {
         /* a server with a secret serves nothing before AUTH: hold it */
-        s->conn         = conn;
-        s->cb           = cb;
-        s->arg          = arg;
-        s->hdr_len      = hdr_len;
-        s->payload      = payload;
-        s->payload_len  = payload_len;
-        s->mem_type     = mem_type;
-        s->payload_memh = payload_memh;
-        s->next         = NULL;
-        if (conn->held_tail != NULL) {
-            conn->held_tail->next = s;
-        } else {
-            conn->held_head = s;
-        }
-        conn->held_tail = s;
-        cks_tp_conn_get(conn);
-        return CKS_INPROGRESS;
+        return cks_tp_send_hold(conn, s, hdr_len, payload, payload_len, mem_type,
+                                payload_memh, cb, arg);
     }
     return cks_tp_send_hdr(conn, s, hdr_len, payload, payload_len, mem_type, payload_memh,
                            cb, arg);
@@ -1084,23 +1095,7 @@ cks_status_t cks_tp_send_stream(cks_tp_conn_h conn, unsigned type, uint32_t flag
     }
     s->src = src;
     if (conn->handshaking) {
-        s->conn         = conn;
-        s->cb           = cb;
-        s->arg          = arg;
-        s->hdr_len      = hdr_len;
-        s->payload      = NULL;
-        s->payload_len  = src->len;
-        s->mem_type     = CKS_MEM_HOST;
-        s->payload_memh = NULL;
-        s->next         = NULL;
-        if (conn->held_tail != NULL) {
-            conn->held_tail->next = s;
-        } else {
-            conn->held_head = s;
-        }
-        conn->held_tail = s;
-        cks_tp_conn_get(conn);
-        return CKS_INPROGRESS;
+        return cks_tp_send_hold(conn, s, hdr_len, NULL, src->len, CKS_MEM_HOST, NULL, cb, arg);
     }
     return cks_tp_send_hdr(conn, s, hdr_len, NULL, src->len, CKS_MEM_HOST, NULL, cb, arg);
 }
