@@ -472,9 +472,17 @@ Test(leaks, ranged_reads_racing_retention_never_get_other_bytes)
         if (v == 1) {
             rd.c = connect_all();
             cr_assert_eq(pthread_create(&t, NULL, race_reader, &rd), 0);
-            /* the first reads are held back on the servers */
-            struct timespec ts = {0, 300 * 1000 * 1000};
-            nanosleep(&ts, NULL);
+            /* go on once a read of version 1 is held back on a server (its
+             * fault point fired: the servers' logs are the only sign) */
+            int held = 0;
+            for (int round = 0; round < 200 && !held; round++) { /* about 10 s at most */
+                for (size_t i = 0; i < cl.n && !held; i++) {
+                    held = cks_test_log_has(cl.srv[i].log,
+                                            "fault point 'chunk_get_slow' fired",
+                                            i == 0 ? 50 : 0);
+                }
+            }
+            cr_assert(held, "no read of version 1 was held back on a server");
         }
     }
     rd.stop = 1;
