@@ -1018,6 +1018,9 @@ static void cks_sv_abort_lost(cks_server_h s, const cks_wire_str_t *job, uint64_
     cks_sv_cv_finish(s, v, 0);
 }
 
+static const cks_sv_aborted_t *cks_sv_aborted_find(cks_server_h s, const cks_wire_str_t *job,
+                                                   uint64_t version);
+
 /* An object reported for a version that is not open here: when the version
  * never began, or was aborted, the object's chunks are dropped everywhere. */
 static void cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m)
@@ -1032,9 +1035,19 @@ static void cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m)
                  (int)m->o.key.len, m->o.key.ptr, (unsigned long long)m->version);
         cks_sv_abort_lost(s, &m->job, m->version, NULL, CKS_ERR_VERSION_NOT_OPEN, why);
     } else if (st == CKS_OK && rec.state == CKS_VSTATE_ABORTED) {
-        snprintf(why, sizeof(why), "object '%.*s' arrived after version %llu was aborted",
-                 (int)m->o.key.len, m->o.key.ptr, (unsigned long long)m->version);
-        cks_sv_abort_lost(s, &m->job, m->version, &rec, CKS_ERR_VERSION_NOT_OPEN, why);
+        /* the abort's own reason stays the one a late seal is told: this
+         * object is dropped with the version, under that reason */
+        const cks_sv_aborted_t *a = cks_sv_aborted_find(s, &m->job, m->version);
+        cks_status_t why_status   = a != NULL ? a->status : CKS_ERR_VERSION_NOT_OPEN;
+        if (a != NULL) {
+            cks_info("object '%.*s' arrived after version %llu was aborted",
+                     (int)m->o.key.len, m->o.key.ptr, (unsigned long long)m->version);
+            snprintf(why, sizeof(why), "%s", a->why);
+        } else {
+            snprintf(why, sizeof(why), "object '%.*s' arrived after version %llu was aborted",
+                     (int)m->o.key.len, m->o.key.ptr, (unsigned long long)m->version);
+        }
+        cks_sv_abort_lost(s, &m->job, m->version, &rec, why_status, why);
     }
 }
 

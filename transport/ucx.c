@@ -1266,13 +1266,17 @@ static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data
 
 static void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn, cks_status_t status)
 {
-    cks_tp_call_req_t *c = w->calls_head;
-    while (c != NULL) {
-        cks_tp_call_req_t *next = c->next;
-        if (conn == NULL || c->conn == conn) {
-            cks_tp_call_fail(w, c, status, "connection failed");
+    /* a callback may end or free any call: look again from the head after
+     * each one failed (each is failed once, so this ends) */
+    for (int again = 1; again;) {
+        again = 0;
+        for (cks_tp_call_req_t *c = w->calls_head; c != NULL; c = c->next) {
+            if (!c->replied && (conn == NULL || c->conn == conn)) {
+                cks_tp_call_fail(w, c, status, "connection failed");
+                again = 1;
+                break;
+            }
         }
-        c = next;
     }
 }
 
@@ -1428,29 +1432,39 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
 int cks_tp_worker_expire(cks_tp_worker_h w)
 {
     uint64_t now = cks_time_ns();
-    cks_tp_call_req_t *c = w->calls_head;
-    while (c != NULL && c->deadline_ns <= now) {
-        cks_tp_call_req_t *next = c->next;
-        if (!c->replied) {
+    cks_tp_call_req_t *c;
+    /* Failing a call runs its callback, which may end or free any call (and
+     * its connection): after each one, look again from the head. Each pass
+     * fails one call for good (replied is set), so this ends. */
+    for (int again = 1; again;) {
+        again = 0;
+        for (c = w->calls_head; c != NULL; c = c->next) {
+            if (c->replied || c->deadline_ns > now) {
+                continue;
+            }
             cks_tp_conn_h conn = c->conn;
             int in_flight      = c->sending;
+            cks_tp_conn_get(conn); /* the call's reference goes when it ends */
             cks_warn("%s: %s did not answer in time", w->name, conn->peer);
-            cks_tp_call_fail(w, c, CKS_ERR_TIMEOUT, "no answer in time");
+            c->deadline_ns = UINT64_MAX;
+            cks_tp_call_fail(w, c, CKS_ERR_TIMEOUT, "no answer in time"); /* c may be gone */
             if (in_flight && !conn->closed) {
                 /* UCX still reads the payload: only closing releases it */
                 cks_tp_conn_close(conn);
                 cks_tp_calls_fail_conn(w, conn, CKS_ERR_TIMEOUT);
             }
+            cks_tp_conn_put(conn);
+            again = 1;
+            break;
         }
-        c->deadline_ns = UINT64_MAX;
-        c = next;
     }
+    uint64_t next = UINT64_MAX;
     for (c = w->calls_head; c != NULL; c = c->next) {
         if (!c->replied) {
-            return c->deadline_ns <= now ? 0 : (int)((c->deadline_ns - now) / 1000000 + 1);
+            next = CKS_MIN(next, c->deadline_ns);
         }
     }
-    return -1;
+    return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
 }
 
 /* ---- memory ------------------------------------------------------------------ */
