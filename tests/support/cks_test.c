@@ -9,6 +9,7 @@
 #include "cks_test.h"
 
 #include "cks_md.h"
+#include <criterion/criterion.h>
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -590,9 +591,38 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
     return remove(path);
 }
 
+/* A sanitizer's report in a server's log (ASan, UBSan, LSan): the server hit
+ * a memory error, whether or not the test saw its effect. Printed and failed. */
+static void cks_test_server_sanitized(const cks_test_server_t *s)
+{
+    static const char *marks[] = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                                  "runtime error:"};
+    char line[1024];
+    int printing = 0, printed = 0, found = 0;
+    FILE *f = s->log[0] != '\0' ? fopen(s->log, "r") : NULL;
+    if (f == NULL) {
+        return;
+    }
+    while (fgets(line, sizeof(line), f) != NULL && printed < 60) {
+        for (size_t i = 0; !printing && i < sizeof(marks) / sizeof(marks[0]); i++) {
+            if (strstr(line, marks[i]) != NULL) {
+                printing = found = 1;
+                fprintf(stderr, "sanitizer report in the server log %s:\n", s->log);
+            }
+        }
+        if (printing) {
+            fputs(line, stderr);
+            printed++;
+        }
+    }
+    fclose(f);
+    cr_expect(!found, "a server hit a memory or UB error (its report above, log %s)", s->log);
+}
+
 void cks_test_server_cleanup(cks_test_server_t *s)
 {
     cks_test_server_stop(s, SIGKILL);
+    cks_test_server_sanitized(s);
     if (s->arena[0] != '\0') {
         unlink(s->arena); /* always: arenas are memory (CKS_TEST_KEEP keeps the logs) */
     }
