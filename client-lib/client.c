@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,16 @@ void cks_cl_set_error(cks_client_h c, cks_status_t status, const char *text,
     snprintf(c->last_error, sizeof(c->last_error), "%s: %.*s", cks_status_name(status),
              (int)CKS_MIN(len, (size_t)CKS_MSG_MAX_LEN), text);
     pthread_mutex_unlock(&c->lock);
+}
+
+void cks_cl_set_errorf(cks_client_h c, cks_status_t status, const char *fmt, ...)
+{
+    char text[CKS_MSG_MAX_LEN + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    cks_cl_set_error(c, status, text, strlen(text));
 }
 
 void cks_client_last_error(cks_client_h c, char *buf, size_t len)
@@ -657,7 +668,7 @@ static cks_status_t cks_cl_auth(cks_client_h c, cks_op_t *hello,
 
     if (r->nonce.len != CKS_WIRE_NONCE_LEN) {
         cks_error("server %s:%u does not ask for the cluster secret", sv->addr, sv->port);
-        cks_cl_set_error(c, CKS_ERR_AUTH, "the server does not know the cluster secret", 43);
+        cks_cl_set_errorf(c, CKS_ERR_AUTH, "the server does not know the cluster secret");
         return CKS_ERR_AUTH;
     }
     memcpy(sv->snonce, r->nonce.ptr, CKS_WIRE_NONCE_LEN);
@@ -688,7 +699,7 @@ static cks_status_t cks_cl_auth_reply(cks_client_h c, cks_op_t *op, cks_tp_conn_
     if (cks_tp_proof_check(&c->secret, CKS_TP_LABEL_SERVER, sv->nonce, CKS_WIRE_NONCE_LEN,
                            sv->snonce, CKS_WIRE_NONCE_LEN, &r->proof) != CKS_OK) {
         cks_error("server %s:%u did not prove the cluster secret", sv->addr, sv->port);
-        cks_cl_set_error(c, CKS_ERR_AUTH, "the server did not prove the cluster secret", 43);
+        cks_cl_set_errorf(c, CKS_ERR_AUTH, "the server did not prove the cluster secret");
         return CKS_ERR_AUTH;
     }
     return r->addr.len > 0 ? cks_tp_conn_upgrade(conn, r->addr.ptr, r->addr.len) : CKS_OK;
@@ -838,7 +849,7 @@ static void cks_cl_recv_done(void *arg, cks_status_t status)
     }
     if (op->status == CKS_OK && (op->kind == CKS_OP_GET || op->kind == CKS_OP_CHUNK_GET) &&
         (op->flags & CKS_GET_VERIFY) && cks_crc64(0, op->buf, op->obj_size) != op->crc64) {
-        cks_cl_set_error(c, CKS_ERR_CRC_MISMATCH, "bytes fail their CRC", 20);
+        cks_cl_set_errorf(c, CKS_ERR_CRC_MISMATCH, "bytes fail their CRC");
         op->status = CKS_ERR_CRC_MISMATCH;
     }
     cks_cl_op_try_complete(c, op);
@@ -951,7 +962,7 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 }
             } else if (b->m_HELLO_REPLY.nonce.len > 0) {
                 /* the server wants a secret: it sent a challenge, no address */
-                cks_cl_set_error(c, CKS_ERR_AUTH, "the server requires a cluster secret", 36);
+                cks_cl_set_errorf(c, CKS_ERR_AUTH, "the server requires a cluster secret");
                 cks_cl_op_fail(c, op, CKS_ERR_AUTH);
                 return;
             } else if (b->m_HELLO_REPLY.addr.len > 0) {
@@ -1063,12 +1074,10 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 break;
             }
             if (m->length > op->buf_size) {
-                char text[96];
-                int n = snprintf(text, sizeof(text),
-                                 "buffer of %llu bytes too small for %llu bytes",
-                                 (unsigned long long)op->buf_size,
-                                 (unsigned long long)m->length);
-                cks_cl_set_error(c, CKS_ERR_INVALID_PARAM, text, (size_t)n);
+                cks_cl_set_errorf(c, CKS_ERR_INVALID_PARAM,
+                                  "buffer of %llu bytes too small for %llu bytes",
+                                  (unsigned long long)op->buf_size,
+                                  (unsigned long long)m->length);
                 cks_cl_op_fail(c, op, CKS_ERR_INVALID_PARAM);
                 return;
             }
@@ -1130,7 +1139,7 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
     }
     cks_warn("unexpected %s for request %llu", cks_msg_name(hdr->type),
              (unsigned long long)hdr->req_id);
-    cks_cl_set_error(c, CKS_ERR_BAD_MESSAGE, "unexpected reply", 16);
+    cks_cl_set_errorf(c, CKS_ERR_BAD_MESSAGE, "unexpected reply");
     cks_cl_op_fail(c, op, CKS_ERR_BAD_MESSAGE);
 }
 
@@ -1140,7 +1149,7 @@ static void cks_cl_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_
     cks_client_h c = arg;
     cks_op_t *op   = hdr ? cks_cl_reply_op(c, conn, hdr) : NULL;
     if (op != NULL && !op->replied) {
-        cks_cl_set_error(c, status, reason, strlen(reason));
+        cks_cl_set_errorf(c, status, "%s", reason);
         cks_cl_op_fail(c, op, status);
     }
 }
@@ -1167,7 +1176,7 @@ static void cks_cl_check_timeouts(cks_client_h c)
             cks_warn("request %llu (%s) to %s:%u timed out after %d ms",
                      (unsigned long long)op->req_id, cks_msg_name(op->type),
                      c->srv[pos].addr, c->srv[pos].port, c->timeout_ms);
-            cks_cl_set_error(c, CKS_ERR_TIMEOUT, "no answer from the server in time", 33);
+            cks_cl_set_errorf(c, CKS_ERR_TIMEOUT, "no answer from the server in time");
             op->deadline_ns = UINT64_MAX;
             cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT);
             if (busy) {
@@ -1310,7 +1319,7 @@ static cks_status_t cks_cl_servers(cks_client_h c, const cks_client_params_t *pa
     if (params->field_mask & CKS_CLIENT_FIELD_CLUSTER) {
         status = cks_cluster_load(params->cluster, &c->map, err, sizeof(err));
         if (status != CKS_OK) {
-            cks_cl_set_error(c, status, err, strlen(err));
+            cks_cl_set_errorf(c, status, "%s", err);
             return status;
         }
         c->k          = 4;
@@ -1328,7 +1337,7 @@ static cks_status_t cks_cl_servers(cks_client_h c, const cks_client_params_t *pa
         }
         status = cks_cluster_check(c->map, c->k, c->m, err, sizeof(err));
         if (status != CKS_OK) {
-            cks_cl_set_error(c, status, err, strlen(err));
+            cks_cl_set_errorf(c, status, "%s", err);
             return status;
         }
         c->nsrv         = cks_cluster_nservers(c->map);

@@ -168,6 +168,11 @@ struct cks_restore {
 
 /* client.c */
 void cks_cl_set_error(cks_client_h c, cks_status_t status, const char *text, size_t len);
+/* The client's last error: its status and a printf-style text (cut at the
+ * wire's message bound); for text that is not NUL-terminated (a server's
+ * reason on the wire), cks_cl_set_error with its length. */
+void cks_cl_set_errorf(cks_client_h c, cks_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void cks_waiter_init(cks_waiter_t *w);
 void cks_waiter_cb(void *arg, cks_status_t status);
 cks_status_t cks_waiter_wait(cks_waiter_t *w, cks_status_t status);

@@ -425,8 +425,6 @@ cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
     size_t nolder = 0;
     uint32_t flags;
     cks_status_t status;
-    char text[CKS_MSG_MAX_LEN];
-    int n;
 
     if (c == NULL || p == NULL || r_p == NULL || p->job == NULL) {
         return CKS_ERR_INVALID_PARAM;
@@ -461,9 +459,8 @@ cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
         return status;
     }
     if (!(flags & CKS_RESTORE_FALLBACK)) {
-        n = snprintf(text, sizeof(text), "version %llu of job '%s' cannot be restored: %s",
-                     (unsigned long long)info.version, p->job, w.newest.reason);
-        cks_cl_set_error(c, status, text, (size_t)CKS_MIN((size_t)n, sizeof(text) - 1));
+        cks_cl_set_errorf(c, status, "version %llu of job '%s' cannot be restored: %s",
+                          (unsigned long long)info.version, p->job, w.newest.reason);
         return status;
     }
     /* fall back: the older restorable versions, newest first */
@@ -487,11 +484,10 @@ cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
         return status; /* the walk stopped: not a verdict on the versions */
     }
     status = w.lost > 0 ? CKS_ERR_DATA_LOST : CKS_ERR_NOT_RESTORABLE;
-    n = snprintf(text, sizeof(text),
-                 "no version of job '%s' up to %llu can be restored (%zu skipped); "
-                 "version %llu: %s",
-                 p->job, (unsigned long long)info.version, w.skipped,
-                 (unsigned long long)w.newest.version, w.newest.reason);
-    cks_cl_set_error(c, status, text, (size_t)CKS_MIN((size_t)n, sizeof(text) - 1));
+    cks_cl_set_errorf(c, status,
+                      "no version of job '%s' up to %llu can be restored (%zu skipped); "
+                      "version %llu: %s",
+                      p->job, (unsigned long long)info.version, w.skipped,
+                      (unsigned long long)w.newest.version, w.newest.reason);
     return status;
 }

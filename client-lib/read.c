@@ -48,10 +48,8 @@ cks_status_t cks_restore_open(cks_client_h c, const char *job, uint64_t version,
     }
     if (info.state != CKS_VSTATE_SEALED && info.state != CKS_VSTATE_PROTECTED &&
         info.state != CKS_VSTATE_DEGRADED) {
-        char text[96];
-        int n = snprintf(text, sizeof(text), "version %llu is %s",
-                         (unsigned long long)info.version, cks_vstate_string(info.state));
-        cks_cl_set_error(c, CKS_ERR_NOT_RESTORABLE, text, (size_t)n);
+        cks_cl_set_errorf(c, CKS_ERR_NOT_RESTORABLE, "version %llu is %s",
+                          (unsigned long long)info.version, cks_vstate_string(info.state));
         return CKS_ERR_NOT_RESTORABLE;
     }
     r = calloc(1, sizeof(*r));
@@ -387,12 +385,12 @@ static void cks_read_finish(cks_read_t *rd, cks_status_t status)
 {
     if (status == CKS_OK && rd->whole && (rd->flags & CKS_GET_VERIFY) &&
         cks_crc64(0, rd->buf, rd->len) != rd->info.crc64) {
-        cks_cl_set_error(rd->c, CKS_ERR_CRC_MISMATCH, rd->key, strlen(rd->key));
+        cks_cl_set_errorf(rd->c, CKS_ERR_CRC_MISMATCH, "%s", rd->key);
         status = CKS_ERR_CRC_MISMATCH;
     }
     if (status == CKS_OK && (rd->flags & CKS_GET_SCRUB) && rd->crc_bad) {
         /* the bytes are right (decoded), but a scrub reports the bad chunk */
-        cks_cl_set_error(rd->c, CKS_ERR_CRC_MISMATCH, "a data chunk failed its CRC", 27);
+        cks_cl_set_errorf(rd->c, CKS_ERR_CRC_MISMATCH, "a data chunk failed its CRC");
         status = CKS_ERR_CRC_MISMATCH;
     }
     if (status == CKS_OK && rd->whole && (rd->flags & CKS_GET_SCRUB) && rd->len > 0) {
@@ -497,7 +495,7 @@ static void cks_read_stripe_lost(cks_read_stripe_t *bs, unsigned have)
     unsigned corrupt = (unsigned)__builtin_popcount(bs->corrupt & ~bs->got);
     /* the chunks it could not have: corrupt, or on servers that failed, did
      * not answer or do not hold them */
-    int n = snprintf(text, sizeof(text),
+    snprintf(text, sizeof(text),
                      "object '%s' of version %llu (chunks of version %llu): stripe %llu has %u "
                      "of %u chunks, needs %u (%u failed their CRC, %u unreachable or missing)",
                      rd->key, (unsigned long long)rd->r->info.version,
@@ -505,7 +503,7 @@ static void cks_read_stripe_lost(cks_read_stripe_t *bs, unsigned have)
                      (unsigned long long)bs->stripe, have, width, rd->k, corrupt,
                      have + corrupt < width ? width - have - corrupt : 0);
     if (!rd->lost) {
-        cks_cl_set_error(rd->c, CKS_ERR_DATA_LOST, text, (size_t)n);
+        cks_cl_set_errorf(rd->c, CKS_ERR_DATA_LOST, "%s", text);
     }
     cks_error("%s", text);
     rd->lost     = 1;
@@ -668,10 +666,8 @@ static void cks_scrub_done(void *arg, cks_status_t status)
     }
     cks_read_t *rd = sc->rd;
     if (sc->status != CKS_OK) {
-        char text[CKS_KEY_MAX_LEN + 64];
-        int n = snprintf(text, sizeof(text), "a chunk of '%s' is %s", rd->key,
-                         sc->status == CKS_ERR_CRC_MISMATCH ? "corrupt" : "missing");
-        cks_cl_set_error(rd->c, sc->status, text, (size_t)n);
+        cks_cl_set_errorf(rd->c, sc->status, "a chunk of '%s' is %s", rd->key,
+                          sc->status == CKS_ERR_CRC_MISMATCH ? "corrupt" : "missing");
     }
     cks_status_t st = sc->status;
     free(sc->scratch);
@@ -725,16 +721,14 @@ static void cks_read_stat_done(void *arg, cks_status_t status)
         rd->len = size;
     }
     if (rd->off > size || rd->len > size - rd->off) {
-        char text[128];
-        int n = snprintf(text, sizeof(text), "range %llu+%llu past the end (%llu bytes)",
-                         (unsigned long long)rd->off, (unsigned long long)rd->len,
-                         (unsigned long long)size);
-        cks_cl_set_error(rd->c, CKS_ERR_OUT_OF_RANGE, text, (size_t)n);
+        cks_cl_set_errorf(rd->c, CKS_ERR_OUT_OF_RANGE, "range %llu+%llu past the end (%llu bytes)",
+                          (unsigned long long)rd->off, (unsigned long long)rd->len,
+                          (unsigned long long)size);
         cks_read_finish(rd, CKS_ERR_OUT_OF_RANGE);
         return;
     }
     if (rd->len > rd->buf_size) {
-        cks_cl_set_error(rd->c, CKS_ERR_INVALID_PARAM, "buffer too small", 16);
+        cks_cl_set_errorf(rd->c, CKS_ERR_INVALID_PARAM, "buffer too small");
         cks_read_finish(rd, CKS_ERR_INVALID_PARAM);
         return;
     }

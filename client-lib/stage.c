@@ -216,7 +216,7 @@ cks_status_t cks_cl_stage_config(cks_client_h c, const cks_client_params_t *para
 
 static void cks_stage_error(cks_client_h c, cks_status_t status, const char *why)
 {
-    cks_cl_set_error(c, status, why, strlen(why));
+    cks_cl_set_errorf(c, status, "%s", why);
 }
 
 static void *cks_stage_thread(void *arg);
