@@ -164,7 +164,14 @@ struct cks_restore {
     cks_client_h client;
     char job[CKS_JOB_MAX_LEN + 1];
     cks_version_info_t info;
+    uint64_t holder;  /* this restore's lease on the version (read.c) */
+    uint64_t held_ns; /* when it was last sent (atomic: gets renew it) */
 };
+
+/* read.c: a restore handle of a restorable version, holding it on every
+ * server (a lease renewed by its gets, let go by cks_restore_close) */
+cks_status_t cks_cl_restore_new(cks_client_h c, const char *job, const cks_version_info_t *info,
+                                cks_restore_h *r_p);
 
 /* client.c */
 void cks_cl_set_error(cks_client_h c, cks_status_t status, const char *text, size_t len);

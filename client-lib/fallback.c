@@ -403,20 +403,6 @@ static cks_status_t cks_fb_older(cks_client_h c, const char *job, uint64_t below
     return CKS_OK;
 }
 
-static cks_status_t cks_fb_open(cks_client_h c, const char *job, const cks_version_info_t *info,
-                                cks_restore_h *r_p)
-{
-    cks_restore_h r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    r->client = c;
-    snprintf(r->job, sizeof(r->job), "%s", job);
-    r->info = *info;
-    *r_p    = r;
-    return CKS_OK;
-}
-
 cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
                                  cks_restore_h *r_p)
 {
@@ -453,7 +439,7 @@ cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
     }
     status = cks_fb_try(&w, &info);
     if (status == CKS_OK) {
-        return cks_fb_open(c, p->job, &info, r_p);
+        return cks_cl_restore_new(c, p->job, &info, r_p);
     }
     if (status != CKS_ERR_DATA_LOST && status != CKS_ERR_NOT_RESTORABLE) {
         return status;
@@ -471,7 +457,7 @@ cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
             cks_info("job '%s': restoring version %llu in place of %llu", p->job,
                      (unsigned long long)older[i - 1].version,
                      (unsigned long long)info.version);
-            status = cks_fb_open(c, p->job, &older[i - 1], r_p);
+            status = cks_cl_restore_new(c, p->job, &older[i - 1], r_p);
             free(older);
             return status;
         }

@@ -25,17 +25,131 @@
 #include "client_int.h"
 #include "stage.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- restore ----------------------------------------------------------------------------- */
+
+/* A restore holds its version on every server for this long (hold.c), and
+ * renews the lease when a get finds a third of it gone. */
+#define CKS_RESTORE_LEASE_MS 120000u
+
+/* How long opening a restore waits for the servers to take its lease: a
+ * server that is down or cut off does not hold the restore up longer. */
+#define CKS_RESTORE_HOLD_WAIT_MS 1000
+
+/* The hold requests of one call, shared with their callbacks (the last one
+ * to let go frees it: the caller may stop waiting first). */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    size_t pending;
+    size_t refs;
+} cks_hold_wait_t;
+
+static void cks_hold_wait_put(cks_hold_wait_t *hw)
+{
+    pthread_mutex_lock(&hw->lock);
+    int last = --hw->refs == 0;
+    pthread_mutex_unlock(&hw->lock);
+    if (last) {
+        pthread_mutex_destroy(&hw->lock);
+        pthread_cond_destroy(&hw->cond);
+        free(hw);
+    }
+}
+
+static void cks_restore_hold_done(void *arg, cks_status_t status)
+{
+    cks_hold_wait_t *hw = arg;
+    if (status != CKS_OK) {
+        cks_debug("restore lease: %s", cks_status_string(status));
+    }
+    pthread_mutex_lock(&hw->lock);
+    hw->pending--;
+    pthread_cond_signal(&hw->cond);
+    pthread_mutex_unlock(&hw->lock);
+    cks_hold_wait_put(hw);
+}
+
+/* Ask every server to hold the restore's version for `lease_ms` (0: let
+ * go); with `wait`, until each answered or CKS_RESTORE_HOLD_WAIT_MS passed.
+ * A lease that a server missed only means that its retention may free the
+ * version's chunks there (reads then decode around them). */
+static void cks_restore_hold(cks_restore_h r, uint32_t lease_ms, int wait)
+{
+    cks_client_h c      = r->client;
+    cks_hold_wait_t *hw = calloc(1, sizeof(*hw));
+    if (hw == NULL) {
+        return;
+    }
+    pthread_mutex_init(&hw->lock, NULL);
+    pthread_cond_init(&hw->cond, NULL);
+    hw->refs = 1;
+    for (size_t i = 0; i < c->nsrv; i++) {
+        size_t used  = 0;
+        cks_op_t *op = cks_op_new(CKS_OP_STATUS, CKS_MSG_VERSION_HOLD);
+        if (op == NULL) {
+            break;
+        }
+        if (cks_op_name(op, &used, r->job, CKS_JOB_MAX_LEN, &op->body.m_VERSION_HOLD.job) !=
+            CKS_OK) {
+            free(op);
+            break;
+        }
+        op->body.m_VERSION_HOLD.version  = r->info.version;
+        op->body.m_VERSION_HOLD.holder   = r->holder;
+        op->body.m_VERSION_HOLD.lease_ms = lease_ms;
+        op->srv                          = i;
+        op->target                       = CKS_TARGET_FIXED;
+        pthread_mutex_lock(&hw->lock);
+        hw->pending++;
+        hw->refs++;
+        pthread_mutex_unlock(&hw->lock);
+        if (cks_cl_submit(c, op, cks_restore_hold_done, hw) != CKS_INPROGRESS) {
+            pthread_mutex_lock(&hw->lock); /* not submitted: no callback */
+            hw->pending--;
+            hw->refs--;
+            pthread_mutex_unlock(&hw->lock);
+        }
+    }
+    if (wait) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += CKS_RESTORE_HOLD_WAIT_MS / 1000;
+        until.tv_nsec += (long)(CKS_RESTORE_HOLD_WAIT_MS % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&hw->lock);
+        while (hw->pending > 0 &&
+               pthread_cond_timedwait(&hw->cond, &hw->lock, &until) == 0) {
+        }
+        pthread_mutex_unlock(&hw->lock);
+    }
+    cks_hold_wait_put(hw);
+}
+
+/* Renew the lease when a third of it is gone (one caller of many wins). */
+static void cks_restore_renew(cks_restore_h r)
+{
+    uint64_t now  = cks_time_ns();
+    uint64_t last = __atomic_load_n(&r->held_ns, __ATOMIC_RELAXED);
+    if (now - last > CKS_RESTORE_LEASE_MS / 3 * 1000000ull &&
+        __atomic_compare_exchange_n(&r->held_ns, &last, now, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+        cks_restore_hold(r, CKS_RESTORE_LEASE_MS, 0);
+    }
+}
 
 cks_status_t cks_restore_open(cks_client_h c, const char *job, uint64_t version,
                               cks_restore_h *r_p)
 {
     cks_version_info_t info;
-    cks_restore_h r;
     cks_status_t status;
 
     if (c == NULL || r_p == NULL || job == NULL) {
@@ -52,19 +166,31 @@ cks_status_t cks_restore_open(cks_client_h c, const char *job, uint64_t version,
                           (unsigned long long)info.version, cks_vstate_string(info.state));
         return CKS_ERR_NOT_RESTORABLE;
     }
-    r = calloc(1, sizeof(*r));
+    return cks_cl_restore_new(c, job, &info, r_p);
+}
+
+cks_status_t cks_cl_restore_new(cks_client_h c, const char *job, const cks_version_info_t *info,
+                                cks_restore_h *r_p)
+{
+    cks_restore_h r = calloc(1, sizeof(*r));
     if (r == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
     r->client = c;
     snprintf(r->job, sizeof(r->job), "%s", job);
-    r->info = info;
-    *r_p    = r;
+    r->info    = *info;
+    r->holder  = cks_tp_random_id();
+    r->held_ns = cks_time_ns();
+    cks_restore_hold(r, CKS_RESTORE_LEASE_MS, 1);
+    *r_p = r;
     return CKS_OK;
 }
 
 void cks_restore_close(cks_restore_h r)
 {
+    if (r != NULL) {
+        cks_restore_hold(r, 0, 0);
+    }
     free(r);
 }
 
@@ -868,6 +994,7 @@ cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *le
     if (r == NULL || p == NULL || cb == NULL || (p->buffer == NULL && p->buffer_size > 0)) {
         return CKS_ERR_INVALID_PARAM;
     }
+    cks_restore_renew(r);
     if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
         /* device memory: staged through host slices (stage.c) */
         status = cks_cl_stage_get(r, p, length_p, cb, arg);

@@ -378,7 +378,10 @@ typedef struct {
 #define CKS_VERSION_LATEST UINT64_MAX
 
 /** Open a version for restore: it must be SEALED or later. The handle keeps
- *  the job and version; close it when done. */
+ *  the job and version; close it when done. While it is open, the handle
+ *  holds the version on every server (a lease of 2 minutes that each get
+ *  renews): retention keeps it and its chunks, however many versions commit
+ *  meanwhile; a lease runs out on its own when a client dies. */
 CKS_API_VISIBLE cks_status_t cks_restore_open(cks_client_h c, const char *job,
                                               uint64_t version, cks_restore_h *r_p);
 CKS_API_VISIBLE void cks_restore_close(cks_restore_h r);

@@ -1687,6 +1687,7 @@ static void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit)
             j->rec.bytes += j->objs[i].size;
         }
         j->retain = v->retain;
+        j->nheld  = cks_sv_held(s, j->job, j->job_len, j->held, CKS_SV_HELD_MAX);
     } else if (v->wait == CKS_SV_WAIT_DELETE) {
         j->has_rec = 0;
     } else {
@@ -1923,6 +1924,7 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                     m->v.m,        m->v.chunk_size,
                                     m->v.redundancy, m->v.missing};
     j->retain         = m->last ? m->retain : 0;
+    j->nheld          = cks_sv_held(s, j->job, j->job_len, j->held, CKS_SV_HELD_MAX);
     j->done           = cks_commit_recorded;
     j->ctx            = c;
     c->conn           = conn;

@@ -112,13 +112,23 @@ static cks_status_t cks_mdq_gc_freed(const cks_md_chunk_t *c, void *arg)
     return cks_mdq_chunk_freed(c, &((cks_mdq_gc_t *)arg)->ext);
 }
 
-/* Chunks of (version, key) stay while a retained manifest takes that key from
- * that version, or while the version is not older than the oldest retained
- * one (retained, or still being written). */
+static int cks_mdq_held(const cks_mdq_job_t *j, uint64_t version)
+{
+    for (size_t i = 0; i < j->nheld; i++) {
+        if (j->held[i] == version) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Chunks of (version, key) stay while a retained (or held) manifest takes
+ * that key from that version, or while the version is held, or not older
+ * than the oldest retained one (retained, or still being written). */
 static int cks_mdq_gc_keep(uint64_t version, const char *key, size_t key_len, void *arg)
 {
     cks_mdq_gc_t *g = arg;
-    if (version >= g->oldest_kept) {
+    if (version >= g->oldest_kept || cks_mdq_held(g->j, version)) {
         return 1;
     }
     for (size_t i = 0; i < g->nkept; i++) {
@@ -175,9 +185,11 @@ static cks_status_t cks_mdq_versions(cks_md_txn_h txn, const cks_mdq_job_t *j,
 
 /*
  * Retention, after a manifest commit: keep the newest `retain` restorable
- * versions of the job and every chunk their manifests reference; delete the
- * records of older versions and free chunks nothing retained needs. Every
- * server runs the same rule on the same manifests, so all agree.
+ * versions of the job, the versions restores hold (hold.c), and every chunk
+ * their manifests reference; delete the records of older versions and free
+ * chunks nothing kept needs. Every server runs the same rule on the same
+ * manifests (and, but for a lease one of them missed, the same holds), so
+ * all agree.
  */
 static cks_status_t cks_mdq_retain(cks_md_txn_h txn, cks_mdq_job_t *j)
 {
@@ -185,7 +197,7 @@ static cks_status_t cks_mdq_retain(cks_md_txn_h txn, cks_mdq_job_t *j)
     size_t n = 0;
     cks_status_t status = cks_mdq_versions(txn, j, &all, &n);
     cks_mdq_gc_t g = {txn, j, 0, NULL, 0, {NULL, 0, 0}};
-    g.kept         = status == CKS_OK ? malloc((j->retain + 1) * sizeof(uint64_t)) : NULL;
+    g.kept = status == CKS_OK ? malloc((j->retain + j->nheld + 1) * sizeof(uint64_t)) : NULL;
     if (status == CKS_OK && g.kept == NULL) {
         status = CKS_ERR_NO_MEMORY;
     }
@@ -196,8 +208,15 @@ static cks_status_t cks_mdq_retain(cks_md_txn_h txn, cks_mdq_job_t *j)
         }
     }
     if (status == CKS_OK && g.nkept == j->retain) {
+        /* held versions older than the retained ones: kept, with what their
+         * manifests take from older versions */
+        for (size_t i = 0; i < n && all[i].version < g.oldest_kept; i++) {
+            if (cks_mdq_held(j, all[i].version) && cks_mdq_restorable(all[i].state)) {
+                g.kept[g.nkept++] = all[i].version;
+            }
+        }
         for (size_t i = 0; status == CKS_OK && i < n && all[i].version < g.oldest_kept; i++) {
-            if (all[i].state != CKS_VSTATE_OPEN) {
+            if (all[i].state != CKS_VSTATE_OPEN && !cks_mdq_held(j, all[i].version)) {
                 status = cks_md_version_del(txn, j->job, j->job_len, all[i].version);
             }
         }

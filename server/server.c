@@ -1322,6 +1322,9 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         case CKS_MSG_VERSION_STAT:
             cks_sv_version_stat(s, conn, hdr->req_id, &b->m_VERSION_STAT);
             break;
+        case CKS_MSG_VERSION_HOLD:
+            cks_sv_version_hold(s, conn, hdr->req_id, &b->m_VERSION_HOLD);
+            break;
         case CKS_MSG_MEM_MAP:
             cks_sv_mem_map(conn, hdr->req_id, &b->m_MEM_MAP, data);
             break;
@@ -1815,6 +1818,7 @@ void cks_server_destroy(cks_server_h s)
     }
     cks_mdq_fini(&s->mdq);
     cks_sv_cluster_fini(s); /* frees the map */
+    cks_sv_holds_fini(s);
     cks_hmap_foreach(s->versions, cks_sv_free_version, NULL); /* puts connections */
     cks_tp_mem_unmap(s->arena_mem);
     cks_tp_worker_destroy(s->tp);

@@ -173,6 +173,11 @@ typedef struct cks_mdq_job cks_mdq_job_t;
  *  - the job itself is freed by the finishing side, which also puts `conn`.
  * At shutdown, jobs pushed after cks_mdq_stop() finish as CKS_ERR_CANCELED
  * through the same path. */
+/* The most versions of one job that restore leases keep from retention at
+ * once (hold.c; more are left to their per-read holds). */
+#define CKS_SV_HELD_MAX 16
+typedef struct cks_sv_hold cks_sv_hold_t;
+
 struct cks_mdq_job {
     cks_mdq_job_t *next;
     cks_mdq_type_t type;
@@ -194,6 +199,8 @@ struct cks_mdq_job {
     size_t nobjs;
     uint32_t retain;        /* MANIFEST with has_rec: then keep the newest `retain`
                                restorable versions of the job (0: all) */
+    uint64_t held[CKS_SV_HELD_MAX]; /* with retain: versions restores hold, kept too */
+    size_t nheld;
     cks_tp_conn_h conn;     /* who gets the reply (one reference) */
     uint64_t req_id;
     cks_status_t status;    /* result, set by the writer */
@@ -269,6 +276,8 @@ struct cks_server {
     size_t nlost;
     cks_tp_secret_t peer_secret; /* with --peer-secret: the servers' own */
     int has_peer_secret;
+    struct cks_sv_hold *holds; /* restore leases (hold.c) */
+    size_t nholds, capholds;
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
@@ -287,6 +296,14 @@ cks_mdq_job_t *cks_mdq_take_done(cks_mdq_t *q);
 cks_status_t cks_sv_collect_extents(cks_md_txn_h txn, const char *job, size_t job_len,
                                     uint64_t version, cks_sv_extent_t **ext_p,
                                     size_t *n_p);
+
+/* hold.c: restore leases */
+void cks_sv_version_hold(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                         const cks_msg_version_hold_t *m);
+/** The versions of `job` that leases hold now (at most `max`, each once). */
+size_t cks_sv_held(struct cks_server *s, const char *job, size_t job_len, uint64_t *out,
+                   size_t max);
+void cks_sv_holds_fini(struct cks_server *s);
 
 /* server.c, for cluster.c */
 cks_mdq_job_t *cks_sv_mdq_job(struct cks_server *s, cks_mdq_type_t type, const char *job,

@@ -122,6 +122,13 @@ typedef struct {
 } cks_msg_version_ref_t; /* SEAL, ABORT, DELETE */
 
 typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    uint64_t holder;   /* the restore that holds it (random, per restore handle) */
+    uint32_t lease_ms; /* hold this long from now; 0: let go */
+} cks_msg_version_hold_t; /* a restore's lease: retention keeps the version */
+
+typedef struct {
     CKS_MSG_REPLY_FIELDS;
     uint64_t nobjects;
     uint64_t bytes;
@@ -356,7 +363,8 @@ typedef struct {
     _(OBJECT_DELETE,     26, cks_msg_object_stat_t,        "c>s") \
     _(AUTH,              27, cks_msg_auth_t,               "c>s") \
     _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c") \
-    _(MEM_MAP,           29, cks_msg_mem_map_t,            "c>s")
+    _(MEM_MAP,           29, cks_msg_mem_map_t,            "c>s") \
+    _(VERSION_HOLD,      30, cks_msg_version_hold_t,       "c>s")
 
 /** Nonzero for message types that answer a request (matched by req_id). */
 #define CKS_MSG_IS_REPLY(t) \

@@ -85,6 +85,10 @@ static const cks_wire_field_t fd_version_seal[] = {
 static const cks_wire_field_t fd_version_ref[] = {
     FD_STR(cks_msg_version_ref_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_ref_t, version)};
+static const cks_wire_field_t fd_version_hold[] = {
+    FD_STR(cks_msg_version_hold_t, job, CKS_JOB_MAX_LEN),
+    FD_U64(cks_msg_version_hold_t, version), FD_U64(cks_msg_version_hold_t, holder),
+    FD_U32(cks_msg_version_hold_t, lease_ms)};
 static const cks_wire_field_t fd_seal_reply[] = {
     FD_REPLY(cks_msg_seal_reply_t), FD_U64(cks_msg_seal_reply_t, nobjects),
     FD_U64(cks_msg_seal_reply_t, bytes)};
@@ -198,6 +202,7 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_AUTH]               = FD_TABLE(fd_auth),
     [CKS_MSG_AUTH_REPLY]         = FD_TABLE(fd_auth_reply),
     [CKS_MSG_MEM_MAP]            = FD_TABLE(fd_mem_map),
+    [CKS_MSG_VERSION_HOLD]       = FD_TABLE(fd_version_hold),
 };
 
 static const cks_wire_desc_t cks_wire_entry_desc[] = {
@@ -624,6 +629,7 @@ const cks_wire_str_t *cks_msg_client_job(unsigned type, const cks_msg_any_t *b)
         case CKS_MSG_OBJECT_LIST: return &b->m_OBJECT_LIST.job;
         case CKS_MSG_CHUNK_GET: return &b->m_CHUNK_GET.job;
         case CKS_MSG_OBJECT_DELETE: return &b->m_OBJECT_DELETE.job;
+        case CKS_MSG_VERSION_HOLD: return &b->m_VERSION_HOLD.job;
         default: return NULL;
     }
 }

@@ -14,10 +14,12 @@
  *   when it returns: the chunks they hold of it are freed;
  * - an object put into a version that was never begun leaves nothing.
  *
- * And (#15 item 3) retention never frees chunk space while a read of it is in
- * flight: a reader loops unaligned ranged reads of a version while newer
- * versions commit, drop it (retain 1) and reuse its space; every read gives
- * the bytes written or an error, never CKS_OK with other bytes.
+ * And (#15 item 3) an open restore holds its version: retention keeps it
+ * while newer versions commit (retain 1), and frees it once the restore is
+ * closed. Under that, no free of chunk space while a read of it is in flight:
+ * a reader loops unaligned ranged reads of a version while it is deleted and
+ * its space reused; every read gives the bytes written or an error, never
+ * CKS_OK with other bytes.
  *
  * And every read path checks a CRC by default: on a standalone server, an
  * object whose bytes rotted in memory is refused whole, in a range, and
@@ -445,10 +447,11 @@ static void *race_reader(void *arg)
 
 /* Every chunk send is held back 1 s after its check (fault point
  * chunk_get_slow on every server): while a read of version 1 waits, version
- * 2 commits and retention (retain 1) drops version 1, then version 3's puts
- * take the space. Before: the space was freed and reused at once, and the
- * held-back send carried version 3's bytes with CKS_OK. */
-Test(leaks, ranged_reads_racing_retention_never_get_other_bytes)
+ * 2 commits and version 1 is deleted (retention would keep it: the reader's
+ * restore holds it), then version 3's puts take the space. Before: the space
+ * was freed and reused at once, and the held-back send carried version 3's
+ * bytes with CKS_OK. */
+Test(leaks, ranged_reads_racing_a_delete_never_get_other_bytes)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
     start(CKS_TEST_ALL, "chunk_get_slow:always");
@@ -469,6 +472,9 @@ Test(leaks, ranged_reads_racing_retention_never_get_other_bytes)
         cr_assert_eq(put_all(c, "race", v, buf), CKS_OK);
         cr_assert_eq(cks_version_seal(c, "race", v), CKS_OK, "seal %llu",
                      (unsigned long long)v);
+        if (v == 2) {
+            cr_assert_eq(cks_version_delete(c, "race", 1), CKS_OK);
+        }
         if (v == 1) {
             rd.c = connect_all();
             cr_assert_eq(pthread_create(&t, NULL, race_reader, &rd), 0);
@@ -504,6 +510,97 @@ Test(leaks, ranged_reads_racing_retention_never_get_other_bytes)
     cr_assert_eq(used, base, "every version deleted: arena use %llu, %llu before",
                  (unsigned long long)used, (unsigned long long)base);
     free(buf);
+    cks_client_destroy(c);
+}
+
+/* A restore holds its version (a lease on every server): while it is open,
+ * versions 2 to 4 commit with retain 1, and retention drops 2 and 3 but keeps
+ * version 1, which restores exact to the end; once it is closed, the next
+ * commit drops version 1 and the arena holds one version again. Before: the
+ * commit of version 2 dropped version 1 under the open restore. */
+Test(leaks, an_open_restore_holds_its_version_against_retention)
+{
+    start(0, NULL);
+    cks_client_h c = connect_all();
+    cks_client_h rc = connect_all(); /* the restoring rank: another client */
+    uint8_t *buf   = malloc(OBJ);
+    cks_restore_h r = NULL;
+    cks_version_info_t vi;
+    cr_assert_not_null(buf);
+    const uint64_t base = usage(c);
+    uint64_t one = 0;
+
+    for (uint64_t v = 1; v <= 7; v++) {
+        cks_version_params_t vp = {0};
+        vp.field_mask           = CKS_VERSION_FIELD_RETAIN;
+        vp.job                  = "hold";
+        vp.version              = v;
+        vp.retain               = 1;
+        cr_assert_eq(cks_version_begin(c, &vp), CKS_OK, "begin %llu", (unsigned long long)v);
+        cr_assert_eq(put_all(c, "hold", v, buf), CKS_OK);
+        cr_assert_eq(cks_version_seal(c, "hold", v), CKS_OK, "seal %llu",
+                     (unsigned long long)v);
+        if (v == 1) {
+            /* what one version takes, once its primaries freed what they
+             * sent (the same value twice, 100 ms apart; at most 3 s) */
+            uint64_t prev = usage(c), now = prev;
+            for (int i = 0; i < 30; i++) {
+                struct timespec ts = {0, 100 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+                now = usage(c);
+                if (now == prev) {
+                    break;
+                }
+                prev = now;
+            }
+            one = now - base;
+            cr_assert_eq(cks_restore_open(rc, "hold", 1, &r), CKS_OK);
+        } else if (v <= 4) {
+            /* version 1 is held: it stays restorable, and so do its bytes */
+            cr_assert_eq(cks_version_stat(c, "hold", 1, &vi), CKS_OK,
+                         "version 1 under an open restore, after version %llu committed",
+                         (unsigned long long)v);
+            uint8_t *want = malloc(OBJ), *got = malloc(OBJ);
+            for (int i = 0; i < NOBJ; i++) {
+                char key[16];
+                cks_get_params_t g = {0};
+                uint64_t len       = 0;
+                snprintf(key, sizeof(key), "o%d", i);
+                cks_test_fill(want, OBJ, 1ull << 8 | (uint64_t)i);
+                g.key         = key;
+                g.buffer      = got;
+                g.buffer_size = OBJ;
+                cks_status_t st = cks_get(r, &g, &len);
+                char why[512] = "";
+                cks_client_last_error(rc, why, sizeof(why));
+                cr_assert_eq(st, CKS_OK, "get %s of version 1 after version %llu committed: "
+                             "%s (%s)", key, (unsigned long long)v, cks_status_name(st), why);
+                cr_assert(len == OBJ && memcmp(got, want, OBJ) == 0,
+                          "%s of version 1: WRONG BYTES", key);
+            }
+            free(want);
+            free(got);
+            if (v > 2) {
+                cr_assert_eq(cks_version_stat(c, "hold", v - 1, &vi),
+                             CKS_ERR_NO_SUCH_VERSION, "version %llu is not held: retention "
+                             "drops it", (unsigned long long)(v - 1));
+            }
+            if (v == 4) {
+                cks_restore_close(r); /* lets go */
+                r = NULL;
+            }
+        } else if (cks_version_stat(c, "hold", 1, &vi) == CKS_ERR_NO_SUCH_VERSION) {
+            break; /* the let-go reached every server before a commit */
+        }
+    }
+    cr_assert_eq(cks_version_stat(c, "hold", 1, &vi), CKS_ERR_NO_SUCH_VERSION,
+                 "version 1 outlived the restore that held it");
+    /* one version left: its space, and nothing else */
+    uint64_t used = usage_settles_at(c, base + one);
+    cr_assert_eq(used, base + one, "arena use %llu, want %llu (one version)",
+                 (unsigned long long)used, (unsigned long long)(base + one));
+    free(buf);
+    cks_client_destroy(rc);
     cks_client_destroy(c);
 }
 

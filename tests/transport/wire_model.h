@@ -93,6 +93,10 @@ static const wm_field_t wm_f_version_seal[] = {
 static const wm_field_t wm_f_version_ref[] = {
     WM_STR_(cks_msg_version_ref_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_ref_t, version)};
+static const wm_field_t wm_f_version_hold[] = {
+    WM_STR_(cks_msg_version_hold_t, job, CKS_JOB_MAX_LEN),
+    WM_U64_(cks_msg_version_hold_t, version), WM_U64_(cks_msg_version_hold_t, holder),
+    WM_U32_(cks_msg_version_hold_t, lease_ms)};
 static const wm_field_t wm_f_seal_reply[] = {
     WM_REPLY_(cks_msg_seal_reply_t), WM_U64_(cks_msg_seal_reply_t, nobjects),
     WM_U64_(cks_msg_seal_reply_t, bytes)};
@@ -213,6 +217,7 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_AUTH] = WM_MSG_(cks_msg_auth_t, wm_f_auth),
     [CKS_MSG_AUTH_REPLY] = WM_MSG_(cks_msg_auth_reply_t, wm_f_auth_reply),
     [CKS_MSG_MEM_MAP] = WM_MSG_(cks_msg_mem_map_t, wm_f_mem_map),
+    [CKS_MSG_VERSION_HOLD] = WM_MSG_(cks_msg_version_hold_t, wm_f_version_hold),
 };
 
 /** Indexed by cks_wire_entry_t. */
