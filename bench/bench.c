@@ -807,6 +807,10 @@ int main(int argc, char **argv)
     double load_start = -1, load_end;
     int rc = 1, met;
 
+    /* servers and clients of this host: UCX's network lanes on the loopback
+     * interface only (left alone, UCX also opens TCP lanes on the host's
+     * own address); set UCX_NET_DEVICES to measure another */
+    setenv("UCX_NET_DEVICES", "lo", 0);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--gpu") == 0) { /* device memory (gpu.c; docs/BENCHMARKS.md) */
             int cluster = argc > 1 && strcmp(argv[1], "cluster") == 0;

@@ -631,6 +631,15 @@ void cks_test_server_cleanup(cks_test_server_t *s)
     }
 }
 
+/* Every test's client and the servers it starts (they inherit it) keep UCX's
+ * network lanes on the loopback interface: left alone, UCX also opens TCP
+ * lanes on the host's own address, which no test may use. A test that makes
+ * network namespaces sets the namespace's own interface instead. */
+__attribute__((constructor)) static void cks_test_hold_ucx_to_lo(void)
+{
+    setenv("UCX_NET_DEVICES", "lo", 0);
+}
+
 uint64_t cks_test_seed(uint64_t dflt)
 {
     const char *env = getenv("CKS_TEST_SEED");
