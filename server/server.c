@@ -1202,6 +1202,16 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
 {
     cks_server_h s = arg;
 
+    if (CKS_MSG_IS_REPLY(hdr->type)) {
+        /* a reply that answered none of this server's calls (the transport
+         * matched it to none): never answered, since an answer carries the
+         * same request id back to the sender, where it would end a call of
+         * its own with this error */
+        cks_info("%s from %s (req %llu) answers no call of this server: dropped",
+                 cks_msg_name(hdr->type), cks_tp_conn_peer(conn),
+                 (unsigned long long)hdr->req_id);
+        return;
+    }
     if (s->stop) {
         cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_SHUTTING_DOWN, NULL);
         return;

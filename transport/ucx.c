@@ -1219,11 +1219,16 @@ static void cks_tp_call_sent(void *arg, cks_status_t status)
  * at its address sends (UCX pairs endpoints by worker), so a reply that came
  * through one whose address is that of the call's data endpoint came from
  * the process the call went to. */
+static int cks_tp_same_waddr(cks_tp_conn_h a, cks_tp_conn_h b)
+{
+    return a->peer_waddr != NULL && b->peer_waddr != NULL &&
+           a->peer_waddr_len == b->peer_waddr_len &&
+           memcmp(a->peer_waddr, b->peer_waddr, a->peer_waddr_len) == 0;
+}
+
 static int cks_tp_same_peer(cks_tp_conn_h a, cks_tp_conn_h b)
 {
-    return a->data_ep != NULL && b->data_ep != NULL && a->peer_waddr != NULL &&
-           b->peer_waddr != NULL && a->peer_waddr_len == b->peer_waddr_len &&
-           memcmp(a->peer_waddr, b->peer_waddr, a->peer_waddr_len) == 0;
+    return a->data_ep != NULL && b->data_ep != NULL && cks_tp_same_waddr(a, b);
 }
 
 static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data,
@@ -1241,6 +1246,18 @@ static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data
      * anyone is there anyway. */
     int unpaired = conn->implicit && !w->require_auth;
     int crossed  = via_data && cks_tp_same_peer(conn, c->conn);
+    /* Two servers of one host that call each other while both connections
+     * are being set up: calls sent right after HELLO, before its answer
+     * made the call's data endpoint, are answered through the peer's data
+     * endpoint, which UCX pairs with ours of the peer's connection to us
+     * (the only one there is yet). Taken when that connection names the
+     * call's worker, or the call's does not know its worker yet; where
+     * authentication is required, only from a connection that proved the
+     * servers' own secret: no client can answer a server's call. */
+    int twin = !crossed && conn->peer_waddr != NULL &&
+               (c->conn->peer_waddr == NULL || cks_tp_same_waddr(conn, c->conn)) &&
+               (!w->require_auth || (conn->auth.authed && conn->auth.peer));
+    crossed  = crossed || twin;
     if ((c->conn != conn && !unpaired && !crossed) ||
         (w->require_auth && !conn->auth.authed && c->hook == NULL)) {
         if (!conn->forged_logged) { /* once per connection: it may send many */
