@@ -1,10 +1,12 @@
 /*
- * DESIGN: network namespaces for partition tests (see cks_netns.h). Every
- * change is made by iproute2 commands run as children, each bounded in time
- * (SIGKILL after 10 s) and waited for by pid; commands always name the
- * namespace they act in (`ip -n NS`, `ip netns add NAME`), so the caller's
- * namespace is never touched. The calling thread moves between namespaces
- * with setns() only in enter_client()/leave().
+ * DESIGN: network namespaces for the partition tests and the bench's
+ * `cluster --hosts` (see cks_netns.h). Every change is made by iproute2
+ * commands run as children, each bounded in time (SIGKILL after 10 s) and
+ * waited for by pid; commands always name the namespace they act in
+ * (`ip -n NS`, `ip netns add NAME`), so the caller's namespace is never
+ * touched. The calling thread moves between namespaces with setns() only in
+ * enter_client()/leave(). One exception: remove_now() removes the names with
+ * plain system calls, for a signal handler.
  */
 #include "cks_netns.h"
 
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -275,6 +278,32 @@ void cks_test_netns_destroy(cks_test_netns_t *t)
     t->created = 0;
 }
 
+/* Async-signal-safe: umount2() and unlink() only (iproute2's netns del). */
+static void remove_one(const char *name)
+{
+    char path[128] = "/run/netns/";
+    size_t n = strlen(path);
+    for (size_t i = 0; name[i] != '\0' && n + 1 < sizeof(path); i++) {
+        path[n++] = name[i];
+    }
+    path[n] = '\0';
+    umount2(path, MNT_DETACH);
+    unlink(path);
+}
+
+void cks_test_netns_remove_now(cks_test_netns_t *t)
+{
+    if (!t->created) {
+        return;
+    }
+    remove_one(t->client);
+    for (size_t i = 0; i < t->nhosts; i++) {
+        remove_one(t->host[i]);
+    }
+    remove_one(t->bridge);
+    t->created = 0;
+}
+
 int cks_test_netns_enter_client(cks_test_netns_t *t)
 {
     char path[128];
@@ -364,7 +393,18 @@ int cks_test_netns_shape(cks_test_netns_t *t, int host, unsigned mbit)
 
 int cks_test_netns_eth0_bytes(uint64_t *rx_p, uint64_t *tx_p)
 {
-    FILE *f = fopen("/proc/thread-self/net/dev", "r");
+    return cks_test_netns_eth0_bytes_of(0, rx_p, tx_p);
+}
+
+int cks_test_netns_eth0_bytes_of(pid_t pid, uint64_t *rx_p, uint64_t *tx_p)
+{
+    char path[64];
+    if (pid > 0) {
+        snprintf(path, sizeof(path), "/proc/%d/net/dev", (int)pid);
+    } else {
+        snprintf(path, sizeof(path), "/proc/thread-self/net/dev");
+    }
+    FILE *f = fopen(path, "r");
     char line[512];
     int found = 0;
     if (f == NULL) {

@@ -1,6 +1,8 @@
 /*
- * Test support: a private network of "hosts" made of network namespaces, for
- * partition tests. One namespace per server host and one for the client, each
+ * A private network of "hosts" made of network namespaces, for the partition
+ * tests (tests/support) and `ckstore-bench cluster --hosts` (bench/), which
+ * link it as the static library cks_netns (the names keep their cks_test_
+ * prefix: it is test and benchmark support, never part of libckstore). One namespace per server host and one for the client, each
  * with one interface, eth0, plugged by a veth pair into a bridge that lives in
  * a namespace of its own:
  *
@@ -26,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define CKS_TEST_NETNS_MAX_HOSTS 16
 /** Host index of the client in cut/heal/shape calls. */
@@ -71,6 +74,16 @@ int cks_test_netns_shape(cks_test_netns_t *t, int host, unsigned mbit);
 /** Bytes received and sent on eth0 of the namespace the calling thread is
  *  in (/proc/thread-self/net/dev): the client's, after enter_client(). */
 int cks_test_netns_eth0_bytes(uint64_t *rx_p, uint64_t *tx_p);
+/** The same for the namespace process `pid` is in (/proc/PID/net/dev), e.g.
+ *  a server started in a host's namespace. 0 or -1. */
+int cks_test_netns_eth0_bytes_of(pid_t pid, uint64_t *rx_p, uint64_t *tx_p);
+
+/** Remove every namespace this run created with plain system calls only
+ *  (what `ip netns del` does: detach the bind mount, unlink the name), so
+ *  that a signal handler may call it once the processes inside are killed;
+ *  a namespace goes away with its last process, its links with it. Does not
+ *  leave the client namespace. */
+void cks_test_netns_remove_now(cks_test_netns_t *t);
 
 /** Run an argv (argv[0] looked up in PATH), output to stderr, bounded to
  *  10 s (then SIGKILL). Its exit status, or -1. `quiet` drops its output. */
