@@ -168,6 +168,8 @@ typedef struct {
     char arena[128]; /* /dev/shm/ckstore-bench-PID.arena (idem) */
     int log_fd;      /* the child's stderr (an unlinked file), -1 when verbose */
     int verbose;     /* set before start: the child logs to our stderr */
+    char netns[64];  /* set before start: the network namespace (as `ip netns`
+                        names it) the child runs in; "": ours */
 } bench_child_t;
 
 /** Fork the child: a ckstore server (port 0, arena of arena_size bytes) and a

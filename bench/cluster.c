@@ -16,7 +16,13 @@
  *     RS(k, m) and chunk size (coding/cks_coding.h), a one-thread memcpy,
  *     and raw UCX between this process and a forked sink (embedded.c,
  *     raw_ucx.c), plus the PEC (partial-expert checkpoint) comparison;
- *   - the printed tables and the records (report.c writes the JSON).
+ *   - the printed tables and the records (report.c writes the JSON);
+ *   - with --hosts, the network namespaces (tools/netns: one per server, one
+ *     for the raw UCX sink, one for this process and its workers, joined by
+ *     veth pairs and a bridge; UCX held to TCP on each one's eth0, its veth
+ *     end), the fresh processes that make the cold restores (forked at the
+ *     start, each used once), and the eth0 counters read around each phase.
+ *     The namespaces are removed at exit, also from the signal handler.
  *
  * Threads: the parent's main thread does everything in the parent; each
  * worker's main thread drives its client (libckstore runs its own progress
@@ -29,6 +35,7 @@
 #include "bench.h"
 #include "ckstore.h"
 #include "cks_coding.h"
+#include "cks_netns.h"
 #include "peers.h"
 #include "plot.h"
 #include "proc.h"
@@ -43,6 +50,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +84,9 @@
 #define CL_PEC_MAX_OBJS     4096
 #define CL_RAW_BUDGET_S     2.0
 #define CL_MAX_SWEEP        16
+/* --hosts: restores by fresh processes, forked at the start (reps x readers) */
+#define CL_MAX_COLD 32
+#define CL_MAX_SLOTS (CL_MAX_CLIENTS + CL_MAX_COLD)
 
 /* ---- options ----------------------------------------------------------------------- */
 
@@ -113,6 +124,7 @@ typedef struct {
     unsigned sweep_servers[CL_MAX_SWEEP], nsweep_servers;
     uint64_t sweep_sizes[CL_MAX_SWEEP];
     unsigned nsweep_sizes;
+    int hosts; /* --hosts: each server and the clients in network namespaces of their own */
 } cl_opts_t;
 
 static cl_opts_t opts;
@@ -136,6 +148,7 @@ typedef struct {
     char arena[128];
     char ddir[160];
     char log[160];
+    char netns_path[128]; /* --hosts: /run/netns/NAME of its namespace; "": ours */
 } cl_server_t;
 
 static struct {
@@ -145,12 +158,19 @@ static struct {
     char dir[64];  /* mkdtemp: map, logs, data dirs */
     char map[128]; /* the map file clients and servers read */
     char bin[PATH_MAX];
-    volatile pid_t worker[CL_MAX_CLIENTS];
-    int wcmd[CL_MAX_CLIENTS], wres[CL_MAX_CLIENTS];
-    unsigned nworkers;
+    /* slots 0 .. nreg-1: the workers; then, with --hosts, the cold ones
+     * (fresh processes, each restoring once) */
+    volatile pid_t worker[CL_MAX_SLOTS];
+    int wcmd[CL_MAX_SLOTS], wres[CL_MAX_SLOTS];
+    unsigned nworkers, nreg;
     bench_child_t child; /* raw UCX sink (+ a standalone server we do not use) */
     volatile int have_child;
 } cl;
+
+/* --hosts: the namespaces (tools/netns): host i for server i, host nsrv for
+ * the raw UCX sink, the client namespace for this process and its workers */
+static cks_test_netns_t cl_net;
+static volatile int cl_net_up;
 
 /* ---- small helpers --------------------------------------------------------------------
  */
@@ -272,6 +292,9 @@ static void cl_on_signal(int sig)
         }
     }
     cl_remove_files();
+    if (cl_net_up) {
+        cks_test_netns_remove_now(&cl_net); /* every process in them is gone */
+    }
     _exit(128 + sig);
 }
 
@@ -406,6 +429,18 @@ static int cl_server_spawn(cl_server_t *s, uint64_t arena)
             dup2(logfd, STDERR_FILENO);
         }
         syscall(SYS_close_range, 3u, ~0u, 0u); /* UCX's and our descriptors */
+        if (s->netns_path[0] != '\0') {
+            /* its "host" (--hosts): a network namespace of its own */
+            int nsfd = open(s->netns_path, O_RDONLY | O_CLOEXEC);
+            if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0) {
+                static const char msg[] = "ckstore-bench: cannot enter the server's network "
+                                          "namespace\n";
+                ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+                (void)w;
+                _exit(126);
+            }
+            close(nsfd);
+        }
         signal(SIGPIPE, SIG_DFL);
         execv(cl.bin, argv);
         _exit(127);
@@ -531,6 +566,10 @@ static int cl_cluster_start(uint64_t arena)
                  (int)getpid(), i);
         snprintf(s->ddir, sizeof(s->ddir), "%s/md%u", cl.dir, i);
         snprintf(s->log, sizeof(s->log), "%s/server%u.log", cl.dir, i);
+        s->netns_path[0] = '\0';
+        if (opts.hosts) {
+            snprintf(s->netns_path, sizeof(s->netns_path), "/run/netns/%s", cl_net.host[i]);
+        }
         unlink(s->arena); /* a stale one of an earlier process with this pid */
     }
     if (cl_pick_ports(cl.nsrv) != 0) {
@@ -543,11 +582,13 @@ static int cl_cluster_start(uint64_t arena)
         return -1;
     }
     fprintf(f,
-            "# ckstore-bench cluster: %u servers on this machine, %u nodes in %u racks\n",
-            cl.nsrv, cl.nsrv, CL_RACKS);
+            "# ckstore-bench cluster: %u servers on this machine%s, %u nodes in %u racks\n",
+            cl.nsrv, opts.hosts ? " (each in a network namespace of its own)" : "", cl.nsrv,
+            CL_RACKS);
     fprintf(f, "epoch 1\n");
     for (unsigned i = 0; i < cl.nsrv; i++) {
-        fprintf(f, "server %u 127.0.0.1:%u node=n%u rack=r%u\n", i, cl.srv[i].port, i,
+        fprintf(f, "server %u %s:%u node=n%u rack=r%u\n", i,
+                opts.hosts ? cl_net.host_addr[i] : "127.0.0.1", cl.srv[i].port, i,
                 i % CL_RACKS);
     }
     if (fclose(f) != 0) {
@@ -1489,61 +1530,112 @@ static unsigned cl_nworkers_needed(void)
     return opts.readers > opts.clients ? opts.readers : opts.clients;
 }
 
-static int cl_workers_start(void)
+/* Fork the worker of slot `slot` with client index `index` (its rank: which
+ * objects it writes and reads). */
+static int cl_worker_fork(unsigned slot, unsigned index)
 {
     pid_t parent = getpid();
-    for (unsigned w = 0; w < cl_nworkers_needed(); w++) {
-        int cmd[2], res[2];
-        if (pipe2(cmd, O_CLOEXEC) != 0) {
-            return -1;
-        }
-        if (pipe2(res, O_CLOEXEC) != 0) {
-            close(cmd[0]);
-            close(cmd[1]);
-            return -1;
-        }
-        fflush(NULL);
-        pid_t pid = fork();
-        if (pid < 0) {
-            fprintf(stderr, "ckstore-bench: fork: %s\n", strerror(errno));
-            close(cmd[0]);
-            close(cmd[1]);
-            close(res[0]);
-            close(res[1]);
-            return -1;
-        }
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() != parent) {
-                _exit(1);
-            }
-            signal(SIGINT, SIG_IGN); /* the parent cleans up and kills us */
-            signal(SIGTERM, SIG_DFL);
-            signal(SIGHUP, SIG_DFL);
-            /* keep only our two pipe ends (and stdio) */
-            int a = fcntl(cmd[0], F_DUPFD_CLOEXEC, 1000);
-            int b = fcntl(res[1], F_DUPFD_CLOEXEC, 1000);
-            int hi = a > b ? a : b;
-            syscall(SYS_close_range, 3u, 999u, 0u);
-            for (int fd = 1000; fd < hi; fd++) {
-                if (fd != a && fd != b) {
-                    close(fd);
-                }
-            }
-            syscall(SYS_close_range, (unsigned)hi + 1, ~0u, 0u);
-            cl.nworkers = 0; /* ours to kill, not theirs */
-            cl.nsrv = 0;
-            cl.have_child = 0;
-            _exit(cl_worker_main(w, a, b));
-        }
+    int cmd[2], res[2];
+    if (pipe2(cmd, O_CLOEXEC) != 0) {
+        return -1;
+    }
+    if (pipe2(res, O_CLOEXEC) != 0) {
         close(cmd[0]);
+        close(cmd[1]);
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "ckstore-bench: fork: %s\n", strerror(errno));
+        close(cmd[0]);
+        close(cmd[1]);
+        close(res[0]);
         close(res[1]);
-        cl.wcmd[w] = cmd[1];
-        cl.wres[w] = res[0];
-        cl.worker[w] = pid;
-        cl.nworkers = w + 1;
+        return -1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) {
+            _exit(1);
+        }
+        signal(SIGINT, SIG_IGN); /* the parent cleans up and kills us */
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        /* keep only our two pipe ends (and stdio) */
+        int a = fcntl(cmd[0], F_DUPFD_CLOEXEC, 1000);
+        int b = fcntl(res[1], F_DUPFD_CLOEXEC, 1000);
+        int hi = a > b ? a : b;
+        syscall(SYS_close_range, 3u, 999u, 0u);
+        for (int fd = 1000; fd < hi; fd++) {
+            if (fd != a && fd != b) {
+                close(fd);
+            }
+        }
+        syscall(SYS_close_range, (unsigned)hi + 1, ~0u, 0u);
+        cl.nworkers = 0; /* ours to kill, not theirs */
+        cl.nsrv = 0;
+        cl.have_child = 0;
+        cl_net_up = 0;
+        _exit(cl_worker_main(index, a, b));
+    }
+    close(cmd[0]);
+    close(res[1]);
+    cl.wcmd[slot] = cmd[1];
+    cl.wres[slot] = res[0];
+    cl.worker[slot] = pid;
+    cl.nworkers = slot + 1;
+    return 0;
+}
+
+/* With --hosts, the cold restores are made by fresh processes: reps x
+ * readers of them, forked now (no UCX in this process yet), each used once
+ * (cl_cold_slot()). */
+static unsigned cl_ncold(void)
+{
+    return opts.hosts ? opts.reps * opts.readers : 0;
+}
+
+static unsigned cl_cold_slot(unsigned rep, unsigned reader)
+{
+    return cl.nreg + rep * opts.readers + reader;
+}
+
+static int cl_workers_start(void)
+{
+    cl.nreg = cl_nworkers_needed();
+    for (unsigned w = 0; w < cl.nreg; w++) {
+        if (cl_worker_fork(w, w) != 0) {
+            return -1;
+        }
+    }
+    for (unsigned c = 0; c < cl_ncold(); c++) {
+        if (cl_worker_fork(cl.nreg + c, c % opts.readers) != 0) {
+            return -1;
+        }
     }
     return 0;
+}
+
+/* QUIT to the worker of one slot, and reap it (killed after the timeout). */
+static void cl_worker_quit(unsigned slot)
+{
+    cl_cmd_t cmd;
+    if (cl.worker[slot] <= 0) {
+        return;
+    }
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.op = CL_CMD_QUIT;
+    bench_write_full(cl.wcmd[slot], &cmd, sizeof(cmd));
+    if (!bench_wait_pid(cl.worker[slot], opts.timeout_s, NULL)) {
+        fprintf(stderr, "ckstore-bench: client %u (pid %d) did not quit: killed\n", slot,
+                (int)cl.worker[slot]);
+        kill(cl.worker[slot], SIGKILL);
+        bench_wait_pid(cl.worker[slot], opts.timeout_s, NULL);
+    }
+    cl.worker[slot] = 0;
+    close(cl.wcmd[slot]);
+    close(cl.wres[slot]);
 }
 
 static void cl_workers_stop(void)
@@ -1581,7 +1673,17 @@ static double cl_servers_cpu(void);
  * workers' preparation (connects, cks_mem_alloc()) is not the phase's. */
 static double cl_cpu_go = -1;
 
-static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
+/* --hosts: the network counters when the last cl_workers_run() said GO */
+typedef struct {
+    int ok;
+    uint64_t cli_rx, cli_tx; /* eth0 of the client namespace */
+    uint64_t srv_rx, srv_tx; /* eth0 of every server's namespace, summed */
+} cl_netctr_t;
+static cl_netctr_t cl_net_go;
+static int cl_net_read(cl_netctr_t *c);
+
+/* Workers of slots base .. base+nw-1 as ranks 0 .. nw-1. */
+static int cl_workers_run_at(unsigned base, const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
 {
     int rc = 0;
     double deadline = bench_now() + opts.timeout_s * 4;
@@ -1590,13 +1692,13 @@ static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
         cmd.rank = w;
         cmd.nranks = nw;
         cmd.nreaders = opts.readers;
-        if (bench_write_full(cl.wcmd[w], &cmd, sizeof(cmd)) != 0) {
+        if (bench_write_full(cl.wcmd[base + w], &cmd, sizeof(cmd)) != 0) {
             fprintf(stderr, "ckstore-bench: client %u is gone\n", w);
             return -1;
         }
     }
     for (unsigned w = 0; w < nw; w++) {
-        if (bench_read_full(cl.wres[w], &res[w], sizeof(res[w]), deadline) != 0) {
+        if (bench_read_full(cl.wres[base + w], &res[w], sizeof(res[w]), deadline) != 0) {
             fprintf(stderr, "ckstore-bench: client %u did not get ready: %s\n", w,
                     strerror(errno));
             return -1; /* the caller tears everything down */
@@ -1611,11 +1713,15 @@ static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
         }
     }
     cl_cpu_go = rc == 0 ? cl_servers_cpu() : -1;
+    cl_net_go.ok = 0;
+    if (rc == 0 && opts.hosts) {
+        cl_net_read(&cl_net_go);
+    }
     for (unsigned w = 0; w < nw; w++) {
         /* those that failed wait for no GO; the others are called off */
         if (res[w].status == CKS_OK) {
             char go = rc == 0 ? 'G' : 'X';
-            bench_write_full(cl.wcmd[w], &go, 1);
+            bench_write_full(cl.wcmd[base + w], &go, 1);
         }
     }
     if (rc != 0) {
@@ -1623,7 +1729,7 @@ static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
     }
     deadline = bench_now() + opts.timeout_s * 4;
     for (unsigned w = 0; w < nw; w++) {
-        if (bench_read_full(cl.wres[w], &res[w], sizeof(res[w]), deadline) != 0) {
+        if (bench_read_full(cl.wres[base + w], &res[w], sizeof(res[w]), deadline) != 0) {
             fprintf(stderr, "ckstore-bench: client %u did not answer: %s\n", w,
                     strerror(errno));
             return -1;
@@ -1634,6 +1740,11 @@ static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
         }
     }
     return rc;
+}
+
+static int cl_workers_run(const cl_cmd_t *proto, cl_res_t *res, unsigned nw)
+{
+    return cl_workers_run_at(0, proto, res, nw);
 }
 
 /* Aggregate over the workers: total bytes, (max stored - min start), (max end
@@ -2117,6 +2228,51 @@ static double cl_servers_cpu(void)
     return any ? t : -1;
 }
 
+/* --hosts: eth0 counters of the client namespace (this thread is in it) and
+ * of every server's (through a server's /proc/PID/net/dev); not ok while a
+ * server is down. */
+static int cl_net_read(cl_netctr_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (cks_test_netns_eth0_bytes(&c->cli_rx, &c->cli_tx) != 0) {
+        return -1;
+    }
+    for (unsigned i = 0; i < cl.nsrv; i++) {
+        uint64_t rx, tx;
+        if (cl.srv[i].pid <= 0 || cks_test_netns_eth0_bytes_of(cl.srv[i].pid, &rx, &tx) != 0) {
+            return -1;
+        }
+        c->srv_rx += rx;
+        c->srv_tx += tx;
+    }
+    c->ok = 1;
+    return 0;
+}
+
+/* Network bytes of the phases, from GO to the end of the last worker's part
+ * (every byte any eth0 sent: TCP/IP headers and acknowledgements included) */
+enum { CL_NET_SNAP, CL_NET_RESTORE, CL_NET_RESTORE_COLD, CL_NET_N };
+static const char *const cl_net_phase[CL_NET_N] = {
+    "snapshot (to PROTECTED)", "restore, warm", "restore, cold (fresh process)"};
+static struct {
+    uint64_t obj, cli_tx, cli_rx, srv_tx, srv_rx;
+    unsigned n;
+} cl_netacc[CL_NET_N];
+
+static void cl_net_account(unsigned kind, uint64_t obj_bytes)
+{
+    cl_netctr_t now;
+    if (!opts.hosts || !cl_net_go.ok || cl_net_read(&now) != 0) {
+        return;
+    }
+    cl_netacc[kind].obj += obj_bytes;
+    cl_netacc[kind].cli_tx += now.cli_tx - cl_net_go.cli_tx;
+    cl_netacc[kind].cli_rx += now.cli_rx - cl_net_go.cli_rx;
+    cl_netacc[kind].srv_tx += now.srv_tx - cl_net_go.srv_tx;
+    cl_netacc[kind].srv_rx += now.srv_rx - cl_net_go.srv_rx;
+    cl_netacc[kind].n++;
+}
+
 static double cl_clients_cpu(const cl_res_t *res, unsigned nw)
 {
     double t = 0;
@@ -2148,6 +2304,9 @@ static int cl_restore_phase(const char *job, uint64_t version, unsigned level, i
     cpu0 = cl_cpu_go;
     cpu1 = cl_servers_cpu();
     cl_aggregate(res, opts.readers, &bytes, NULL, &secs, NULL);
+    if (level == 0) {
+        cl_net_account(CL_NET_RESTORE, bytes);
+    }
     mainfig.restore[level][n] = secs;
     mainfig.nrestore[level]++;
     if (cpu0 >= 0 && cpu1 >= 0) {
@@ -2192,6 +2351,8 @@ static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned re
     }
     cpu0 = cl_cpu_go;
     cpu1 = cl_servers_cpu();
+    cl_aggregate(res, opts.clients, &bytes, &stored_s, &prot_s, &rmax);
+    cl_net_account(CL_NET_SNAP, bytes);
     /* counters since each server's start: a phase with a restart in it, or a
      * server that did not answer both times, is left out */
     if (have_es && cks_cluster_stats(cl_client, &es1) == CKS_OK &&
@@ -2202,7 +2363,6 @@ static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned re
         mainfig.enc_ns += es1.encode_cpu_ns - es0.encode_cpu_ns;
         mainfig.enc_job_ns += es1.encoder_cpu_ns - es0.encoder_cpu_ns;
     }
-    cl_aggregate(res, opts.clients, &bytes, &stored_s, &prot_s, &rmax);
     for (unsigned w = 0; w < opts.clients; w++) {
         double st = res[w].t_stored - res[w].t_start;
         stall = st > stall ? st : stall;
@@ -2365,11 +2525,25 @@ static int cl_cw_restore_fresh(const char *job, uint64_t version)
     cmd.flags = CL_F_FRESH;
     cmd.version = version;
     snprintf(cmd.job, sizeof(cmd.job), "%s", job);
-    bench_progress("restore of version %llu by fresh clients", (unsigned long long)version);
-    if (cl_workers_run(&cmd, res, opts.readers) != 0) {
-        return -1;
+    if (opts.hosts && cwfig.nfresh < opts.reps) {
+        /* fresh processes, forked at the start, that have not used UCX yet */
+        unsigned rep = cwfig.nfresh;
+        bench_progress("restore of version %llu by fresh processes", (unsigned long long)version);
+        int rc = cl_workers_run_at(cl_cold_slot(rep, 0), &cmd, res, opts.readers);
+        for (unsigned w = 0; w < opts.readers; w++) {
+            cl_worker_quit(cl_cold_slot(rep, w)); /* their buffers go with them */
+        }
+        if (rc != 0) {
+            return -1;
+        }
+    } else {
+        bench_progress("restore of version %llu by fresh clients", (unsigned long long)version);
+        if (cl_workers_run(&cmd, res, opts.readers) != 0) {
+            return -1;
+        }
     }
     cl_aggregate(res, opts.readers, &bytes, NULL, &secs, NULL);
+    cl_net_account(CL_NET_RESTORE_COLD, bytes);
     if (cwfig.nfresh < CL_MAX_REPS) {
         cwfig.fresh_s[cwfig.nfresh++] = secs;
     }
@@ -2386,8 +2560,8 @@ static int cl_cw_restore_fresh(const char *job, uint64_t version)
             cwfig.touch_ms_gib[cwfig.ntouch++] = ms;
         }
     }
-    say("  restore by fresh clients into fresh buffers: %.2f GB/s\n",
-        (double)bytes / secs / BENCH_GB);
+    say("  restore by fresh %s into fresh buffers: %.2f GB/s\n",
+        opts.hosts ? "processes" : "clients", (double)bytes / secs / BENCH_GB);
     return 0;
 }
 
@@ -3882,7 +4056,10 @@ static void cl_cw_print(bench_report_t *rep)
         double warm = cl_cw_median_from(cwfig.restore, 1, cwfig.nrestore);
         cl_cw_row(rep, "restore, first by the writer, GB/s", 0,
                   cl_cw_gbps(cwfig.restore[0]), cl_cw_gbps(warm), 0.8, ref, raw_get, 0.8);
-        cl_cw_row(rep, "restore by a fresh client (replacement), GB/s", 0, cl_cw_gbps(fresh),
+        cl_cw_row(rep,
+                  opts.hosts ? "restore by a fresh process (replacement), GB/s"
+                             : "restore by a fresh client (replacement), GB/s",
+                  0, cl_cw_gbps(fresh),
                   cl_cw_gbps(warm), 0.8, ref, raw_get, 0.8);
     }
     if (cwfig.nfresh_alloc > 0 && cwfig.ntouch > 0) {
@@ -3903,6 +4080,109 @@ static void cl_cw_print(bench_report_t *rep)
             bench_rec_f64(r, "ref_ratio", a / t);
             bench_rec_f64(r, "ref_target", 1.0);
             bench_rec_u64(r, "servers", cl.nmap);
+        }
+    }
+}
+
+/* ---- across hosts (--hosts) -----------------------------------------------------
+ * The same figures with every byte on UCX's TCP transport over veth pairs
+ * (the servers, the clients and the raw UCX sink each in a network namespace
+ * of their own), judged against raw UCX over the same path, measured in the
+ * same run; and the bytes each phase put on the network per object byte. */
+
+static void cl_print_hosts(bench_report_t *rep)
+{
+    char put_what[40], get_what[40], what[80];
+    double raw_put = cl_raw_best(BENCH_DIR_PUT, put_what, sizeof(put_what));
+    double raw_get = cl_raw_best(BENCH_DIR_GET, get_what, sizeof(get_what));
+    double kfrac = (double)opts.k / (opts.k + opts.m);
+    double cold = cwfig.nfresh > 0 ? cl_cw_gbps(cl_cw_median_from(cwfig.fresh_s, 0, cwfig.nfresh))
+                                   : NAN;
+    bench_stats_t st;
+    unsigned met0 = cl_targets_met, judged0 = cl_targets_judged;
+
+    say("\nacross hosts: %u servers, the clients and the raw UCX sink in %u network namespaces "
+        "joined by veth pairs and a bridge; UCX_TLS=%s, UCX_NET_DEVICES=%s in each "
+        "(eth0 there is its veth end)\n",
+        cl.nsrv, (unsigned)cl_net.nhosts + 1, getenv("UCX_TLS"), getenv("UCX_NET_DEVICES"));
+    for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
+        if (refs.raw_tls[s][0] != '\0') {
+            say("raw UCX over that path (%s buffers): lanes %s\n", bench_setup_name(s),
+                refs.raw_tls[s]);
+        }
+    }
+    say("%-36s %9s %-5s %-28s %8s %6s  %s\n", "figure", "value", "unit", "reference", "ref",
+        "ratio", "target");
+    snprintf(what, sizeof(what), "raw UCX put (%s)", put_what);
+    cl_target_row(rep, "hosts: snapshot STORED", cl_ck_median(0), "GB/s", raw_put, what, 0.8,
+                  1, NULL);
+    cl_stats_of(mainfig.bytes, mainfig.prot, mainfig.nsnap, &st);
+    snprintf(what, sizeof(what), "raw UCX put x k/(k+m)");
+    cl_target_row(rep, "hosts: snapshot PROTECTED", st.median, "GB/s", raw_put * kfrac, what,
+                  0.8, 1, NULL);
+    snprintf(what, sizeof(what), "raw UCX get (%s)", get_what);
+    cl_target_row(rep, "hosts: restore, warm", cl_ck_median(1), "GB/s", raw_get, what, 0.8, 1,
+                  NULL);
+    cl_target_row(rep, "hosts: restore, cold (fresh process)", cold, "GB/s", raw_get, what,
+                  0.8, 1, NULL);
+    say("across hosts, targets met: %u of %u judged\n", cl_targets_met - met0,
+        cl_targets_judged - judged0);
+
+    /* bytes on the wire per object byte */
+    double snap_min = 1.0 + (double)(opts.k + opts.m) / opts.k * (1.0 - 1.0 / cl.nsrv);
+    say("\nnetwork bytes per object byte (eth0 counters of every namespace, TCP/IP headers "
+        "and acknowledgements included; payload if each chunk crosses once: snapshot "
+        "1 + (k+m)/k x (1 - 1/N) = %.2f, restore 1.00)\n", snap_min);
+    say("%-30s %4s %10s %14s %14s %14s %8s %8s\n", "phase", "n", "object", "client->srv",
+        "srv->srv", "srv->client", "total", "payload");
+    for (unsigned k = 0; k < CL_NET_N; k++) {
+        double obj = (double)cl_netacc[k].obj;
+        double c2s, s2s, s2c, tot, least = k == CL_NET_SNAP ? snap_min : 1.0;
+        char sz[32];
+        bench_rec_t *r;
+        if (cl_netacc[k].n == 0 || obj <= 0) {
+            say("%-30s %4u  not measured (a server was down, or no such phase)\n",
+                cl_net_phase[k], 0u);
+            continue;
+        }
+        c2s = (double)cl_netacc[k].cli_tx / obj;
+        s2c = (double)cl_netacc[k].cli_rx / obj;
+        /* what the servers sent and the client did not receive went to servers */
+        s2s = ((double)cl_netacc[k].srv_tx - (double)cl_netacc[k].cli_rx) / obj;
+        tot = ((double)cl_netacc[k].cli_tx + (double)cl_netacc[k].srv_tx) / obj;
+        say("%-30s %4u %10s %14.3f %14.3f %14.3f %8.3f %8.2f\n", cl_net_phase[k],
+            cl_netacc[k].n, bench_size_str(cl_netacc[k].obj / cl_netacc[k].n, sz, sizeof(sz)),
+            c2s, s2s, s2c, tot, least);
+        if ((r = bench_report_add(rep)) == NULL) {
+            continue;
+        }
+        cl_rec_common(r, "hosts_net_bytes");
+        bench_rec_str(r, "phase", cl_net_phase[k]);
+        bench_rec_u64(r, "phases", cl_netacc[k].n);
+        bench_rec_u64(r, "object_bytes", cl_netacc[k].obj);
+        bench_rec_u64(r, "client_tx_bytes", cl_netacc[k].cli_tx);
+        bench_rec_u64(r, "client_rx_bytes", cl_netacc[k].cli_rx);
+        bench_rec_u64(r, "servers_tx_bytes", cl_netacc[k].srv_tx);
+        bench_rec_u64(r, "servers_rx_bytes", cl_netacc[k].srv_rx);
+        bench_rec_f64(r, "client_to_servers_per_byte", c2s);
+        bench_rec_f64(r, "servers_to_servers_per_byte", s2s);
+        bench_rec_f64(r, "servers_to_client_per_byte", s2c);
+        bench_rec_f64(r, "total_per_byte", tot);
+        bench_rec_f64(r, "payload_per_byte", least);
+    }
+    {
+        bench_rec_t *r = bench_report_add(rep);
+        if (r != NULL) {
+            cl_rec_common(r, "hosts_raw_ucx");
+            bench_rec_f64(r, "put_gbps", raw_put);
+            bench_rec_str(r, "put_best_of", put_what);
+            bench_rec_f64(r, "get_gbps", raw_get);
+            bench_rec_str(r, "get_best_of", get_what);
+            bench_rec_f64(r, "put_x_k_over_k_plus_m_gbps", raw_put * kfrac);
+            bench_rec_str(r, "ucx_tls", getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+            bench_rec_str(r, "ucx_net_devices",
+                          getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : "");
+            bench_rec_u64(r, "namespaces", cl_net.nhosts + 1);
         }
     }
 }
@@ -3999,6 +4279,10 @@ static void cl_usage(FILE *f)
         "      --sweep-clients LIST, --sweep-servers LIST, --sweep-sizes LIST\n"
         "                         only sweeps: a fresh local cluster per point, snapshots\n"
         "                         and healthy restores, aggregate GB/s per point\n"
+        "      --hosts            each server, the clients and the raw UCX sink in network\n"
+        "                         namespaces of their own, joined by veth pairs and a\n"
+        "                         bridge: every byte over UCX's TCP transport (needs\n"
+        "                         root and iproute2; no peers)\n"
         "      --plot DIR         PNG charts with gnuplot (.dat and .gp files next to them)\n"
         "      --raw-setups LIST  raw UCX buffer setups (thp,shm-thp,ucx)\n"
         "      --client-mem KIND  the clients' main buffers: ckstore (cks_mem_alloc(),\n"
@@ -4124,7 +4408,8 @@ static int cl_parse_opts(int argc, char **argv)
         O_PLOT,
         O_SWEEP_CLIENTS,
         O_SWEEP_SERVERS,
-        O_SWEEP_SIZES
+        O_SWEEP_SIZES,
+        O_HOSTS
     };
     static const struct option longopts[] = {
         {"local", required_argument, NULL, 'l'},
@@ -4162,6 +4447,7 @@ static int cl_parse_opts(int argc, char **argv)
         {"sweep-clients", required_argument, NULL, O_SWEEP_CLIENTS},
         {"sweep-servers", required_argument, NULL, O_SWEEP_SERVERS},
         {"sweep-sizes", required_argument, NULL, O_SWEEP_SIZES},
+        {"hosts", no_argument, NULL, O_HOSTS},
         {"json", required_argument, NULL, 'j'},
         {"timeout", required_argument, NULL, 't'},
         {"verbose", no_argument, NULL, 'v'},
@@ -4378,6 +4664,9 @@ static int cl_parse_opts(int argc, char **argv)
                     return -1;
                 }
                 break;
+            case O_HOSTS:
+                opts.hosts = 1;
+                break;
             case 'j':
                 opts.json = optarg;
                 break;
@@ -4446,6 +4735,25 @@ static int cl_parse_opts(int argc, char **argv)
                     opts.k + opts.m);
             return -1;
         }
+    }
+    if (opts.hosts) {
+        if (opts.map != NULL || opts.nsweep_clients || opts.nsweep_servers ||
+            opts.nsweep_sizes) {
+            fprintf(stderr, "ckstore-bench: --hosts starts its own servers, one sweep point "
+                            "at a time is not supported: not with --cluster or the sweeps\n");
+            return -1;
+        }
+        if (opts.local + 1 > CKS_TEST_NETNS_MAX_HOSTS) {
+            fprintf(stderr, "ckstore-bench: --hosts: at most %d servers (a namespace each, "
+                            "and one for the raw UCX sink)\n", CKS_TEST_NETNS_MAX_HOSTS - 1);
+            return -1;
+        }
+        if (opts.reps * opts.readers > CL_MAX_COLD) {
+            fprintf(stderr, "ckstore-bench: --hosts: reps x readers at most %d (a fresh "
+                            "process per cold restore)\n", CL_MAX_COLD);
+            return -1;
+        }
+        opts.peers = 0; /* memcached and Redis would run in the client's namespace */
     }
     cl_mix.kind = opts.mix;
     cl_mix_build();
@@ -4661,7 +4969,10 @@ int cks_bench_cluster_main(int argc, char **argv)
     }
     bench_machine_describe(&rep.machine);
     say("ckstore-bench cluster: %s, RS(%u,%u), %s chunks, %u client%s\n",
-        opts.local ? "local servers" : opts.map, opts.k, opts.m,
+        opts.local ? (opts.hosts ? "local servers, each in a network namespace (--hosts)"
+                                 : "local servers")
+                   : opts.map,
+        opts.k, opts.m,
         bench_size_str(opts.chunk, sz, sizeof(sz)), opts.clients,
         opts.clients > 1 ? "s" : "");
     say("machine: %s, %llu cores, %.1f GiB, %s, UCX %s; THP %s, shmem THP %s, /dev/shm "
@@ -4683,6 +4994,28 @@ int cks_bench_cluster_main(int argc, char **argv)
 
     /* processes first: no UCX in this process before the forks */
     cl_install_signals();
+    if (opts.hosts) {
+        char why[256];
+        if (cks_test_netns_create(&cl_net, opts.local + 1, why, sizeof(why)) != 0) {
+            fprintf(stderr, "ckstore-bench: --hosts needs network namespaces (root and "
+                            "iproute2's ip netns): %s\n", why);
+            goto out;
+        }
+        cl_net_up = 1;
+        /* namespaces separate networks, not memory: without this UCX would
+         * still move bytes through shared memory or CMA between them */
+        setenv("UCX_TLS", "tcp", 1);
+        setenv("UCX_NET_DEVICES", "eth0", 1);
+        /* this thread, the workers forked from it and the threads they make */
+        if (cks_test_netns_enter_client(&cl_net) != 0) {
+            goto out;
+        }
+        snprintf(cl.child.netns, sizeof(cl.child.netns), "%s", cl_net.host[opts.local]);
+        say("hosts: client %s (this process and its clients), servers %s .. %s, raw UCX sink "
+            "%s; UCX_TLS=tcp UCX_NET_DEVICES=eth0\n",
+            cl_net.client_addr, cl_net.host_addr[0], cl_net.host_addr[opts.local - 1],
+            cl_net.host_addr[opts.local]);
+    }
     if (opts.local > 0) {
         double t0 = bench_now();
         if (cl_cluster_start(opts.arena) != 0) {
@@ -4766,6 +5099,9 @@ int cks_bench_cluster_main(int argc, char **argv)
     if (!opts.pec_only) {
         cl_print_targets(&rep);
     }
+    if (opts.hosts && !opts.pec_only) {
+        cl_print_hosts(&rep);
+    }
     if (opts.plot != NULL && !opts.pec_only) {
         cl_plot_bars();
         cl_cw_plot(); /* cold and warm, per phase */
@@ -4774,7 +5110,8 @@ int cks_bench_cluster_main(int argc, char **argv)
 
     bench_rec_str(&rep.run, "command", opts.command);
     bench_rec_str(&rep.run, "mode", "cluster");
-    bench_rec_str(&rep.run, "cluster", opts.local ? "local" : opts.map);
+    bench_rec_str(&rep.run, "cluster", opts.local ? (opts.hosts ? "hosts" : "local") : opts.map);
+    bench_rec_u64(&rep.run, "hosts", (uint64_t)opts.hosts);
     bench_rec_u64(&rep.run, "servers", cl.nmap);
     bench_rec_u64(&rep.run, "racks", opts.local ? CL_RACKS : 0);
     bench_rec_u64(&rep.run, "k", opts.k);
@@ -4827,6 +5164,10 @@ out:
     }
     cl_servers_stop();
     cl_remove_files();
+    if (cl_net_up) {
+        cks_test_netns_destroy(&cl_net); /* leaves the client namespace first */
+        cl_net_up = 0;
+    }
     if (cl_shm_leftovers() != 0) {
         rc = 1;
     }

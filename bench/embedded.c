@@ -23,6 +23,7 @@
 #include <ftw.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -441,6 +442,20 @@ int bench_child_start(bench_child_t *c, uint64_t arena_size, double timeout_s, c
         c->reply_fd = reply[1];
         if (c->log_fd >= 0) {
             dup2(c->log_fd, STDERR_FILENO);
+        }
+        if (c->netns[0] != '\0') {
+            /* another "host" (cluster --hosts): before anything uses UCX */
+            char path[128];
+            snprintf(path, sizeof(path), "/run/netns/%s", c->netns);
+            int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+            if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0) {
+                char text[200];
+                snprintf(text, sizeof(text), "cannot enter network namespace %s: %s",
+                         c->netns, strerror(errno));
+                bench_sink_error(c->reply_fd, text);
+                _exit(1);
+            }
+            close(nsfd);
         }
         _exit(bench_child_main(c, arena_size));
     }
