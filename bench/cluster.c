@@ -1929,6 +1929,10 @@ typedef struct {
     cl_fig_t raw[BENCH_NSETUPS][BENCH_NMETHODS][BENCH_NDIRS];
     char raw_desc[BENCH_NSETUPS][2][64];
     char raw_tls[BENCH_NSETUPS][256];
+    /* CPU seconds of both processes (this one and the sink, utime + stime)
+     * over the transfers of each raw loop, and their bytes: all passes */
+    double raw_cpu_s[BENCH_NSETUPS][BENCH_NMETHODS][BENCH_NDIRS];
+    uint64_t raw_cpu_bytes[BENCH_NSETUPS][BENCH_NMETHODS][BENCH_NDIRS];
     uint64_t isal_bytes; /* object bytes per encode pass */
 } cl_refs_t;
 
@@ -2135,7 +2139,8 @@ static int cl_refs_raw(void)
             unsigned m = methods[mi];
             for (unsigned d = 0; d < BENCH_NDIRS; d++) {
                 double start = bench_now(), sec;
-                unsigned n = 0;
+                double cpu0 = bench_proc_cpu_s(getpid()) + bench_proc_cpu_s(cl.child.pid);
+                unsigned n = 0, done = 0;
                 for (unsigned r = 0; r < reps + 1; r++) {
                     if (bench_raw_transfer(raw, m, d, opts.size, opts.timeout_s, &sec,
                                            err, sizeof(err)) != 0) {
@@ -2144,6 +2149,7 @@ static int cl_refs_raw(void)
                         bench_child_raw_close(&cl.child, raw, opts.timeout_s);
                         return -1;
                     }
+                    done++;
                     if (r > 0) {
                         secs[n++] = sec;
                     }
@@ -2152,6 +2158,9 @@ static int cl_refs_raw(void)
                     }
                 }
                 cl_fig_add(&refs.raw[s][m][d], opts.size, secs, n);
+                refs.raw_cpu_s[s][m][d] += bench_proc_cpu_s(getpid()) +
+                                           bench_proc_cpu_s(cl.child.pid) - cpu0;
+                refs.raw_cpu_bytes[s][m][d] += (uint64_t)done * opts.size;
             }
         }
         snprintf(refs.raw_tls[s], sizeof(refs.raw_tls[s]), "%s",
@@ -4026,9 +4035,10 @@ static void cl_cw_print(bench_report_t *rep)
     if (cwfig.nsnap == 0) {
         return;
     }
-    say("\ncold and warm, per phase (cold: the first after the servers start, or a fresh client "
+    say("\ncold and warm, per phase (cold: the first after the servers start, or a fresh %s "
         "with fresh buffers; warm: the median of the later repetitions; cold/warm and "
-        "cold/reference are ratios of the same run)\n");
+        "cold/reference are ratios of the same run)\n",
+        opts.hosts ? "process" : "client");
     say("%-46s %8s %8s %6s %6s  %-32s %8s %6s %s\n", "phase", "cold", "warm", "c/w", "",
         "reference (same run)", "ref", "c/ref", "target");
     snprintf(ref, sizeof(ref), "raw UCX put (%s)", isfinite(raw_put) ? put_what : "-");
@@ -4089,6 +4099,37 @@ static void cl_cw_print(bench_report_t *rep)
  * (the servers, the clients and the raw UCX sink each in a network namespace
  * of their own), judged against raw UCX over the same path, measured in the
  * same run; and the bytes each phase put on the network per object byte. */
+
+/* CPU seconds per GB of the best raw loop of a direction (NAN: none). */
+static double cl_raw_best_cpu(unsigned d)
+{
+    double best = NAN, cpu = NAN;
+    for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
+        for (unsigned m = 0; m < BENCH_NMETHODS; m++) {
+            const cl_fig_t *f = &refs.raw[s][m][d];
+            if (f->ok && !(f->st.median <= best) && refs.raw_cpu_bytes[s][m][d] > 0) {
+                best = f->st.median;
+                cpu = refs.raw_cpu_s[s][m][d] /
+                      ((double)refs.raw_cpu_bytes[s][m][d] / BENCH_GB);
+            }
+        }
+    }
+    return cpu;
+}
+
+/* What the CPU allows: all the "hosts" share this machine's cores, so every
+ * byte on the network costs CPU time of the same cores (the TCP copies in
+ * the kernel on both sides, UCX's own copies), and a figure is bounded by
+ * cores / (CPU seconds per GB). */
+static void cl_hosts_cpu_row(bench_rec_t *r, const char *what, const char *key, double cpu,
+                             double gbps, double cores)
+{
+    say("  %-44s %8.3f %10.2f %10.2f %8.2f\n", what, cpu, cores / cpu, gbps,
+        gbps / (cores / cpu));
+    if (r != NULL) {
+        bench_rec_f64(r, key, cpu); /* key: a string literal */
+    }
+}
 
 static void cl_print_hosts(bench_report_t *rep)
 {
@@ -4169,6 +4210,36 @@ static void cl_print_hosts(bench_report_t *rep)
         bench_rec_f64(r, "servers_to_client_per_byte", s2c);
         bench_rec_f64(r, "total_per_byte", tot);
         bench_rec_f64(r, "payload_per_byte", least);
+    }
+    {
+        double mn, srv_snap, cli_snap, srv_rest, cli_rest, mx;
+        double cores = (double)sysconf(_SC_NPROCESSORS_ONLN);
+        bench_stats_t ps;
+        bench_rec_t *r = bench_report_add(rep);
+        cl_vstats(mainfig.srv_cpu_snap, mainfig.ncpu_snap, &mn, &srv_snap, &mx);
+        cl_vstats(mainfig.cli_cpu_snap, mainfig.ncpu_snap, &mn, &cli_snap, &mx);
+        cl_vstats(mainfig.srv_cpu_restore[0], mainfig.ncpu_restore[0], &mn, &srv_rest, &mx);
+        cl_vstats(mainfig.cli_cpu_restore[0], mainfig.ncpu_restore[0], &mn, &cli_rest, &mx);
+        cl_stats_of(mainfig.bytes, mainfig.prot, mainfig.nsnap, &ps);
+        say("\nwhat the CPU allows: every namespace runs on this machine's %.0f cores, so each "
+            "byte on the network costs their time (TCP copies in the kernel on both sides, "
+            "UCX's copies); CPU seconds per GB of object bytes (utime + stime of the processes "
+            "of the phase, medians; softirq time charged to no process is missed)\n", cores);
+        say("  %-44s %8s %10s %10s %8s\n", "", "CPU s/GB", "cores/that", "measured", "ratio");
+        if (r != NULL) {
+            cl_rec_common(r, "hosts_cpu");
+            bench_rec_f64(r, "cores", cores);
+        }
+        cl_hosts_cpu_row(r, "raw UCX put (driver + sink)", "raw_put_cpu_s_per_gb",
+                         cl_raw_best_cpu(BENCH_DIR_PUT), raw_put, cores);
+        cl_hosts_cpu_row(r, "snapshot to PROTECTED (servers + clients)",
+                         "snapshot_cpu_s_per_gb", srv_snap + cli_snap, ps.median, cores);
+        say("  %-44s %8.3f (servers) + %.3f (clients)\n", "", srv_snap, cli_snap);
+        cl_hosts_cpu_row(r, "raw UCX get (driver + sink)", "raw_get_cpu_s_per_gb",
+                         cl_raw_best_cpu(BENCH_DIR_GET), raw_get, cores);
+        cl_hosts_cpu_row(r, "restore, warm (servers + clients)", "restore_cpu_s_per_gb",
+                         srv_rest + cli_rest, cl_ck_median(1), cores);
+        say("  %-44s %8.3f (servers) + %.3f (clients)\n", "", srv_rest, cli_rest);
     }
     {
         bench_rec_t *r = bench_report_add(rep);
@@ -4794,6 +4865,17 @@ static uint64_t cl_arena_size(void)
         /* --versions snapshots are kept at once */
         double snap = (double)opts.clients * (double)cl_mix.stored * opts.versions;
         need = (uint64_t)(1.25 * snap / n + (double)primary * cl_stored_bytes(cl_mix.max));
+        if (opts.hosts && !opts.no_degraded) {
+            /* across hosts the chunks leave the primaries slower than the puts
+             * come in, and the versions written with 1 and 2 servers down are
+             * kept next to the healthy one until the end of the repetition,
+             * on fewer servers: room for them too (the 1-down snapshot ran
+             * out of a 640 MiB arena at the defaults) */
+            double one = (double)opts.clients * (double)cl_mix.stored;
+            for (unsigned d = 1; d <= CL_MAX_DOWN && d <= opts.m && d < n; d++) {
+                need += (uint64_t)(1.25 * one / (n - d));
+            }
+        }
     }
     if (opts.pec) {
         uint64_t model, delta;
