@@ -414,7 +414,9 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     do {
         op->req_id = cks_tp_random_id();
     } while (cks_hmap_get(c->inflight, &op->req_id, sizeof(op->req_id)) != NULL);
-    op->deadline_ns = cks_time_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+    op->deadline_ns = cks_time_ns() +
+                      (uint64_t)(op->timeout_ms > 0 ? op->timeout_ms : c->timeout_ms) *
+                          1000000ull;
     cks_cl_fl_link(c, op); /* in flight from now on, in deadline order */
     if (cks_hmap_put(c->inflight, &op->req_id, sizeof(op->req_id), op) != CKS_OK) {
         cks_cl_fl_unlink(c, op);

@@ -55,6 +55,7 @@ struct cks_op {
     unsigned type;          /* request message type */
     uint64_t req_id;
     uint64_t deadline_ns;
+    int timeout_ms;         /* 0: the client's; more for long requests (a flush) */
     size_t srv;             /* target server position */
     cks_target_t target;
     size_t tries;           /* servers tried (CKS_TARGET_ANY, CKS_TARGET_GROUP) */
@@ -166,12 +167,27 @@ struct cks_restore {
     cks_version_info_t info;
     uint64_t holder;  /* this restore's lease on the version (read.c) */
     uint64_t held_ns; /* when it was last sent (atomic: gets renew it) */
+    struct cks_cl_disk *disk; /* flushed.c: reads the durable copy (NULL: memory;
+                                 then no lease is held) */
 };
 
 /* read.c: a restore handle of a restorable version, holding it on every
  * server (a lease renewed by its gets, let go by cks_restore_close) */
 cks_status_t cks_cl_restore_new(cks_client_h c, const char *job, const cks_version_info_t *info,
                                 cks_restore_h *r_p);
+
+/* flushed.c: restores from the durable tier (a flushed copy on disk) */
+/* Open the flushed copy of (job, version) in dir (CKS_VERSION_LATEST: the
+ * newest there) as a restore handle of client c. */
+cks_status_t cks_cl_disk_open(cks_client_h c, const char *dir, const char *job,
+                              uint64_t version, cks_restore_h *r_p);
+void cks_cl_disk_close(struct cks_cl_disk *d);
+cks_status_t cks_cl_disk_stat(cks_restore_h r, const char *key, cks_object_info_t *info_p);
+cks_status_t cks_cl_disk_list(cks_restore_h r, const char *after_key, cks_object_info_t *out,
+                              size_t max, size_t *count_p, int *more_p);
+/* Read on the calling thread; the callback runs before it returns. */
+cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                             cks_done_cb_t cb, void *arg);
 
 /* client.c */
 void cks_cl_set_error(cks_client_h c, cks_status_t status, const char *text, size_t len);

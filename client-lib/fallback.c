@@ -403,9 +403,36 @@ static cks_status_t cks_fb_older(cks_client_h c, const char *job, uint64_t below
     return CKS_OK;
 }
 
+/* The memory tier does not have the version (or cannot restore it): its
+ * flushed copy, or the memory tier's status when there is none. */
+static cks_status_t cks_fb_durable(cks_client_h c, const char *dir, const char *job,
+                                   uint64_t version, cks_status_t mem, cks_restore_h *r_p)
+{
+    char text[CKS_MSG_MAX_LEN];
+    cks_status_t st = cks_cl_disk_open(c, dir, job, version, r_p);
+    if (st == CKS_OK) {
+        cks_info("job '%s': version %llu read from its flushed copy (memory tier: %s)", job,
+                 (unsigned long long)version, cks_status_string(mem));
+        return CKS_OK;
+    }
+    int n = snprintf(text, sizeof(text), "version %llu of job '%s': %s in memory; flushed "
+                     "copy in %s: %s",
+                     (unsigned long long)version, job, cks_status_string(mem), dir,
+                     cks_status_string(st));
+    cks_cl_set_error(c, mem, text, (size_t)CKS_MIN((size_t)n, sizeof(text) - 1));
+    return mem;
+}
+
+static int cks_fb_durable_case(cks_status_t st)
+{
+    return st == CKS_ERR_NO_SUCH_VERSION || st == CKS_ERR_NO_SUCH_JOB ||
+           st == CKS_ERR_NOT_RESTORABLE || st == CKS_ERR_DATA_LOST;
+}
+
 cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
                                  cks_restore_h *r_p)
 {
+    const char *fdir;
     cks_fb_walk_t w = {0};
     cks_version_info_t info, *older = NULL;
     size_t nolder = 0;
@@ -416,11 +443,20 @@ cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
         return CKS_ERR_INVALID_PARAM;
     }
     flags = (p->field_mask & CKS_RESTORE_FIELD_FLAGS) ? p->flags : 0;
-    if (flags & ~(CKS_RESTORE_CHECK | CKS_RESTORE_FALLBACK)) {
+    fdir  = (p->field_mask & CKS_RESTORE_FIELD_FLUSH_DIR) ? p->flush_dir : NULL;
+    if ((flags & ~(CKS_RESTORE_CHECK | CKS_RESTORE_FALLBACK | CKS_RESTORE_DURABLE)) ||
+        ((flags & CKS_RESTORE_DURABLE) && fdir == NULL)) {
         return CKS_ERR_INVALID_PARAM;
     }
+    if (flags & CKS_RESTORE_DURABLE) {
+        return cks_cl_disk_open(c, fdir, p->job, p->version, r_p);
+    }
     if (flags == 0) {
-        return cks_restore_open(c, p->job, p->version, r_p);
+        status = cks_restore_open(c, p->job, p->version, r_p);
+        if (fdir != NULL && cks_fb_durable_case(status)) {
+            status = cks_fb_durable(c, fdir, p->job, p->version, status, r_p);
+        }
+        return status;
     }
     if (strlen(p->job) > CKS_JOB_MAX_LEN) {
         return CKS_ERR_KEY_TOO_LONG;
@@ -435,6 +471,9 @@ cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
     status = p->version == CKS_VERSION_LATEST ? cks_version_latest(c, p->job, &info)
                                               : cks_version_stat(c, p->job, p->version, &info);
     if (status != CKS_OK) {
+        if (fdir != NULL && cks_fb_durable_case(status)) {
+            status = cks_fb_durable(c, fdir, p->job, p->version, status, r_p);
+        }
         return status;
     }
     status = cks_fb_try(&w, &info);
@@ -443,6 +482,12 @@ cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,
     }
     if (status != CKS_ERR_DATA_LOST && status != CKS_ERR_NOT_RESTORABLE) {
         return status;
+    }
+    /* the same version, exactly, from its flushed copy, before any older one */
+    if (fdir != NULL && cks_cl_disk_open(c, fdir, p->job, info.version, r_p) == CKS_OK) {
+        cks_info("job '%s': version %llu read from its flushed copy (memory tier: %s)",
+                 p->job, (unsigned long long)info.version, cks_status_string(status));
+        return CKS_OK;
     }
     if (!(flags & CKS_RESTORE_FALLBACK)) {
         cks_cl_set_errorf(c, status, "version %llu of job '%s' cannot be restored: %s",

@@ -189,7 +189,11 @@ cks_status_t cks_cl_restore_new(cks_client_h c, const char *job, const cks_versi
 void cks_restore_close(cks_restore_h r)
 {
     if (r != NULL) {
-        cks_restore_hold(r, 0, 0);
+        if (r->disk != NULL) {
+            cks_cl_disk_close(r->disk); /* a flushed copy: no lease on any server */
+        } else {
+            cks_restore_hold(r, 0, 0);
+        }
     }
     free(r);
 }
@@ -212,6 +216,9 @@ cks_status_t cks_object_stat(cks_restore_h r, const char *key, cks_object_info_t
 
     if (r == NULL || info_p == NULL) {
         return CKS_ERR_INVALID_PARAM;
+    }
+    if (r->disk != NULL) {
+        return cks_cl_disk_stat(r, key, info_p);
     }
     op = cks_op_new(CKS_OP_OBJECT_STAT, CKS_MSG_OBJECT_STAT);
     if (op == NULL) {
@@ -246,6 +253,9 @@ cks_status_t cks_object_list(cks_restore_h r, const char *after_key, cks_object_
 
     if (r == NULL) {
         return CKS_ERR_INVALID_PARAM;
+    }
+    if (r->disk != NULL) {
+        return cks_cl_disk_list(r, after_key, out, max, count_p, more_p);
     }
     op = cks_op_new(CKS_OP_LIST, CKS_MSG_OBJECT_LIST);
     if (op == NULL) {
@@ -993,6 +1003,9 @@ cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *le
 
     if (r == NULL || p == NULL || cb == NULL || (p->buffer == NULL && p->buffer_size > 0)) {
         return CKS_ERR_INVALID_PARAM;
+    }
+    if (r->disk != NULL) {
+        return cks_cl_disk_get(r, p, length_p, cb, arg);
     }
     cks_restore_renew(r);
     if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {

@@ -109,7 +109,9 @@ static inline uint64_t cks_get_be64(const uint8_t *p)
  * recorded), md_chunk_dup (the second chunk record of a job is a duplicate),
  * chunk_get_slow (a chunk's send, not into the reader's memory, is held back
  * 1 s after its check),
- * arena_alloc, encoder, crc_check.
+ * arena_alloc, encoder, crc_check, flush_die (a server writing a flush is
+ * SIGKILLed halfway through its chunks), flush_publish_die (the server
+ * publishing a flush is SIGKILLed after its manifest, before the rename).
  */
 typedef enum {
     CKS_FAULT_OFF    = 0,

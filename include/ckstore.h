@@ -249,6 +249,44 @@ CKS_API_VISIBLE cks_status_t cks_job_list(cks_client_h c, const char *after,
                                           char (*names)[CKS_JOB_NAME_MAX + 1], size_t max,
                                           size_t *count_p, int *more_p);
 
+/* ---- durable tier ------------------------------------------------------------
+ * A version can be flushed to a directory on durable storage (a parallel
+ * file system, NFS, a local disk: a path every server can write and every
+ * reader can read). Each server writes the chunks it holds - data and
+ * parity, of every object the version's manifest references, from the
+ * version that wrote them, so a partial-expert version flushes what it
+ * inherits and stands alone - into DIR/<job>/.<version>.tmp-<id>/, in
+ * parallel; one server then checks that every stripe has at least k chunks
+ * there, writes the manifest (every object's tags, size, CRC-64 and source
+ * version; the stripe geometry) and publishes DIR/<job>/<version>/ by
+ * rename. Every file is fsync'd before the rename: a version on disk is
+ * complete or absent. docs/ARCHITECTURE.md, "Durable tier", has the layout.
+ */
+
+/** Flush a restorable cluster version to `dir` (an absolute path that exists
+ *  on every server; NULL: each server's --flush-dir). Blocking; the servers
+ *  write on their flush threads, never on the threads that serve requests.
+ *  Returns CKS_OK once published; CKS_ERR_VERSION_EXISTS when that version
+ *  is already there; CKS_ERR_DATA_LOST when the servers that answered hold
+ *  fewer than k chunks of a stripe (cks_client_last_error() names the
+ *  object); CKS_ERR_UNSUPPORTED on a standalone server. Requests wait up to
+ *  10 minutes or the client's timeout, whichever is longer. */
+CKS_API_VISIBLE cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version,
+                                               const char *dir);
+
+/** The flushed copy of (job, version) in `dir` (CKS_VERSION_LATEST: the
+ *  newest there): its record as it was flushed. No client needed; reads the
+ *  manifest. CKS_ERR_NO_SUCH_VERSION when that version is not flushed there
+ *  (a temporary directory of an unfinished flush does not count). */
+CKS_API_VISIBLE cks_status_t cks_flushed_stat(const char *dir, const char *job, uint64_t version,
+                                              cks_version_info_t *info_p);
+
+/** Versions of `job` flushed to `dir`, in increasing order, into
+ *  out[0 .. *count_p-1] (caller's array of max); *more_p (may be NULL) is 1
+ *  when more were there than max (the smallest ones are given). */
+CKS_API_VISIBLE cks_status_t cks_flushed_list(const char *dir, const char *job, uint64_t *out,
+                                              size_t max, size_t *count_p, int *more_p);
+
 /* ---- staging memory -------------------------------------------------------- */
 
 /** Allocate `size` bytes of host memory for put and get buffers, in shared
@@ -427,6 +465,9 @@ CKS_API_VISIBLE cks_status_t cks_restore_info(cks_restore_h r, cks_version_info_
  *  opened version is cks_restore_info()'s. A version that does not exist is
  *  an error, never a reason to fall back. */
 #define CKS_RESTORE_FALLBACK 0x2u
+/** Read the flushed copy in flush_dir (CKS_RESTORE_FIELD_FLUSH_DIR) and not
+ *  the memory tier at all (e.g. to import it into a new cluster). */
+#define CKS_RESTORE_DURABLE 0x4u
 
 /** Bytes of cks_restore_skip_t.reason, NUL included. */
 #define CKS_RESTORE_REASON_MAX 384
@@ -454,8 +495,9 @@ typedef struct {
 typedef void (*cks_restore_skip_cb_t)(void *arg, const cks_restore_skip_t *skip);
 
 enum {
-    CKS_RESTORE_FIELD_FLAGS   = 1u << 0,
-    CKS_RESTORE_FIELD_SKIP_CB = 1u << 1,
+    CKS_RESTORE_FIELD_FLAGS     = 1u << 0,
+    CKS_RESTORE_FIELD_SKIP_CB   = 1u << 1,
+    CKS_RESTORE_FIELD_FLUSH_DIR = 1u << 2,
 };
 
 typedef struct {
@@ -466,6 +508,20 @@ typedef struct {
                                 as cks_restore_open(), no check) */
     cks_restore_skip_cb_t skip_cb; /**< default none */
     void *skip_arg;        /**< passed to skip_cb */
+    const char *flush_dir; /**< with CKS_RESTORE_FIELD_FLUSH_DIR: a directory that
+                                versions were flushed to (cks_version_flush()).
+                                When the memory tier does not have the version
+                                (CKS_ERR_NO_SUCH_VERSION or NO_SUCH_JOB), or it
+                                is not restorable, or (with CKS_RESTORE_CHECK)
+                                fails its check, the flushed copy of that same
+                                version is opened instead, before any fallback
+                                to an older version. Read during the call. A
+                                handle on a flushed copy reads the files on the
+                                calling thread (cks_get_nb()'s callback runs
+                                before it returns), host memory only, checks
+                                every chunk's CRC-64 and decodes around a bad
+                                or missing one from the others of its stripe;
+                                whole objects are checked against their CRC-64 */
 } cks_restore_params_t;
 
 /** Open a version for restore, checked first when the flags ask for it

@@ -38,6 +38,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -497,6 +498,79 @@ static inline size_t cks_place_coordinator(cks_cluster_h map, const char *job, s
     }
     return group[0];
 }
+
+
+/* ---- durable tier: the on-disk format of a flushed version ---------------
+ * A flushed version is a directory DIR/<job>/<version>/ (the job name with
+ * every byte outside [A-Za-z0-9_-], and a leading '.', written %XX; the
+ * version as 20 decimal digits) holding, for each server that wrote chunks,
+ * server-<id>.chunks (the chunk bytes, back to back) and server-<id>.index
+ * (one line per chunk: where it lies in the .chunks file and its CRC-64),
+ * and MANIFEST (the version record, the stripe geometry, the servers whose
+ * files belong to it, and every object with its tags, size, CRC-64 and
+ * source version). It is written as DIR/<job>/.<version>.tmp-<nonce>/ and
+ * published by rename once complete. Text formats, one record a line; keys
+ * and the job are written in hex (docs/ARCHITECTURE.md, "Durable tier").
+ */
+
+#define CKS_MD_FLUSH_FORMAT 1u
+
+/** One chunk in a server's index file. */
+typedef struct {
+    char key[CKS_KEY_MAX_LEN + 1];
+    uint32_t key_len;
+    uint64_t source;  /**< the version whose chunk this is */
+    uint64_t stripe;
+    uint32_t idx;     /**< 0..k-1 data, k..k+m-1 parity */
+    uint64_t offset;  /**< in the server's .chunks file */
+    uint64_t len;
+    uint64_t crc64;   /**< of the chunk's bytes (as recorded when written) */
+} cks_md_flush_chunk_t;
+
+/** A flushed version's manifest. */
+typedef struct {
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    cks_md_version_t v;     /**< version, parent, state, geometry, ... */
+    uint16_t *servers;      /**< ids whose files belong to it */
+    size_t nservers;
+    cks_md_object_t *objs;  /**< the manifest (arena fields unused) */
+    size_t nobjs;
+} cks_md_flush_manifest_t;
+
+/** DIR/<encoded job> into out (len bytes); CKS_ERR_INVALID_PARAM when it
+ *  does not fit. */
+cks_status_t cks_md_flush_job_dir(const char *dir, const char *job, size_t job_len,
+                                  char *out, size_t len);
+/** Name of a published version's directory ("%020llu") into out. */
+void cks_md_flush_version_name(uint64_t version, char *out, size_t len);
+/** Parse a published version's directory name; 0 when it is not one. */
+int cks_md_flush_version_parse(const char *name, uint64_t *version_p);
+
+/** Write the index's first line / one chunk / its last line (count). */
+cks_status_t cks_md_flush_index_head(FILE *f);
+cks_status_t cks_md_flush_index_chunk(FILE *f, const cks_md_flush_chunk_t *c);
+cks_status_t cks_md_flush_index_end(FILE *f, uint64_t count);
+/** Read a whole index file: *chunks_p (malloc'd, caller frees) and *n_p.
+ *  A file that does not parse, or lacks its end line, is CKS_ERR_IO with
+ *  the reason in err. */
+cks_status_t cks_md_flush_index_read(const char *path, cks_md_flush_chunk_t **chunks_p,
+                                     size_t *n_p, char *err, size_t err_len);
+
+/** Write a manifest (objects in the order given). */
+cks_status_t cks_md_flush_manifest_write(FILE *f, const cks_md_flush_manifest_t *m);
+/** Read one; CKS_ERR_IO (with err) when it does not parse or is cut short,
+ *  CKS_ERR_UNSUPPORTED for another format. Free with
+ *  cks_md_flush_manifest_free(). */
+cks_status_t cks_md_flush_manifest_read(const char *path, cks_md_flush_manifest_t *m,
+                                        char *err, size_t err_len);
+void cks_md_flush_manifest_free(cks_md_flush_manifest_t *m);
+
+/** Hash key of a chunk (key, source, stripe, idx) into buf (at least
+ *  CKS_MD_FLUSH_HKEY_MAX bytes); returns its length. */
+#define CKS_MD_FLUSH_HKEY_MAX (CKS_KEY_MAX_LEN + 1 + 8 + 8 + 1)
+size_t cks_md_flush_hkey(const char *key, size_t key_len, uint64_t source, uint64_t stripe,
+                         uint32_t idx, uint8_t *buf);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,9 @@ typedef struct {
                                messages */
     unsigned auth_timeout_s;/* with a secret: close a connection that has not
                                authenticated this long; 0: 10 */
+    const char *flush_dir;  /* durable tier: where flushes that name no
+                               directory write; when set, the only directory
+                               this server flushes to (NULL: none) */
 } cks_server_params_t;
 
 /** Open the arena and metadata, re-check every stored object's CRC, abort

@@ -626,7 +626,7 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 
 /* ---- reads in flight and the space they use ------------------------------------------ */
 
-static void cks_sv_read_begin(cks_server_h s, cks_sv_read_t *r)
+void cks_sv_read_begin(cks_server_h s, cks_sv_read_t *r)
 {
     r->seq  = ++s->read_seq;
     r->next = NULL;
@@ -655,7 +655,7 @@ static void cks_sv_deferred_release(cks_server_h s)
     }
 }
 
-static void cks_sv_read_end(cks_server_h s, cks_sv_read_t *r)
+void cks_sv_read_end(cks_server_h s, cks_sv_read_t *r)
 {
     if (r->prev != NULL) {
         r->prev->next = r->next;

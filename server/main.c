@@ -44,6 +44,9 @@ static void usage(FILE *out)
             "                         messages, and they do not count in --max-conns\n"
             "      --auth-timeout S   close a connection that has not authenticated\n"
             "                         within S seconds (with --secret; default 10)\n"
+            "      --flush-dir DIR    durable tier: flushes that name no directory\n"
+            "                         write there, and no other directory is accepted\n"
+            "                         (absolute path; it must exist)\n"
             "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
             "  -f, --arena-file PATH  arena file (default /dev/shm/ckstore-<port>.arena)\n"
             "  -d, --data-dir DIR     LMDB directory (default ./ckstore-data)\n"
@@ -80,6 +83,7 @@ int main(int argc, char **argv)
         {"job-secrets", required_argument, NULL, 'J'},
         {"peer-secret", required_argument, NULL, 1004},
         {"auth-timeout", required_argument, NULL, 1005},
+        {"flush-dir", required_argument, NULL, 1006},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -134,6 +138,7 @@ int main(int argc, char **argv)
             case 'J': p.job_secrets = optarg; break;
             case 1004: p.peer_secret_file = optarg; break;
             case 1005: p.auth_timeout_s = (unsigned)atoi(optarg); break;
+            case 1006: p.flush_dir = optarg; break;
             case 's':
                 if (cks_size_parse(optarg, &p.arena_size) != CKS_OK) {
                     fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);

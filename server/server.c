@@ -1338,6 +1338,10 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         case CKS_MSG_MEM_MAP:
             cks_sv_mem_map(conn, hdr->req_id, &b->m_MEM_MAP, data);
             break;
+        case CKS_MSG_FLUSH_CHUNKS:
+        case CKS_MSG_FLUSH_PUBLISH:
+            cks_sv_flush_request(s, conn, hdr->req_id, hdr->type, &b->m_FLUSH_CHUNKS);
+            break;
         case CKS_MSG_OBJECT_STAT:
             cks_sv_object_stat(s, conn, hdr->req_id, &b->m_OBJECT_STAT);
             break;
@@ -1762,6 +1766,7 @@ cks_status_t cks_server_run(cks_server_h s)
     while (!s->stop) {
         cks_tp_worker_progress(s->tp);
         cks_sv_drain_done(s);
+        cks_sv_flush_progress(s);
         int timeout = cks_sv_cluster_progress(s);
         int sweep   = cks_tp_worker_sweep(s->tp); /* per-connection limits */
         if (sweep >= 0 && (timeout < 0 || sweep < timeout)) {
@@ -1821,6 +1826,7 @@ void cks_server_destroy(cks_server_h s)
     s->listener = NULL;
     cks_mdq_stop(&s->mdq);
     cks_sv_drain_done(s);
+    cks_sv_flush_stop(s); /* answers its flushes while connections are up */
     cks_tp_worker_quiesce(s->tp);
     cks_sv_cluster_quiesce(s);
     for (int round = 0; round < 16 && cks_sv_drain_done(s) > 0; round++) {

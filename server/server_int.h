@@ -278,6 +278,7 @@ struct cks_server {
     int has_peer_secret;
     struct cks_sv_hold *holds; /* restore leases (hold.c) */
     size_t nholds, capholds;
+    struct cks_sv_flush *flush; /* flush.c: NULL until the first flush */
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
@@ -331,6 +332,20 @@ void cks_sv_cluster_fini(struct cks_server *s);
  *  at once when no read is in flight, else once every read begun before
  *  this call has ended, so that no read sends bytes of space reused. */
 void cks_sv_free_after_reads(struct cks_server *s, uint64_t off, uint64_t len);
+/** A read of arena space begins / ends (progress thread): space freed in
+ *  between is returned to the arena only after it ends. */
+void cks_sv_read_begin(struct cks_server *s, cks_sv_read_t *r);
+void cks_sv_read_end(struct cks_server *s, cks_sv_read_t *r);
+
+/* flush.c: the durable tier */
+/** FLUSH_CHUNKS or FLUSH_PUBLISH (progress thread): validated and queued to
+ *  the flush thread; answered when it is done. */
+void cks_sv_flush_request(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                          unsigned type, const cks_msg_flush_t *m);
+/** Answer the flushes the flush thread finished (progress thread). */
+void cks_sv_flush_progress(struct cks_server *s);
+/** Shutdown: stop the flush thread (a flush under way fails), answer. */
+void cks_sv_flush_stop(struct cks_server *s);
 /** A version of `job` is begun again on its coordinator: drops still owed
  *  for an earlier version of that number must not reach it. */
 void cks_sv_owed_forget(struct cks_server *s, const char *job, size_t job_len,

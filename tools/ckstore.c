@@ -22,7 +22,9 @@ static void usage(FILE *f)
             "\n"
             "commands:\n"
             "  jobs                          list jobs\n"
-            "  versions JOB                  list versions (state, objects, size, age)\n"
+            "  versions JOB [DIR]            list versions (state, objects, size, age);\n"
+            "                                with DIR, whether each is flushed there, and\n"
+            "                                the versions flushed there only\n"
             "  objects JOB VERSION|latest    the manifest: objects, tags, sizes, and the\n"
             "                                version each object's bytes come from\n"
             "  stat JOB VERSION|latest [KEY] show a version or one object\n"
@@ -35,6 +37,14 @@ static void usage(FILE *f)
             "                                print the version a restore opens; --fallback:\n"
             "                                the newest older version that passes\n"
             "  delete JOB VERSION            delete a version and free its space\n"
+            "  flush JOB VERSION|latest [DIR]  write the version to DIR (an absolute path\n"
+            "                                every server can write; default: the servers'\n"
+            "                                --flush-dir), each server its own chunks, and\n"
+            "                                publish it there once complete\n"
+            "  import DIR JOB VERSION|latest load a flushed version back into the memory\n"
+            "                                tier (through ordinary puts: any cluster; the\n"
+            "                                flushed geometry; a partial-expert version\n"
+            "                                comes back whole, without a parent)\n"
             "\n"
             "The server defaults to $CKSTORE_SERVER, else 127.0.0.1:13337; --cluster\n"
             "(or $CKSTORE_CLUSTER) names a cluster map instead. --secret (or\n"
@@ -105,21 +115,64 @@ static int cmd_jobs(void)
     return 0;
 }
 
-static int cmd_versions(const char *job)
+typedef int (*obj_cb_t)(cks_restore_h r, const cks_object_info_t *o, void *arg);
+static int foreach_object(cks_restore_h r, obj_cb_t cb, void *arg);
+
+static void print_flushed(const char *dir, const char *job, uint64_t v)
+{
+    cks_version_info_t fi;
+    if (dir != NULL) {
+        printf(" %-7s", cks_flushed_stat(dir, job, v, &fi) == CKS_OK ? "yes" : "no");
+    }
+}
+
+/* Versions flushed to dir that the memory tier does not list, in (lo, hi). */
+static void print_flushed_only(const char *dir, const char *job, const uint64_t *fl, size_t nfl,
+                               int has_lo, uint64_t lo, int has_hi, uint64_t hi)
+{
+    for (size_t i = 0; i < nfl; i++) {
+        cks_version_info_t fi;
+        if ((has_lo && fl[i] <= lo) || (has_hi && fl[i] >= hi) ||
+            cks_flushed_stat(dir, job, fl[i], &fi) != CKS_OK) {
+            continue;
+        }
+        char parent[24] = "-";
+        if (fi.parent != CKS_NO_PARENT) {
+            snprintf(parent, sizeof(parent), "%" PRIu64, fi.parent);
+        }
+        printf("%10" PRIu64 " %10s %-9s %-10s %8" PRIu64 " %14" PRIu64 " %8s %-7s\n",
+               fi.version, parent, "-", "-", fi.nobjects, fi.bytes, "-", "only");
+    }
+}
+
+static int cmd_versions(const char *job, const char *dir)
 {
     cks_version_info_t v[64];
-    uint64_t after = 0;
-    size_t count;
+    uint64_t after = 0, *fl = NULL;
+    size_t count, nfl = 0;
     int more = 1, first = 1;
-    printf("%10s %10s %-9s %-10s %8s %14s %8s\n", "VERSION", "PARENT", "STATE", "REDUNDANCY",
-           "OBJECTS", "BYTES", "AGE");
+    if (dir != NULL) {
+        fl = calloc(4096, sizeof(*fl));
+        if (fl == NULL || cks_flushed_list(dir, job, fl, 4096, &nfl, NULL) != CKS_OK) {
+            nfl = 0;
+        }
+    }
+    printf("%10s %10s %-9s %-10s %8s %14s %8s%s\n", "VERSION", "PARENT", "STATE", "REDUNDANCY",
+           "OBJECTS", "BYTES", "AGE", dir != NULL ? " FLUSHED" : "");
     while (more) {
         cks_status_t st = cks_version_list(cl, job, first ? NULL : &after, v, 64, &count,
                                            &more);
-        if (st != CKS_OK) {
+        if (st == CKS_ERR_NO_SUCH_JOB && first && nfl > 0) {
+            count = 0; /* flushed only */
+        } else if (st != CKS_OK) {
+            free(fl);
             return fail("list versions", st);
         }
         for (size_t i = 0; i < count; i++) {
+            if (nfl > 0) {
+                print_flushed_only(dir, job, fl, nfl, !first || i > 0,
+                                   i > 0 ? v[i - 1].version : after, 1, v[i].version);
+            }
             char parent[24] = "-";
             if (v[i].parent != CKS_NO_PARENT) {
                 snprintf(parent, sizeof(parent), "%" PRIu64, v[i].parent);
@@ -133,6 +186,7 @@ static int cmd_versions(const char *job)
             printf("%10" PRIu64 " %10s %-9s %-10s %8" PRIu64 " %14" PRIu64 " ", v[i].version,
                    parent, cks_vstate_string(v[i].state), red, v[i].nobjects, v[i].bytes);
             print_age(v[i].created_ns);
+            print_flushed(dir, job, v[i].version);
             printf("\n");
         }
         if (count == 0) {
@@ -141,6 +195,124 @@ static int cmd_versions(const char *job)
         after = v[count - 1].version;
         first = 0;
     }
+    if (nfl > 0) {
+        print_flushed_only(dir, job, fl, nfl, !first, after, 0, 0);
+    }
+    free(fl);
+    return 0;
+}
+
+static int cmd_flush(const char *job, const char *ver, const char *dir)
+{
+    uint64_t v;
+    cks_version_info_t info;
+    cks_status_t st;
+    if (parse_version(ver, &v) != 0) {
+        return 2;
+    }
+    if (v == CKS_VERSION_LATEST) {
+        if ((st = cks_version_latest(cl, job, &info)) != CKS_OK) {
+            return fail("latest version", st);
+        }
+        v = info.version;
+    }
+    st = cks_version_flush(cl, job, v, dir);
+    if (st != CKS_OK) {
+        return fail("flush", st);
+    }
+    printf("version %" PRIu64 " of %s flushed%s%s\n", v, job, dir ? " to " : "",
+           dir ? dir : "");
+    return 0;
+}
+
+typedef struct {
+    const char *job;
+    uint64_t version;
+    uint64_t objects, bytes;
+    cks_status_t st;
+} import_t;
+
+static int import_object(cks_restore_h r, const cks_object_info_t *o, void *arg)
+{
+    import_t *im = arg;
+    cks_get_params_t g = {0};
+    cks_put_params_t p = {0};
+    uint8_t *buf;
+    if (im->st != CKS_OK) {
+        return 1;
+    }
+    buf = malloc(o->size ? o->size : 1);
+    if (buf == NULL) {
+        im->st = CKS_ERR_NO_MEMORY;
+        return fail("import", im->st);
+    }
+    g.key         = o->key;
+    g.buffer      = buf;
+    g.buffer_size = o->size;
+    im->st        = cks_get(r, &g, NULL);
+    if (im->st != CKS_OK) {
+        free(buf);
+        return fail("read the flushed copy", im->st);
+    }
+    p.field_mask = CKS_PUT_FIELD_TAGS;
+    p.job        = im->job;
+    p.version    = im->version;
+    p.key        = o->key;
+    p.buffer     = buf;
+    p.size       = o->size;
+    p.tags       = o->tags;
+    im->st       = cks_put(cl, &p);
+    free(buf);
+    if (im->st != CKS_OK) {
+        return fail("put", im->st);
+    }
+    im->objects++;
+    im->bytes += o->size;
+    return 0;
+}
+
+static int cmd_import(const char *dir, const char *job, const char *ver)
+{
+    cks_restore_params_t rp = {0};
+    cks_version_params_t vp = {0};
+    cks_version_info_t info;
+    cks_restore_h r;
+    import_t im = {job, 0, 0, 0, CKS_OK};
+    uint64_t v;
+    if (parse_version(ver, &v) != 0) {
+        return 2;
+    }
+    rp.field_mask = CKS_RESTORE_FIELD_FLAGS | CKS_RESTORE_FIELD_FLUSH_DIR;
+    rp.job        = job;
+    rp.version    = v;
+    rp.flags      = CKS_RESTORE_DURABLE;
+    rp.flush_dir  = dir;
+    cks_status_t st = cks_restore_open_ex(cl, &rp, &r);
+    if (st != CKS_OK) {
+        return fail("open the flushed copy", st);
+    }
+    cks_restore_info(r, &info);
+    im.version = info.version;
+    vp.job     = job;
+    vp.version = info.version;
+    st         = cks_version_begin(cl, &vp);
+    if (st != CKS_OK) {
+        cks_restore_close(r);
+        return fail("begin", st);
+    }
+    int rc = foreach_object(r, import_object, &im);
+    cks_restore_close(r);
+    if (rc != 0 || im.st != CKS_OK) {
+        cks_version_abort(cl, job, info.version);
+        return rc ? rc : 1;
+    }
+    st = cks_version_seal(cl, job, info.version);
+    if (st != CKS_OK) {
+        return fail("seal", st);
+    }
+    printf("version %" PRIu64 " of %s imported from %s: %" PRIu64 " objects, %" PRIu64
+           " bytes\n",
+           info.version, job, dir, im.objects, im.bytes);
     return 0;
 }
 
@@ -396,9 +568,9 @@ int main(int argc, char **argv)
     struct {
         const char *name;
         int min, max;
-    } cmds[] = {{"jobs", 0, 0},   {"versions", 1, 1}, {"objects", 2, 2}, {"stat", 2, 3},
+    } cmds[] = {{"jobs", 0, 0},   {"versions", 1, 2}, {"objects", 2, 2}, {"stat", 2, 3},
                 {"verify", 2, 2}, {"get", 4, 4},      {"delete", 2, 2},
-                {"restore-check", 2, 3}};
+                {"restore-check", 2, 3}, {"flush", 2, 3}, {"import", 3, 3}};
     size_t i;
     for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         if (strcmp(cmd, cmds[i].name) == 0) {
@@ -422,6 +594,20 @@ int main(int argc, char **argv)
     }
     p.timeout_ms = timeout_ms;
     p.name       = "ckstore-cli";
+    cks_version_info_t fi;
+    if (strcmp(cmd, "import") == 0) {
+        /* the flushed geometry, so that the version comes back as it was */
+        uint64_t v;
+        if (parse_version(a[2], &v) != 0) {
+            return 2;
+        }
+        if (cks_flushed_stat(a[0], a[1], v, &fi) == CKS_OK) {
+            p.field_mask |= CKS_CLIENT_FIELD_EC;
+            p.ec_k       = fi.ec_k;
+            p.ec_m       = fi.ec_m;
+            p.chunk_size = fi.chunk_size;
+        }
+    }
     if (secret != NULL && secret[0] != '\0') {
         p.field_mask |= CKS_CLIENT_FIELD_SECRET;
         p.secret     = secret;
@@ -434,7 +620,11 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "jobs") == 0) {
         rc = cmd_jobs();
     } else if (strcmp(cmd, "versions") == 0) {
-        rc = cmd_versions(a[0]);
+        rc = cmd_versions(a[0], nargs > 1 ? a[1] : NULL);
+    } else if (strcmp(cmd, "flush") == 0) {
+        rc = cmd_flush(a[0], a[1], nargs > 2 ? a[2] : NULL);
+    } else if (strcmp(cmd, "import") == 0) {
+        rc = cmd_import(a[0], a[1], a[2]);
     } else if (strcmp(cmd, "objects") == 0) {
         rc = cmd_objects(a[0], a[1]);
     } else if (strcmp(cmd, "stat") == 0) {

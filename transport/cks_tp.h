@@ -330,6 +330,24 @@ typedef struct {
     uint32_t state;
 } cks_msg_version_drop_t;
 
+/* ---- durable tier (server/flush.c) ---------------------------------------- */
+
+/** Longest directory a flush names, in bytes. */
+#define CKS_WIRE_MAX_PATH 1024u
+
+/** Client -> every server: write the chunks of `version` this server holds
+ *  (those of every object its manifest references, from whichever version
+ *  wrote them) into the flush's temporary directory under `dir` (empty: the
+ *  server's --flush-dir). FLUSH_PUBLISH, to one server, then checks that
+ *  every stripe has at least k chunks on disk, writes the manifest and
+ *  publishes the version by rename. Both answer STATUS_REPLY when done. */
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    cks_wire_str_t dir;
+    uint64_t nonce; /* names this flush's temporary directory */
+} cks_msg_flush_t;
+
 /*
  * The message table: the one place that lists every message.
  * _(NAME, id, body type, direction)
@@ -364,7 +382,9 @@ typedef struct {
     _(AUTH,              27, cks_msg_auth_t,               "c>s") \
     _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c") \
     _(MEM_MAP,           29, cks_msg_mem_map_t,            "c>s") \
-    _(VERSION_HOLD,      30, cks_msg_version_hold_t,       "c>s")
+    _(VERSION_HOLD,      30, cks_msg_version_hold_t,       "c>s") \
+    _(FLUSH_CHUNKS,      60, cks_msg_flush_t,              "c>s") \
+    _(FLUSH_PUBLISH,     61, cks_msg_flush_t,              "c>s")
 
 /** Nonzero for message types that answer a request (matched by req_id). */
 #define CKS_MSG_IS_REPLY(t) \

@@ -62,6 +62,9 @@ static const cks_wire_field_t fd_auth_reply[] = {
     FD_REPLY(cks_msg_auth_reply_t), FD_BIN(cks_msg_auth_reply_t, addr, CKS_WIRE_MAX_ADDR),
     FD_BIN(cks_msg_auth_reply_t, proof, CKS_WIRE_NONCE_LEN)};
 static const cks_wire_field_t fd_mem_map[] = {FD_U64(cks_msg_mem_map_t, length)};
+static const cks_wire_field_t fd_flush[]   = {
+    FD_STR(cks_msg_flush_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_flush_t, version),
+    FD_STR(cks_msg_flush_t, dir, CKS_WIRE_MAX_PATH), FD_U64(cks_msg_flush_t, nonce)};
 static const cks_wire_field_t fd_hello_reply[] = {
     FD_REPLY(cks_msg_hello_reply_t),
     FD_STR(cks_msg_hello_reply_t, name, CKS_WIRE_MAX_NAME),
@@ -203,6 +206,8 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_AUTH_REPLY]         = FD_TABLE(fd_auth_reply),
     [CKS_MSG_MEM_MAP]            = FD_TABLE(fd_mem_map),
     [CKS_MSG_VERSION_HOLD]       = FD_TABLE(fd_version_hold),
+    [CKS_MSG_FLUSH_CHUNKS]       = FD_TABLE(fd_flush),
+    [CKS_MSG_FLUSH_PUBLISH]      = FD_TABLE(fd_flush),
 };
 
 static const cks_wire_desc_t cks_wire_entry_desc[] = {
@@ -630,6 +635,8 @@ const cks_wire_str_t *cks_msg_client_job(unsigned type, const cks_msg_any_t *b)
         case CKS_MSG_CHUNK_GET: return &b->m_CHUNK_GET.job;
         case CKS_MSG_OBJECT_DELETE: return &b->m_OBJECT_DELETE.job;
         case CKS_MSG_VERSION_HOLD: return &b->m_VERSION_HOLD.job;
+        case CKS_MSG_FLUSH_CHUNKS: return &b->m_FLUSH_CHUNKS.job;
+        case CKS_MSG_FLUSH_PUBLISH: return &b->m_FLUSH_PUBLISH.job;
         default: return NULL;
     }
 }

@@ -1,0 +1,661 @@
+/*
+ * flushed.c - the durable tier in libckstore: cks_version_flush() (asks
+ * every server to write its chunks, then one to publish), and restores
+ * from a flushed copy on disk (cks_restore_open_ex() with a flush_dir).
+ *
+ * DESIGN: a restore handle with `disk` set reads the files of a published
+ * version directory (metadata/flushfmt.c) with pread(2) on the calling
+ * thread: the manifest gives each object's size, CRC-64 and source version,
+ * the servers' indexes where each chunk lies and its CRC-64. Each chunk is
+ * checked before use; a stripe with a bad or missing data chunk is decoded
+ * from any k good chunks (ISA-L), and a whole object is checked against its
+ * CRC-64 at the end. Nothing here touches UCX or the progress thread.
+ * Never: returns CKS_OK with bytes that failed a check.
+ */
+#include "client_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- flush ------------------------------------------------------------------------------- */
+
+#define CKS_FLUSH_TIMEOUT_MS 600000
+
+static cks_op_t *cks_fl_op(cks_client_h c, unsigned type, const char *job, uint64_t version,
+                           const char *dir, uint64_t nonce, cks_status_t *st_p)
+{
+    size_t used  = 0;
+    cks_op_t *op = cks_op_new(CKS_OP_STATUS, type);
+    if (op == NULL) {
+        *st_p = CKS_ERR_NO_MEMORY;
+        return NULL;
+    }
+    *st_p = cks_op_name(op, &used, job, CKS_JOB_MAX_LEN, &op->body.m_FLUSH_CHUNKS.job);
+    if (*st_p != CKS_OK) {
+        free(op);
+        return NULL;
+    }
+    /* the caller's string: it waits for the op */
+    op->body.m_FLUSH_CHUNKS.dir     = cks_wire_cstr(dir);
+    op->body.m_FLUSH_CHUNKS.version = version;
+    op->body.m_FLUSH_CHUNKS.nonce   = nonce;
+    op->timeout_ms = CKS_MAX(c->timeout_ms, CKS_FLUSH_TIMEOUT_MS);
+    return op;
+}
+
+cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version,
+                               const char *dir)
+{
+    cks_waiter_t *w;
+    cks_status_t *st, status = CKS_OK, first = CKS_OK;
+    size_t ok = 0;
+    uint64_t nonce;
+    char text[CKS_MSG_MAX_LEN];
+
+    if (c == NULL || job == NULL || version == UINT64_MAX) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (dir != NULL && (dir[0] != '/' || strlen(dir) >= CKS_WIRE_MAX_PATH)) {
+        cks_cl_set_error(c, CKS_ERR_INVALID_PARAM, "the flush directory must be an absolute "
+                         "path", 45);
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (c->map == NULL) {
+        return CKS_ERR_UNSUPPORTED;
+    }
+    nonce = cks_tp_random_id();
+    w     = calloc(c->nsrv, sizeof(*w));
+    st    = calloc(c->nsrv, sizeof(*st));
+    if (w == NULL || st == NULL) {
+        free(w);
+        free(st);
+        return CKS_ERR_NO_MEMORY;
+    }
+    /* every server writes what it holds, all at once */
+    for (size_t i = 0; i < c->nsrv; i++) {
+        cks_op_t *op = cks_fl_op(c, CKS_MSG_FLUSH_CHUNKS, job, version, dir, nonce, &st[i]);
+        cks_waiter_init(&w[i]);
+        if (op == NULL) {
+            continue;
+        }
+        op->srv    = i;
+        op->target = CKS_TARGET_FIXED;
+        st[i]      = cks_cl_submit(c, op, cks_waiter_cb, &w[i]);
+    }
+    for (size_t i = 0; i < c->nsrv; i++) {
+        st[i] = cks_waiter_wait(&w[i], st[i]);
+        if (st[i] == CKS_OK) {
+            ok++;
+        } else {
+            cks_warn("flush of version %" PRIu64 " of '%s': server %s:%u: %s", version, job,
+                     c->srv[i].addr, c->srv[i].port, cks_status_string(st[i]));
+            if (first == CKS_OK || st[i] == CKS_ERR_VERSION_EXISTS) {
+                first = st[i];
+            }
+        }
+    }
+    free(w);
+    free(st);
+    if (first == CKS_ERR_VERSION_EXISTS || first == CKS_ERR_NO_SUCH_VERSION ||
+        first == CKS_ERR_NOT_RESTORABLE || first == CKS_ERR_INVALID_PARAM || ok == 0) {
+        return first; /* the servers' text is the last error */
+    }
+    /* one server checks that the files hold every stripe, and publishes */
+    cks_op_t *op = cks_fl_op(c, CKS_MSG_FLUSH_PUBLISH, job, version, dir, nonce, &status);
+    if (op == NULL) {
+        return status;
+    }
+    op->srv         = cks_cl_coordinator(c, job, strlen(job), version);
+    op->target      = CKS_TARGET_ANY;
+    op->coord_first = 1;
+    status          = cks_cl_run(c, op);
+    if (status == CKS_OK && ok < c->nsrv) {
+        int n = snprintf(text, sizeof(text),
+                         "flushed with the chunks of %zu of %zu servers (the others failed: "
+                         "%s)",
+                         ok, c->nsrv, cks_status_string(first));
+        cks_warn("version %" PRIu64 " of '%s' %s", version, job, text);
+        (void)n;
+    }
+    return status;
+}
+
+/* ---- reading a flushed copy --------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t offset, len, crc64;
+    int fd;
+} cks_cl_dchunk_t;
+
+struct cks_cl_disk {
+    char vdir[PATH_MAX - 64];
+    cks_md_flush_manifest_t mf;
+    cks_hmap_t *objs;        /* key -> index in mf.objs, + 1 */
+    cks_hmap_t *chunks;      /* cks_md_flush_hkey() -> cks_cl_dchunk_t */
+    cks_cl_dchunk_t *all;
+    int *fds;
+    size_t nfds;
+    cks_ec_h ec;
+};
+
+void cks_cl_disk_close(struct cks_cl_disk *d)
+{
+    if (d == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < d->nfds; i++) {
+        if (d->fds[i] >= 0) {
+            close(d->fds[i]);
+        }
+    }
+    free(d->fds);
+    free(d->all);
+    cks_hmap_destroy(d->objs);
+    cks_hmap_destroy(d->chunks);
+    cks_md_flush_manifest_free(&d->mf);
+    if (d->ec != NULL) {
+        cks_ec_destroy(d->ec);
+    }
+    free(d);
+}
+
+/* The newest version flushed for job in dir (published directories only). */
+static cks_status_t cks_fl_latest(const char *jobdir, uint64_t *v_p)
+{
+    DIR *dd = opendir(jobdir);
+    struct dirent *e;
+    int found = 0;
+    uint64_t best = 0, v;
+    if (dd == NULL) {
+        return CKS_ERR_NO_SUCH_JOB;
+    }
+    while ((e = readdir(dd)) != NULL) {
+        if (cks_md_flush_version_parse(e->d_name, &v) && (!found || v > best)) {
+            best  = v;
+            found = 1;
+        }
+    }
+    closedir(dd);
+    if (!found) {
+        return CKS_ERR_NO_SUCH_VERSION;
+    }
+    *v_p = best;
+    return CKS_OK;
+}
+
+static cks_status_t cks_fl_vdir(const char *dir, const char *job, uint64_t *version,
+                                char *out, size_t len)
+{
+    char jobdir[PATH_MAX - 128], name[32];
+    cks_status_t status;
+    if (dir == NULL || job == NULL ||
+        cks_md_flush_job_dir(dir, job, strlen(job), jobdir, sizeof(jobdir)) != CKS_OK) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (*version == CKS_VERSION_LATEST && (status = cks_fl_latest(jobdir, version)) != CKS_OK) {
+        return status;
+    }
+    cks_md_flush_version_name(*version, name, sizeof(name));
+    if (snprintf(out, len, "%s/%s", jobdir, name) >= (int)len) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    return CKS_OK;
+}
+
+static void cks_fl_info(cks_version_info_t *info, const cks_md_version_t *v)
+{
+    memset(info, 0, sizeof(*info));
+    info->version    = v->version;
+    info->parent     = v->parent;
+    info->state      = v->state;
+    info->nranks     = v->nranks;
+    info->created_ns = v->created_ns;
+    info->sealed_ns  = v->sealed_ns;
+    info->nobjects   = v->nobjects;
+    info->bytes      = v->bytes;
+    info->ec_k       = v->ec_k;
+    info->ec_m       = v->ec_m;
+    info->chunk_size = v->chunk_size;
+    info->redundancy = v->redundancy;
+    info->missing    = v->missing;
+}
+
+cks_status_t cks_flushed_stat(const char *dir, const char *job, uint64_t version,
+                              cks_version_info_t *info_p)
+{
+    char vdir[PATH_MAX - 64], path[PATH_MAX], err[256];
+    cks_md_flush_manifest_t mf;
+    cks_status_t status;
+
+    if (info_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    status = cks_fl_vdir(dir, job, &version, vdir, sizeof(vdir));
+    if (status != CKS_OK) {
+        return status;
+    }
+    snprintf(path, sizeof(path), "%s/MANIFEST", vdir);
+    status = cks_md_flush_manifest_read(path, &mf, err, sizeof(err));
+    if (status != CKS_OK) {
+        if (status != CKS_ERR_NO_SUCH_VERSION) {
+            cks_warn("%s", err);
+        }
+        return status;
+    }
+    cks_fl_info(info_p, &mf.v);
+    cks_md_flush_manifest_free(&mf);
+    return CKS_OK;
+}
+
+static int cks_fl_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+cks_status_t cks_flushed_list(const char *dir, const char *job, uint64_t *out, size_t max,
+                              size_t *count_p, int *more_p)
+{
+    char jobdir[PATH_MAX - 128];
+    uint64_t *all = NULL, v;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    DIR *dd;
+
+    if (dir == NULL || job == NULL || count_p == NULL || (out == NULL && max > 0) ||
+        cks_md_flush_job_dir(dir, job, strlen(job), jobdir, sizeof(jobdir)) != CKS_OK) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    dd = opendir(jobdir);
+    if (dd != NULL) {
+        while ((e = readdir(dd)) != NULL) {
+            if (!cks_md_flush_version_parse(e->d_name, &v)) {
+                continue;
+            }
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 64;
+                void *p   = realloc(all, nc * sizeof(*all));
+                if (p == NULL) {
+                    closedir(dd);
+                    free(all);
+                    return CKS_ERR_NO_MEMORY;
+                }
+                all = p;
+                cap = nc;
+            }
+            all[n++] = v;
+        }
+        closedir(dd);
+    }
+    if (n > 0) {
+        qsort(all, n, sizeof(*all), cks_fl_cmp_u64);
+    }
+    *count_p = CKS_MIN(n, max);
+    if (*count_p > 0) {
+        memcpy(out, all, *count_p * sizeof(*out));
+    }
+    if (more_p != NULL) {
+        *more_p = n > max;
+    }
+    free(all);
+    return CKS_OK;
+}
+
+cks_status_t cks_cl_disk_open(cks_client_h c, const char *dir, const char *job,
+                              uint64_t version, cks_restore_h *r_p)
+{
+    char path[PATH_MAX], err[256];
+    struct cks_cl_disk *d;
+    cks_restore_h r;
+    cks_status_t status;
+    size_t total = 0;
+    uint8_t hk[CKS_MD_FLUSH_HKEY_MAX];
+
+    d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_fl_vdir(dir, job, &version, d->vdir, sizeof(d->vdir));
+    if (status != CKS_OK) {
+        free(d);
+        return status;
+    }
+    snprintf(path, sizeof(path), "%s/MANIFEST", d->vdir);
+    status = cks_md_flush_manifest_read(path, &d->mf, err, sizeof(err));
+    if (status != CKS_OK) {
+        if (status == CKS_ERR_NO_SUCH_VERSION) {
+            snprintf(err, sizeof(err), "version %" PRIu64 " of job '%s' is not flushed to %s",
+                     version, job, dir);
+        }
+        cks_cl_set_error(c, status, err, strlen(err));
+        free(d);
+        return status;
+    }
+    if (d->mf.job_len != strlen(job) || memcmp(d->mf.job, job, d->mf.job_len) != 0 ||
+        d->mf.v.version != version) {
+        snprintf(err, sizeof(err), "%.200s holds another job or version", path);
+        cks_cl_set_error(c, CKS_ERR_IO, err, strlen(err));
+        cks_cl_disk_close(d);
+        return CKS_ERR_IO;
+    }
+    if (d->mf.v.ec_k > CKS_EC_MAX_K || d->mf.v.ec_m > CKS_EC_MAX_M ||
+        d->mf.v.chunk_size > CKS_EC_MAX_LEN) {
+        cks_cl_disk_close(d);
+        return CKS_ERR_UNSUPPORTED;
+    }
+    status = cks_ec_create(d->mf.v.ec_k, d->mf.v.ec_m, &d->ec);
+    if (status == CKS_OK) {
+        status = cks_hmap_create(&d->objs);
+    }
+    if (status == CKS_OK) {
+        status = cks_hmap_create(&d->chunks);
+    }
+    d->fds = calloc(d->mf.nservers ? d->mf.nservers : 1, sizeof(*d->fds));
+    if (d->fds == NULL) {
+        status = CKS_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; status == CKS_OK && i < d->mf.nobjs; i++) {
+        status = cks_hmap_put(d->objs, d->mf.objs[i].key, d->mf.objs[i].key_len,
+                              (void *)(uintptr_t)(i + 1));
+    }
+    /* every server's index; a file that cannot be read leaves its chunks out
+     * (the stripes' other chunks may still cover them) */
+    for (size_t s = 0; status == CKS_OK && s < d->mf.nservers; s++) {
+        cks_md_flush_chunk_t *cs = NULL;
+        size_t ncs               = 0;
+        d->fds[d->nfds++]        = -1;
+        snprintf(path, sizeof(path), "%s/server-%u.index", d->vdir, (unsigned)d->mf.servers[s]);
+        if (cks_md_flush_index_read(path, &cs, &ncs, err, sizeof(err)) != CKS_OK) {
+            cks_warn("flushed copy: %s: its chunks are left out", err);
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/server-%u.chunks", d->vdir, (unsigned)d->mf.servers[s]);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            cks_warn("flushed copy: cannot open %s: %s: its chunks are left out", path,
+                     strerror(errno));
+            free(cs);
+            continue;
+        }
+        d->fds[d->nfds - 1] = fd;
+        void *p             = realloc(d->all, (total + ncs + 1) * sizeof(*d->all));
+        if (p == NULL) {
+            free(cs);
+            status = CKS_ERR_NO_MEMORY;
+            break;
+        }
+        d->all = p;
+        for (size_t i = 0; i < ncs; i++) {
+            d->all[total + i] = (cks_cl_dchunk_t){cs[i].offset, cs[i].len, cs[i].crc64, fd};
+        }
+        /* pointers into d->all are taken once it stops moving: store indexes */
+        for (size_t i = 0; status == CKS_OK && i < ncs; i++) {
+            size_t n = cks_md_flush_hkey(cs[i].key, cs[i].key_len, cs[i].source, cs[i].stripe,
+                                         cs[i].idx, hk);
+            status   = cks_hmap_put(d->chunks, hk, n, (void *)(uintptr_t)(total + i + 1));
+        }
+        total += ncs;
+        free(cs);
+    }
+    if (status == CKS_OK && (r = calloc(1, sizeof(*r))) == NULL) {
+        status = CKS_ERR_NO_MEMORY;
+    }
+    if (status != CKS_OK) {
+        cks_cl_disk_close(d);
+        return status;
+    }
+    r->client = c;
+    snprintf(r->job, sizeof(r->job), "%s", job);
+    cks_fl_info(&r->info, &d->mf.v);
+    r->disk = d;
+    cks_info("restoring version %" PRIu64 " of job '%s' from its flushed copy in %s", version,
+             job, d->vdir);
+    *r_p = r;
+    return CKS_OK;
+}
+
+static const cks_md_object_t *cks_fl_obj(struct cks_cl_disk *d, const char *key)
+{
+    void *v = key != NULL ? cks_hmap_get(d->objs, key, strlen(key)) : NULL;
+    return v != NULL ? &d->mf.objs[(uintptr_t)v - 1] : NULL;
+}
+
+static void cks_fl_obj_info(const cks_md_object_t *o, cks_object_info_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    memcpy(info->key, o->key, o->key_len + 1);
+    info->tags.kind      = o->kind;
+    info->tags.layer     = o->layer;
+    info->tags.expert    = o->expert;
+    info->tags.rank      = o->rank;
+    info->size           = o->size;
+    info->crc64          = o->crc64;
+    info->source_version = o->source_version;
+}
+
+cks_status_t cks_cl_disk_stat(cks_restore_h r, const char *key, cks_object_info_t *info_p)
+{
+    const cks_md_object_t *o = cks_fl_obj(r->disk, key);
+    if (o == NULL) {
+        return CKS_ERR_NO_SUCH_KEY;
+    }
+    cks_fl_obj_info(o, info_p);
+    return CKS_OK;
+}
+
+cks_status_t cks_cl_disk_list(cks_restore_h r, const char *after_key, cks_object_info_t *out,
+                              size_t max, size_t *count_p, int *more_p)
+{
+    struct cks_cl_disk *d = r->disk;
+    size_t n = 0, i = 0;
+    if ((out == NULL && max > 0) || count_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    /* objects are in key byte order (as the servers list them) */
+    if (after_key != NULL && after_key[0] != '\0') {
+        size_t al = strlen(after_key);
+        while (i < d->mf.nobjs) {
+            const cks_md_object_t *o = &d->mf.objs[i];
+            int c = memcmp(o->key, after_key, CKS_MIN(o->key_len, al));
+            if (c > 0 || (c == 0 && o->key_len > al)) {
+                break;
+            }
+            i++;
+        }
+    }
+    for (; i < d->mf.nobjs && n < max; i++) {
+        cks_fl_obj_info(&d->mf.objs[i], &out[n++]);
+    }
+    *count_p = n;
+    if (more_p != NULL) {
+        *more_p = i < d->mf.nobjs;
+    }
+    return CKS_OK;
+}
+
+/* Read chunk (o, stripe, idx) whole into buf and check it: CKS_OK, or why not
+ * (written to why). */
+static cks_status_t cks_fl_chunk_read(struct cks_cl_disk *d, const cks_md_object_t *o,
+                                      uint64_t stripe, unsigned idx, uint8_t *buf, char *why,
+                                      size_t why_len)
+{
+    uint8_t hk[CKS_MD_FLUSH_HKEY_MAX];
+    size_t n  = cks_md_flush_hkey(o->key, o->key_len, o->source_version, stripe, idx, hk);
+    void *v   = cks_hmap_get(d->chunks, hk, n);
+    uint64_t cs = d->mf.v.chunk_size;
+    if (v == NULL) {
+        snprintf(why, why_len, "chunk %u: not on disk", idx);
+        return CKS_ERR_DATA_LOST;
+    }
+    const cks_cl_dchunk_t *ch = &d->all[(uintptr_t)v - 1];
+    if (ch->len != cs) {
+        snprintf(why, why_len, "chunk %u: %" PRIu64 " bytes, not %" PRIu64, idx, ch->len, cs);
+        return CKS_ERR_DATA_LOST;
+    }
+    uint64_t done = 0;
+    while (done < cs) {
+        ssize_t got = pread(ch->fd, buf + done, cs - done, (off_t)(ch->offset + done));
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got <= 0) {
+            snprintf(why, why_len, "chunk %u: %s", idx,
+                     got < 0 ? strerror(errno) : "file cut short");
+            return CKS_ERR_IO;
+        }
+        done += (uint64_t)got;
+    }
+    if (cks_crc64(0, buf, cs) != ch->crc64) {
+        snprintf(why, why_len, "chunk %u: CRC mismatch", idx);
+        return CKS_ERR_CRC_MISMATCH;
+    }
+    return CKS_OK;
+}
+
+/* Object bytes [off, off + len) of stripe `s` into dst. */
+static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
+                                  const cks_md_object_t *o, uint64_t s, uint64_t off,
+                                  uint64_t len, uint8_t *dst, uint8_t *scratch)
+{
+    unsigned k = d->mf.v.ec_k, w = d->mf.v.ec_k + d->mf.v.ec_m;
+    uint64_t cs = d->mf.v.chunk_size, sbase = s * k * cs;
+    uint8_t *chunks[CKS_EC_MAX_K + CKS_EC_MAX_M] = {0};
+    uint8_t present[CKS_EC_MAX_K + CKS_EC_MAX_M] = {0};
+    uint8_t tried[CKS_EC_MAX_K + CKS_EC_MAX_M]   = {0};
+    char why[CKS_EC_MAX_K + CKS_EC_MAX_M][64];
+    unsigned good = 0, need_missing = 0;
+    cks_status_t worst = CKS_ERR_DATA_LOST;
+
+    for (unsigned i = 0; i < w; i++) {
+        chunks[i] = scratch + (uint64_t)i * cs;
+        why[i][0] = '\0';
+    }
+    /* the data chunks the range needs */
+    for (unsigned i = 0; i < k; i++) {
+        uint64_t lo = sbase + i * cs, hi = lo + cs;
+        if (hi <= off || lo >= off + len) {
+            continue;
+        }
+        tried[i]        = 1;
+        cks_status_t st = cks_fl_chunk_read(d, o, s, i, chunks[i], why[i], sizeof(why[i]));
+        if (st == CKS_OK) {
+            present[i] = 1;
+            good++;
+        } else {
+            need_missing++;
+            worst = st == CKS_ERR_CRC_MISMATCH ? st : worst;
+            cks_warn("flushed copy: object '%s' (version %" PRIu64 "), stripe %" PRIu64
+                     ": %s",
+                     o->key, o->source_version, s, why[i]);
+        }
+    }
+    if (need_missing > 0) {
+        /* decode: any k good chunks of the stripe */
+        for (unsigned i = 0; i < w && good < k; i++) {
+            if (tried[i]) {
+                continue;
+            }
+            tried[i] = 1;
+            if (cks_fl_chunk_read(d, o, s, i, chunks[i], why[i], sizeof(why[i])) == CKS_OK) {
+                present[i] = 1;
+                good++;
+            }
+        }
+        if (good < k) {
+            char text[CKS_MSG_MAX_LEN];
+            size_t n = (size_t)snprintf(text, sizeof(text),
+                                        "object '%s' (version %" PRIu64 "), stripe %" PRIu64
+                                        " of its flushed copy: %u of %u chunks intact",
+                                        o->key, o->source_version, s, good, k);
+            for (unsigned i = 0; i < w && n < sizeof(text); i++) {
+                if (why[i][0] != '\0') {
+                    n += (size_t)snprintf(text + n, sizeof(text) - n, "; %s", why[i]);
+                }
+            }
+            cks_cl_set_error(c, worst, text, CKS_MIN(n, sizeof(text) - 1));
+            return worst;
+        }
+        uint8_t *bufs[CKS_EC_MAX_K + CKS_EC_MAX_M];
+        for (unsigned i = 0; i < w; i++) {
+            bufs[i] = present[i] || i < k ? chunks[i] : NULL;
+        }
+        cks_status_t st = cks_ec_decode(d->ec, cs, bufs, present);
+        if (st != CKS_OK) {
+            return st;
+        }
+    }
+    for (unsigned i = 0; i < k; i++) {
+        uint64_t lo = sbase + i * cs, hi = lo + cs;
+        uint64_t a = CKS_MAX(lo, off), b = CKS_MIN(hi, off + len);
+        if (a < b) {
+            memcpy(dst + (a - off), chunks[i] + (a - lo), b - a);
+        }
+    }
+    return CKS_OK;
+}
+
+cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                             cks_done_cb_t cb, void *arg)
+{
+    struct cks_cl_disk *d = r->disk;
+    const cks_md_object_t *o;
+    uint64_t off = 0, len, cs = d->mf.v.chunk_size, k = d->mf.v.ec_k;
+    uint8_t *scratch;
+    cks_status_t status = CKS_OK;
+    char text[CKS_MSG_MAX_LEN];
+
+    if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
+        return CKS_ERR_UNSUPPORTED; /* a flushed copy is read into host memory */
+    }
+    o = cks_fl_obj(d, p->key);
+    if (o == NULL) {
+        return CKS_ERR_NO_SUCH_KEY;
+    }
+    if (p->field_mask & CKS_GET_FIELD_RANGE) {
+        if (p->offset > o->size || p->length > o->size - p->offset ||
+            p->length > p->buffer_size) {
+            return CKS_ERR_OUT_OF_RANGE;
+        }
+        off = p->offset;
+        len = p->length;
+    } else {
+        if (p->buffer_size < o->size) {
+            return CKS_ERR_INVALID_PARAM;
+        }
+        len = o->size;
+    }
+    scratch = len > 0 ? malloc((size_t)((d->mf.v.ec_k + d->mf.v.ec_m) * cs)) : NULL;
+    if (len > 0 && scratch == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    for (uint64_t s = off / (k * cs); status == CKS_OK && len > 0 && s * k * cs < off + len;
+         s++) {
+        uint64_t lo = CKS_MAX(off, s * k * cs), hi = CKS_MIN(off + len, (s + 1) * k * cs);
+        status = cks_fl_stripe(r->client, d, o, s, lo, hi - lo, (uint8_t *)p->buffer + (lo - off),
+                               scratch);
+    }
+    free(scratch);
+    if (status == CKS_OK && !(p->field_mask & CKS_GET_FIELD_RANGE) &&
+        cks_crc64(0, p->buffer, len) != o->crc64) {
+        int n = snprintf(text, sizeof(text),
+                         "object '%s' (version %" PRIu64 ") of the flushed copy in %s fails "
+                         "its CRC-64",
+                         o->key, o->source_version, d->vdir);
+        cks_cl_set_error(r->client, CKS_ERR_CRC_MISMATCH, text,
+                         CKS_MIN((size_t)n, sizeof(text) - 1));
+        status = CKS_ERR_CRC_MISMATCH;
+    }
+    if (status == CKS_OK && length_p != NULL) {
+        *length_p = len;
+    }
+    cb(arg, status);
+    return CKS_INPROGRESS;
+}

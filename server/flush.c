@@ -1,0 +1,759 @@
+/*
+ * flush.c - the durable tier on a server: FLUSH_CHUNKS writes the chunks
+ * this server holds of a version into a flush's temporary directory;
+ * FLUSH_PUBLISH checks that the servers' files hold at least k chunks of
+ * every stripe, writes the manifest, and publishes the version by rename.
+ * On-disk format: metadata/flushfmt.c; docs/ARCHITECTURE.md, "Durable tier".
+ *
+ * DESIGN: one flush thread per server, started at the first request. The
+ * progress thread validates a request, registers a chunk read (so that no
+ * arena space the flush may still copy from is reused: cks_sv_read_begin)
+ * and queues the job; the flush thread opens its own LMDB read transaction,
+ * lists what to write, writes with plain write(2)/fsync(2), and hands the
+ * job back (ucp_worker_signal); the progress thread ends the read and
+ * answers. A file is published only once fsync'd: chunk files and indexes
+ * before the manifest, the manifest before the directory's rename.
+ * Never: file I/O or LMDB on the progress thread; a write transaction here;
+ * a published directory that is not complete.
+ */
+#include "server_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct cks_fl_job {
+    struct cks_fl_job *next;
+    unsigned type; /* CKS_MSG_FLUSH_CHUNKS or CKS_MSG_FLUSH_PUBLISH */
+    cks_tp_conn_h conn;
+    uint64_t req_id;
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version;
+    uint64_t nonce;
+    char dir[PATH_MAX];
+    cks_sv_read_t read;
+    int reading;
+    uint64_t start_ns;
+    uint64_t bytes, chunks;
+    cks_status_t status;
+    char why[CKS_MSG_MAX_LEN];
+} cks_fl_job_t;
+
+struct cks_sv_flush {
+    pthread_t thread;
+    int started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    cks_fl_job_t *head, *tail, *done_head, *done_tail;
+    volatile int stop;
+    cks_server_h s;
+};
+
+static void cks_fl_fail(cks_fl_job_t *j, cks_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void cks_fl_fail(cks_fl_job_t *j, cks_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    if (j->status != CKS_OK) {
+        return; /* the first reason stands */
+    }
+    j->status = status;
+    va_start(ap, fmt);
+    vsnprintf(j->why, sizeof(j->why), fmt, ap);
+    va_end(ap);
+}
+
+/* ---- paths ------------------------------------------------------------------------------ */
+
+/* room for a file name after a directory of the flush */
+#define CKS_FL_DIR_MAX (PATH_MAX - 512)
+
+typedef struct {
+    char jobdir[CKS_FL_DIR_MAX];
+    char tmp[CKS_FL_DIR_MAX];
+    char pub[CKS_FL_DIR_MAX];
+} cks_fl_paths_t;
+
+static int cks_fl_paths(cks_fl_job_t *j, cks_fl_paths_t *p)
+{
+    char name[32];
+    if (cks_md_flush_job_dir(j->dir, j->job, j->job_len, p->jobdir, sizeof(p->jobdir)) !=
+        CKS_OK) {
+        cks_fl_fail(j, CKS_ERR_INVALID_PARAM, "flush directory name too long");
+        return -1;
+    }
+    cks_md_flush_version_name(j->version, name, sizeof(name));
+    if (snprintf(p->pub, sizeof(p->pub), "%s/%s", p->jobdir, name) >= (int)sizeof(p->pub) ||
+        snprintf(p->tmp, sizeof(p->tmp), "%s/.%s.tmp-%016" PRIx64, p->jobdir, name,
+                 j->nonce) >= (int)sizeof(p->tmp)) {
+        cks_fl_fail(j, CKS_ERR_INVALID_PARAM, "flush directory name too long");
+        return -1;
+    }
+    return 0;
+}
+
+static int cks_fl_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) {
+        return -1;
+    }
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Remove a flat directory (files only), best effort. */
+static void cks_fl_rmdir_flat(const char *path)
+{
+    char f[PATH_MAX];
+    DIR *d = opendir(path);
+    struct dirent *e;
+    if (d == NULL) {
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+            continue;
+        }
+        if (snprintf(f, sizeof(f), "%s/%s", path, e->d_name) < (int)sizeof(f)) {
+            unlink(f);
+        }
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+/* Remove what flushes of this version that never published left behind
+ * (a writer killed halfway): once it is published they are of no use. */
+static void cks_fl_remove_stale(const cks_fl_job_t *j, const cks_fl_paths_t *p)
+{
+    char prefix[64], name[32], path[PATH_MAX];
+    struct dirent *e;
+    DIR *d = opendir(p->jobdir);
+    cks_md_flush_version_name(j->version, name, sizeof(name));
+    snprintf(prefix, sizeof(prefix), ".%s.tmp-", name);
+    if (d == NULL) {
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 &&
+            snprintf(path, sizeof(path), "%s/%s", p->jobdir, e->d_name) < (int)sizeof(path)) {
+            cks_info("flush: removing %s, left by a flush that did not finish", path);
+            cks_fl_rmdir_flat(path);
+        }
+    }
+    closedir(d);
+}
+
+/* ---- what this server holds of a version ----------------------------------------------- */
+
+typedef struct {
+    cks_md_version_t rec;
+    cks_md_object_t *objs;
+    size_t nobjs;
+} cks_fl_manifest_t;
+
+/* The version's record and manifest (every object it resolves to). */
+static cks_status_t cks_fl_manifest(cks_server_h s, cks_fl_job_t *j, cks_md_txn_h txn,
+                                    cks_fl_manifest_t *mf)
+{
+    enum { PAGE = 256 };
+    size_t cap = 0, count = 0;
+    int more = 1;
+    cks_status_t status;
+
+    (void)s;
+    status = cks_md_version_get(txn, j->job, j->job_len, j->version, &mf->rec);
+    if (status != CKS_OK) {
+        cks_fl_fail(j, status, "version %" PRIu64 " of job '%s': %s", j->version, j->job,
+                    cks_status_string(status));
+        return status;
+    }
+    if (mf->rec.state != CKS_VSTATE_SEALED && mf->rec.state != CKS_VSTATE_PROTECTED &&
+        mf->rec.state != CKS_VSTATE_DEGRADED) {
+        cks_fl_fail(j, CKS_ERR_NOT_RESTORABLE, "version %" PRIu64 " is %s", j->version,
+                    cks_vstate_string(mf->rec.state));
+        return CKS_ERR_NOT_RESTORABLE;
+    }
+    if (mf->rec.ec_k == 0 || mf->rec.chunk_size == 0) {
+        cks_fl_fail(j, CKS_ERR_UNSUPPORTED, "only erasure-coded (cluster) versions flush");
+        return CKS_ERR_UNSUPPORTED;
+    }
+    while (more) {
+        if (mf->nobjs + PAGE > cap) {
+            size_t nc = cap ? cap * 2 : 4 * PAGE;
+            void *p   = realloc(mf->objs, nc * sizeof(*mf->objs));
+            if (p == NULL) {
+                cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory listing the manifest");
+                return CKS_ERR_NO_MEMORY;
+            }
+            mf->objs = p;
+            cap      = nc;
+        }
+        const cks_md_object_t *last = mf->nobjs > 0 ? &mf->objs[mf->nobjs - 1] : NULL;
+        status = cks_md_object_list(txn, j->job, j->job_len, j->version,
+                                    last ? last->key : NULL, last ? last->key_len : 0,
+                                    mf->objs + mf->nobjs, PAGE, &count, &more);
+        if (status != CKS_OK) {
+            cks_fl_fail(j, status, "listing the manifest: %s", cks_status_string(status));
+            return status;
+        }
+        mf->nobjs += count;
+        if (count == 0) {
+            more = 0;
+        }
+    }
+    return CKS_OK;
+}
+
+typedef struct {
+    cks_md_flush_chunk_t c;
+    uint64_t arena_offset;
+} cks_fl_held_t;
+
+/* ---- FLUSH_CHUNKS ------------------------------------------------------------------------ */
+
+static int cks_fl_write_all(int fd, const uint8_t *p, uint64_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return -1;
+        }
+        p += n;
+        len -= (uint64_t)n;
+    }
+    return 0;
+}
+
+static void cks_fl_chunks(struct cks_sv_flush *fl, cks_fl_job_t *j)
+{
+    cks_server_h s = fl->s;
+    cks_fl_paths_t p;
+    cks_fl_manifest_t mf = {0};
+    cks_fl_held_t *held  = NULL;
+    size_t nheld = 0, cap = 0;
+    cks_md_txn_h txn = NULL;
+    char data_path[PATH_MAX], idx_path[PATH_MAX], idx_tmp[PATH_MAX];
+    uint16_t id = cks_cluster_server(s->map, s->self)->id;
+    int fd      = -1;
+    FILE *f     = NULL;
+    struct stat st;
+
+    if (cks_fl_paths(j, &p) != 0) {
+        return;
+    }
+    if (stat(p.pub, &st) == 0) {
+        cks_fl_fail(j, CKS_ERR_VERSION_EXISTS, "version %" PRIu64 " is already flushed to %s",
+                    j->version, p.pub);
+        return;
+    }
+    if ((mkdir(p.jobdir, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(p.tmp, 0755) != 0 && errno != EEXIST)) {
+        cks_fl_fail(j, CKS_ERR_IO, "cannot make %s: %s", p.tmp, strerror(errno));
+        return;
+    }
+    if (cks_md_txn_begin(s->md, 0, &txn) != CKS_OK) {
+        cks_fl_fail(j, CKS_ERR_IO, "cannot read the metadata");
+        return;
+    }
+    if (cks_fl_manifest(s, j, txn, &mf) != CKS_OK) {
+        goto out_txn;
+    }
+    unsigned k = mf.rec.ec_k, width = mf.rec.ec_k + mf.rec.ec_m;
+    for (size_t i = 0; i < mf.nobjs && j->status == CKS_OK; i++) {
+        const cks_md_object_t *o = &mf.objs[i];
+        uint64_t stripes         = cks_ec_stripe_count(o->size, k, mf.rec.chunk_size);
+        for (uint64_t sn = 0; sn < stripes && j->status == CKS_OK; sn++) {
+            for (unsigned idx = 0; idx < width; idx++) {
+                cks_md_chunk_t ch;
+                if (cks_md_chunk_get(txn, j->job, j->job_len, o->source_version, o->key,
+                                     o->key_len, sn, idx, &ch) != CKS_OK) {
+                    continue; /* another server's */
+                }
+                if (nheld == cap) {
+                    size_t nc = cap ? cap * 2 : 1024;
+                    void *q   = realloc(held, nc * sizeof(*held));
+                    if (q == NULL) {
+                        cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
+                        break;
+                    }
+                    held = q;
+                    cap  = nc;
+                }
+                cks_fl_held_t *h = &held[nheld++];
+                memcpy(h->c.key, o->key, o->key_len + 1);
+                h->c.key_len    = o->key_len;
+                h->c.source     = o->source_version;
+                h->c.stripe     = sn;
+                h->c.idx        = idx;
+                h->c.len        = ch.len;
+                h->c.crc64      = ch.crc64;
+                h->arena_offset = ch.arena_offset;
+            }
+        }
+    }
+out_txn:
+    cks_md_txn_abort(txn);
+    if (j->status != CKS_OK) {
+        goto out;
+    }
+    if (snprintf(data_path, sizeof(data_path), "%s/server-%u.chunks", p.tmp, id) >=
+            (int)sizeof(data_path) ||
+        snprintf(idx_path, sizeof(idx_path), "%s/server-%u.index", p.tmp, id) >=
+            (int)sizeof(idx_path) ||
+        snprintf(idx_tmp, sizeof(idx_tmp), "%s/server-%u.index.tmp", p.tmp, id) >=
+            (int)sizeof(idx_tmp)) {
+        cks_fl_fail(j, CKS_ERR_INVALID_PARAM, "flush directory name too long");
+        goto out;
+    }
+    fd = open(data_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    f  = fopen(idx_tmp, "w");
+    if (fd < 0 || f == NULL || cks_md_flush_index_head(f) != CKS_OK) {
+        cks_fl_fail(j, CKS_ERR_IO, "cannot create %s: %s", fd < 0 ? data_path : idx_tmp,
+                    strerror(errno));
+        goto out;
+    }
+    const uint8_t *base = cks_arena_base(s->arena);
+    uint64_t off = 0, written = 0;
+    for (size_t i = 0; i < nheld; i++) {
+        cks_fl_held_t *h = &held[i];
+        if (fl->stop) {
+            cks_fl_fail(j, CKS_ERR_SHUTTING_DOWN, "the server stopped during the flush");
+            goto out;
+        }
+        if (i == nheld / 2 && cks_fault_fire("flush_die")) {
+            cks_error("fault flush_die: killed halfway through writing %zu chunks", nheld);
+            raise(SIGKILL);
+        }
+        if (cks_crc64(0, base + h->arena_offset, h->c.len) != h->c.crc64) {
+            /* never write bytes known bad: the stripe's other chunks cover it */
+            cks_error("flush: chunk %u of stripe %" PRIu64 " of '%s' (version %" PRIu64
+                      ") fails its CRC in memory: not written",
+                      h->c.idx, h->c.stripe, h->c.key, h->c.source);
+            continue;
+        }
+        if (cks_fl_write_all(fd, base + h->arena_offset, h->c.len) != 0) {
+            cks_fl_fail(j, CKS_ERR_IO, "writing %s: %s", data_path, strerror(errno));
+            goto out;
+        }
+        h->c.offset = off;
+        off += h->c.len;
+        if (cks_md_flush_index_chunk(f, &h->c) != CKS_OK) {
+            cks_fl_fail(j, CKS_ERR_IO, "writing %s", idx_tmp);
+            goto out;
+        }
+        written++;
+    }
+    if (fsync(fd) != 0 || cks_md_flush_index_end(f, written) != CKS_OK || fflush(f) != 0 ||
+        fsync(fileno(f)) != 0) {
+        cks_fl_fail(j, CKS_ERR_IO, "flushing %s: %s", p.tmp, strerror(errno));
+        goto out;
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        cks_fl_fail(j, CKS_ERR_IO, "closing %s: %s", idx_tmp, strerror(errno));
+        goto out;
+    }
+    f = NULL;
+    if (rename(idx_tmp, idx_path) != 0 || cks_fl_fsync_dir(p.tmp) != 0) {
+        cks_fl_fail(j, CKS_ERR_IO, "publishing %s: %s", idx_path, strerror(errno));
+        goto out;
+    }
+    j->bytes  = off;
+    j->chunks = written;
+out:
+    if (f != NULL) {
+        fclose(f);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    free(held);
+    free(mf.objs);
+}
+
+/* ---- FLUSH_PUBLISH ----------------------------------------------------------------------- */
+
+static void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
+{
+    cks_server_h s = fl->s;
+    cks_fl_paths_t p;
+    cks_fl_manifest_t mf = {0};
+    cks_md_flush_manifest_t out = {0};
+    cks_hmap_t *have = NULL;
+    cks_md_txn_h txn = NULL;
+    uint16_t *ids = NULL;
+    size_t nids = 0, capids = 0;
+    char path[PATH_MAX], tmp[PATH_MAX], err[256];
+    uint8_t hk[CKS_MD_FLUSH_HKEY_MAX];
+    struct stat st;
+    DIR *d = NULL;
+    struct dirent *e;
+    FILE *f = NULL;
+    int published = 0;
+
+    if (cks_fl_paths(j, &p) != 0) {
+        return;
+    }
+    if (stat(p.pub, &st) == 0) {
+        cks_fl_fail(j, CKS_ERR_VERSION_EXISTS, "version %" PRIu64 " is already flushed to %s",
+                    j->version, p.pub);
+        return;
+    }
+    if (cks_md_txn_begin(s->md, 0, &txn) != CKS_OK) {
+        cks_fl_fail(j, CKS_ERR_IO, "cannot read the metadata");
+        goto out;
+    }
+    cks_fl_manifest(s, j, txn, &mf);
+    cks_md_txn_abort(txn);
+    if (j->status != CKS_OK) {
+        goto out;
+    }
+    if (cks_hmap_create(&have) != CKS_OK) {
+        cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
+        goto out;
+    }
+    /* every server's index that was published into the temporary directory */
+    d = opendir(p.tmp);
+    if (d == NULL) {
+        cks_fl_fail(j, CKS_ERR_DATA_LOST, "no server wrote chunks to %s: %s", p.tmp,
+                    strerror(errno));
+        goto out;
+    }
+    while ((e = readdir(d)) != NULL && j->status == CKS_OK) {
+        unsigned id;
+        char tail;
+        cks_md_flush_chunk_t *cs = NULL;
+        size_t ncs               = 0;
+        if (sscanf(e->d_name, "server-%u.index%c", &id, &tail) != 1 || id > UINT16_MAX) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", p.tmp, e->d_name);
+        if (cks_md_flush_index_read(path, &cs, &ncs, err, sizeof(err)) != CKS_OK) {
+            cks_warn("flush: %s: left out", err);
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/server-%u.chunks", p.tmp, id);
+        uint64_t need = 0;
+        for (size_t i = 0; i < ncs; i++) {
+            need = CKS_MAX(need, cs[i].offset + cs[i].len);
+        }
+        if (stat(path, &st) != 0 || (uint64_t)st.st_size < need) {
+            cks_warn("flush: %s is missing or shorter than its index: left out", path);
+            free(cs);
+            continue;
+        }
+        for (size_t i = 0; i < ncs; i++) {
+            size_t n = cks_md_flush_hkey(cs[i].key, cs[i].key_len, cs[i].source, cs[i].stripe,
+                                         cs[i].idx, hk);
+            if (cks_hmap_put(have, hk, n, have) != CKS_OK) {
+                cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
+                break;
+            }
+        }
+        free(cs);
+        if (nids == capids) {
+            size_t nc = capids ? capids * 2 : 16;
+            void *q   = realloc(ids, nc * sizeof(*ids));
+            if (q == NULL) {
+                cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
+                break;
+            }
+            ids    = q;
+            capids = nc;
+        }
+        ids[nids++] = (uint16_t)id;
+    }
+    if (j->status != CKS_OK) {
+        goto out;
+    }
+    /* a version on disk restores on its own: every stripe of every object of
+     * its manifest has at least k chunks there */
+    unsigned k = mf.rec.ec_k, width = mf.rec.ec_k + mf.rec.ec_m;
+    for (size_t i = 0; i < mf.nobjs && j->status == CKS_OK; i++) {
+        const cks_md_object_t *o = &mf.objs[i];
+        uint64_t stripes         = cks_ec_stripe_count(o->size, k, mf.rec.chunk_size);
+        for (uint64_t sn = 0; sn < stripes; sn++) {
+            unsigned n = 0;
+            for (unsigned idx = 0; idx < width; idx++) {
+                size_t hl = cks_md_flush_hkey(o->key, o->key_len, o->source_version, sn, idx,
+                                              hk);
+                n += cks_hmap_get(have, hk, hl) != NULL;
+            }
+            if (n < k) {
+                cks_fl_fail(j, CKS_ERR_DATA_LOST,
+                            "object '%s' (version %" PRIu64 "), stripe %" PRIu64
+                            ": %u of the %u chunks it needs were written (servers that "
+                            "wrote: %zu)",
+                            o->key, o->source_version, sn, n, k, nids);
+                break;
+            }
+        }
+    }
+    if (j->status != CKS_OK) {
+        goto out;
+    }
+    memcpy(out.job, j->job, j->job_len + 1);
+    out.job_len  = j->job_len;
+    out.v        = mf.rec;
+    out.servers  = ids;
+    out.nservers = nids;
+    out.objs     = mf.objs;
+    out.nobjs    = mf.nobjs;
+    snprintf(tmp, sizeof(tmp), "%s/MANIFEST.tmp", p.tmp);
+    snprintf(path, sizeof(path), "%s/MANIFEST", p.tmp);
+    f = fopen(tmp, "w");
+    if (f == NULL || cks_md_flush_manifest_write(f, &out) != CKS_OK || fflush(f) != 0 ||
+        fsync(fileno(f)) != 0) {
+        cks_fl_fail(j, CKS_ERR_IO, "writing %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        cks_fl_fail(j, CKS_ERR_IO, "closing %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    f = NULL;
+    if (rename(tmp, path) != 0 || cks_fl_fsync_dir(p.tmp) != 0) {
+        cks_fl_fail(j, CKS_ERR_IO, "writing %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (cks_fault_fire("flush_publish_die")) {
+        cks_error("fault flush_publish_die: killed before publishing %s", p.pub);
+        raise(SIGKILL);
+    }
+    /* the one step that makes it visible, then made durable */
+    if (rename(p.tmp, p.pub) != 0 || cks_fl_fsync_dir(p.jobdir) != 0) {
+        cks_fl_fail(j, errno == ENOTEMPTY || errno == EEXIST ? CKS_ERR_VERSION_EXISTS
+                                                              : CKS_ERR_IO,
+                    "publishing %s: %s", p.pub, strerror(errno));
+        goto out;
+    }
+    published = 1;
+    cks_fl_remove_stale(j, &p);
+    cks_info("flush: version %" PRIu64 " of '%s' published to %s (%zu objects, %zu servers' "
+             "files)",
+             j->version, j->job, p.pub, mf.nobjs, nids);
+out:
+    if (f != NULL) {
+        fclose(f);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    if (!published && j->status != CKS_ERR_VERSION_EXISTS) {
+        cks_fl_rmdir_flat(p.tmp); /* nothing half-written stays behind */
+    }
+    cks_hmap_destroy(have);
+    free(ids);
+    free(mf.objs);
+}
+
+/* ---- the flush thread -------------------------------------------------------------------- */
+
+static void *cks_fl_thread(void *arg)
+{
+    struct cks_sv_flush *fl = arg;
+    pthread_mutex_lock(&fl->lock);
+    for (;;) {
+        while (fl->head == NULL && !fl->stop) {
+            pthread_cond_wait(&fl->cond, &fl->lock);
+        }
+        if (fl->head == NULL) {
+            break;
+        }
+        cks_fl_job_t *j = fl->head;
+        fl->head        = j->next;
+        if (fl->head == NULL) {
+            fl->tail = NULL;
+        }
+        pthread_mutex_unlock(&fl->lock);
+        if (fl->stop) {
+            cks_fl_fail(j, CKS_ERR_SHUTTING_DOWN, "the server is shutting down");
+        } else if (j->type == CKS_MSG_FLUSH_CHUNKS) {
+            cks_fl_chunks(fl, j);
+        } else {
+            cks_fl_publish(fl, j);
+        }
+        pthread_mutex_lock(&fl->lock);
+        j->next = NULL;
+        if (fl->done_tail != NULL) {
+            fl->done_tail->next = j;
+        } else {
+            fl->done_head = j;
+        }
+        fl->done_tail = j;
+        cks_tp_worker_signal(fl->s->tp);
+    }
+    pthread_mutex_unlock(&fl->lock);
+    return NULL;
+}
+
+static void cks_fl_finish(cks_server_h s, cks_fl_job_t *j)
+{
+    uint64_t ms = (cks_time_ns() - j->start_ns) / 1000000u;
+    if (j->reading) {
+        cks_sv_read_end(s, &j->read);
+    }
+    if (j->status == CKS_OK) {
+        if (j->type == CKS_MSG_FLUSH_CHUNKS) {
+            cks_info("flush: version %" PRIu64 " of '%s': %" PRIu64 " chunks, %" PRIu64
+                     " bytes written in %" PRIu64 " ms",
+                     j->version, j->job, j->chunks, j->bytes, ms);
+        }
+        cks_sv_reply_status(j->conn, j->req_id, CKS_OK, NULL);
+    } else {
+        cks_warn("flush of version %" PRIu64 " of '%s' failed: %s", j->version, j->job,
+                 j->why);
+        cks_sv_reply_status(j->conn, j->req_id, j->status, "%s", j->why);
+    }
+    cks_tp_conn_put(j->conn);
+    free(j);
+}
+
+void cks_sv_flush_progress(cks_server_h s)
+{
+    struct cks_sv_flush *fl = s->flush;
+    cks_fl_job_t *j;
+    if (fl == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&fl->lock);
+    j             = fl->done_head;
+    fl->done_head = fl->done_tail = NULL;
+    pthread_mutex_unlock(&fl->lock);
+    while (j != NULL) {
+        cks_fl_job_t *next = j->next;
+        cks_fl_finish(s, j);
+        j = next;
+    }
+}
+
+static cks_status_t cks_fl_start(cks_server_h s)
+{
+    struct cks_sv_flush *fl = calloc(1, sizeof(*fl));
+    if (fl == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    fl->s = s;
+    pthread_mutex_init(&fl->lock, NULL);
+    pthread_cond_init(&fl->cond, NULL);
+    if (pthread_create(&fl->thread, NULL, cks_fl_thread, fl) != 0) {
+        pthread_cond_destroy(&fl->cond);
+        pthread_mutex_destroy(&fl->lock);
+        free(fl);
+        return CKS_ERR_INTERNAL;
+    }
+    fl->started = 1;
+    s->flush    = fl;
+    return CKS_OK;
+}
+
+void cks_sv_flush_stop(cks_server_h s)
+{
+    struct cks_sv_flush *fl = s->flush;
+    if (fl == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&fl->lock);
+    fl->stop = 1;
+    pthread_cond_broadcast(&fl->cond);
+    pthread_mutex_unlock(&fl->lock);
+    pthread_join(fl->thread, NULL); /* queued jobs end as SHUTTING_DOWN */
+    cks_sv_flush_progress(s);
+    pthread_cond_destroy(&fl->cond);
+    pthread_mutex_destroy(&fl->lock);
+    free(fl);
+    s->flush = NULL;
+}
+
+void cks_sv_flush_request(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
+                          const cks_msg_flush_t *m)
+{
+    const char *root = s->p.flush_dir;
+    cks_fl_job_t *j;
+    cks_status_t status;
+
+    if (s->map == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_UNSUPPORTED,
+                            "flush needs a cluster (erasure-coded versions)");
+        return;
+    }
+    status = cks_sv_check_names(&m->job, NULL);
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "bad job name");
+        return;
+    }
+    if (m->dir.len == 0 && root == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                            "no flush directory named, and this server has no --flush-dir");
+        return;
+    }
+    if (m->dir.len > 0 &&
+        (m->dir.len >= PATH_MAX || memchr(m->dir.ptr, '\0', m->dir.len) != NULL ||
+         m->dir.ptr[0] != '/')) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                            "the flush directory must be an absolute path");
+        return;
+    }
+    if (m->dir.len > 0 && root != NULL &&
+        (m->dir.len != strlen(root) || memcmp(m->dir.ptr, root, m->dir.len) != 0)) {
+        /* a server with a flush directory writes there only */
+        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                            "this server flushes to its --flush-dir %s only", root);
+        return;
+    }
+    if (s->flush == NULL && (status = cks_fl_start(s)) != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "cannot start the flush thread");
+        return;
+    }
+    j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, NULL);
+        return;
+    }
+    j->type = type;
+    j->conn = conn;
+    cks_tp_conn_get(conn);
+    j->req_id = req_id;
+    memcpy(j->job, m->job.ptr, m->job.len);
+    j->job_len = m->job.len;
+    j->version = m->version;
+    j->nonce   = m->nonce;
+    if (m->dir.len > 0) {
+        memcpy(j->dir, m->dir.ptr, m->dir.len);
+    } else {
+        snprintf(j->dir, sizeof(j->dir), "%s", root);
+    }
+    j->start_ns = cks_time_ns();
+    if (type == CKS_MSG_FLUSH_CHUNKS) {
+        /* arena space freed from now on is not reused until the flush ends */
+        cks_sv_read_begin(s, &j->read);
+        j->reading = 1;
+    }
+    pthread_mutex_lock(&s->flush->lock);
+    if (s->flush->tail != NULL) {
+        s->flush->tail->next = j;
+    } else {
+        s->flush->head = j;
+    }
+    s->flush->tail = j;
+    pthread_cond_signal(&s->flush->cond);
+    pthread_mutex_unlock(&s->flush->lock);
+}
