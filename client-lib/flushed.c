@@ -573,7 +573,7 @@ static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
             char text[CKS_MSG_MAX_LEN];
             size_t n = (size_t)snprintf(text, sizeof(text),
                                         "object '%s' (version %" PRIu64 "), stripe %" PRIu64
-                                        " of its flushed copy: %u of %u chunks intact",
+                                        " of its flushed copy: %u chunks intact, %u needed",
                                         o->key, o->source_version, s, good, k);
             for (unsigned i = 0; i < w && n < sizeof(text); i++) {
                 if (why[i][0] != '\0') {

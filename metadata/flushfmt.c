@@ -236,9 +236,10 @@ cks_status_t cks_md_flush_manifest_write(FILE *f, const cks_md_flush_manifest_t 
     fprintf(f,
             "\nversion %" PRIu64 "\nparent %" PRIu64 "\nstate %u\nnranks %u\n"
             "created %" PRIu64 "\nsealed %" PRIu64 "\ngeometry %u %u %" PRIu64 "\n"
-            "redundancy %u %" PRIu64 "\nobjects %zu\n",
+            "redundancy %u %" PRIu64 "\nwritten %" PRIu64 " %" PRIu64 "\nobjects %zu\n",
             v->version, v->parent, (unsigned)v->state, v->nranks, v->created_ns, v->sealed_ns,
-            v->ec_k, v->ec_m, v->chunk_size, v->redundancy, v->missing, m->nobjs);
+            v->ec_k, v->ec_m, v->chunk_size, v->redundancy, v->missing, v->nobjects, v->bytes,
+            m->nobjs);
     for (size_t i = 0; i < m->nservers; i++) {
         fprintf(f, "server %u\n", (unsigned)m->servers[i]);
     }
@@ -313,6 +314,8 @@ cks_status_t cks_md_flush_manifest_read(const char *path, cks_md_flush_manifest_
             v->ec_m = u2;
             have |= 16;
         } else if (sscanf(line, "redundancy %u %" SCNu64 "%c", &v->redundancy, &v->missing,
+                          &tail) == 2 ||
+                   sscanf(line, "written %" SCNu64 " %" SCNu64 "%c", &v->nobjects, &v->bytes,
                           &tail) == 2) {
         } else if (sscanf(line, "objects %zu%c", &nobjs, &tail) == 1 && nobjs < (1u << 30)) {
             m.objs = calloc(nobjs ? nobjs : 1, sizeof(*m.objs));

@@ -169,6 +169,7 @@ typedef struct {
     uint32_t flags;
     cks_restore_skip_cb_t skip_cb;
     void *skip_arg;
+    const char *flush_dir;
 } cks_restore_params_t;
 
 cks_status_t cks_restore_open_ex(cks_client_h c, const cks_restore_params_t *p,

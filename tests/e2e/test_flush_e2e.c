@@ -1,0 +1,499 @@
+/*
+ * End-to-end: the durable tier. Six real ckstore-server processes on
+ * 127.0.0.1 (ports picked at run time, stopped by pid), RS(4,2), 64 KiB
+ * chunks; versions flushed to a directory under the test's own temporary
+ * directory.
+ *
+ *  - flushed, then every server SIGKILLed and its arena and metadata
+ *    deleted: an empty cluster of another size (7 servers) does not have
+ *    the version, a restore with the flush directory reads it bit-exact
+ *    (whole objects and a byte range), and `ckstore import` loads it back
+ *    into the memory tier, from which it restores bit-exact;
+ *  - a corrupted chunk file: one bad chunk is found by its CRC and decoded
+ *    around (exact bytes); a stripe with more bad chunks than parity fails
+ *    with CKS_ERR_CRC_MISMATCH naming the object;
+ *  - every writer killed halfway (fault point flush_die): nothing is
+ *    published; after a restart the flush succeeds and leaves nothing of
+ *    the dead one behind;
+ *  - the publishing server killed after its manifest, before the rename
+ *    (flush_publish_die): the client asks the next server, which publishes;
+ *  - a partial-expert child flushed and restored without its parent in
+ *    memory: every object, inherited ones included, with its source version.
+ */
+#include "ckstore.h"
+#include "cks_faults_gate.h"
+#include "cks_md.h"
+#include "cks_test.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MiB   (1ull << 20)
+#define NSRV  6
+#define K     4
+#define M     2
+#define CHUNK (64 * 1024)
+#define NOBJ  6
+#define JOB   "flush/job"
+
+static cks_test_cluster_t cl, cl2;
+static char fdir[256];
+static uint8_t *src[NOBJ];
+static const uint64_t sizes[NOBJ] = {0, 1, 4097, K * CHUNK, 3 * MiB + 12345, 700001};
+static uint64_t g_seed;
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void setup(void)
+{
+    snprintf(fdir, sizeof(fdir), "/tmp/cks-test-flush-XXXXXX");
+    cr_assert_not_null(mkdtemp(fdir));
+    g_seed = cks_test_seed(20261124);
+    for (size_t i = 0; i < NOBJ; i++) {
+        src[i] = malloc(sizes[i] + 1);
+        cr_assert_not_null(src[i]);
+    }
+}
+
+static void teardown(void)
+{
+    cks_test_cluster_cleanup(&cl);
+    cks_test_cluster_cleanup(&cl2);
+    if (getenv("CKS_TEST_KEEP") == NULL && fdir[0] != '\0') {
+        nftw(fdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    for (size_t i = 0; i < NOBJ; i++) {
+        free(src[i]);
+        src[i] = NULL;
+    }
+}
+
+TestSuite(flush, .init = setup, .fini = teardown, .timeout = 120);
+
+static void fill(size_t i, uint64_t v)
+{
+    cks_test_fill(src[i], sizes[i], g_seed * 1000003 + v * 131 + i);
+}
+
+static void key_of(size_t i, char *key, size_t len)
+{
+    snprintf(key, len, "layer%zu/expert%zu", i, i * 3);
+}
+
+static cks_client_h connect_to(const cks_test_cluster_t *c)
+{
+    cks_client_h h = NULL;
+    cr_assert_eq(cks_test_connect_cluster(c->map, K, M, CHUNK, 20000, &h), CKS_OK,
+                 "connect to the cluster in %s", c->map);
+    return h;
+}
+
+/* Write version v: objects whose bit in `which` is set; parent or CKS_NO_PARENT. */
+static void write_version(cks_client_h c, uint64_t v, uint64_t parent, unsigned which)
+{
+    cks_version_params_t vp = {0};
+    char key[64];
+    vp.field_mask = CKS_VERSION_FIELD_PARENT;
+    vp.job        = JOB;
+    vp.version    = v;
+    vp.parent     = parent;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    for (size_t i = 0; i < NOBJ; i++) {
+        if (!(which & (1u << i))) {
+            continue;
+        }
+        cks_put_params_t p = {0};
+        key_of(i, key, sizeof(key));
+        fill(i, v);
+        p.field_mask  = CKS_PUT_FIELD_TAGS;
+        p.job         = JOB;
+        p.version     = v;
+        p.key         = key;
+        p.buffer      = src[i];
+        p.size        = sizes[i];
+        p.tags.kind   = CKS_KIND_EXPERT;
+        p.tags.layer  = (int32_t)i;
+        p.tags.expert = (int32_t)(i * 3);
+        p.tags.rank   = 0;
+        cr_assert_eq(cks_put(c, &p), CKS_OK, "put %s", key);
+    }
+    cr_assert_eq(cks_version_seal(c, JOB, v), CKS_OK);
+}
+
+static cks_status_t flush(cks_client_h c, uint64_t v)
+{
+    cks_status_t st = cks_version_flush(c, JOB, v, fdir);
+    if (st != CKS_OK) {
+        char err[512];
+        cks_client_last_error(c, err, sizeof(err));
+        cr_log_info("flush of version %" PRIu64 ": %s - %s", v, cks_status_string(st), err);
+    }
+    return st;
+}
+
+static cks_restore_h open_durable(cks_client_h c, uint64_t v, uint32_t flags)
+{
+    cks_restore_params_t rp = {0};
+    cks_restore_h r         = NULL;
+    rp.field_mask = CKS_RESTORE_FIELD_FLUSH_DIR | (flags ? CKS_RESTORE_FIELD_FLAGS : 0);
+    rp.job        = JOB;
+    rp.version    = v;
+    rp.flags      = flags;
+    rp.flush_dir  = fdir;
+    cks_status_t st = cks_restore_open_ex(c, &rp, &r);
+    cr_assert_eq(st, CKS_OK, "open version %" PRIu64 " with flush dir: %s", v,
+                 cks_status_string(st));
+    return r;
+}
+
+/* Object i as written in version `written`, read whole through r: exact,
+ * with its source version. */
+static void check_object(cks_restore_h r, size_t i, uint64_t written)
+{
+    cks_get_params_t g = {0};
+    cks_object_info_t o;
+    uint64_t got = 0;
+    char key[64];
+    uint8_t *dst = malloc(sizes[i] + 1);
+    cr_assert_not_null(dst);
+    key_of(i, key, sizeof(key));
+    fill(i, written);
+    cr_assert_eq(cks_object_stat(r, key, &o), CKS_OK, "stat %s", key);
+    cr_assert_eq(o.size, sizes[i]);
+    cr_assert_eq(o.source_version, written, "%s from version %" PRIu64 ", not %" PRIu64, key,
+                 o.source_version, written);
+    cr_assert_eq(o.tags.expert, (int32_t)(i * 3));
+    g.field_mask  = CKS_GET_FIELD_FLAGS;
+    g.key         = key;
+    g.buffer      = dst;
+    g.buffer_size = sizes[i];
+    g.flags       = CKS_GET_VERIFY;
+    cr_assert_eq(cks_get(r, &g, &got), CKS_OK, "get %s", key);
+    cr_assert_eq(got, sizes[i]);
+    cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "%s is not bit-exact", key);
+    free(dst);
+}
+
+static void check_range(cks_restore_h r, size_t i, uint64_t written, uint64_t off,
+                        uint64_t len)
+{
+    cks_get_params_t g = {0};
+    uint64_t got       = 0;
+    char key[64];
+    uint8_t *dst = malloc(len + 1);
+    cr_assert_not_null(dst);
+    key_of(i, key, sizeof(key));
+    fill(i, written);
+    g.field_mask  = CKS_GET_FIELD_RANGE;
+    g.key         = key;
+    g.buffer      = dst;
+    g.buffer_size = len;
+    g.offset      = off;
+    g.length      = len;
+    cr_assert_eq(cks_get(r, &g, &got), CKS_OK);
+    cr_assert_eq(got, len);
+    cr_assert(memcmp(dst, src[i] + off, len) == 0, "range of %s is not bit-exact", key);
+    free(dst);
+}
+
+/* The published directory of version v, and whether any temporary one is left. */
+static void version_dir(uint64_t v, char *out, size_t len)
+{
+    char jobdir[512], name[32];
+    cr_assert_eq(cks_md_flush_job_dir(fdir, JOB, strlen(JOB), jobdir, sizeof(jobdir)), CKS_OK);
+    cks_md_flush_version_name(v, name, sizeof(name));
+    snprintf(out, len, "%s/%s", jobdir, name);
+}
+
+static int tmp_dirs_left(void)
+{
+    char jobdir[512];
+    struct dirent *e;
+    int n = 0;
+    cr_assert_eq(cks_md_flush_job_dir(fdir, JOB, strlen(JOB), jobdir, sizeof(jobdir)), CKS_OK);
+    DIR *d = opendir(jobdir);
+    if (d == NULL) {
+        return 0;
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += strstr(e->d_name, ".tmp-") != NULL;
+    }
+    closedir(d);
+    return n;
+}
+
+static int run_cli(const char *map, const char *a1, const char *a2, const char *a3,
+                   const char *a4)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        execl(CKS_CLI_BIN, "ckstore", "--cluster", map, a1, a2, a3, a4, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+Test(flush, killed_cluster_restores_from_disk_and_imports)
+{
+    cks_client_h c;
+    cks_version_info_t info;
+    cks_restore_h r;
+    struct stat st;
+
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(flush(c, 1), CKS_OK);
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_OK);
+    cr_assert_eq(info.nobjects, NOBJ);
+    cr_assert_eq(info.ec_k, K);
+    cr_assert_eq(cks_version_flush(c, JOB, 1, fdir), CKS_ERR_VERSION_EXISTS,
+                 "a second flush of the same version is refused");
+    cr_assert_eq(tmp_dirs_left(), 0);
+    cks_client_destroy(c);
+
+    /* every server killed, its arena and metadata gone */
+    for (size_t i = 0; i < NSRV; i++) {
+        cks_test_cluster_kill(&cl, i);
+    }
+    cks_test_cluster_cleanup(&cl);
+    for (size_t i = 0; i < NSRV; i++) {
+        cr_assert(stat(cl.srv[i].arena, &st) != 0, "arena %s still there", cl.srv[i].arena);
+        cr_assert(stat(cl.srv[i].data, &st) != 0, "metadata %s still there", cl.srv[i].data);
+    }
+    memset(&cl, 0, sizeof(cl));
+
+    /* an empty cluster of another size */
+    cr_assert_eq(cks_test_cluster_start(&cl2, NSRV + 1, 3, 128 * MiB, -1, NULL), 0);
+    c = connect_to(&cl2);
+    cks_status_t rs = cks_restore_open(c, JOB, 1, &r);
+    cr_assert(rs == CKS_ERR_NO_SUCH_VERSION || rs == CKS_ERR_NO_SUCH_JOB,
+              "the empty cluster has no version 1 (%s)", cks_status_string(rs));
+    r = open_durable(c, 1, 0);
+    cr_assert_eq(cks_restore_info(r, &info), CKS_OK);
+    cr_assert_eq(info.version, 1);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 1);
+    }
+    check_range(r, 4, 1, 2 * MiB - 7, 300000); /* across stripes */
+    cks_restore_close(r);
+    /* latest from disk */
+    r = open_durable(c, CKS_VERSION_LATEST, 0);
+    cr_assert_eq(cks_restore_info(r, &info), CKS_OK);
+    cr_assert_eq(info.version, 1);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+
+    /* import: back into the memory tier through ordinary puts */
+    cr_assert_eq(run_cli(cl2.map, "import", fdir, JOB, "1"), 0, "ckstore import");
+    c = connect_to(&cl2);
+    cr_assert_eq(cks_restore_open(c, JOB, 1, &r), CKS_OK);
+    cr_assert_eq(cks_restore_info(r, &info), CKS_OK);
+    cr_assert(info.state == CKS_VSTATE_PROTECTED, "imported version is %s",
+              cks_vstate_string(info.state));
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 1);
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
+/* Flip one byte of chunk (object i, stripe s, idx) in the server file that
+ * holds it; 1 when found. */
+static int corrupt_chunk(uint64_t v, size_t i, uint64_t stripe, unsigned idx)
+{
+    char vdir[600], path[700], err[256], key[64];
+    cks_md_flush_manifest_t mf;
+    int done = 0;
+    version_dir(v, vdir, sizeof(vdir));
+    key_of(i, key, sizeof(key));
+    snprintf(path, sizeof(path), "%s/MANIFEST", vdir);
+    cr_assert_eq(cks_md_flush_manifest_read(path, &mf, err, sizeof(err)), CKS_OK, "%s", err);
+    for (size_t s = 0; s < mf.nservers && !done; s++) {
+        cks_md_flush_chunk_t *cs = NULL;
+        size_t n                 = 0;
+        snprintf(path, sizeof(path), "%s/server-%u.index", vdir, (unsigned)mf.servers[s]);
+        cr_assert_eq(cks_md_flush_index_read(path, &cs, &n, err, sizeof(err)), CKS_OK, "%s",
+                     err);
+        for (size_t j = 0; j < n; j++) {
+            if (strcmp(cs[j].key, key) == 0 && cs[j].stripe == stripe && cs[j].idx == idx) {
+                snprintf(path, sizeof(path), "%s/server-%u.chunks", vdir,
+                         (unsigned)mf.servers[s]);
+                int fd = open(path, O_RDWR);
+                cr_assert(fd >= 0);
+                uint8_t b;
+                off_t at = (off_t)(cs[j].offset + 17);
+                cr_assert_eq(pread(fd, &b, 1, at), 1);
+                b ^= 0x5a;
+                cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+                close(fd);
+                done = 1;
+                break;
+            }
+        }
+        free(cs);
+    }
+    cks_md_flush_manifest_free(&mf);
+    return done;
+}
+
+Test(flush, corrupted_file_is_found_by_its_crc)
+{
+    cks_client_h c;
+    cks_restore_h r;
+    cks_get_params_t g = {0};
+    char err[512];
+
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(flush(c, 1), CKS_OK);
+
+    /* one bad data chunk: found, and decoded around from the stripe's others */
+    cr_assert(corrupt_chunk(1, 4, 1, 0));
+    r = open_durable(c, 1, CKS_RESTORE_DURABLE);
+    check_object(r, 4, 1);
+    /* three bad chunks of one stripe (more than m = 2): the object fails, named */
+    cr_assert(corrupt_chunk(1, 4, 1, 1));
+    cr_assert(corrupt_chunk(1, 4, 1, 2));
+    uint8_t *dst  = malloc(sizes[4]);
+    g.key         = "layer4/expert12";
+    g.buffer      = dst;
+    g.buffer_size = sizes[4];
+    cks_status_t st = cks_get(r, &g, NULL);
+    cks_client_last_error(c, err, sizeof(err));
+    cr_assert_eq(st, CKS_ERR_CRC_MISMATCH, "get: %s (%s)", cks_status_string(st), err);
+    cr_assert(strstr(err, "'layer4/expert12'") != NULL, "the error names the object: %s",
+              err);
+    cr_log_info("reported: %s", err);
+    /* the other objects still restore */
+    check_object(r, 3, 1);
+    free(dst);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
+Test(flush, writers_killed_halfway_publish_nothing)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cks_client_h c;
+    cks_version_info_t info;
+    cks_restore_h r;
+
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, CKS_TEST_ALL,
+                                        "flush_die:once"),
+                 0);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_neq(flush(c, 1), CKS_OK, "every writer died: the flush fails");
+    cks_client_destroy(c);
+    for (size_t i = 0; i < NSRV; i++) {
+        cr_assert(cks_test_log_has(cl.srv[i].log, "fault flush_die", 5000),
+                  "server %zu did not die in its flush", i);
+    }
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_ERR_NO_SUCH_VERSION,
+                 "nothing published");
+    cr_assert_gt(tmp_dirs_left(), 0, "the dead writers' files are there, unpublished");
+
+    /* servers back on their arenas, without the fault: the flush succeeds */
+    for (size_t i = 0; i < NSRV; i++) {
+        cl.srv[i].faults[0] = '\0';
+        cks_test_server_stop(&cl.srv[i], SIGKILL);
+        cr_assert_eq(cks_test_server_restart(&cl.srv[i]), 0);
+    }
+    c = connect_to(&cl);
+    cr_assert_eq(flush(c, 1), CKS_OK);
+    cr_assert_eq(tmp_dirs_left(), 0, "what the dead flush left is removed once published");
+    r = open_durable(c, 1, CKS_RESTORE_DURABLE);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 1);
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
+Test(flush, publisher_killed_before_rename_another_publishes)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cks_client_h c;
+    cks_restore_h r;
+    char path[700];
+    struct stat st;
+
+    /* the fault on the version's coordinator, which the client asks first */
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    int coord = cks_test_coordinator(cl.map, JOB, 1);
+    cr_assert(coord >= 0);
+    snprintf(cl.srv[coord].faults, sizeof(cl.srv[coord].faults), "flush_publish_die:once");
+    cks_test_server_stop(&cl.srv[coord], SIGTERM);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[coord]), 0);
+
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(flush(c, 1), CKS_OK, "the next server publishes");
+    cr_assert(cks_test_log_has(cl.srv[coord].log, "fault flush_publish_die", 5000),
+              "the coordinator did not die publishing");
+    version_dir(1, path, sizeof(path));
+    cr_assert(stat(path, &st) == 0 && S_ISDIR(st.st_mode));
+    cr_assert_eq(tmp_dirs_left(), 0);
+    r = open_durable(c, 1, CKS_RESTORE_DURABLE);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 1);
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
+Test(flush, partial_expert_child_restores_without_its_parent)
+{
+    cks_client_h c;
+    cks_restore_h r;
+    cks_version_info_t info;
+
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 2, 1, (1u << 1) | (1u << 4)); /* objects 1 and 4 rewritten */
+    cr_assert_eq(flush(c, 2), CKS_OK);
+    cks_version_info_t mem;
+    cr_assert_eq(cks_version_stat(c, JOB, 2, &mem), CKS_OK);
+    /* neither version in memory any more */
+    cr_assert_eq(cks_version_delete(c, JOB, 2), CKS_OK);
+    cr_assert_eq(cks_version_delete(c, JOB, 1), CKS_OK);
+    cks_status_t vs = cks_version_stat(c, JOB, 1, &info);
+    cr_assert(vs == CKS_ERR_NO_SUCH_VERSION || vs == CKS_ERR_NO_SUCH_JOB,
+              "version 1 is gone from memory (%s)", cks_status_string(vs));
+
+    r = open_durable(c, 2, 0);
+    cr_assert_eq(cks_restore_info(r, &info), CKS_OK);
+    cr_assert_eq(info.version, 2);
+    cr_assert_eq(info.parent, 1);
+    cr_assert_eq(info.nobjects, mem.nobjects, "the record as the memory tier had it");
+    cr_assert_eq(info.bytes, mem.bytes);
+    cr_assert_eq(info.state, mem.state);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, (i == 1 || i == 4) ? 2 : 1);
+    }
+    cks_restore_close(r);
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_ERR_NO_SUCH_VERSION,
+                 "only the child was flushed");
+    cks_client_destroy(c);
+}
