@@ -820,6 +820,9 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "cluster") == 0) {
         return cks_bench_cluster_main(argc - 1, argv + 1); /* docs/BENCHMARKS_CLUSTER.md */
     }
+    if (argc > 1 && strcmp(argv[1], "flush") == 0) {
+        return cks_bench_flush_main(argc - 1, argv + 1); /* the durable tier (flush.c) */
+    }
     if (bench_parse_opts(argc, argv) != 0) {
         return 2;
     }

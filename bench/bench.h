@@ -25,6 +25,9 @@
 #define BENCH_MAX_REPS 1000
 #define BENCH_ERR_LEN 256
 
+/** `ckstore-bench flush` (flush.c): the durable tier against plain file I/O. */
+int cks_bench_flush_main(int argc, char **argv);
+
 /* ---- time and statistics -------------------------------------------------- */
 
 /** Monotonic clock, seconds. */

@@ -534,8 +534,12 @@ static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
     unsigned good = 0, need_missing = 0;
     cks_status_t worst = CKS_ERR_DATA_LOST;
 
+    uint8_t direct[CKS_EC_MAX_K + CKS_EC_MAX_M] = {0};
     for (unsigned i = 0; i < w; i++) {
-        chunks[i] = scratch + (uint64_t)i * cs;
+        uint64_t lo = sbase + i * cs;
+        /* a data chunk wholly inside the range is read (or decoded) in place */
+        direct[i] = i < k && lo >= off && lo + cs <= off + len;
+        chunks[i] = direct[i] ? dst + (lo - off) : scratch + (uint64_t)i * cs;
         why[i][0] = '\0';
     }
     /* the data chunks the range needs */
@@ -595,7 +599,7 @@ static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
     for (unsigned i = 0; i < k; i++) {
         uint64_t lo = sbase + i * cs, hi = lo + cs;
         uint64_t a = CKS_MAX(lo, off), b = CKS_MIN(hi, off + len);
-        if (a < b) {
+        if (a < b && !direct[i]) {
             memcpy(dst + (a - off), chunks[i] + (a - lo), b - a);
         }
     }

@@ -1,0 +1,455 @@
+/*
+ * bench/flush.c - `ckstore-bench flush`: the durable tier against plain
+ * file I/O on the same directory, in the same run.
+ *
+ * DESIGN: starts N ckstore-server processes (RS(k, m), one per "node", on
+ * 127.0.0.1), writes one version of --size bytes (64 MiB objects), then
+ *   1. flush: cks_version_flush() to DIR (every server writes its chunks,
+ *      data and parity, and one publishes); timed until it returns;
+ *   2. plain write: N threads each write and fsync one file of the same
+ *      size as a server's chunk file (the same bytes on disk, the same
+ *      parallelism), timed until the last fsync; run once before the flush
+ *      and once after it (both printed: a shared disk drifts);
+ *   3. restore from disk (CKS_RESTORE_DURABLE, every object whole, on one
+ *      thread) against a plain read, on one thread, of as many bytes from
+ *      the plain files, both after evicting the files from the page cache
+ *      (posix_fadvise DONTNEED after fsync; no root needed).
+ * Prints GB/s (10^9 bytes/s) and the ratios. Everything it made is removed.
+ * Never: runs against a user's servers or deletes anything outside DIR/
+ * ckstore-flush-bench-<pid>.
+ */
+#include "bench.h"
+#include "ckstore.h"
+#include "proc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#define FB_MAX_SERVERS 16
+#define FB_OBJ         ((uint64_t)64 << 20)
+
+static struct {
+    const char *dir;
+    const char *server_bin;
+    uint64_t size;
+    unsigned nsrv, k, m;
+    uint64_t chunk;
+} fo = {NULL, NULL, 1ull << 30, 6, 4, 2, 1ull << 20};
+
+static struct {
+    char root[PATH_MAX - 256]; /* DIR/ckstore-flush-bench-<pid> */
+    char map[PATH_MAX];
+    char bin[PATH_MAX];
+    pid_t pid[FB_MAX_SERVERS];
+    uint16_t port[FB_MAX_SERVERS];
+} fb;
+
+static int fb_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int fb_find_server_bin(void)
+{
+    char self[PATH_MAX];
+    if (fo.server_bin != NULL) {
+        snprintf(fb.bin, sizeof(fb.bin), "%s", fo.server_bin);
+        return access(fb.bin, X_OK) == 0 ? 0 : -1;
+    }
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        return -1;
+    }
+    self[n]     = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash == NULL) {
+        return -1;
+    }
+    *slash = '\0';
+    snprintf(fb.bin, sizeof(fb.bin), "%.4000s/../server/ckstore-server", self);
+    if (access(fb.bin, X_OK) == 0) {
+        return 0;
+    }
+    snprintf(fb.bin, sizeof(fb.bin), "%.4000s/ckstore-server", self);
+    return access(fb.bin, X_OK) == 0 ? 0 : -1;
+}
+
+static int fb_start_servers(uint64_t arena)
+{
+    char path[PATH_MAX];
+    FILE *f;
+    if (bench_free_ports(fo.nsrv, fb.port) != 0) {
+        fprintf(stderr, "ckstore-bench flush: no free ports\n");
+        return -1;
+    }
+    snprintf(fb.map, sizeof(fb.map), "%s/cluster.map", fb.root);
+    f = fopen(fb.map, "w");
+    if (f == NULL) {
+        fprintf(stderr, "ckstore-bench flush: %s: %s\n", fb.map, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "epoch 1\n");
+    for (unsigned i = 0; i < fo.nsrv; i++) {
+        fprintf(f, "server %u 127.0.0.1:%u node=n%u rack=r%u\n", i, fb.port[i], i, i % 3);
+    }
+    fclose(f);
+    for (unsigned i = 0; i < fo.nsrv; i++) {
+        char id[16], asize[32], arena_file[PATH_MAX], ddir[PATH_MAX];
+        snprintf(id, sizeof(id), "%u", i);
+        snprintf(asize, sizeof(asize), "%lluM", (unsigned long long)(arena >> 20));
+        snprintf(arena_file, sizeof(arena_file), "/dev/shm/cks-flushbench-%d-%u.arena",
+                 (int)getpid(), i);
+        snprintf(ddir, sizeof(ddir), "%s/data-%u", fb.root, i);
+        snprintf(path, sizeof(path), "%s/server-%u.log", fb.root, i);
+        char *argv[] = {fb.bin,      "--cluster", fb.map, "--id",       id,
+                        "--arena-size", asize,    "--arena-file", arena_file, "--data-dir",
+                        ddir,        "--log-level", "warn", NULL};
+        int logfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        fb.pid[i] = bench_spawn(argv, logfd);
+        if (logfd >= 0) {
+            close(logfd);
+        }
+        if (fb.pid[i] < 0) {
+            return -1;
+        }
+    }
+    for (unsigned i = 0; i < fo.nsrv; i++) {
+        if (bench_wait_port(fb.port[i], fb.pid[i], bench_now() + 30) != 0) {
+            fprintf(stderr, "ckstore-bench flush: server %u did not start (log in %s)\n", i,
+                    fb.root);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void fb_stop_servers(void)
+{
+    for (unsigned i = 0; i < fo.nsrv; i++) {
+        char arena_file[PATH_MAX];
+        if (fb.pid[i] > 0) {
+            bench_stop_pid(fb.pid[i], SIGTERM, 10);
+            fb.pid[i] = 0;
+        }
+        snprintf(arena_file, sizeof(arena_file), "/dev/shm/cks-flushbench-%d-%u.arena",
+                 (int)getpid(), i);
+        unlink(arena_file);
+    }
+}
+
+/* Bytes of the files in dir whose names contain `part`; with evict, drop
+ * them from the page cache. */
+static uint64_t fb_dir_bytes(const char *dir, const char *part, int evict)
+{
+    char path[PATH_MAX];
+    uint64_t total = 0;
+    struct dirent *e;
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return 0;
+    }
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (strstr(e->d_name, part) == NULL ||
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path) ||
+            stat(path, &st) != 0) {
+            continue;
+        }
+        total += (uint64_t)st.st_size;
+        if (evict) {
+            int fd = open(path, O_RDONLY);
+            if (fd >= 0) {
+                posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+                close(fd);
+            }
+        }
+    }
+    closedir(d);
+    return total;
+}
+
+typedef struct {
+    char path[PATH_MAX];
+    uint64_t bytes;
+    const uint8_t *src;
+    int failed;
+} fb_writer_t;
+
+static void *fb_write_file(void *arg)
+{
+    fb_writer_t *w = arg;
+    int fd         = open(w->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    uint64_t done  = 0;
+    if (fd < 0) {
+        w->failed = 1;
+        return NULL;
+    }
+    while (done < w->bytes) {
+        size_t n  = (size_t)(w->bytes - done < FB_OBJ ? w->bytes - done : FB_OBJ);
+        ssize_t r = write(fd, w->src, n);
+        if (r <= 0) {
+            w->failed = 1;
+            break;
+        }
+        done += (uint64_t)r;
+    }
+    if (fsync(fd) != 0) {
+        w->failed = 1;
+    }
+    close(fd);
+    return NULL;
+}
+
+/* N threads write and fsync `bytes` in all under dir/tag-<i>; seconds, or -1. */
+static double fb_plain_write(const char *dir, const char *tag, uint64_t bytes,
+                             const uint8_t *src, fb_writer_t *w)
+{
+    pthread_t th[FB_MAX_SERVERS];
+    int failed = 0;
+    double t0  = bench_now();
+    for (unsigned i = 0; i < fo.nsrv; i++) {
+        snprintf(w[i].path, sizeof(w[i].path), "%.3900s/%s-%u", dir, tag, i);
+        w[i].bytes  = bytes / fo.nsrv;
+        w[i].src    = src;
+        w[i].failed = 0;
+        pthread_create(&th[i], NULL, fb_write_file, &w[i]);
+    }
+    for (unsigned i = 0; i < fo.nsrv; i++) {
+        pthread_join(th[i], NULL);
+        if (w[i].failed) {
+            fprintf(stderr, "ckstore-bench flush: writing %s failed\n", w[i].path);
+            failed = 1;
+        }
+    }
+    return failed ? -1 : bench_now() - t0;
+}
+
+static void fb_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ckstore-bench flush --dir DIR [--size SIZE] [--servers N]\n"
+            "                           [--server-bin PATH]\n"
+            "  --dir DIR          the durable storage to measure (a file system path;\n"
+            "                     the bench works in DIR/ckstore-flush-bench-<pid>)\n"
+            "  --size SIZE        bytes of the version flushed (default 1G)\n"
+            "  --servers N        ckstore-server processes, RS(4,2) (default 6, 6..16)\n"
+            "  --server-bin PATH  ckstore-server (default: next to this binary)\n");
+}
+
+int cks_bench_flush_main(int argc, char **argv)
+{
+    cks_client_params_t cp = {0};
+    cks_client_h c         = NULL;
+    cks_version_params_t vp = {0};
+    uint8_t *buf = NULL, *rbuf = NULL;
+    uint64_t nobj, disk_bytes = 0;
+    char vdir[PATH_MAX], plain[PATH_MAX], err[512];
+    fb_writer_t *w = NULL;
+    struct statfs sfs;
+    int rc = 1;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
+            fo.dir = argv[++i];
+        } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+            if (bench_size_parse(argv[++i], &fo.size) != 0 || fo.size < FB_OBJ) {
+                fprintf(stderr, "ckstore-bench flush: bad --size (at least 64M)\n");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--servers") == 0 && i + 1 < argc) {
+            fo.nsrv = (unsigned)atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--server-bin") == 0 && i + 1 < argc) {
+            fo.server_bin = argv[++i];
+        } else {
+            fb_usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    if (fo.dir == NULL || fo.dir[0] != '/' || fo.nsrv < fo.k + fo.m ||
+        fo.nsrv > FB_MAX_SERVERS) {
+        fb_usage(stderr);
+        return 2;
+    }
+    if (fb_find_server_bin() != 0) {
+        fprintf(stderr, "ckstore-bench flush: no ckstore-server binary; use --server-bin\n");
+        return 1;
+    }
+    snprintf(fb.root, sizeof(fb.root), "%.3000s/ckstore-flush-bench-%d", fo.dir, (int)getpid());
+    if (mkdir(fb.root, 0700) != 0) {
+        fprintf(stderr, "ckstore-bench flush: %s: %s\n", fb.root, strerror(errno));
+        return 1;
+    }
+    nobj = fo.size / FB_OBJ;
+    /* each server holds (k + m) / k of its share; twice that, and room */
+    uint64_t arena = (2 * fo.size * (fo.k + fo.m) / fo.k / fo.nsrv + (256ull << 20)) &
+                     ~((1ull << 20) - 1);
+    if (fb_start_servers(arena) != 0) {
+        goto out;
+    }
+    cp.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
+                    CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_NAME;
+    cp.cluster    = fb.map;
+    cp.ec_k       = fo.k;
+    cp.ec_m       = fo.m;
+    cp.chunk_size = fo.chunk;
+    cp.timeout_ms = 120000;
+    cp.name       = "ckstore-bench-flush";
+    if (cks_client_create(&cp, &c) != CKS_OK) {
+        fprintf(stderr, "ckstore-bench flush: cannot connect to the servers\n");
+        goto out;
+    }
+    buf  = malloc(FB_OBJ);
+    rbuf = malloc(FB_OBJ);
+    if (buf == NULL || rbuf == NULL) {
+        goto out;
+    }
+    for (uint64_t i = 0; i < FB_OBJ / 8; i++) {
+        ((uint64_t *)buf)[i] = i * 0x9e3779b97f4a7c15ull;
+    }
+    vp.job     = "bench";
+    vp.version = 1;
+    if (cks_version_begin(c, &vp) != CKS_OK) {
+        goto fail;
+    }
+    for (uint64_t i = 0; i < nobj; i++) {
+        cks_put_params_t p = {0};
+        char key[32];
+        snprintf(key, sizeof(key), "shard%05" PRIu64, i);
+        buf[0]    = (uint8_t)i;
+        p.job     = "bench";
+        p.version = 1;
+        p.key     = key;
+        p.buffer  = buf;
+        p.size    = FB_OBJ;
+        if (cks_put(c, &p) != CKS_OK) {
+            goto fail;
+        }
+    }
+    if (cks_version_seal(c, "bench", 1) != CKS_OK) {
+        goto fail;
+    }
+
+    /* the plain reference first (the same bytes the flush will write) */
+    snprintf(plain, sizeof(plain), "%s/plain", fb.root);
+    mkdir(plain, 0700);
+    w = calloc(fo.nsrv, sizeof(*w));
+    if (w == NULL) {
+        goto out;
+    }
+    uint64_t expect = nobj * FB_OBJ / fo.k * (fo.k + fo.m);
+    double plain0_s = fb_plain_write(plain, "before", expect, buf, w);
+    if (plain0_s < 0) {
+        goto out;
+    }
+    fb_dir_bytes(plain, "before-", 1);
+
+    /* 1. flush */
+    double t0        = bench_now();
+    cks_status_t fst = cks_version_flush(c, "bench", 1, fb.root);
+    double flush_s   = bench_now() - t0;
+    if (fst != CKS_OK) {
+        goto fail;
+    }
+    snprintf(vdir, sizeof(vdir), "%s/bench/%020u", fb.root, 1u);
+    disk_bytes = fb_dir_bytes(vdir, ".chunks", 1);
+
+    /* 2. plain parallel write of the same bytes, again */
+    double plain_s = fb_plain_write(plain, "after", disk_bytes, buf, w);
+    if (plain_s < 0) {
+        goto out;
+    }
+    fb_dir_bytes(plain, "after-", 1);
+
+    /* 3. restore from disk, one thread, against a plain read of as many bytes */
+    cks_restore_params_t rp = {0};
+    cks_restore_h r;
+    rp.field_mask = CKS_RESTORE_FIELD_FLAGS | CKS_RESTORE_FIELD_FLUSH_DIR;
+    rp.job        = "bench";
+    rp.version    = 1;
+    rp.flags      = CKS_RESTORE_DURABLE;
+    rp.flush_dir  = fb.root;
+    t0            = bench_now();
+    if (cks_restore_open_ex(c, &rp, &r) != CKS_OK) {
+        goto fail;
+    }
+    for (uint64_t i = 0; i < nobj; i++) {
+        cks_get_params_t g = {0};
+        char key[32];
+        snprintf(key, sizeof(key), "shard%05" PRIu64, i);
+        g.key         = key;
+        g.buffer      = rbuf;
+        g.buffer_size = FB_OBJ;
+        if (cks_get(r, &g, NULL) != CKS_OK || rbuf[0] != (uint8_t)i) {
+            cks_restore_close(r);
+            goto fail;
+        }
+    }
+    double restore_s = bench_now() - t0;
+    cks_restore_close(r);
+    uint64_t left = nobj * FB_OBJ;
+    t0 = bench_now();
+    for (unsigned i = 0; i < fo.nsrv && left > 0; i++) {
+        int fd = open(w[i].path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            goto out;
+        }
+        ssize_t n;
+        while (left > 0 && (n = read(fd, rbuf, FB_OBJ < left ? FB_OBJ : left)) > 0) {
+            left -= (uint64_t)n;
+        }
+        close(fd);
+    }
+    double read_s = bench_now() - t0;
+
+    statfs(fo.dir, &sfs);
+    printf("ckstore-bench flush: %s (file system type 0x%lx), %u servers, RS(%u,%u), "
+           "%" PRIu64 " objects of 64 MiB\n",
+           fo.dir, (unsigned long)sfs.f_type, fo.nsrv, fo.k, fo.m, nobj);
+    printf("  version bytes              %12" PRIu64 "\n", nobj * FB_OBJ);
+    printf("  bytes on disk (chunks)     %12" PRIu64 "  ((k+m)/k = %.2f)\n", disk_bytes,
+           (double)disk_bytes / (double)(nobj * FB_OBJ));
+    printf("  flush                      %8.3f s  %6.2f GB/s on disk  %6.2f GB/s of version\n",
+           flush_s, (double)disk_bytes / flush_s / BENCH_GB,
+           (double)(nobj * FB_OBJ) / flush_s / BENCH_GB);
+    printf("  plain write before, %2u thr %7.3f s  %6.2f GB/s on disk  (same bytes, fsync)\n",
+           fo.nsrv, plain0_s, (double)(expect / fo.nsrv * fo.nsrv) / plain0_s / BENCH_GB);
+    printf("  plain write after, %2u thr  %7.3f s  %6.2f GB/s on disk\n", fo.nsrv, plain_s,
+           (double)(disk_bytes / fo.nsrv * fo.nsrv) / plain_s / BENCH_GB);
+    printf("  flush / plain write        %8.2f (before)  %.2f (after)\n",
+           plain0_s / flush_s * (double)disk_bytes / (double)expect, plain_s / flush_s);
+    printf("  restore from disk, 1 thread %7.3f s  %6.2f GB/s of version (cache evicted)\n",
+           restore_s, (double)(nobj * FB_OBJ) / restore_s / BENCH_GB);
+    printf("  plain read, 1 thread       %8.3f s  %6.2f GB/s  (as many bytes, evicted)\n",
+           read_s, (double)(nobj * FB_OBJ - left) / read_s / BENCH_GB);
+    printf("  restore / plain read       %8.2f\n", read_s / restore_s);
+    rc = 0;
+    goto out;
+fail:
+    cks_client_last_error(c, err, sizeof(err));
+    fprintf(stderr, "ckstore-bench flush: failed: %s\n", err);
+out:
+    free(w);
+    free(buf);
+    free(rbuf);
+    if (c != NULL) {
+        cks_client_destroy(c);
+    }
+    fb_stop_servers();
+    nftw(fb.root, fb_rm, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
