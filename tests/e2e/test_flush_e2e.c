@@ -83,7 +83,7 @@ static void teardown(void)
     }
 }
 
-TestSuite(flush, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(flush, .init = setup, .fini = teardown, .timeout = 60);
 
 static void fill(size_t i, uint64_t v)
 {

@@ -67,6 +67,9 @@ static const wm_field_t wm_f_auth_reply[] = {
     WM_REPLY_(cks_msg_auth_reply_t), WM_BIN_(cks_msg_auth_reply_t, addr, CKS_WIRE_MAX_ADDR),
     WM_BIN_(cks_msg_auth_reply_t, proof, CKS_WIRE_NONCE_LEN)};
 static const wm_field_t wm_f_mem_map[] = {WM_U64_(cks_msg_mem_map_t, length)};
+static const wm_field_t wm_f_flush[]   = {
+    WM_STR_(cks_msg_flush_t, job, CKS_JOB_MAX_LEN), WM_U64_(cks_msg_flush_t, version),
+    WM_STR_(cks_msg_flush_t, dir, CKS_WIRE_MAX_PATH), WM_U64_(cks_msg_flush_t, nonce)};
 static const wm_field_t wm_f_hello_reply[] = {
     WM_REPLY_(cks_msg_hello_reply_t),
     WM_STR_(cks_msg_hello_reply_t, name, CKS_WIRE_MAX_NAME),
@@ -218,6 +221,8 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_AUTH_REPLY] = WM_MSG_(cks_msg_auth_reply_t, wm_f_auth_reply),
     [CKS_MSG_MEM_MAP] = WM_MSG_(cks_msg_mem_map_t, wm_f_mem_map),
     [CKS_MSG_VERSION_HOLD] = WM_MSG_(cks_msg_version_hold_t, wm_f_version_hold),
+    [CKS_MSG_FLUSH_CHUNKS] = WM_MSG_(cks_msg_flush_t, wm_f_flush),
+    [CKS_MSG_FLUSH_PUBLISH] = WM_MSG_(cks_msg_flush_t, wm_f_flush),
 };
 
 /** Indexed by cks_wire_entry_t. */
