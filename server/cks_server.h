@@ -42,6 +42,9 @@ typedef struct {
     const char *flush_dir;  /* durable tier: where flushes that name no
                                directory write; when set, the only directory
                                this server flushes to (NULL: none) */
+    unsigned flush_every;   /* with flush_dir: a version this server coordinates
+                               is flushed once it commits when its number is a
+                               multiple of this (0: only on request) */
 } cks_server_params_t;
 
 /** Open the arena and metadata, re-check every stored object's CRC, abort

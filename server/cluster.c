@@ -52,7 +52,7 @@ static void cks_sv_hello_done(void *arg, cks_status_t status)
 }
 
 /* The connection to the server at `pos`, made on first use. */
-static cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
+cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
 {
     cks_sv_peer_t *p = &s->peers[pos];
     const cks_cluster_server_t *cs;
@@ -1487,6 +1487,9 @@ static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
     v->waiters  = NULL;
     v->nwaiters = v->capwaiters = 0;
     v->wait     = CKS_SV_WAIT_NONE;
+    if (committed) {
+        cks_sv_flush_committed(s, v->job, v->job_len, v->version); /* --flush-every */
+    }
     free(v->objs);
     v->objs  = NULL;
     v->nobjs = v->capobjs = 0;

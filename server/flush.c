@@ -47,6 +47,10 @@ typedef struct cks_fl_job {
     uint64_t bytes, chunks;
     cks_status_t status;
     char why[CKS_MSG_MAX_LEN];
+    /* a flush this server started itself (--flush-every): called in place
+     * of a reply, on the progress thread; conn is NULL */
+    void (*done)(cks_server_h s, struct cks_fl_job *j);
+    void *ctx;
 } cks_fl_job_t;
 
 struct cks_sv_flush {
@@ -611,19 +615,21 @@ static void cks_fl_finish(cks_server_h s, cks_fl_job_t *j)
     if (j->reading) {
         cks_sv_read_end(s, &j->read);
     }
-    if (j->status == CKS_OK) {
-        if (j->type == CKS_MSG_FLUSH_CHUNKS) {
-            cks_info("flush: version %" PRIu64 " of '%s': %" PRIu64 " chunks, %" PRIu64
-                     " bytes written in %" PRIu64 " ms",
-                     j->version, j->job, j->chunks, j->bytes, ms);
-        }
-        cks_sv_reply_status(j->conn, j->req_id, CKS_OK, NULL);
-    } else {
+    if (j->status == CKS_OK && j->type == CKS_MSG_FLUSH_CHUNKS) {
+        cks_info("flush: version %" PRIu64 " of '%s': %" PRIu64 " chunks, %" PRIu64
+                 " bytes written in %" PRIu64 " ms",
+                 j->version, j->job, j->chunks, j->bytes, ms);
+    } else if (j->status != CKS_OK) {
         cks_warn("flush of version %" PRIu64 " of '%s' failed: %s", j->version, j->job,
                  j->why);
-        cks_sv_reply_status(j->conn, j->req_id, j->status, "%s", j->why);
     }
-    cks_tp_conn_put(j->conn);
+    if (j->done != NULL) {
+        j->done(s, j);
+    } else {
+        cks_sv_reply_status(j->conn, j->req_id, j->status, j->status == CKS_OK ? NULL : "%s",
+                            j->why);
+        cks_tp_conn_put(j->conn);
+    }
     free(j);
 }
 
@@ -681,6 +687,28 @@ void cks_sv_flush_stop(cks_server_h s)
     pthread_mutex_destroy(&fl->lock);
     free(fl);
     s->flush = NULL;
+}
+
+#define CKS_FL_CALL_TIMEOUT_MS 600000
+
+/* To the flush thread (progress thread). */
+static void cks_fl_queue(cks_server_h s, cks_fl_job_t *j)
+{
+    j->start_ns = cks_time_ns();
+    if (j->type == CKS_MSG_FLUSH_CHUNKS) {
+        /* arena space freed from now on is not reused until the flush ends */
+        cks_sv_read_begin(s, &j->read);
+        j->reading = 1;
+    }
+    pthread_mutex_lock(&s->flush->lock);
+    if (s->flush->tail != NULL) {
+        s->flush->tail->next = j;
+    } else {
+        s->flush->head = j;
+    }
+    s->flush->tail = j;
+    pthread_cond_signal(&s->flush->cond);
+    pthread_mutex_unlock(&s->flush->lock);
 }
 
 void cks_sv_flush_request(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
@@ -741,19 +769,151 @@ void cks_sv_flush_request(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, u
     } else {
         snprintf(j->dir, sizeof(j->dir), "%s", root);
     }
-    j->start_ns = cks_time_ns();
-    if (type == CKS_MSG_FLUSH_CHUNKS) {
-        /* arena space freed from now on is not reused until the flush ends */
-        cks_sv_read_begin(s, &j->read);
-        j->reading = 1;
-    }
-    pthread_mutex_lock(&s->flush->lock);
-    if (s->flush->tail != NULL) {
-        s->flush->tail->next = j;
+    cks_fl_queue(s, j);
+}
+
+/* ---- the flush policy: every Nth version, started by its coordinator ----------------------- */
+
+typedef struct {
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version, nonce;
+    unsigned pending, ok, failed;
+    int publishing;
+} cks_fl_auto_t;
+
+static void cks_fl_auto_publish(cks_server_h s, cks_fl_auto_t *a);
+
+static void cks_fl_auto_one(cks_server_h s, cks_fl_auto_t *a, cks_status_t status)
+{
+    if (status == CKS_OK) {
+        a->ok++;
     } else {
-        s->flush->head = j;
+        a->failed++;
     }
-    s->flush->tail = j;
-    pthread_cond_signal(&s->flush->cond);
-    pthread_mutex_unlock(&s->flush->lock);
+    if (--a->pending == 0) {
+        cks_fl_auto_publish(s, a);
+    }
+}
+
+static void cks_fl_auto_local_done(cks_server_h s, cks_fl_job_t *j)
+{
+    cks_fl_auto_t *a = j->ctx;
+    if (a->publishing) {
+        if (j->status == CKS_OK) {
+            cks_info("flush policy: version %" PRIu64 " of '%s' flushed to %s (chunks of %u "
+                     "of %u servers)",
+                     a->version, a->job, s->p.flush_dir, a->ok, a->ok + a->failed);
+        }
+        free(a);
+        return;
+    }
+    cks_fl_auto_one(s, a, j->status);
+}
+
+typedef struct {
+    cks_server_h s;
+    cks_fl_auto_t *a;
+} cks_fl_call_t;
+
+static void cks_fl_auto_peer_done(void *arg, cks_status_t status, const char *msg)
+{
+    cks_fl_call_t *c = arg;
+    if (status != CKS_OK) {
+        cks_warn("flush policy: a server did not write its chunks of version %" PRIu64
+                 " of '%s': %s%s%s",
+                 c->a->version, c->a->job, cks_status_string(status), msg ? ": " : "",
+                 msg ? msg : "");
+    }
+    cks_fl_auto_one(c->s, c->a, status);
+    free(c);
+}
+
+static cks_fl_job_t *cks_fl_auto_job(cks_server_h s, cks_fl_auto_t *a, unsigned type)
+{
+    cks_fl_job_t *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        return NULL;
+    }
+    j->type = type;
+    memcpy(j->job, a->job, a->job_len);
+    j->job_len = a->job_len;
+    j->version = a->version;
+    j->nonce   = a->nonce;
+    snprintf(j->dir, sizeof(j->dir), "%s", s->p.flush_dir);
+    j->done = cks_fl_auto_local_done;
+    j->ctx  = a;
+    return j;
+}
+
+static void cks_fl_auto_publish(cks_server_h s, cks_fl_auto_t *a)
+{
+    if (s->flush == NULL || s->flush->stop) {
+        free(a); /* shutting down: a later flush starts over */
+        return;
+    }
+    cks_fl_job_t *j = a->ok > 0 ? cks_fl_auto_job(s, a, CKS_MSG_FLUSH_PUBLISH) : NULL;
+    if (j == NULL) {
+        cks_warn("flush policy: version %" PRIu64 " of '%s' not flushed: no server wrote "
+                 "its chunks",
+                 a->version, a->job);
+        free(a);
+        return;
+    }
+    a->publishing = 1;
+    cks_fl_queue(s, j);
+}
+
+void cks_sv_flush_committed(cks_server_h s, const char *job, size_t job_len, uint64_t version)
+{
+    cks_fl_auto_t *a;
+    cks_fl_job_t *j;
+    size_t n = cks_cluster_nservers(s->map);
+
+    if (s->p.flush_every == 0 || s->p.flush_dir == NULL || version % s->p.flush_every != 0) {
+        return;
+    }
+    if ((s->flush == NULL && cks_fl_start(s) != CKS_OK) ||
+        (a = calloc(1, sizeof(*a))) == NULL) {
+        cks_warn("flush policy: cannot flush version %" PRIu64 ": out of memory", version);
+        return;
+    }
+    memcpy(a->job, job, job_len);
+    a->job_len = (uint32_t)job_len;
+    a->version = version;
+    a->nonce   = cks_tp_random_id();
+    a->pending = 1; /* held until every request is out */
+    cks_msg_flush_t m = {{a->job, a->job_len}, version, cks_wire_cstr(NULL), a->nonce};
+    for (size_t pos = 0; pos < n; pos++) {
+        if (pos == s->self) {
+            if ((j = cks_fl_auto_job(s, a, CKS_MSG_FLUSH_CHUNKS)) != NULL) {
+                a->pending++;
+                cks_fl_queue(s, j);
+            } else {
+                a->failed++;
+            }
+            continue;
+        }
+        /* the peer writes to its own --flush-dir (the same storage) */
+        cks_tp_conn_h conn = cks_sv_peer(s, pos);
+        cks_fl_call_t *c   = malloc(sizeof(*c));
+        if (conn == NULL || c == NULL) {
+            free(c);
+            a->failed++;
+            continue;
+        }
+        *c = (cks_fl_call_t){s, a};
+        a->pending++;
+        if (cks_tp_call(conn, CKS_MSG_FLUSH_CHUNKS, 0, &m, NULL, 0, NULL,
+                        CKS_FL_CALL_TIMEOUT_MS, cks_fl_auto_peer_done, c) != CKS_INPROGRESS) {
+            free(c);
+            a->pending--;
+            a->failed++;
+        }
+    }
+    cks_info("flush policy: flushing version %" PRIu64 " of '%.*s' to %s", version,
+             (int)job_len, job, s->p.flush_dir);
+    if (--a->pending == 0) { /* the hold: nothing went out */
+        cks_fl_auto_publish(s, a);
+    }
 }

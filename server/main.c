@@ -47,6 +47,10 @@ static void usage(FILE *out)
             "      --flush-dir DIR    durable tier: flushes that name no directory\n"
             "                         write there, and no other directory is accepted\n"
             "                         (absolute path; it must exist)\n"
+            "      --flush-every N    with --flush-dir: flush each version whose number\n"
+            "                         is a multiple of N once it commits (the version's\n"
+            "                         coordinator starts it; every server needs the\n"
+            "                         same --flush-dir)\n"
             "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
             "  -f, --arena-file PATH  arena file (default /dev/shm/ckstore-<port>.arena)\n"
             "  -d, --data-dir DIR     LMDB directory (default ./ckstore-data)\n"
@@ -84,6 +88,7 @@ int main(int argc, char **argv)
         {"peer-secret", required_argument, NULL, 1004},
         {"auth-timeout", required_argument, NULL, 1005},
         {"flush-dir", required_argument, NULL, 1006},
+        {"flush-every", required_argument, NULL, 1007},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -139,6 +144,7 @@ int main(int argc, char **argv)
             case 1004: p.peer_secret_file = optarg; break;
             case 1005: p.auth_timeout_s = (unsigned)atoi(optarg); break;
             case 1006: p.flush_dir = optarg; break;
+            case 1007: p.flush_every = (unsigned)atoi(optarg); break;
             case 's':
                 if (cks_size_parse(optarg, &p.arena_size) != CKS_OK) {
                     fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);

@@ -497,3 +497,43 @@ Test(flush, partial_expert_child_restores_without_its_parent)
                  "only the child was flushed");
     cks_client_destroy(c);
 }
+
+Test(flush, every_second_version_flushed_by_policy)
+{
+    cks_client_h c;
+    cks_restore_h r;
+    cks_version_info_t info;
+    char flags[400];
+
+    snprintf(flags, sizeof(flags), "--flush-dir %s --flush-every 2", fdir);
+    cks_test_set_server_flags(flags);
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    cks_test_set_server_flags(NULL);
+    c = connect_to(&cl);
+    for (uint64_t v = 1; v <= 3; v++) {
+        write_version(c, v, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    }
+    /* the coordinator flushes version 2 after it commits, in the background:
+     * look for it every 50 ms, for at most 20 s */
+    cks_status_t st = CKS_ERR_NO_SUCH_VERSION;
+    for (int i = 0; i < 400 && st != CKS_OK; i++) {
+        st = cks_flushed_stat(fdir, JOB, 2, &info);
+        if (st != CKS_OK) {
+            usleep(50000);
+        }
+    }
+    cr_assert_eq(st, CKS_OK, "version 2 was not flushed by the policy");
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_ERR_NO_SUCH_VERSION);
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 3, &info), CKS_ERR_NO_SUCH_VERSION);
+    /* a flush that names no directory goes to the servers' --flush-dir */
+    cr_assert_eq(cks_version_flush(c, JOB, 3, NULL), CKS_OK);
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 3, &info), CKS_OK);
+    /* and one that names another directory is refused */
+    cr_assert_eq(cks_version_flush(c, JOB, 1, "/tmp"), CKS_ERR_INVALID_PARAM);
+    r = open_durable(c, 2, CKS_RESTORE_DURABLE);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 2);
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
