@@ -237,18 +237,49 @@ static int tmp_dirs_left(void)
     return n;
 }
 
-static int run_cli(const char *map, const char *a1, const char *a2, const char *a3,
-                   const char *a4)
+/* The CLI with these arguments (a4 may be NULL); its stdout into `out`
+ * when not NULL. Its exit status. */
+static int run_cli_out(const char *out, const char *map, const char *a1, const char *a2,
+                       const char *a3, const char *a4)
 {
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
+        if (out != NULL) {
+            int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) {
+                _exit(126);
+            }
+        }
         execl(CKS_CLI_BIN, "ckstore", "--cluster", map, a1, a2, a3, a4, (char *)NULL);
         _exit(127);
     }
     int status = 0;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static int run_cli(const char *map, const char *a1, const char *a2, const char *a3,
+                   const char *a4)
+{
+    return run_cli_out(NULL, map, a1, a2, a3, a4);
+}
+
+/* Does the file have a line with these words in this order? */
+static int file_has_line(const char *path, const char *w1, const char *w2, const char *w3)
+{
+    char line[512];
+    int found = 0;
+    FILE *f   = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+        char *a = strstr(line, w1), *b = a ? strstr(a + strlen(w1), w2) : NULL;
+        found   = b != NULL && strstr(b + strlen(w2), w3) != NULL;
+    }
+    fclose(f);
+    return found;
 }
 
 Test(flush, killed_cluster_restores_from_disk_and_imports)
@@ -530,6 +561,14 @@ Test(flush, every_second_version_flushed_by_policy)
     cr_assert_eq(cks_flushed_stat(fdir, JOB, 3, &info), CKS_OK);
     /* and one that names another directory is refused */
     cr_assert_eq(cks_version_flush(c, JOB, 1, "/tmp"), CKS_ERR_INVALID_PARAM);
+    /* ckstore versions JOB DIR: which are flushed, and those flushed only */
+    cr_assert_eq(cks_version_delete(c, JOB, 2), CKS_OK);
+    char out[300];
+    snprintf(out, sizeof(out), "%s/versions.txt", fdir);
+    cr_assert_eq(run_cli_out(out, cl.map, "versions", JOB, fdir, NULL), 0);
+    cr_assert(file_has_line(out, " 1 ", "PROTECTED", " no"), "version 1: in memory only");
+    cr_assert(file_has_line(out, " 2 ", "-", " only"), "version 2: flushed only");
+    cr_assert(file_has_line(out, " 3 ", "PROTECTED", " yes"), "version 3: both");
     r = open_durable(c, 2, CKS_RESTORE_DURABLE);
     for (size_t i = 0; i < NOBJ; i++) {
         check_object(r, i, 2);
