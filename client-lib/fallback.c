@@ -408,18 +408,15 @@ static cks_status_t cks_fb_older(cks_client_h c, const char *job, uint64_t below
 static cks_status_t cks_fb_durable(cks_client_h c, const char *dir, const char *job,
                                    uint64_t version, cks_status_t mem, cks_restore_h *r_p)
 {
-    char text[CKS_MSG_MAX_LEN];
     cks_status_t st = cks_cl_disk_open(c, dir, job, version, r_p);
     if (st == CKS_OK) {
         cks_info("job '%s': version %llu read from its flushed copy (memory tier: %s)", job,
                  (unsigned long long)version, cks_status_string(mem));
         return CKS_OK;
     }
-    int n = snprintf(text, sizeof(text), "version %llu of job '%s': %s in memory; flushed "
-                     "copy in %s: %s",
-                     (unsigned long long)version, job, cks_status_string(mem), dir,
-                     cks_status_string(st));
-    cks_cl_set_error(c, mem, text, (size_t)CKS_MIN((size_t)n, sizeof(text) - 1));
+    cks_cl_set_errorf(c, mem, "version %llu of job '%s': %s in memory; flushed copy in %s: %s",
+                      (unsigned long long)version, job, cks_status_string(mem), dir,
+                      cks_status_string(st));
     return mem;
 }
 

@@ -58,14 +58,12 @@ cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version
     cks_status_t *st, status = CKS_OK, first = CKS_OK;
     size_t ok = 0;
     uint64_t nonce;
-    char text[CKS_MSG_MAX_LEN];
 
     if (c == NULL || job == NULL || version == UINT64_MAX) {
         return CKS_ERR_INVALID_PARAM;
     }
     if (dir != NULL && (dir[0] != '/' || strlen(dir) >= CKS_WIRE_MAX_PATH)) {
-        cks_cl_set_error(c, CKS_ERR_INVALID_PARAM, "the flush directory must be an absolute "
-                         "path", 45);
+        cks_cl_set_errorf(c, CKS_ERR_INVALID_PARAM, "the flush directory must be an absolute path");
         return CKS_ERR_INVALID_PARAM;
     }
     if (c->map == NULL) {
@@ -118,12 +116,9 @@ cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version
     op->coord_first = 1;
     status          = cks_cl_run(c, op);
     if (status == CKS_OK && ok < c->nsrv) {
-        int n = snprintf(text, sizeof(text),
-                         "flushed with the chunks of %zu of %zu servers (the others failed: "
-                         "%s)",
-                         ok, c->nsrv, cks_status_string(first));
-        cks_warn("version %" PRIu64 " of '%s' %s", version, job, text);
-        (void)n;
+        cks_warn("version %" PRIu64 " of '%s' flushed with the chunks of %zu of %zu servers "
+                 "(the others failed: %s)",
+                 version, job, ok, c->nsrv, cks_status_string(first));
     }
     return status;
 }
@@ -335,14 +330,14 @@ cks_status_t cks_cl_disk_open(cks_client_h c, const char *dir, const char *job,
             snprintf(err, sizeof(err), "version %" PRIu64 " of job '%s' is not flushed to %s",
                      version, job, dir);
         }
-        cks_cl_set_error(c, status, err, strlen(err));
+        cks_cl_set_errorf(c, status, "%s", err);
         free(d);
         return status;
     }
     if (d->mf.job_len != strlen(job) || memcmp(d->mf.job, job, d->mf.job_len) != 0 ||
         d->mf.v.version != version) {
         snprintf(err, sizeof(err), "%.200s holds another job or version", path);
-        cks_cl_set_error(c, CKS_ERR_IO, err, strlen(err));
+        cks_cl_set_errorf(c, CKS_ERR_IO, "%s", err);
         cks_cl_disk_close(d);
         return CKS_ERR_IO;
     }
@@ -584,7 +579,7 @@ static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
                     n += (size_t)snprintf(text + n, sizeof(text) - n, "; %s", why[i]);
                 }
             }
-            cks_cl_set_error(c, worst, text, CKS_MIN(n, sizeof(text) - 1));
+            cks_cl_set_errorf(c, worst, "%s", text);
             return worst;
         }
         uint8_t *bufs[CKS_EC_MAX_K + CKS_EC_MAX_M];
@@ -614,7 +609,6 @@ cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_
     uint64_t off = 0, len, cs = d->mf.v.chunk_size, k = d->mf.v.ec_k;
     uint8_t *scratch;
     cks_status_t status = CKS_OK;
-    char text[CKS_MSG_MAX_LEN];
 
     if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
         return CKS_ERR_UNSUPPORTED; /* a flushed copy is read into host memory */
@@ -649,12 +643,10 @@ cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_
     free(scratch);
     if (status == CKS_OK && !(p->field_mask & CKS_GET_FIELD_RANGE) &&
         cks_crc64(0, p->buffer, len) != o->crc64) {
-        int n = snprintf(text, sizeof(text),
-                         "object '%s' (version %" PRIu64 ") of the flushed copy in %s fails "
-                         "its CRC-64",
-                         o->key, o->source_version, d->vdir);
-        cks_cl_set_error(r->client, CKS_ERR_CRC_MISMATCH, text,
-                         CKS_MIN((size_t)n, sizeof(text) - 1));
+        cks_cl_set_errorf(r->client, CKS_ERR_CRC_MISMATCH,
+                          "object '%s' (version %" PRIu64 ") of the flushed copy in %s fails "
+                          "its CRC-64",
+                          o->key, o->source_version, d->vdir);
         status = CKS_ERR_CRC_MISMATCH;
     }
     if (status == CKS_OK && length_p != NULL) {
