@@ -125,6 +125,8 @@ cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version
 
 /* ---- reading a flushed copy --------------------------------------------------------------- */
 
+#define CKS_FL_AHEAD 16 /* stripes whose data chunks are read ahead at once */
+
 typedef struct {
     uint64_t offset, len, crc64;
     int fd;
@@ -601,6 +603,24 @@ static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
     return CKS_OK;
 }
 
+/* Ask the kernel to read ahead the data chunks of stripes [s0, s1) (the
+ * reads that follow then find them in the page cache). */
+static void cks_fl_readahead(struct cks_cl_disk *d, const cks_md_object_t *o, uint64_t s0,
+                             uint64_t s1)
+{
+    uint8_t hk[CKS_MD_FLUSH_HKEY_MAX];
+    for (uint64_t s = s0; s < s1; s++) {
+        for (unsigned i = 0; i < d->mf.v.ec_k; i++) {
+            size_t n = cks_md_flush_hkey(o->key, o->key_len, o->source_version, s, i, hk);
+            void *v  = cks_hmap_get(d->chunks, hk, n);
+            if (v != NULL) {
+                const cks_cl_dchunk_t *ch = &d->all[(uintptr_t)v - 1];
+                posix_fadvise(ch->fd, (off_t)ch->offset, (off_t)ch->len, POSIX_FADV_WILLNEED);
+            }
+        }
+    }
+}
+
 cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
                              cks_done_cb_t cb, void *arg)
 {
@@ -634,8 +654,13 @@ cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_
     if (len > 0 && scratch == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
+    uint64_t s_end = len > 0 ? (off + len - 1) / (k * cs) + 1 : 0;
     for (uint64_t s = off / (k * cs); status == CKS_OK && len > 0 && s * k * cs < off + len;
          s++) {
+        if (s % CKS_FL_AHEAD == off / (k * cs) % CKS_FL_AHEAD) {
+            /* the next stripes' data chunks, CKS_FL_AHEAD at a time */
+            cks_fl_readahead(d, o, s, CKS_MIN(s + CKS_FL_AHEAD, s_end));
+        }
         uint64_t lo = CKS_MAX(off, s * k * cs), hi = CKS_MIN(off + len, (s + 1) * k * cs);
         status = cks_fl_stripe(r->client, d, o, s, lo, hi - lo, (uint8_t *)p->buffer + (lo - off),
                                scratch);
