@@ -576,3 +576,33 @@ Test(flush, every_second_version_flushed_by_policy)
     cks_restore_close(r);
     cks_client_destroy(c);
 }
+
+Test(flush, server_down_flushes_what_the_others_hold)
+{
+    cks_client_h c;
+    cks_restore_h r;
+    cks_version_info_t info;
+    char vdir[600], path[700];
+    struct stat st;
+
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    /* a server that is not the coordinator goes down after the commit */
+    int coord = cks_test_coordinator(cl.map, JOB, 1);
+    size_t down = (size_t)(coord + 1) % NSRV;
+    cks_test_cluster_kill(&cl, down);
+    cr_assert_eq(flush(c, 1), CKS_OK, "five servers hold k chunks of every stripe");
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_OK);
+    version_dir(1, vdir, sizeof(vdir));
+    snprintf(path, sizeof(path), "%s/server-%d.index", vdir, cl.srv[down].id);
+    cr_assert(stat(path, &st) != 0, "no files of the server that was down");
+    /* every stripe that had a chunk there is decoded from the others */
+    r = open_durable(c, 1, CKS_RESTORE_DURABLE);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 1);
+    }
+    check_range(r, 4, 1, 12345, 2 * MiB);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
