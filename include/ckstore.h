@@ -263,8 +263,10 @@ CKS_API_VISIBLE cks_status_t cks_job_list(cks_client_h c, const char *after,
  * complete or absent. docs/ARCHITECTURE.md, "Durable tier", has the layout.
  */
 
-/** Flush a restorable cluster version to `dir` (an absolute path that exists
- *  on every server; NULL: each server's --flush-dir). Blocking; the servers
+/** Flush a restorable cluster version to the servers' --flush-dir (`dir`:
+ *  NULL, or that same absolute path; a server started without --flush-dir
+ *  refuses with CKS_ERR_UNSUPPORTED: only its operator chooses where a
+ *  server writes). Blocking; the servers
  *  write on their flush threads, never on the threads that serve requests.
  *  Returns CKS_OK once published; CKS_ERR_VERSION_EXISTS when that version
  *  is already there; CKS_ERR_DATA_LOST when the servers that answered hold

@@ -728,9 +728,10 @@ void cks_sv_flush_request(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, u
         cks_sv_reply_status(conn, req_id, status, "bad job name");
         return;
     }
-    if (m->dir.len == 0 && root == NULL) {
-        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
-                            "no flush directory named, and this server has no --flush-dir");
+    if (root == NULL) {
+        /* a client never chooses where a server writes: only the operator */
+        cks_sv_reply_status(conn, req_id, CKS_ERR_UNSUPPORTED,
+                            "flushing is off: this server was started without --flush-dir");
         return;
     }
     if (m->dir.len > 0 &&
@@ -740,7 +741,7 @@ void cks_sv_flush_request(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, u
                             "the flush directory must be an absolute path");
         return;
     }
-    if (m->dir.len > 0 && root != NULL &&
+    if (m->dir.len > 0 &&
         (m->dir.len != strlen(root) || memcmp(m->dir.ptr, root, m->dir.len) != 0)) {
         /* a server with a flush directory writes there only */
         cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,

@@ -59,10 +59,20 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
     return remove(path);
 }
 
+/* Every server the tests start flushes to fdir (a server writes only to its
+ * own --flush-dir), plus `more` flags. */
+static void server_flags(const char *more)
+{
+    char flags[400];
+    snprintf(flags, sizeof(flags), "--flush-dir %s%s%s", fdir, more ? " " : "", more ? more : "");
+    cks_test_set_server_flags(flags);
+}
+
 static void setup(void)
 {
     snprintf(fdir, sizeof(fdir), "/tmp/cks-test-flush-XXXXXX");
     cr_assert_not_null(mkdtemp(fdir));
+    server_flags(NULL);
     g_seed = cks_test_seed(20261124);
     for (size_t i = 0; i < NOBJ; i++) {
         src[i] = malloc(sizes[i] + 1);
@@ -534,12 +544,10 @@ Test(flush, every_second_version_flushed_by_policy)
     cks_client_h c;
     cks_restore_h r;
     cks_version_info_t info;
-    char flags[400];
 
-    snprintf(flags, sizeof(flags), "--flush-dir %s --flush-every 2", fdir);
-    cks_test_set_server_flags(flags);
+    server_flags("--flush-every 2");
     cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    cks_test_set_server_flags(NULL);
+    server_flags(NULL);
     c = connect_to(&cl);
     for (uint64_t v = 1; v <= 3; v++) {
         write_version(c, v, CKS_NO_PARENT, (1u << NOBJ) - 1);
@@ -574,6 +582,30 @@ Test(flush, every_second_version_flushed_by_policy)
         check_object(r, i, 2);
     }
     cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
+/* A client never chooses where a server writes: servers started without
+ * --flush-dir refuse every flush, whatever directory it names, and write
+ * nothing there. */
+Test(flush, servers_without_a_flush_dir_refuse_to_write)
+{
+    cks_client_h c;
+    char why[512] = "";
+    struct stat st;
+
+    cks_test_set_server_flags(NULL);
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    server_flags(NULL);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(cks_version_flush(c, JOB, 1, fdir), CKS_ERR_UNSUPPORTED);
+    cks_client_last_error(c, why, sizeof(why));
+    cr_assert(strstr(why, "--flush-dir") != NULL, "no reason: '%s'", why);
+    cr_assert_eq(cks_version_flush(c, JOB, 1, NULL), CKS_ERR_UNSUPPORTED);
+    char path[400];
+    snprintf(path, sizeof(path), "%s/%s", fdir, JOB);
+    cr_assert_neq(stat(path, &st), 0, "%s was written", path);
     cks_client_destroy(c);
 }
 
