@@ -312,31 +312,9 @@ static void cl_install_signals(void)
 /* ---- the local cluster
  * -------------------------------------------------------------------- */
 
-/* The ckstore-server binary: --server-bin, or next to ours (build tree:
- * ../server/ckstore-server; installed: the same directory). */
 static int cl_find_server_bin(void)
 {
-    char self[PATH_MAX];
-    if (opts.server_bin != NULL) {
-        snprintf(cl.bin, sizeof(cl.bin), "%s", opts.server_bin);
-        return access(cl.bin, X_OK) == 0 ? 0 : -1;
-    }
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) {
-        return -1;
-    }
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash == NULL) {
-        return -1;
-    }
-    *slash = '\0';
-    snprintf(cl.bin, sizeof(cl.bin), "%.4000s/../server/ckstore-server", self);
-    if (access(cl.bin, X_OK) == 0) {
-        return 0;
-    }
-    snprintf(cl.bin, sizeof(cl.bin), "%.4000s/ckstore-server", self);
-    return access(cl.bin, X_OK) == 0 ? 0 : -1;
+    return bench_find_server_bin(opts.server_bin, cl.bin);
 }
 
 /* Free TCP ports on 127.0.0.1 for the servers (released just before they

@@ -66,27 +66,7 @@ static int fb_rm(const char *path, const struct stat *st, int flag, struct FTW *
 
 static int fb_find_server_bin(void)
 {
-    char self[PATH_MAX];
-    if (fo.server_bin != NULL) {
-        snprintf(fb.bin, sizeof(fb.bin), "%s", fo.server_bin);
-        return access(fb.bin, X_OK) == 0 ? 0 : -1;
-    }
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) {
-        return -1;
-    }
-    self[n]     = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash == NULL) {
-        return -1;
-    }
-    *slash = '\0';
-    snprintf(fb.bin, sizeof(fb.bin), "%.4000s/../server/ckstore-server", self);
-    if (access(fb.bin, X_OK) == 0) {
-        return 0;
-    }
-    snprintf(fb.bin, sizeof(fb.bin), "%.4000s/ckstore-server", self);
-    return access(fb.bin, X_OK) == 0 ? 0 : -1;
+    return bench_find_server_bin(fo.server_bin, fb.bin);
 }
 
 static int fb_start_servers(uint64_t arena)
@@ -118,7 +98,7 @@ static int fb_start_servers(uint64_t arena)
         snprintf(path, sizeof(path), "%s/server-%u.log", fb.root, i);
         char *argv[] = {fb.bin,      "--cluster", fb.map, "--id",       id,
                         "--arena-size", asize,    "--arena-file", arena_file, "--data-dir",
-                        ddir,        "--log-level", "warn", NULL};
+                        ddir,        "--flush-dir", fb.root, "--log-level", "warn", NULL};
         int logfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         fb.pid[i] = bench_spawn(argv, logfd);
         if (logfd >= 0) {

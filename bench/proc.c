@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -125,6 +126,31 @@ void bench_stop_pid(pid_t pid, int sig, double timeout_s)
         fprintf(stderr, "ckstore-bench: pid %d survived SIGKILL for %.0f s\n", (int)pid,
                 timeout_s);
     }
+}
+
+int bench_find_server_bin(const char *given, char *out)
+{
+    char self[PATH_MAX];
+    if (given != NULL) {
+        snprintf(out, PATH_MAX, "%s", given);
+        return access(out, X_OK) == 0 ? 0 : -1;
+    }
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) {
+        return -1;
+    }
+    self[n]     = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash == NULL) {
+        return -1;
+    }
+    *slash = '\0';
+    snprintf(out, PATH_MAX, "%.4000s/../server/ckstore-server", self);
+    if (access(out, X_OK) == 0) {
+        return 0;
+    }
+    snprintf(out, PATH_MAX, "%.4000s/ckstore-server", self);
+    return access(out, X_OK) == 0 ? 0 : -1;
 }
 
 int bench_free_ports(unsigned n, uint16_t *ports)

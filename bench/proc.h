@@ -26,6 +26,11 @@ int bench_wait_pid(pid_t pid, double timeout_s, int *wstatus_p);
 /** Stop a child by its pid: `sig`, then SIGKILL after timeout_s; reaped. */
 void bench_stop_pid(pid_t pid, int sig, double timeout_s);
 
+/** The ckstore-server binary into out[PATH_MAX]: `given` (--server-bin) when
+ *  set, else next to ours (build tree: ../server/ckstore-server; installed:
+ *  the same directory). 0 when it is executable, else -1. */
+int bench_find_server_bin(const char *given, char *out);
+
 /** n distinct free TCP ports on 127.0.0.1 (bound together to port 0, read,
  *  released). 0 or -1. */
 int bench_free_ports(unsigned n, uint16_t *ports);
