@@ -767,7 +767,9 @@ static void cks_cl_reply_error(cks_client_h c, cks_op_t *op, int32_t st,
     if (status >= CKS_OK) {
         status = CKS_ERR_BAD_MESSAGE; /* a failed reply must carry an error */
     }
-    cks_cl_set_error(c, status, msg->ptr, msg->len);
+    if (!op->background) {
+        cks_cl_set_error(c, status, msg->ptr, msg->len);
+    }
     cks_cl_op_fail(c, op, status);
 }
 
@@ -1175,10 +1177,13 @@ static void cks_cl_check_timeouts(cks_client_h c)
         if (!op->replied || op->sending || op->receiving) {
             size_t pos = op->srv;
             int busy   = op->sending || op->receiving;
-            cks_warn("request %llu (%s) to %s:%u timed out after %d ms",
-                     (unsigned long long)op->req_id, cks_msg_name(op->type),
-                     c->srv[pos].addr, c->srv[pos].port, c->timeout_ms);
-            cks_cl_set_errorf(c, CKS_ERR_TIMEOUT, "no answer from the server in time");
+            cks_log(op->background ? CKS_LOG_INFO : CKS_LOG_WARN,
+                    "request %llu (%s) to %s:%u timed out after %d ms",
+                    (unsigned long long)op->req_id, cks_msg_name(op->type), c->srv[pos].addr,
+                    c->srv[pos].port, c->timeout_ms);
+            if (!op->background) {
+                cks_cl_set_errorf(c, CKS_ERR_TIMEOUT, "no answer from the server in time");
+            }
             op->deadline_ns = UINT64_MAX;
             cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT);
             if (busy) {

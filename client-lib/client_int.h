@@ -62,6 +62,8 @@ struct cks_op {
     uint16_t group[CKS_PLACE_WIDTH_MAX]; /* CKS_TARGET_GROUP: stripe 0's members */
     unsigned ngroup;        /* how many of them may act as the primary */
     int coord_first;        /* op->srv was first set to the version's coordinator */
+    int background;         /* the library's own (a restore's lease): its failure is
+                               logged at info and never becomes the last error */
     cks_status_t notfound;  /* a "no such ..." from a server that may have missed
                                a manifest (CKS_TARGET_ANY, not the first asked) */
     cks_msg_any_t body;     /* request; strings point into `names` */

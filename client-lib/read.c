@@ -105,6 +105,7 @@ static void cks_restore_hold(cks_restore_h r, uint32_t lease_ms, int wait)
         op->body.m_VERSION_HOLD.lease_ms = lease_ms;
         op->srv                          = i;
         op->target                       = CKS_TARGET_FIXED;
+        op->background                   = 1;
         pthread_mutex_lock(&hw->lock);
         hw->pending++;
         hw->refs++;
