@@ -296,6 +296,17 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
      * so its "no such ..." only counts if no other server knows better. */
     int notfound = op->status == CKS_ERR_NO_SUCH_VERSION || op->status == CKS_ERR_NO_SUCH_KEY ||
                    op->status == CKS_ERR_NO_SUCH_JOB;
+    /* A server that has not caught up with the others since it started
+     * answers lists and stats BUSY: another server answers instead. */
+    if (op->target == CKS_TARGET_ANY && op->status == CKS_ERR_BUSY && c->map != NULL &&
+        op->tries + 1 < c->nsrv && !c->stop) {
+        op->tries++;
+        op->srv     = (op->srv + 1) % c->nsrv;
+        op->status  = CKS_OK;
+        op->replied = 0;
+        cks_cl_dispatch(c, op);
+        return;
+    }
     int authoritative = op->coord_first && op->tries == 0;
     if (op->target == CKS_TARGET_ANY && notfound && !authoritative) {
         op->notfound = op->status;
@@ -1007,6 +1018,27 @@ static void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             }
             cks_cl_op_try_complete(c, op);
             return;
+        case CKS_OP_REPAIR_STATUS: {
+            const cks_msg_repair_status_reply_t *r = &b->m_REPAIR_STATUS_REPLY;
+            if (hdr->type != CKS_MSG_REPAIR_STATUS_REPLY || data != NULL) {
+                break;
+            }
+            if (r->status != CKS_OK) {
+                cks_cl_reply_error(c, op, r->status, &r->msg);
+                return;
+            }
+            cks_repair_info_t *info = op->out;
+            info->server_id   = r->id;
+            info->caught_up   = r->synced != 0;
+            info->chunks_left = r->chunks_left;
+            info->bytes_left  = r->bytes_left;
+            info->chunks_done = r->chunks_done;
+            info->bytes_done  = r->bytes_done;
+            info->rate        = r->rate;
+            info->rate_cap    = r->rate_cap;
+            cks_cl_op_try_complete(c, op);
+            return;
+        }
         case CKS_OP_VERSION_STAT:
             if (hdr->type != CKS_MSG_VERSION_STAT_REPLY || data != NULL) {
                 break;
@@ -2127,6 +2159,33 @@ cks_status_t cks_cluster_stats(cks_client_h c, cks_cluster_stats_t *stats_p)
     }
     *stats_p = t;
     return CKS_OK;
+}
+
+cks_status_t cks_repair_status(cks_client_h c, size_t server, cks_repair_info_t *info_p)
+{
+    cks_repair_info_t info = {0};
+    cks_op_t *op;
+    cks_status_t status;
+
+    if (c == NULL || info_p == NULL || server >= c->nsrv) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (c->map == NULL) {
+        return CKS_ERR_UNSUPPORTED;
+    }
+    op = cks_op_new(CKS_OP_REPAIR_STATUS, CKS_MSG_REPAIR_STATUS);
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    op->body.m_REPAIR_STATUS.flags = 0;
+    op->out                        = &info;
+    op->srv                        = server;
+    op->target                     = CKS_TARGET_FIXED;
+    status                         = cks_cl_run(c, op);
+    if (status == CKS_OK) {
+        *info_p = info;
+    }
+    return status;
 }
 
 cks_status_t cks_cluster_usage(cks_client_h c, uint64_t *used_p, uint64_t *capacity_p)

@@ -31,6 +31,7 @@ typedef enum {
     CKS_OP_HELLO,        /* HELLO_REPLY */
     CKS_OP_AUTH,         /* AUTH_REPLY */
     CKS_OP_MEM_MAP,      /* MEM_MAP of a cks_mem_alloc() region (buf) + STATUS_REPLY */
+    CKS_OP_REPAIR_STATUS, /* REPAIR_STATUS_REPLY */
 } cks_op_kind_t;
 
 /* Where an op may go. */

@@ -196,6 +196,28 @@ CKS_API_VISIBLE cks_status_t cks_cluster_stats(cks_client_h c, cks_cluster_stats
 CKS_API_VISIBLE cks_status_t cks_cluster_usage(cks_client_h c, uint64_t *used_p,
                                                uint64_t *capacity_p);
 
+/** Catch-up and repair figures of one server of a cluster (docs/ARCHITECTURE.md,
+ *  "Catch-up and repair"). */
+typedef struct {
+    uint32_t server_id;   /**< its id in the cluster map */
+    int caught_up;        /**< 1: it has caught up with the other servers since it
+                               started (before that it answers lists and stats
+                               CKS_ERR_BUSY) */
+    uint64_t chunks_left; /**< chunks the placement puts on it that it does not hold
+                               and has not rebuilt yet, as last counted */
+    uint64_t bytes_left;  /**< their bytes */
+    uint64_t chunks_done; /**< chunks it rebuilt since it started */
+    uint64_t bytes_done;  /**< their bytes */
+    uint64_t rate;        /**< bytes/s rebuilt over the last 2 s */
+    uint64_t rate_cap;    /**< its pacing cap (--repair-rate), bytes/s; 0: none */
+} cks_repair_info_t;
+
+/** Ask server number `server` (0 .. cks_cluster_stats().servers - 1, the
+ *  order of the cluster map) for its repair figures. CKS_ERR_UNSUPPORTED
+ *  without a cluster; the transport's error when it does not answer. */
+CKS_API_VISIBLE cks_status_t cks_repair_status(cks_client_h c, size_t server,
+                                               cks_repair_info_t *info_p);
+
 /** Seal (one rank, rank 0): as cks_version_finish() for single-rank versions. */
 CKS_API_VISIBLE cks_status_t cks_version_seal_nb(cks_client_h c, const char *job,
                                                  uint64_t version, cks_done_cb_t cb,

@@ -82,6 +82,11 @@ cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
     return p->conn;
 }
 
+cks_tp_conn_h cks_sv_peer_conn(cks_server_h s, size_t pos)
+{
+    return cks_sv_peer(s, pos);
+}
+
 int cks_sv_cluster_conn_err(cks_server_h s, cks_tp_conn_h conn)
 {
     cks_sv_peer_t *p = cks_tp_conn_user(conn);
@@ -97,7 +102,7 @@ int cks_sv_cluster_conn_err(cks_server_h s, cks_tp_conn_h conn)
 }
 
 /* Did this member fail a chunk put a moment ago? */
-static int cks_sv_peer_down(cks_server_h s, size_t pos)
+int cks_sv_peer_down(cks_server_h s, size_t pos)
 {
     uint64_t t = s->peers[pos].down_ns;
     return t != 0 && cks_time_ns() - t < CKS_SV_PEER_DOWN_NS;
@@ -139,6 +144,11 @@ static cks_ec_h cks_sv_ec(cks_server_h s, unsigned k, unsigned m)
         return NULL;
     }
     return s->ec[k][m];
+}
+
+cks_ec_h cks_sv_ec_get(cks_server_h s, unsigned k, unsigned m)
+{
+    return cks_sv_ec(s, k, m);
 }
 
 /* ---- the primary's puts -------------------------------------------------------------- */
@@ -2067,7 +2077,11 @@ int cks_sv_cluster_progress(cks_server_h s)
     if (late != NULL) {
         cks_sv_cv_check(s, late);
     }
-    int timeout = cks_tp_worker_expire(s->tp);
+    int rp_timeout = cks_rp_progress(s);
+    int timeout    = cks_tp_worker_expire(s->tp);
+    if (rp_timeout >= 0 && (timeout < 0 || rp_timeout < timeout)) {
+        timeout = rp_timeout;
+    }
     /* wake at least once a second while seals wait */
     return timeout < 0 || timeout > 1000 ? 1000 : timeout;
 }
@@ -2091,6 +2105,10 @@ cks_status_t cks_sv_cluster_init(cks_server_h s)
     s->peers = calloc(cks_cluster_nservers(s->map), sizeof(*s->peers));
     if (s->peers == NULL) {
         return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_rp_init(s);
+    if (status != CKS_OK) {
+        return status;
     }
     return cks_enc_start(&s->enc, encoders, s->tp);
 }
@@ -2119,6 +2137,7 @@ void cks_sv_cluster_fini(cks_server_h s)
         return;
     }
     cks_sv_cluster_quiesce(s);
+    cks_rp_fini(s);
     while (s->owed != NULL) {
         cks_sv_owed_t *o = s->owed;
         s->owed          = o->next;

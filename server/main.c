@@ -51,6 +51,9 @@ static void usage(FILE *out)
             "                         is a multiple of N once it commits (the version's\n"
             "                         coordinator starts it; every server needs the\n"
             "                         same --flush-dir)\n"
+            "      --repair-rate SIZE most bytes per second that repair reads from\n"
+            "                         other servers to rebuild this server's missing\n"
+            "                         chunks (cluster; default 256M; 0: no cap)\n"
             "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
             "  -f, --arena-file PATH  arena file (default /dev/shm/ckstore-<port>.arena)\n"
             "  -d, --data-dir DIR     LMDB directory (default ./ckstore-data)\n"
@@ -89,6 +92,7 @@ int main(int argc, char **argv)
         {"auth-timeout", required_argument, NULL, 1005},
         {"flush-dir", required_argument, NULL, 1006},
         {"flush-every", required_argument, NULL, 1007},
+        {"repair-rate", required_argument, NULL, 1008},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -145,6 +149,15 @@ int main(int argc, char **argv)
             case 1005: p.auth_timeout_s = (unsigned)atoi(optarg); break;
             case 1006: p.flush_dir = optarg; break;
             case 1007: p.flush_every = (unsigned)atoi(optarg); break;
+            case 1008:
+                if (cks_size_parse(optarg, &p.repair_rate) != CKS_OK) {
+                    fprintf(stderr, "ckstore-server: bad repair rate '%s'\n", optarg);
+                    return 2;
+                }
+                if (p.repair_rate == 0) {
+                    p.repair_rate = UINT64_MAX;
+                }
+                break;
             case 's':
                 if (cks_size_parse(optarg, &p.arena_size) != CKS_OK) {
                     fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);

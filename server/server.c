@@ -1255,6 +1255,9 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             return;
         }
     }
+    if (cks_rp_gate(s, conn, hdr->req_id, hdr->type)) {
+        return; /* catching up: another server answers */
+    }
     switch (hdr->type) {
         case CKS_MSG_HELLO:
             cks_sv_hello(s, conn, hdr->req_id, &b->m_HELLO);
@@ -1327,6 +1330,21 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 cks_sv_version_commit(s, conn, hdr->req_id, &b->m_VERSION_COMMIT, data);
             } else {
                 cks_sv_version_drop(s, conn, hdr->req_id, &b->m_VERSION_DROP);
+            }
+            break;
+        case CKS_MSG_SYNC_LIST:
+        case CKS_MSG_REPAIR_CHECK:
+        case CKS_MSG_REPAIR_STATUS:
+            if (s->map == NULL) {
+                cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
+                                    "%s: this server is not in a cluster",
+                                    cks_msg_name(hdr->type));
+            } else if (hdr->type == CKS_MSG_SYNC_LIST) {
+                cks_rp_sync_list(s, conn, hdr->req_id, &b->m_SYNC_LIST);
+            } else if (hdr->type == CKS_MSG_REPAIR_CHECK) {
+                cks_rp_repair_check(s, conn, hdr->req_id, &b->m_REPAIR_CHECK);
+            } else {
+                cks_rp_repair_status(s, conn, hdr->req_id);
             }
             break;
         case CKS_MSG_VERSION_STAT:

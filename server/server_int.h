@@ -279,6 +279,7 @@ struct cks_server {
     struct cks_sv_hold *holds; /* restore leases (hold.c) */
     size_t nholds, capholds;
     struct cks_sv_flush *flush; /* flush.c: NULL until the first flush */
+    struct cks_rp *rp;     /* catch-up and repair (repair.c); cluster only */
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
@@ -379,5 +380,30 @@ void cks_sv_version_commit(struct cks_server *s, cks_tp_conn_h conn, uint64_t re
                            const cks_msg_version_commit_t *m, cks_tp_data_t *data);
 void cks_sv_version_drop(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                          const cks_msg_version_drop_t *m);
+
+/* cluster.c, for repair.c */
+/** The connection to the server at position `pos`, made on first use; NULL
+ *  when it cannot be made now. */
+cks_tp_conn_h cks_sv_peer_conn(struct cks_server *s, size_t pos);
+/** Did the server at `pos` fail a chunk put a moment ago? */
+int cks_sv_peer_down(struct cks_server *s, size_t pos);
+/** The coder of RS(k, m), made on first use; NULL when out of memory. */
+cks_ec_h cks_sv_ec_get(struct cks_server *s, unsigned k, unsigned m);
+
+/* repair.c: catch-up and repair */
+typedef struct cks_rp cks_rp_t;
+cks_status_t cks_rp_init(struct cks_server *s);
+void cks_rp_fini(struct cks_server *s);
+/** Timers: rounds of catch-up, scans, paced repair, the coordinator's
+ *  checks. Returns the poll timeout it needs (ms), -1: none. */
+int cks_rp_progress(struct cks_server *s);
+/** Until this server has caught up, lists, stats and `latest` are answered
+ *  CKS_ERR_BUSY: returns 1 when it answered the request so. */
+int cks_rp_gate(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id, unsigned type);
+void cks_rp_sync_list(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                      const cks_msg_sync_list_t *m);
+void cks_rp_repair_check(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                         const cks_msg_version_ref_t *m);
+void cks_rp_repair_status(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id);
 
 #endif

@@ -45,6 +45,9 @@ static void usage(FILE *f)
             "                                tier (through ordinary puts: any cluster; the\n"
             "                                flushed geometry; a partial-expert version\n"
             "                                comes back whole, without a parent)\n"
+            "  repair status                 per server of a cluster: caught up or not,\n"
+            "                                chunks and bytes it still has to rebuild,\n"
+            "                                what it rebuilt, the rate and its cap\n"
             "\n"
             "The server defaults to $CKSTORE_SERVER, else 127.0.0.1:13337; --cluster\n"
             "(or $CKSTORE_CLUSTER) names a cluster map instead. --secret (or\n"
@@ -496,6 +499,37 @@ static int cmd_restore_check(const char *job, const char *ver, const char *opt)
     return 0;
 }
 
+static int cmd_repair_status(void)
+{
+    cks_cluster_stats_t t;
+    int rc          = 0;
+    cks_status_t st = cks_cluster_stats(cl, &t);
+    if (st != CKS_OK) {
+        return fail("repair status", st);
+    }
+    printf("%-6s %-10s %12s %12s %12s %12s %10s %10s\n", "SERVER", "CAUGHT-UP", "CHUNKS-LEFT",
+           "MIB-LEFT", "CHUNKS-DONE", "MIB-DONE", "MIB/S", "CAP-MIB/S");
+    for (size_t i = 0; i < t.servers; i++) {
+        cks_repair_info_t r;
+        st = cks_repair_status(cl, i, &r);
+        if (st != CKS_OK) {
+            printf("#%-5zu %s\n", i, cks_status_string(st));
+            rc = 1;
+            continue;
+        }
+        printf("%-6u %-10s %12llu %12.1f %12llu %12.1f %10.1f ", r.server_id,
+               r.caught_up ? "yes" : "no", (unsigned long long)r.chunks_left,
+               (double)r.bytes_left / 1048576.0, (unsigned long long)r.chunks_done,
+               (double)r.bytes_done / 1048576.0, (double)r.rate / 1048576.0);
+        if (r.rate_cap == 0) {
+            printf("%10s\n", "none");
+        } else {
+            printf("%10.1f\n", (double)r.rate_cap / 1048576.0);
+        }
+    }
+    return rc;
+}
+
 static int cmd_get(const char *job, const char *ver, const char *key, const char *file)
 {
     cks_restore_h r;
@@ -570,7 +604,8 @@ int main(int argc, char **argv)
         int min, max;
     } cmds[] = {{"jobs", 0, 0},   {"versions", 1, 2}, {"objects", 2, 2}, {"stat", 2, 3},
                 {"verify", 2, 2}, {"get", 4, 4},      {"delete", 2, 2},
-                {"restore-check", 2, 3}, {"flush", 2, 3}, {"import", 3, 3}};
+                {"restore-check", 2, 3}, {"flush", 2, 3}, {"import", 3, 3},
+                {"repair", 1, 1}};
     size_t i;
     for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         if (strcmp(cmd, cmds[i].name) == 0) {
@@ -635,6 +670,13 @@ int main(int argc, char **argv)
         rc = cmd_get(a[0], a[1], a[2], a[3]);
     } else if (strcmp(cmd, "restore-check") == 0) {
         rc = cmd_restore_check(a[0], a[1], nargs > 2 ? a[2] : NULL);
+    } else if (strcmp(cmd, "repair") == 0) {
+        if (strcmp(a[0], "status") != 0) {
+            fprintf(stderr, "ckstore: repair: the one subcommand is 'status'\n");
+            rc = 2;
+        } else {
+            rc = cmd_repair_status();
+        }
     } else {
         uint64_t v;
         rc = parse_version(a[1], &v) != 0 ? 2 : 0;

@@ -348,6 +348,51 @@ typedef struct {
     uint64_t nonce; /* names this flush's temporary directory */
 } cks_msg_flush_t;
 
+/* ---- catch-up and repair (server/repair.c) ------------------------------ */
+
+/** What a SYNC_LIST asks for. */
+typedef enum {
+    CKS_SYNC_JOBS     = 0, /* job entries after `after_key` */
+    CKS_SYNC_VERSIONS = 1, /* version entries of `job` (every state) after `after` */
+    CKS_SYNC_OBJECTS  = 2, /* object entries of (job, version) after `after_key` */
+} cks_sync_what_t;
+
+/** Server -> server: list what this server holds, answered from its LMDB
+ *  even while it catches up itself (SYNC_REPLY says whether it has). */
+typedef struct {
+    uint32_t what;          /* cks_sync_what_t */
+    cks_wire_str_t job;
+    uint64_t version;
+    cks_wire_str_t after_key;
+    uint32_t has_after;
+    uint64_t after;
+    uint32_t max;
+} cks_msg_sync_list_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    uint32_t synced; /* 1: the answering server has caught up since it started */
+    uint32_t count;  /* entries in the page that follows */
+    uint32_t more;   /* 1: more entries after the last one */
+} cks_msg_sync_reply_t;
+
+/** Any -> server: its repair figures. */
+typedef struct {
+    uint32_t flags; /* 0 */
+} cks_msg_repair_status_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    uint32_t synced;      /* caught up since it started */
+    uint32_t id;          /* the server's id in the cluster map */
+    uint64_t chunks_left; /* chunks placed here and not held, as last counted */
+    uint64_t bytes_left;
+    uint64_t chunks_done; /* rebuilt since the server started */
+    uint64_t bytes_done;
+    uint64_t rate;        /* bytes/s rebuilt over the last seconds of work */
+    uint64_t rate_cap;    /* the pacing cap, bytes/s (0: none) */
+} cks_msg_repair_status_reply_t;
+
 /*
  * The message table: the one place that lists every message.
  * _(NAME, id, body type, direction)
@@ -383,6 +428,11 @@ typedef struct {
     _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c") \
     _(MEM_MAP,           29, cks_msg_mem_map_t,            "c>s") \
     _(VERSION_HOLD,      30, cks_msg_version_hold_t,       "c>s") \
+    _(SYNC_LIST,         40, cks_msg_sync_list_t,          "s>s") \
+    _(SYNC_REPLY,        41, cks_msg_sync_reply_t,         "s>c") \
+    _(REPAIR_CHECK,      42, cks_msg_version_ref_t,        "s>s") \
+    _(REPAIR_STATUS,     43, cks_msg_repair_status_t,      "c>s") \
+    _(REPAIR_STATUS_REPLY, 44, cks_msg_repair_status_reply_t, "s>c") \
     _(FLUSH_CHUNKS,      60, cks_msg_flush_t,              "c>s") \
     _(FLUSH_PUBLISH,     61, cks_msg_flush_t,              "c>s")
 
@@ -392,7 +442,8 @@ typedef struct {
      (t) == CKS_MSG_SEAL_REPLY || (t) == CKS_MSG_GET_REPLY || \
      (t) == CKS_MSG_VERSION_STAT_REPLY || (t) == CKS_MSG_LIST_REPLY || \
      (t) == CKS_MSG_OBJECT_STAT_REPLY || (t) == CKS_MSG_CHUNK_GET_REPLY || \
-     (t) == CKS_MSG_AUTH_REPLY)
+     (t) == CKS_MSG_AUTH_REPLY || (t) == CKS_MSG_SYNC_REPLY || \
+     (t) == CKS_MSG_REPAIR_STATUS_REPLY)
 
 typedef enum {
     CKS_MSG_NONE = 0,
@@ -763,6 +814,21 @@ typedef void (*cks_tp_call_cb_t)(void *arg, cks_status_t status, const char *msg
 cks_status_t cks_tp_call(cks_tp_conn_h conn, unsigned type, uint32_t flags, const void *body,
                          const void *payload, size_t payload_len, cks_tp_mem_h payload_memh,
                          int timeout_ms, cks_tp_call_cb_t cb, void *arg);
+
+/** A reply to cks_tp_call_data() that carries status OK: `body` and `data`
+ *  (NULL without a payload) are valid during the callback only; it may
+ *  copy the payload (data->ptr when !data->is_rndv) or start its receipt
+ *  with cks_tp_data_recv(). The call's `cb` runs after it. */
+typedef void (*cks_tp_reply_cb_t)(void *arg, const cks_wire_hdr_t *hdr,
+                                  const cks_msg_any_t *body, cks_tp_data_t *data);
+
+/** As cks_tp_call(), for a request whose reply has a body of its own and
+ *  may carry a payload (a list page, a chunk): `on_reply` sees them before
+ *  `cb` runs with the reply's status. A peer's reply that is not OK, a
+ *  timeout or a lost connection give `cb` alone. */
+cks_status_t cks_tp_call_data(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                              const void *body, int timeout_ms, cks_tp_reply_cb_t on_reply,
+                              cks_tp_call_cb_t cb, void *arg);
 
 /** Fail calls past their deadline; returns the milliseconds until the next
  *  deadline (-1: none), for the owner's poll timeout. */

@@ -81,6 +81,7 @@ struct cks_tp_call_req {
     char msg[CKS_MSG_MAX_LEN + 1];
     cks_tp_call_cb_t cb;
     void *arg;
+    cks_tp_reply_cb_t on_reply; /* cks_tp_call_data(): the reply's body and payload */
 };
 
 struct cks_tp_conn {

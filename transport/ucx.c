@@ -27,7 +27,8 @@
 #include <ucp/api/ucp.h>
 
 static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data,
-                             const cks_wire_hdr_t *hdr, const cks_msg_any_t *body);
+                             const cks_wire_hdr_t *hdr, const cks_msg_any_t *body,
+                             cks_tp_data_t *data);
 static void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn,
                                    cks_status_t status);
 
@@ -743,12 +744,21 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
         cks_warn("%s: reply from unauthenticated %s dropped", w->name, conn->peer);
         return UCS_OK;
     }
+    memset(&d, 0, sizeof(d));
+    d.conn    = conn;
+    d.length  = length;
+    d.is_rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+    d.ptr     = d.is_rndv ? NULL : data;
+    d.desc    = d.is_rndv ? data : NULL;
     if (cks_tp_call_reply(w, conn,
                           conn->data_ep != NULL && (param->recv_attr &
                                                     UCP_AM_RECV_ATTR_FIELD_REPLY_EP) &&
                               param->reply_ep == conn->data_ep,
-                          &hdr, &body)) {
-        return UCS_OK; /* a reply to one of our calls; any payload is dropped */
+                          &hdr, &body,
+                          length > 0 && !(hdr.flags & CKS_WIRE_F_RMA) ? &d : NULL)) {
+        /* a reply to one of our calls; a payload no cks_tp_call_data()
+         * reply callback took is dropped */
+        return UCS_OK;
     }
     /* a reply that answered none of our calls, on a connection a listener
      * accepted (a client's), is answered like a request: it is held to the
@@ -765,12 +775,6 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
         conn->overrun = 1;
         return UCS_OK;
     }
-    memset(&d, 0, sizeof(d));
-    d.conn    = conn;
-    d.length  = length;
-    d.is_rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
-    d.ptr     = d.is_rndv ? NULL : data;
-    d.desc    = d.is_rndv ? data : NULL;
     /* descriptors come with PUT (its payload), GET and CHUNK_GET (where the
      * reply's payload goes) and MEM_MAP (the region to map); the replies of
      * GET and CHUNK_GET say the bytes went there */
@@ -1232,7 +1236,8 @@ static int cks_tp_same_peer(cks_tp_conn_h a, cks_tp_conn_h b)
 }
 
 static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data,
-                             const cks_wire_hdr_t *hdr, const cks_msg_any_t *body)
+                             const cks_wire_hdr_t *hdr, const cks_msg_any_t *body,
+                             cks_tp_data_t *data)
 {
     cks_tp_call_req_t *c;
     if (!CKS_MSG_IS_REPLY(hdr->type) ||
@@ -1276,6 +1281,9 @@ static int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data
         if (c->hook != NULL && c->status == CKS_OK) {
             c->hook(c, hdr, body);
         }
+        if (c->on_reply != NULL && c->status == CKS_OK) {
+            c->on_reply(c->arg, hdr, body, data);
+        }
         cks_tp_call_try_complete(w, c);
     }
     return 1;
@@ -1301,21 +1309,34 @@ static cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32
                                        const void *body, const void *payload,
                                        size_t payload_len, cks_tp_mem_h payload_memh,
                                        int timeout_ms, cks_tp_call_cb_t cb, void *arg,
-                                       cks_tp_call_hook_t hook, void *hook_arg);
+                                       cks_tp_call_hook_t hook, void *hook_arg,
+                                       cks_tp_reply_cb_t on_reply);
 
 cks_status_t cks_tp_call(cks_tp_conn_h conn, unsigned type, uint32_t flags, const void *body,
                          const void *payload, size_t payload_len, cks_tp_mem_h payload_memh,
                          int timeout_ms, cks_tp_call_cb_t cb, void *arg)
 {
     return cks_tp_call_hooked(conn, type, flags, body, payload, payload_len, payload_memh,
-                              timeout_ms, cb, arg, NULL, NULL);
+                              timeout_ms, cb, arg, NULL, NULL, NULL);
+}
+
+cks_status_t cks_tp_call_data(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                              const void *body, int timeout_ms, cks_tp_reply_cb_t on_reply,
+                              cks_tp_call_cb_t cb, void *arg)
+{
+    if (on_reply == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    return cks_tp_call_hooked(conn, type, flags, body, NULL, 0, NULL, timeout_ms, cb, arg,
+                              NULL, NULL, on_reply);
 }
 
 static cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flags,
                                        const void *body, const void *payload,
                                        size_t payload_len, cks_tp_mem_h payload_memh,
                                        int timeout_ms, cks_tp_call_cb_t cb, void *arg,
-                                       cks_tp_call_hook_t hook, void *hook_arg)
+                                       cks_tp_call_hook_t hook, void *hook_arg,
+                                       cks_tp_reply_cb_t on_reply)
 {
     cks_tp_worker_h w = conn->worker;
     cks_tp_call_req_t *c;
@@ -1342,6 +1363,7 @@ static cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32
     c->arg         = arg;
     c->hook        = hook;
     c->hook_arg    = hook_arg;
+    c->on_reply    = on_reply;
     c->sending     = 1;
     if (cks_hmap_put(w->calls, &c->req_id, sizeof(c->req_id), c) != CKS_OK) {
         free(c);
@@ -1844,7 +1866,7 @@ static void cks_tp_hs_hello_done(void *arg, cks_status_t status, const char *msg
     if (status == CKS_OK) {
         status = cks_tp_call_hooked(hs->conn, CKS_MSG_AUTH, 0, &auth, NULL, 0, NULL,
                                     hs->timeout_ms, cks_tp_hs_auth_done, hs,
-                                    cks_tp_hs_auth_hook, hs);
+                                    cks_tp_hs_auth_hook, hs, NULL);
     }
     if (status != CKS_INPROGRESS) {
         cks_tp_hs_finish(hs, status == CKS_OK ? CKS_ERR_INTERNAL : status);
@@ -1884,7 +1906,7 @@ cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
     conn->handshaking = secret != NULL; /* without one, the server serves at once */
     status = cks_tp_call_hooked(conn, CKS_MSG_HELLO, 0, &hello, NULL, 0, NULL, timeout_ms,
                                 cks_tp_hs_hello_done, hs,
-                                secret ? cks_tp_hs_hello_hook : cks_tp_hs_upgrade_hook, hs);
+                                secret ? cks_tp_hs_hello_hook : cks_tp_hs_upgrade_hook, hs, NULL);
     if (status != CKS_INPROGRESS) {
         conn->handshaking = 0;
         cks_tp_conn_put(conn);

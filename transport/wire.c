@@ -165,6 +165,27 @@ static const cks_wire_field_t fd_version_drop[] = {
     FD_STR(cks_msg_version_drop_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_drop_t, version), FD_U32(cks_msg_version_drop_t, state)};
 
+static const cks_wire_field_t fd_sync_list[] = {
+    FD_U32(cks_msg_sync_list_t, what), FD_STR(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),
+    FD_U64(cks_msg_sync_list_t, version),
+    FD_STR(cks_msg_sync_list_t, after_key, CKS_KEY_MAX_LEN),
+    FD_U32(cks_msg_sync_list_t, has_after), FD_U64(cks_msg_sync_list_t, after),
+    FD_U32(cks_msg_sync_list_t, max)};
+static const cks_wire_field_t fd_sync_reply[] = {
+    FD_REPLY(cks_msg_sync_reply_t), FD_U32(cks_msg_sync_reply_t, synced),
+    FD_U32(cks_msg_sync_reply_t, count), FD_U32(cks_msg_sync_reply_t, more)};
+static const cks_wire_field_t fd_repair_status[] = {
+    FD_U32(cks_msg_repair_status_t, flags)};
+static const cks_wire_field_t fd_repair_status_reply[] = {
+    FD_REPLY(cks_msg_repair_status_reply_t), FD_U32(cks_msg_repair_status_reply_t, synced),
+    FD_U32(cks_msg_repair_status_reply_t, id),
+    FD_U64(cks_msg_repair_status_reply_t, chunks_left),
+    FD_U64(cks_msg_repair_status_reply_t, bytes_left),
+    FD_U64(cks_msg_repair_status_reply_t, chunks_done),
+    FD_U64(cks_msg_repair_status_reply_t, bytes_done),
+    FD_U64(cks_msg_repair_status_reply_t, rate),
+    FD_U64(cks_msg_repair_status_reply_t, rate_cap)};
+
 /* page entries */
 static const cks_wire_field_t fd_version_entry[] = {
     FD_VERSION_ENTRY(cks_msg_version_entry_t, )};
@@ -208,6 +229,11 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_VERSION_HOLD]       = FD_TABLE(fd_version_hold),
     [CKS_MSG_FLUSH_CHUNKS]       = FD_TABLE(fd_flush),
     [CKS_MSG_FLUSH_PUBLISH]      = FD_TABLE(fd_flush),
+    [CKS_MSG_SYNC_LIST]          = FD_TABLE(fd_sync_list),
+    [CKS_MSG_SYNC_REPLY]         = FD_TABLE(fd_sync_reply),
+    [CKS_MSG_REPAIR_CHECK]       = FD_TABLE(fd_version_ref),
+    [CKS_MSG_REPAIR_STATUS]      = FD_TABLE(fd_repair_status),
+    [CKS_MSG_REPAIR_STATUS_REPLY] = FD_TABLE(fd_repair_status_reply),
 };
 
 static const cks_wire_desc_t cks_wire_entry_desc[] = {

@@ -180,6 +180,26 @@ static const wm_field_t wm_f_version_drop[] = {
     WM_STR_(cks_msg_version_drop_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_drop_t, version), WM_U32_(cks_msg_version_drop_t, state)};
 
+static const wm_field_t wm_f_sync_list[] = {
+    WM_U32_(cks_msg_sync_list_t, what), WM_STR_(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),
+    WM_U64_(cks_msg_sync_list_t, version),
+    WM_STR_(cks_msg_sync_list_t, after_key, CKS_KEY_MAX_LEN),
+    WM_U32_(cks_msg_sync_list_t, has_after), WM_U64_(cks_msg_sync_list_t, after),
+    WM_U32_(cks_msg_sync_list_t, max)};
+static const wm_field_t wm_f_sync_reply[] = {
+    WM_REPLY_(cks_msg_sync_reply_t), WM_U32_(cks_msg_sync_reply_t, synced),
+    WM_U32_(cks_msg_sync_reply_t, count), WM_U32_(cks_msg_sync_reply_t, more)};
+static const wm_field_t wm_f_repair_status[] = {WM_U32_(cks_msg_repair_status_t, flags)};
+static const wm_field_t wm_f_repair_status_reply[] = {
+    WM_REPLY_(cks_msg_repair_status_reply_t), WM_U32_(cks_msg_repair_status_reply_t, synced),
+    WM_U32_(cks_msg_repair_status_reply_t, id),
+    WM_U64_(cks_msg_repair_status_reply_t, chunks_left),
+    WM_U64_(cks_msg_repair_status_reply_t, bytes_left),
+    WM_U64_(cks_msg_repair_status_reply_t, chunks_done),
+    WM_U64_(cks_msg_repair_status_reply_t, bytes_done),
+    WM_U64_(cks_msg_repair_status_reply_t, rate),
+    WM_U64_(cks_msg_repair_status_reply_t, rate_cap)};
+
 static const wm_field_t wm_f_version_entry[] = {WM_VENTRY_(cks_msg_version_entry_t, )};
 static const wm_field_t wm_f_object_entry[]  = {WM_OENTRY_(cks_msg_object_entry_t, )};
 static const wm_field_t wm_f_job_entry[]     = {
@@ -223,6 +243,12 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_VERSION_HOLD] = WM_MSG_(cks_msg_version_hold_t, wm_f_version_hold),
     [CKS_MSG_FLUSH_CHUNKS] = WM_MSG_(cks_msg_flush_t, wm_f_flush),
     [CKS_MSG_FLUSH_PUBLISH] = WM_MSG_(cks_msg_flush_t, wm_f_flush),
+    [CKS_MSG_SYNC_LIST] = WM_MSG_(cks_msg_sync_list_t, wm_f_sync_list),
+    [CKS_MSG_SYNC_REPLY] = WM_MSG_(cks_msg_sync_reply_t, wm_f_sync_reply),
+    [CKS_MSG_REPAIR_CHECK] = WM_MSG_(cks_msg_version_ref_t, wm_f_version_ref),
+    [CKS_MSG_REPAIR_STATUS] = WM_MSG_(cks_msg_repair_status_t, wm_f_repair_status),
+    [CKS_MSG_REPAIR_STATUS_REPLY] =
+        WM_MSG_(cks_msg_repair_status_reply_t, wm_f_repair_status_reply),
 };
 
 /** Indexed by cks_wire_entry_t. */

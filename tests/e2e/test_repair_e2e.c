@@ -1,0 +1,411 @@
+/*
+ * End-to-end: catch-up and repair. Six real ckstore-server processes on
+ * 127.0.0.1 (ports picked at run time, stopped by pid), RS(4,2): every
+ * stripe's group holds all six servers, so a server that is down misses a
+ * chunk of every stripe.
+ *
+ * A server that was down while versions committed DEGRADED comes back,
+ * catches up, rebuilds its chunks from the others, and the versions become
+ * PROTECTED: then any two OTHER servers can be lost and every object still
+ * restores bit-exact (without the rebuilt chunks, stripes would keep only
+ * three of the four chunks they need). The same holds for a replacement
+ * server (empty arena and metadata, the lost server's id and address). A
+ * restarted server asked alone for `latest` or a list never answers an
+ * older version than the newest committed: it answers CKS_ERR_BUSY until it
+ * has caught up.
+ */
+#include "ckstore.h"
+#include "cks_test.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MiB   (1ull << 20)
+#define NSRV  6
+#define K     4
+#define M     2
+#define CHUNK (64 * 1024)
+#define NOBJ  6
+#define JOB   "repair"
+#define WAIT_MS 40000 /* the longest a test waits for catch-up and repair */
+
+static cks_test_cluster_t cl;
+static uint8_t *src[NOBJ];
+static uint64_t sizes[NOBJ];
+static uint64_t g_seed;
+
+static void setup(void)
+{
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+}
+
+static void teardown(void)
+{
+    cks_test_cluster_cleanup(&cl);
+    for (size_t i = 0; i < NOBJ; i++) {
+        free(src[i]);
+        src[i] = NULL;
+    }
+}
+
+TestSuite(repair, .init = setup, .fini = teardown, .timeout = 120);
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void make_data(uint64_t seed)
+{
+    /* empty, tiny, a padded stripe, several stripes with a padded tail */
+    static const uint64_t base[NOBJ] = {0, 1, 4097, K * CHUNK, 3 * MiB + 12345, 700001};
+    g_seed = seed;
+    for (size_t i = 0; i < NOBJ; i++) {
+        sizes[i] = base[i];
+        free(src[i]);
+        src[i] = malloc(sizes[i] + 1);
+        cr_assert_not_null(src[i]);
+    }
+}
+
+static void fill(size_t i, uint64_t v)
+{
+    cks_test_fill(src[i], sizes[i], g_seed * 1000003 + v * 131 + i);
+}
+
+static cks_client_h connect_cluster(int timeout_ms)
+{
+    cks_client_h c = NULL;
+    cr_assert_eq(cks_test_connect_cluster(cl.map, K, M, CHUNK, timeout_ms, &c), CKS_OK);
+    return c;
+}
+
+static void dump_logs(void)
+{
+    char line[1024];
+    for (size_t i = 0; i < cl.n; i++) {
+        FILE *f = fopen(cl.srv[i].log, "r");
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+            if (strstr(line, " warn ") != NULL || strstr(line, " error ") != NULL ||
+                strstr(line, "repair") != NULL || strstr(line, "caught up") != NULL ||
+                strstr(line, "catch-up") != NULL || strstr(line, "PROTECTED") != NULL) {
+                fprintf(stderr, "  server %zu: %s", i, line);
+            }
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
+}
+
+static cks_status_t write_version(cks_client_h c, uint64_t v)
+{
+    cks_version_params_t vp = {0};
+    char key[64], why[512];
+    vp.job          = JOB;
+    vp.version      = v;
+    cks_status_t st = cks_version_begin(c, &vp);
+    for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
+        cks_put_params_t p = {0};
+        snprintf(key, sizeof(key), "layer%zu", i);
+        fill(i, v);
+        p.job     = JOB;
+        p.version = v;
+        p.key     = key;
+        p.buffer  = src[i];
+        p.size    = sizes[i];
+        st        = cks_put(c, &p);
+    }
+    if (st == CKS_OK) {
+        st = cks_version_seal(c, JOB, v);
+    }
+    if (st != CKS_OK) {
+        cks_client_last_error(c, why, sizeof(why));
+        fprintf(stderr, "write of version %llu: %s: %s\n", (unsigned long long)v,
+                cks_status_name(st), why);
+        dump_logs();
+    }
+    return st;
+}
+
+/* Every object of version v restores bit-exact (whole, with the object CRC
+ * checked again). */
+static void verify_version(cks_client_h c, uint64_t v, const char *when)
+{
+    cks_restore_h r = NULL;
+    uint8_t *dst    = malloc(4 * MiB);
+    char key[64];
+    cr_assert_not_null(dst);
+    cks_status_t st = cks_restore_open(c, JOB, v, &r);
+    if (st != CKS_OK) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "%s: open version %llu: %s", when, (unsigned long long)v,
+                 cks_status_name(st));
+    for (size_t i = 0; i < NOBJ; i++) {
+        cks_get_params_t g = {0};
+        uint64_t got       = UINT64_MAX;
+        snprintf(key, sizeof(key), "layer%zu", i);
+        fill(i, v);
+        memset(dst, 0xEE, sizes[i] + 1);
+        g.field_mask  = CKS_GET_FIELD_FLAGS;
+        g.key         = key;
+        g.buffer      = dst;
+        g.buffer_size = 4 * MiB;
+        g.flags       = CKS_GET_VERIFY;
+        st            = cks_get(r, &g, &got);
+        if (st != CKS_OK) {
+            char why[512];
+            cks_client_last_error(c, why, sizeof(why));
+            fprintf(stderr, "%s: '%s': %s\n", when, key, why);
+            dump_logs();
+        }
+        cr_assert_eq(st, CKS_OK, "%s: version %llu '%s': %s", when, (unsigned long long)v, key,
+                     cks_status_name(st));
+        cr_assert_eq(got, sizes[i], "%s: '%s': %llu bytes", when, key, (unsigned long long)got);
+        cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "%s: '%s': bytes differ", when, key);
+        cr_assert_eq(dst[sizes[i]], 0xEE, "%s: '%s': written past the end", when, key);
+    }
+    cks_restore_close(r);
+    free(dst);
+}
+
+static uint64_t version_with_coordinator_not(uint64_t from, size_t avoid)
+{
+    for (uint64_t v = from; v < from + 1000; v++) {
+        int coord = cks_test_coordinator(cl.map, JOB, v);
+        cr_assert(coord >= 0);
+        if ((size_t)coord != avoid) {
+            return v;
+        }
+    }
+    cr_assert_fail("no version coordinated elsewhere");
+    return 0;
+}
+
+/* Wait (bounded) until version v is PROTECTED with full redundancy. */
+static void wait_protected(cks_client_h c, uint64_t v)
+{
+    uint64_t t0 = now_ms();
+    cks_version_info_t vi;
+    cks_status_t st;
+    do {
+        st = cks_version_stat(c, JOB, v, &vi);
+        if (st == CKS_OK && vi.state == CKS_VSTATE_PROTECTED) {
+            break;
+        }
+        usleep(200 * 1000);
+    } while (now_ms() - t0 < WAIT_MS);
+    if (st != CKS_OK || vi.state != CKS_VSTATE_PROTECTED) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "stat of version %llu: %s", (unsigned long long)v,
+                 cks_status_name(st));
+    cr_assert_eq(vi.state, CKS_VSTATE_PROTECTED, "version %llu still %s after %d ms",
+                 (unsigned long long)v, cks_vstate_string(vi.state), WAIT_MS);
+    cr_assert_eq(vi.redundancy, M);
+    cr_assert_eq(vi.missing, 0);
+    fprintf(stderr, "version %llu PROTECTED %llu ms after the server returned\n",
+                (unsigned long long)v, (unsigned long long)(now_ms() - t0));
+}
+
+/* Wait (bounded) until server i has caught up and has nothing left to
+ * rebuild; returns its figures. */
+static cks_repair_info_t wait_repaired(cks_client_h c, size_t i)
+{
+    uint64_t t0 = now_ms();
+    cks_repair_info_t ri = {0};
+    cks_status_t st;
+    do {
+        st = cks_repair_status(c, i, &ri);
+        if (st == CKS_OK && ri.caught_up && ri.chunks_left == 0 && ri.chunks_done > 0) {
+            break;
+        }
+        usleep(200 * 1000);
+    } while (now_ms() - t0 < WAIT_MS);
+    if (st != CKS_OK || !ri.caught_up || ri.chunks_left != 0 || ri.chunks_done == 0) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "repair status of server %zu: %s", i, cks_status_name(st));
+    cr_assert(ri.caught_up, "server %zu has not caught up", i);
+    cr_assert_eq(ri.chunks_left, 0, "server %zu: %llu chunks left", i,
+                 (unsigned long long)ri.chunks_left);
+    cr_assert_gt(ri.chunks_done, 0, "server %zu rebuilt nothing", i);
+    fprintf(stderr, "server %zu: %llu chunks (%llu bytes) rebuilt in %llu ms, cap %llu B/s\n",
+            i, (unsigned long long)ri.chunks_done, (unsigned long long)ri.bytes_done,
+            (unsigned long long)(now_ms() - t0), (unsigned long long)ri.rate_cap);
+    return ri;
+}
+
+/* Two servers other than `keep`, killed. */
+static void kill_two_others(size_t keep, size_t first)
+{
+    size_t killed = 0;
+    for (size_t i = 0; i < NSRV && killed < 2; i++) {
+        size_t s = (first + i) % NSRV;
+        if (s != keep) {
+            fprintf(stderr, "server %zu killed\n", s);
+            cks_test_cluster_kill(&cl, s);
+            killed++;
+        }
+    }
+}
+
+static void rm_tree_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[600];
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        cr_assert_eq(unlink(path), 0, "unlink %s", path);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* (a) One server down while a version commits DEGRADED; it comes back,
+ * rebuilds its chunks, and the version becomes PROTECTED; then two other
+ * servers are killed and every version restores bit-exact. */
+Test(repair, returning_server_rebuilds_and_version_survives_m_other_losses)
+{
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    size_t x       = (size_t)(g_seed % NSRV);
+
+    uint64_t v1 = version_with_coordinator_not(1, x);
+    cr_assert_eq(write_version(c, v1), CKS_OK);
+    uint64_t v2 = version_with_coordinator_not(v1 + 1, x);
+    fprintf(stderr, "server %zu killed; version %llu written without it\n", x,
+            (unsigned long long)v2);
+    cks_test_cluster_kill(&cl, x);
+    cr_assert_eq(write_version(c, v2), CKS_OK);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(c, JOB, v2, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v2,
+                 cks_vstate_string(vi.state));
+    cr_assert_eq(vi.redundancy, M - 1);
+
+    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+    wait_protected(c, v2);
+    cks_repair_info_t ri = wait_repaired(c, x);
+    cr_assert_eq(ri.server_id, (uint32_t)cl.srv[x].id);
+    cr_assert_eq(ri.rate_cap, 256 * MiB, "the default pacing cap");
+    cks_client_destroy(c);
+
+    kill_two_others(x, x + 1);
+    c = connect_cluster(20000);
+    verify_version(c, v2, "after repair, two others down");
+    verify_version(c, v1, "after repair, two others down");
+    cks_client_destroy(c);
+}
+
+/* (b) A replacement: a server's arena and metadata are lost; an empty one
+ * takes its id and address, catches up (it coordinates the first version),
+ * rebuilds every chunk placed on it; then two other servers are killed and
+ * every version restores bit-exact. */
+Test(repair, replacement_server_catches_up_and_rebuilds)
+{
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    uint64_t v1    = 1 + g_seed % 50;
+    size_t x       = (size_t)cks_test_coordinator(cl.map, JOB, v1);
+    uint64_t v2    = version_with_coordinator_not(v1 + 1, x);
+    cr_assert_eq(write_version(c, v1), CKS_OK);
+    cr_assert_eq(write_version(c, v2), CKS_OK);
+
+    fprintf(stderr, "server %zu (coordinator of version %llu) replaced by an empty one\n", x,
+            (unsigned long long)v1);
+    cks_test_cluster_kill(&cl, x);
+    cr_assert_eq(unlink(cl.srv[x].arena), 0, "remove %s", cl.srv[x].arena);
+    rm_tree_files(cl.srv[x].data);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+
+    cks_repair_info_t ri = wait_repaired(c, x);
+    /* every chunk placed on it: of each stripe of each version, one */
+    cr_assert_geq(ri.chunks_done, 2, "rebuilt %llu", (unsigned long long)ri.chunks_done);
+    cks_client_destroy(c);
+
+    kill_two_others(x, x + 1);
+    c = connect_cluster(20000);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(c, JOB, v1, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_PROTECTED);
+    verify_version(c, v1, "replacement, two others down");
+    verify_version(c, v2, "replacement, two others down");
+    cr_assert_eq(cks_version_latest(c, JOB, &vi), CKS_OK);
+    cr_assert_eq(vi.version, v2 > v1 ? v2 : v1);
+    cks_client_destroy(c);
+}
+
+/* (c) A server that missed commits, asked alone right after it restarts,
+ * answers `latest` and lists BUSY until it has caught up, and then the
+ * newest committed version: never an older one. */
+Test(repair, latest_on_a_server_that_missed_commits_is_never_older)
+{
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    size_t x       = (size_t)(g_seed % NSRV);
+    uint64_t v1    = version_with_coordinator_not(1, x);
+    cr_assert_eq(write_version(c, v1), CKS_OK);
+    cks_test_cluster_kill(&cl, x);
+    uint64_t v2 = version_with_coordinator_not(v1 + 1, x);
+    uint64_t v3 = version_with_coordinator_not(v2 + 1, x);
+    cr_assert_eq(write_version(c, v2), CKS_OK);
+    cr_assert_eq(write_version(c, v3), CKS_OK);
+    cks_client_destroy(c);
+
+    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+    cks_client_h one = NULL; /* a client of server x alone */
+    cr_assert_eq(cks_test_connect(&cl.srv[x], 5000, &one), CKS_OK);
+    uint64_t t0 = now_ms();
+    unsigned busy = 0, answers = 0;
+    cks_version_info_t vi;
+    cks_status_t st;
+    do {
+        st = cks_version_latest(one, JOB, &vi);
+        if (st == CKS_ERR_BUSY) {
+            busy++;
+            usleep(20 * 1000);
+            continue;
+        }
+        cr_assert_eq(st, CKS_OK, "latest on the returning server: %s", cks_status_name(st));
+        cr_assert_eq(vi.version, v3, "the returning server answered version %llu as latest, "
+                                     "not %llu", (unsigned long long)vi.version,
+                     (unsigned long long)v3);
+        answers++;
+    } while (answers < 3 && now_ms() - t0 < WAIT_MS);
+    cr_assert_eq(answers, 3, "no answer but BUSY in %d ms", WAIT_MS);
+    fprintf(stderr, "returning server: %u BUSY answers, then version %llu\n", busy,
+            (unsigned long long)v3);
+
+    /* its list has every version, and the versions restore through it */
+    cks_version_info_t list[8];
+    size_t n = 0;
+    int more = 0;
+    cr_assert_eq(cks_version_list(one, JOB, NULL, list, 8, &n, &more), CKS_OK);
+    cr_assert_eq(n, 3, "%zu versions listed", n);
+    cr_assert_eq(list[0].version, v1);
+    cr_assert_eq(list[1].version, v2);
+    cr_assert_eq(list[2].version, v3);
+    cks_client_destroy(one);
+
+    c = connect_cluster(20000);
+    cr_assert_eq(cks_version_latest(c, JOB, &vi), CKS_OK);
+    cr_assert_eq(vi.version, v3);
+    wait_protected(c, v3);
+    verify_version(c, v3, "after catch-up");
+    cks_client_destroy(c);
+}
