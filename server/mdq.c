@@ -401,6 +401,18 @@ static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
             if (!j->has_rec) {
                 return CKS_OK;
             }
+            if (j->rec_if_restorable) {
+                cks_md_version_t now;
+                status = cks_md_version_get(txn, job, job_len, j->version, &now);
+                if (status == CKS_ERR_NO_SUCH_VERSION ||
+                    (status == CKS_OK && now.state != CKS_VSTATE_PROTECTED &&
+                     now.state != CKS_VSTATE_DEGRADED)) {
+                    return CKS_OK; /* dropped meanwhile: not brought back */
+                }
+                if (status != CKS_OK) {
+                    return status;
+                }
+            }
             if (cks_fault_fire("md_manifest")) {
                 return CKS_ERR_IO; /* after the entries were written */
             }

@@ -125,8 +125,23 @@ typedef struct {
     unsigned total;
 } cks_rp_check_t;
 
+/* A request held until this server has caught up (its strings copied). */
+typedef struct cks_rp_held {
+    struct cks_rp_held *next;
+    cks_tp_conn_h conn; /* one reference */
+    unsigned type;
+    uint64_t req_id;
+    cks_msg_any_t b;
+    char job[CKS_JOB_MAX_LEN + 1];
+    char key[CKS_KEY_MAX_LEN + 1];
+} cks_rp_held_t;
+
+#define CKS_RP_HELD_MAX 1024u
+
 struct cks_rp {
     cks_server_h s;
+    cks_rp_held_t *held, **held_tail; /* oldest first */
+    unsigned nheld;
     int synced;            /* a round of catch-up ended since start */
     uint64_t start_ns;
     /* the round */
@@ -168,6 +183,7 @@ struct cks_rp {
 static void cks_rp_round_step(cks_server_h s);
 static void cks_rp_work_start(cks_server_h s);
 static void cks_rp_mdq_push(cks_server_h s, cks_mdq_job_t *j);
+static void cks_rp_release_held(cks_server_h s, int cancel);
 
 static size_t cks_rp_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version)
 {
@@ -651,8 +667,9 @@ static int cks_rp_act_run(cks_server_h s, cks_rp_act_t *a)
         return 0;
     }
     if (a->type == CKS_RP_ACT_RECORD) {
-        j->has_rec = 1;
-        j->rec     = a->rec;
+        j->has_rec           = 1;
+        j->rec_if_restorable = 1;
+        j->rec               = a->rec;
         rp->learned++;
     } else {
         cks_info("catch-up: version %llu of '%s' was dropped while this server was away "
@@ -683,6 +700,9 @@ static void cks_rp_round_end(cks_server_h s)
         cks_info("catch-up: %u versions learned, %u dropped", rp->learned, rp->dropped);
     }
     rp->synced = 1;
+    if (first) {
+        cks_rp_release_held(s, 0);
+    }
     if (first || rp->learned + rp->dropped > 0) {
         rp->scan_wanted = 1; /* chunks of what was learned may be placed here */
     }
@@ -831,10 +851,83 @@ void cks_rp_sync_list(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     }
 }
 
-int cks_rp_gate(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type)
+/* Hold a request that needs the versions this server coordinates (a begin
+ * must not take a version number that exists elsewhere; a delete, abort or
+ * seal of a version it has not learned yet must not answer "no such
+ * version") until it has caught up; 0 when it cannot be held. */
+static int cks_rp_hold(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
+                       const cks_msg_any_t *b)
+{
+    cks_rp_t *rp = s->rp;
+    const cks_wire_str_t *job, *key = NULL;
+    cks_rp_held_t *h;
+
+    switch (type) {
+        case CKS_MSG_VERSION_BEGIN: job = &b->m_VERSION_BEGIN.job; break;
+        case CKS_MSG_VERSION_SEAL: job = &b->m_VERSION_SEAL.job; break;
+        case CKS_MSG_VERSION_ABORT: job = &b->m_VERSION_ABORT.job; break;
+        case CKS_MSG_VERSION_DELETE: job = &b->m_VERSION_DELETE.job; break;
+        case CKS_MSG_OBJECT_DELETE:
+            job = &b->m_OBJECT_DELETE.job;
+            key = &b->m_OBJECT_DELETE.key;
+            break;
+        default: return 0;
+    }
+    if (job->len > CKS_JOB_MAX_LEN || (key != NULL && key->len > CKS_KEY_MAX_LEN) ||
+        rp->nheld >= CKS_RP_HELD_MAX || (h = calloc(1, sizeof(*h))) == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY,
+                            "catching up with the other servers: try again");
+        return 1;
+    }
+    h->conn   = conn;
+    h->type   = type;
+    h->req_id = req_id;
+    h->b      = *b;
+    memcpy(h->job, job->ptr, job->len);
+    cks_wire_str_t *hjob = type == CKS_MSG_VERSION_BEGIN   ? &h->b.m_VERSION_BEGIN.job
+                           : type == CKS_MSG_VERSION_SEAL  ? &h->b.m_VERSION_SEAL.job
+                           : type == CKS_MSG_VERSION_ABORT ? &h->b.m_VERSION_ABORT.job
+                           : type == CKS_MSG_VERSION_DELETE ? &h->b.m_VERSION_DELETE.job
+                                                            : &h->b.m_OBJECT_DELETE.job;
+    hjob->ptr = h->job;
+    if (key != NULL) {
+        memcpy(h->key, key->ptr, key->len);
+        h->b.m_OBJECT_DELETE.key.ptr = h->key;
+    }
+    cks_tp_conn_get(conn);
+    *rp->held_tail = h;
+    rp->held_tail  = &h->next;
+    rp->nheld++;
+    return 1;
+}
+
+/* Caught up: handle what was held, in order. */
+static void cks_rp_release_held(cks_server_h s, int cancel)
+{
+    cks_rp_t *rp = s->rp;
+    while (rp->held != NULL) {
+        cks_rp_held_t *h = rp->held;
+        rp->held         = h->next;
+        rp->nheld--;
+        if (cancel) {
+            cks_sv_reply_status(h->conn, h->req_id, CKS_ERR_SHUTTING_DOWN, NULL);
+        } else if (!cks_tp_conn_failed(h->conn)) {
+            cks_sv_redispatch(s, h->conn, h->type, h->req_id, &h->b);
+        }
+        cks_tp_conn_put(h->conn);
+        free(h);
+    }
+    rp->held_tail = &rp->held;
+}
+
+int cks_rp_gate(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
+                const cks_msg_any_t *b)
 {
     if (s->rp == NULL || s->rp->synced) {
         return 0;
+    }
+    if (cks_rp_hold(s, conn, req_id, type, b)) {
+        return 1;
     }
     if (type != CKS_MSG_VERSION_STAT && type != CKS_MSG_VERSION_LIST &&
         type != CKS_MSG_OBJECT_STAT && type != CKS_MSG_OBJECT_LIST && type != CKS_MSG_JOB_LIST) {
@@ -1315,6 +1408,7 @@ static void cks_rp_check_end(cks_rp_check_t *c)
                                               c->rec.version);
             if (j != NULL) {
                 j->has_rec        = 1;
+                j->rec_if_restorable = 1;
                 j->rec            = now;
                 j->rec.state      = CKS_VSTATE_PROTECTED;
                 j->rec.redundancy = now.ec_m;
@@ -1470,6 +1564,7 @@ cks_status_t cks_rp_init(cks_server_h s)
     rp->win_ns    = rp->start_ns;
     rp->next_check_ns = rp->start_ns + CKS_RP_CHECK_EVERY_NS;
     rp->peer      = (size_t)-1;
+    rp->held_tail = &rp->held;
     s->rp         = rp;
     if (cks_cluster_nservers(s->map) == 1) {
         rp->synced = 1;
@@ -1483,6 +1578,7 @@ void cks_rp_fini(cks_server_h s)
     if (rp == NULL) {
         return;
     }
+    cks_rp_release_held(s, 1);
     cks_rp_round_reset(rp);
     cks_hmap_destroy(rp->queued);
     cks_hmap_destroy(rp->checking);

@@ -1255,7 +1255,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             return;
         }
     }
-    if (cks_rp_gate(s, conn, hdr->req_id, hdr->type)) {
+    if (cks_rp_gate(s, conn, hdr->req_id, hdr->type, b)) {
         return; /* catching up: another server answers */
     }
     switch (hdr->type) {
@@ -1373,6 +1373,15 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                                 "%s is not a request", cks_msg_name(hdr->type));
             break;
     }
+}
+
+void cks_sv_redispatch(cks_server_h s, cks_tp_conn_h conn, unsigned type, uint64_t req_id,
+                       const cks_msg_any_t *b)
+{
+    cks_wire_hdr_t hdr = {0};
+    hdr.type           = (uint16_t)type;
+    hdr.req_id         = req_id;
+    cks_sv_on_msg(s, conn, &hdr, b, NULL);
 }
 
 static void cks_sv_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,

@@ -201,6 +201,10 @@ struct cks_mdq_job {
                                restorable versions of the job (0: all) */
     uint64_t held[CKS_SV_HELD_MAX]; /* with retain: versions restores hold, kept too */
     size_t nheld;
+    int rec_if_restorable;  /* MANIFEST with has_rec: write rec only over a record
+                               that is PROTECTED or DEGRADED now (a state that
+                               repair or catch-up raised; never a version a drop
+                               removed meanwhile) */
     cks_tp_conn_h conn;     /* who gets the reply (one reference) */
     uint64_t req_id;
     cks_status_t status;    /* result, set by the writer */
@@ -390,6 +394,11 @@ int cks_sv_peer_down(struct cks_server *s, size_t pos);
 /** The coder of RS(k, m), made on first use; NULL when out of memory. */
 cks_ec_h cks_sv_ec_get(struct cks_server *s, unsigned k, unsigned m);
 
+/* server.c, for repair.c: handle a request again (one that was held back
+ * while this server caught up); `b`'s strings must stay valid during it. */
+void cks_sv_redispatch(struct cks_server *s, cks_tp_conn_h conn, unsigned type,
+                       uint64_t req_id, const cks_msg_any_t *b);
+
 /* repair.c: catch-up and repair */
 typedef struct cks_rp cks_rp_t;
 cks_status_t cks_rp_init(struct cks_server *s);
@@ -398,8 +407,11 @@ void cks_rp_fini(struct cks_server *s);
  *  checks. Returns the poll timeout it needs (ms), -1: none. */
 int cks_rp_progress(struct cks_server *s);
 /** Until this server has caught up, lists, stats and `latest` are answered
- *  CKS_ERR_BUSY: returns 1 when it answered the request so. */
-int cks_rp_gate(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id, unsigned type);
+ *  CKS_ERR_BUSY, and begins, seals, aborts and deletes (which need the
+ *  versions it coordinates) are held and handled once it has: returns 1
+ *  when it took the request so. */
+int cks_rp_gate(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
+                const cks_msg_any_t *b);
 void cks_rp_sync_list(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                       const cks_msg_sync_list_t *m);
 void cks_rp_repair_check(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
