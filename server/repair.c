@@ -22,8 +22,10 @@
  *     members (CHUNK_GET, each checked against its CRC), decodes the missing
  *     one with ISA-L straight into arena space, and records it (the metadata
  *     writer checks it against the CRC computed here). Reads are paced by a
- *     token bucket (--repair-rate, bytes/s). A scan runs after each round of
- *     catch-up and every 10 s while work may be left.
+ *     token bucket (--repair-rate, bytes/s). A scan runs after the first
+ *     round of catch-up and each that learned something, when a
+ *     coordinator's REPAIR_CHECK finds chunks missing here, 5 s after tasks
+ *     failed, and every 60 s.
  *   state: the coordinator of a DEGRADED version asks every server, every
  *     2 s, whether it still misses chunks of it (REPAIR_CHECK); once every
  *     server, itself included, answers none, it records the version
@@ -44,7 +46,8 @@
 #define CKS_RP_FETCH_MS       10000
 #define CKS_RP_ROUND_EVERY_NS (10ull * 1000000000ull)
 #define CKS_RP_RETRY_NS       (1ull * 1000000000ull)
-#define CKS_RP_SCAN_EVERY_NS  (10ull * 1000000000ull)
+#define CKS_RP_SCAN_EVERY_NS  (60ull * 1000000000ull)
+#define CKS_RP_RESCAN_NS      (5ull * 1000000000ull) /* after tasks failed */
 #define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)
 #define CKS_RP_TASKS_MAX      65536u
 #define CKS_RP_INFLIGHT       4u
@@ -172,6 +175,7 @@ struct cks_rp {
     double tokens;
     uint64_t tokens_ns;
     uint64_t chunks_done, bytes_done, failed;
+    uint64_t failed_at_scan; /* `failed` when the last scan ran */
     uint64_t win_ns, win_bytes, rate;
     uint64_t warned_ns;
     /* coordinator checks */
@@ -390,6 +394,8 @@ static void cks_rp_list_reply(void *arg, const cks_wire_hdr_t *hdr, const cks_ms
             if (st == CKS_OK && e.state <= CKS_VSTATE_ABORTED) {
                 const char *job = rp->jobs[rp->jobi];
                 cks_rp_note_version(rp, rp->peer, job, strlen(job), &e);
+            }
+            if (st == CKS_OK) {
                 rp->after     = e.version;
                 rp->has_after = 1;
             }
@@ -479,7 +485,7 @@ static void cks_rp_list_done(void *arg, cks_status_t status, const char *msg)
         return;
     }
     if (lc->what == CKS_SYNC_OBJECTS) {
-        if (status != CKS_OK || !lc->more) {
+        if (status != CKS_OK || !lc->more || lc->count == 0) {
             if (status != CKS_OK) {
                 cks_warn("catch-up: manifest of version %llu of '%s' from server %zu: %s %s",
                          (unsigned long long)rp->acts[rp->acti].rec.version,
@@ -1077,8 +1083,9 @@ static void cks_rp_scan(cks_server_h s)
     cks_status_t status;
     uint64_t before = rp->ntasks - rp->taski;
 
-    rp->scan_wanted  = 0;
-    rp->next_scan_ns = cks_time_ns() + CKS_RP_SCAN_EVERY_NS;
+    rp->scan_wanted    = 0;
+    rp->next_scan_ns   = cks_time_ns() + CKS_RP_SCAN_EVERY_NS;
+    rp->failed_at_scan = rp->failed;
     if (rp->taski > 0) { /* drop the tasks done */
         memmove(rp->tasks, rp->tasks + rp->taski, (rp->ntasks - rp->taski) * sizeof(*rp->tasks));
         rp->ntasks -= rp->taski;
@@ -1449,9 +1456,12 @@ static void cks_rp_check_versions(cks_server_h s)
         uint64_t here;
         if (cks_hmap_get(rp->checking, key, klen) != NULL ||
             cks_rp_walk(s, txn, vs.v[i].job, vs.v[i].job_len, &vs.v[i].rec, NULL, NULL,
-                        &here) != CKS_OK ||
-            here > 0) {
-            continue; /* this server misses chunks of it: not yet */
+                        &here) != CKS_OK) {
+            continue;
+        }
+        if (here > 0) {
+            rp->scan_wanted = 1; /* this server misses chunks of it: not yet */
+            continue;
         }
         cks_rp_check_t *c = calloc(1, sizeof(*c));
         if (c == NULL || cks_hmap_put(rp->checking, key, klen, c) != CKS_OK) {
@@ -1509,7 +1519,10 @@ void cks_rp_repair_check(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_md_txn_abort(txn);
     }
     if (status == CKS_OK && n > 0) {
-        status = CKS_ERR_BUSY;
+        /* chunks placed here are missing (a chunk put that timed out while
+         * this server was up): look for them now */
+        s->rp->scan_wanted = 1;
+        status             = CKS_ERR_BUSY;
     }
     cks_sv_reply_status(conn, req_id, status,
                         status == CKS_OK ? NULL : "%llu chunks of version %llu missing here (%s)",
@@ -1607,6 +1620,10 @@ int cks_rp_progress(cks_server_h s)
     }
     if (!rp->synced) {
         return 100;
+    }
+    if (rp->failed > rp->failed_at_scan &&
+        rp->next_scan_ns > now + CKS_RP_RESCAN_NS) {
+        rp->next_scan_ns = now + CKS_RP_RESCAN_NS; /* tasks failed: try again soon */
     }
     if (rp->inflight == 0 && rp->taski >= rp->ntasks &&
         (rp->scan_wanted || now >= rp->next_scan_ns)) {
