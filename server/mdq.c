@@ -380,6 +380,17 @@ static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
             }
             return status;
         case CKS_MDQ_CHUNKS:
+            if (j->chunk_guard) {
+                cks_md_version_t g;
+                status = cks_md_version_get(txn, job, job_len, j->guard_version, &g);
+                if (status == CKS_OK && g.state != CKS_VSTATE_PROTECTED &&
+                    g.state != CKS_VSTATE_DEGRADED) {
+                    status = CKS_ERR_NOT_RESTORABLE;
+                }
+                if (status != CKS_OK) {
+                    return status; /* dropped meanwhile: nothing needs the chunk */
+                }
+            }
             for (size_t i = 0; i < j->nchunks; i++) {
                 status = cks_md_chunk_put(txn, job, job_len, j->version, j->key, j->key_len,
                                           &j->chunks[i]);

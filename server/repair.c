@@ -87,6 +87,7 @@ typedef struct {
     char key[CKS_KEY_MAX_LEN + 1];
     uint32_t key_len;
     uint64_t version; /* whose chunks: the object's source version */
+    uint64_t mversion; /* the manifest that needs it */
     uint64_t stripe;
     uint32_t idx;
     unsigned k, m;
@@ -1000,6 +1001,7 @@ static cks_status_t cks_rp_walk(cks_server_h s, cks_md_txn_h txn, const char *jo
                         memcpy(t.key, o->key, o->key_len);
                         t.key_len = o->key_len;
                         t.version = o->source_version;
+                        t.mversion = rec->version;
                         t.stripe  = st;
                         t.idx     = idx;
                         t.k       = k;
@@ -1163,7 +1165,14 @@ static void cks_rp_recorded(cks_server_h s, cks_mdq_job_t *j)
     }
     free(j->chunks);
     free(j);
-    cks_rp_work_end(w, st == CKS_ERR_DUPLICATE_KEY ? CKS_OK : st, "not recorded");
+    /* a duplicate: the chunk came meanwhile; a version dropped meanwhile:
+     * nothing needs it any more */
+    cks_rp_work_end(w,
+                    st == CKS_ERR_DUPLICATE_KEY || st == CKS_ERR_NO_SUCH_VERSION ||
+                            st == CKS_ERR_NOT_RESTORABLE
+                        ? CKS_OK
+                        : st,
+                    "not recorded");
 }
 
 /* k chunks are here: decode the missing one into arena space, record it. */
@@ -1211,6 +1220,8 @@ static void cks_rp_decode(cks_rp_work_t *w)
                                     cks_crc64(0, chunks[w->t.idx], w->t.chunk), w->off,
                                     w->t.chunk};
     j->data      = chunks[w->t.idx];
+    j->chunk_guard   = 1;
+    j->guard_version = w->t.mversion;
     j->done      = cks_rp_recorded;
     j->ctx       = w;
     cks_mdq_push(&s->mdq, j);

@@ -201,6 +201,11 @@ struct cks_mdq_job {
                                restorable versions of the job (0: all) */
     uint64_t held[CKS_SV_HELD_MAX]; /* with retain: versions restores hold, kept too */
     size_t nheld;
+    int chunk_guard;        /* CHUNKS rebuilt by repair: record them only while
+                               version `guard_version` (the manifest that needs
+                               them) is PROTECTED or DEGRADED, so that a drop
+                               that ran meanwhile leaves no chunk behind */
+    uint64_t guard_version;
     int rec_if_restorable;  /* MANIFEST with has_rec: write rec only over a record
                                that is PROTECTED or DEGRADED now (a state that
                                repair or catch-up raised; never a version a drop
