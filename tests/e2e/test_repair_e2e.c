@@ -19,6 +19,7 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +277,22 @@ static void rm_tree_files(const char *dir)
     rmdir(dir);
 }
 
+/* `ckstore repair status` against the cluster: its exit status, output in out. */
+static int cli_repair_status(char *out, size_t len)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s --cluster %s repair status 2>&1", CKS_CLI_BIN, cl.map);
+    FILE *f  = popen(cmd, "r");
+    size_t n = 0;
+    cr_assert_not_null(f);
+    while (n + 1 < len && fgets(out + n, (int)(len - n), f) != NULL) {
+        n += strlen(out + n);
+    }
+    out[n]  = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 /* (a) One server down while a version commits DEGRADED; it comes back,
  * rebuilds its chunks, and the version becomes PROTECTED; then two other
  * servers are killed and every version restores bit-exact. */
@@ -305,6 +322,22 @@ Test(repair, returning_server_rebuilds_and_version_survives_m_other_losses)
     cr_assert_eq(ri.rate_cap, 256 * MiB, "the default pacing cap");
     cks_client_destroy(c);
 
+    /* the command line: a header and one line per server, every one caught
+     * up with nothing left; the returning one shows what it rebuilt */
+    static char out[8192];
+    cr_assert_eq(cli_repair_status(out, sizeof(out)), 0, "%s", out);
+    fprintf(stderr, "%s", out);
+    unsigned lines = 0;
+    for (char *l = strchr(out, '\n'); l != NULL && l[1] != '\0'; l = strchr(l + 1, '\n')) {
+        unsigned id, left;
+        char caught[8];
+        cr_assert_eq(sscanf(l + 1, "%u %7s %u", &id, caught, &left), 3, "line '%.60s'", l + 1);
+        cr_assert_str_eq(caught, "yes");
+        cr_assert_eq(left, 0);
+        lines++;
+    }
+    cr_assert_eq(lines, NSRV, "%u server lines in:\n%s", lines, out);
+
     kill_two_others(x, x + 1);
     c = connect_cluster(20000);
     verify_version(c, v2, "after repair, two others down");
@@ -331,9 +364,14 @@ Test(repair, replacement_server_catches_up_and_rebuilds)
     cks_test_cluster_kill(&cl, x);
     cr_assert_eq(unlink(cl.srv[x].arena), 0, "remove %s", cl.srv[x].arena);
     rm_tree_files(cl.srv[x].data);
-    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+    cks_test_set_server_flags("--repair-rate 32M"); /* the replacement's pace */
+    int rc = cks_test_server_restart(&cl.srv[x]);
+    cks_test_set_server_flags(NULL);
+    cr_assert_eq(rc, 0);
 
     cks_repair_info_t ri = wait_repaired(c, x);
+    cr_assert_eq(ri.rate_cap, 32 * MiB, "--repair-rate 32M: cap %llu",
+                 (unsigned long long)ri.rate_cap);
     /* every chunk placed on it: of each stripe of each version, one */
     cr_assert_geq(ri.chunks_done, 2, "rebuilt %llu", (unsigned long long)ri.chunks_done);
     cks_client_destroy(c);
