@@ -13,7 +13,8 @@
  *     restorable version held here that its coordinator (answering, caught
  *     up) does not hold, and that no server answering holds restorable, was
  *     deleted or dropped while this server was away: it is dropped here. A
- *     round runs at start, then every 10 s. Until the first round ends,
+ *     round runs at start, then every 10 s (3 s while a server does not
+ *     answer). Until the first round ends,
  *     lists, stats and `latest` are answered CKS_ERR_BUSY ("catching up"),
  *     which clients treat as a reason to ask another server.
  *   repair: a scan walks every restorable version's manifest and, for each
@@ -46,6 +47,9 @@
 #define CKS_RP_FETCH_MS       10000
 #define CKS_RP_ROUND_EVERY_NS (10ull * 1000000000ull)
 #define CKS_RP_RETRY_NS       (1ull * 1000000000ull)
+/* the next round, when a server did not answer this one: one cut off by a
+ * partition, or restarting, is caught up soon after it is back */
+#define CKS_RP_ROUND_SOON_NS  (3ull * 1000000000ull)
 #define CKS_RP_SCAN_EVERY_NS  (60ull * 1000000000ull)
 #define CKS_RP_RESCAN_NS      (5ull * 1000000000ull) /* after tasks failed */
 #define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)
@@ -698,7 +702,9 @@ static void cks_rp_round_end(cks_server_h s)
     }
     int first = !rp->synced;
     rp->round         = 0;
-    rp->next_round_ns = cks_time_ns() + CKS_RP_ROUND_EVERY_NS;
+    rp->next_round_ns = cks_time_ns() + (answered + 1 < cks_cluster_nservers(s->map)
+                                             ? CKS_RP_ROUND_SOON_NS
+                                             : CKS_RP_ROUND_EVERY_NS);
     if (first) {
         cks_info("caught up with %u of %zu other servers in %.1f s: %u versions learned, %u "
                  "dropped", answered, cks_cluster_nservers(s->map) - 1,
