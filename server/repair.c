@@ -50,6 +50,11 @@
 /* the next round, when a server did not answer this one: one cut off by a
  * partition, or restarting, is caught up soon after it is back */
 #define CKS_RP_ROUND_SOON_NS  (3ull * 1000000000ull)
+/* A first round that a server answered while still catching up itself (it
+ * restarted too) is run again, for at most this long after start: what it
+ * holds may not be the truth yet (its drops in particular). */
+#define CKS_RP_FIRST_WAIT_NS  (3ull * 1000000000ull)
+#define CKS_RP_AGAIN_NS       (200ull * 1000000ull)
 #define CKS_RP_SCAN_EVERY_NS  (60ull * 1000000000ull)
 #define CKS_RP_RESCAN_NS      (5ull * 1000000000ull) /* after tasks failed */
 #define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)
@@ -696,15 +701,24 @@ static int cks_rp_act_run(cks_server_h s, cks_rp_act_t *a)
 static void cks_rp_round_end(cks_server_h s)
 {
     cks_rp_t *rp = s->rp;
-    unsigned answered = 0;
+    unsigned answered = 0, unsynced = 0;
+    uint64_t now      = cks_time_ns();
     for (size_t i = 0; i < cks_cluster_nservers(s->map); i++) {
         answered += rp->answered[i] != 0;
+        unsynced += rp->answered[i] == 2;
     }
     int first = !rp->synced;
     rp->round         = 0;
-    rp->next_round_ns = cks_time_ns() + (answered + 1 < cks_cluster_nservers(s->map)
-                                             ? CKS_RP_ROUND_SOON_NS
-                                             : CKS_RP_ROUND_EVERY_NS);
+    rp->next_round_ns = now + (answered + 1 < cks_cluster_nservers(s->map) || unsynced > 0
+                                   ? CKS_RP_ROUND_SOON_NS
+                                   : CKS_RP_ROUND_EVERY_NS);
+    if (first && unsynced > 0 && now - rp->start_ns < CKS_RP_FIRST_WAIT_NS) {
+        /* not caught up yet: what was learned is kept, and the round runs
+         * again once those servers may have caught up */
+        rp->next_round_ns = now + CKS_RP_AGAIN_NS;
+        cks_rp_round_reset(rp);
+        return;
+    }
     if (first) {
         cks_info("caught up with %u of %zu other servers in %.1f s: %u versions learned, %u "
                  "dropped", answered, cks_cluster_nservers(s->map) - 1,

@@ -474,6 +474,8 @@ Test(repair, delete_missed_while_down_is_applied_by_catch_up)
     cks_test_cluster_kill(&cl, c1);
     cr_assert_eq(cks_test_server_restart(&cl.srv[c1]), 0);
     cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+    /* (server x may ask c1 before c1 has caught up itself: x then asks
+     * again, for at most 3 s, before it answers) */
 
     cks_client_h one = NULL;
     cr_assert_eq(cks_test_connect(&cl.srv[x], 5000, &one), CKS_OK);
