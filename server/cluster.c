@@ -389,6 +389,28 @@ static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
 }
 
 /* Encoded: send every chunk to its member; keep those placed here. */
+/* A chunk that stays on the primary moves out of the put's extent into one
+ * of its own (the lowest free space that fits a chunk), so that the extent
+ * is freed whole: left in place, the chunks kept at every (k+m)-th place
+ * would cut the space the others leave into holes too small for the next
+ * object, and an arena would be "full" at half its use. Where no space is
+ * free, the chunk stays where it is. Returns the chunk's offset. */
+static uint64_t cks_cput_keep_local(cks_cput_t *p, uint64_t at)
+{
+    cks_server_h s = p->s;
+    uint64_t off;
+    if (cks_arena_alloc(s->arena, p->chunk, &off) != CKS_OK) {
+        return at;
+    }
+    if (off > at) { /* no better place than where it is */
+        cks_arena_free(s->arena, off, p->chunk);
+        return at;
+    }
+    memcpy(cks_arena_base(s->arena) + off, cks_arena_base(s->arena) + at, p->chunk);
+    cks_arena_free(s->arena, at, p->chunk);
+    return off;
+}
+
 static void cks_cput_spread(cks_cput_t *p)
 {
     cks_server_h s        = p->s;
@@ -425,7 +447,7 @@ static void cks_cput_spread(cks_cput_t *p)
                 c->idx            = i;
                 c->len            = p->chunk;
                 c->crc64          = crc;
-                c->arena_offset   = p->off + rel;
+                c->arena_offset   = cks_cput_keep_local(p, p->off + rel);
                 c->arena_len      = p->chunk;
                 continue;
             }
@@ -591,12 +613,19 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                     m->rank, m->size, 0, m->version};
     status = cks_arena_alloc(s->arena, p->len, &p->off);
     if (status != CKS_OK) {
-        free(p);
+        /* the version cannot be completed: its coordinator learns why (an
+         * abort for lack of space makes room for the next version), before
+         * the client does, so that a client's abort comes after it */
+        uint64_t used = cks_arena_used(s->arena), size = cks_arena_size(s->arena);
+        cks_cput_fail(p, status, "arena full on server %u: %llu bytes wanted, %llu of %llu used",
+                      cks_cluster_server(s->map, s->self)->id, (unsigned long long)p->len,
+                      (unsigned long long)used, (unsigned long long)size);
+        v->pending++;
+        cks_cput_report(p); /* p may be gone */
         cks_sv_reply_status(conn, req_id, status,
                             "arena full: %llu bytes wanted for RS(%u,%u), %llu of %llu used",
                             (unsigned long long)(m->size), m->k, m->m,
-                            (unsigned long long)cks_arena_used(s->arena),
-                            (unsigned long long)cks_arena_size(s->arena));
+                            (unsigned long long)used, (unsigned long long)size);
         return;
     }
     p->enc.crcs = calloc(p->stripes ? p->stripes * (m->k + m->m) : 1, sizeof(uint64_t));
@@ -1311,7 +1340,7 @@ static void cks_sv_owed_send(cks_server_h s, int all_cancel)
         if (conn == NULL) {
             continue;
         }
-        cks_msg_version_drop_t m = {{o->job, o->job_len}, o->version, o->state};
+        cks_msg_version_drop_t m = {{o->job, o->job_len}, o->version, o->state, 0};
         o->in_flight             = 1;
         if (cks_tp_call(conn, CKS_MSG_VERSION_DROP, 0, &m, NULL, 0, NULL,
                         CKS_SV_CALL_TIMEOUT_MS, cks_sv_owed_done, o) != CKS_INPROGRESS) {
@@ -1364,6 +1393,18 @@ static void cks_bcast_done(void *arg, cks_status_t status, const char *msg)
     }
 }
 
+/* A version aborted because an arena was full, in a job that keeps two or
+ * more versions: the drop also applies the retention one version short, so
+ * that the space of the oldest kept version is there for the next one (a
+ * full arena would otherwise stay full: retention frees space only after a
+ * commit). A job that keeps one version keeps it. 0: no retention. */
+static uint32_t cks_sv_press_retain(const cks_sv_version_t *v)
+{
+    return v->wait == CKS_SV_WAIT_ABORT && v->failed == CKS_ERR_ARENA_FULL && v->retain >= 2
+               ? v->retain - 1
+               : 0;
+}
+
 static void cks_bcast_send(cks_bcast_t *b)
 {
     cks_server_h s      = b->s;
@@ -1374,7 +1415,8 @@ static void cks_bcast_send(cks_bcast_t *b)
     cks_status_t status = conn ? CKS_OK : CKS_ERR_UNREACHABLE;
 
     if (status == CKS_OK && b->drop) {
-        cks_msg_version_drop_t m = {{v->job, v->job_len}, v->version, b->drop_state};
+        cks_msg_version_drop_t m = {{v->job, v->job_len}, v->version, b->drop_state,
+                                    cks_sv_press_retain(v)};
         status = cks_tp_call(conn, CKS_MSG_VERSION_DROP, 0, &m, NULL, 0, NULL,
                              CKS_SV_MEMBER_TIMEOUT_MS, cks_bcast_done, b);
     } else if (status == CKS_OK) {
@@ -1706,6 +1748,13 @@ static void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit)
     } else {
         j->rec.state    = CKS_VSTATE_ABORTED;
         j->rec.nobjects = j->rec.bytes = 0;
+        j->retain       = cks_sv_press_retain(v);
+        if (j->retain > 0) {
+            j->nheld = cks_sv_held(s, j->job, j->job_len, j->held, CKS_SV_HELD_MAX);
+            cks_warn("version %llu of '%s' aborted for lack of space: every server keeps "
+                     "the newest %u restorable versions (not %u) until the next commit, to "
+                     "make room", (unsigned long long)v->version, v->job, j->retain, v->retain);
+        }
     }
     j->done = cks_sv_cv_recorded;
     j->ctx  = v;
@@ -1995,6 +2044,10 @@ void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         rec.nobjects = rec.bytes = 0;
         j->rec       = rec;
         j->has_rec   = 1;
+        j->retain    = m->retain; /* an abort for lack of space: make room */
+        if (j->retain > 0) {
+            j->nheld = cks_sv_held(s, j->job, j->job_len, j->held, CKS_SV_HELD_MAX);
+        }
     }
     j->done   = cks_commit_recorded;
     j->ctx    = c;

@@ -225,9 +225,23 @@ static cks_status_t cks_mdq_retain(cks_md_txn_h txn, cks_mdq_job_t *j)
                                      cks_mdq_gc_freed, &g);
         }
     }
-    free(j->freed); /* a manifest job frees nothing else */
-    j->freed  = g.ext.ext;
-    j->nfreed = g.ext.n;
+    if (j->nfreed == 0) { /* a manifest job frees nothing else */
+        free(j->freed);
+        j->freed  = g.ext.ext;
+        j->nfreed = g.ext.n;
+    } else if (g.ext.n > 0) { /* after a drop: both */
+        void *p = realloc(j->freed, (j->nfreed + g.ext.n) * sizeof(*j->freed));
+        if (p == NULL) {
+            status = CKS_ERR_NO_MEMORY; /* the transaction is undone: nothing freed */
+        } else {
+            j->freed = p;
+            memcpy(j->freed + j->nfreed, g.ext.ext, g.ext.n * sizeof(*j->freed));
+            j->nfreed += g.ext.n;
+        }
+        free(g.ext.ext);
+    } else {
+        free(g.ext.ext);
+    }
     free(g.kept);
     free(all);
     return status;
@@ -348,7 +362,8 @@ static cks_status_t cks_mdq_drop(cks_md_txn_h txn, cks_mdq_job_t *j)
     cks_hmap_destroy(d.inherited);
     free(d.left);
     free(page);
-    return status;
+    /* an abort for lack of space: the retention one version short */
+    return status == CKS_OK && j->retain > 0 ? cks_mdq_retain(txn, j) : status;
 }
 
 static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)

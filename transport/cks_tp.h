@@ -328,6 +328,9 @@ typedef struct {
     cks_wire_str_t job;
     uint64_t version;
     uint32_t state;
+    uint32_t retain; /* after the drop, keep the newest `retain` restorable
+                        versions of the job (0: no retention): an abort for
+                        lack of space makes room for the next version */
 } cks_msg_version_drop_t;
 
 /* ---- durable tier (server/flush.c) ---------------------------------------- */

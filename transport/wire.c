@@ -163,7 +163,8 @@ static const cks_wire_field_t fd_version_commit[] = {
     FD_U32(cks_msg_version_commit_t, retain)};
 static const cks_wire_field_t fd_version_drop[] = {
     FD_STR(cks_msg_version_drop_t, job, CKS_JOB_MAX_LEN),
-    FD_U64(cks_msg_version_drop_t, version), FD_U32(cks_msg_version_drop_t, state)};
+    FD_U64(cks_msg_version_drop_t, version), FD_U32(cks_msg_version_drop_t, state),
+    FD_U32(cks_msg_version_drop_t, retain)};
 
 static const cks_wire_field_t fd_sync_list[] = {
     FD_U32(cks_msg_sync_list_t, what), FD_STR(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),

@@ -650,7 +650,7 @@ static void send_s2s_expect_refused(cks_tp_worker_h w, cks_tp_conn_h conn, raw_c
     cr_assert_eq(pctx->status, CKS_ERR_AUTH, "server %zu: VERSION_COMMIT %d (%s)", i,
                  pctx->status, pctx->msg);
     /* version 1 dropped as aborted */
-    cks_msg_version_drop_t vd = {cks_wire_cstr(job), 1, CKS_VSTATE_ABORTED};
+    cks_msg_version_drop_t vd = {cks_wire_cstr(job), 1, CKS_VSTATE_ABORTED, 0};
     raw_send(w, conn, pctx, CKS_MSG_VERSION_DROP, &vd, NULL, 0);
     cr_assert_eq(pctx->got, 1, "server %zu: no answer to VERSION_DROP", i);
     cr_assert_eq(pctx->status, CKS_ERR_AUTH, "server %zu: VERSION_DROP %d (%s)", i,

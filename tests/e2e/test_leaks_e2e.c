@@ -604,6 +604,117 @@ Test(leaks, an_open_restore_holds_its_version_against_retention)
     cks_client_destroy(c);
 }
 
+/* A full arena does not stay full. Arenas of 22 MiB hold two versions of 32
+ * MiB (8 MiB on each server: every server holds one chunk of each RS(4,2)
+ * stripe), in objects of 256 KiB (one stripe of 64 KiB chunks), with room for the objects primaries hold
+ * while they spread them; the job keeps 2: version 3 cannot fit (8 MiB more
+ * per server than the 6 MiB left), finds no room
+ * and is aborted, and that abort drops version 1 early (the retention one
+ * version short), so version 4 commits. Version 2 and 4 restore exact, and
+ * deleting them returns every arena to its baseline. Before: version 1 was
+ * kept, and version 4 failed as version 3 did, and every later one. */
+#define PRESS_OBJ  (256 * KiB)
+#define PRESS_NOBJ 128
+
+static cks_status_t press_write(cks_client_h c, uint64_t v, uint8_t *buf, char *why,
+                                size_t why_len)
+{
+    cks_version_params_t vp = {0};
+    cks_status_t st         = CKS_OK;
+    vp.field_mask           = CKS_VERSION_FIELD_RETAIN;
+    vp.job                  = "press";
+    vp.version              = v;
+    vp.retain               = 2;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK, "begin %llu", (unsigned long long)v);
+    for (int i = 0; i < PRESS_NOBJ && st == CKS_OK; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "o%d", i);
+        cks_test_fill(buf, PRESS_OBJ, v << 8 | (uint64_t)i);
+        st = put_obj(c, "press", v, key, buf, PRESS_OBJ);
+    }
+    /* as a trainer does: finish the rank (the version's outcome and its
+     * reason come back) */
+    cks_status_t seal = cks_version_seal(c, "press", v);
+    cks_client_last_error(c, why, why_len);
+    return st != CKS_OK ? st : seal;
+}
+
+static void press_verify(cks_client_h c, uint64_t v)
+{
+    uint8_t *want = malloc(PRESS_OBJ), *got = malloc(PRESS_OBJ);
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(c, "press", v, &r), CKS_OK, "restore %llu",
+                 (unsigned long long)v);
+    for (int i = 0; i < PRESS_NOBJ; i++) {
+        char key[16];
+        cks_get_params_t g = {0};
+        uint64_t len       = 0;
+        snprintf(key, sizeof(key), "o%d", i);
+        cks_test_fill(want, PRESS_OBJ, v << 8 | (uint64_t)i);
+        g.key         = key;
+        g.buffer      = got;
+        g.buffer_size = PRESS_OBJ;
+        cr_assert_eq(cks_get(r, &g, &len), CKS_OK, "get %s of %llu", key,
+                     (unsigned long long)v);
+        cr_assert(len == PRESS_OBJ && memcmp(got, want, PRESS_OBJ) == 0,
+                  "%s of %llu: WRONG BYTES", key, (unsigned long long)v);
+    }
+    cks_restore_close(r);
+    free(want);
+    free(got);
+}
+
+Test(leaks, a_full_arena_makes_room_for_the_next_version)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    /* the room left for objects in flight is sized for servers that spread
+     * as fast as a put arrives: under ASan they fall behind, and with no
+     * backpressure on STORED (Known limits) versions 1 or 2 already fill
+     * the arenas, so the test would not test what it names */
+    cr_skip_test("puts outrun the servers' spreading under AddressSanitizer (no backpressure "
+                 "on STORED): runs in the release build");
+#endif
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 22 * MiB, 0, NULL), 0);
+    cks_client_h c;
+    /* 64 KiB chunks: an object is one stripe, a chunk on every server */
+    cr_assert_eq(cks_test_connect_cluster(cl.map, 4, 2, 64 * KiB, 20000, &c), CKS_OK);
+    uint8_t *buf   = malloc(PRESS_OBJ);
+    char why[512]  = "";
+    cks_version_info_t vi;
+    cr_assert_not_null(buf);
+    const uint64_t base = usage(c);
+
+    cr_assert_eq(press_write(c, 1, buf, why, sizeof(why)), CKS_OK, "version 1: %s", why);
+    cr_assert_eq(press_write(c, 2, buf, why, sizeof(why)), CKS_OK, "version 2: %s", why);
+    cks_status_t st = press_write(c, 3, buf, why, sizeof(why));
+    printf("version 3: %s (%s)\n", cks_status_name(st), why);
+    cr_assert_eq(st, CKS_ERR_ARENA_FULL, "version 3 fit: the arenas are larger than meant");
+    cr_assert_eq(cks_version_stat(c, "press", 3, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_ABORTED, "version 3 is %s", cks_vstate_string(vi.state));
+    /* the abort made room: version 1 is gone, version 2 stays */
+    uint64_t used = usage(c);
+    for (int i = 0; i < 300 && cks_version_stat(c, "press", 1, &vi) == CKS_OK; i++) {
+        struct timespec ts = {0, 100 * 1000 * 1000}; /* at most 30 s */
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(cks_version_stat(c, "press", 1, &vi), CKS_ERR_NO_SUCH_VERSION,
+                 "version 1 was kept: the arenas stay full (use %llu)",
+                 (unsigned long long)used);
+    press_verify(c, 2);
+    st = press_write(c, 4, buf, why, sizeof(why));
+    cr_assert_eq(st, CKS_OK, "version 4 after the abort: %s (%s)", cks_status_name(st), why);
+    press_verify(c, 2);
+    press_verify(c, 4);
+    cr_assert_eq(cks_version_delete(c, "press", 2), CKS_OK);
+    cr_assert_eq(cks_version_delete(c, "press", 4), CKS_OK);
+    cr_assert_eq(cks_version_delete(c, "press", 3), CKS_OK);
+    used = usage_settles_at(c, base);
+    cr_assert_eq(used, base, "every version deleted: arena use %llu, %llu before",
+                 (unsigned long long)used, (unsigned long long)base);
+    free(buf);
+    cks_client_destroy(c);
+}
+
 /* ---- #15 item 5: latest after a server missed commits --------------------------------- */
 
 /* A key of "late" whose RS(2,1) stripe 0 avoids server `avoid` (its primary

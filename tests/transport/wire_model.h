@@ -178,7 +178,8 @@ static const wm_field_t wm_f_version_commit[] = {
     WM_U32_(cks_msg_version_commit_t, retain)};
 static const wm_field_t wm_f_version_drop[] = {
     WM_STR_(cks_msg_version_drop_t, job, CKS_JOB_MAX_LEN),
-    WM_U64_(cks_msg_version_drop_t, version), WM_U32_(cks_msg_version_drop_t, state)};
+    WM_U64_(cks_msg_version_drop_t, version), WM_U32_(cks_msg_version_drop_t, state),
+    WM_U32_(cks_msg_version_drop_t, retain)};
 
 static const wm_field_t wm_f_sync_list[] = {
     WM_U32_(cks_msg_sync_list_t, what), WM_STR_(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),
