@@ -18,6 +18,7 @@ typedef struct cks_tp_send_req cks_tp_send_req_t;
 
 struct cks_tp_send_req {
     cks_tp_send_req_t *next; /* free list; a connection's held sends */
+    cks_tp_send_req_t *in_prev, *in_next; /* the worker's sends in UCX */
     cks_tp_worker_h worker;
     cks_tp_conn_h conn;
     cks_tp_done_cb_t cb;
@@ -151,6 +152,7 @@ struct cks_tp_worker {
     cks_tp_slot_t *slots;
     size_t nslots, nused;
     cks_tp_send_req_t *free_sends;
+    cks_tp_send_req_t *inflight; /* sends UCX holds (a list through in_next) */
     unsigned closing; /* endpoint close requests in flight */
     int stopping;     /* cks_tp_worker_quiesce() ran: no new connections or calls */
     int destroying;   /* cks_tp_worker_destroy() freed the connections */

@@ -872,11 +872,35 @@ void cks_tp_send_req_put(cks_tp_worker_h w, cks_tp_send_req_t *s)
     w->free_sends = s;
 }
 
+static void cks_tp_inflight_add(cks_tp_worker_h w, cks_tp_send_req_t *s)
+{
+    s->in_prev = NULL;
+    s->in_next = w->inflight;
+    if (w->inflight != NULL) {
+        w->inflight->in_prev = s;
+    }
+    w->inflight = s;
+}
+
+static void cks_tp_inflight_del(cks_tp_worker_h w, cks_tp_send_req_t *s)
+{
+    if (s->in_prev != NULL) {
+        s->in_prev->in_next = s->in_next;
+    } else {
+        w->inflight = s->in_next;
+    }
+    if (s->in_next != NULL) {
+        s->in_next->in_prev = s->in_prev;
+    }
+    s->in_prev = s->in_next = NULL;
+}
+
 static void cks_tp_send_done(void *request, ucs_status_t st, void *arg)
 {
     cks_tp_send_req_t *s = arg;
     cks_tp_worker_h w    = s->worker;
 
+    cks_tp_inflight_del(w, s);
     if (w->destroying) {
         /* ucp_worker_destroy() purges a send still queued on an endpoint
          * that never finished closing (one to a dead server, still wiring
@@ -933,13 +957,18 @@ cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hd
          * send may then complete in place, below */
         p.op_attr_mask &= ~(uint32_t)UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     }
-    /* the callback may run inside ucp_am_send_nbx(): take the reference first */
+    /* the callback may run inside ucp_am_send_nbx(): take the reference
+     * and list the send first */
     cks_tp_conn_get(conn);
     if (conn->sends++ == 0) {
         conn->progress_ns = cks_time_ns();
     }
+    cks_tp_inflight_add(w, s);
     req = ucp_am_send_nbx(conn->data_ep ? conn->data_ep : conn->ep, CKS_TP_AM_ID, s->hdr,
                           hdr_len, payload, payload_len, &p);
+    if (UCS_PTR_IS_ERR(req) || req == NULL) {
+        cks_tp_inflight_del(w, s);
+    }
     if (UCS_PTR_IS_ERR(req)) {
         status = cks_tp_status(UCS_PTR_STATUS(req), "send");
         conn->sends--;
@@ -1656,6 +1685,24 @@ void cks_tp_worker_quiesce(cks_tp_worker_h w)
     if (w->closing > 0) {
         cks_warn("%s: %u endpoints did not finish closing", w->name, w->closing);
     }
+    /* Sends UCX still holds (to a stopped peer whose endpoint did not let
+     * go of them): their owners are told now, while what they touch still
+     * exists, and the requests are left to UCX (freed at destroy). */
+    unsigned abandoned = 0;
+    for (cks_tp_send_req_t *s = w->inflight, *next; s != NULL; s = next) {
+        cks_tp_done_cb_t cb = s->cb;
+        void *arg           = s->arg;
+        next                = s->in_next;
+        s->cb               = NULL;
+        s->arg              = NULL;
+        if (cb != NULL) {
+            abandoned++;
+            cb(arg, CKS_ERR_CANCELED);
+        }
+    }
+    if (abandoned > 0) {
+        cks_info("%s: %u sends still in UCX given up", w->name, abandoned);
+    }
 }
 
 void cks_tp_worker_destroy(cks_tp_worker_h w)
@@ -1685,6 +1732,11 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
         ucp_dt_destroy(w->stream_dt);
     }
     ucp_worker_destroy(w->worker);
+    while (w->inflight != NULL) { /* sends ucp_worker_destroy() did not complete */
+        cks_tp_send_req_t *s = w->inflight;
+        cks_tp_inflight_del(w, s);
+        free(s);
+    }
     ucp_cleanup(w->context);
     free(w->key_shape);
     free(w);
