@@ -153,7 +153,7 @@ cks_ec_h cks_sv_ec_get(cks_server_h s, unsigned k, unsigned m)
 
 /* ---- the primary's puts -------------------------------------------------------------- */
 
-typedef struct {
+typedef struct cks_cput {
     cks_server_h s;
     cks_sv_version_t *v;        /* dup-key tracking on this primary */
     cks_msg_object_entry_t e;   /* strings point at key[] */
@@ -173,11 +173,75 @@ typedef struct {
     unsigned ndown;
     cks_tp_conn_h conn;         /* the client, until STORED */
     uint64_t req_id;
+    int counted;                /* its bytes are in s->unspread */
+    int owed;                   /* its STORED answer waits (backpressure) */
+    struct cks_cput *owed_next;
 } cks_cput_t;
+
+/* Backpressure: a primary that holds more than an eighth of its arena in
+ * puts it has not spread yet answers the next puts (STORED) only as that
+ * backlog drains, oldest first, or at the latest when the put itself is
+ * spread: a client then waits instead of filling the arenas with objects
+ * in flight ("arena full" and chunk puts queued past their timeout). */
+static uint64_t cks_sv_unspread_max(cks_server_h s)
+{
+    return cks_arena_size(s->arena) / 8;
+}
+
+static void cks_cput_answer(cks_cput_t *p, cks_status_t status)
+{
+    if (status == CKS_OK) {
+        cks_sv_reply_status(p->conn, p->req_id, status, NULL);
+    } else {
+        cks_sv_reply_status(p->conn, p->req_id, status, "%s", p->why);
+    }
+    cks_tp_conn_put(p->conn);
+    p->conn = NULL;
+}
+
+/* Answer the waiting puts while the backlog allows, oldest first. */
+static void cks_sv_owed_answer(cks_server_h s)
+{
+    while (s->owed_head != NULL && s->unspread <= cks_sv_unspread_max(s)) {
+        cks_cput_t *p = s->owed_head;
+        s->owed_head  = p->owed_next;
+        if (s->owed_head == NULL) {
+            s->owed_tail = NULL;
+        }
+        p->owed = 0;
+        cks_cput_answer(p, CKS_OK);
+    }
+}
+
+/* A put leaves the backlog (spread, or failed): its own answer, if it still
+ * waits, goes now; then the others the backlog allows. */
+static void cks_cput_unspread(cks_cput_t *p)
+{
+    cks_server_h s = p->s;
+    if (p->counted) {
+        s->unspread -= p->len;
+        p->counted = 0;
+    }
+    if (p->owed) {
+        cks_cput_t **pp = &s->owed_head, *prev = NULL;
+        while (*pp != p) {
+            prev = *pp;
+            pp   = &(*pp)->owed_next;
+        }
+        *pp = p->owed_next;
+        if (s->owed_tail == p) {
+            s->owed_tail = prev;
+        }
+        p->owed = 0;
+        cks_cput_answer(p, p->status);
+    }
+    cks_sv_owed_answer(s);
+}
 
 static void cks_cput_free(cks_cput_t *p)
 {
     cks_sv_version_t *v = p->v;
+    cks_cput_unspread(p);
     free(p->enc.crcs);
     free(p->local);
     free(p->missing);
@@ -510,15 +574,28 @@ static void cks_cput_received(void *arg, cks_status_t status)
     cks_cput_t *p  = arg;
     cks_server_h s = p->s;
 
-    cks_sv_reply_status(p->conn, p->req_id, status,
-                        status == CKS_OK ? NULL : "payload not received");
-    cks_tp_conn_put(p->conn);
-    p->conn = NULL;
     if (status != CKS_OK) {
+        cks_sv_reply_status(p->conn, p->req_id, status, "payload not received");
+        cks_tp_conn_put(p->conn);
+        p->conn   = NULL;
         p->status = status;
         cks_arena_free(s->arena, p->off, p->len);
         cks_cput_free(p);
         return;
+    }
+    p->counted = 1;
+    s->unspread += p->len;
+    if (s->unspread > cks_sv_unspread_max(s) && s->unspread > p->len) {
+        /* STORED, but answered as the backlog drains (see above) */
+        p->owed = 1;
+        if (s->owed_tail != NULL) {
+            s->owed_tail->owed_next = p;
+        } else {
+            s->owed_head = p;
+        }
+        s->owed_tail = p;
+    } else {
+        cks_cput_answer(p, CKS_OK);
     }
     cks_enc_push(&s->enc, &p->enc); /* STORED: now protect it */
 }

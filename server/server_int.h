@@ -289,6 +289,10 @@ struct cks_server {
     size_t nholds, capholds;
     struct cks_sv_flush *flush; /* flush.c: NULL until the first flush */
     struct cks_rp *rp;     /* catch-up and repair (repair.c); cluster only */
+    /* backpressure on STORED (cluster.c): bytes of puts this primary holds
+     * and has not spread yet, and the puts whose STORED answer waits */
+    uint64_t unspread;
+    struct cks_cput *owed_head, *owed_tail;
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
