@@ -2010,16 +2010,7 @@ static void cks_commit_page_in(void *arg, cks_status_t status)
             status = cks_name_check(e.key.ptr, e.key.len, CKS_KEY_MAX_LEN);
         }
         if (status == CKS_OK) {
-            cks_md_object_t *o = &j->objs[j->nobjs++];
-            memcpy(o->key, e.key.ptr, e.key.len);
-            o->key_len = e.key.len;
-            o->kind    = e.kind > CKS_KIND_OTHER ? CKS_KIND_OTHER : (cks_kind_t)e.kind;
-            o->layer   = e.layer;
-            o->expert  = e.expert;
-            o->rank    = e.rank;
-            o->size    = e.size;
-            o->crc64   = e.crc64;
-            o->source_version = e.source;
+            cks_sv_object_of_entry(&j->objs[j->nobjs++], &e);
         }
     }
     if (status == CKS_OK && off != c->page_len) {
@@ -2088,6 +2079,19 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
             cks_commit_page_in(c, status);
         }
     }
+}
+
+void cks_sv_object_of_entry(cks_md_object_t *o, const cks_msg_object_entry_t *e)
+{
+    memcpy(o->key, e->key.ptr, e->key.len);
+    o->key_len        = e->key.len;
+    o->kind           = e->kind > CKS_KIND_OTHER ? CKS_KIND_OTHER : (cks_kind_t)e->kind;
+    o->layer          = e->layer;
+    o->expert         = e->expert;
+    o->rank           = e->rank;
+    o->size           = e->size;
+    o->crc64          = e->crc64;
+    o->source_version = e->source;
 }
 
 void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,

@@ -427,16 +427,7 @@ static void cks_rp_list_reply(void *arg, const cks_wire_hdr_t *hdr, const cks_ms
             if (st != CKS_OK) {
                 break;
             }
-            cks_md_object_t *o = &j->objs[j->nobjs++];
-            memcpy(o->key, e.key.ptr, e.key.len);
-            o->key_len        = e.key.len;
-            o->kind           = e.kind > CKS_KIND_OTHER ? CKS_KIND_OTHER : (cks_kind_t)e.kind;
-            o->layer          = e.layer;
-            o->expert         = e.expert;
-            o->rank           = e.rank;
-            o->size           = e.size;
-            o->crc64          = e.crc64;
-            o->source_version = e.source;
+            cks_sv_object_of_entry(&j->objs[j->nobjs++], &e);
             memcpy(rp->after_key, e.key.ptr, e.key.len);
             rp->after_key_len = e.key.len;
         }

@@ -312,6 +312,10 @@ cks_status_t cks_sv_collect_extents(cks_md_txn_h txn, const char *job, size_t jo
                                     uint64_t version, cks_sv_extent_t **ext_p,
                                     size_t *n_p);
 
+/* cluster.c: a manifest entry from the wire as a metadata object (its key
+ * checked by the caller; a kind past the last one reads as OTHER) */
+void cks_sv_object_of_entry(cks_md_object_t *o, const cks_msg_object_entry_t *e);
+
 /* hold.c: restore leases */
 void cks_sv_version_hold(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                          const cks_msg_version_hold_t *m);
