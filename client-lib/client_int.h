@@ -168,7 +168,7 @@ struct cks_restore {
     cks_client_h client;
     char job[CKS_JOB_MAX_LEN + 1];
     cks_version_info_t info;
-    uint64_t holder;  /* this restore's lease on the version (read.c) */
+    uint64_t holder;  /* this restore's lease on the version (read.c); 0: none */
     uint64_t held_ns; /* when it was last sent (atomic: gets renew it) */
     struct cks_cl_disk *disk; /* flushed.c: reads the durable copy (NULL: memory;
                                  then no lease is held) */

@@ -138,6 +138,9 @@ static void cks_restore_hold(cks_restore_h r, uint32_t lease_ms, int wait)
 /* Renew the lease when a third of it is gone (one caller of many wins). */
 static void cks_restore_renew(cks_restore_h r)
 {
+    if (r->holder == 0) {
+        return; /* a handle of the library's own (fallback.c's trials) holds nothing */
+    }
     uint64_t now  = cks_time_ns();
     uint64_t last = __atomic_load_n(&r->held_ns, __ATOMIC_RELAXED);
     if (now - last > CKS_RESTORE_LEASE_MS / 3 * 1000000ull &&
