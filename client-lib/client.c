@@ -193,16 +193,28 @@ static void cks_cl_puts_free(const void *key, size_t len, void *value, void *arg
 
 static void cks_cl_dispatch(cks_client_h c, cks_op_t *op);
 
+/* In flight, in deadline order (the timeout sweep stops at the first op not
+ * due): most ops share the client's timeout and go last; an op with a longer
+ * one of its own, or one that timed out while UCX still holds its buffer
+ * (deadline UINT64_MAX), stays behind those due before it. */
 static void cks_cl_fl_link(cks_client_h c, cks_op_t *op)
 {
-    op->prev = c->fl_tail;
-    op->next = NULL;
-    if (c->fl_tail != NULL) {
-        c->fl_tail->next = op;
+    cks_op_t *after = c->fl_tail;
+    while (after != NULL && after->deadline_ns > op->deadline_ns) {
+        after = after->prev;
+    }
+    op->prev = after;
+    op->next = after != NULL ? after->next : c->fl_head;
+    if (op->next != NULL) {
+        op->next->prev = op;
+    } else {
+        c->fl_tail = op;
+    }
+    if (after != NULL) {
+        after->next = op;
     } else {
         c->fl_head = op;
     }
-    c->fl_tail = op;
 }
 
 static void cks_cl_fl_unlink(cks_client_h c, cks_op_t *op)
@@ -1216,7 +1228,14 @@ static void cks_cl_check_timeouts(cks_client_h c)
             if (!op->background) {
                 cks_cl_set_errorf(c, CKS_ERR_TIMEOUT, "no answer from the server in time");
             }
+            /* an op UCX still holds stays in flight until it lets go: it
+             * moves behind every op with a deadline, or the sweep would stop
+             * at it and never time those out */
             op->deadline_ns = UINT64_MAX;
+            if (busy) {
+                cks_cl_fl_unlink(c, op);
+                cks_cl_fl_link(c, op);
+            }
             cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT);
             if (busy) {
                 /* UCX still holds a caller's buffer: only closing releases it */
