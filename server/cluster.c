@@ -57,10 +57,14 @@ cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
     cks_sv_peer_t *p = &s->peers[pos];
     const cks_cluster_server_t *cs;
 
-    if (p->conn != NULL && !cks_tp_conn_failed(p->conn)) {
+    if (p->conn != NULL && !cks_tp_conn_failed(p->conn) && !cks_tp_conn_unanswered(p->conn)) {
         return p->conn;
     }
     if (p->conn != NULL) {
+        /* failed, or a call on it went unanswered: the peer may be a process
+         * that is gone while UCX has not noticed (killed and started again on
+         * its address, and our endpoint still reaches the old one); the next
+         * calls go on a new connection, those in flight keep their deadlines */
         cks_tp_conn_put(p->conn);
         p->conn = NULL;
     }

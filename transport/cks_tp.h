@@ -630,6 +630,13 @@ void *cks_tp_conn_user(cks_tp_conn_h conn);
 const char *cks_tp_conn_peer(cks_tp_conn_h conn);
 /** Nonzero once the connection failed or was closed. */
 int cks_tp_conn_failed(cks_tp_conn_h conn);
+/** Nonzero once a call made on this connection, which we opened
+ *  (cks_tp_conn_connect()), went unanswered past its deadline. Its peer may
+ *  be a process that is gone while UCX has not noticed (a server killed and
+ *  started again on the same address): a caller that wants answers opens a
+ *  new connection for its next calls; calls in flight on this one keep
+ *  their own deadlines. */
+int cks_tp_conn_unanswered(cks_tp_conn_h conn);
 /** Nonzero for an endpoint UCX made by itself for a peer (not paired with one
  *  of ours): which connection it belongs to is unknown. */
 int cks_tp_conn_implicit(cks_tp_conn_h conn);

@@ -94,6 +94,7 @@ struct cks_tp_conn {
     int closed;
     int implicit; /* made by UCX, adopted by cks_tp_conn_adopt() */
     int outgoing; /* made by cks_tp_conn_connect(): we chose the peer */
+    int unanswered; /* outgoing, and a call on it timed out unanswered */
     int local;    /* the data endpoint reaches a process of this host (shared memory) */
     int forged_logged; /* it answered a call of another connection (logged once) */
     uint8_t *peer_waddr; /* the worker address the data endpoint was made from */

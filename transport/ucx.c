@@ -464,6 +464,11 @@ int cks_tp_conn_failed(cks_tp_conn_h conn)
     return conn->failed;
 }
 
+int cks_tp_conn_unanswered(cks_tp_conn_h conn)
+{
+    return conn->unanswered;
+}
+
 
 static cks_status_t cks_tp_sockaddr(const char *addr, uint16_t port,
                                     struct sockaddr_in *sa)
@@ -1514,7 +1519,8 @@ int cks_tp_worker_expire(cks_tp_worker_h w)
             int in_flight      = c->sending;
             cks_tp_conn_get(conn); /* the call's reference goes when it ends */
             cks_warn("%s: %s did not answer in time", w->name, conn->peer);
-            c->deadline_ns = UINT64_MAX;
+            conn->unanswered = conn->outgoing;
+            c->deadline_ns   = UINT64_MAX;
             cks_tp_call_fail(w, c, CKS_ERR_TIMEOUT, "no answer in time"); /* c may be gone */
             if (in_flight && !conn->closed) {
                 /* UCX still reads the payload: only closing releases it */
