@@ -332,6 +332,68 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         cks_cl_dispatch(c, op);
         return;
     }
+    if (op->target == CKS_TARGET_COORD && op->tries + 1 < op->ngroup && !c->stop) {
+        /* Coordinator failover: the candidate asked cannot be reached, or
+         * answers that another server coordinates the version; or, for a
+         * finish, abort or delete marker, the first candidate does not know
+         * the version (a later one may have begun it while the first could
+         * not be reached) - its answer stands if no later one does. An
+         * answer of the server's own (a version's deadline: TIMEOUT) is
+         * final. */
+        int unreach = cks_cl_retryable(op->status) && !op->answered;
+        int notopen = op->tries == 0 && op->answered &&
+                      (op->status == CKS_ERR_NO_SUCH_VERSION ||
+                       op->status == CKS_ERR_NO_SUCH_JOB ||
+                       op->status == CKS_ERR_VERSION_NOT_OPEN) &&
+                      (op->type == CKS_MSG_VERSION_SEAL || op->type == CKS_MSG_VERSION_ABORT ||
+                       op->type == CKS_MSG_OBJECT_DELETE);
+        if (unreach || op->status == CKS_ERR_NOT_COORDINATOR || notopen) {
+            if (notopen) {
+                op->notfound = op->status;
+            }
+            if (unreach && op->tries == 0) {
+                op->unreach = op->status;
+            }
+            cks_log(unreach && op->tries == 0 ? CKS_LOG_WARN : CKS_LOG_INFO,
+                    "%s: server %s:%u %s; asking the version's next coordinator candidate",
+                    cks_msg_name(op->type), c->srv[op->srv].addr, c->srv[op->srv].port,
+                    cks_status_string(op->status));
+            cks_status_t failed = op->status;
+            op->tries++;
+            op->srv      = op->group[op->tries];
+            op->status   = CKS_OK;
+            op->replied  = 0;
+            op->answered = 0;
+            if (cks_cl_requeue(c, op)) {
+                return;
+            }
+            op->status = failed; /* the client is stopping */
+        }
+    }
+    if (op->target == CKS_TARGET_COORD &&
+        ((cks_cl_retryable(op->status) && !op->answered) ||
+         op->status == CKS_ERR_NOT_COORDINATOR)) {
+        /* no candidate took it: the first one's answer, or why it could not
+         * be reached (the others named it as the coordinator) */
+        uint64_t version = op->type == CKS_MSG_VERSION_SEAL ? op->body.m_VERSION_SEAL.version
+                         : op->type == CKS_MSG_OBJECT_DELETE
+                             ? op->body.m_OBJECT_DELETE.version
+                         : op->type == CKS_MSG_VERSION_BEGIN ? op->body.m_VERSION_BEGIN.version
+                                                             : op->body.m_VERSION_ABORT.version;
+        if (op->notfound != CKS_OK) {
+            cks_cl_set_errorf(c, op->notfound, "%s of version %llu: %s (no coordinator "
+                              "candidate has it open)", cks_msg_name(op->type),
+                              (unsigned long long)version, cks_status_string(op->notfound));
+            op->status = op->notfound;
+        } else if (op->unreach != CKS_OK && op->tries > 0) {
+            cks_cl_set_errorf(c, op->unreach, "%s of version %llu: its coordinator %s:%u "
+                              "cannot be reached (%s), and no other candidate coordinates it",
+                              cks_msg_name(op->type), (unsigned long long)version,
+                              c->srv[op->group[0]].addr, c->srv[op->group[0]].port,
+                              cks_status_string(op->unreach));
+            op->status = op->unreach;
+        }
+    }
     if (op->target == CKS_TARGET_GROUP && cks_cl_retryable(op->status) &&
         op->tries + 1 < op->ngroup) {
         /* the primary is unreachable: the next member of the group stores
@@ -793,6 +855,7 @@ static void cks_cl_reply_error(cks_client_h c, cks_op_t *op, int32_t st,
     if (!op->background) {
         cks_cl_set_error(c, status, msg->ptr, msg->len);
     }
+    op->answered = op->status == CKS_OK;
     cks_cl_op_fail(c, op, status);
 }
 
@@ -1341,6 +1404,21 @@ cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op)
     return cks_waiter_wait(&w, cks_cl_submit(c, op, cks_waiter_cb, &w));
 }
 
+void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
+                           uint64_t version)
+{
+    if (c->map == NULL) {
+        op->srv    = 0;
+        op->target = CKS_TARGET_FIXED;
+        return;
+    }
+    op->ngroup = (unsigned)cks_place_coordinators(c->map, job, job_len, version, op->group,
+                                                  CKS_COORD_CANDIDATES_MAX);
+    op->srv    = op->group[0];
+    op->tries  = 0;
+    op->target = CKS_TARGET_COORD;
+}
+
 size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version)
 {
     return c->map == NULL ? 0 : cks_place_coordinator(c->map, job, job_len, version);
@@ -1711,7 +1789,7 @@ cks_status_t cks_version_begin_nb(cks_client_h c, const cks_version_params_t *p,
         free(op);
         return CKS_ERR_INVALID_PARAM;
     }
-    op->srv = cks_cl_coordinator(c, m->job.ptr, m->job.len, m->version);
+    cks_cl_to_coordinator(c, op, m->job.ptr, m->job.len, m->version);
     return cks_cl_submit(c, op, cb, arg);
 }
 
@@ -1763,8 +1841,8 @@ cks_status_t cks_object_delete(cks_client_h c, const char *job, uint64_t version
         return status;
     }
     op->body.m_OBJECT_DELETE.version = version;
-    op->srv = cks_cl_coordinator(c, op->body.m_OBJECT_DELETE.job.ptr,
-                                 op->body.m_OBJECT_DELETE.job.len, version);
+    cks_cl_to_coordinator(c, op, op->body.m_OBJECT_DELETE.job.ptr,
+                          op->body.m_OBJECT_DELETE.job.len, version);
     return cks_cl_run(c, op);
 }
 
@@ -1780,8 +1858,8 @@ cks_status_t cks_version_finish_nb(cks_client_h c, const char *job, uint64_t ver
     if (status != CKS_OK) {
         return status;
     }
-    op->srv = cks_cl_coordinator(c, op->body.m_VERSION_SEAL.job.ptr,
-                                 op->body.m_VERSION_SEAL.job.len, version);
+    cks_cl_to_coordinator(c, op, op->body.m_VERSION_SEAL.job.ptr,
+                          op->body.m_VERSION_SEAL.job.len, version);
     cks_cl_puts_t puts = cks_cl_put_count(c, job, version, 1);
     op->body.m_VERSION_SEAL.nobjects = puts.count;
     op->body.m_VERSION_SEAL.digest   = puts.digest;
@@ -1807,8 +1885,8 @@ static cks_status_t cks_cl_version_simple(cks_client_h c, unsigned type, const c
     if (status != CKS_OK) {
         return status;
     }
-    op->srv = cks_cl_coordinator(c, op->body.m_VERSION_ABORT.job.ptr,
-                                 op->body.m_VERSION_ABORT.job.len, version);
+    cks_cl_to_coordinator(c, op, op->body.m_VERSION_ABORT.job.ptr,
+                          op->body.m_VERSION_ABORT.job.len, version);
     if (type == CKS_MSG_VERSION_ABORT) {
         cks_cl_put_count(c, job, version, 1);
     }

@@ -40,6 +40,10 @@ typedef enum {
     CKS_TARGET_ANY   = 1, /* op->srv first, then every other server in turn */
     CKS_TARGET_GROUP = 2, /* a put: the placement group's members in order, while
                              the one asked is unreachable (at most m + 1 of them) */
+    CKS_TARGET_COORD = 3, /* a version's begin, finish, abort, delete or delete
+                             marker: its coordinator candidates in order
+                             (op->group), while the one asked is unreachable
+                             or answers that another one coordinates it */
 } cks_target_t;
 
 typedef struct {
@@ -92,6 +96,10 @@ struct cks_op {
     int sending;            /* UCX holds the payload (send) */
     int receiving;          /* UCX writes into buf */
     int replied;
+    int answered;           /* status is the server's own answer (not a
+                               failure to reach it) */
+    cks_status_t unreach;   /* CKS_TARGET_COORD: why the first candidate
+                               could not be reached, else CKS_OK */
     int queued;             /* on a server's wait list */
     cks_status_t status;
     cks_done_cb_t cb;
@@ -223,6 +231,10 @@ void cks_cl_scratch_free(cks_client_h c);
 void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m);
 /* Server that coordinates (job, version); 0 on a standalone server. */
 size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version);
+/** Send `op` to the coordinator of (job, version): its candidates in turn
+ *  (CKS_TARGET_COORD) on a cluster, the server on a standalone one. */
+void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
+                           uint64_t version);
 void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t *e);
 cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t version, int latest,
                                  cks_version_info_t *info_p);

@@ -43,12 +43,14 @@ extern "C" {
     _(CKS_ERR_BAD_STATE,        -15, "handle is in a failed state; only destroy is allowed") \
     _(CKS_ERR_BUSY,             -16, "too many requests in flight") \
     _(CKS_ERR_NAME_INVALID,     -17, "job or key name is empty or not valid UTF-8") \
+    _(CKS_ERR_NOT_COORDINATOR,  -18, "another server coordinates this version") \
     _(CKS_ERR_TIMEOUT,         -100, "timed out waiting for the peer") \
     _(CKS_ERR_UNREACHABLE,     -101, "peer unreachable") \
     _(CKS_ERR_CONN_LOST,       -102, "connection lost") \
     _(CKS_ERR_PROTOCOL,        -103, "protocol version mismatch") \
     _(CKS_ERR_AUTH,            -104, "authentication failed") \
     _(CKS_ERR_TRANSPORT,       -105, "transport error") \
+    _(CKS_ERR_NO_QUORUM,       -106, "too few servers reachable to agree on a coordinator") \
     _(CKS_ERR_ARENA_FULL,      -200, "server arena full") \
     _(CKS_ERR_METADATA_FULL,   -201, "server metadata store full") \
     _(CKS_ERR_IO,              -202, "server I/O error") \

@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -497,6 +498,34 @@ static inline size_t cks_place_coordinator(cks_cluster_h map, const char *job, s
         return 0;
     }
     return group[0];
+}
+
+/** Most coordinator candidates of a version: enough for CKS_PLACE_M_MAX down. */
+#define CKS_COORD_CANDIDATES_MAX (CKS_PLACE_M_MAX + 1u)
+
+/**
+ * Coordinator candidates of (job, version), in the order they take over:
+ * out[0] is cks_place_coordinator(); the next ones are the servers a
+ * placement group of that key adds on other nodes (one per node, as many as
+ * the map has nodes, at most CKS_COORD_CANDIDATES_MAX and `max`). A version
+ * is coordinated by the first candidate its beginning client reaches that
+ * wins a majority of the servers' grants (server/coord.c). Returns how many
+ * (1 when the map is unusable: out[0] = 0).
+ */
+static inline size_t cks_place_coordinators(cks_cluster_h map, const char *job, size_t job_len,
+                                            uint64_t version, uint16_t *out, size_t max)
+{
+    static const char key[] = ".version-coordinator";
+    uint16_t group[CKS_PLACE_WIDTH_MAX];
+    size_t n = CKS_MIN(CKS_MIN(cks_cluster_nnodes(map), (size_t)CKS_COORD_CANDIDATES_MAX), max);
+
+    if (n >= 2 && cks_place(map, job, job_len, key, sizeof(key) - 1, version, 1,
+                            (unsigned)(n - 1), NULL, group) == CKS_OK) {
+        memcpy(out, group, n * sizeof(*out));
+        return n;
+    }
+    out[0] = (uint16_t)cks_place_coordinator(map, job, job_len, version);
+    return 1;
 }
 
 

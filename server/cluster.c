@@ -112,10 +112,10 @@ int cks_sv_peer_down(cks_server_h s, size_t pos)
     return t != 0 && cks_time_ns() - t < CKS_SV_PEER_DOWN_NS;
 }
 
-static size_t cks_sv_coordinator(cks_server_h s, const char *job, size_t job_len,
-                                 uint64_t version)
+/* Did a call fail because its server could not be reached in time? */
+static int cks_sv_unreachable(cks_status_t st)
 {
-    return cks_place_coordinator(s->map, job, job_len, version);
+    return st == CKS_ERR_UNREACHABLE || st == CKS_ERR_CONN_LOST || st == CKS_ERR_TIMEOUT;
 }
 
 /* The digest of one object a rank put, as VERSION_SEAL carries them XORed. */
@@ -180,6 +180,10 @@ typedef struct cks_cput {
     int counted;                /* its bytes are in s->unspread */
     int owed;                   /* its STORED answer waits (backpressure) */
     struct cks_cput *owed_next;
+    /* where OBJECT_DONE goes: the coordinator granted the version here
+     * first, then the version's candidates in order (coord.c) */
+    uint16_t coords[CKS_COORD_CANDIDATES_MAX + 1];
+    unsigned ncoords, coord_try;
 } cks_cput_t;
 
 /* Backpressure: a primary that holds more than an eighth of its arena in
@@ -260,9 +264,22 @@ static void cks_cput_free(cks_cput_t *p)
 static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
                                      cks_status_t *status_p, char *why, size_t why_len);
 
+static void cks_cput_report_to(cks_cput_t *p);
+
 static void cks_cput_reported(void *arg, cks_status_t status, const char *msg)
 {
     cks_cput_t *p = arg;
+    if ((cks_sv_unreachable(status) || status == CKS_ERR_NOT_COORDINATOR) &&
+        p->coord_try + 1 < p->ncoords && !p->s->stop) {
+        /* that server is gone or does not coordinate the version: the next
+         * candidate may (coordinator failover) */
+        cks_info("object '%s' of version %llu: server %u %s; reporting it to server %u",
+                 p->key, (unsigned long long)p->v->version, p->coords[p->coord_try],
+                 cks_status_string(status), p->coords[p->coord_try + 1]);
+        p->coord_try++;
+        cks_cput_report_to(p);
+        return;
+    }
     if (status != CKS_OK) {
         cks_warn("coordinator refused object '%s' of version %llu: %s %s", p->key,
                  (unsigned long long)p->v->version, cks_status_string(status), msg);
@@ -271,11 +288,11 @@ static void cks_cput_reported(void *arg, cks_status_t status, const char *msg)
 }
 
 /* Tell the coordinator that the object is protected, or why it is not. */
-static void cks_cput_report(cks_cput_t *p)
+static void cks_cput_report_to(cks_cput_t *p)
 {
     cks_server_h s = p->s;
     cks_msg_object_done_t m;
-    size_t coord;
+    size_t coord = p->coords[p->coord_try];
 
     m.job     = (cks_wire_str_t){p->v->job, p->v->job_len};
     m.version = p->v->version;
@@ -292,7 +309,6 @@ static void cks_cput_report(cks_cput_t *p)
             m.redundancy = p->m - p->missing[st];
         }
     }
-    coord     = cks_sv_coordinator(s, p->v->job, p->v->job_len, p->v->version);
     if (coord == s->self) {
         cks_status_t st;
         char why[CKS_MSG_MAX_LEN];
@@ -306,6 +322,25 @@ static void cks_cput_report(cks_cput_t *p)
                                     p) != CKS_INPROGRESS) {
         cks_cput_reported(p, CKS_ERR_UNREACHABLE, "coordinator unreachable");
     }
+}
+
+static void cks_cput_report(cks_cput_t *p)
+{
+    cks_server_h s = p->s;
+    uint16_t cand[CKS_COORD_CANDIDATES_MAX];
+    size_t n = cks_sv_coord_candidates(s, p->v->job, p->v->job_len, p->v->version, cand);
+    uint32_t holder;
+
+    p->ncoords = p->coord_try = 0;
+    if (cks_sv_claim_holder(s, p->v->job, p->v->job_len, p->v->version, &holder)) {
+        p->coords[p->ncoords++] = (uint16_t)holder;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (p->ncoords == 0 || cand[i] != p->coords[0]) {
+            p->coords[p->ncoords++] = cand[i];
+        }
+    }
+    cks_cput_report_to(p);
 }
 
 static void cks_cput_fail(cks_cput_t *p, cks_status_t status, const char *fmt, ...)
@@ -1171,6 +1206,42 @@ static void cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m)
     }
 }
 
+/*
+ * A version that is not open here: does another server coordinate it? Yes
+ * when this server granted it to another one (coord.c), or when it knows
+ * nothing of it and is not its first candidate (a failover coordinator
+ * began it while this server could not hear the claim). Then whoever asked
+ * (a rank's seal, a primary's report) tries the next candidate, and nothing
+ * here treats the version as never begun.
+ */
+static int cks_sv_coordinated_elsewhere(cks_server_h s, const cks_sv_version_t *v,
+                                        const cks_wire_str_t *job, uint64_t version,
+                                        char *why, size_t why_len)
+{
+    cks_md_version_t rec;
+    uint16_t cand[CKS_COORD_CANDIDATES_MAX];
+    uint32_t holder;
+
+    if (v != NULL && v->objs != NULL) {
+        return 0; /* this server coordinates (or coordinated) it */
+    }
+    if (cks_sv_claim_holder(s, job->ptr, job->len, version, &holder)) {
+        if (holder == s->self) {
+            return 0;
+        }
+        snprintf(why, why_len, "version %llu of '%.*s' is coordinated by server %u",
+                 (unsigned long long)version, (int)job->len, job->ptr, holder);
+        return 1;
+    }
+    cks_sv_coord_candidates(s, job->ptr, job->len, version, cand);
+    if (cand[0] == s->self || cks_sv_version_lookup(s, job, version, &rec) == CKS_OK) {
+        return 0;
+    }
+    snprintf(why, why_len, "server %zu does not coordinate version %llu of '%.*s'", s->self,
+             (unsigned long long)version, (int)job->len, job->ptr);
+    return 1;
+}
+
 static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
                                      cks_status_t *status_p, char *why, size_t why_len)
 {
@@ -1178,6 +1249,10 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
     cks_md_object_t *o;
 
     why[0] = '\0';
+    if (cks_sv_coordinated_elsewhere(s, v, &m->job, m->version, why, why_len)) {
+        *status_p = CKS_ERR_NOT_COORDINATOR;
+        return;
+    }
     if (v == NULL || !v->cluster || v->objs == NULL || v->bcast > 0 ||
         v->wait == CKS_SV_WAIT_ABORT || v->wait == CKS_SV_WAIT_DELETE) {
         *status_p = CKS_ERR_VERSION_NOT_OPEN;
@@ -1309,7 +1384,13 @@ void cks_sv_object_delete(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 {
     cks_sv_version_t *v = cks_sv_version_find(s, &m->job, m->version);
     cks_status_t status = cks_sv_check_names(&m->job, &m->key);
+    char why[CKS_MSG_MAX_LEN];
 
+    if (status == CKS_OK && !cks_sv_cv_open(v) &&
+        cks_sv_coordinated_elsewhere(s, v, &m->job, m->version, why, sizeof(why))) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NOT_COORDINATOR, "%s", why);
+        return;
+    }
     if (status == CKS_OK && !cks_sv_cv_open(v)) {
         status = CKS_ERR_VERSION_NOT_OPEN;
     }
@@ -1917,6 +1998,11 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
         v->rec     = rec;
         v->cluster = 1;
     } else if (!cks_sv_cv_open(v)) {
+        char why[CKS_MSG_MAX_LEN];
+        if (cks_sv_coordinated_elsewhere(s, v, job, version, why, sizeof(why))) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NOT_COORDINATOR, "%s", why);
+            return;
+        }
         const cks_sv_aborted_t *a = cks_sv_aborted_find(s, job, version);
         if (a != NULL && type == CKS_MSG_VERSION_SEAL &&
             cks_sv_version_lookup(s, job, version, &rec) == CKS_OK &&
@@ -2043,6 +2129,9 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_reply_status(conn, req_id, status, "bad manifest page");
         return;
     }
+    if (m->last) {
+        cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->v.version);
+    }
     c = calloc(1, sizeof(*c));
     j = cks_sv_mdq_job(s, CKS_MDQ_MANIFEST, m->job.ptr, m->job.len, m->v.version);
     if (c == NULL || j == NULL) {
@@ -2110,6 +2199,7 @@ void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_reply_status(conn, req_id, status, "bad drop");
         return;
     }
+    cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->version);
     c = calloc(1, sizeof(*c));
     j = cks_sv_mdq_job(s, CKS_MDQ_DROP, m->job.ptr, m->job.len, m->version);
     if (c == NULL || j == NULL) {
@@ -2202,6 +2292,10 @@ int cks_sv_cluster_progress(cks_server_h s)
         s->owed_next_ns = now + CKS_SV_OWED_EVERY;
         cks_sv_owed_send(s, 0);
     }
+    if (now >= s->claims_sweep_ns) {
+        s->claims_sweep_ns = now + 1000000000ull;
+        cks_sv_claims_expire(s);
+    }
     e = cks_enc_take_done(&s->enc);
     while (e != NULL) {
         cks_enc_job_t *next = e->next;
@@ -2241,7 +2335,7 @@ cks_status_t cks_sv_cluster_init(cks_server_h s)
         return CKS_ERR_INVALID_PARAM;
     }
     s->peers = calloc(cks_cluster_nservers(s->map), sizeof(*s->peers));
-    if (s->peers == NULL) {
+    if (s->peers == NULL || cks_sv_claims_init(s) != CKS_OK) {
         return CKS_ERR_NO_MEMORY;
     }
     status = cks_rp_init(s);
@@ -2276,6 +2370,7 @@ void cks_sv_cluster_fini(cks_server_h s)
     }
     cks_sv_cluster_quiesce(s);
     cks_rp_fini(s);
+    cks_sv_claims_fini(s);
     while (s->owed != NULL) {
         cks_sv_owed_t *o = s->owed;
         s->owed          = o->next;

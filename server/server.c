@@ -33,8 +33,7 @@ uint64_t cks_sv_realtime_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Key of a version in the in-memory tables; returns its length. */
-static size_t cks_sv_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version)
+size_t cks_sv_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version)
 {
     memcpy(buf, job, job_len);
     buf[job_len] = 0;
@@ -495,11 +494,13 @@ static void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     }
 }
 
+static void cks_sv_version_open(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                const cks_msg_version_begin_t *m, cks_status_t status,
+                                const char *why);
+
 static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                  const cks_msg_version_begin_t *m)
 {
-    cks_md_version_t rec;
-    cks_sv_version_t *v;
     cks_status_t status;
 
     status = cks_sv_check_names(&m->job, NULL);
@@ -559,6 +560,28 @@ static void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t re
                                 (unsigned long long)prec.chunk_size);
             return;
         }
+    }
+    if (s->map != NULL) {
+        /* a majority of the servers must grant this server the version
+         * first (coord.c): then no other candidate can coordinate it */
+        cks_sv_claim_begin(s, conn, req_id, m, cks_sv_version_open);
+        return;
+    }
+    cks_sv_version_open(s, conn, req_id, m, CKS_OK, NULL);
+}
+
+/* Begin a version whose parameters were checked (and, in a cluster, whose
+ * claim a majority granted): record it OPEN. */
+static void cks_sv_version_open(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                const cks_msg_version_begin_t *m, cks_status_t status,
+                                const char *why)
+{
+    cks_md_version_t rec;
+    cks_sv_version_t *v;
+
+    if (status != CKS_OK) {
+        cks_sv_reply_status(conn, req_id, status, "%s", why != NULL ? why : "");
+        return;
     }
     if (cks_sv_version_find(s, &m->job, m->version) != NULL ||
         (status = cks_sv_version_lookup(s, &m->job, m->version, &rec)) == CKS_OK) {
@@ -1316,6 +1339,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         case CKS_MSG_OBJECT_DONE:
         case CKS_MSG_VERSION_COMMIT:
         case CKS_MSG_VERSION_DROP:
+        case CKS_MSG_VERSION_CLAIM:
             if (s->map == NULL) {
                 cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
                                     "%s: this server is not in a cluster",
@@ -1328,6 +1352,8 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 cks_sv_object_done(s, conn, hdr->req_id, &b->m_OBJECT_DONE);
             } else if (hdr->type == CKS_MSG_VERSION_COMMIT) {
                 cks_sv_version_commit(s, conn, hdr->req_id, &b->m_VERSION_COMMIT, data);
+            } else if (hdr->type == CKS_MSG_VERSION_CLAIM) {
+                cks_sv_version_claim(s, conn, hdr->req_id, &b->m_VERSION_CLAIM);
             } else {
                 cks_sv_version_drop(s, conn, hdr->req_id, &b->m_VERSION_DROP);
             }

@@ -293,6 +293,10 @@ struct cks_server {
      * and has not spread yet, and the puts whose STORED answer waits */
     uint64_t unspread;
     struct cks_cput *owed_head, *owed_tail;
+    /* coord.c: grants of versions to coordinators, "job\0be64(version)" ->
+     * cks_sv_claim_t (cluster only) */
+    cks_hmap_t *claims;
+    uint64_t claims_sweep_ns; /* next sweep of expired grants */
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
@@ -315,6 +319,37 @@ cks_status_t cks_sv_collect_extents(cks_md_txn_h txn, const char *job, size_t jo
 /* cluster.c: a manifest entry from the wire as a metadata object (its key
  * checked by the caller; a kind past the last one reads as OTHER) */
 void cks_sv_object_of_entry(cks_md_object_t *o, const cks_msg_object_entry_t *e);
+
+/* coord.c: coordinator candidates, claims and their grants */
+/** What a claimed begin continues with: status CKS_OK when a majority of the
+ *  servers granted this server the version (then the begin goes on), else
+ *  the refusal and its reason (to answer the client with). */
+typedef void (*cks_sv_claim_done_t)(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                                    const cks_msg_version_begin_t *m, cks_status_t status,
+                                    const char *why);
+cks_status_t cks_sv_claims_init(struct cks_server *s);
+void cks_sv_claims_fini(struct cks_server *s);
+/** Drop grants past their time (progress thread, now and then). */
+void cks_sv_claims_expire(struct cks_server *s);
+/** Claim (job, version) for this server from every other one; `done` runs
+ *  once a majority granted it or can no longer (m's strings are copied). */
+void cks_sv_claim_begin(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_version_begin_t *m, cks_sv_claim_done_t done);
+/** VERSION_CLAIM from a peer. */
+void cks_sv_version_claim(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                          const cks_msg_version_claim_t *m);
+/** 1 when a grant of the version stands here (its coordinator in *coord_p). */
+int cks_sv_claim_holder(struct cks_server *s, const char *job, size_t job_len,
+                        uint64_t version, uint32_t *coord_p);
+/** The version committed or was dropped here: its grant is not needed. */
+void cks_sv_claim_forget(struct cks_server *s, const char *job, size_t job_len,
+                         uint64_t version);
+/** The version's coordinator candidates (cks_place_coordinators()). */
+size_t cks_sv_coord_candidates(struct cks_server *s, const char *job, size_t job_len,
+                               uint64_t version, uint16_t *out);
+/** 1 when this server is one of them (its place in *rank_p, may be NULL). */
+int cks_sv_coord_candidate(struct cks_server *s, const char *job, size_t job_len,
+                           uint64_t version, size_t *rank_p);
 
 /* hold.c: restore leases */
 void cks_sv_version_hold(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
@@ -339,6 +374,9 @@ cks_status_t cks_sv_version_lookup(struct cks_server *s, const cks_wire_str_t *j
                                    uint64_t version, cks_md_version_t *rec_p);
 cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key);
 uint64_t cks_sv_realtime_ns(void);
+/** Key of a version in the in-memory tables ("job\0be64(version)", at most
+ *  CKS_JOB_MAX_LEN + 9 bytes); returns its length. */
+size_t cks_sv_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version);
 
 /* cluster.c */
 cks_status_t cks_sv_cluster_init(struct cks_server *s);

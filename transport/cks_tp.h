@@ -333,6 +333,21 @@ typedef struct {
                         lack of space makes room for the next version */
 } cks_msg_version_drop_t;
 
+/** Coordinator -> every server, before it begins a version (server/coord.c):
+ *  "I coordinate (job, version)". A server grants it (STATUS_REPLY OK) unless
+ *  it granted another coordinator one that has not expired
+ *  (CKS_ERR_NOT_COORDINATOR, naming it) or holds a record of the version
+ *  (CKS_ERR_VERSION_EXISTS); a coordinator begins only with grants from a
+ *  majority of the servers, so two can never both begin one version.
+ *  `release` 1 withdraws a claim that did not win. */
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    uint32_t coord;   /* the claiming server's id */
+    uint32_t release; /* 1: withdraw the claim */
+    uint32_t ttl_s;   /* how long the grant holds (the version's deadline and a margin) */
+} cks_msg_version_claim_t;
+
 /* ---- durable tier (server/flush.c) ---------------------------------------- */
 
 /** Longest directory a flush names, in bytes. */
@@ -431,6 +446,7 @@ typedef struct {
     _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c") \
     _(MEM_MAP,           29, cks_msg_mem_map_t,            "c>s") \
     _(VERSION_HOLD,      30, cks_msg_version_hold_t,       "c>s") \
+    _(VERSION_CLAIM,     31, cks_msg_version_claim_t,      "s>s") \
     _(SYNC_LIST,         40, cks_msg_sync_list_t,          "s>s") \
     _(SYNC_REPLY,        41, cks_msg_sync_reply_t,         "s>c") \
     _(REPAIR_CHECK,      42, cks_msg_version_ref_t,        "s>s") \

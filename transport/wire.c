@@ -166,6 +166,11 @@ static const cks_wire_field_t fd_version_drop[] = {
     FD_U64(cks_msg_version_drop_t, version), FD_U32(cks_msg_version_drop_t, state),
     FD_U32(cks_msg_version_drop_t, retain)};
 
+static const cks_wire_field_t fd_version_claim[] = {
+    FD_STR(cks_msg_version_claim_t, job, CKS_JOB_MAX_LEN),
+    FD_U64(cks_msg_version_claim_t, version), FD_U32(cks_msg_version_claim_t, coord),
+    FD_U32(cks_msg_version_claim_t, release), FD_U32(cks_msg_version_claim_t, ttl_s)};
+
 static const cks_wire_field_t fd_sync_list[] = {
     FD_U32(cks_msg_sync_list_t, what), FD_STR(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_sync_list_t, version),
@@ -228,6 +233,7 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_AUTH_REPLY]         = FD_TABLE(fd_auth_reply),
     [CKS_MSG_MEM_MAP]            = FD_TABLE(fd_mem_map),
     [CKS_MSG_VERSION_HOLD]       = FD_TABLE(fd_version_hold),
+    [CKS_MSG_VERSION_CLAIM]      = FD_TABLE(fd_version_claim),
     [CKS_MSG_FLUSH_CHUNKS]       = FD_TABLE(fd_flush),
     [CKS_MSG_FLUSH_PUBLISH]      = FD_TABLE(fd_flush),
     [CKS_MSG_SYNC_LIST]          = FD_TABLE(fd_sync_list),

@@ -8,8 +8,9 @@
  * DEGRADED, stating the redundancy it has, and every object restores
  * bit-exact; with three down,
  * the write fails with an error that names the servers; a version whose
- * coordinator is down cannot begin (a clear error) and earlier versions are
- * untouched.
+ * coordinator is down is coordinated by its next candidate (and one whose
+ * first two candidates are down by the third), commits, restores exactly,
+ * and can be deleted with its coordinator still down.
  */
 #include "ckstore.h"
 #include "cks_test.h"
@@ -262,9 +263,10 @@ Test(heal, degraded_writes_with_one_and_two_servers_down)
     cks_client_destroy(c);
 }
 
-/* Three of six servers down with RS(4,2): nothing of the version can be
- * stored; the write fails with an error naming the servers, and the
- * version is never restorable. */
+/* Three of six servers down with RS(4,2): no stripe could keep k chunks,
+ * and no coordinator can win a majority; the write fails at its begin
+ * (CKS_ERR_NO_QUORUM) with an error naming the servers, and the version is
+ * never restorable. */
 Test(heal, more_than_m_down_fails_naming_the_servers)
 {
     int down[NSRV] = {0};
@@ -294,25 +296,70 @@ Test(heal, more_than_m_down_fails_naming_the_servers)
     cks_client_destroy(c);
 }
 
-/* The version's coordinator is down: it cannot begin (a clear error, no
- * hang), and the versions before it still restore. Another server taking
- * over its coordination is not built. */
-Test(heal, version_with_its_coordinator_down_fails_clearly)
+/* A version's coordinator is down: its next candidate coordinates it (the
+ * majority of the servers grants it the version), it commits DEGRADED and
+ * restores exactly; with its first two candidates down, the third. Deletes,
+ * stats and latest go on with the coordinator down. Before failover, such a
+ * version could not begin ('CKS_ERR_UNREACHABLE'). */
+Test(heal, version_with_its_coordinator_down_is_coordinated_by_the_next)
 {
     int down[NSRV] = {0};
+    int cand[NSRV];
     char why[512];
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(5000);
     uint64_t v1    = version_with_live_coordinator(1, down);
     cr_assert_eq(write_version(c, v1, why, sizeof(why)), CKS_OK, "%s", why);
+
     uint64_t v2 = v1 + 1;
-    int coord   = cks_test_coordinator(cl.map, "heal", v2);
-    cks_test_cluster_kill(&cl, (size_t)coord);
+    int n       = cks_test_coordinators(cl.map, "heal", v2, cand, NSRV);
+    cr_assert_geq(n, 3, "%d coordinator candidates", n);
+    cr_assert_eq(cand[0], cks_test_coordinator(cl.map, "heal", v2));
+    cks_test_cluster_kill(&cl, (size_t)cand[0]);
+    down[cand[0]]   = 1;
     cks_status_t st = write_version(c, v2, why, sizeof(why));
-    fprintf(stderr, "version %llu with its coordinator %d down: %s (%s)\n",
-            (unsigned long long)v2, coord, cks_status_name(st), why);
-    cr_assert(st == CKS_ERR_UNREACHABLE || st == CKS_ERR_CONN_LOST || st == CKS_ERR_TIMEOUT,
-              "got %s", cks_status_name(st));
-    verify_version(c, v1, "coordinator of the next down");
+    if (st != CKS_OK) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "version %llu with its coordinator %d down: %s (%s)",
+                 (unsigned long long)v2, cand[0], cks_status_name(st), why);
+    expect_state(c, v2, CKS_VSTATE_DEGRADED, M - 1);
+    verify_version(c, v2, "coordinated by the second candidate");
+
+    /* the first two candidates of the next version down (one more server) */
+    uint64_t v3 = v2 + 1;
+    for (;; v3++) {
+        cr_assert_eq(cks_test_coordinators(cl.map, "heal", v3, cand, NSRV), n);
+        if ((down[cand[0]] || down[cand[1]]) && !down[cand[2]]) {
+            break;
+        }
+        cr_assert_lt(v3, v2 + 1000, "no version whose third candidate is up");
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!down[cand[i]]) {
+            cks_test_cluster_kill(&cl, (size_t)cand[i]);
+            down[cand[i]] = 1;
+        }
+    }
+    st = write_version(c, v3, why, sizeof(why));
+    if (st != CKS_OK) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "version %llu with candidates %d and %d down: %s (%s)",
+                 (unsigned long long)v3, cand[0], cand[1], cks_status_name(st), why);
+    expect_state(c, v3, CKS_VSTATE_DEGRADED, 0);
+    verify_version(c, v1, "two servers down");
+    verify_version(c, v2, "two servers down");
+    verify_version(c, v3, "coordinated by the third candidate");
+
+    /* latest, and a delete whose coordinator is down */
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_latest(c, "heal", &vi), CKS_OK);
+    cr_assert_eq(vi.version, v3);
+    st = cks_version_delete(c, "heal", v2);
+    cr_assert_eq(st, CKS_OK, "delete of version %llu with its coordinator down: %s",
+                 (unsigned long long)v2, cks_status_name(st));
+    cr_assert_eq(cks_version_stat(c, "heal", v2, &vi), CKS_ERR_NO_SUCH_VERSION);
+    verify_version(c, v3, "after the delete");
     cks_client_destroy(c);
 }

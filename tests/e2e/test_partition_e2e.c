@@ -29,12 +29,15 @@
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MiB (1ull << 20)
 #define KiB (1ull << 10)
@@ -72,7 +75,17 @@ static cks_client_h connect_client(int timeout_ms)
 
 /* Build the network, start the servers in it, enter the client namespace and
  * connect. Skips the test when the machine cannot do namespaces. */
+static void bring_up_servers(void);
+
 static void bring_up(void)
+{
+    bring_up_servers();
+    cr_assert_eq(cks_test_netns_enter_client(&net), 0);
+    cli = connect_client(TIMEOUT_MS);
+}
+
+/* The network and the servers, nothing of UCX in this process yet. */
+static void bring_up_servers(void)
 {
     char why[256] = "";
     if (cks_test_netns_create(&net, NSRV, why, sizeof(why)) != 0) {
@@ -89,8 +102,6 @@ static void bring_up(void)
     cr_assert_eq(cks_test_cluster_start_hosts(&cl, NSRV, NSRV, 128 * MiB, net.host_addr_p,
                                               net.host_ns_p),
                  0, "servers in namespaces %s-s*", net.prefix);
-    cr_assert_eq(cks_test_netns_enter_client(&net), 0);
-    cli = connect_client(TIMEOUT_MS);
 }
 
 static void teardown(void)
@@ -716,4 +727,223 @@ Test(partition, restore_cut_from_three_servers_is_a_clear_data_loss)
     }
     verify_after_heal(cli, 1, 1, 24 * MiB, seed);
     write_after_heal(cli, 2, seed);
+}
+
+/* ---- coordinator failover under a partial partition ----------------------- */
+
+/* A second rank on a server host (a trainer beside a storage server): a
+ * process of its own, forked before this one holds any UCX state, moves
+ * into that host's namespace and makes its client there. It runs the steps
+ * the test sends it on `cmd` (one byte each) and answers each with a
+ * status on `out`. */
+typedef struct {
+    pid_t pid;
+    int cmd, out;
+} rank_proc_t;
+
+static cks_status_t put_one(cks_client_h c, uint64_t version, size_t i, uint64_t size,
+                            uint64_t seed, int32_t rank);
+
+static int rank_main(size_t host, uint64_t seed, int cmd, int out)
+{
+    cks_client_h c = NULL;
+    cks_status_t st = CKS_ERR_INTERNAL;
+    char step;
+    if (cks_test_netns_enter_host(&net, host) == 0) {
+        st = cks_test_connect_cluster(cl.map, 4, 2, 256 * KiB, TIMEOUT_MS, &c);
+    }
+    while (write(out, &st, sizeof(st)) == (ssize_t)sizeof(st) && st == CKS_OK &&
+           read(cmd, &step, 1) == 1) {
+        cks_version_params_t vp = {.job = JOB, .version = 3};
+        switch (step) {
+            case 'p': /* rank 1's object of version 2 */
+                st = put_one(c, 2, 1, 2 * MiB + 5, seed, 1);
+                break;
+            case 'f':
+                st = cks_version_finish(c, JOB, 2, 1);
+                break;
+            case 'b':
+                st = cks_version_begin(c, &vp);
+                break;
+            case 's':
+                st = put_one(c, 3, 0, 3 * MiB + 1, seed, CKS_TAG_NONE);
+                st = st == CKS_OK ? cks_version_seal(c, JOB, 3) : st;
+                break;
+            case 'v': /* rank 0's object of version 2, from this host */
+                st = verify_version(c, 2, 1, 1 * MiB + 17, seed);
+                break;
+            default:
+                st = CKS_ERR_INVALID_PARAM;
+        }
+    }
+    if (c != NULL) {
+        cks_client_destroy(c);
+    }
+    return st == CKS_OK ? 0 : 1;
+}
+
+static void rank_start(rank_proc_t *r, size_t host, uint64_t seed)
+{
+    int cmd[2], out[2];
+    cr_assert_eq(pipe(cmd), 0);
+    cr_assert_eq(pipe(out), 0);
+    r->pid = fork();
+    cr_assert_geq(r->pid, 0);
+    if (r->pid == 0) {
+        close(cmd[1]);
+        close(out[0]);
+        _exit(rank_main(host, seed, cmd[0], out[1]));
+    }
+    close(cmd[0]);
+    close(out[1]);
+    r->cmd = cmd[1];
+    r->out = out[0];
+}
+
+/* Send step `step` (0: none) and read the rank's status, waiting at most
+ * BOUND_MS (a rank that hangs fails the test). */
+static cks_status_t rank_step(rank_proc_t *r, char step)
+{
+    cks_status_t st = CKS_ERR_TIMEOUT;
+    struct pollfd pfd = {.fd = r->out, .events = POLLIN};
+    if (step != 0) {
+        cr_assert_eq(write(r->cmd, &step, 1), 1);
+    }
+    if (poll(&pfd, 1, BOUND_MS) == 1 && read(r->out, &st, sizeof(st)) != (ssize_t)sizeof(st)) {
+        st = CKS_ERR_CONN_LOST;
+    }
+    return st;
+}
+
+static void rank_stop(rank_proc_t *r)
+{
+    int ws = 0;
+    close(r->cmd);
+    close(r->out);
+    for (int i = 0; i < 100 && waitpid(r->pid, &ws, WNOHANG) == 0; i++) {
+        pause_ms(100);
+    }
+    if (waitpid(r->pid, &ws, WNOHANG) == 0) {
+        kill(r->pid, SIGKILL);
+        waitpid(r->pid, &ws, 0);
+    }
+}
+
+static cks_status_t put_one(cks_client_h c, uint64_t version, size_t i, uint64_t size,
+                            uint64_t seed, int32_t rank)
+{
+    uint8_t *buf = malloc(size);
+    char key[64];
+    cks_put_params_t p = {0};
+    cr_assert_not_null(buf);
+    key_name(key, sizeof(key), version, i);
+    cks_test_fill(buf, size, seed_of(seed, version, i));
+    p.field_mask = CKS_PUT_FIELD_TAGS;
+    p.job        = JOB;
+    p.version    = version;
+    p.key        = key;
+    p.buffer     = buf;
+    p.size       = size;
+    p.tags       = (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, rank};
+    cks_status_t st = cks_put(c, &p);
+    free(buf);
+    return st;
+}
+
+/*
+ * A partition hides a version's first coordinator candidate from one rank
+ * (the client host: a blackhole route there) but not from the other (a rank
+ * on a server host) nor from the servers.
+ * 1. Version 2 is begun by the rank that cannot reach its first candidate:
+ *    the second one claims it (the servers, the first candidate among them,
+ *    grant it), and both ranks finish there - the one that reaches the first
+ *    candidate is told that the second coordinates it. It commits and
+ *    restores bit-exact.
+ * 2. Version 3 is begun by the rank that reaches its first candidate; the
+ *    other one then tries to begin it too and is refused by every other
+ *    candidate (the majority granted the first): never two coordinators,
+ *    never two manifests. The version commits with the first rank's bytes.
+ */
+Test(partition, coordinator_hidden_from_one_rank_is_fenced)
+{
+    uint64_t seed = cks_test_seed(36);
+    int cand2[NSRV], cand3[NSRV];
+    char text[512];
+    bring_up_servers();
+    cr_assert_geq(cks_test_coordinators(cl.map, JOB, 2, cand2, NSRV), 3);
+    cr_assert_geq(cks_test_coordinators(cl.map, JOB, 3, cand3, NSRV), 3);
+    /* rank 1 on a server host that is not a first candidate of either */
+    size_t host = NSRV;
+    for (size_t h = 0; h < NSRV && host == NSRV; h++) {
+        if ((int)h != cand2[0] && (int)h != cand3[0]) {
+            host = h;
+        }
+    }
+    rank_proc_t b;
+    rank_start(&b, host, seed);
+    cr_assert_eq(rank_step(&b, 0), CKS_OK, "a client on host %zu", host);
+    cr_assert_eq(cks_test_netns_enter_client(&net), 0);
+    cli = connect_client(TIMEOUT_MS);
+
+    /* 1: the hidden candidate is bypassed, and both ranks agree */
+    cr_assert_eq(cks_test_netns_hide(&net, (size_t)cand2[0], 1), 0);
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = JOB, .version = 2, .nranks = 2, .timeout_s = 60};
+    uint64_t t0     = now_ms();
+    cks_status_t st = cks_version_begin(cli, &vp);
+    cks_client_last_error(cli, text, sizeof(text));
+    cr_assert_eq(st, CKS_OK, "begin of version 2 with server %d hidden: %s (%s)", cand2[0],
+                 cks_status_name(st), text);
+    cr_assert_eq(put_one(cli, 2, 0, 1 * MiB + 17, seed, 0), CKS_OK);
+    cr_assert_eq(rank_step(&b, 'p'), CKS_OK, "rank 1's put");
+    cr_assert_eq(write(b.cmd, "f", 1), 1); /* rank 1 finishes, and waits for rank 0 */
+    st               = cks_version_finish(cli, JOB, 2, 0);
+    cks_status_t stb = rank_step(&b, 0);
+    cr_assert_lt(now_ms() - t0, BOUND_MS, "version 2 took %llu ms",
+                 (unsigned long long)(now_ms() - t0));
+    cr_assert_eq(st, CKS_OK, "rank 0 (server %d hidden) finished: %s", cand2[0],
+                 cks_status_name(st));
+    cr_assert_eq(stb, CKS_OK, "rank 1 finished: %s", cks_status_name(stb));
+    cr_assert_eq(rank_step(&b, 'v'), CKS_OK, "rank 0's object, read by rank 1");
+    {
+        uint8_t *got = malloc(2 * MiB + 5), *want = malloc(2 * MiB + 5);
+        uint64_t len = 0;
+        char key[64];
+        cks_restore_h r;
+        cks_get_params_t g = {0};
+        key_name(key, sizeof(key), 2, 1);
+        cr_assert_eq(cks_restore_open(cli, JOB, 2, &r), CKS_OK);
+        g.key         = key;
+        g.buffer      = got;
+        g.buffer_size = 2 * MiB + 5;
+        cr_assert_eq(cks_get(r, &g, &len), CKS_OK, "rank 1's object, read by rank 0");
+        cks_test_fill(want, 2 * MiB + 5, seed_of(seed, 2, 1));
+        cr_assert_eq(len, 2 * MiB + 5);
+        cr_assert(memcmp(got, want, len) == 0, "%s: WRONG BYTES", key);
+        cks_restore_close(r);
+        free(got);
+        free(want);
+    }
+    cr_assert_eq(cks_test_netns_hide(&net, (size_t)cand2[0], 0), 0);
+
+    /* 2: the first candidate coordinates; the other rank cannot make a
+     * second coordinator of the same version */
+    cr_assert_eq(cks_test_netns_hide(&net, (size_t)cand3[0], 1), 0);
+    cr_assert_eq(rank_step(&b, 'b'), CKS_OK, "rank 1 begins version 3");
+    vp = (cks_version_params_t){.job = JOB, .version = 3};
+    t0 = now_ms();
+    st = cks_version_begin(cli, &vp);
+    cks_client_last_error(cli, text, sizeof(text));
+    fprintf(stderr, "second begin of version 3, server %d hidden: %s (%s)\n", cand3[0],
+            cks_status_name(st), text);
+    cr_assert_neq(st, CKS_OK, "two coordinators began version 3");
+    cr_assert_lt(now_ms() - t0, BOUND_MS);
+    cr_assert_eq(rank_step(&b, 's'), CKS_OK, "the first coordinator's version 3");
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(cli, JOB, 3, &vi), CKS_OK);
+    cr_assert_eq(vi.nobjects, 1);
+    cr_assert_eq(verify_version(cli, 3, 1, 3 * MiB + 1, seed), CKS_OK);
+    cr_assert_eq(cks_test_netns_hide(&net, (size_t)cand3[0], 0), 0);
+    assert_servers_alive();
+    rank_stop(&b);
 }

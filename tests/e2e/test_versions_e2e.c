@@ -422,9 +422,11 @@ static void assert_object(cks_restore_h r, const char *key, const uint8_t *want,
  * number) is killed. Expected, step by step: only the coordinator knows the
  * open version; its seal fails with CKS_ERR_CONN_LOST (the client's
  * connection to it broke) and the version is invisible to the others
- * (CKS_ERR_NO_SUCH_VERSION), the previous version is the newest; a begin
- * of another version with the same coordinator fails the same way; a
- * version with a live coordinator begins, takes a put and commits DEGRADED
+ * (CKS_ERR_NO_SUCH_VERSION), the previous version is the newest (the other
+ * candidates answer that the dead one coordinates it, so no one else can
+ * finish it); another version whose first candidate is the dead server is
+ * coordinated by its next candidate and commits; a version with a live
+ * coordinator begins, takes a put and commits DEGRADED
  * (RS(4,2) on 6 servers puts a chunk of every stripe on every server: one
  * chunk is missing, redundancy 1), and restores exactly. Restarted, the
  * coordinator aborts the version it had open (seal: VERSION_NOT_OPEN,
@@ -490,7 +492,12 @@ Test(versions, coordinator_killed_mid_version)
             (unsigned long long)v_dead, (unsigned long long)v_live);
     vp = (cks_version_params_t){.field_mask = CKS_VERSION_FIELD_PARENT, .job = "co",
                                 .version = v_dead, .parent = 1};
-    cr_assert_eq(cks_version_begin(c, &vp), CKS_ERR_CONN_LOST);
+    /* its first candidate is dead: the next one coordinates it (failover) */
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cr_assert_eq(put_obj(c, "co", v_dead, "y", y, sizeof(y),
+                         (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
+                 CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "co", v_dead), CKS_OK);
     vp.version = v_live;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
     cr_assert_eq(put_obj(c, "co", v_live, "y", y, sizeof(y),
@@ -515,7 +522,13 @@ Test(versions, coordinator_killed_mid_version)
     cr_assert_eq(state, CKS_VSTATE_ABORTED, "%s", cks_vstate_string(state));
     cr_assert_eq(cks_version_seal(c, "co", 2), CKS_ERR_VERSION_NOT_OPEN);
     cr_assert_eq(cks_restore_open(c, "co", 2, &r), CKS_ERR_NOT_RESTORABLE);
-    cr_assert_eq(stat_state(c, v_dead, &state), CKS_ERR_NO_SUCH_VERSION);
+    cr_assert_eq(stat_state(c, v_dead, &state), CKS_OK);
+    cr_assert(state == CKS_VSTATE_DEGRADED || state == CKS_VSTATE_PROTECTED, "%s",
+              cks_vstate_string(state));
+    cr_assert_eq(cks_restore_open(c, "co", v_dead, &r), CKS_OK);
+    assert_object(r, "x", x, sizeof(x), 1);
+    assert_object(r, "y", y, sizeof(y), v_dead);
+    cks_restore_close(r);
 
     /* a new version with its coordinator (the restarted server) commits */
     uint64_t v = v_dead > v_live ? v_dead + 1 : v_live + 1;

@@ -789,6 +789,39 @@ Test(placement, pinned_groups, .timeout = 10)
 
 /* ---- placement: properties ------------------------------------------------- */
 
+/* Coordinator candidates: the first is the placement coordinator (what
+ * every client and server computed before failover), they lie on distinct
+ * nodes, and there are as many as the map has nodes, at most
+ * CKS_COORD_CANDIDATES_MAX. */
+Test(placement, coordinator_candidates, .timeout = 30)
+{
+    static const char *maps[] = {"/examples/cluster-12.map", "/examples/cluster-6.map"};
+    for (size_t mi = 0; mi < CKS_ARRAY_SIZE(maps); mi++) {
+        char path[512], err[512] = "";
+        cks_cluster_h map = NULL;
+        snprintf(path, sizeof(path), "%s%s", CKS_SOURCE_DIR, maps[mi]);
+        ST_OK(cks_cluster_load(path, &map, err, sizeof(err)));
+        size_t want = CKS_MIN(cks_cluster_nnodes(map), (size_t)CKS_COORD_CANDIDATES_MAX);
+        for (uint64_t v = 0; v < 2000; v++) {
+            uint16_t cand[CKS_COORD_CANDIDATES_MAX];
+            size_t n = cks_place_coordinators(map, J("job-a"), v, cand,
+                                              CKS_COORD_CANDIDATES_MAX);
+            cr_assert_eq(n, want, "%s version %" PRIu64 ": %zu candidates", maps[mi], v, n);
+            cr_assert_eq(cand[0], cks_place_coordinator(map, J("job-a"), v));
+            for (size_t i = 0; i < n; i++) {
+                for (size_t j = i + 1; j < n; j++) {
+                    cr_assert_neq(cks_cluster_server(map, cand[i])->node,
+                                  cks_cluster_server(map, cand[j])->node,
+                                  "%s version %" PRIu64 ": candidates %zu and %zu share a node",
+                                  maps[mi], v, i, j);
+                }
+            }
+            cr_assert_eq(cks_place_coordinators(map, J("job-a"), v, cand, 2), CKS_MIN(want, 2));
+        }
+        cks_cluster_free(map);
+    }
+}
+
 Test(placement, deterministic_across_loads, .timeout = 60)
 {
     uint64_t seed = test_seed("deterministic_across_loads", 31);

@@ -468,6 +468,25 @@ int cks_test_coordinator(const char *map, const char *job, uint64_t version)
     return pos;
 }
 
+int cks_test_coordinators(const char *map, const char *job, uint64_t version, int *out,
+                          size_t max)
+{
+    cks_cluster_h m;
+    char err[256];
+    uint16_t cand[CKS_COORD_CANDIDATES_MAX];
+    if (cks_cluster_load(map, &m, err, sizeof(err)) != CKS_OK) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    size_t n = cks_place_coordinators(m, job, strlen(job), version, cand,
+                                      CKS_MIN(max, (size_t)CKS_COORD_CANDIDATES_MAX));
+    for (size_t i = 0; i < n; i++) {
+        out[i] = cand[i];
+    }
+    cks_cluster_free(m);
+    return (int)n;
+}
+
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i)
 {
     cks_test_server_stop(&c->srv[i], SIGKILL);

@@ -61,6 +61,11 @@ int cks_test_cluster_start_hosts(cks_test_cluster_t *c, size_t n, size_t racks,
  *  cluster of map file `map`, as clients and servers compute it; -1 when
  *  the map cannot be read. */
 int cks_test_coordinator(const char *map, const char *job, uint64_t version);
+/** The coordinator candidates of (job, version), in the order they take
+ *  over (out[0] is cks_test_coordinator()'s): how many (at most max), -1
+ *  when the map cannot be read. */
+int cks_test_coordinators(const char *map, const char *job, uint64_t version, int *out,
+                          size_t max);
 /** SIGKILL server i (and reap it). */
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i);
 /** Stop every server and remove the files. */

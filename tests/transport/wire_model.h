@@ -181,6 +181,11 @@ static const wm_field_t wm_f_version_drop[] = {
     WM_U64_(cks_msg_version_drop_t, version), WM_U32_(cks_msg_version_drop_t, state),
     WM_U32_(cks_msg_version_drop_t, retain)};
 
+static const wm_field_t wm_f_version_claim[] = {
+    WM_STR_(cks_msg_version_claim_t, job, CKS_JOB_MAX_LEN),
+    WM_U64_(cks_msg_version_claim_t, version), WM_U32_(cks_msg_version_claim_t, coord),
+    WM_U32_(cks_msg_version_claim_t, release), WM_U32_(cks_msg_version_claim_t, ttl_s)};
+
 static const wm_field_t wm_f_sync_list[] = {
     WM_U32_(cks_msg_sync_list_t, what), WM_STR_(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_sync_list_t, version),
@@ -237,6 +242,7 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_OBJECT_DONE] = WM_MSG_(cks_msg_object_done_t, wm_f_object_done),
     [CKS_MSG_VERSION_COMMIT] = WM_MSG_(cks_msg_version_commit_t, wm_f_version_commit),
     [CKS_MSG_VERSION_DROP] = WM_MSG_(cks_msg_version_drop_t, wm_f_version_drop),
+    [CKS_MSG_VERSION_CLAIM] = WM_MSG_(cks_msg_version_claim_t, wm_f_version_claim),
     [CKS_MSG_OBJECT_DELETE] = WM_MSG_(cks_msg_object_stat_t, wm_f_object_stat),
     [CKS_MSG_AUTH] = WM_MSG_(cks_msg_auth_t, wm_f_auth),
     [CKS_MSG_AUTH_REPLY] = WM_MSG_(cks_msg_auth_reply_t, wm_f_auth_reply),

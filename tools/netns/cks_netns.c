@@ -353,6 +353,37 @@ static int port_state(cks_test_netns_t *t, int host, const char *state)
     return cmd(0, "bridge", "-n", t->bridge, "link", "set", "dev", port, "state", state, NULL);
 }
 
+int cks_test_netns_enter_host(cks_test_netns_t *t, size_t host)
+{
+    char path[128];
+    if (host >= t->nhosts) {
+        return -1;
+    }
+    snprintf(path, sizeof(path), "/run/netns/%s", t->host[host]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+        fprintf(stderr, "netns: cannot enter %s: %s\n", t->host[host], strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+int cks_test_netns_hide(cks_test_netns_t *t, size_t host, int hide)
+{
+    char dst[24];
+    if (host >= t->nhosts) {
+        return -1;
+    }
+    snprintf(dst, sizeof(dst), "%s/32", t->host_addr[host]);
+    /* a blackhole route in the client's namespace: its packets to the host
+     * are dropped there, silently; everyone else still reaches the host */
+    return cmd(0, "ip", "-n", t->client, "route", hide ? "add" : "del", "blackhole", dst, NULL);
+}
+
 int cks_test_netns_cut(cks_test_netns_t *t, int host)
 {
     return port_state(t, host, "0"); /* disabled: the bridge drops its frames */

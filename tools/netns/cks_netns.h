@@ -62,6 +62,14 @@ int cks_test_netns_enter_client(cks_test_netns_t *t);
 /** Back to the namespace the caller was in before enter_client(). */
 int cks_test_netns_leave(cks_test_netns_t *t);
 
+/** Move the calling thread into host `host`'s namespace for good (a thread of
+ *  its own that acts as a process on that host: threads it creates later are
+ *  born there). 0 or -1. */
+int cks_test_netns_enter_host(cks_test_netns_t *t, size_t host);
+/** Hide host `host` from the client namespace only (hide 1: a blackhole
+ *  route to its address there; 0: removed): the client cannot reach it,
+ *  every other host still can. 0 or -1. */
+int cks_test_netns_hide(cks_test_netns_t *t, size_t host, int hide);
 /** Cut host `host` (or CKS_TEST_NETNS_CLIENT) off the bridge, silently. */
 int cks_test_netns_cut(cks_test_netns_t *t, int host);
 /** Plug it back in. */
