@@ -794,6 +794,14 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
                          size_t payload_len, cks_mem_type_t mem_type,
                          cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb, void *arg);
 
+/** Give up on sends still in UCX whose callback is (cb, arg): after a
+ *  connection was closed, UCX 1.13 may hold a send to a peer on this host
+ *  that was killed or restarted for good. Their callback will not run; the
+ *  requests are freed when UCX lets go of them, or with the worker. For a
+ *  payload UCX only reads, and only for a peer that is gone or checks what
+ *  it receives (a member checks a chunk's CRC). */
+void cks_tp_send_abandon(cks_tp_worker_h w, cks_tp_done_cb_t cb, void *arg);
+
 /** A payload produced while it is sent (device memory staged through host
  *  buffers): UCX asks for its bytes in order, piece by piece, on the
  *  worker's thread, instead of reading one contiguous buffer. */

@@ -12,6 +12,8 @@
 
 #define CKS_TP_AM_ID 0
 #define CKS_TP_MAX_PENDING 256 /* default max_pending */
+/* a call failed while UCX held its send: given up this long after */
+#define CKS_TP_ABANDON_NS (5ull * 1000000000ull)
 #define CKS_TP_SEND_BUF (CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY)
 
 typedef struct cks_tp_send_req cks_tp_send_req_t;
@@ -78,6 +80,7 @@ struct cks_tp_call_req {
     uint64_t deadline_ns;
     cks_tp_conn_h conn;
     int sending, replied;
+    uint64_t abandon_ns; /* failed while UCX held its send: given up then */
     cks_status_t status;
     char msg[CKS_MSG_MAX_LEN + 1];
     cks_tp_call_cb_t cb;

@@ -1228,6 +1228,9 @@ static void cks_tp_call_fail(cks_tp_worker_h w, cks_tp_call_req_t *c, cks_status
     c->replied = 1;
     c->status  = status;
     snprintf(c->msg, sizeof(c->msg), "%s", msg);
+    if (c->sending && c->abandon_ns == 0) {
+        c->abandon_ns = cks_time_ns() + CKS_TP_ABANDON_NS;
+    }
     cks_tp_call_try_complete(w, c);
 }
 
@@ -1502,6 +1505,41 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
     return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
 }
 
+/* A call that failed while UCX held its send, and UCX still holds it long
+ * after the connection was closed (UCX 1.13 kept rendezvous sends to a peer
+ * killed or restarted on this host): the call completes now, so that its
+ * owner is not stuck (a put's chunks, a round of catch-up). The send is
+ * left to UCX with no callback; the worker frees it when UCX lets go, or at
+ * its destruction. The owner may reuse the payload's memory: should UCX
+ * still read it for a peer, that peer checks the chunk's CRC and refuses
+ * it. */
+void cks_tp_send_abandon(cks_tp_worker_h w, cks_tp_done_cb_t cb, void *arg)
+{
+    for (cks_tp_send_req_t *s = w->inflight; s != NULL; s = s->in_next) {
+        if (s->cb == cb && s->arg == arg) {
+            s->cb  = NULL;
+            s->arg = NULL;
+        }
+    }
+    for (cks_tp_conn_h conn = w->conns; conn != NULL; conn = conn->next) {
+        for (cks_tp_send_req_t *s = conn->held_head; s != NULL; s = s->next) {
+            if (s->cb == cb && s->arg == arg) {
+                s->cb  = NULL;
+                s->arg = NULL;
+            }
+        }
+    }
+}
+
+static void cks_tp_call_abandon(cks_tp_worker_h w, cks_tp_call_req_t *c)
+{
+    cks_tp_send_abandon(w, cks_tp_call_sent, c);
+    cks_warn("%s: UCX still held a send to %s %llu s after its call failed: given up",
+             w->name, c->conn->peer, (unsigned long long)(CKS_TP_ABANDON_NS / 1000000000ull));
+    c->sending = 0;
+    cks_tp_call_try_complete(w, c);
+}
+
 int cks_tp_worker_expire(cks_tp_worker_h w)
 {
     uint64_t now = cks_time_ns();
@@ -1512,6 +1550,11 @@ int cks_tp_worker_expire(cks_tp_worker_h w)
     for (int again = 1; again;) {
         again = 0;
         for (c = w->calls_head; c != NULL; c = c->next) {
+            if (c->replied && c->sending && c->abandon_ns != 0 && c->abandon_ns <= now) {
+                cks_tp_call_abandon(w, c); /* c is gone */
+                again = 1;
+                break;
+            }
             if (c->replied || c->deadline_ns > now) {
                 continue;
             }
@@ -1536,6 +1579,8 @@ int cks_tp_worker_expire(cks_tp_worker_h w)
     for (c = w->calls_head; c != NULL; c = c->next) {
         if (!c->replied) {
             next = CKS_MIN(next, c->deadline_ns);
+        } else if (c->sending && c->abandon_ns != 0) {
+            next = CKS_MIN(next, c->abandon_ns);
         }
     }
     return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
