@@ -232,6 +232,30 @@ static void cks_cl_fl_unlink(cks_client_h c, cks_op_t *op)
     op->next = op->prev = NULL;
 }
 
+/* The next server a CKS_TARGET_ANY op asks (op->tries already counts it):
+ * the next one in map order, or, coord_first, the coordinator candidates in
+ * order and then the other servers in map order. */
+static size_t cks_cl_walk_next(cks_client_h c, const cks_op_t *op)
+{
+    if (!op->coord_first || c->map == NULL) {
+        return (op->srv + 1) % c->nsrv;
+    }
+    if (op->tries < op->ngroup) {
+        return op->group[op->tries];
+    }
+    size_t k = op->tries - op->ngroup;
+    for (size_t pos = 0; pos < c->nsrv; pos++) {
+        int cand = 0;
+        for (unsigned i = 0; i < op->ngroup; i++) {
+            cand |= op->group[i] == pos;
+        }
+        if (!cand && k-- == 0) {
+            return pos;
+        }
+    }
+    return 0;
+}
+
 /* Errors after which another server may answer the same question. */
 static int cks_cl_retryable(cks_status_t st)
 {
@@ -303,30 +327,27 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         cks_cl_dispatch(c, op);
         return;
     }
-    /* The first server asked is the coordinator, whose "no such version"
-     * is the truth; any other may have been down when a manifest was sent,
-     * so its "no such ..." only counts if no other server knows better. */
+    /* The version's coordinator candidates are asked first (coord_first):
+     * the one that coordinated it holds its record, so their "no such
+     * version" is the truth; any other server may have been down when a
+     * manifest was sent, so its "no such ..." only counts if no other
+     * server knows better. */
     int notfound = op->status == CKS_ERR_NO_SUCH_VERSION || op->status == CKS_ERR_NO_SUCH_KEY ||
                    op->status == CKS_ERR_NO_SUCH_JOB;
+    int candidate = op->coord_first && op->tries < op->ngroup;
+    if (op->target == CKS_TARGET_ANY && notfound) {
+        op->notfound = op->status;
+        op->cand_notfound |= candidate;
+    }
     /* A server that has not caught up with the others since it started
      * answers lists and stats BUSY: another server answers instead. */
-    if (op->target == CKS_TARGET_ANY && op->status == CKS_ERR_BUSY && c->map != NULL &&
+    int busy = op->status == CKS_ERR_BUSY && c->map != NULL;
+    if (op->target == CKS_TARGET_ANY &&
+        (busy || cks_cl_retryable(op->status) || notfound) &&
+        !(op->coord_first && op->cand_notfound && op->tries + 1 >= op->ngroup) &&
         op->tries + 1 < c->nsrv && !c->stop) {
         op->tries++;
-        op->srv     = (op->srv + 1) % c->nsrv;
-        op->status  = CKS_OK;
-        op->replied = 0;
-        cks_cl_dispatch(c, op);
-        return;
-    }
-    int authoritative = op->coord_first && op->tries == 0;
-    if (op->target == CKS_TARGET_ANY && notfound && !authoritative) {
-        op->notfound = op->status;
-    }
-    if (op->target == CKS_TARGET_ANY &&
-        (cks_cl_retryable(op->status) || (notfound && !authoritative)) &&
-        ++op->tries < c->nsrv && !c->stop) {
-        op->srv     = (op->srv + 1) % c->nsrv;
+        op->srv     = cks_cl_walk_next(c, op);
         op->status  = CKS_OK;
         op->replied = 0;
         cks_cl_dispatch(c, op);
@@ -335,16 +356,16 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
     if (op->target == CKS_TARGET_COORD && op->tries + 1 < op->ngroup && !c->stop) {
         /* Coordinator failover: the candidate asked cannot be reached, or
          * answers that another server coordinates the version; or, for a
-         * finish, abort or delete marker, the first candidate does not know
-         * the version (a later one may have begun it while the first could
-         * not be reached) - its answer stands if no later one does. An
-         * answer of the server's own (a version's deadline: TIMEOUT) is
-         * final. */
+         * finish, abort or delete marker, the first candidate has no record
+         * of the version (a later one may have begun it while the first
+         * could not be reached) - its answer stands if no later one has it.
+         * Any other answer of a server's own is final: "not open" (it has
+         * the version's record: the version ended), a version's deadline
+         * (TIMEOUT), an abort's reason. */
         int unreach = cks_cl_retryable(op->status) && !op->answered;
         int notopen = op->tries == 0 && op->answered &&
                       (op->status == CKS_ERR_NO_SUCH_VERSION ||
-                       op->status == CKS_ERR_NO_SUCH_JOB ||
-                       op->status == CKS_ERR_VERSION_NOT_OPEN) &&
+                       op->status == CKS_ERR_NO_SUCH_JOB) &&
                       (op->type == CKS_MSG_VERSION_SEAL || op->type == CKS_MSG_VERSION_ABORT ||
                        op->type == CKS_MSG_OBJECT_DELETE);
         if (unreach || op->status == CKS_ERR_NOT_COORDINATOR || notopen) {
@@ -387,7 +408,7 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             op->status = op->notfound;
         } else if (op->unreach != CKS_OK && op->tries > 0) {
             cks_cl_set_errorf(c, op->unreach, "%s of version %llu: its coordinator %s:%u "
-                              "cannot be reached (%s), and no other candidate coordinates it",
+                              "did not answer (%s), and no other candidate coordinates it",
                               cks_msg_name(op->type), (unsigned long long)version,
                               c->srv[op->group[0]].addr, c->srv[op->group[0]].port,
                               cks_status_string(op->unreach));
@@ -442,6 +463,9 @@ static void cks_cl_op_fail(cks_client_h c, cks_op_t *op, cks_status_t status)
 {
     if (op->status == CKS_OK) {
         op->status = status;
+    }
+    if (op->sending && op->abandon_ns == 0) {
+        op->abandon_ns = cks_time_ns() + CKS_CL_ABANDON_NS;
     }
     op->replied = 1;
     cks_cl_op_try_complete(c, op);
@@ -1279,6 +1303,23 @@ static void cks_cl_on_conn_err(void *arg, cks_tp_conn_h conn, cks_status_t statu
 static void cks_cl_check_timeouts(cks_client_h c)
 {
     uint64_t now = cks_time_ns();
+    /* Ops that failed while UCX held their send, and UCX still holds it
+     * long after their connection was closed (UCX 1.13, a server killed on
+     * this host): the caller gets the failure now instead of waiting for
+     * good. They wait at the end of the list (deadline UINT64_MAX). */
+    for (cks_op_t *op = c->fl_tail; op != NULL && op->deadline_ns == UINT64_MAX;) {
+        cks_op_t *prev = op->prev;
+        if (op->sending && !op->receiving && op->abandon_ns != 0 && op->abandon_ns <= now) {
+            cks_warn("request %llu (%s) to %s:%u: UCX still held its send %llu s after it "
+                     "failed: given up", (unsigned long long)op->req_id,
+                     cks_msg_name(op->type), c->srv[op->srv].addr, c->srv[op->srv].port,
+                     (unsigned long long)(CKS_CL_ABANDON_NS / 1000000000ull));
+            cks_tp_send_abandon(c->tp, cks_cl_send_done, op);
+            op->sending = 0;
+            cks_cl_op_try_complete(c, op); /* may free op */
+        }
+        op = prev;
+    }
     for (cks_op_t *op = c->fl_head; op != NULL && op->deadline_ns <= now;) {
         cks_op_t *next = op->next;
         if (!op->replied || op->sending || op->receiving) {
@@ -1417,6 +1458,21 @@ void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t
     op->srv    = op->group[0];
     op->tries  = 0;
     op->target = CKS_TARGET_COORD;
+}
+
+void cks_cl_coord_first(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
+                        uint64_t version)
+{
+    op->coord_first = 1;
+    op->tries       = 0;
+    if (c->map == NULL) {
+        op->srv    = 0;
+        op->ngroup = 1;
+        return;
+    }
+    op->ngroup = (unsigned)cks_place_coordinators(c->map, job, job_len, version, op->group,
+                                                  CKS_COORD_CANDIDATES_MAX);
+    op->srv    = op->group[0];
 }
 
 size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version)
@@ -1927,8 +1983,10 @@ cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t versi
     op->body.m_VERSION_STAT.latest  = (uint32_t)latest;
     op->out                         = &info;
     op->target                      = CKS_TARGET_ANY; /* every server has the manifests */
-    op->srv         = latest ? 0 : cks_cl_coordinator(c, job, strlen(job), version);
-    op->coord_first = !latest;
+    op->srv = 0;
+    if (!latest) {
+        cks_cl_coord_first(c, op, job, strlen(job), version);
+    }
     status     = cks_cl_run(c, op);
     if (status == CKS_OK) {
         *info_p = info;

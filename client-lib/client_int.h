@@ -15,6 +15,8 @@
 
 #define CKS_CLIENT_TIMEOUT_DEFAULT 60000
 #define CKS_CL_WINDOW 64 /* requests in flight per server; more wait in the client */
+/* an op that failed while UCX held its send: the send is given up this long after */
+#define CKS_CL_ABANDON_NS (5ull * 1000000000ull)
 
 typedef struct cks_op cks_op_t;
 
@@ -66,7 +68,11 @@ struct cks_op {
     size_t tries;           /* servers tried (CKS_TARGET_ANY, CKS_TARGET_GROUP) */
     uint16_t group[CKS_PLACE_WIDTH_MAX]; /* CKS_TARGET_GROUP: stripe 0's members */
     unsigned ngroup;        /* how many of them may act as the primary */
-    int coord_first;        /* op->srv was first set to the version's coordinator */
+    int coord_first;        /* CKS_TARGET_ANY: the version's coordinator candidates
+                               (op->group) are asked first, in order; their "no
+                               such version" is the truth, the other servers are
+                               asked only when none of them answers */
+    int cand_notfound;      /* coord_first: a candidate answered "no such ..." */
     int background;         /* the library's own (a restore's lease): its failure is
                                logged at info and never becomes the last error */
     cks_status_t notfound;  /* a "no such ..." from a server that may have missed
@@ -94,6 +100,7 @@ struct cks_op {
     size_t rma_len;
     uint8_t rma_desc[CKS_TP_RMA_DESC_MAX];
     int sending;            /* UCX holds the payload (send) */
+    uint64_t abandon_ns;    /* failed while sending: the send is given up then */
     int receiving;          /* UCX writes into buf */
     int replied;
     int answered;           /* status is the server's own answer (not a
@@ -235,6 +242,10 @@ size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint6
  *  (CKS_TARGET_COORD) on a cluster, the server on a standalone one. */
 void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
                            uint64_t version);
+/** A question about (job, version) that any server may answer (target
+ *  CKS_TARGET_ANY, set by the caller): its coordinator candidates first. */
+void cks_cl_coord_first(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
+                        uint64_t version);
 void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t *e);
 cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t version, int latest,
                                  cks_version_info_t *info_p);

@@ -111,9 +111,8 @@ cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version
     if (op == NULL) {
         return status;
     }
-    op->srv         = cks_cl_coordinator(c, job, strlen(job), version);
     op->target      = CKS_TARGET_ANY;
-    op->coord_first = 1;
+    cks_cl_coord_first(c, op, job, strlen(job), version);
     status          = cks_cl_run(c, op);
     if (status == CKS_OK && ok < c->nsrv) {
         cks_warn("version %" PRIu64 " of '%s' flushed with the chunks of %zu of %zu servers "

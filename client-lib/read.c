@@ -239,8 +239,7 @@ cks_status_t cks_object_stat(cks_restore_h r, const char *key, cks_object_info_t
     op->body.m_OBJECT_STAT.version = r->info.version;
     op->out                        = &info;
     op->target                     = CKS_TARGET_ANY;
-    op->srv = cks_cl_coordinator(r->client, r->job, strlen(r->job), r->info.version);
-    op->coord_first = 1;
+    cks_cl_coord_first(r->client, op, r->job, strlen(r->job), r->info.version);
     status                         = cks_cl_run(r->client, op);
     if (status == CKS_OK) {
         *info_p = info;
@@ -278,8 +277,7 @@ cks_status_t cks_object_list(cks_restore_h r, const char *after_key, cks_object_
     }
     op->entry                      = CKS_WIRE_ENTRY_OBJECT;
     op->target                     = CKS_TARGET_ANY;
-    op->srv = cks_cl_coordinator(r->client, r->job, strlen(r->job), r->info.version);
-    op->coord_first = 1;
+    cks_cl_coord_first(r->client, op, r->job, strlen(r->job), r->info.version);
     op->body.m_OBJECT_LIST.version = r->info.version;
     op->body.m_OBJECT_LIST.max     = (uint32_t)CKS_MIN(max, (size_t)CKS_WIRE_MAX_ENTRIES);
     return cks_cl_list(r->client, op, out, max, count_p, more_p);
@@ -987,8 +985,7 @@ static cks_status_t cks_read_start(cks_restore_h r, const cks_get_params_t *p, i
     op->body.m_OBJECT_STAT.version = r->info.version;
     op->out                        = &rd->info;
     op->target                     = CKS_TARGET_ANY;
-    op->srv = cks_cl_coordinator(c, r->job, strlen(r->job), r->info.version);
-    op->coord_first = 1;
+    cks_cl_coord_first(c, op, r->job, strlen(r->job), r->info.version);
     status  = cks_cl_submit(c, op, cks_read_stat_done, rd);
     if (status != CKS_INPROGRESS) {
         free(rd);

@@ -184,7 +184,24 @@ typedef struct cks_cput {
      * first, then the version's candidates in order (coord.c) */
     uint16_t coords[CKS_COORD_CANDIDATES_MAX + 1];
     unsigned ncoords, coord_try;
+    /* chunks not sent because their member failed a moment ago (their
+     * space kept): sent after all when the object would fail without them */
+    struct cks_cput_ack **skipped;
+    size_t nskipped;
 } cks_cput_t;
+
+typedef struct cks_cput_ack {
+    cks_cput_t *p;
+    uint64_t off; /* the slice that was sent */
+    uint64_t stripe;
+    unsigned idx;
+    uint16_t pos; /* the member */
+    int resent;   /* sent again once on a new connection */
+} cks_cput_ack_t;
+
+static cks_status_t cks_cput_send_chunk(cks_cput_ack_t *a, cks_tp_conn_h conn);
+static void cks_cput_acked(void *arg, cks_status_t status, const char *msg);
+static void cks_cput_settle(cks_cput_t *p);
 
 /* Backpressure: a primary that holds more than an eighth of its arena in
  * puts it has not spread yet answers the next puts (STORED) only as that
@@ -253,6 +270,7 @@ static void cks_cput_free(cks_cput_t *p)
     free(p->enc.crcs);
     free(p->local);
     free(p->missing);
+    free(p->skipped);
     if (p->status != CKS_OK) {
         cks_hmap_del(v->keys, p->key, p->e.key.len); /* the key may be written again */
     }
@@ -410,11 +428,67 @@ static void cks_cput_check_missing(cks_cput_t *p)
 }
 
 /* Every member answered: record the chunks kept here, then report. */
+/* Chunks skipped because their member failed a moment ago: when a stripe
+ * would miss more than m without them, they are sent after all (a member
+ * restarted or back from a partition takes them; one still down fails them
+ * for real) and 1 is returned: the put settles again when they are
+ * answered. Otherwise their space is freed. */
+static int cks_cput_second_chance(cks_cput_t *p)
+{
+    cks_server_h s = p->s;
+    int failing    = 0;
+    for (uint64_t st = 0; st < p->stripes && p->missing != NULL; st++) {
+        failing |= p->missing[st] > p->m;
+    }
+    if (p->nskipped == 0) {
+        return 0;
+    }
+    if (!failing || p->status != CKS_OK || s->stop) {
+        for (size_t i = 0; i < p->nskipped; i++) {
+            cks_arena_free(s->arena, p->skipped[i]->off, p->chunk);
+            free(p->skipped[i]);
+        }
+        p->nskipped = 0;
+        return 0;
+    }
+    cks_info("object '%s' of version %llu: sending %zu chunks to members that failed a "
+             "moment ago after all (without them it cannot be protected)",
+             p->key, (unsigned long long)p->v->version, p->nskipped);
+    p->acks = 1;
+    for (size_t i = 0; i < p->nskipped; i++) {
+        cks_cput_ack_t *a = p->skipped[i];
+        p->missing[a->stripe]--;
+        p->nmissing--;
+        for (unsigned d = 0; d < p->ndown; d++) { /* named again if it fails again */
+            if (p->down[d] == a->pos) {
+                p->down[d] = p->down[--p->ndown];
+                break;
+            }
+        }
+    }
+    for (size_t i = 0; i < p->nskipped; i++) {
+        cks_cput_ack_t *a  = p->skipped[i];
+        cks_tp_conn_h conn = cks_sv_peer(s, a->pos);
+        p->acks++;
+        if (conn == NULL || cks_cput_send_chunk(a, conn) != CKS_INPROGRESS) {
+            cks_cput_acked(a, CKS_ERR_UNREACHABLE, "send failed");
+        }
+    }
+    p->nskipped = 0;
+    if (--p->acks == 0) {
+        cks_cput_settle(p);
+    }
+    return 1;
+}
+
 static void cks_cput_settle(cks_cput_t *p)
 {
     cks_server_h s = p->s;
     cks_mdq_job_t *j;
 
+    if (cks_cput_second_chance(p)) {
+        return;
+    }
     if (p->missing != NULL) {
         cks_cput_check_missing(p);
     }
@@ -446,18 +520,40 @@ static void cks_cput_settle(cks_cput_t *p)
     cks_mdq_push(&s->mdq, j);
 }
 
-typedef struct {
-    cks_cput_t *p;
-    uint64_t off; /* the slice that was sent */
-    uint64_t stripe;
-    unsigned idx;
-    uint16_t pos; /* the member */
-} cks_cput_ack_t;
+
+
+/* CHUNK_PUT of the chunk `a` names, from the put's extent, on conn. */
+static cks_status_t cks_cput_send_chunk(cks_cput_ack_t *a, cks_tp_conn_h conn)
+{
+    cks_cput_t *p  = a->p;
+    cks_server_h s = p->s;
+    cks_msg_chunk_put_t m = {
+        .job     = {p->v->job, p->v->job_len},
+        .version = p->v->version,
+        .key     = p->e.key,
+        .stripe  = a->stripe,
+        .idx     = a->idx,
+        .crc64   = p->enc.crcs[a->stripe * (p->k + p->m) + a->idx],
+    };
+    return cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
+                       p->chunk, s->arena_mem, CKS_SV_MEMBER_TIMEOUT_MS, cks_cput_acked, a);
+}
 
 static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
 {
     cks_cput_ack_t *a = arg;
     cks_cput_t *p     = a->p;
+    if ((status == CKS_ERR_CONN_LOST || status == CKS_ERR_UNREACHABLE) && !a->resent &&
+        !p->s->stop) {
+        /* the connection broke at once: it may have led to a process that
+         * is gone while the member runs again (restarted); one more try, on
+         * a new connection, before the chunk counts as missing */
+        cks_tp_conn_h conn = cks_sv_peer(p->s, a->pos);
+        a->resent          = 1;
+        if (conn != NULL && cks_cput_send_chunk(a, conn) == CKS_INPROGRESS) {
+            return;
+        }
+    }
     cks_arena_free(p->s->arena, a->off, p->chunk); /* UCX is done with it */
     if (status == CKS_ERR_UNREACHABLE || status == CKS_ERR_TIMEOUT ||
         status == CKS_ERR_CONN_LOST || status == CKS_ERR_SHUTTING_DOWN ||
@@ -529,7 +625,8 @@ static void cks_cput_spread(cks_cput_t *p)
     }
     p->local   = calloc(p->stripes * width, sizeof(*p->local));
     p->missing = calloc(p->stripes ? p->stripes : 1, 1);
-    if (p->local == NULL || p->missing == NULL) {
+    p->skipped = calloc(p->stripes * width + 1, sizeof(*p->skipped));
+    if (p->local == NULL || p->missing == NULL || p->skipped == NULL) {
         cks_cput_fail(p, CKS_ERR_NO_MEMORY, "server out of memory");
         cks_arena_free(s->arena, p->off, p->len);
         cks_cput_settle(p);
@@ -561,9 +658,17 @@ static void cks_cput_spread(cks_cput_t *p)
                 continue;
             }
             if (cks_sv_peer_down(s, group[i])) {
-                /* failed a moment ago: do not wait on it again */
+                /* failed a moment ago: do not wait on it again - unless
+                 * the object would fail without it (cks_cput_settle()) */
+                cks_cput_ack_t *a = malloc(sizeof(*a));
                 cks_cput_missing(p, st, group[i]);
-                cks_arena_free(s->arena, p->off + rel, p->chunk);
+                if (a == NULL || p->nskipped == p->stripes * width) {
+                    free(a);
+                    cks_arena_free(s->arena, p->off + rel, p->chunk);
+                } else {
+                    *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i], 0};
+                    p->skipped[p->nskipped++] = a;
+                }
                 continue;
             }
             cks_tp_conn_h conn = cks_sv_peer(s, group[i]);
@@ -578,15 +683,7 @@ static void cks_cput_spread(cks_cput_t *p)
                 cks_arena_free(s->arena, p->off + rel, p->chunk);
                 continue;
             }
-            *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i]};
-            cks_msg_chunk_put_t m = {
-                .job     = {p->v->job, p->v->job_len},
-                .version = p->v->version,
-                .key     = p->e.key,
-                .stripe  = st,
-                .idx     = i,
-                .crc64   = crc,
-            };
+            *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i], 0};
             p->acks++;
             if (cks_fault_fire("chunk_send")) {
                 /* the send is lost: the chunk is missing, the member is not down */
@@ -596,9 +693,7 @@ static void cks_cput_spread(cks_cput_t *p)
                 cks_arena_free(s->arena, p->off + rel, p->chunk);
                 continue;
             }
-            if (cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
-                            p->chunk, s->arena_mem, CKS_SV_MEMBER_TIMEOUT_MS, cks_cput_acked,
-                            a) != CKS_INPROGRESS) {
+            if (cks_cput_send_chunk(a, conn) != CKS_INPROGRESS) {
                 cks_cput_acked(a, CKS_ERR_UNREACHABLE, "send failed");
             }
         }
@@ -1176,19 +1271,48 @@ static void cks_sv_abort_lost(cks_server_h s, const cks_wire_str_t *job, uint64_
 static const cks_sv_aborted_t *cks_sv_aborted_find(cks_server_h s, const cks_wire_str_t *job,
                                                    uint64_t version);
 
+/* The claim of a version an object was reported for and this first
+ * candidate did not know: won, no other server coordinates it (and none can
+ * now), so it was never begun; lost, another one coordinates it. */
+static void cks_sv_orphan_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                  const cks_msg_version_begin_t *m, cks_status_t status,
+                                  const char *why)
+{
+    char text[CKS_MSG_MAX_LEN];
+    (void)conn;
+    (void)req_id;
+    if (status != CKS_OK) {
+        cks_info("version %llu of '%.*s' is not this server's to drop: %s",
+                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
+                 why != NULL ? why : cks_status_string(status));
+        return;
+    }
+    snprintf(text, sizeof(text),
+             "objects were put into version %llu, which was never begun (no server "
+             "coordinates it)",
+             (unsigned long long)m->version);
+    cks_sv_abort_lost(s, &m->job, m->version, NULL, CKS_ERR_VERSION_NOT_OPEN, text);
+}
+
 /* An object reported for a version that is not open here: when the version
- * never began, or was aborted, the object's chunks are dropped everywhere. */
-static void cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m)
+ * never began, or was aborted, the object's chunks are dropped everywhere.
+ * Returns 1 when this server has no record of the version: then it claims
+ * the version (coord.c) before it concludes anything - another candidate
+ * may have begun it while this one could not hear the claim (it was down) -
+ * and drops it only when it wins the claim. */
+static int cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m)
 {
     cks_md_version_t rec;
     char why[CKS_MSG_MAX_LEN];
     cks_status_t st = cks_sv_version_lookup(s, &m->job, m->version, &rec);
 
     if (st == CKS_ERR_NO_SUCH_VERSION || st == CKS_ERR_NO_SUCH_JOB) {
-        snprintf(why, sizeof(why),
-                 "object '%.*s' was put into version %llu, which was never begun",
+        cks_msg_version_begin_t b = {.job = m->job, .version = m->version, .nranks = 1};
+        cks_info("object '%.*s' reported for version %llu, unknown here: claiming the "
+                 "version to learn whether another server coordinates it",
                  (int)m->o.key.len, m->o.key.ptr, (unsigned long long)m->version);
-        cks_sv_abort_lost(s, &m->job, m->version, NULL, CKS_ERR_VERSION_NOT_OPEN, why);
+        cks_sv_claim_begin(s, NULL, 0, &b, cks_sv_orphan_claimed);
+        return 1;
     } else if (st == CKS_OK && rec.state == CKS_VSTATE_ABORTED) {
         /* the abort's own reason stays the one a late seal is told: this
          * object is dropped with the version, under that reason */
@@ -1204,6 +1328,7 @@ static void cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m)
         }
         cks_sv_abort_lost(s, &m->job, m->version, &rec, why_status, why);
     }
+    return 0;
 }
 
 /*
@@ -1259,8 +1384,12 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
         snprintf(why, why_len, "version %llu is not open here",
                  (unsigned long long)m->version);
         if (m->status == CKS_OK && (v == NULL || v->objs == NULL ||
-                                    (v->bcast > 0 && v->wait == CKS_SV_WAIT_ABORT))) {
-            cks_sv_object_orphan(s, m);
+                                    (v->bcast > 0 && v->wait == CKS_SV_WAIT_ABORT)) &&
+            cks_sv_object_orphan(s, m)) {
+            /* unknown here: the primary asks the other candidates */
+            *status_p = CKS_ERR_NOT_COORDINATOR;
+            snprintf(why, why_len, "server %zu has no record of version %llu",
+                     s->self, (unsigned long long)m->version);
         }
         return;
     }
@@ -1392,7 +1521,12 @@ void cks_sv_object_delete(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         return;
     }
     if (status == CKS_OK && !cks_sv_cv_open(v)) {
-        status = CKS_ERR_VERSION_NOT_OPEN;
+        /* no record here: the client asks the next candidate */
+        cks_md_version_t rec;
+        status = v != NULL && v->objs != NULL ? CKS_OK
+                                              : cks_sv_version_lookup(s, &m->job, m->version,
+                                                                      &rec);
+        status = status == CKS_OK ? CKS_ERR_VERSION_NOT_OPEN : status;
     }
     if (status == CKS_OK && v->deleted == NULL && cks_hmap_create(&v->deleted) != CKS_OK) {
         status = CKS_ERR_NO_MEMORY;
@@ -1981,10 +2115,24 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
                             (unsigned long long)version);
         return;
     }
+    cks_status_t gone = CKS_OK;
     if (type == CKS_MSG_VERSION_DELETE) {
         status = cks_sv_version_lookup(s, job, version, &rec);
         if (status == CKS_OK && rec.state == CKS_VSTATE_OPEN) {
             status = CKS_ERR_BUSY; /* abort it first */
+        }
+        if (status == CKS_ERR_NO_SUCH_VERSION || status == CKS_ERR_NO_SUCH_JOB) {
+            /* not here (retention or a drop took it, or it was never
+             * here): other servers may still hold it - one that missed a
+             * drop, or kept it for a restore's lease - so the drop goes to
+             * every server all the same, and the caller hears that it was
+             * not here */
+            gone = status;
+            memset(&rec, 0, sizeof(rec));
+            rec.version = version;
+            rec.parent  = CKS_MD_NO_PARENT;
+            rec.nranks  = 1;
+            status      = CKS_OK;
         }
         if (status != CKS_OK) {
             cks_sv_reply_status(conn, req_id, status, "cannot delete version %llu of '%.*s'",
@@ -2012,7 +2160,9 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
                                 (unsigned long long)version, a->job, a->why);
             return;
         }
-        status = v == NULL ? cks_sv_version_lookup(s, job, version, &rec) : CKS_OK;
+        /* a primary's entry (no objs) is no record: the record says */
+        status = v == NULL || v->objs == NULL ? cks_sv_version_lookup(s, job, version, &rec)
+                                              : CKS_OK;
         cks_sv_reply_status(conn, req_id, status == CKS_OK ? CKS_ERR_VERSION_NOT_OPEN : status,
                             "version %llu of '%.*s' is not open", (unsigned long long)version,
                             (int)job->len, job->ptr);
@@ -2041,7 +2191,7 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
         return;
     }
     v->wait        = type == CKS_MSG_VERSION_ABORT ? CKS_SV_WAIT_ABORT : CKS_SV_WAIT_DELETE;
-    v->bcast_reply = CKS_OK;
+    v->bcast_reply = gone;
     if (type == CKS_MSG_VERSION_ABORT) {
         snprintf(v->why, sizeof(v->why), "version %llu was aborted by a writer",
                  (unsigned long long)version);

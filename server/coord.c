@@ -381,7 +381,9 @@ void cks_sv_claim_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     c->granted         = 1;
     c->others          = (unsigned)(n - 1);
     c->grantors[s->self] = CKS_SV_GRANTED;
-    cks_tp_conn_get(conn);
+    if (conn != NULL) {
+        cks_tp_conn_get(conn);
+    }
 
     cks_msg_version_claim_t cm = {c->m.job, m->version, (uint32_t)s->self, 0,
                                   cks_sv_claim_ttl(m)};

@@ -332,7 +332,8 @@ void cks_sv_claims_fini(struct cks_server *s);
 /** Drop grants past their time (progress thread, now and then). */
 void cks_sv_claims_expire(struct cks_server *s);
 /** Claim (job, version) for this server from every other one; `done` runs
- *  once a majority granted it or can no longer (m's strings are copied). */
+ *  once a majority granted it or can no longer (m's strings are copied;
+ *  conn may be NULL: a claim of the server's own, no client waits). */
 void cks_sv_claim_begin(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                         const cks_msg_version_begin_t *m, cks_sv_claim_done_t done);
 /** VERSION_CLAIM from a peer. */

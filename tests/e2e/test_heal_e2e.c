@@ -11,14 +11,28 @@
  * coordinator is down is coordinated by its next candidate (and one whose
  * first two candidates are down by the third), commits, restores exactly,
  * and can be deleted with its coordinator still down.
+ *
+ * random_kills_and_stops: 50 two-rank checkpoints (20 under ASan) while
+ * servers are killed, restarted and stopped (at most m = 2 unreachable at
+ * once), before and during the checkpoints: every one commits - except one
+ * during which a server was killed (its coordinator, or a primary that had
+ * answered STORED and not yet spread an object: that checkpoint fails with
+ * a clear error at its deadline, and the trainer's retry, the next number,
+ * must commit) - every one restores bit-exact (or, when a server killed
+ * after its chunks were stored took more than the redundancy it states,
+ * fails with DATA_LOST, never other bytes), and arena use is back to its
+ * baseline once all are deleted.
  */
 #include "ckstore.h"
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MiB  (1ull << 20)
 #define NSRV 6
@@ -362,4 +376,360 @@ Test(heal, version_with_its_coordinator_down_is_coordinated_by_the_next)
     cr_assert_eq(cks_version_stat(c, "heal", v2, &vi), CKS_ERR_NO_SUCH_VERSION);
     verify_version(c, v3, "after the delete");
     cks_client_destroy(c);
+}
+
+/* ---- randomized: kills, restarts and stops between and during checkpoints ---- */
+
+/* 50 rounds; 20 under AddressSanitizer (scripts/test runs the suite in both
+ * builds: the sanitizer's pass checks the same paths for memory errors,
+ * the release pass makes the 50) */
+#if defined(__SANITIZE_ADDRESS__)
+#define CH_ROUNDS 20
+#else
+#define CH_ROUNDS 50
+#endif
+#define CH_BOUND_MS 240000
+#define CH_OBJS     2 /* per rank */
+#define CH_RETAIN   4
+
+static uint64_t ch_rng;
+
+static uint64_t ch_next(void)
+{
+    ch_rng = ch_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return ch_rng >> 33;
+}
+
+static uint64_t ch_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t ch_size(uint64_t v, int rank, int i)
+{
+    return 1 + (v * 7919 + (uint64_t)rank * 104729 + (uint64_t)i * 1299709) % (300 * 1024);
+}
+
+static void ch_key(char *key, size_t len, uint64_t v, int rank, int i)
+{
+    snprintf(key, len, "v%llu/rank%d/part%d", (unsigned long long)v, rank, i);
+}
+
+static cks_status_t ch_put_rank(cks_client_h c, uint64_t seed, uint64_t v, int rank,
+                                uint8_t *buf)
+{
+    cks_status_t st = CKS_OK;
+    char key[64];
+    for (int i = 0; st == CKS_OK && i < CH_OBJS; i++) {
+        cks_put_params_t p = {0};
+        ch_key(key, sizeof(key), v, rank, i);
+        cks_test_fill(buf, ch_size(v, rank, i), seed * 1000003 + v * 131 + (uint64_t)rank * 17 + (uint64_t)i);
+        p.field_mask = CKS_PUT_FIELD_TAGS;
+        p.job        = "chaos";
+        p.version    = v;
+        p.key        = key;
+        p.buffer     = buf;
+        p.size       = ch_size(v, rank, i);
+        p.tags       = (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, rank};
+        st           = cks_put(c, &p);
+    }
+    return st;
+}
+
+/* Every object of version v, bit-exact, or the error. */
+static cks_status_t ch_verify(cks_client_h c, uint64_t seed, uint64_t v, uint8_t *got,
+                              uint8_t *want)
+{
+    cks_restore_h r = NULL;
+    char key[64];
+    cks_status_t st = cks_restore_open(c, "chaos", v, &r);
+    for (int rank = 0; st == CKS_OK && rank < 2; rank++) {
+        for (int i = 0; st == CKS_OK && i < CH_OBJS; i++) {
+            cks_get_params_t g = {0};
+            uint64_t len = 0, size = ch_size(v, rank, i);
+            ch_key(key, sizeof(key), v, rank, i);
+            g.key         = key;
+            g.buffer      = got;
+            g.buffer_size = 300 * 1024;
+            st            = cks_get(r, &g, &len);
+            if (st == CKS_OK) {
+                cks_test_fill(want, size, seed * 1000003 + v * 131 + (uint64_t)rank * 17 + (uint64_t)i);
+                cr_assert_eq(len, size, "version %llu %s: %llu bytes", (unsigned long long)v,
+                             key, (unsigned long long)len);
+                cr_assert(memcmp(got, want, size) == 0, "version %llu %s: WRONG BYTES",
+                          (unsigned long long)v, key);
+            }
+        }
+    }
+    if (r != NULL) {
+        cks_restore_close(r);
+    }
+    return st;
+}
+
+typedef struct {
+    cks_client_h c;
+    uint64_t v;
+    cks_status_t st;
+} ch_finish_t;
+
+static void *ch_finish1(void *arg)
+{
+    ch_finish_t *f = arg;
+    f->st          = cks_version_finish(f->c, "chaos", f->v, 1);
+    return NULL;
+}
+
+/* A server stopped for a moment, from a thread of its own (its SIGCONT must
+ * not wait for a checkpoint the stop delays). */
+typedef struct {
+    pid_t pid;
+    unsigned ms;
+} ch_stop_t;
+
+static void *ch_stopper(void *arg)
+{
+    ch_stop_t *s       = arg;
+    struct timespec ts = {s->ms / 1000, (long)(s->ms % 1000) * 1000000};
+    kill(s->pid, SIGSTOP);
+    nanosleep(&ts, NULL);
+    kill(s->pid, SIGCONT);
+    return NULL;
+}
+
+static int ch_unreachable(const int *down)
+{
+    int n = 0;
+    for (size_t i = 0; i < NSRV; i++) {
+        n += down[i];
+    }
+    return n;
+}
+
+/* One disruption: kill an up server (while fewer than M are down), restart a
+ * killed one, or stop one for a moment (while fewer than M are down). What
+ * it did in `what`; the server it killed in *killed_p (-1: none). */
+static void ch_disrupt(int *down, pthread_t *stopper, int *stopping, ch_stop_t *stop,
+                       char *what, size_t what_len, int *killed_p)
+{
+    uint64_t d = ch_next() % 10;
+    size_t s   = ch_next() % NSRV;
+    *killed_p  = -1;
+    snprintf(what, what_len, "nothing");
+    if (d < 3 && ch_unreachable(down) < M) {
+        for (size_t i = 0; i < NSRV && down[s]; i++) {
+            s = (s + 1) % NSRV;
+        }
+        cks_test_cluster_kill(&cl, s);
+        down[s]   = 1;
+        *killed_p = (int)s;
+        snprintf(what, what_len, "killed %zu", s);
+    } else if (d < 6 && ch_unreachable(down) > 0) {
+        for (size_t i = 0; i < NSRV && !down[s]; i++) {
+            s = (s + 1) % NSRV;
+        }
+        cr_assert_eq(cks_test_server_restart(&cl.srv[s]), 0, "restart of server %zu", s);
+        down[s] = 0;
+        snprintf(what, what_len, "restarted %zu", s);
+    } else if (d < 8 && ch_unreachable(down) < M && !*stopping) {
+        for (size_t i = 0; i < NSRV && down[s]; i++) {
+            s = (s + 1) % NSRV;
+        }
+        stop->pid = cl.srv[s].pid;
+        stop->ms  = 300 + (unsigned)(ch_next() % 900);
+        cr_assert_eq(pthread_create(stopper, NULL, ch_stopper, stop), 0);
+        *stopping = 1;
+        snprintf(what, what_len, "stopped %zu for %u ms", s, stop->ms);
+    }
+}
+
+Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420)
+{
+    uint64_t seed = cks_test_seed(cks_test_seed_fresh());
+    int down[NSRV] = {0}, cand[NSRV];
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    uint64_t t0 = ch_ms(), used0 = 0, used = 0, v = 0;
+    int committed = 0, retried = 0, kills = 0, stops = 0, lost = 0;
+    char why[512];
+    cr_assert(buf != NULL && want != NULL);
+    ch_rng = seed;
+    /* requests wait longer than a version's deadline (10 s): a finish gets
+     * the coordinator's answer, never the client's own timeout */
+    cks_client_h c0 = connect_cluster(20000), c1 = connect_cluster(20000);
+    cr_assert_eq(cks_cluster_usage(c0, &used0, NULL), CKS_OK);
+
+    for (int round = 0; round < CH_ROUNDS; round++) {
+        cr_assert_lt(ch_ms() - t0, CH_BOUND_MS, "%d rounds in %llu ms", round,
+                     (unsigned long long)(ch_ms() - t0));
+        pthread_t stopper;
+        ch_stop_t stop;
+        int stopping = 0, killed = -1, killed_during = -1;
+        char before[64], during[64];
+        ch_disrupt(down, &stopper, &stopping, &stop, before, sizeof(before), &killed);
+        kills += killed >= 0;
+        /* the coordinator: the first candidate up at the begin */
+        int n = cks_test_coordinators(cl.map, "chaos", v + 1, cand, NSRV), coord = -1;
+        for (int i = 0; i < n && coord < 0; i++) {
+            coord = down[cand[i]] ? -1 : cand[i];
+        }
+        v++;
+        cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS |
+                                                 CKS_VERSION_FIELD_RETAIN |
+                                                 CKS_VERSION_FIELD_TIMEOUT,
+                                   .job = "chaos", .version = v, .nranks = 2,
+                                   .retain = CH_RETAIN, .timeout_s = 10};
+        cks_status_t st = cks_version_begin(c0, &vp);
+        cks_status_t st0 = st == CKS_OK ? ch_put_rank(c0, seed, v, 0, buf) : st;
+        /* during: between rank 0's puts and rank 1's */
+        ch_disrupt(down, &stopper, &stopping, &stop, during, sizeof(during), &killed_during);
+        kills += killed_during >= 0;
+        cks_status_t st1 = st == CKS_OK ? ch_put_rank(c1, seed, v, 1, buf) : st;
+        ch_finish_t f1   = {c1, v, st1};
+        pthread_t th;
+        if (st == CKS_OK) {
+            cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+            st = cks_version_finish(c0, "chaos", v, 0);
+            pthread_join(th, NULL);
+            st = st == CKS_OK ? f1.st : st;
+        }
+        if (st == CKS_OK && (st0 != CKS_OK || st1 != CKS_OK)) {
+            st = st0 != CKS_OK ? st0 : st1;
+        }
+        if (stopping) {
+            pthread_join(stopper, NULL);
+            stops++;
+        }
+        cks_client_last_error(c0, why, sizeof(why));
+        fprintf(stderr, "round %d: version %llu (coordinator %d), before: %s, during: %s: %s\n",
+                round, (unsigned long long)v, coord, before, during, cks_status_name(st));
+        if (st != CKS_OK) {
+            /* only a server killed after the begin may fail a version (its
+             * coordinator, or objects it had stored and not yet spread);
+             * the trainer's retry, the next number, must commit */
+            cr_assert_geq(killed_during, 0,
+                          "version %llu failed with %d of %d servers down, none killed "
+                          "during it: %s (%s)",
+                          (unsigned long long)v, ch_unreachable(down), NSRV,
+                          cks_status_name(st), why);
+            retried++;
+            v++;
+            vp.version = v;
+            st         = cks_version_begin(c0, &vp);
+            st0        = st == CKS_OK ? ch_put_rank(c0, seed, v, 0, buf) : st;
+            st1        = st == CKS_OK ? ch_put_rank(c1, seed, v, 1, buf) : st;
+            f1         = (ch_finish_t){c1, v, st1};
+            if (st == CKS_OK) {
+                cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+                st = cks_version_finish(c0, "chaos", v, 0);
+                pthread_join(th, NULL);
+                st = st == CKS_OK ? f1.st : st;
+            }
+            cks_client_last_error(c0, why, sizeof(why));
+            cr_assert_eq(st, CKS_OK, "retry as version %llu: %s (%s)", (unsigned long long)v,
+                         cks_status_name(st), why);
+        }
+        committed++;
+        /* A version restores with the servers down at its commit - except
+         * when one was killed after its chunks there were stored and the
+         * version committed with no redundancy to spare (the redundancy it
+         * states counts what could not be stored, not what was lost
+         * after): then a clear DATA_LOST, never other bytes. */
+        cks_version_info_t vi;
+        cr_assert_eq(cks_version_stat(c0, "chaos", v, &vi), CKS_OK);
+        st = ch_verify(c0, seed, v, buf, want);
+        if (st != CKS_OK) {
+            fprintf(stderr, "  version %llu (%s, redundancy %u) after server %d was killed: %s\n",
+                    (unsigned long long)v, cks_vstate_string(vi.state), vi.redundancy,
+                    killed_during, cks_status_name(st));
+            lost++;
+        }
+        cr_assert(st == CKS_OK || (st == CKS_ERR_DATA_LOST && killed_during >= 0 &&
+                                   vi.redundancy == 0),
+                  "restore of version %llu (redundancy %u) with %d down: %s",
+                  (unsigned long long)v, vi.redundancy, ch_unreachable(down),
+                  cks_status_name(st));
+    }
+    /* every server back; every version kept restores, then all are deleted
+     * and the arenas hold what they held before the first one */
+    for (size_t s = 0; s < NSRV; s++) {
+        if (down[s]) {
+            cr_assert_eq(cks_test_server_restart(&cl.srv[s]), 0);
+            down[s] = 0;
+        }
+    }
+    for (uint64_t w = v >= CH_RETAIN ? v - CH_RETAIN + 1 : 1; w <= v; w++) {
+        cks_version_info_t vi;
+        if (cks_version_stat(c0, "chaos", w, &vi) == CKS_OK &&
+            (vi.state == CKS_VSTATE_PROTECTED || vi.state == CKS_VSTATE_DEGRADED)) {
+            /* every server is back: what a kill took is there again */
+            cks_status_t st = ch_verify(c0, seed, w, buf, want);
+            cr_assert_eq(st, CKS_OK, "version %llu at the end: %s", (unsigned long long)w,
+                         cks_status_name(st));
+        }
+    }
+    for (uint64_t w = 1; w <= v; w++) {
+        cks_status_t st = cks_version_delete(c0, "chaos", w);
+        cr_assert(st == CKS_OK || st == CKS_ERR_NO_SUCH_VERSION, "delete of %llu: %s",
+                  (unsigned long long)w, cks_status_name(st));
+    }
+    /* A server restarted at the end may have learned a version back from
+     * one that had missed its delete (catch-up keeps no tombstones: Known
+     * limits): what any server still lists is deleted again, and counted */
+    int again = 0;
+    for (size_t i = 0; i < NSRV; i++) {
+        cks_client_h one = NULL;
+        cks_repair_info_t ri = {0};
+        for (int t = 0; t < 200 && (cks_repair_status(c0, i, &ri) != CKS_OK || !ri.caught_up);
+             t++) {
+            struct timespec ts = {0, 50 * 1000000};
+            nanosleep(&ts, NULL);
+        }
+        cr_assert_eq(cks_test_connect(&cl.srv[i], 5000, &one), CKS_OK);
+        cks_version_info_t list[64];
+        size_t n = 0;
+        int more = 0;
+        if (cks_version_list(one, "chaos", NULL, list, 64, &n, &more) == CKS_OK) {
+            for (size_t k = 0; k < n; k++) {
+                cks_status_t st = cks_version_delete(c0, "chaos", list[k].version);
+                again++;
+                fprintf(stderr, "server %zu still lists version %llu (%s): deleted again: %s\n",
+                        i, (unsigned long long)list[k].version,
+                        cks_vstate_string(list[k].state), cks_status_name(st));
+            }
+        }
+        cks_client_destroy(one);
+    }
+    for (int i = 0; i < 300; i++) { /* a returning server applies deletes it missed */
+        cr_assert_eq(cks_cluster_usage(c0, &used, NULL), CKS_OK);
+        if (used == used0) {
+            break;
+        }
+        struct timespec ts = {0, 100 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "%d rounds in %llu ms: %d versions committed, %d retried after a server "
+                    "was killed during them, %d lost a server after their chunks were stored "
+                    "with no redundancy to spare; %d kills, %d stops; %d versions deleted "
+                    "again; arena use %llu bytes (%llu before)\n",
+            CH_ROUNDS, (unsigned long long)(ch_ms() - t0), committed, retried, lost, kills,
+            stops, again, (unsigned long long)used, (unsigned long long)used0);
+    for (size_t i = 0; used != used0 && i < NSRV; i++) {
+        cks_client_h one = NULL;
+        uint64_t u       = 0;
+        if (cks_test_connect(&cl.srv[i], 5000, &one) == CKS_OK &&
+            cks_cluster_usage(one, &u, NULL) == CKS_OK) {
+            fprintf(stderr, "server %zu: %llu bytes in use (log %s)\n", i,
+                    (unsigned long long)u, cl.srv[i].log);
+        }
+        if (one != NULL) {
+            cks_client_destroy(one);
+        }
+    }
+    cr_assert_eq(used, used0, "arena use after every version was deleted");
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
 }

@@ -473,9 +473,19 @@ Test(repair, delete_missed_while_down_is_applied_by_catch_up)
                     "restarted\n", (unsigned long long)v1, x, c1);
     cks_test_cluster_kill(&cl, c1);
     cr_assert_eq(cks_test_server_restart(&cl.srv[c1]), 0);
+    /* c1 catches up before x returns: had x come back while c1 was still in
+     * its first round, c1 would learn version 1 back from x (a version this
+     * server lacks may be one it missed: Known limits, no tombstones) */
+    cks_client_h adm = connect_cluster(20000);
+    cks_repair_info_t ri = {0};
+    uint64_t t1 = now_ms();
+    while ((cks_repair_status(adm, c1, &ri) != CKS_OK || !ri.caught_up) &&
+           now_ms() - t1 < WAIT_MS) {
+        usleep(20 * 1000);
+    }
+    cr_assert(ri.caught_up, "server %zu did not catch up", c1);
+    cks_client_destroy(adm);
     cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
-    /* (server x may ask c1 before c1 has caught up itself: x then asks
-     * again, for at most 3 s, before it answers) */
 
     cks_client_h one = NULL;
     cr_assert_eq(cks_test_connect(&cl.srv[x], 5000, &one), CKS_OK);
