@@ -489,7 +489,8 @@ typedef union {
 /** Name of a message type ("PUT"); "UNKNOWN" for others. */
 const char *cks_msg_name(unsigned type);
 /** 1 for the messages only servers send each other (the "s>s" rows of the
- *  table: CHUNK_PUT, OBJECT_DONE, VERSION_COMMIT, VERSION_DROP), else 0. */
+ *  table: CHUNK_PUT, OBJECT_DONE, VERSION_COMMIT, VERSION_DROP, VERSION_CLAIM,
+ *  SYNC_LIST, REPAIR_CHECK), else 0. */
 int cks_msg_server_only(unsigned type);
 
 /** Pack header and body into buf (at least CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY
