@@ -95,6 +95,7 @@ struct cks_tp_conn {
     unsigned refs;
     int failed;
     int closed;
+    uint64_t closed_ns; /* when it was closed */
     int implicit; /* made by UCX, adopted by cks_tp_conn_adopt() */
     int outgoing; /* made by cks_tp_conn_connect(): we chose the peer */
     int unanswered; /* outgoing, and a call on it timed out unanswered */

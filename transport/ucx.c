@@ -232,7 +232,8 @@ static void cks_tp_conn_detach(cks_tp_conn_h conn, int force)
     if (conn->closed) {
         return;
     }
-    conn->closed = 1;
+    conn->closed    = 1;
+    conn->closed_ns = cks_time_ns();
     if (conn->data_ep != NULL) {
         cks_tp_ep_close(conn->worker, conn->data_ep, force);
     }
@@ -1502,7 +1503,37 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
         }
         conn = after;
     }
-    return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
+    /* Sends UCX still holds 5 s after their connection was closed (UCX 1.13
+     * kept rendezvous sends to a peer killed on this host): their owners
+     * are told now, so that what waits on them goes on - a chunk read's
+     * space, held until its reply is sent, is returned - and the requests
+     * are left to UCX (freed when it lets go, or with the worker). Nothing
+     * more goes out on a closed endpoint. */
+    unsigned abandoned = 0;
+    for (cks_tp_send_req_t *s = w->inflight, *nx; s != NULL; s = nx) {
+        nx = s->in_next;
+        if (s->cb == NULL || !s->conn->closed) {
+            continue;
+        }
+        if (now < s->conn->closed_ns + CKS_TP_ABANDON_NS) {
+            next = CKS_MIN(next, s->conn->closed_ns + CKS_TP_ABANDON_NS);
+            continue;
+        }
+        cks_tp_done_cb_t cb = s->cb;
+        void *arg           = s->arg;
+        s->cb               = NULL;
+        s->arg              = NULL;
+        abandoned++;
+        cb(arg, CKS_ERR_CONN_LOST);
+    }
+    if (abandoned > 0) {
+        cks_warn("%s: %u sends UCX still held 5 s after their connection closed: given up",
+                 w->name, abandoned);
+    }
+    if (next == UINT64_MAX) {
+        return -1;
+    }
+    return next <= now ? 0 : (int)((next - now) / 1000000 + 1);
 }
 
 /* A call that failed while UCX held its send, and UCX still holds it long
