@@ -342,9 +342,13 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
     /* A server that has not caught up with the others since it started
      * answers lists and stats BUSY: another server answers instead. */
     int busy = op->status == CKS_ERR_BUSY && c->map != NULL;
+    if (op->target == CKS_TARGET_ANY && candidate && (busy || cks_cl_retryable(op->status))) {
+        op->cand_unsure = 1; /* a candidate that could not say: ask the others too */
+    }
     if (op->target == CKS_TARGET_ANY &&
         (busy || cks_cl_retryable(op->status) || notfound) &&
-        !(op->coord_first && op->cand_notfound && op->tries + 1 >= op->ngroup) &&
+        !(op->coord_first && op->cand_notfound && !op->cand_unsure &&
+          op->tries + 1 >= op->ngroup) &&
         op->tries + 1 < c->nsrv && !c->stop) {
         op->tries++;
         op->srv     = cks_cl_walk_next(c, op);
@@ -448,8 +452,9 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         cks_cl_set_error(c, op->status, text, strnlen(text, sizeof(text)));
     }
     if (op->target == CKS_TARGET_ANY && op->notfound != CKS_OK &&
-        cks_cl_retryable(op->status)) {
-        op->status = op->notfound; /* the best answer any server gave */
+        (cks_cl_retryable(op->status) || op->status == CKS_ERR_BUSY)) {
+        /* the best answer any server gave (one still catching up knows less) */
+        op->status = op->notfound;
     }
     if (op->kind == CKS_OP_PUT && op->status == CKS_OK) {
         cks_cl_put_counted(c, &op->body.m_PUT);

@@ -73,6 +73,7 @@ struct cks_op {
                                such version" is the truth, the other servers are
                                asked only when none of them answers */
     int cand_notfound;      /* coord_first: a candidate answered "no such ..." */
+    int cand_unsure;        /* coord_first: a candidate was busy or unreachable */
     int background;         /* the library's own (a restore's lease): its failure is
                                logged at info and never becomes the last error */
     cks_status_t notfound;  /* a "no such ..." from a server that may have missed
