@@ -658,7 +658,7 @@ Test(limits, a_client_past_its_pending_replies_is_disconnected)
 Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_core)
 {
     const unsigned n = 1000;
-    enum { READERS = 3, SEEN_MS = 5000 };
+    enum { READERS = 6, SEEN_MS = 5000 };
     core_share_t q = {2, 2, 0};
     pid_t pid      = 0;
     int queued     = 0;
