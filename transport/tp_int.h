@@ -148,6 +148,7 @@ typedef struct {
 struct cks_tp_worker {
     cks_tp_worker_params_t params;
     char name[64];
+    uint64_t abandon_check_ns; /* next look for sends held on closed connections */
     ucp_context_h context;
     ucp_worker_h worker;
     int efd;

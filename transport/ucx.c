@@ -1510,7 +1510,13 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
      * are left to UCX (freed when it lets go, or with the worker). Nothing
      * more goes out on a closed endpoint. */
     unsigned abandoned = 0;
-    for (cks_tp_send_req_t *s = w->inflight, *nx; s != NULL; s = nx) {
+    /* a look every 100 ms: a walk of every send on each pass would slow a
+     * server that has thousands of replies in flight */
+    cks_tp_send_req_t *first = now >= w->abandon_check_ns ? w->inflight : NULL;
+    if (first != NULL) {
+        w->abandon_check_ns = now + 100000000ull;
+    }
+    for (cks_tp_send_req_t *s = first, *nx; s != NULL; s = nx) {
         nx = s->in_next;
         if (s->cb == NULL || !s->conn->closed) {
             continue;
