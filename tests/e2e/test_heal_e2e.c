@@ -400,6 +400,12 @@ static uint64_t ch_next(void)
     return ch_rng >> 33;
 }
 
+static void ch_pause_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
 static uint64_t ch_ms(void)
 {
     struct timespec ts;
@@ -488,6 +494,35 @@ static void *ch_finish1(void *arg)
     return NULL;
 }
 
+/* Version vp->version by two ranks: rank 0 begins it and puts its objects,
+ * `between` runs (may be NULL), rank 1 puts its own, and both finish at
+ * once (rank 1 from a thread: a finish waits for the other's). The first
+ * failure, or CKS_OK when the version committed. */
+static cks_status_t ch_write(cks_client_h c0, cks_client_h c1, uint64_t seed,
+                             const cks_version_params_t *vp, uint8_t *buf,
+                             void (*between)(void *), void *arg)
+{
+    uint64_t v       = vp->version;
+    cks_status_t st  = cks_version_begin(c0, vp);
+    cks_status_t st0 = st == CKS_OK ? ch_put_rank(c0, seed, v, 0, buf) : st;
+    if (between != NULL) {
+        between(arg);
+    }
+    cks_status_t st1 = st == CKS_OK ? ch_put_rank(c1, seed, v, 1, buf) : st;
+    ch_finish_t f1   = {c1, v, st1};
+    pthread_t th;
+    if (st == CKS_OK) {
+        cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+        st = cks_version_finish(c0, "chaos", v, 0);
+        pthread_join(th, NULL);
+        st = st == CKS_OK ? f1.st : st;
+    }
+    if (st == CKS_OK && (st0 != CKS_OK || st1 != CKS_OK)) {
+        st = st0 != CKS_OK ? st0 : st1;
+    }
+    return st;
+}
+
 /* A server stopped for a moment, from a thread of its own (its SIGCONT must
  * not wait for a checkpoint the stop delays). */
 typedef struct {
@@ -497,10 +532,9 @@ typedef struct {
 
 static void *ch_stopper(void *arg)
 {
-    ch_stop_t *s       = arg;
-    struct timespec ts = {s->ms / 1000, (long)(s->ms % 1000) * 1000000};
+    ch_stop_t *s = arg;
     kill(s->pid, SIGSTOP);
-    nanosleep(&ts, NULL);
+    ch_pause_ms(s->ms); /* the length of the stop */
     kill(s->pid, SIGCONT);
     return NULL;
 }
@@ -551,6 +585,23 @@ static void ch_disrupt(int *down, pthread_t *stopper, int *stopping, ch_stop_t *
     }
 }
 
+/* ch_disrupt() between the two ranks' puts (ch_write()'s `between`). */
+typedef struct {
+    int *down;
+    pthread_t *stopper;
+    int *stopping;
+    ch_stop_t *stop;
+    char *what;
+    size_t what_len;
+    int *killed_p;
+} ch_during_t;
+
+static void ch_during(void *arg)
+{
+    ch_during_t *d = arg;
+    ch_disrupt(d->down, d->stopper, d->stopping, d->stop, d->what, d->what_len, d->killed_p);
+}
+
 Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420)
 {
     uint64_t seed = cks_test_seed(cks_test_seed_fresh());
@@ -587,23 +638,11 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
                                                  CKS_VERSION_FIELD_TIMEOUT,
                                    .job = "chaos", .version = v, .nranks = 2,
                                    .retain = CH_RETAIN, .timeout_s = 10};
-        cks_status_t st = cks_version_begin(c0, &vp);
-        cks_status_t st0 = st == CKS_OK ? ch_put_rank(c0, seed, v, 0, buf) : st;
         /* during: between rank 0's puts and rank 1's */
-        ch_disrupt(down, &stopper, &stopping, &stop, during, sizeof(during), &killed_during);
+        ch_during_t d   = {down, &stopper, &stopping, &stop, during, sizeof(during),
+                           &killed_during};
+        cks_status_t st = ch_write(c0, c1, seed, &vp, buf, ch_during, &d);
         kills += killed_during >= 0;
-        cks_status_t st1 = st == CKS_OK ? ch_put_rank(c1, seed, v, 1, buf) : st;
-        ch_finish_t f1   = {c1, v, st1};
-        pthread_t th;
-        if (st == CKS_OK) {
-            cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
-            st = cks_version_finish(c0, "chaos", v, 0);
-            pthread_join(th, NULL);
-            st = st == CKS_OK ? f1.st : st;
-        }
-        if (st == CKS_OK && (st0 != CKS_OK || st1 != CKS_OK)) {
-            st = st0 != CKS_OK ? st0 : st1;
-        }
         if (stopping) {
             pthread_join(stopper, NULL);
             stops++;
@@ -621,18 +660,8 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
                           (unsigned long long)v, ch_unreachable(down), NSRV,
                           cks_status_name(st), why);
             retried++;
-            v++;
-            vp.version = v;
-            st         = cks_version_begin(c0, &vp);
-            st0        = st == CKS_OK ? ch_put_rank(c0, seed, v, 0, buf) : st;
-            st1        = st == CKS_OK ? ch_put_rank(c1, seed, v, 1, buf) : st;
-            f1         = (ch_finish_t){c1, v, st1};
-            if (st == CKS_OK) {
-                cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
-                st = cks_version_finish(c0, "chaos", v, 0);
-                pthread_join(th, NULL);
-                st = st == CKS_OK ? f1.st : st;
-            }
+            vp.version = ++v;
+            st         = ch_write(c0, c1, seed, &vp, buf, NULL, NULL);
             cks_client_last_error(c0, why, sizeof(why));
             cr_assert_eq(st, CKS_OK, "retry as version %llu: %s (%s)", (unsigned long long)v,
                          cks_status_name(st), why);
@@ -679,9 +708,7 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
     for (uint64_t w = 1; w <= v; w++) {
         cks_status_t st = cks_version_delete(c0, "chaos", w);
         for (int t = 0; t < 300 && st == CKS_ERR_BUSY; t++) {
-            /* still being aborted (its drop waits on servers just killed) */
-            struct timespec ts = {0, 100 * 1000000};
-            nanosleep(&ts, NULL);
+            ch_pause_ms(100); /* still being aborted (its drop waits on servers just killed) */
             st = cks_version_delete(c0, "chaos", w);
         }
         cr_assert(st == CKS_OK || st == CKS_ERR_NO_SUCH_VERSION, "delete of %llu: %s",
@@ -693,17 +720,15 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
     int again = 0, listed = 1;
     for (int pass = 0; pass < 5 && listed; pass++) {
         listed = 0;
-        if (pass > 0) { /* a catch-up round (every 3-10 s) may learn one back */
-            struct timespec ts = {4, 0};
-            nanosleep(&ts, NULL);
+        if (pass > 0) {
+            ch_pause_ms(4000); /* a catch-up round (every 3-10 s) may learn one back */
         }
         for (size_t i = 0; i < NSRV; i++) {
             cks_client_h one = NULL;
             cks_repair_info_t ri = {0};
             for (int t = 0; t < 600 && (cks_repair_status(c0, i, &ri) != CKS_OK || !ri.caught_up);
                  t++) {
-                struct timespec ts = {0, 50 * 1000000};
-                nanosleep(&ts, NULL);
+                ch_pause_ms(50);
             }
             cr_assert_eq(cks_test_connect(&cl.srv[i], 5000, &one), CKS_OK);
             cks_version_info_t list[64];
@@ -713,8 +738,7 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
             for (int t = 0; t < 600 && lst == CKS_ERR_BUSY; t++) { /* still catching up */
                 lst = cks_version_list(one, "chaos", NULL, list, 64, &n, &more);
                 if (lst == CKS_ERR_BUSY) {
-                    struct timespec ts = {0, 50 * 1000000};
-                    nanosleep(&ts, NULL);
+                    ch_pause_ms(50);
                 }
             }
             cr_assert(lst == CKS_OK || lst == CKS_ERR_NO_SUCH_JOB, "server %zu lists: %s", i,
@@ -737,8 +761,7 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
         if (used == used0) {
             break;
         }
-        struct timespec ts = {0, 100 * 1000000};
-        nanosleep(&ts, NULL);
+        ch_pause_ms(100);
     }
     fprintf(stderr, "%d rounds in %llu ms: %d versions committed, %d retried after a server "
                     "was killed during them, %d lost a server after their chunks were stored "

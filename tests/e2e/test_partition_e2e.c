@@ -169,24 +169,39 @@ static size_t coordinator_of(uint64_t version)
     return pos;
 }
 
+/* Put object i of `version` (`size` bytes made from the seed, in buf when
+ * it is not NULL), tagged with `rank`. */
+static cks_status_t put_one(cks_client_h c, uint64_t version, size_t i, uint64_t size,
+                            uint64_t seed, int32_t rank, uint8_t *buf)
+{
+    uint8_t *own = buf == NULL ? malloc(size) : NULL;
+    char key[64];
+    cks_put_params_t p = {0};
+    buf                = buf != NULL ? buf : own;
+    cr_assert_not_null(buf);
+    key_name(key, sizeof(key), version, i);
+    cks_test_fill(buf, size, seed_of(seed, version, i));
+    p.field_mask = CKS_PUT_FIELD_TAGS;
+    p.job        = JOB;
+    p.version    = version;
+    p.key        = key;
+    p.buffer     = buf;
+    p.size       = size;
+    p.tags       = (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, rank};
+    cks_status_t st = cks_put(c, &p);
+    free(own);
+    return st;
+}
+
 /* Write `n` objects of `size` bytes as one version, blocking. */
 static cks_status_t write_version(cks_client_h c, uint64_t version, size_t n, uint64_t size,
                                   uint64_t seed)
 {
     cks_version_params_t vp = {.job = JOB, .version = version};
     uint8_t *buf            = malloc(size);
-    char key[64];
-    cks_status_t st = cks_version_begin(c, &vp);
+    cks_status_t st         = cks_version_begin(c, &vp);
     for (size_t i = 0; st == CKS_OK && i < n; i++) {
-        cks_put_params_t p = {0};
-        key_name(key, sizeof(key), version, i);
-        cks_test_fill(buf, size, seed_of(seed, version, i));
-        p.job     = JOB;
-        p.version = version;
-        p.key     = key;
-        p.buffer  = buf;
-        p.size    = size;
-        st        = cks_put(c, &p);
+        st = put_one(c, version, i, size, seed, CKS_TAG_NONE, buf);
     }
     free(buf);
     return st == CKS_OK ? cks_version_seal(c, JOB, version) : st;
@@ -741,8 +756,6 @@ typedef struct {
     int cmd, out;
 } rank_proc_t;
 
-static cks_status_t put_one(cks_client_h c, uint64_t version, size_t i, uint64_t size,
-                            uint64_t seed, int32_t rank);
 
 static int rank_main(size_t host, uint64_t seed, int cmd, int out)
 {
@@ -757,7 +770,7 @@ static int rank_main(size_t host, uint64_t seed, int cmd, int out)
         cks_version_params_t vp = {.job = JOB, .version = 3};
         switch (step) {
             case 'p': /* rank 1's object of version 2 */
-                st = put_one(c, 2, 1, 2 * MiB + 5, seed, 1);
+                st = put_one(c, 2, 1, 2 * MiB + 5, seed, 1, NULL);
                 break;
             case 'f':
                 st = cks_version_finish(c, JOB, 2, 1);
@@ -766,7 +779,7 @@ static int rank_main(size_t host, uint64_t seed, int cmd, int out)
                 st = cks_version_begin(c, &vp);
                 break;
             case 's':
-                st = put_one(c, 3, 0, 3 * MiB + 1, seed, CKS_TAG_NONE);
+                st = put_one(c, 3, 0, 3 * MiB + 1, seed, CKS_TAG_NONE, NULL);
                 st = st == CKS_OK ? cks_version_seal(c, JOB, 3) : st;
                 break;
             case 'v': /* rank 0's object of version 2, from this host */
@@ -829,26 +842,6 @@ static void rank_stop(rank_proc_t *r)
     }
 }
 
-static cks_status_t put_one(cks_client_h c, uint64_t version, size_t i, uint64_t size,
-                            uint64_t seed, int32_t rank)
-{
-    uint8_t *buf = malloc(size);
-    char key[64];
-    cks_put_params_t p = {0};
-    cr_assert_not_null(buf);
-    key_name(key, sizeof(key), version, i);
-    cks_test_fill(buf, size, seed_of(seed, version, i));
-    p.field_mask = CKS_PUT_FIELD_TAGS;
-    p.job        = JOB;
-    p.version    = version;
-    p.key        = key;
-    p.buffer     = buf;
-    p.size       = size;
-    p.tags       = (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, rank};
-    cks_status_t st = cks_put(c, &p);
-    free(buf);
-    return st;
-}
 
 /*
  * A partition hides a version's first coordinator candidate from one rank
@@ -894,7 +887,7 @@ Test(partition, coordinator_hidden_from_one_rank_is_fenced)
     cks_client_last_error(cli, text, sizeof(text));
     cr_assert_eq(st, CKS_OK, "begin of version 2 with server %d hidden: %s (%s)", cand2[0],
                  cks_status_name(st), text);
-    cr_assert_eq(put_one(cli, 2, 0, 1 * MiB + 17, seed, 0), CKS_OK);
+    cr_assert_eq(put_one(cli, 2, 0, 1 * MiB + 17, seed, 0, NULL), CKS_OK);
     cr_assert_eq(rank_step(&b, 'p'), CKS_OK, "rank 1's put");
     cr_assert_eq(write(b.cmd, "f", 1), 1); /* rank 1 finishes, and waits for rank 0 */
     st               = cks_version_finish(cli, JOB, 2, 0);
