@@ -565,11 +565,14 @@ static reader_t reader_fork_ex(unsigned n, uint64_t len, int then_read)
         for (unsigned i = 0; i < n; i++) {
             cks_tp_send(conn, CKS_MSG_GET, 0, i + 2, &g, NULL, 0, CKS_MEM_HOST, NULL, NULL,
                         NULL);
-            if (then_read && i % 32 == 31) {
+            if (then_read && i % 8 == 7) {
                 /* the server takes these and answers into our FIFO, which
                  * we do not drain: its room for our next requests does not
-                 * need our progress, and its replies soon have no room */
-                usleep(10 * 1000);
+                 * need our progress as long as it is never full (a request
+                 * that finds it full waits for our progress, and so does
+                 * every later one), and its replies soon have no room. 8
+                 * per 2 ms leaves a sanitized server time to take them. */
+                usleep(2 * 1000);
             }
         }
         raise(SIGSTOP);
