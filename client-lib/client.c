@@ -549,7 +549,8 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     if (op->rma) {
         /* the descriptor goes as the payload; it lives in the op */
         op->sending = 1;
-        status = cks_tp_send(sv->conn, op->type, CKS_WIRE_F_RMA, op->req_id, &op->body,
+        status = cks_tp_send(sv->conn, op->type, CKS_WIRE_F_RMA | op->wire_flags, op->req_id,
+                             &op->body,
                              op->rma_desc, op->rma_len, CKS_MEM_HOST, NULL, cks_cl_send_done,
                              op);
         if (status != CKS_INPROGRESS) {
@@ -573,7 +574,7 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
         }
         return;
     }
-    status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, NULL, 0,
+    status = cks_tp_send(sv->conn, op->type, op->wire_flags, op->req_id, &op->body, NULL, 0,
                          CKS_MEM_HOST, NULL, NULL, NULL);
     if (status != CKS_INPROGRESS) {
         cks_cl_op_fail(c, op, status);

@@ -87,6 +87,7 @@ struct cks_op {
     uint64_t buf_size;
     uint64_t *length_p;
     uint32_t flags;
+    uint32_t wire_flags;    /* header flags the request carries (CKS_WIRE_F_CHECKED) */
     void *out;              /* stat / list results (caller's) */
     size_t out_max;
     size_t *count_p;
@@ -194,6 +195,12 @@ struct cks_restore {
  * server (a lease renewed by its gets, let go by cks_restore_close) */
 cks_status_t cks_cl_restore_new(cks_client_h c, const char *job, const cks_version_info_t *info,
                                 cks_restore_h *r_p);
+
+/* cks_get_nb() with header flags for a standalone server's range GET:
+ * CKS_WIRE_F_CHECKED when the caller checks the object's CRC over all its
+ * ranges itself (stage.c); 0 is cks_get_nb(). */
+cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                           cks_done_cb_t cb, void *arg, uint32_t wire_flags);
 
 /* flushed.c: restores from the durable tier (a flushed copy on disk) */
 /* Open the flushed copy of (job, version) in dir (CKS_VERSION_LATEST: the

@@ -996,6 +996,12 @@ static cks_status_t cks_read_start(cks_restore_h r, const cks_get_params_t *p, i
 cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
                         cks_done_cb_t cb, void *arg)
 {
+    return cks_cl_get_nb(r, p, length_p, cb, arg, 0);
+}
+
+cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                           cks_done_cb_t cb, void *arg, uint32_t wire_flags)
+{
     cks_msg_get_t *m;
     size_t used = 0;
     cks_op_t *op;
@@ -1047,6 +1053,7 @@ cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *le
     op->buf_size = p->buffer_size;
     op->length_p = length_p;
     op->flags    = (p->field_mask & CKS_GET_FIELD_FLAGS) ? p->flags : 0;
+    op->wire_flags = range ? wire_flags & CKS_WIRE_F_CHECKED : 0;
     return cks_cl_submit(r->client, op, cb, arg);
 }
 

@@ -79,6 +79,9 @@ struct cks_stage_job {
     uint64_t *length_p;
     uint32_t flags;
     int range;
+    int chain;              /* get: the object's CRC is checked here over the
+                               slices, in order (a standalone server then sends
+                               each slice unchecked: CKS_WIRE_F_CHECKED) */
     uint64_t buffer_size;
     unsigned reads;         /* range gets in flight */
     /* both */
@@ -858,7 +861,8 @@ static cks_status_t cks_stage_read_start(cks_stage_t *st, cks_stage_job_t *j, ui
     st->reads[slot].got  = 0;
     j->reads++;
     pthread_mutex_unlock(&st->lock);
-    status = cks_get_nb(j->r, &g, &st->reads[slot].got, cks_stage_read_done, &st->reads[slot]);
+    status = cks_cl_get_nb(j->r, &g, &st->reads[slot].got, cks_stage_read_done,
+                           &st->reads[slot], j->chain ? CKS_WIRE_F_CHECKED : 0);
     pthread_mutex_lock(&st->lock);
     if (status != CKS_INPROGRESS) {
         j->reads--;
@@ -894,6 +898,11 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
         goto out;
     }
     j->nslices = (j->len + st->slice - 1) / st->slice;
+    /* a whole object from a standalone server: its CRC covers the whole
+     * object only, which that server would check on every slice's read
+     * (the object read nslices times over); it is checked here instead, on
+     * the slices as they pass. Chunks of a cluster carry their own CRCs. */
+    j->chain = !j->range && ((j->flags & CKS_GET_VERIFY) || j->r->info.ec_k == 0);
     cks_stage_drain(st); /* earlier puts' slots */
     while (done < j->nslices) {
         /* keep the ring full of reads */
@@ -928,7 +937,7 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
             break;
         }
         pthread_mutex_unlock(&st->lock);
-        if (j->flags & CKS_GET_VERIFY) {
+        if (j->chain) {
             crc = cks_crc64(crc, st->ring + (uint64_t)slot * st->slice, (size_t)want);
         }
         uint64_t ns = 0;
@@ -950,7 +959,7 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
     while (j->reads > 0) {
         pthread_cond_wait(&st->cond, &st->lock);
     }
-    if (j->status == CKS_OK && (j->flags & CKS_GET_VERIFY) && !j->range && crc != info.crc64) {
+    if (j->status == CKS_OK && j->chain && crc != info.crc64) {
         j->status = CKS_ERR_CRC_MISMATCH;
         cks_error("staged get of '%s': CRC mismatch", j->key);
     }

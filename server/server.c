@@ -871,9 +871,11 @@ static int cks_sv_is_bad(cks_server_h s, const cks_wire_str_t *job, uint64_t ver
     return cks_hmap_get(s->bad, k, n + key->len) != NULL;
 }
 
-/* `dest`: where the client wants the bytes written (its memory), or NULL */
+/* `dest`: where the client wants the bytes written (its memory), or NULL;
+ * `checked`: the reader checks the whole object's CRC over its ranges
+ * (CKS_WIRE_F_CHECKED), so a range is sent without a pass over the object */
 static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
-                       const cks_msg_get_t *m, const cks_tp_data_t *dest)
+                       const cks_msg_get_t *m, const cks_tp_data_t *dest, int checked)
 {
     cks_msg_get_reply_t r = {0};
     cks_md_version_t rec;
@@ -926,12 +928,13 @@ static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         return;
     }
     /* the object's CRC covers it whole: a part of it cannot be checked by
-     * the reader, so it is checked here (one pass over the object); the
-     * whole object is checked by the reader as it arrives, or by the
-     * transport as it writes it into the reader's memory */
+     * the reader, so it is checked here (one pass over the object), unless
+     * the reader reads every part and checks them together; the whole
+     * object is checked by the reader as it arrives, or by the transport as
+     * it writes it into the reader's memory */
     const uint8_t *bytes = cks_arena_base(s->arena) + obj.arena_offset;
     int whole            = m->offset == 0 && length == obj.size;
-    if (!whole && cks_crc64(0, bytes, obj.size) != obj.crc64) {
+    if (!whole && !checked && cks_crc64(0, bytes, obj.size) != obj.crc64) {
         cks_error("object '%s' of version %llu of '%.*s' fails its CRC", obj.key,
                   (unsigned long long)m->version, (int)m->job.len, m->job.ptr);
         cks_sv_reply_status(conn, req_id, CKS_ERR_CRC_MISMATCH, "'%s' fails its CRC",
@@ -1323,7 +1326,8 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
                 cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
                                     "a cluster server serves chunks (CHUNK_GET)");
             } else {
-                cks_sv_get(s, conn, hdr->req_id, &b->m_GET, data);
+                cks_sv_get(s, conn, hdr->req_id, &b->m_GET, data,
+                           !!(hdr->flags & CKS_WIRE_F_CHECKED));
             }
             break;
         case CKS_MSG_OBJECT_DELETE:

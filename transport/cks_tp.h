@@ -43,6 +43,11 @@
                                    payload stays in the sender's memory, or the
                                    reply's payload goes there); reply: the
                                    payload was written there */
+#define CKS_WIRE_F_CHECKED 0x8u /* GET request for one range of a whole-object
+                                   read: the reader checks the object's CRC
+                                   over all its ranges, in order, so the
+                                   server sends the range without checking
+                                   the whole object first (standalone) */
 
 /** Fixed header; on the wire big-endian: magic u32, proto u16, type u16,
  *  flags u32, body_len u32, req_id u64. */

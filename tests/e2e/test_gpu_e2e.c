@@ -19,11 +19,15 @@
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #ifdef CKS_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -591,6 +595,74 @@ static int cuda_devices(void)
 #else
     return 0;
 #endif
+}
+
+/* Flip a byte in every copy of the 256 bytes at `needle` in the arena file
+ * `path` (the server's memory: MAP_SHARED), as memory rots after the server
+ * recorded the object's CRC. Returns how many copies were changed. */
+static int rot_in_arena(const char *path, const uint8_t *needle)
+{
+    struct stat sb;
+    int found = 0, fd = open(path, O_RDWR);
+
+    cr_assert(fd >= 0, "open %s", path);
+    cr_assert_eq(fstat(fd, &sb), 0);
+    uint8_t *a = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    cr_assert(a != MAP_FAILED, "map %s", path);
+    close(fd);
+    for (uint8_t *p = a, *end = a + sb.st_size;
+         (p = memmem(p, (size_t)(end - p), needle, 256)) != NULL; p += 256) {
+        p[100] ^= 0x10;
+        found++;
+    }
+    munmap(a, (size_t)sb.st_size);
+    return found;
+}
+
+/* A standalone server sends the slices of a whole-object staged get without
+ * checking the object's CRC on each (the reader checks it over the slices):
+ * an object that rotted in the server's memory is still an error - whole
+ * (checked by the reader, without CKS_GET_VERIFY), as a range (checked by
+ * the server), and as a host get - never CKS_OK with other bytes. */
+Test(stage_single, rotted_object_is_an_error_not_other_bytes, .init = setup_single,
+     .fini = teardown_single, .timeout = 60)
+{
+    const uint64_t size = 40 * SLICE + 77; /* many slices, many ring wraps */
+    uint8_t *src = malloc(size), *dst = malloc(size);
+    cks_client_h c;
+    cks_restore_h r;
+    uint64_t len = 0;
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    stage_env(NULL);
+    cks_test_fill(src, size, cks_test_seed(0x707));
+    c = connect_staged(SLICE, SLICES);
+    begin(c, "rot", 1);
+    cr_assert_eq(put_dev(c, "rot", 1, "obj", src, size, CKS_MEM_CUDA), CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "rot", 1), CKS_OK);
+    cr_assert_eq(cks_restore_open(c, "rot", 1, &r), CKS_OK);
+    cr_assert_eq(get_dev(r, "obj", dst, size, &len, 0), CKS_OK);
+    cr_assert(len == size && memcmp(dst, src, size) == 0, "the bytes before the rot");
+
+    /* the rot: in slice 30, far from the range read below */
+    cr_assert_eq(rot_in_arena(srv.arena, src + 30 * SLICE + 5), 1);
+    cr_assert_eq(get_dev(r, "obj", dst, size, &len, 0), CKS_ERR_CRC_MISMATCH,
+                 "a staged whole get of a rotted object");
+    cks_get_params_t g = {0};
+    g.field_mask  = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_RANGE;
+    g.key         = "obj";
+    g.buffer      = dst;
+    g.buffer_size = size;
+    g.mem_type    = CKS_MEM_CUDA;
+    g.offset      = SLICE + 3;
+    g.length      = 2 * SLICE;
+    cr_assert_eq(cks_get(r, &g, &len), CKS_ERR_CRC_MISMATCH, "a staged range get");
+    g.field_mask = 0;
+    cr_assert_eq(cks_get(r, &g, &len), CKS_ERR_CRC_MISMATCH, "a host get");
+    cks_restore_close(r);
+    cks_client_destroy(c);
+    free(src);
+    free(dst);
 }
 
 /* Without a device: CUDA puts and gets are refused with the reason; AUTO on
