@@ -210,10 +210,14 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
         {"reps", required_argument, NULL, 'r'},
         {"map", required_argument, NULL, 'M'},
         {"server", required_argument, NULL, 'S'},
+        {"slice", required_argument, NULL, 'l'},
+        {"slices", required_argument, NULL, 'n'},
         {NULL, 0, NULL, 0},
     };
     const char *map = NULL, *server = NULL;
     uint64_t size   = 256ull << 20;
+    uint64_t slice  = 0; /* the staging ring: the library's default */
+    unsigned slices = 0;
     unsigned reps   = 3;
     char why[256];
     int c;
@@ -229,10 +233,18 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
                 }
                 break;
             case 'r': reps = (unsigned)strtoul(optarg, NULL, 10); break;
+            case 'l':
+                if (bench_size_parse(optarg, &slice) != 0 || slice == 0) {
+                    fprintf(stderr, "ckstore-bench --gpu: bad slice '%s'\n", optarg);
+                    return 2;
+                }
+                break;
+            case 'n': slices = (unsigned)strtoul(optarg, NULL, 10); break;
             case 'M': map = optarg; break;
             case 'S': server = optarg; break;
             default:
                 fprintf(stderr, "usage: ckstore-bench [cluster] --gpu [--size S] [--reps N] "
+                                "[--slice S --slices N] "
                                 "[--server IP:PORT | --map FILE (cluster)]\n");
                 return 2;
         }
@@ -267,6 +279,11 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
     cp.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_NAME;
     cp.timeout_ms = 60000;
     cp.name       = "ckstore-bench-gpu";
+    if (slice > 0 || slices > 0) { /* the staging ring: slices x slice bytes */
+        cp.field_mask |= CKS_CLIENT_FIELD_STAGE;
+        cp.stage_slice  = slice > 0 ? slice : 4ull << 20;
+        cp.stage_slices = slices > 0 ? slices : 8;
+    }
     if (cluster) {
         cp.field_mask |= CKS_CLIENT_FIELD_CLUSTER;
         cp.cluster = map;
@@ -277,7 +294,9 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
     if (cks_client_create(&cp, &client) != CKS_OK) {
         fprintf(stderr, "ckstore-bench --gpu: cannot connect\n");
     } else {
-        printf("server: %s\n", cluster ? map : server);
+        printf("server: %s; staging ring %u x %llu bytes%s\n", cluster ? map : server,
+               slices > 0 ? slices : 8, (unsigned long long)(slice > 0 ? slice : 4ull << 20),
+               slice > 0 || slices > 0 ? "" : " (the default)");
         rc = gpu_measure(client, size, reps);
         cks_client_destroy(client);
     }
