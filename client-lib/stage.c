@@ -10,9 +10,12 @@
  * A staged put: the stage thread submits the put's op (its payload is a
  * cks_tp_source_t) and copies the object slice after slice device-to-host
  * into the ring, at most nslots ahead of what UCX has taken (an object that
- * fits in the ring is copied whole first, then submitted and handed off:
- * its op's callback frees its slots and ends it, while the stage thread
- * goes on with the next jobs; a failed copy then never reaches the server.
+ * fits in the ring is copied whole first into one run of slots - it skips
+ * to slot 0 rather than wrap - then submitted as a host put from there,
+ * which a server on this host copies from our mapped memory, and handed
+ * off: its op's callback frees its slots and ends it, while the stage
+ * thread goes on with the next jobs; a failed copy then never reaches the
+ * server.
  * A larger one first waits for the ring to be empty, so that its pack
  * waits only for its own copies; if it fails, its version is aborted,
  * since UCX cannot take back what it sent); UCX pulls the
@@ -641,6 +644,11 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
      * goes out, so that a failed copy fails it before the server saw a
      * byte; a larger one is sent while it is copied. */
     int whole = j->nslices <= st->nslots;
+    if (whole && j->base % st->nslots + j->nslices > st->nslots) {
+        /* it would wrap: it starts at slot 0, so that its slots are one run
+         * of the ring and it is sent from there as host memory */
+        j->base += st->nslots - j->base % st->nslots;
+    }
     if (!whole) {
         /* its pack must only ever wait for its own copies */
         cks_stage_drain(st);
@@ -731,6 +739,14 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
              * op's callback ends it (cks_stage_put_op_done(), which waits
              * for this lock) */
             j->handed_off = 1;
+            /* its slots are one run of the ring (cks_mem_alloc() memory): it
+             * goes as a host put from there - to a server on this host, one
+             * copy by the server from our mapped memory; elsewhere, UCX's
+             * zero-copy send - instead of through the pack callback */
+            j->op->stage       = NULL;
+            j->op->payload     = st->ring + (uint64_t)cks_stage_slot(st, j, 0) * st->slice;
+            j->op->payload_len = j->len;
+            j->op->mem_type    = CKS_MEM_HOST;
             status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
             if (status == CKS_INPROGRESS) {
                 return;
@@ -1019,7 +1035,7 @@ static void *cks_stage_thread(void *arg)
                 cks_stage_run_get(st, j);
             }
         }
-        st->ring_pos += j->nslices;
+        st->ring_pos = j->base + j->nslices; /* a put may have skipped to slot 0 */
         st->cur = NULL;
         if (j->handed_off) {
             continue; /* its op's callback ends it; j may be gone already */
