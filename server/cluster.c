@@ -39,16 +39,33 @@
  * at once) for this long, so that one dead server does not cost every
  * object of a checkpoint a timeout. */
 #define CKS_SV_PEER_DOWN_NS (5ull * 1000000000ull)
+/* ... while a handshake is tried every this long (a new connection once the
+ * last one failed, or its handshake went unanswered for CKS_SV_PEER_HELLO_NS) */
+#define CKS_SV_PEER_PROBE_NS (50ull * 1000000ull)
+#define CKS_SV_PEER_HELLO_NS (1000ull * 1000000ull)
 #define CKS_SV_SEAL_TIMEOUT_NS (60ull * 1000000000ull)
 #define CKS_SV_CHUNK_MAX       (64u << 20)
 
 /* ---- peers ------------------------------------------------------------------------ */
 
+/* A handshake with a peer: which one, and its number. */
+typedef struct {
+    cks_sv_peer_t *p; /* s->peers[], as long as the server lives */
+    uint64_t gen;
+} cks_sv_hello_t;
+
 static void cks_sv_hello_done(void *arg, cks_status_t status)
 {
+    cks_sv_hello_t *h = arg;
     if (status != CKS_OK) {
         cks_warn("handshake with a peer failed: %s", cks_status_string(status));
+    } else {
+        h->p->down_ns = 0; /* it answers: no longer skipped (a restarted server) */
     }
+    if (h->p->hello_gen == h->gen) {
+        h->p->hello_ns = 0;
+    }
+    free(h);
 }
 
 /* The connection to the server at `pos`, made on first use. */
@@ -77,9 +94,19 @@ cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
     /* requests may follow at once: they queue behind the handshake on the
      * listener endpoint, and a server with a secret answers nothing else
      * before AUTH */
+    cks_sv_hello_t *h = malloc(sizeof(*h));
+    if (h == NULL) {
+        cks_tp_conn_put(p->conn);
+        p->conn = NULL;
+        return NULL;
+    }
+    *h          = (cks_sv_hello_t){p, ++p->hello_gen};
+    p->hello_ns = cks_time_ns();
     if (cks_tp_conn_handshake(p->conn, s->name, s->has_peer_secret ? &s->peer_secret : NULL,
-                              CKS_SV_CALL_TIMEOUT_MS, cks_sv_hello_done, NULL) !=
+                              CKS_SV_CALL_TIMEOUT_MS, cks_sv_hello_done, h) !=
         CKS_INPROGRESS) {
+        free(h);
+        p->hello_ns = 0;
         cks_tp_conn_put(p->conn);
         p->conn = NULL;
     }
@@ -105,11 +132,41 @@ int cks_sv_cluster_conn_err(cks_server_h s, cks_tp_conn_h conn)
     return 1;
 }
 
-/* Did this member fail a chunk put a moment ago? */
+/* Did this member fail a chunk put a moment ago? While it is skipped, a
+ * handshake on a new connection is tried every CKS_SV_PEER_PROBE_NS (here,
+ * and from the server loop: cks_sv_peers_probe()): a server restarted on
+ * its address answers it, and is used again at once (cks_sv_hello_done())
+ * rather than after CKS_SV_PEER_DOWN_NS. */
 int cks_sv_peer_down(cks_server_h s, size_t pos)
 {
-    uint64_t t = s->peers[pos].down_ns;
-    return t != 0 && cks_time_ns() - t < CKS_SV_PEER_DOWN_NS;
+    cks_sv_peer_t *p = &s->peers[pos];
+    uint64_t now     = cks_time_ns();
+    if (p->down_ns == 0 || now - p->down_ns >= CKS_SV_PEER_DOWN_NS) {
+        return 0;
+    }
+    if (now - p->probe_ns >= CKS_SV_PEER_PROBE_NS) {
+        p->probe_ns = now;
+        if (p->conn != NULL && p->hello_ns != 0 && now - p->hello_ns >= CKS_SV_PEER_HELLO_NS) {
+            /* its handshake is not answered: our endpoint may reach a process
+             * that is gone while a new one serves the address */
+            cks_tp_conn_put(p->conn);
+            p->conn = NULL;
+        }
+        (void)cks_sv_peer(s, pos); /* a new connection when the last one failed */
+    }
+    return p->down_ns != 0;
+}
+
+/* Probe every skipped member (server loop); 1 while one is skipped. */
+static int cks_sv_peers_probe(cks_server_h s)
+{
+    int any = 0;
+    for (size_t i = 0; i < cks_cluster_nservers(s->map); i++) {
+        if (i != s->self && s->peers[i].down_ns != 0) {
+            any |= cks_sv_peer_down(s, i);
+        }
+    }
+    return any;
 }
 
 /* Did a call fail because its server could not be reached in time? */
@@ -428,22 +485,38 @@ static void cks_cput_check_missing(cks_cput_t *p)
 }
 
 /* Every member answered: record the chunks kept here, then report. */
-/* Chunks skipped because their member failed a moment ago: when a stripe
- * would miss more than m without them, they are sent after all (a member
- * restarted or back from a partition takes them; one still down fails them
- * for real) and 1 is returned: the put settles again when they are
- * answered. Otherwise their space is freed. */
+/* Chunks skipped because their member failed a moment ago: those of a
+ * member that answered a handshake since (restarted; cks_sv_peer_down()
+ * tries one) are sent after all, and when a stripe would miss more than m
+ * without them, all of them are (a member back from a partition takes
+ * them; one still down fails them for real); then 1 is returned: the put
+ * settles again when they are answered. The others' space is freed. */
 static int cks_cput_second_chance(cks_cput_t *p)
 {
     cks_server_h s = p->s;
     int failing    = 0;
+    size_t back    = 0;
     for (uint64_t st = 0; st < p->stripes && p->missing != NULL; st++) {
         failing |= p->missing[st] > p->m;
     }
     if (p->nskipped == 0) {
         return 0;
     }
-    if (!failing || p->status != CKS_OK || s->stop) {
+    if (p->status == CKS_OK && !s->stop && !failing) {
+        /* only the chunks of members that are back: the others' go */
+        size_t kept = 0;
+        for (size_t i = 0; i < p->nskipped; i++) {
+            if (!cks_sv_peer_down(s, p->skipped[i]->pos)) {
+                p->skipped[kept++] = p->skipped[i];
+            } else {
+                cks_arena_free(s->arena, p->skipped[i]->off, p->chunk);
+                free(p->skipped[i]);
+            }
+        }
+        back        = kept;
+        p->nskipped = kept;
+    }
+    if ((!failing && back == 0) || p->status != CKS_OK || s->stop) {
         for (size_t i = 0; i < p->nskipped; i++) {
             cks_arena_free(s->arena, p->skipped[i]->off, p->chunk);
             free(p->skipped[i]);
@@ -452,8 +525,9 @@ static int cks_cput_second_chance(cks_cput_t *p)
         return 0;
     }
     cks_info("object '%s' of version %llu: sending %zu chunks to members that failed a "
-             "moment ago after all (without them it cannot be protected)",
-             p->key, (unsigned long long)p->v->version, p->nskipped);
+             "moment ago after all (%s)",
+             p->key, (unsigned long long)p->v->version, p->nskipped,
+             failing ? "without them it cannot be protected" : "they answer again");
     p->acks = 1;
     for (size_t i = 0; i < p->nskipped; i++) {
         cks_cput_ack_t *a = p->skipped[i];
@@ -2446,6 +2520,7 @@ int cks_sv_cluster_progress(cks_server_h s)
         s->claims_sweep_ns = now + 1000000000ull;
         cks_sv_claims_expire(s);
     }
+    int probing = cks_sv_peers_probe(s);
     e = cks_enc_take_done(&s->enc);
     while (e != NULL) {
         cks_enc_job_t *next = e->next;
@@ -2463,6 +2538,9 @@ int cks_sv_cluster_progress(cks_server_h s)
     int timeout    = cks_tp_worker_expire(s->tp);
     if (rp_timeout >= 0 && (timeout < 0 || rp_timeout < timeout)) {
         timeout = rp_timeout;
+    }
+    if (probing && (timeout < 0 || timeout > (int)(CKS_SV_PEER_PROBE_NS / 1000000))) {
+        timeout = (int)(CKS_SV_PEER_PROBE_NS / 1000000); /* the next probe */
     }
     /* wake at least once a second while seals wait */
     return timeout < 0 || timeout > 1000 ? 1000 : timeout;

@@ -124,8 +124,12 @@ cks_enc_job_t *cks_enc_take_done(cks_enc_t *e);
 /* A server of the cluster as this server sees it (cluster.c). */
 typedef struct {
     cks_tp_conn_h conn; /* NULL until first needed, and after a failure */
-    uint64_t down_ns;   /* when a chunk put to it last timed out; 0: it took the last */
+    uint64_t down_ns;   /* when a chunk put to it last timed out; 0: it took the last,
+                           or a handshake with it succeeded since */
     uint64_t warned_ns; /* when its last "did not take chunk" warning was logged */
+    uint64_t probe_ns;  /* when it was last asked for a handshake while skipped */
+    uint64_t hello_ns;  /* when the handshake on conn began; 0: it ended */
+    uint64_t hello_gen; /* the handshake's number (an older one's end is ignored) */
 } cks_sv_peer_t;
 
 /* A drop a peer did not take (it was down): sent again until it does. */
