@@ -104,6 +104,7 @@ typedef struct {
     unsigned encoders;
     uint64_t arena; /* per server; 0: computed */
     int arena_given;
+    const char *repair_rate; /* --repair-rate for the servers; NULL: their default */
     const char *json;
     int quiet, verbose, no_raw, no_degraded, pec, pec_only;
     unsigned pec_k; /* 0: E/4 */
@@ -352,7 +353,7 @@ static void cl_print_log(const cl_server_t *s)
 static int cl_server_spawn(cl_server_t *s, uint64_t arena)
 {
     char id[16], asize[32], enc[16];
-    char *argv[20];
+    char *argv[24];
     int out[2], logfd, n = 0;
     pid_t parent = getpid();
 
@@ -374,6 +375,10 @@ static int cl_server_spawn(cl_server_t *s, uint64_t arena)
     argv[n++] = enc;
     argv[n++] = "--log-level";
     argv[n++] = opts.verbose ? "info" : "warn";
+    if (opts.repair_rate != NULL) {
+        argv[n++] = "--repair-rate";
+        argv[n++] = (char *)opts.repair_rate;
+    }
     argv[n] = NULL;
 
     if (pipe2(out, O_CLOEXEC) != 0) {
@@ -2196,6 +2201,21 @@ typedef struct {
     /* the servers' encoder threads during the snapshots (cks_cluster_stats()
      * before and after each): object bytes, CPU ns in encode calls, in jobs */
     uint64_t enc_bytes, enc_ns, enc_job_ns;
+    /* self-healing: degraded snapshots (STORED seconds, per level of servers
+     * down), the repair after the killed servers return (seconds from their
+     * start to every version PROTECTED, chunk bytes they rebuilt), a
+     * snapshot taken while that repair runs (STORED seconds, repair bytes
+     * left at its start and end), and a replacement server (empty arena
+     * and metadata) taking a killed one's id */
+    double down_stored[CL_MAX_DOWN + 1][CL_MAX_REPS];
+    unsigned ndown_stored[CL_MAX_DOWN + 1];
+    double repair_gbs[CL_MAX_REPS], repair_prot[CL_MAX_REPS];
+    unsigned nrepair;
+    double during_stored[CL_MAX_REPS];
+    uint64_t during_left0[CL_MAX_REPS], during_left1[CL_MAX_REPS];
+    unsigned nduring;
+    double repl_gbs, repl_prot;
+    int repl_ok;
 } cl_main_t;
 
 static cl_main_t mainfig;
@@ -2381,7 +2401,8 @@ static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned re
  * (from *version_io on, the next numbers are tried: one whose coordinator is
  * down cannot begin), stored without the dead servers' chunks and committed
  * DEGRADED. Prints STORED and committed bandwidth and the state. */
-static int cl_snapshot_down(const char *job, uint64_t *version_io, unsigned down, unsigned rep)
+static int cl_snapshot_down(const char *job, uint64_t *version_io, unsigned down, unsigned rep,
+                            const char *label, double *stored_p)
 {
     cl_res_t res[CL_MAX_CLIENTS];
     cl_cmd_t cmd;
@@ -2422,6 +2443,19 @@ static int cl_snapshot_down(const char *job, uint64_t *version_io, unsigned down
     st = cks_version_stat(cl_client, job, *version_io, &vi);
     if (st != CKS_OK) {
         return cl_fail("stat of a version written with servers down", st);
+    }
+    if (stored_p != NULL) {
+        *stored_p = stored_s;
+    }
+    if (label != NULL) {
+        say("  rep %u: snapshot %s (version %llu): STORED %.2f GB/s, committed %.2f GB/s, %s\n",
+            rep + 1, label, (unsigned long long)*version_io,
+            (double)bytes / stored_s / BENCH_GB, (double)bytes / prot_s / BENCH_GB,
+            cks_vstate_string(vi.state));
+        return 0;
+    }
+    if (down <= CL_MAX_DOWN && mainfig.ndown_stored[down] < CL_MAX_REPS) {
+        mainfig.down_stored[down][mainfig.ndown_stored[down]++] = stored_s;
     }
     say("  rep %u: snapshot with %u of %u servers down (version %llu): STORED %.2f GB/s, "
         "committed %.2f GB/s, %s, redundancy %u/%u, %llu chunks missing\n",
@@ -2552,6 +2586,209 @@ static int cl_cw_restore_fresh(const char *job, uint64_t version)
     return 0;
 }
 
+/* ---- self-healing: repair after servers return, and a replacement ---------------- */
+
+/* The repair figures of the servers in ids: *left_p chunk bytes they still
+ * lack, *done_p bytes they rebuilt since they started. 1 when each has
+ * caught up and lacks nothing. */
+static int cl_repair_left(const unsigned *ids, unsigned n, uint64_t *left_p, uint64_t *done_p)
+{
+    int all = 1;
+    *left_p = *done_p = 0;
+    for (unsigned i = 0; i < n; i++) {
+        cks_repair_info_t ri;
+        if (cks_repair_status(cl_client, ids[i], &ri) != CKS_OK) {
+            all = 0;
+            continue;
+        }
+        *left_p += ri.bytes_left;
+        *done_p += ri.bytes_done;
+        all = all && ri.caught_up && ri.chunks_left == 0;
+    }
+    return all;
+}
+
+/* How a repair went, as cl_repair_wait() saw it (sampled every 20 ms). */
+typedef struct {
+    uint64_t done;       /* chunk bytes the servers rebuilt */
+    double first, last;  /* seconds since t0 of the first sample that saw
+                            rebuilt bytes, and of the one that saw them all */
+    double protected_s;  /* seconds since t0 until every version was PROTECTED */
+} cl_repair_t;
+
+/* Wait (bounded) until the servers in ids lack nothing and every version in
+ * vs is PROTECTED. 0, or -1 (said why). */
+static int cl_repair_wait(const char *job, const unsigned *ids, unsigned nids,
+                          const uint64_t *vs, unsigned nvs, double t0, cl_repair_t *r)
+{
+    double deadline = bench_now() + opts.timeout_s * 4 + 30;
+    uint64_t left = 0, done = 0;
+    unsigned v = 0;
+    memset(r, 0, sizeof(*r));
+    r->first = -1;
+    while (bench_now() < deadline) {
+        int clean = cl_repair_left(ids, nids, &left, &done);
+        double now = bench_now() - t0;
+        if (done > r->done) {
+            r->first = r->first < 0 ? now : r->first;
+            r->last  = now;
+            r->done  = done;
+        }
+        if (clean) {
+            for (; v < nvs; v++) { /* a version PROTECTED stays so: ask the rest */
+                cks_version_info_t vi;
+                if (cks_version_stat(cl_client, job, vs[v], &vi) != CKS_OK ||
+                    vi.state != CKS_VSTATE_PROTECTED) {
+                    break;
+                }
+            }
+            if (v == nvs) {
+                r->protected_s = bench_now() - t0;
+                return 0;
+            }
+        }
+        usleep(20 * 1000);
+    }
+    fprintf(stderr,
+            "ckstore-bench: repair did not end in %.0f s (%llu bytes left, version %llu of %u "
+            "not PROTECTED)\n",
+            opts.timeout_s * 4 + 30, (unsigned long long)left,
+            (unsigned long long)(v < nvs ? vs[v] : 0), nvs);
+    return -1;
+}
+
+/* The rebuild rate of a repair: its bytes over the time between the first
+ * and the last sample that saw them grow (one sample period more, so that
+ * a repair within one period is not counted as instant); NAN when nothing
+ * was rebuilt. */
+static double cl_repair_gbs(const cl_repair_t *r)
+{
+    return r->done > 0 ? (double)r->done / (r->last - r->first + 0.02) / BENCH_GB : NAN;
+}
+
+/* The servers' repair pacing cap (--repair-rate), bytes/s; 0: none or unknown. */
+static uint64_t cl_repair_cap(unsigned id)
+{
+    cks_repair_info_t ri;
+    return cks_repair_status(cl_client, id, &ri) == CKS_OK ? ri.rate_cap : 0;
+}
+
+static void cl_say_repair(unsigned rep, const char *what, const cl_repair_t *r, unsigned id)
+{
+    uint64_t cap = cl_repair_cap(id);
+    char capbuf[48] = "no cap";
+    if (cap > 0) {
+        snprintf(capbuf, sizeof(capbuf), "capped at %.0f MiB/s", (double)cap / (1 << 20));
+    }
+    say("  rep %u: %s: %.1f MiB rebuilt at %.2f GB/s (%s), from %.2f s to %.2f s after the "
+        "start; every version PROTECTED after %.2f s\n",
+        rep + 1, what, (double)r->done / (1 << 20), cl_repair_gbs(r), capbuf,
+        r->first < 0 ? 0.0 : r->first, r->last, r->protected_s);
+}
+
+/* Empty a server's metadata directory and remove its arena file (it is down). */
+static void cl_server_wipe(cl_server_t *s)
+{
+    static const char *const md_files[] = {"data.mdb", "lock.mdb"};
+    char path[256];
+    unlink(s->arena);
+    for (unsigned f = 0; f < 2; f++) {
+        snprintf(path, sizeof(path), "%s/%s", s->ddir, md_files[f]);
+        unlink(path);
+    }
+}
+
+/* After the killed servers were restarted at t_spawn: in odd repetitions a
+ * snapshot taken at once, while they rebuild what they missed; in the
+ * others the time until every kept version is PROTECTED again and the bytes
+ * rebuilt. In the last repetition, a replacement: one of them killed again,
+ * its arena and metadata deleted, started empty with its id, and timed the
+ * same way. */
+static int cl_heal_phase(const char *job, uint64_t first, uint64_t newest,
+                         const uint64_t *downv, unsigned rep, double t_spawn)
+{
+    unsigned ids[CL_MAX_DOWN], nids = mainfig.ndown;
+    uint64_t vs[CL_MAX_VERSIONS + CL_MAX_DOWN + 1], done = 0, left0 = 0, left1 = 0;
+    unsigned nvs = 0;
+    cl_repair_t r;
+
+    for (unsigned d = 0; d < nids; d++) {
+        ids[d] = mainfig.down_ids[d];
+    }
+    for (uint64_t v = first; v <= newest; v++) {
+        vs[nvs++] = v;
+    }
+    for (unsigned d = 0; d < nids; d++) {
+        vs[nvs++] = downv[d];
+    }
+    if (opts.reps > 1 && rep % 2 == 1) {
+        double stored_s = 0;
+        uint64_t hv = 2000000 + (uint64_t)rep * 1000;
+        /* the repair starts once the servers back have caught up: the
+         * snapshot starts when it has (bounded) */
+        double until = bench_now() + opts.timeout_s + 10;
+        while (!cl_repair_left(ids, nids, &left0, &done) && left0 == 0 && done == 0 &&
+               bench_now() < until) {
+            usleep(5 * 1000);
+        }
+        if (cl_snapshot_down(job, &hv, 0, rep, "while repair runs", &stored_s) != 0) {
+            return -1;
+        }
+        cl_repair_left(ids, nids, &left1, &done);
+        say("  rep %u: repair had %.0f MiB left when that snapshot began, %.0f MiB when it "
+            "was stored\n",
+            rep + 1, (double)left0 / (1 << 20), (double)left1 / (1 << 20));
+        if (mainfig.nduring < CL_MAX_REPS) {
+            mainfig.during_stored[mainfig.nduring] = stored_s;
+            mainfig.during_left0[mainfig.nduring]  = left0;
+            mainfig.during_left1[mainfig.nduring++] = left1;
+        }
+        vs[nvs++] = hv;
+        if (cl_repair_wait(job, ids, nids, vs, nvs, t_spawn, &r) < 0) {
+            return -1;
+        }
+        cks_status_t st = cks_version_delete(cl_client, job, hv);
+        if (st != CKS_OK) {
+            return cl_fail("delete", st);
+        }
+        nvs--;
+    } else {
+        bench_progress("rep %u/%u: repair after the servers' return", rep + 1, opts.reps);
+        if (cl_repair_wait(job, ids, nids, vs, nvs, t_spawn, &r) < 0) {
+            return -1;
+        }
+        cl_say_repair(rep, nids == 1 ? "repair by the server back" : "repair by the servers back",
+                      &r, ids[0]);
+        if (mainfig.nrepair < CL_MAX_REPS && r.done > 0) {
+            mainfig.repair_gbs[mainfig.nrepair]   = cl_repair_gbs(&r);
+            mainfig.repair_prot[mainfig.nrepair++] = r.protected_s;
+        }
+    }
+    if (rep + 1 < opts.reps || nids == 0) {
+        return 0;
+    }
+    cl_server_t *s = &cl.srv[ids[0]];
+    bench_progress("rep %u/%u: a replacement for server %u", rep + 1, opts.reps, s->id);
+    cl_server_kill(s);
+    cl_server_wipe(s);
+    double t0 = bench_now();
+    if (cl_server_spawn(s, opts.arena) != 0 ||
+        cl_server_wait(s, bench_now() + opts.timeout_s + 10) != 0) {
+        return -1;
+    }
+    if (cl_repair_wait(job, ids, 1, vs, nvs, t0, &r) < 0) {
+        return -1;
+    }
+    char what[80];
+    snprintf(what, sizeof(what), "replacement of server %u (empty arena and metadata)", s->id);
+    cl_say_repair(rep, what, &r, s->id);
+    mainfig.repl_gbs  = cl_repair_gbs(&r);
+    mainfig.repl_prot = r.protected_s;
+    mainfig.repl_ok   = 1;
+    (void)done;
+    return 0;
+}
+
 static int cl_measure_main(void)
 {
     char job[64];
@@ -2600,12 +2837,13 @@ static int cl_measure_main(void)
             }
             /* and a checkpoint written with them down (DEGRADED) */
             downv[d] = 1000000 + (uint64_t)rep * 1000 + d * 100;
-            if (cl_snapshot_down(job, &downv[d], d + 1, rep) != 0) {
+            if (cl_snapshot_down(job, &downv[d], d + 1, rep, NULL, NULL) != 0) {
                 return -1;
             }
         }
         if (mainfig.ndown > 0) {
             double deadline = bench_now() + opts.timeout_s + 10;
+            double t_spawn  = bench_now();
             bench_progress("rep %u/%u: restarting the killed servers", rep + 1, opts.reps);
             for (unsigned d = 0; d < mainfig.ndown; d++) {
                 if (cl_server_spawn(&cl.srv[mainfig.down_ids[d]], opts.arena) != 0) {
@@ -2621,6 +2859,9 @@ static int cl_measure_main(void)
              * last degraded restore's): they find the restarted servers */
             fresh = CL_CLIENT_RECONNECT;
             if (cl_client_connect() != 0) {
+                return -1;
+            }
+            if (cl_heal_phase(job, first, newest, downv, rep, t_spawn) != 0) {
                 return -1;
             }
         }
@@ -3623,6 +3864,31 @@ static void cl_print_targets(bench_report_t *rep)
         snprintf(name, sizeof(name), "degraded restore, %u down", d);
         cl_target_row(rep, name, st.median, "GB/s", restore, "healthy restore", 0.7, 1, NULL);
     }
+    for (unsigned d = 1; d <= mainfig.ndown; d++) {
+        char name[64];
+        cl_stats_of(mainfig.bytes, mainfig.down_stored[d], mainfig.ndown_stored[d], &st);
+        snprintf(name, sizeof(name), "degraded snapshot STORED, %u down", d);
+        cl_target_row(rep, name, st.median, "GB/s", stored, "healthy snapshot STORED", 0.8, 1,
+                      NULL);
+    }
+    if (mainfig.nrepair > 0) {
+        double mn, md, mx;
+        unsigned e = mainfig.ndown;
+        cl_vstats(mainfig.repair_gbs, mainfig.nrepair, &mn, &md, &mx);
+        /* ISA-L alone rebuilds e chunks per stripe of k: decode[e] (object
+         * bytes/s) x e / k chunk bytes per second, on one core */
+        double dbound = e >= 1 && e <= CL_MAX_DOWN && refs.decode[e].ok
+                            ? refs.decode[e].st.median * e / opts.k
+                            : NAN;
+        snprintf(what, sizeof(what), "ISA-L decode, %u lost (chunk B/s)", e);
+        cl_target_row(rep, "repair (rebuilt chunk bytes)", md, "GB/s", dbound, what, 0.5, 1,
+                      NULL);
+    }
+    if (mainfig.nduring > 0) {
+        cl_stats_of(mainfig.bytes, mainfig.during_stored, mainfig.nduring, &st);
+        cl_target_row(rep, "snapshot STORED while repair runs", st.median, "GB/s", stored,
+                      "healthy snapshot STORED", 0.7, 1, NULL);
+    }
     static const struct {
         unsigned peer;
         double target;
@@ -4307,7 +4573,9 @@ static void cl_usage(FILE *f)
         "  -W, --window N         puts / gets in flight per client (4)\n"
         "  -e, --encoders N       encoder threads per server (1)\n"
         "      --arena SIZE       arena per server (default: sized from the run)\n"
-        "      --no-degraded      skip the degraded restores\n"
+        "      --no-degraded      skip the degraded restores (and the repair after them)\n"
+        "      --repair-rate SIZE the servers' repair pacing cap, bytes/s (default:\n"
+        "                         the server's); repair figures name the cap\n"
         "      --pec              also full vs partial-expert checkpoints (8, 16 "
         "experts)\n"
         "      --pec-only         only those\n"
@@ -4437,6 +4705,7 @@ static int cl_parse_opts(int argc, char **argv)
         O_CHUNK,
         O_ARENA,
         O_NO_DEGRADED,
+        O_REPAIR_RATE,
         O_PEC,
         O_PEC_ONLY,
         O_PEC_K,
@@ -4475,6 +4744,7 @@ static int cl_parse_opts(int argc, char **argv)
         {"encoders", required_argument, NULL, 'e'},
         {"arena", required_argument, NULL, O_ARENA},
         {"no-degraded", no_argument, NULL, O_NO_DEGRADED},
+        {"repair-rate", required_argument, NULL, O_REPAIR_RATE},
         {"pec", no_argument, NULL, O_PEC},
         {"pec-only", no_argument, NULL, O_PEC_ONLY},
         {"pec-k", required_argument, NULL, O_PEC_K},
@@ -4606,6 +4876,9 @@ static int cl_parse_opts(int argc, char **argv)
                 break;
             case O_NO_DEGRADED:
                 opts.no_degraded = 1;
+                break;
+            case O_REPAIR_RATE:
+                opts.repair_rate = optarg; /* the server checks it */
                 break;
             case O_PEC:
                 opts.pec = 1;
