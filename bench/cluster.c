@@ -2401,6 +2401,7 @@ static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned re
  * (from *version_io on, the next numbers are tried: one whose coordinator is
  * down cannot begin), stored without the dead servers' chunks and committed
  * DEGRADED. Prints STORED and committed bandwidth and the state. */
+static void cl_say_used(void);
 static int cl_snapshot_down(const char *job, uint64_t *version_io, unsigned down, unsigned rep,
                             const char *label, double *stored_p)
 {
@@ -2429,6 +2430,7 @@ static int cl_snapshot_down(const char *job, uint64_t *version_io, unsigned down
         return cl_fail("begin a version with servers down", st);
     }
     (*version_io)--; /* the one begun */
+    cl_say_used(); say("\n");
     memset(&cmd, 0, sizeof(cmd));
     cmd.op      = CL_CMD_SNAP;
     cmd.version = *version_io;
@@ -5116,16 +5118,18 @@ static uint64_t cl_arena_size(void)
         /* --versions snapshots are kept at once */
         double snap = (double)opts.clients * (double)cl_mix.stored * opts.versions;
         need = (uint64_t)(1.25 * snap / n + (double)primary * cl_stored_bytes(cl_mix.max));
-        if (opts.hosts && !opts.no_degraded) {
-            /* across hosts the chunks leave the primaries slower than the puts
-             * come in, and the versions written with 1 and 2 servers down are
-             * kept next to the healthy one until the end of the repetition,
-             * on fewer servers: room for them too (the 1-down snapshot ran
-             * out of a 640 MiB arena at the defaults) */
+        if (!opts.no_degraded) {
+            /* the versions written with 1 and 2 servers down are kept next
+             * to the healthy one until the end of the repetition, on fewer
+             * servers, and one snapshot is taken while the repair runs:
+             * room for them too (across hosts the 1-down snapshot ran out of
+             * a 640 MiB arena at the defaults; here the 2-down one did, 2
+             * runs of 3, with "arena full") */
             double one = (double)opts.clients * (double)cl_mix.stored;
             for (unsigned d = 1; d <= CL_MAX_DOWN && d <= opts.m && d < n; d++) {
                 need += (uint64_t)(1.25 * one / (n - d));
             }
+            need += (uint64_t)(1.25 * one / n);
         }
     }
     if (opts.pec) {

@@ -58,7 +58,9 @@ static void cks_sv_hello_done(void *arg, cks_status_t status)
 {
     cks_sv_hello_t *h = arg;
     if (status != CKS_OK) {
-        cks_warn("handshake with a peer failed: %s", cks_status_string(status));
+        /* a probe of a skipped member fails every 50 ms while it is down */
+        cks_log(h->p->down_ns != 0 ? CKS_LOG_DEBUG : CKS_LOG_WARN,
+                "handshake with a peer failed: %s", cks_status_string(status));
     } else {
         h->p->down_ns = 0; /* it answers: no longer skipped (a restarted server) */
     }
@@ -144,7 +146,7 @@ int cks_sv_peer_down(cks_server_h s, size_t pos)
     if (p->down_ns == 0 || now - p->down_ns >= CKS_SV_PEER_DOWN_NS) {
         return 0;
     }
-    if (now - p->probe_ns >= CKS_SV_PEER_PROBE_NS) {
+    if (!s->stop && now - p->probe_ns >= CKS_SV_PEER_PROBE_NS) {
         p->probe_ns = now;
         if (p->conn != NULL && p->hello_ns != 0 && now - p->hello_ns >= CKS_SV_PEER_HELLO_NS) {
             /* its handshake is not answered: our endpoint may reach a process
