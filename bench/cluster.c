@@ -2401,7 +2401,6 @@ static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned re
  * (from *version_io on, the next numbers are tried: one whose coordinator is
  * down cannot begin), stored without the dead servers' chunks and committed
  * DEGRADED. Prints STORED and committed bandwidth and the state. */
-static void cl_say_used(void);
 static int cl_snapshot_down(const char *job, uint64_t *version_io, unsigned down, unsigned rep,
                             const char *label, double *stored_p)
 {
@@ -2430,7 +2429,6 @@ static int cl_snapshot_down(const char *job, uint64_t *version_io, unsigned down
         return cl_fail("begin a version with servers down", st);
     }
     (*version_io)--; /* the one begun */
-    cl_say_used(); say("\n");
     memset(&cmd, 0, sizeof(cmd));
     cmd.op      = CL_CMD_SNAP;
     cmd.version = *version_io;
