@@ -1009,19 +1009,30 @@ static void *fake_main(void *arg)
 static void fake_start_mode(fake_t *f, const char *path, uint16_t port, int forge)
 {
     struct timespec ts;
-    memset(f, 0, sizeof(*f));
-    f->port  = port;
-    f->forge = forge;
-    cr_assert_eq(cks_tp_secret_load(path, &f->secret), CKS_OK);
-    pthread_mutex_init(&f->lock, NULL);
-    pthread_cond_init(&f->cond, NULL);
-    cr_assert_eq(pthread_create(&f->thread, NULL, fake_main, f), 0);
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 30;
-    pthread_mutex_lock(&f->lock);
-    while (f->ready == 0 && pthread_cond_timedwait(&f->cond, &f->lock, &ts) == 0) {
+    /* a killed server's port may still be held for a moment (or taken by
+     * another process): listening on it is tried again, bounded */
+    for (int attempt = 0; attempt < 30; attempt++) {
+        memset(f, 0, sizeof(*f));
+        f->port  = port;
+        f->forge = forge;
+        cr_assert_eq(cks_tp_secret_load(path, &f->secret), CKS_OK);
+        pthread_mutex_init(&f->lock, NULL);
+        pthread_cond_init(&f->cond, NULL);
+        cr_assert_eq(pthread_create(&f->thread, NULL, fake_main, f), 0);
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 30;
+        pthread_mutex_lock(&f->lock);
+        while (f->ready == 0 && pthread_cond_timedwait(&f->cond, &f->lock, &ts) == 0) {
+        }
+        pthread_mutex_unlock(&f->lock);
+        if (f->ready != -1 || port == 0) {
+            break;
+        }
+        pthread_join(f->thread, NULL); /* it could not listen: it has ended */
+        pthread_mutex_destroy(&f->lock);
+        pthread_cond_destroy(&f->cond);
+        usleep(200 * 1000);
     }
-    pthread_mutex_unlock(&f->lock);
     cr_assert_eq(f->ready, 1, "the fake server did not start");
 }
 
