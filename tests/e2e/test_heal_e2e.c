@@ -647,7 +647,24 @@ static void ch_during(void *arg)
     ch_disrupt(d->down, d->stopper, d->stopping, d->stop, d->what, d->what_len, d->killed_p);
 }
 
-Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420)
+/* The servers and the client of the randomized test talk over UCX's TCP
+ * transport (on 127.0.0.1), as servers on separate hosts do: between
+ * processes of one host UCX uses a shared-memory FIFO, and a sender killed
+ * between taking a FIFO slot and marking it written (uct mm: a CAS on the
+ * head, the copy, then the owner bit) leaves that slot unwritten for good -
+ * the receiver stops taking any message from anyone. Over shared memory,
+ * 2 runs of 6 here had a live server answer nothing after a server was
+ * killed during a checkpoint, and the next checkpoint found three servers
+ * unreachable; that FIFO is the likely cause (docs/ARCHITECTURE.md, Known
+ * limits). Over TCP, 3 runs of 3 passed. */
+static void setup_tcp(void)
+{
+    setenv("UCX_TLS", "tcp", 1); /* this test's process and its servers */
+    setup();
+}
+
+Test(heal, random_kills_and_stops_between_and_during_checkpoints, .init = setup_tcp,
+     .timeout = 420)
 {
     uint64_t seed = cks_test_seed(cks_test_seed_fresh());
     int down[NSRV] = {0}, cand[NSRV];
