@@ -307,6 +307,8 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
 #else
     (void)map;
     (void)server;
+    (void)slice;
+    (void)slices;
     return 0;
 #endif
 }
