@@ -487,38 +487,22 @@ static void cks_cput_check_missing(cks_cput_t *p)
 }
 
 /* Every member answered: record the chunks kept here, then report. */
-/* Chunks skipped because their member failed a moment ago: those of a
- * member that answered a handshake since (restarted; cks_sv_peer_down()
- * tries one) are sent after all, and when a stripe would miss more than m
- * without them, all of them are (a member back from a partition takes
- * them; one still down fails them for real); then 1 is returned: the put
- * settles again when they are answered. The others' space is freed. */
+/* Chunks skipped because their member failed a moment ago: when a stripe
+ * would miss more than m without them, they are sent after all (a member
+ * restarted or back from a partition takes them; one still down fails them
+ * for real) and 1 is returned: the put settles again when they are
+ * answered. Otherwise their space is freed. */
 static int cks_cput_second_chance(cks_cput_t *p)
 {
     cks_server_h s = p->s;
     int failing    = 0;
-    size_t back    = 0;
     for (uint64_t st = 0; st < p->stripes && p->missing != NULL; st++) {
         failing |= p->missing[st] > p->m;
     }
     if (p->nskipped == 0) {
         return 0;
     }
-    if (p->status == CKS_OK && !s->stop && !failing) {
-        /* only the chunks of members that are back: the others' go */
-        size_t kept = 0;
-        for (size_t i = 0; i < p->nskipped; i++) {
-            if (!cks_sv_peer_down(s, p->skipped[i]->pos)) {
-                p->skipped[kept++] = p->skipped[i];
-            } else {
-                cks_arena_free(s->arena, p->skipped[i]->off, p->chunk);
-                free(p->skipped[i]);
-            }
-        }
-        back        = kept;
-        p->nskipped = kept;
-    }
-    if ((!failing && back == 0) || p->status != CKS_OK || s->stop) {
+    if (!failing || p->status != CKS_OK || s->stop) {
         for (size_t i = 0; i < p->nskipped; i++) {
             cks_arena_free(s->arena, p->skipped[i]->off, p->chunk);
             free(p->skipped[i]);
@@ -527,9 +511,8 @@ static int cks_cput_second_chance(cks_cput_t *p)
         return 0;
     }
     cks_info("object '%s' of version %llu: sending %zu chunks to members that failed a "
-             "moment ago after all (%s)",
-             p->key, (unsigned long long)p->v->version, p->nskipped,
-             failing ? "without them it cannot be protected" : "they answer again");
+             "moment ago after all (without them it cannot be protected)",
+             p->key, (unsigned long long)p->v->version, p->nskipped);
     p->acks = 1;
     for (size_t i = 0; i < p->nskipped; i++) {
         cks_cput_ack_t *a = p->skipped[i];
