@@ -2202,11 +2202,11 @@ typedef struct {
      * before and after each): object bytes, CPU ns in encode calls, in jobs */
     uint64_t enc_bytes, enc_ns, enc_job_ns;
     /* self-healing: degraded snapshots (STORED seconds, per level of servers
-     * down), the repair after the killed servers return (seconds from their
-     * start to every version PROTECTED, chunk bytes they rebuilt), a
-     * snapshot taken while that repair runs (STORED seconds, repair bytes
-     * left at its start and end), and a replacement server (empty arena
-     * and metadata) taking a killed one's id */
+     * down), the repair after the killed servers return (rebuild GB/s,
+     * seconds from their start to every version PROTECTED), a snapshot
+     * taken while that repair runs (STORED seconds, repair bytes left at its
+     * start and end), and a replacement server (empty arena and metadata)
+     * taking a killed one's id (the same two figures) */
     double down_stored[CL_MAX_DOWN + 1][CL_MAX_REPS];
     unsigned ndown_stored[CL_MAX_DOWN + 1];
     double repair_gbs[CL_MAX_REPS], repair_prot[CL_MAX_REPS];
@@ -2785,7 +2785,6 @@ static int cl_heal_phase(const char *job, uint64_t first, uint64_t newest,
     mainfig.repl_gbs  = cl_repair_gbs(&r);
     mainfig.repl_prot = r.protected_s;
     mainfig.repl_ok   = 1;
-    (void)done;
     return 0;
 }
 
