@@ -4,7 +4,8 @@ and the loading of the shared library.
 cffi's ABI mode reads these declarations at import time and calls the library
 through libffi: nothing is compiled when the package is installed. The
 structs must match include/ckstore.h field for field; tests/python checks
-their sizes against the ones the C compiler gives (test_abi.py).
+their sizes against the ones the C compiler gives
+(tests/python/test_client.py, test_abi_sizes_match_the_c_compiler).
 """
 from __future__ import annotations
 
