@@ -1830,7 +1830,10 @@ cks_status_t cks_server_run(cks_server_h s)
             timeout = sweep;
         }
         if (cks_tp_worker_arm(s->tp) == CKS_ERR_BUSY) {
-            continue;
+            /* sends wait for room (arm backed off): no sleep on the fds,
+             * but a signal is read all the same - a server whose replies
+             * wait on a stopped client still stops on SIGTERM */
+            timeout = 0;
         }
         if (poll(pfd, (nfds_t)nfds, timeout) < 0 && errno != EINTR) {
             cks_error("poll: %s", strerror(errno));

@@ -730,6 +730,54 @@ Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_c
               "the reader did not get its %u replies once continued (status %d)", n, st);
 }
 
+/* A server whose replies wait for room in a stopped client's FIFO still
+ * stops on SIGTERM, within seconds: its loop spins (backing off) while the
+ * sends wait, and must read its signals meanwhile. */
+Test(limits, a_server_with_replies_queued_to_a_stopped_client_stops_on_sigterm)
+{
+    enum { READERS = 6, SEEN_MS = 5000, STOP_MS = 10000 };
+    reader_t rd[READERS];
+    pid_t pid  = 0;
+    int queued = 0, used = 0, st = 0;
+    start_server(NULL);
+    for (int i = 0; i < READERS; i++) { /* forked before this process has a client */
+        rd[i] = reader_fork_ex(1000, 64, 1);
+    }
+    reader_pid = 0;
+    start_good();
+    for (int i = 0; i < READERS && !queued; i++) { /* as in the test above */
+        if (pid > 0) {
+            kill_reader(pid);
+        }
+        reader_go(&rd[i]);
+        pid        = rd[i].pid;
+        reader_pid = pid;
+        used       = i + 1;
+        good_client_served("while the reader is stopped");
+        queued = backing_off_within(srv.pid, SEEN_MS);
+    }
+    for (int i = used; i < READERS; i++) {
+        close(rd[i].go);
+    }
+    for (int i = used; i < READERS; i++) {
+        waitpid(rd[i].pid, NULL, 0);
+    }
+    cr_assert(queued, "no reader of %d got replies queued: nothing was tested", READERS);
+    cr_assert_eq(kill(srv.pid, SIGTERM), 0);
+    uint64_t until = cks_time_ns() + (uint64_t)STOP_MS * 1000000ull;
+    pid_t got      = 0;
+    while ((got = waitpid(srv.pid, &st, WNOHANG)) == 0 && cks_time_ns() < until) {
+        usleep(10 * 1000);
+    }
+    if (got == srv.pid) {
+        srv.pid = 0; /* reaped here: the cleanup must not signal its pid */
+    }
+    kill_reader(pid);
+    cr_assert_gt(got, 0, "the server did not stop within %d ms of SIGTERM with replies queued",
+                 STOP_MS);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the server stopped with status %d", st);
+}
+
 /* ---- authentication deadline and room for peers (#15 item 10) ------------- */
 
 /* A secret file of this test, mode 0600, in dir: `name` holding `text`. */
