@@ -465,7 +465,12 @@ Test(versions, coordinator_killed_mid_version)
             cr_assert_eq(st, CKS_OK);
             cr_assert_eq(vi.state, CKS_VSTATE_OPEN);
         } else {
-            cr_assert_eq(st, CKS_ERR_NO_SUCH_VERSION, "server %zu: %s", i, cks_status_name(st));
+            /* not here; a server that has not recorded version 1 (a
+             * member that did not take its commit in time learns it by
+             * catch-up) does not know the job either: seen once under
+             * ASan in a full run */
+            cr_assert(st == CKS_ERR_NO_SUCH_VERSION || st == CKS_ERR_NO_SUCH_JOB,
+                      "server %zu: %s", i, cks_status_name(st));
         }
         cks_client_destroy(one);
     }
