@@ -658,54 +658,64 @@ Test(limits, a_client_past_its_pending_replies_is_disconnected)
 #define QUIET_MAX_WANT  0.50  /* of a core: asleep half the stretch at least */
 #define QUIET_MAX_CPU   0.25
 
-Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_core)
+#define QUEUE_READERS 6
+#define QUEUE_SEEN_MS 5000
+
+/* A server, the good client, and a reader that has n small replies coming
+ * and stopped: its pid, and in *queued_p whether its replies really wait for
+ * room in its FIFO. On a loaded machine a reader can stop before the server
+ * has taken enough of its requests to fill it, and an idle server proves
+ * nothing; that shows as the transport's back-off sleep, and a reader that
+ * did not get there is killed and another one tries (QUEUE_READERS in all). */
+static pid_t stopped_reader_with_replies_queued(unsigned n, int *queued_p)
 {
-    const unsigned n = 1000;
-    enum { READERS = 6, SEEN_MS = 5000 };
-    core_share_t q = {2, 2, 0};
-    pid_t pid      = 0;
-    int queued     = 0;
-    reader_t rd[READERS];
-    int used = 0;
+    reader_t rd[QUEUE_READERS];
+    pid_t pid  = 0;
+    int queued = 0, used = 0;
     start_server(NULL);
     /* readers are forked before this process has a client (UCX state must
      * not cross fork()); each waits for its go */
-    for (int i = 0; i < READERS; i++) {
+    for (int i = 0; i < QUEUE_READERS; i++) {
         rd[i] = reader_fork_ex(n, 64, 1);
     }
     reader_pid = 0; /* the one let go is tracked below; the others exit at
                        the end of their go pipe */
     start_good();
-    /* The test means something only when replies really wait for room in the
-     * stopped reader's FIFO: on a loaded machine the reader can stop before
-     * the server has taken enough of its requests to fill it, and an idle
-     * server proves nothing. That shows as the transport's back-off sleep;
-     * a reader that did not get there is killed and another one tries. */
-    for (int i = 0; i < READERS && !queued; i++) {
+    for (int i = 0; i < QUEUE_READERS && !queued; i++) {
         if (pid > 0) {
             kill_reader(pid);
         }
         reader_go(&rd[i]);
-        pid = rd[i].pid;
+        pid        = rd[i].pid;
         reader_pid = pid;
         used       = i + 1;
         /* its request comes after all the reader's on the server's one
          * progress thread: once answered, the server has taken every request
          * the reader sent, and the replies that found no room wait */
         good_client_served("while the reader is stopped");
-        queued = backing_off_within(srv.pid, SEEN_MS);
+        queued = backing_off_within(srv.pid, QUEUE_SEEN_MS);
         printf("reader %d: replies %s\n", i + 1,
                queued ? "wait for room (the server backs off)" : "did not wait for room");
     }
     /* the readers never let go exit at the end of their go pipe; a later
      * reader holds the write ends of the earlier ones' pipes, so every end
      * is closed before any is waited for */
-    for (int i = used; i < READERS; i++) {
+    for (int i = used; i < QUEUE_READERS; i++) {
         close(rd[i].go);
     }
-    for (int i = used; i < READERS; i++) {
+    for (int i = used; i < QUEUE_READERS; i++) {
         waitpid(rd[i].pid, NULL, 0);
     }
+    *queued_p = queued;
+    return pid;
+}
+
+Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_core)
+{
+    const unsigned n = 1000;
+    core_share_t q = {2, 2, 0};
+    int queued     = 0;
+    pid_t pid      = stopped_reader_with_replies_queued(n, &queued);
     double c0 = cpu_s(srv.pid);
     cr_assert_eq(core_share_quietest(srv.pid, QUIET_WINDOW_MS, QUIET_LOOK_MS, QUIET_MAX_WANT,
                                      QUIET_MAX_CPU, &q),
@@ -721,7 +731,7 @@ Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_c
     cr_assert(queued,
               "no reader of %d got replies queued: the server never slept in its back-off "
               "within %d ms of serving the good client, so nothing was tested",
-              READERS, SEEN_MS);
+              QUEUE_READERS, QUEUE_SEEN_MS);
     int st;
     cr_assert_eq(kill(pid, SIGCONT), 0);
     cr_assert_eq(waitpid(pid, &st, 0), pid); /* bounded by its own 20 s */
@@ -735,34 +745,10 @@ Test(limits, a_stopped_client_with_replies_queued_costs_the_server_no_spinning_c
  * sends wait, and must read its signals meanwhile. */
 Test(limits, a_server_with_replies_queued_to_a_stopped_client_stops_on_sigterm)
 {
-    enum { READERS = 6, SEEN_MS = 5000, STOP_MS = 10000 };
-    reader_t rd[READERS];
-    pid_t pid  = 0;
-    int queued = 0, used = 0, st = 0;
-    start_server(NULL);
-    for (int i = 0; i < READERS; i++) { /* forked before this process has a client */
-        rd[i] = reader_fork_ex(1000, 64, 1);
-    }
-    reader_pid = 0;
-    start_good();
-    for (int i = 0; i < READERS && !queued; i++) { /* as in the test above */
-        if (pid > 0) {
-            kill_reader(pid);
-        }
-        reader_go(&rd[i]);
-        pid        = rd[i].pid;
-        reader_pid = pid;
-        used       = i + 1;
-        good_client_served("while the reader is stopped");
-        queued = backing_off_within(srv.pid, SEEN_MS);
-    }
-    for (int i = used; i < READERS; i++) {
-        close(rd[i].go);
-    }
-    for (int i = used; i < READERS; i++) {
-        waitpid(rd[i].pid, NULL, 0);
-    }
-    cr_assert(queued, "no reader of %d got replies queued: nothing was tested", READERS);
+    enum { STOP_MS = 10000 };
+    int queued = 0, st = 0;
+    pid_t pid  = stopped_reader_with_replies_queued(1000, &queued);
+    cr_assert(queued, "no reader of %d got replies queued: nothing was tested", QUEUE_READERS);
     cr_assert_eq(kill(srv.pid, SIGTERM), 0);
     uint64_t until = cks_time_ns() + (uint64_t)STOP_MS * 1000000ull;
     pid_t got      = 0;
