@@ -19,13 +19,10 @@
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef CKS_HAVE_CUDA
@@ -597,28 +594,6 @@ static int cuda_devices(void)
 #endif
 }
 
-/* Flip a byte in every copy of the 256 bytes at `needle` in the arena file
- * `path` (the server's memory: MAP_SHARED), as memory rots after the server
- * recorded the object's CRC. Returns how many copies were changed. */
-static int rot_in_arena(const char *path, const uint8_t *needle)
-{
-    struct stat sb;
-    int found = 0, fd = open(path, O_RDWR);
-
-    cr_assert(fd >= 0, "open %s", path);
-    cr_assert_eq(fstat(fd, &sb), 0);
-    uint8_t *a = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    cr_assert(a != MAP_FAILED, "map %s", path);
-    close(fd);
-    for (uint8_t *p = a, *end = a + sb.st_size;
-         (p = memmem(p, (size_t)(end - p), needle, 256)) != NULL; p += 256) {
-        p[100] ^= 0x10;
-        found++;
-    }
-    munmap(a, (size_t)sb.st_size);
-    return found;
-}
-
 /* A standalone server sends the slices of a whole-object staged get without
  * checking the object's CRC on each (the reader checks it over the slices):
  * an object that rotted in the server's memory is still an error - whole
@@ -645,7 +620,7 @@ Test(stage_single, rotted_object_is_an_error_not_other_bytes, .init = setup_sing
     cr_assert(len == size && memcmp(dst, src, size) == 0, "the bytes before the rot");
 
     /* the rot: in slice 30, far from the range read below */
-    cr_assert_eq(rot_in_arena(srv.arena, src + 30 * SLICE + 5), 1);
+    cr_assert_eq(cks_test_rot(srv.arena, src + 30 * SLICE + 5), 1);
     cr_assert_eq(get_dev(r, "obj", dst, size, &len, 0), CKS_ERR_CRC_MISMATCH,
                  "a staged whole get of a rotted object");
     cks_get_params_t g = {0};

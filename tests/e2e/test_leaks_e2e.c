@@ -824,26 +824,6 @@ static void single_teardown(void)
 
 TestSuite(crc_default, .fini = single_teardown, .timeout = 120);
 
-/* Flip a byte of the copy of the 256 bytes at `needle` in the arena file
- * `path` (the running server's memory: MAP_SHARED); returns the copies. */
-static int rot_in_memory(const char *path, const uint8_t *needle)
-{
-    struct stat st;
-    int found = 0, fd = open(path, O_RDWR);
-    cr_assert(fd >= 0, "open %s", path);
-    cr_assert_eq(fstat(fd, &st), 0);
-    uint8_t *a = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    cr_assert(a != MAP_FAILED, "map %s", path);
-    close(fd);
-    for (uint8_t *p = a, *end = a + st.st_size;
-         (p = memmem(p, (size_t)(end - p), needle, 256)) != NULL; p += 256) {
-        p[100] ^= 0x10;
-        found++;
-    }
-    munmap(a, (size_t)st.st_size);
-    return found;
-}
-
 static cks_status_t get_into(cks_restore_h r, uint8_t *buf, uint64_t size, uint64_t off,
                              uint64_t len)
 {
@@ -881,7 +861,7 @@ Test(crc_default, standalone_reads_refuse_rotted_bytes_without_verify)
     cr_assert_eq(get_into(r, got, size, 0, 0), CKS_OK);
     cr_assert(memcmp(got, want, size) == 0);
 
-    cr_assert_eq(rot_in_memory(single.arena, want + size / 2), 1, "the bytes were not found");
+    cr_assert_eq(cks_test_rot(single.arena, want + size / 2), 1, "the bytes were not found");
     /* whole, as a payload: the client checks */
     cks_status_t st = get_into(r, got, size, 0, 0);
     print_error(c, st, "whole get", msg, sizeof(msg));

@@ -123,5 +123,10 @@ uint64_t cks_test_seed_fresh(void);
 int cks_test_log_count(const char *path, const char *text);
 /** Deterministic bytes (xorshift) for seed and offset. */
 void cks_test_fill(void *buf, size_t len, uint64_t seed);
+/** Flip a bit of byte 100 in every copy of the 256 bytes at `needle` in the
+ *  file `path` - a running server's arena (MAP_SHARED: its memory), as
+ *  memory rots after the server recorded the bytes' CRC. Returns how many
+ *  copies were changed, or -1 when the file cannot be opened or mapped. */
+int cks_test_rot(const char *path, const uint8_t *needle);
 
 #endif
