@@ -290,6 +290,56 @@ static int cks_cl_requeue(cks_client_h c, cks_op_t *op)
     return ok;
 }
 
+/* Every server a CKS_TARGET_ANY op asked was busy catching up or could not
+ * be reached, and one was busy: servers that restarted together answer once
+ * they have caught up with each other (seconds), so the walk starts again
+ * after a pause, until the op's timeout. 0 when the time is up. */
+static int cks_cl_busy_again(cks_client_h c, cks_op_t *op)
+{
+    uint64_t now = cks_time_ns();
+    if (op->busy_until_ns == 0) {
+        op->busy_until_ns =
+            now + (uint64_t)(op->timeout_ms > 0 ? op->timeout_ms : c->timeout_ms) * 1000000ull;
+    }
+    if (now + CKS_CL_BUSY_PAUSE_NS >= op->busy_until_ns) {
+        return 0;
+    }
+    cks_debug("%s: every server is catching up: asking again in %llu ms",
+              cks_msg_name(op->type), (unsigned long long)(CKS_CL_BUSY_PAUSE_NS / 1000000ull));
+    op->tries         = 0;
+    op->srv           = op->coord_first && c->map != NULL ? op->group[0] : 0;
+    op->status        = CKS_OK;
+    op->replied       = 0;
+    op->cand_notfound = 0;
+    op->cand_unsure   = 0;
+    op->resume_ns     = now + CKS_CL_BUSY_PAUSE_NS;
+    cks_op_t **at = &c->later;
+    while (*at != NULL && (*at)->resume_ns <= op->resume_ns) {
+        at = &(*at)->next;
+    }
+    op->next = *at;
+    op->prev = NULL;
+    *at      = op;
+    return 1;
+}
+
+/* Dispatch the ops on the later list that are due; the ms until the next
+ * one is (-1: none). */
+static int cks_cl_later_run(cks_client_h c)
+{
+    uint64_t now = cks_time_ns();
+    while (c->later != NULL && c->later->resume_ns <= now) {
+        cks_op_t *op = c->later;
+        c->later     = op->next;
+        op->next     = NULL;
+        cks_cl_dispatch(c, op);
+    }
+    if (c->later == NULL) {
+        return -1;
+    }
+    return (int)CKS_MIN((c->later->resume_ns - now) / 1000000 + 1, 1000);
+}
+
 static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
 {
     if (op->sending || op->receiving || !op->replied) {
@@ -450,6 +500,10 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             n += snprintf(text + n, sizeof(text) - (size_t)n, " %s:%u", g->addr, g->port);
         }
         cks_cl_set_error(c, op->status, text, strnlen(text, sizeof(text)));
+    }
+    if (op->target == CKS_TARGET_ANY && busy && op->notfound == CKS_OK && !c->stop &&
+        cks_cl_busy_again(c, op)) {
+        return; /* every server is catching up: the walk starts again after a pause */
     }
     if (op->target == CKS_TARGET_ANY && op->notfound != CKS_OK &&
         (cks_cl_retryable(op->status) || op->status == CKS_ERR_BUSY)) {
@@ -1379,6 +1433,7 @@ static void *cks_cl_thread(void *arg)
             list = next;
         }
         cks_cl_check_timeouts(c);
+        int later_ms = cks_cl_later_run(c);
         if (stop) {
             break;
         }
@@ -1397,11 +1452,21 @@ static void *cks_cl_thread(void *arg)
             uint64_t dl  = c->fl_head->deadline_ns;
             timeout      = dl <= now ? 0 : (int)CKS_MIN((dl - now) / 1000000 + 1, 1000);
         }
+        if (later_ms >= 0 && (timeout < 0 || later_ms < timeout)) {
+            timeout = later_ms;
+        }
         if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
             cks_error("poll: %s", strerror(errno));
         }
     }
     /* stopping: cancel what is left, and let UCX release the buffers */
+    while (c->later != NULL) {
+        cks_op_t *op = c->later;
+        c->later     = op->next;
+        op->status   = CKS_ERR_CANCELED;
+        op->replied  = 1;
+        cks_cl_op_try_complete(c, op); /* runs its callback and frees it */
+    }
     for (size_t i = 0; i < c->nsrv; i++) {
         cks_cl_srv_down(c, i, CKS_ERR_CANCELED);
     }
@@ -2023,21 +2088,9 @@ static int cks_cl_restorable(cks_vstate_t st)
  * newest version any of them names is taken once its coordinator (asked
  * first by cks_version_stat) confirms it restorable, else the next newest.
  */
-cks_status_t cks_version_latest(cks_client_h c, const char *job, cks_version_info_t *info_p)
+/* Ask every server for its latest version of job at once (l: one per server). */
+static void cks_cl_latest_ask(cks_client_h c, const char *job, cks_latest_t *l)
 {
-    cks_status_t status = CKS_ERR_UNREACHABLE, notfound = CKS_OK;
-    cks_latest_t *l;
-
-    if (c == NULL || info_p == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    if (c->map == NULL || c->nsrv < 2) {
-        return cks_cl_version_stat(c, job, 0, 1, info_p);
-    }
-    l = calloc(c->nsrv, sizeof(*l));
-    if (l == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
     for (size_t i = 0; i < c->nsrv; i++) {
         size_t used  = 0;
         cks_op_t *op = cks_op_new(CKS_OP_VERSION_STAT, CKS_MSG_VERSION_STAT);
@@ -2058,11 +2111,47 @@ cks_status_t cks_version_latest(cks_client_h c, const char *job, cks_version_inf
     }
     for (size_t i = 0; i < c->nsrv; i++) {
         l[i].status = cks_waiter_wait(&l[i].w, l[i].status);
-        if (l[i].status == CKS_ERR_NO_SUCH_JOB || l[i].status == CKS_ERR_NO_SUCH_VERSION) {
-            notfound = notfound == CKS_OK ? l[i].status : notfound;
-        } else if (l[i].status != CKS_OK && status == CKS_ERR_UNREACHABLE) {
-            status = l[i].status; /* kept when no server answers */
+    }
+}
+
+cks_status_t cks_version_latest(cks_client_h c, const char *job, cks_version_info_t *info_p)
+{
+    cks_status_t status, notfound;
+    cks_latest_t *l;
+
+    if (c == NULL || info_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (c->map == NULL || c->nsrv < 2) {
+        return cks_cl_version_stat(c, job, 0, 1, info_p);
+    }
+    l = calloc(c->nsrv, sizeof(*l));
+    if (l == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    /* servers that restarted together answer BUSY until they have caught up
+     * with each other: asked again after a pause, until the timeout */
+    uint64_t until = cks_time_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+    for (;;) {
+        int answered = 0, busy = 0;
+        status   = CKS_ERR_UNREACHABLE;
+        notfound = CKS_OK;
+        cks_cl_latest_ask(c, job, l);
+        for (size_t i = 0; i < c->nsrv; i++) {
+            answered += l[i].status == CKS_OK;
+            busy += l[i].status == CKS_ERR_BUSY;
+            if (l[i].status == CKS_ERR_NO_SUCH_JOB || l[i].status == CKS_ERR_NO_SUCH_VERSION) {
+                notfound = notfound == CKS_OK ? l[i].status : notfound;
+            } else if (l[i].status != CKS_OK && status == CKS_ERR_UNREACHABLE) {
+                status = l[i].status; /* kept when no server answers */
+            }
         }
+        if (answered > 0 || notfound != CKS_OK || busy == 0 ||
+            cks_time_ns() + CKS_CL_BUSY_PAUSE_NS >= until) {
+            break;
+        }
+        struct timespec ts = {0, (long)CKS_CL_BUSY_PAUSE_NS};
+        nanosleep(&ts, NULL);
     }
     /* newest first: each candidate once */
     for (;;) {

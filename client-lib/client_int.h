@@ -17,6 +17,9 @@
 #define CKS_CL_WINDOW 64 /* requests in flight per server; more wait in the client */
 /* an op that failed while UCX held its send: the send is given up this long after */
 #define CKS_CL_ABANDON_NS (5ull * 1000000000ull)
+/* A question every server answered "catching up" (servers that restarted
+ * together) is asked again after this pause, until the op's timeout. */
+#define CKS_CL_BUSY_PAUSE_NS (100ull * 1000000ull)
 
 typedef struct cks_op cks_op_t;
 
@@ -78,6 +81,9 @@ struct cks_op {
                                logged at info and never becomes the last error */
     cks_status_t notfound;  /* a "no such ..." from a server that may have missed
                                a manifest (CKS_TARGET_ANY, not the first asked) */
+    uint64_t busy_until_ns; /* CKS_TARGET_ANY: every server busy catching up: the
+                               walk starts again until then (0: not yet) */
+    uint64_t resume_ns;     /* on the client's later list: dispatched then */
     cks_msg_any_t body;     /* request; strings point into `names` */
     char names[CKS_JOB_MAX_LEN + 2 * CKS_KEY_MAX_LEN + 3];
     const void *payload;    /* PUT */
@@ -162,6 +168,8 @@ struct cks_client {
     pthread_t thread;
     pthread_mutex_t lock;     /* submit queue, stop, last error */
     cks_op_t *sub_head, *sub_tail;
+    cks_op_t *later;          /* ops asked again after a pause, by resume_ns
+                                 (progress thread only) */
     int stop;
     char last_error[CKS_MSG_MAX_LEN + 64];
     cks_hmap_t *put_counts;   /* job\0be64(version) -> cks_cl_puts_t (under lock) */

@@ -107,7 +107,9 @@ static uint64_t server_fault_seed(const cks_test_server_t *s)
     return mix64(base_seed() ^ mix64(((uint64_t)(uint32_t)s->id << 32) | s->starts)) >> 1;
 }
 
-static int spawn(cks_test_server_t *s)
+/* Fork and exec server s; *rfd: the read end of its stdout, which
+ * spawn_wait() reads its address from. */
+static int spawn_begin(cks_test_server_t *s, int *rfd)
 {
     char size[32];
     int pfd[2];
@@ -205,6 +207,14 @@ static int spawn(cks_test_server_t *s)
     }
     close(pfd[1]);
     s->pid = pid;
+    *rfd   = pfd[0];
+    return 0;
+}
+
+/* Wait for a server spawn_begin() started to say where it listens; closes fd. */
+static int spawn_wait(cks_test_server_t *s, int fd)
+{
+    int pfd[1] = {fd};
     /* wait for the line "ckstore-server listening on 127.0.0.1:PORT" (other
      * lines, e.g. UCX's own log, may come first) */
     static const char tag[] = "ckstore-server listening on ";
@@ -238,6 +248,12 @@ static int spawn(cks_test_server_t *s)
     fprintf(stderr, "server did not start; log in %s\n", s->log);
     cks_test_server_stop(s, SIGKILL);
     return -1;
+}
+
+static int spawn(cks_test_server_t *s)
+{
+    int fd;
+    return spawn_begin(s, &fd) == 0 ? spawn_wait(s, fd) : -1;
 }
 
 /* Arenas of test servers whose test died (a crash, a timeout) would fill
@@ -581,6 +597,34 @@ int cks_test_server_restart(cks_test_server_t *s)
         /* standalone: it asks for port 0 again, a fresh one */
     }
     return -1;
+}
+
+int cks_test_cluster_restart_all(cks_test_cluster_t *c)
+{
+    int fd[CKS_TEST_MAX_SERVERS];
+    long from[CKS_TEST_MAX_SERVERS];
+    int rc = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        cks_test_server_stop(&c->srv[i], SIGKILL);
+    }
+    /* all started before any is waited for: they start together */
+    for (size_t i = 0; i < c->n; i++) {
+        from[i] = file_size(c->srv[i].log);
+        if (spawn_begin(&c->srv[i], &fd[i]) != 0) {
+            fd[i] = -1;
+        }
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        if (fd[i] >= 0 && spawn_wait(&c->srv[i], fd[i]) == 0) {
+            continue;
+        }
+        /* its port was taken meanwhile: started again on another */
+        if (!log_has_from(c->srv[i].log, from[i], "cannot listen on") ||
+            cks_test_server_restart(&c->srv[i]) != 0) {
+            rc = -1;
+        }
+    }
+    return rc;
 }
 
 int cks_test_server_stop(cks_test_server_t *s, int sig)

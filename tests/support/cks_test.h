@@ -82,6 +82,11 @@ int cks_test_server_start(cks_test_server_t *s, uint64_t arena_size);
  *  restarted on their data so that they read it (clients made before keep
  *  the old map). At most 5 tries. */
 int cks_test_server_restart(cks_test_server_t *s);
+/** SIGKILL every member of c, then start them all at once on their data
+ *  (as a rack whose power came back): each is started before any is waited
+ *  for. A member whose port was taken meanwhile is restarted as
+ *  cks_test_server_restart() does. 0 when all run. */
+int cks_test_cluster_restart_all(cks_test_cluster_t *c);
 /** Send sig to the server and reap it (bounded wait; SIGKILL after 10 s). */
 int cks_test_server_stop(cks_test_server_t *s, int sig);
 /** Stop if running and remove the temp dir. */
