@@ -2,7 +2,10 @@
 and the loading of the shared library.
 
 cffi's ABI mode reads these declarations at import time and calls the library
-through libffi: nothing is compiled when the package is installed. The
+through libffi: nothing is compiled when the package is installed. Where the
+library is: $CKSTORE_LIB, else $CKSTORE_BUILD/client-lib, else the one the
+install step recorded (an installed package) or the checkout's build/ or
+build-test/ (a source checkout), else the dynamic linker's search path. The
 structs must match include/ckstore.h field for field; tests/python checks
 their sizes against the ones the C compiler gives
 (tests/python/test_client.py, test_abi_sizes_match_the_c_compiler).
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 from cffi import FFI
 
@@ -251,18 +255,33 @@ ffi = FFI()
 ffi.cdef(CDEF)
 
 
+def _installed() -> Optional[str]:
+    """The library path the install step recorded (ckstore/_installed.py,
+    written by ``cmake --install``; absent in a source checkout)."""
+    try:
+        from ._installed import LIB
+    except ImportError:
+        return None
+    return LIB
+
+
 def _candidates():
     env = os.environ.get("CKSTORE_LIB")
     if env:
         yield env
         return
-    # a source checkout: python/ckstore/ -> the repository's build directories
-    root = Path(__file__).resolve().parent.parent.parent
     if os.environ.get("CKSTORE_BUILD"):
         yield str(Path(os.environ["CKSTORE_BUILD"]).resolve() / "client-lib" / "libckstore.so")
-    for build in ("build", "build-test"):
-        yield str(root / build / "client-lib" / "libckstore.so")
-    yield "libckstore.so"  # installed: the dynamic linker's search path
+    installed = _installed()
+    if installed is not None:
+        # an installed package: the library installed with it
+        yield installed
+    else:
+        # a source checkout: python/ckstore/ -> the repository's build directories
+        root = Path(__file__).resolve().parent.parent.parent
+        for build in ("build", "build-test"):
+            yield str(root / build / "client-lib" / "libckstore.so")
+    yield "libckstore.so"  # the dynamic linker's search path
 
 
 def _load():
@@ -276,8 +295,9 @@ def _load():
         except OSError as e:
             errors.append(f"{path}: {e}")
     raise ImportError(
-        "ckstore: cannot load libckstore.so (build it with scripts/build, or set "
-        "CKSTORE_LIB to its path, or CKSTORE_BUILD to the build directory): " +
+        "ckstore: cannot load libckstore.so (build it with scripts/build, install it "
+        "with scripts/install, or set CKSTORE_LIB to its path, or CKSTORE_BUILD to the "
+        "build directory): " +
         "; ".join(errors))
 
 
