@@ -5,7 +5,8 @@
  * DESIGN: starts N ckstore-server processes (RS(k, m), one per "node", on
  * 127.0.0.1), writes one version of --size bytes (64 MiB objects), then
  *   1. flush: cks_version_flush() to DIR (every server writes its chunks,
- *      data and parity, and one publishes); timed until it returns;
+ *      data and parity, and one publishes; unpaced: --flush-rate 0);
+ *      timed until it returns;
  *   2. plain write: N threads each write and fsync one file of the same
  *      size as a server's chunk file (the same bytes on disk, the same
  *      parallelism), timed until the last fsync; run once before the flush
@@ -98,7 +99,8 @@ static int fb_start_servers(uint64_t arena)
         snprintf(path, sizeof(path), "%s/server-%u.log", fb.root, i);
         char *argv[] = {fb.bin,      "--cluster", fb.map, "--id",       id,
                         "--arena-size", asize,    "--arena-file", arena_file, "--data-dir",
-                        ddir,        "--flush-dir", fb.root, "--log-level", "warn", NULL};
+                        ddir,        "--flush-dir", fb.root, "--flush-rate", "0",
+                        "--log-level", "warn", NULL};
         int logfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         fb.pid[i] = bench_spawn(argv, logfd);
         if (logfd >= 0) {

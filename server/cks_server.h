@@ -45,6 +45,9 @@ typedef struct {
     unsigned flush_every;   /* with flush_dir: a version this server coordinates
                                is flushed once it commits when its number is a
                                multiple of this (0: only on request) */
+    uint64_t flush_rate;    /* most bytes/s that this server's flush writes
+                               (paced on its flush thread); 0: 256 MiB/s;
+                               UINT64_MAX: no cap */
     uint64_t repair_rate;   /* cluster: most bytes/s that repair reads from other
                                servers to rebuild chunks; 0: 256 MiB/s;
                                UINT64_MAX: no cap */

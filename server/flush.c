@@ -12,9 +12,11 @@
  * lists what to write, writes with plain write(2)/fsync(2), and hands the
  * job back (ucp_worker_signal); the progress thread ends the read and
  * answers. A file is published only once fsync'd: chunk files and indexes
- * before the manifest, the manifest before the directory's rename.
- * Never: file I/O or LMDB on the progress thread; a write transaction here;
- * a published directory that is not complete.
+ * before the manifest, the manifest before the directory's rename. The
+ * chunk writes are paced (--flush-rate, a token bucket): the flush thread
+ * sleeps, never the progress thread.
+ * Never: file I/O, LMDB or a pacing sleep on the progress thread; a write
+ * transaction here; a published directory that is not complete.
  */
 #include "server_int.h"
 
@@ -29,7 +31,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* --flush-rate when not given: bytes/s that one server's flush writes */
+#define CKS_FL_RATE_DEFAULT (256ull << 20)
 
 typedef struct cks_fl_job {
     struct cks_fl_job *next;
@@ -61,6 +67,12 @@ struct cks_sv_flush {
     cks_fl_job_t *head, *tail, *done_head, *done_tail;
     volatile int stop;
     cks_server_h s;
+    /* pacing of the chunk writes (flush thread only): a token bucket of
+     * `rate` bytes/s (UINT64_MAX: none) holding at most an eighth of a
+     * second of them */
+    uint64_t rate;
+    double tokens;
+    uint64_t tokens_ns;
 };
 
 static void cks_fl_fail(cks_fl_job_t *j, cks_status_t status, const char *fmt, ...)
@@ -245,6 +257,36 @@ static int cks_fl_write_all(int fd, const uint8_t *p, uint64_t len)
     return 0;
 }
 
+/* Wait (on the flush thread) until `len` more bytes may be written under
+ * --flush-rate. The bucket refills at the rate and holds at most an eighth
+ * of a second of bytes: writing B bytes takes at least B / rate - 1/8 s. Sleeps in slices of at most 100 ms so that a stop is
+ * seen. */
+static void cks_fl_pace(struct cks_sv_flush *fl, uint64_t len)
+{
+    if (fl->rate == UINT64_MAX) {
+        return;
+    }
+    double rate  = (double)fl->rate;
+    double burst = rate / 8;
+    for (int first = 1;; first = 0) {
+        uint64_t now = cks_time_ns();
+        fl->tokens += (double)(now - fl->tokens_ns) * 1e-9 * rate;
+        fl->tokens_ns = now;
+        if (fl->tokens > burst) {
+            fl->tokens = burst;
+        }
+        if (first) {
+            fl->tokens -= (double)len;
+        }
+        if (fl->tokens >= 0 || fl->stop) {
+            return;
+        }
+        double wait_s = CKS_MIN(-fl->tokens / rate, 0.1);
+        struct timespec ts = {(time_t)wait_s, (long)((wait_s - (double)(time_t)wait_s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void cks_fl_chunks(struct cks_sv_flush *fl, cks_fl_job_t *j)
 {
     cks_server_h s = fl->s;
@@ -345,6 +387,7 @@ out_txn:
             cks_error("fault flush_die: killed halfway through writing %zu chunks", nheld);
             raise(SIGKILL);
         }
+        cks_fl_pace(fl, h->c.len);
         if (cks_crc64(0, base + h->arena_offset, h->c.len) != h->c.crc64) {
             /* never write bytes known bad: the stripe's other chunks cover it */
             cks_error("flush: chunk %u of stripe %" PRIu64 " of '%s' (version %" PRIu64
@@ -657,7 +700,9 @@ static cks_status_t cks_fl_start(cks_server_h s)
     if (fl == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    fl->s = s;
+    fl->s         = s;
+    fl->rate      = s->p.flush_rate ? s->p.flush_rate : CKS_FL_RATE_DEFAULT;
+    fl->tokens_ns = cks_time_ns();
     pthread_mutex_init(&fl->lock, NULL);
     pthread_cond_init(&fl->cond, NULL);
     if (pthread_create(&fl->thread, NULL, cks_fl_thread, fl) != 0) {

@@ -51,6 +51,10 @@ static void usage(FILE *out)
             "                         is a multiple of N once it commits (the version's\n"
             "                         coordinator starts it; every server needs the\n"
             "                         same --flush-dir)\n"
+            "      --flush-rate SIZE  most bytes per second that this server's flush\n"
+            "                         writes, paced on its flush thread so that a\n"
+            "                         snapshot meanwhile keeps its bandwidth\n"
+            "                         (default 256M; 0: no cap)\n"
             "      --repair-rate SIZE most bytes per second that repair reads from\n"
             "                         other servers to rebuild this server's missing\n"
             "                         chunks (cluster; default 256M; 0: no cap)\n"
@@ -93,6 +97,7 @@ int main(int argc, char **argv)
         {"flush-dir", required_argument, NULL, 1006},
         {"flush-every", required_argument, NULL, 1007},
         {"repair-rate", required_argument, NULL, 1008},
+        {"flush-rate", required_argument, NULL, 1009},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -156,6 +161,15 @@ int main(int argc, char **argv)
                 }
                 if (p.repair_rate == 0) {
                     p.repair_rate = UINT64_MAX;
+                }
+                break;
+            case 1009:
+                if (cks_size_parse(optarg, &p.flush_rate) != CKS_OK) {
+                    fprintf(stderr, "ckstore-server: bad flush rate '%s'\n", optarg);
+                    return 2;
+                }
+                if (p.flush_rate == 0) {
+                    p.flush_rate = UINT64_MAX;
                 }
                 break;
             case 's':

@@ -638,3 +638,60 @@ Test(flush, server_down_flushes_what_the_others_hold)
     cks_restore_close(r);
     cks_client_destroy(c);
 }
+
+/* Bytes in the biggest server-<id>.chunks file of flushed version v. */
+static uint64_t biggest_chunk_file(uint64_t v)
+{
+    char vdir[600], path[900];
+    struct dirent *e;
+    struct stat st;
+    uint64_t most = 0;
+    version_dir(v, vdir, sizeof(vdir));
+    DIR *d = opendir(vdir);
+    cr_assert_not_null(d, "%s", vdir);
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n > 7 && strcmp(e->d_name + n - 7, ".chunks") == 0) {
+            snprintf(path, sizeof(path), "%s/%s", vdir, e->d_name);
+            cr_assert_eq(stat(path, &st), 0);
+            most = CKS_MAX(most, (uint64_t)st.st_size);
+        }
+    }
+    closedir(d);
+    return most;
+}
+
+/* --flush-rate caps what each server's flush writes per second: a flush
+ * takes at least what the cap implies for the server with the most bytes
+ * (the flush thread's bucket holds at most an eighth of a second ahead),
+ * and the version is complete on disk. A bound, not a measure of speed. */
+Test(flush, flush_rate_paces_the_writes)
+{
+    cks_client_h c;
+    cks_restore_h r;
+    const uint64_t rate = 1 * MiB;
+
+    server_flags("--flush-rate 1M");
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    server_flags(NULL);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    uint64_t t0 = cks_time_ns();
+    cr_assert_eq(flush(c, 1), CKS_OK);
+    double took = (double)(cks_time_ns() - t0) * 1e-9;
+    uint64_t most = biggest_chunk_file(1);
+    double least  = ((double)most - (double)rate / 8) / (double)rate;
+    cr_log_info("flush at 1 MiB/s per server: %.2f s, biggest server file %" PRIu64
+                " bytes (at least %.2f s)",
+                took, most, least);
+    cr_assert_gt(most, rate, "the biggest server file is %" PRIu64 " bytes", most);
+    cr_assert(took >= least * 0.95, "the flush took %.2f s, the cap implies at least %.2f s",
+              took, least);
+    cr_assert(took < least + 30, "the flush took %.2f s", took);
+    r = open_durable(c, 1, CKS_RESTORE_DURABLE);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 1);
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
