@@ -49,8 +49,12 @@ typedef struct {
                                (paced on its flush thread); 0: 256 MiB/s;
                                UINT64_MAX: no cap */
     uint64_t repair_rate;   /* cluster: most bytes/s that repair reads from other
-                               servers to rebuild chunks; 0: 256 MiB/s;
+                               servers to rebuild chunks while clients move
+                               data through this server; 0: 256 MiB/s;
                                UINT64_MAX: no cap */
+    uint64_t repair_idle_rate; /* the same while no client has moved data
+                               through it for CKS_RP_IDLE_NS; 0 or UINT64_MAX:
+                               no cap */
 } cks_server_params_t;
 
 /** Open the arena and metadata, re-check every stored object's CRC, abort

@@ -57,7 +57,10 @@ static void usage(FILE *out)
             "                         (default 256M; 0: no cap)\n"
             "      --repair-rate SIZE most bytes per second that repair reads from\n"
             "                         other servers to rebuild this server's missing\n"
-            "                         chunks (cluster; default 256M; 0: no cap)\n"
+            "                         chunks while clients move data through this\n"
+            "                         server (cluster; default 256M; 0: no cap)\n"
+            "      --repair-idle-rate SIZE  the same while no client has moved data\n"
+            "                         through it for 0.5 s (default 0: no cap)\n"
             "  -s, --arena-size SIZE  arena capacity, e.g. 512M, 8G (default 1G)\n"
             "  -f, --arena-file PATH  arena file (default /dev/shm/ckstore-<port>.arena)\n"
             "  -d, --data-dir DIR     LMDB directory (default ./ckstore-data)\n"
@@ -98,6 +101,7 @@ int main(int argc, char **argv)
         {"flush-every", required_argument, NULL, 1007},
         {"repair-rate", required_argument, NULL, 1008},
         {"flush-rate", required_argument, NULL, 1009},
+        {"repair-idle-rate", required_argument, NULL, 1020},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -161,6 +165,12 @@ int main(int argc, char **argv)
                 }
                 if (p.repair_rate == 0) {
                     p.repair_rate = UINT64_MAX;
+                }
+                break;
+            case 1020:
+                if (cks_size_parse(optarg, &p.repair_idle_rate) != CKS_OK) {
+                    fprintf(stderr, "ckstore-server: bad repair idle rate '%s'\n", optarg);
+                    return 2;
                 }
                 break;
             case 1009:

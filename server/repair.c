@@ -23,7 +23,10 @@
  *     members (CHUNK_GET, each checked against its CRC), decodes the missing
  *     one with ISA-L straight into arena space, and records it (the metadata
  *     writer checks it against the CRC computed here). Reads are paced by a
- *     token bucket (--repair-rate, bytes/s). A scan runs after the first
+ *     token bucket: --repair-rate bytes/s while clients' data went through
+ *     this server in the last 0.5 s (puts, chunk puts, reads other than
+ *     repair's own, which carry CKS_WIRE_F_BACKGROUND), --repair-idle-rate
+ *     (no cap by default) otherwise. A scan runs after the first
  *     round of catch-up and each that learned something, when a
  *     coordinator's REPAIR_CHECK finds chunks missing here, 5 s after tasks
  *     failed, and every 60 s.
@@ -62,6 +65,9 @@
 #define CKS_RP_INFLIGHT       4u
 #define CKS_RP_CHECKS_MAX     16u
 #define CKS_RP_RATE_DEFAULT   (256ull << 20)
+/* No client data through this server for this long: repair runs at its idle
+ * pace (--repair-idle-rate, no cap by default) instead of --repair-rate. */
+#define CKS_RP_IDLE_NS        (500ull * 1000000ull)
 
 /* ---- state ------------------------------------------------------------------------- */
 
@@ -181,7 +187,8 @@ struct cks_rp {
     int scan_wanted;
     uint64_t next_scan_ns;
     unsigned inflight;
-    uint64_t rate_cap;
+    uint64_t rate_cap;      /* while clients move data (--repair-rate; UINT64_MAX: none) */
+    uint64_t idle_cap;      /* while they do not (--repair-idle-rate; UINT64_MAX: none) */
     double tokens;
     uint64_t tokens_ns;
     uint64_t chunks_done, bytes_done, failed;
@@ -1319,7 +1326,8 @@ static void cks_rp_fetch_more(cks_rp_work_t *w)
         cks_msg_chunk_get_t m = {{w->t.job, w->t.job_len}, w->t.version,
                                  {w->t.key, w->t.key_len}, w->t.stripe, i, 0, w->t.chunk};
         w->reading++;
-        if (cks_tp_call_data(conn, CKS_MSG_CHUNK_GET, 0, &m, CKS_RP_FETCH_MS, cks_rp_fetch_reply,
+        if (cks_tp_call_data(conn, CKS_MSG_CHUNK_GET, CKS_WIRE_F_BACKGROUND, &m, CKS_RP_FETCH_MS,
+                             cks_rp_fetch_reply,
                              cks_rp_fetch_done, f) != CKS_INPROGRESS) {
             w->reading--;
             free(f->buf);
@@ -1346,25 +1354,29 @@ static void cks_rp_work_start(cks_server_h s)
 {
     cks_rp_t *rp = s->rp;
     uint64_t now = cks_time_ns();
+    /* clients' puts and reads come first: the tighter cap while they run */
+    uint64_t cap = now - s->fg_ns < CKS_RP_IDLE_NS ? rp->rate_cap : rp->idle_cap;
 
-    if (rp->rate_cap != UINT64_MAX) {
-        double add = (double)(now - rp->tokens_ns) * 1e-9 * (double)rp->rate_cap;
+    if (cap != UINT64_MAX) {
+        double add = (double)(now - rp->tokens_ns) * 1e-9 * (double)cap;
         rp->tokens += add;
-        if (rp->tokens > (double)rp->rate_cap / 4) {
-            rp->tokens = (double)rp->rate_cap / 4; /* a quarter second of burst */
+        if (rp->tokens > (double)cap / 4) {
+            rp->tokens = (double)cap / 4; /* a quarter second of burst */
         }
-        rp->tokens_ns = now;
+    } else if (rp->rate_cap != UINT64_MAX && rp->tokens > (double)rp->rate_cap / 4) {
+        rp->tokens = (double)rp->rate_cap / 4; /* clients may come back at any time */
     }
+    rp->tokens_ns = now;
     while (!s->stop && rp->inflight < CKS_RP_INFLIGHT && rp->taski < rp->ntasks) {
         cks_rp_task_t *t = &rp->tasks[rp->taski];
         double cost      = (double)t->k * (double)t->chunk;
-        if (rp->rate_cap != UINT64_MAX && rp->tokens < cost && rp->inflight > 0) {
+        if (cap != UINT64_MAX && rp->tokens < cost && rp->inflight > 0) {
             return; /* cks_rp_progress() starts it when the bucket allows */
         }
-        if (rp->rate_cap != UINT64_MAX && rp->tokens < 0) {
+        if (cap != UINT64_MAX && rp->tokens < 0) {
             return;
         }
-        rp->tokens -= rp->rate_cap != UINT64_MAX ? cost : 0;
+        rp->tokens -= cap != UINT64_MAX ? cost : 0;
         rp->taski++;
         cks_rp_work_t *w = calloc(1, sizeof(*w));
         if (w == NULL) {
@@ -1586,6 +1598,7 @@ cks_status_t cks_rp_init(cks_server_h s)
         return CKS_ERR_NO_MEMORY;
     }
     rp->rate_cap  = s->p.repair_rate ? s->p.repair_rate : CKS_RP_RATE_DEFAULT;
+    rp->idle_cap  = s->p.repair_idle_rate ? s->p.repair_idle_rate : UINT64_MAX;
     rp->start_ns  = cks_time_ns();
     rp->tokens_ns = rp->start_ns;
     rp->win_ns    = rp->start_ns;

@@ -1284,6 +1284,11 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
     if (cks_rp_gate(s, conn, hdr->req_id, hdr->type, b)) {
         return; /* catching up: another server answers */
     }
+    if ((hdr->type == CKS_MSG_PUT || hdr->type == CKS_MSG_GET || hdr->type == CKS_MSG_CHUNK_PUT ||
+         hdr->type == CKS_MSG_CHUNK_GET) &&
+        !(hdr->flags & CKS_WIRE_F_BACKGROUND)) {
+        s->fg_ns = cks_time_ns(); /* clients' data: repair slows down (repair.c) */
+    }
     switch (hdr->type) {
         case CKS_MSG_HELLO:
             cks_sv_hello(s, conn, hdr->req_id, &b->m_HELLO);

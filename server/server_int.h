@@ -293,6 +293,9 @@ struct cks_server {
     size_t nholds, capholds;
     struct cks_sv_flush *flush; /* flush.c: NULL until the first flush */
     struct cks_rp *rp;     /* catch-up and repair (repair.c); cluster only */
+    uint64_t fg_ns;        /* when a client's data last went through this server
+                              (puts, chunk puts, reads other than repair's):
+                              repair's pacing (progress thread) */
     /* backpressure on STORED (cluster.c): bytes of puts this primary holds
      * and has not spread yet, and the puts whose STORED answer waits */
     uint64_t unspread;

@@ -48,6 +48,10 @@
                                    over all its ranges, in order, so the
                                    server sends the range without checking
                                    the whole object first (standalone) */
+#define CKS_WIRE_F_BACKGROUND 0x10u /* request: a server's own background work
+                                   (repair's chunk reads): the server that
+                                   serves it does not count it as clients'
+                                   traffic when it paces its own repair */
 
 /** Fixed header; on the wire big-endian: magic u32, proto u16, type u16,
  *  flags u32, body_len u32, req_id u64. */

@@ -19,6 +19,7 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,6 +386,113 @@ Test(repair, replacement_server_catches_up_and_rebuilds)
     verify_version(c, v2, "replacement, two others down");
     cr_assert_eq(cks_version_latest(c, JOB, &vi), CKS_OK);
     cr_assert_eq(vi.version, v2 > v1 ? v2 : v1);
+    cks_client_destroy(c);
+}
+
+/* A reader that restores a version again and again (every server serves
+ * chunks of it), until told to stop or for 30 s at most. */
+typedef struct {
+    uint64_t version;
+    volatile int stop;
+    unsigned rounds;
+    cks_status_t status;
+} reader_t;
+
+static void *reader_run(void *arg)
+{
+    reader_t *rd   = arg;
+    cks_client_h c = NULL;
+    uint8_t *dst   = malloc(4 * MiB);
+    uint64_t t0    = now_ms();
+    rd->status     = cks_test_connect_cluster(cl.map, K, M, CHUNK, 20000, &c);
+    while (rd->status == CKS_OK && dst != NULL && !rd->stop && now_ms() - t0 < 30000) {
+        cks_restore_h r = NULL;
+        rd->status      = cks_restore_open(c, JOB, rd->version, &r);
+        for (size_t i = 0; rd->status == CKS_OK && i < NOBJ; i++) {
+            char key[64];
+            cks_get_params_t g = {0};
+            snprintf(key, sizeof(key), "layer%zu", i);
+            g.key         = key;
+            g.buffer      = dst;
+            g.buffer_size = 4 * MiB;
+            rd->status    = cks_get(r, &g, NULL);
+        }
+        cks_restore_close(r);
+        rd->rounds++;
+    }
+    cks_client_destroy(c);
+    free(dst);
+    return NULL;
+}
+
+/* Repair's pace: --repair-rate while clients move data through the server
+ * (here a reader restoring the version before, whose chunks the returning
+ * server serves), no cap once they stop (--repair-idle-rate's default).
+ * With a cap of 64 KiB/s of reads, rebuilding the ~19 chunks of 64 KiB
+ * (about 5 MiB of reads) would take over a minute. */
+Test(repair, paced_while_clients_read_and_not_while_idle)
+{
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    size_t x       = (size_t)(g_seed % NSRV);
+    uint64_t v1    = version_with_coordinator_not(1, x);
+    cr_assert_eq(write_version(c, v1), CKS_OK);
+    uint64_t v2 = version_with_coordinator_not(v1 + 1, x);
+    cks_test_cluster_kill(&cl, x);
+    cr_assert_eq(write_version(c, v2), CKS_OK);
+
+    reader_t rd = {.version = v1};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, reader_run, &rd), 0);
+    cks_test_set_server_flags("--repair-rate 64K");
+    int rc = cks_test_server_restart(&cl.srv[x]);
+    cks_test_set_server_flags(NULL);
+    cr_assert_eq(rc, 0);
+
+    /* while the reader runs: caught up, then at most the cap's worth */
+    cks_repair_info_t a = {0}, b = {0};
+    uint64_t t0 = now_ms();
+    while ((cks_repair_status(c, x, &a) != CKS_OK || !a.caught_up || a.chunks_left == 0) &&
+           now_ms() - t0 < WAIT_MS) {
+        usleep(100 * 1000);
+    }
+    cr_assert(a.caught_up && a.chunks_left > 0, "server %zu: caught up %d, %llu chunks left",
+              x, a.caught_up, (unsigned long long)a.chunks_left);
+    uint64_t ta = now_ms();
+    usleep(2000 * 1000);
+    cr_assert_eq(cks_repair_status(c, x, &b), CKS_OK);
+    uint64_t tb = now_ms();
+    rd.stop     = 1;
+    pthread_join(th, NULL);
+    cr_assert_eq(rd.status, CKS_OK, "the reader: %s", cks_status_name(rd.status));
+    cr_assert_gt(rd.rounds, 2, "the reader restored %u times", rd.rounds);
+    /* reads allowed in (tb - ta): the cap's rate plus its quarter second of
+     * burst, and the one task that may start on an empty bucket; each
+     * rebuilt chunk reads K */
+    uint64_t allowed = (64 * 1024) * (tb - ta) / 1000 + 16 * 1024 + K * CHUNK;
+    uint64_t read    = (b.bytes_done - a.bytes_done) * K;
+    fprintf(stderr, "with the reader: %llu chunk bytes rebuilt in %llu ms (%llu read, %llu "
+            "allowed), %llu left; the reader restored %u times\n",
+            (unsigned long long)(b.bytes_done - a.bytes_done), (unsigned long long)(tb - ta),
+            (unsigned long long)read, (unsigned long long)allowed,
+            (unsigned long long)b.chunks_left, rd.rounds);
+    cr_assert_leq(read, allowed + K * CHUNK, "repair read %llu bytes in %llu ms at a 64 KiB/s cap",
+                  (unsigned long long)read, (unsigned long long)(tb - ta));
+    cr_assert_gt(b.chunks_left, 0);
+
+    /* idle: the rest at no cap, far faster than the cap allows */
+    uint64_t tc          = now_ms();
+    cks_repair_info_t ri = wait_repaired(c, x);
+    uint64_t td          = now_ms();
+    uint64_t rest        = (ri.bytes_done - b.bytes_done) * K;
+    fprintf(stderr, "idle: %llu bytes read to rebuild the rest in %llu ms\n",
+            (unsigned long long)rest, (unsigned long long)(td - tc));
+    cr_assert_gt(rest, 0);
+    cr_assert_lt((td - tc) * 4 * 64, rest, /* ms * KiB/s = bytes: 4 x the cap */
+                 "idle repair read %llu bytes in %llu ms: no faster than 4 x the 64 KiB/s cap",
+                 (unsigned long long)rest, (unsigned long long)(td - tc));
+    wait_protected(c, v2);
+    verify_version(c, v2, "after repair");
     cks_client_destroy(c);
 }
 
