@@ -10,12 +10,12 @@ store. Python bindings of libckstore (cffi, ABI mode), with PyTorch helpers in
 
 See docs/PYTHON.md.
 """
-from .client import (LATEST, NO_PARENT, CkstoreError, Client, ClusterStats, Kind,
+from .client import (LATEST, NO_PARENT, CkstoreError, Client, ClusterStats, Kind, MemType,
                      ObjectInfo, Request, Restore, StagingBuffer, Status, Tags, VersionInfo,
                      VState, status_name, status_string)
 from ._ffi import lib_path
 
-__all__ = ["LATEST", "NO_PARENT", "CkstoreError", "Client", "ClusterStats", "Kind",
+__all__ = ["LATEST", "NO_PARENT", "CkstoreError", "Client", "ClusterStats", "Kind", "MemType",
            "ObjectInfo", "Request", "Restore", "StagingBuffer", "Status", "Tags",
            "VersionInfo", "VState", "status_name", "status_string", "lib_path"]
 __version__ = "0.1.0"

@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 from ._ffi import ffi, lib
 
 __all__ = [
-    "CkstoreError", "Status", "VState", "Kind", "Tags", "VersionInfo", "ObjectInfo",
+    "CkstoreError", "Status", "VState", "Kind", "MemType", "Tags", "VersionInfo", "ObjectInfo",
     "ClusterStats", "Request", "StagingBuffer", "Client", "Restore", "LATEST",
     "NO_PARENT", "status_name", "status_string",
 ]
@@ -81,6 +81,17 @@ class Kind(enum.IntEnum):
     OPTIMIZER = 2
     RNG = 3
     OTHER = 4
+
+
+class MemType(enum.IntEnum):
+    """Where a buffer's memory is (cks_mem_type_t): the ``mem_type=`` of
+    puts and gets. By default a CUDA tensor's is CUDA and anything else's
+    HOST. CUDA or AUTO (the library asks the CUDA runtime) on a machine
+    without a CUDA device, or with a library built without CUDA, fail with
+    ``Status.ERR_UNSUPPORTED`` ("no CUDA device")."""
+    HOST = 0
+    CUDA = 1
+    AUTO = 2
 
 
 class CkstoreError(Exception):
@@ -199,17 +210,24 @@ def _torch_module(obj):
     return None
 
 
-def _as_cbuffer(obj: Any, writable: bool) -> Tuple[Any, int, int, Any]:
-    """(cdata pointer, size in bytes, cks_mem_type_t, object to keep alive)."""
+def _as_cbuffer(obj: Any, writable: bool,
+                mem_type: Optional[MemType] = None) -> Tuple[Any, int, int, Any]:
+    """(cdata pointer, size in bytes, cks_mem_type_t, object to keep alive).
+    ``mem_type`` None: CUDA for a CUDA tensor, else HOST; given, it is passed
+    on as it is (the library checks it), except HOST for device memory."""
     torch = _torch_module(obj)
     if torch is not None:
         t = obj.detach()
         if not t.is_contiguous():
             raise ValueError("ckstore: a tensor must be contiguous (call .contiguous())")
         if t.device.type == "cuda":
-            # device memory goes to libckstore as such (CKS_MEM_CUDA); a
-            # library built without it answers CKS_ERR_UNSUPPORTED
-            return (ffi.cast("void *", t.data_ptr()), t.numel() * t.element_size(), 1, t)
+            # device memory goes to libckstore as such (CKS_MEM_CUDA); without
+            # a CUDA device (or CUDA in the build) it answers CKS_ERR_UNSUPPORTED
+            if mem_type == MemType.HOST:
+                raise ValueError("ckstore: mem_type HOST for a CUDA tensor")
+            mem = MemType.CUDA if mem_type is None else mem_type
+            return (ffi.cast("void *", t.data_ptr()), t.numel() * t.element_size(), int(mem),
+                    t)
         if t.device.type != "cpu":
             raise ValueError(f"ckstore: tensors on {t.device} are not supported")
         arr = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else bytearray(0)
@@ -221,7 +239,7 @@ def _as_cbuffer(obj: Any, writable: bool) -> Tuple[Any, int, int, Any]:
     except (TypeError, BufferError) as e:
         raise TypeError(f"ckstore: {type(obj).__name__} is not a C-contiguous "
                         f"{'writable ' if writable else ''}buffer: {e}") from None
-    return c, ffi.sizeof(c), 0, (obj, c)
+    return c, ffi.sizeof(c), int(mem_type or 0), (obj, c)
 
 
 @ffi.callback("void(void *, cks_status_t)")
@@ -608,8 +626,8 @@ class Client:
         return b
 
     # ---- objects ------------------------------------------------------------
-    def _put_params(self, job, version, key, data, tags):
-        ptr, size, mem, keep = _as_cbuffer(data, writable=False)
+    def _put_params(self, job, version, key, data, tags, mem_type):
+        ptr, size, mem, keep = _as_cbuffer(data, writable=False, mem_type=mem_type)
         p = ffi.new("cks_put_params_t *")
         jb = ffi.new("char[]", _encode(job, "job"))
         kb = ffi.new("char[]", _encode(key, "key"))
@@ -625,18 +643,22 @@ class Client:
         return p, (p, jb, kb, keep, data)
 
     def put(self, job: str, version: int, key: str, data: Any,
-            tags: Optional[Tags] = None) -> None:
+            tags: Optional[Tags] = None, *, mem_type: Optional[MemType] = None) -> None:
         """Store ``data`` (any C-contiguous buffer, or a tensor) as object
         ``key`` of the open version, zero-copy; returns once the server holds
-        the bytes (STORED)."""
-        p, keep = self._put_params(job, version, key, data, tags)
+        the bytes (STORED). ``mem_type``: see :class:`MemType` (default: from
+        ``data``; a CUDA tensor goes through the library's device path)."""
+        p, keep = self._put_params(job, version, key, data, tags, mem_type)
         self._check(lib.cks_put(self._handle(), p), f"put {key} in {job}@{version}")
 
     def put_async(self, job: str, version: int, key: str, data: Any,
-                  tags: Optional[Tags] = None) -> Request:
+                  tags: Optional[Tags] = None, *,
+                  mem_type: Optional[MemType] = None) -> Request:
         """As :meth:`put`; ``data`` must stay unchanged until the request is
-        done (the request keeps a reference to it)."""
-        p, keep = self._put_params(job, version, key, data, tags)
+        done (the request keeps a reference to it). A request the library
+        refuses at once (``ERR_UNSUPPORTED`` for device memory without a
+        device, bad parameters) raises :class:`CkstoreError` here."""
+        p, keep = self._put_params(job, version, key, data, tags, mem_type)
         pend = self._pending(f"put {key} in {job}@{version}", keep)
         return self._submit(pend, lib.cks_put_nb(self._handle(), p, _done_cb, pend.handle))
 
@@ -726,8 +748,8 @@ class Restore:
                 return
             after = ffi.new("char[]", batch[-1].key.encode())
 
-    def _get_params(self, key, out, offset, length, verify):
-        ptr, size, mem, keep = _as_cbuffer(out, writable=True)
+    def _get_params(self, key, out, offset, length, verify, mem_type):
+        ptr, size, mem, keep = _as_cbuffer(out, writable=True, mem_type=mem_type)
         g = ffi.new("cks_get_params_t *")
         kb = ffi.new("char[]", _encode(key, "key"))
         g.key, g.buffer, g.buffer_size = kb, ptr, size
@@ -745,20 +767,24 @@ class Restore:
         return g, n, (g, kb, keep, out)
 
     def get_into(self, key: str, out: Any, *, offset: Optional[int] = None,
-                 length: Optional[int] = None, verify: bool = False) -> int:
+                 length: Optional[int] = None, verify: bool = False,
+                 mem_type: Optional[MemType] = None) -> int:
         """Read object ``key`` (or ``length`` bytes from ``offset``) straight
         into ``out`` (a writable C-contiguous buffer or tensor, large enough);
-        returns the bytes read. ``verify`` checks the whole object's CRC."""
-        g, n, keep = self._get_params(key, out, offset, length, verify)
+        returns the bytes read. ``verify`` checks the whole object's CRC.
+        ``mem_type``: see :class:`MemType` (default: from ``out``)."""
+        g, n, keep = self._get_params(key, out, offset, length, verify, mem_type)
         self.client._check(lib.cks_get(self._handle(), g, n),
                            f"get {key} of {self.job}@{self.version}")
         return n[0]
 
     def get_async(self, key: str, out: Any, *, offset: Optional[int] = None,
-                  length: Optional[int] = None, verify: bool = False) -> Request:
+                  length: Optional[int] = None, verify: bool = False,
+                  mem_type: Optional[MemType] = None) -> Request:
         """As :meth:`get_into`; the request's result is the bytes read. Do not
-        touch ``out`` until the request is done."""
-        g, n, keep = self._get_params(key, out, offset, length, verify)
+        touch ``out`` until the request is done. A request the library
+        refuses at once raises :class:`CkstoreError` here."""
+        g, n, keep = self._get_params(key, out, offset, length, verify, mem_type)
         pend = self.client._pending(f"get {key} of {self.job}@{self.version}", (keep, n))
         pend.value = lambda: int(n[0])
         return self.client._submit(pend, lib.cks_get_nb(self._handle(), g, n, _done_cb,

@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from . import _device
 from .client import LATEST, Client, Kind, Restore, Tags
 
 from ._compat import import_shard_checkpoint
@@ -138,17 +139,21 @@ class StorageWriter(_Writer):
                 info = _Item(key, len(raw))
                 tags = Tags(Kind.OTHER, rank=self.rank)
             else:
-                t = data.detach()
-                if t.device.type != "cpu":
-                    t = t.cpu()
-                t = t.contiguous()
-                raw = _raw(t)
+                t = data.detach().contiguous()
+                raw = None
                 info = _Item(key, t.numel() * t.element_size(),
                              str(t.dtype).replace("torch.", ""), tuple(t.shape))
                 tags = Tags(Kind.DENSE, rank=self.rank)
             if len(reqs) >= self.window:
                 reqs.pop(0).result()
-            reqs.append(self.client.put_async(self.job, self.step, key, raw, tags=tags))
+            if raw is None:
+                # CUDA: from device memory through the library's device path,
+                # or a host copy where the library has none
+                _device.sync([t])
+                reqs.append(_device.put_tensor(self.client, self.job, self.step, key, t,
+                                               tags))
+            else:
+                reqs.append(self.client.put_async(self.job, self.step, key, raw, tags=tags))
             results.append(WriteResult(index=item.index, size_in_bytes=info.nbytes,
                                        storage_data=info))
         for r in reqs:
@@ -241,15 +246,24 @@ class StorageReader(_Reader):
                 target = planner.resolve_tensor(req).detach()
                 whole = tuple(req.lengths) == tuple(info.shape) and \
                     all(o == 0 for o in req.storage_offsets)
-                if whole and target.is_contiguous() and target.device.type == "cpu" and \
-                        str(target.dtype).replace("torch.", "") == info.dtype:
-                    dest, stored = target, None  # straight into the destination
-                else:
-                    stored = torch.empty(info.shape, dtype=getattr(torch, info.dtype))
-                    dest = stored
                 if len(pending) >= self.window:
                     self._land(pending.pop(0), planner)
-                q = r.get_async(info.key, _raw(dest), verify=self.verify) if info.nbytes \
+                q = None
+                if whole and target.is_contiguous() and \
+                        target.device.type in ("cpu", "cuda") and \
+                        str(target.dtype).replace("torch.", "") == info.dtype:
+                    if not info.nbytes:
+                        pending.append((None, req, None, target))
+                        continue
+                    # straight into the destination (CUDA: the library's device
+                    # path; None where the library has none)
+                    _device.sync([target])
+                    q = _device.get_tensor(r, info.key, target, verify=self.verify)
+                    if q is not None:
+                        pending.append((q, req, None, target))
+                        continue
+                stored = torch.empty(info.shape, dtype=getattr(torch, info.dtype))
+                q = r.get_async(info.key, _raw(stored), verify=self.verify) if info.nbytes \
                     else None
                 pending.append((q, req, stored, target))
             while pending:

@@ -40,9 +40,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch as _torch
 
+from . import _device
+from ._device import device_path
 from .client import (LATEST, CkstoreError, Client, Kind, Request, Restore, StagingBuffer, Tags)
 
-__all__ = ["save", "load", "async_save", "CheckpointInfo", "TensorRef", "default_tags"]
+__all__ = ["save", "load", "async_save", "CheckpointInfo", "TensorRef", "default_tags",
+           "device_path"]
 
 META_KEY = "__meta__"
 _FORMAT = 1
@@ -253,6 +256,18 @@ def _bytes_of(t: _torch.Tensor):
     return t.reshape(-1).view(_torch.uint8) if t.numel() else b""
 
 
+def _cuda_device(map_location: Any) -> Optional[_torch.device]:
+    """The CUDA device a ``map_location`` (str or torch.device) names, else None."""
+    if isinstance(map_location, (str, _torch.device)):
+        try:
+            d = _torch.device(map_location)
+        except (RuntimeError, TypeError, ValueError):
+            return None
+        if d.type == "cuda":
+            return d
+    return None
+
+
 def save(state_dict: Any, client: Client, job: str, step: int, *,
          rank: Optional[int] = None, world_size: Optional[int] = None,
          parent: Optional[int] = None, retain: Optional[int] = None,
@@ -262,8 +277,9 @@ def save(state_dict: Any, client: Client, job: str, step: int, *,
          pack_below: int = PACK_BELOW) -> None:
     """Save ``state_dict`` as version ``step`` of ``job`` and return once it
     is restorable (on a cluster: every stripe protected by its parity).
-    Tensors are written in place (CPU; CUDA tensors through libckstore's
-    device path where it is built with one, else copied to the host first),
+    Tensors are written in place (CPU; CUDA tensors from device memory
+    through libckstore's device path, or copied to the host first where the
+    library answers that it has none: see :func:`device_path`),
     ``window`` requests in flight. ``keep(key, tags)``, when given, says
     which tensors to write: the others must be in ``parent`` under the same
     key (a partial version; see :func:`ckstore.pec.save_partial`). Tensors
@@ -298,19 +314,23 @@ def _put_all(client: Client, job: str, step: int, flat: _Flat, window: int, meta
     """Put every tensor (from ``source(key)`` when given, else the tensor
     itself) and then ``__meta__``, ``window`` requests in flight."""
     reqs: List[Request] = []
+    if source is None:
+        # CUDA tensors go from their own memory on the library's streams
+        _device.sync(t for _, t, _ in flat.tensors if isinstance(t, _torch.Tensor))
     try:
         for key, t, tags in flat.tensors:
             data = source(key) if source is not None else t
             if isinstance(data, _Pack):
                 buf = _torch.empty(data.size, dtype=_torch.uint8)
-                data.fill(buf)  # small tensors: one copy each
+                data.fill(buf)  # small tensors: one copy each (from the device for CUDA)
                 data = buf
-            if isinstance(data, _torch.Tensor) and data.device.type == "cuda":
-                data = data.cpu()
             if len(reqs) >= window:
                 reqs.pop(0).result()
-            reqs.append(client.put_async(job, step, key, data if not isinstance(
-                data, _torch.Tensor) else _bytes_of(data), tags=tags))
+            if isinstance(data, _torch.Tensor):
+                # CUDA: the library's device path, or a host copy where it has none
+                reqs.append(_device.put_tensor(client, job, step, key, data, tags))
+            else:
+                reqs.append(client.put_async(job, step, key, data, tags=tags))
         reqs.append(client.put_async(job, step, flat.prefix + META_KEY, meta,
                                      tags=Tags(Kind.OTHER)))
     finally:
@@ -337,7 +357,9 @@ def async_save(state_dict: Any, client: Client, job: str, step: int, *,
                timeout_s: Optional[int] = None, tagger: Callable[[str], Tags] = default_tags,
                extra: Optional[dict] = None, pack_below: int = PACK_BELOW) -> Future:
     """As :func:`save`, but return as soon as every tensor is copied into
-    staging memory (``cks_mem_alloc()``): training may then change them.
+    staging memory (``cks_mem_alloc()``; for CUDA tensors a device-to-host
+    copy by PyTorch, not the library's device path): training may then
+    change them.
     The returned future completes (result None) once the version is
     restorable (PROTECTED on a cluster), or raises the first error. A second
     ``async_save`` on the same client first waits for the previous one."""
@@ -439,35 +461,53 @@ def load(client: Client, job: str, step: int = LATEST, *, rank: Optional[int] = 
          with_info: bool = False):
     """Load version ``step`` (default: the newest restorable) of ``job``:
     the state dict as it was saved (this rank's part of a multi-rank
-    version). Tensors are read straight into fresh CPU tensors, then moved
-    to ``map_location`` when given. ``check``/``fallback``: see
+    version). Tensors are read straight into fresh tensors: on the CUDA
+    device ``map_location`` names (a str or ``torch.device``) through
+    libckstore's device path where it has one, else on the CPU, then moved
+    to ``map_location`` when given (small packed tensors are always read
+    through the CPU). ``check``/``fallback``: see
     :meth:`Client.open`; ``verify``: check each tensor's CRC on arrival.
     With ``with_info``, returns ``(state_dict, CheckpointInfo)``."""
     rank, world_size = _ranks(rank, world_size)
     prefix = _prefix(rank, world_size)
+    cuda = _cuda_device(map_location)
     with client.open(job, step, check=check, fallback=fallback) as r:
         meta = read_meta(r, prefix)
         refs = _refs(meta["skeleton"], [])
         tensors: Dict[int, _torch.Tensor] = {}
         packs: Dict[str, _torch.Tensor] = {}
         reqs: List[Request] = []
+        uniq: List[TensorRef] = []
         for ref in refs:
             if id(ref) in tensors:
                 continue
-            t = _torch.empty(ref.shape, dtype=getattr(_torch, ref.dtype))
-            tensors[id(ref)] = t
+            uniq.append(ref)
+            on = cuda if cuda is not None and not ref.packed and ref.nbytes else None
+            tensors[id(ref)] = _torch.empty(ref.shape, dtype=getattr(_torch, ref.dtype),
+                                            device=on)
+        # the library's streams write device tensors: none of PyTorch's work
+        # may still use their memory
+        _device.sync(tensors.values())
+        for ref in uniq:
             if ref.packed:
                 if ref.key in packs:
                     continue
                 dest = packs[ref.key] = _torch.empty(meta["packs"][ref.key],
                                                      dtype=_torch.uint8)
-            elif ref.nbytes == 0:
+                if len(reqs) >= window:
+                    reqs.pop(0).result()
+                reqs.append(r.get_async(ref.key, dest, verify=verify))
                 continue
-            else:
-                dest = _bytes_of(t)  # straight into the tensor
+            if ref.nbytes == 0:
+                continue
             if len(reqs) >= window:
                 reqs.pop(0).result()
-            reqs.append(r.get_async(ref.key, dest, verify=verify))
+            # straight into the tensor (CUDA: the library's device path)
+            q = _device.get_tensor(r, ref.key, tensors[id(ref)], verify=verify)
+            if q is None:  # the library takes no device memory here: the CPU
+                t = tensors[id(ref)] = _torch.empty(ref.shape, dtype=getattr(_torch, ref.dtype))
+                q = r.get_async(ref.key, _bytes_of(t), verify=verify)
+            reqs.append(q)
         first = None
         for q in reqs:
             try:

@@ -6,8 +6,9 @@ import pytest
 from conftest import torch_or_skip
 
 torch = torch_or_skip()
+import ckstore  # noqa: E402
 import ckstore.torch as ckt  # noqa: E402
-from ckstore import CkstoreError, Kind, Status, VState  # noqa: E402
+from ckstore import CkstoreError, Kind, MemType, Status, VState  # noqa: E402
 
 
 def make(seed):
@@ -122,13 +123,100 @@ def test_errors(sclient):
 
 
 def test_cuda_tensors(cclient):
+    """On a CUDA device: tensors go through libckstore's device path (large
+    ones from and into their own device memory), any dtype, contiguous or
+    not, and come back equal on the device."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device (or a CPU-only PyTorch build): CUDA tensors not tested")
     job = f"torch-cuda-{os.getpid()}"
     w = torch.randn(1000, device="cuda")
-    ckt.save({"w": w}, cclient, job, 1)
+    big = torch.randn(512, 1024, device="cuda")                      # 2 MiB: its own object
+    sd = {"w": w, "big": big, "bf16": big.to(torch.bfloat16),
+          "strided": big.t(), "small": torch.arange(5, device="cuda")}
+    ckt.save(sd, cclient, job, 1)
+    if ckt.device_path(cclient) is False:
+        pytest.skip("this libckstore has no device path (built without CUDA): "
+                    "CUDA tensors were copied through the host")
+    assert ckt.device_path(cclient) is True
     got = ckt.load(cclient, job, map_location="cuda")
-    assert got["w"].is_cuda and torch.equal(got["w"], w)
+    for k, v in sd.items():
+        assert got[k].is_cuda and got[k].dtype == v.dtype and torch.equal(got[k], v), k
+    on_cpu = ckt.load(cclient, job)
+    assert not on_cpu["big"].is_cuda and torch.equal(on_cpu["big"], big.cpu())
+
+
+def test_device_memory_without_a_device_is_unsupported(sclient):
+    """The answer the fallback of CUDA tensors relies on: without a CUDA
+    device, libckstore refuses device memory at once with ERR_UNSUPPORTED
+    and says why, and the version goes on with host memory."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the library takes device memory")
+    job = f"torch-nodev-{os.getpid()}"
+    sclient.begin(job, 1)
+    with pytest.raises(CkstoreError) as e:
+        sclient.put(job, 1, "k", bytearray(4096), mem_type=MemType.CUDA)
+    assert e.value.status == Status.ERR_UNSUPPORTED and "no CUDA device" in e.value.text
+    with pytest.raises(CkstoreError) as e:
+        sclient.put_async(job, 1, "k", bytearray(4096), mem_type=MemType.CUDA)
+    assert e.value.status == Status.ERR_UNSUPPORTED
+    # AUTO: the library finds no device, so the buffer is host memory
+    sclient.put(job, 1, "k", b"x" * 4096, mem_type=MemType.AUTO)
+    sclient.seal(job, 1)
+    with sclient.open(job, 1) as r:
+        out = bytearray(4096)
+        with pytest.raises(CkstoreError) as e:
+            r.get_into("k", out, mem_type=MemType.CUDA)
+        assert e.value.status == Status.ERR_UNSUPPORTED
+        assert r.get_into("k", out) == 4096 and out == b"x" * 4096
+
+
+def test_cuda_path_falls_back_to_host_copies_once_the_library_refuses(sclient, standalone,
+                                                                      monkeypatch):
+    """Which path ckstore.torch picks: CPU tensors never ask for the device
+    path; a CUDA tensor asks once per client, and where the library answers
+    ERR_UNSUPPORTED (a real answer: there is no CUDA device here) it is
+    copied through host memory, with one warning. PyTorch here has no CUDA,
+    so the tensors are CPU tensors that ckstore._device is told are device
+    memory (its is_device() test); the library's answer, the save and the
+    load are real."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: test_cuda_tensors covers the device path")
+    import ckstore._device as dev
+    job = f"torch-fallback-{os.getpid()}"
+    sd = {"big": torch.randn(256, 512), "bf16": torch.randn(300, 600).to(torch.bfloat16),
+          "small": torch.arange(10)}
+    ckt.save(sd, sclient, job, 1, pack_below=1024)
+    assert ckt.device_path(sclient) is None            # CPU tensors: host path only
+
+    puts, gets = [], []
+    real_put = sclient.put_async
+    monkeypatch.setattr(sclient, "put_async",
+                        lambda *a, **kw: puts.append(kw.get("mem_type")) or real_put(*a, **kw))
+    real_get = ckstore.Restore.get_async
+    monkeypatch.setattr(ckstore.Restore, "get_async",
+                        lambda self, *a, **kw: gets.append(kw.get("mem_type")) or
+                        real_get(self, *a, **kw))
+    monkeypatch.setattr(dev, "is_device", lambda t: True)
+    monkeypatch.setattr(dev, "_warned", False)
+    with pytest.warns(RuntimeWarning, match="does not take CUDA memory") as w:
+        ckt.save(sd, sclient, job, 2, pack_below=1024)
+    assert len([x for x in w if "CUDA memory" in str(x.message)]) == 1
+    assert ckt.device_path(sclient) is False
+    # the first tensor asked for the device path, was refused and went from
+    # host memory; the others went from host memory at once
+    assert puts.count(MemType.CUDA) == 1 and puts[0] == MemType.CUDA, puts
+    assert puts.count(None) == 4, puts                 # big, bf16, the pack, __meta__
+
+    with ckstore.Client(**standalone.client_kwargs(), timeout_ms=20000) as c2:
+        got = ckt.load(c2, job, 2)
+        assert ckt.device_path(c2) is False
+    assert gets.count(MemType.CUDA) == 1, gets         # one refused device read
+    for k, v in sd.items():
+        assert torch.equal(got[k], v), k
+    # a client that was refused does not ask again
+    puts.clear()
+    ckt.save(sd, sclient, job, 3, pack_below=1024)
+    assert MemType.CUDA not in puts and len(puts) == 4, puts
 
 
 def test_a_rank_that_fails_aborts_the_multi_rank_version(cluster):
