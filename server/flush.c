@@ -14,7 +14,11 @@
  * answers. A file is published only once fsync'd: chunk files and indexes
  * before the manifest, the manifest before the directory's rename. The
  * chunk writes are paced (--flush-rate, a token bucket): the flush thread
- * sleeps, never the progress thread.
+ * sleeps, never the progress thread. With a policy (--flush-every) the
+ * flush thread also scans, from the server's start and every 10 s, for
+ * versions due and not published (a policy flush a stop interrupted) and
+ * for what unfinished flushes left; the progress thread starts the flushes
+ * of those this server coordinates, and retries failed ones with backoff.
  * Never: file I/O, LMDB or a pacing sleep on the progress thread; a write
  * transaction here; a published directory that is not complete.
  */
@@ -37,9 +41,13 @@
 /* --flush-rate when not given: bytes/s that one server's flush writes */
 #define CKS_FL_RATE_DEFAULT (256ull << 20)
 
+/* a job the flush thread hands back by itself: a version its scan found due
+ * by policy and not published (cks_fl_scan) */
+#define CKS_FL_SCAN_DUE 0x10000u
+
 typedef struct cks_fl_job {
     struct cks_fl_job *next;
-    unsigned type; /* CKS_MSG_FLUSH_CHUNKS or CKS_MSG_FLUSH_PUBLISH */
+    unsigned type; /* CKS_MSG_FLUSH_CHUNKS, CKS_MSG_FLUSH_PUBLISH or CKS_FL_SCAN_DUE */
     cks_tp_conn_h conn;
     uint64_t req_id;
     char job[CKS_JOB_MAX_LEN + 1];
@@ -59,14 +67,44 @@ typedef struct cks_fl_job {
     void *ctx;
 } cks_fl_job_t;
 
+typedef struct cks_fl_pol cks_fl_pol_t;
+typedef struct cks_fl_auto cks_fl_auto_t;
+
+/* A policy flush this server started: in flight (a), or failed and waiting
+ * until next_ns to be tried again. Progress thread only. */
+struct cks_fl_pol {
+    cks_fl_pol_t *next;
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version;
+    cks_fl_auto_t *a;
+    unsigned tries;
+    uint64_t next_ns, last_ns;
+};
+
+struct cks_fl_auto {
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version, nonce;
+    unsigned pending, ok, failed;
+    int publishing;
+    cks_fl_pol_t *pol; /* its entry; NULL once the flush thread stopped */
+};
+
 struct cks_sv_flush {
     pthread_t thread;
     int started;
     pthread_mutex_t lock;
-    pthread_cond_t cond;
+    pthread_cond_t cond; /* on CLOCK_MONOTONIC */
     cks_fl_job_t *head, *tail, *done_head, *done_tail;
     volatile int stop;
     cks_server_h s;
+    /* the policy's scan (flush thread): when it runs next (cks_time_ns();
+     * 0: never, no policy) */
+    uint64_t scan_ns;
+    /* policy flushes this server started, in flight or failed and waiting
+     * to be tried again (progress thread only) */
+    cks_fl_pol_t *pol;
     /* pacing of the chunk writes (flush thread only): a token bucket of
      * `rate` bytes/s (UINT64_MAX: none) holding at most an eighth of a
      * second of them */
@@ -485,10 +523,12 @@ static void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
     }
     while ((e = readdir(d)) != NULL && j->status == CKS_OK) {
         unsigned id;
-        char tail;
+        int end                  = 0;
         cks_md_flush_chunk_t *cs = NULL;
         size_t ncs               = 0;
-        if (sscanf(e->d_name, "server-%u.index%c", &id, &tail) != 1 || id > UINT16_MAX) {
+        /* "server-<id>.index" exactly (not its .chunks, not a .tmp) */
+        if (sscanf(e->d_name, "server-%u.index%n", &id, &end) != 1 || end == 0 ||
+            e->d_name[end] != '\0' || id > UINT16_MAX) {
             continue;
         }
         snprintf(path, sizeof(path), "%s/%s", p.tmp, e->d_name);
@@ -612,6 +652,228 @@ out:
     free(mf.objs);
 }
 
+/* ---- the policy's scan (flush thread) ------------------------------------------------------ */
+
+/* the first scan after the flush thread starts, then one every ten seconds */
+#define CKS_FL_SCAN_FIRST_NS 1000000000ull
+#define CKS_FL_SCAN_EVERY_NS 10000000000ull
+/* an unfinished flush's directory that nothing touched this long is abandoned
+ * (a flush's calls time out after 10 minutes) */
+#define CKS_FL_STALE_NS (15ull * 60 * 1000000000ull)
+
+static int cks_fl_policy_on(cks_server_h s)
+{
+    return s->map != NULL && s->p.flush_dir != NULL && s->p.flush_every > 0;
+}
+
+/* The newest version published in jobdir; 0 when there is none. */
+static int cks_fl_newest_published(const char *jobdir, uint64_t *v_p)
+{
+    DIR *d = opendir(jobdir);
+    struct dirent *e;
+    uint64_t v;
+    int has = 0;
+    if (d == NULL) {
+        return 0;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (cks_md_flush_version_parse(e->d_name, &v) && (!has || v > *v_p)) {
+            *v_p = v;
+            has  = 1;
+        }
+    }
+    closedir(d);
+    return has;
+}
+
+/* Hand a version found due back to the progress thread (lock held). */
+static void cks_fl_hand_back(struct cks_sv_flush *fl, cks_fl_job_t *j)
+{
+    j->next = NULL;
+    if (fl->done_tail != NULL) {
+        fl->done_tail->next = j;
+    } else {
+        fl->done_head = j;
+    }
+    fl->done_tail = j;
+}
+
+static void cks_fl_found_due(struct cks_sv_flush *fl, const char *job, size_t job_len,
+                             uint64_t version)
+{
+    cks_fl_job_t *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        return; /* the next scan finds it again */
+    }
+    j->type = CKS_FL_SCAN_DUE;
+    memcpy(j->job, job, job_len);
+    j->job_len = (uint32_t)job_len;
+    j->version = version;
+    pthread_mutex_lock(&fl->lock);
+    cks_fl_hand_back(fl, j);
+    pthread_mutex_unlock(&fl->lock);
+}
+
+/* Versions of one job that this server holds, are due by the policy and are
+ * newer than the newest one published: every committed version whose number
+ * is a multiple of --flush-every. */
+static void cks_fl_scan_job(struct cks_sv_flush *fl, cks_md_txn_h txn, const char *job,
+                            size_t job_len)
+{
+    enum { PAGE = 64 };
+    cks_server_h s = fl->s;
+    char jobdir[CKS_FL_DIR_MAX];
+    cks_md_version_t vs[PAGE];
+    uint64_t newest = 0, after = 0;
+    size_t n        = 0;
+    int more = 1, first = 1, has;
+
+    if (cks_md_flush_job_dir(s->p.flush_dir, job, job_len, jobdir, sizeof(jobdir)) != CKS_OK) {
+        return;
+    }
+    has = cks_fl_newest_published(jobdir, &newest);
+    while (more && !fl->stop) {
+        if (cks_md_version_list(txn, job, job_len, first ? NULL : &after, vs, PAGE, &n,
+                                &more) != CKS_OK ||
+            n == 0) {
+            break;
+        }
+        first = 0;
+        after = vs[n - 1].version;
+        for (size_t i = 0; i < n; i++) {
+            const cks_md_version_t *v = &vs[i];
+            int restorable = (v->state == CKS_VSTATE_SEALED || v->state == CKS_VSTATE_PROTECTED ||
+                              v->state == CKS_VSTATE_DEGRADED) &&
+                             v->ec_k > 0;
+            if (restorable && (!has || v->version > newest) &&
+                v->version % s->p.flush_every == 0) {
+                cks_fl_found_due(fl, job, job_len, v->version);
+            }
+        }
+    }
+}
+
+/* Newest change (CLOCK_REALTIME ns) to a flat directory or a file in it. */
+static uint64_t cks_fl_touched_ns(const char *path)
+{
+    char f[PATH_MAX];
+    struct stat st;
+    struct dirent *e;
+    uint64_t newest = 0;
+    DIR *d;
+    if (stat(path, &st) == 0) {
+        newest = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+    }
+    if ((d = opendir(path)) == NULL) {
+        return newest;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (snprintf(f, sizeof(f), "%s/%s", path, e->d_name) < (int)sizeof(f) &&
+            stat(f, &st) == 0) {
+            newest = CKS_MAX(newest, (uint64_t)st.st_mtim.tv_sec * 1000000000ull +
+                                         (uint64_t)st.st_mtim.tv_nsec);
+        }
+    }
+    closedir(d);
+    return newest;
+}
+
+/* Remove what unfinished flushes left in one job's directory: a temporary
+ * directory (".<version>.tmp-<nonce>") of a version that is published since,
+ * or one that nothing touched for CKS_FL_STALE_NS; the same for a version
+ * being removed by retention (".<version>.del-<nonce>"). Never a published
+ * directory. */
+static void cks_fl_clean_job_dir(const char *jobdir)
+{
+    char path[PATH_MAX], pub[PATH_MAX], name[21];
+    struct dirent *e;
+    struct timespec now;
+    struct stat st;
+    uint64_t v;
+    DIR *d = opendir(jobdir);
+    if (d == NULL) {
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] != '.' || strlen(e->d_name) < 26 ||
+            (strncmp(e->d_name + 21, ".tmp-", 5) != 0 &&
+             strncmp(e->d_name + 21, ".del-", 5) != 0)) {
+            continue;
+        }
+        memcpy(name, e->d_name + 1, 20);
+        name[20] = '\0';
+        if (!cks_md_flush_version_parse(name, &v) ||
+            snprintf(path, sizeof(path), "%s/%s", jobdir, e->d_name) >= (int)sizeof(path) ||
+            snprintf(pub, sizeof(pub), "%s/%s", jobdir, name) >= (int)sizeof(pub)) {
+            continue;
+        }
+        int published = e->d_name[22] == 't' && stat(pub, &st) == 0;
+        uint64_t touched = cks_fl_touched_ns(path);
+        if (published || e->d_name[22] == 'd' || touched + CKS_FL_STALE_NS < now_ns) {
+            cks_info("flush: removing %s, left by a flush that did not finish", path);
+            cks_fl_rmdir_flat(path);
+        }
+    }
+    closedir(d);
+}
+
+/* The policy's scan: which versions this server holds are due and not
+ * published (handed to the progress thread, which starts those it
+ * coordinates), and what unfinished flushes left in the flush directory. */
+static void cks_fl_scan(struct cks_sv_flush *fl)
+{
+    enum { PAGE = 64 };
+    cks_server_h s = fl->s;
+    char(*names)[CKS_JOB_MAX_LEN + 1] = malloc(PAGE * sizeof(*names));
+    char after[CKS_JOB_MAX_LEN + 1], path[PATH_MAX];
+    size_t after_len = 0, n = 0;
+    int more = 1, first = 1;
+    cks_md_txn_h txn = NULL;
+    struct dirent *e;
+    struct stat st;
+    DIR *d;
+
+    if (names == NULL) {
+        return;
+    }
+    if (cks_md_txn_begin(s->md, 0, &txn) == CKS_OK) {
+        while (more && !fl->stop) {
+            if (cks_md_job_list(txn, first ? NULL : after, after_len, names, PAGE, &n,
+                                &more) != CKS_OK ||
+                n == 0) {
+                break;
+            }
+            first     = 0;
+            after_len = strlen(names[n - 1]);
+            memcpy(after, names[n - 1], after_len + 1);
+            for (size_t i = 0; i < n && !fl->stop; i++) {
+                cks_fl_scan_job(fl, txn, names[i], strlen(names[i]));
+            }
+        }
+        cks_md_txn_abort(txn);
+    }
+    free(names);
+    /* every job's directory, also those of jobs this server does not hold */
+    if ((d = opendir(s->p.flush_dir)) != NULL) {
+        while ((e = readdir(d)) != NULL && !fl->stop) {
+            if (e->d_name[0] != '.' &&
+                snprintf(path, sizeof(path), "%s/%s", s->p.flush_dir, e->d_name) <
+                    (int)sizeof(path) &&
+                stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+                cks_fl_clean_job_dir(path);
+            }
+        }
+        closedir(d);
+    }
+    pthread_mutex_lock(&fl->lock);
+    if (fl->done_head != NULL) {
+        cks_tp_worker_signal(s->tp);
+    }
+    pthread_mutex_unlock(&fl->lock);
+}
+
 /* ---- the flush thread -------------------------------------------------------------------- */
 
 static void *cks_fl_thread(void *arg)
@@ -619,11 +881,25 @@ static void *cks_fl_thread(void *arg)
     struct cks_sv_flush *fl = arg;
     pthread_mutex_lock(&fl->lock);
     for (;;) {
-        while (fl->head == NULL && !fl->stop) {
-            pthread_cond_wait(&fl->cond, &fl->lock);
+        while (fl->head == NULL && !fl->stop &&
+               (fl->scan_ns == 0 || cks_time_ns() < fl->scan_ns)) {
+            if (fl->scan_ns == 0) {
+                pthread_cond_wait(&fl->cond, &fl->lock);
+            } else {
+                struct timespec ts = {(time_t)(fl->scan_ns / 1000000000ull),
+                                      (long)(fl->scan_ns % 1000000000ull)};
+                pthread_cond_timedwait(&fl->cond, &fl->lock, &ts);
+            }
         }
-        if (fl->head == NULL) {
+        if (fl->head == NULL && fl->stop) {
             break;
+        }
+        if (!fl->stop && fl->scan_ns != 0 && cks_time_ns() >= fl->scan_ns) {
+            fl->scan_ns = cks_time_ns() + CKS_FL_SCAN_EVERY_NS;
+            pthread_mutex_unlock(&fl->lock);
+            cks_fl_scan(fl);
+            pthread_mutex_lock(&fl->lock);
+            continue;
         }
         cks_fl_job_t *j = fl->head;
         fl->head        = j->next;
@@ -639,22 +915,23 @@ static void *cks_fl_thread(void *arg)
             cks_fl_publish(fl, j);
         }
         pthread_mutex_lock(&fl->lock);
-        j->next = NULL;
-        if (fl->done_tail != NULL) {
-            fl->done_tail->next = j;
-        } else {
-            fl->done_head = j;
-        }
-        fl->done_tail = j;
+        cks_fl_hand_back(fl, j);
         cks_tp_worker_signal(fl->s->tp);
     }
     pthread_mutex_unlock(&fl->lock);
     return NULL;
 }
 
+static void cks_fl_scan_due(cks_server_h s, const cks_fl_job_t *j);
+
 static void cks_fl_finish(cks_server_h s, cks_fl_job_t *j)
 {
     uint64_t ms = (cks_time_ns() - j->start_ns) / 1000000u;
+    if (j->type == CKS_FL_SCAN_DUE) {
+        cks_fl_scan_due(s, j);
+        free(j);
+        return;
+    }
     if (j->reading) {
         cks_sv_read_end(s, &j->read);
     }
@@ -676,11 +953,18 @@ static void cks_fl_finish(cks_server_h s, cks_fl_job_t *j)
     free(j);
 }
 
+static cks_status_t cks_fl_start(cks_server_h s);
+
 void cks_sv_flush_progress(cks_server_h s)
 {
     struct cks_sv_flush *fl = s->flush;
     cks_fl_job_t *j;
     if (fl == NULL) {
+        /* with a policy, the flush thread runs from the start: its scan
+         * resumes flushes that a stop interrupted */
+        if (cks_fl_policy_on(s) && !s->stop) {
+            cks_fl_start(s);
+        }
         return;
     }
     pthread_mutex_lock(&fl->lock);
@@ -703,8 +987,13 @@ static cks_status_t cks_fl_start(cks_server_h s)
     fl->s         = s;
     fl->rate      = s->p.flush_rate ? s->p.flush_rate : CKS_FL_RATE_DEFAULT;
     fl->tokens_ns = cks_time_ns();
+    fl->scan_ns   = cks_fl_policy_on(s) ? cks_time_ns() + CKS_FL_SCAN_FIRST_NS : 0;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* cks_time_ns()'s clock */
     pthread_mutex_init(&fl->lock, NULL);
-    pthread_cond_init(&fl->cond, NULL);
+    pthread_cond_init(&fl->cond, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&fl->thread, NULL, cks_fl_thread, fl) != 0) {
         pthread_cond_destroy(&fl->cond);
         pthread_mutex_destroy(&fl->lock);
@@ -728,6 +1017,14 @@ void cks_sv_flush_stop(cks_server_h s)
     pthread_mutex_unlock(&fl->lock);
     pthread_join(fl->thread, NULL); /* queued jobs end as SHUTTING_DOWN */
     cks_sv_flush_progress(s);
+    while (fl->pol != NULL) {
+        cks_fl_pol_t *e = fl->pol;
+        fl->pol         = e->next;
+        if (e->a != NULL) {
+            e->a->pol = NULL; /* its peers' answers may still come */
+        }
+        free(e);
+    }
     pthread_cond_destroy(&fl->cond);
     pthread_mutex_destroy(&fl->lock);
     free(fl);
@@ -820,13 +1117,49 @@ void cks_sv_flush_request(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, u
 
 /* ---- the flush policy: every Nth version, started by its coordinator ----------------------- */
 
-typedef struct {
-    char job[CKS_JOB_MAX_LEN + 1];
-    uint32_t job_len;
-    uint64_t version, nonce;
-    unsigned pending, ok, failed;
-    int publishing;
-} cks_fl_auto_t;
+/* a policy flush that failed is tried again after 10 s, doubling up to 10 min */
+#define CKS_FL_RETRY_NS     10000000000ull
+#define CKS_FL_RETRY_MAX_NS (600ull * 1000000000ull)
+/* an entry of a failed flush not tried for this long is forgotten */
+#define CKS_FL_FORGET_NS    (3600ull * 1000000000ull)
+
+static cks_fl_pol_t *cks_fl_pol_find(struct cks_sv_flush *fl, const char *job, size_t job_len,
+                                     uint64_t version)
+{
+    for (cks_fl_pol_t *e = fl->pol; e != NULL; e = e->next) {
+        if (e->version == version && e->job_len == job_len &&
+            memcmp(e->job, job, job_len) == 0) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* The policy flush ended: published (or already there), or failed. */
+static void cks_fl_auto_end(cks_server_h s, cks_fl_auto_t *a, int published)
+{
+    cks_fl_pol_t *e = a->pol;
+    if (e != NULL && s->flush != NULL) {
+        e->a = NULL;
+        if (published) {
+            for (cks_fl_pol_t **pp = &s->flush->pol; *pp != NULL; pp = &(*pp)->next) {
+                if (*pp == e) {
+                    *pp = e->next;
+                    break;
+                }
+            }
+            free(e);
+        } else {
+            uint64_t wait = CKS_FL_RETRY_NS << CKS_MIN(e->tries - 1, 6u);
+            e->next_ns    = cks_time_ns() + CKS_MIN(wait, CKS_FL_RETRY_MAX_NS);
+            cks_warn("flush policy: version %" PRIu64 " of '%s' not flushed (try %u); "
+                     "tried again in %" PRIu64 " s",
+                     a->version, a->job, e->tries,
+                     (uint64_t)(CKS_MIN(wait, CKS_FL_RETRY_MAX_NS) / 1000000000ull));
+        }
+    }
+    free(a);
+}
 
 static void cks_fl_auto_publish(cks_server_h s, cks_fl_auto_t *a);
 
@@ -851,7 +1184,7 @@ static void cks_fl_auto_local_done(cks_server_h s, cks_fl_job_t *j)
                      "of %u servers)",
                      a->version, a->job, s->p.flush_dir, a->ok, a->ok + a->failed);
         }
-        free(a);
+        cks_fl_auto_end(s, a, j->status == CKS_OK || j->status == CKS_ERR_VERSION_EXISTS);
         return;
     }
     cks_fl_auto_one(s, a, j->status);
@@ -895,7 +1228,7 @@ static cks_fl_job_t *cks_fl_auto_job(cks_server_h s, cks_fl_auto_t *a, unsigned 
 static void cks_fl_auto_publish(cks_server_h s, cks_fl_auto_t *a)
 {
     if (s->flush == NULL || s->flush->stop) {
-        free(a); /* shutting down: a later flush starts over */
+        cks_fl_auto_end(s, a, 0); /* shutting down: the next start's scan resumes it */
         return;
     }
     cks_fl_job_t *j = a->ok > 0 ? cks_fl_auto_job(s, a, CKS_MSG_FLUSH_PUBLISH) : NULL;
@@ -903,27 +1236,52 @@ static void cks_fl_auto_publish(cks_server_h s, cks_fl_auto_t *a)
         cks_warn("flush policy: version %" PRIu64 " of '%s' not flushed: no server wrote "
                  "its chunks",
                  a->version, a->job);
-        free(a);
+        cks_fl_auto_end(s, a, 0);
         return;
     }
     a->publishing = 1;
     cks_fl_queue(s, j);
 }
 
-void cks_sv_flush_committed(cks_server_h s, const char *job, size_t job_len, uint64_t version)
+/* Flush (job, version) to --flush-dir: every server writes its chunks (a
+ * server-to-server FLUSH_CHUNKS; this one on its flush thread), then this
+ * one publishes. Not when a policy flush of it is in flight here, or one
+ * failed and its retry is not due. */
+static void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
+                                uint64_t version, const char *why)
 {
     cks_fl_auto_t *a;
     cks_fl_job_t *j;
-    size_t n = cks_cluster_nservers(s->map);
+    cks_fl_pol_t *e;
+    uint64_t now = cks_time_ns();
+    size_t n     = cks_cluster_nservers(s->map);
 
-    if (s->p.flush_every == 0 || s->p.flush_dir == NULL || version % s->p.flush_every != 0) {
+    if (s->flush == NULL && (s->stop || cks_fl_start(s) != CKS_OK)) {
+        return; /* stopping (or no thread): the next start's scan resumes it */
+    }
+    e = cks_fl_pol_find(s->flush, job, job_len, version);
+    if (e != NULL && (e->a != NULL || now < e->next_ns)) {
         return;
     }
-    if ((s->flush == NULL && cks_fl_start(s) != CKS_OK) ||
+    if ((e == NULL && (e = calloc(1, sizeof(*e))) == NULL) ||
         (a = calloc(1, sizeof(*a))) == NULL) {
+        if (e != NULL && e->tries == 0) {
+            free(e);
+        }
         cks_warn("flush policy: cannot flush version %" PRIu64 ": out of memory", version);
         return;
     }
+    if (e->tries == 0) {
+        memcpy(e->job, job, job_len);
+        e->job_len    = (uint32_t)job_len;
+        e->version    = version;
+        e->next       = s->flush->pol;
+        s->flush->pol = e;
+    }
+    e->tries++;
+    e->last_ns = now;
+    e->a       = a;
+    a->pol     = e;
     memcpy(a->job, job, job_len);
     a->job_len = (uint32_t)job_len;
     a->version = version;
@@ -957,9 +1315,48 @@ void cks_sv_flush_committed(cks_server_h s, const char *job, size_t job_len, uin
             a->failed++;
         }
     }
-    cks_info("flush policy: flushing version %" PRIu64 " of '%.*s' to %s", version,
-             (int)job_len, job, s->p.flush_dir);
+    cks_info("flush policy: flushing version %" PRIu64 " of '%.*s' to %s (%s%s)", version,
+             (int)job_len, job, s->p.flush_dir, why,
+             e->tries > 1 ? ", tried again" : "");
     if (--a->pending == 0) { /* the hold: nothing went out */
         cks_fl_auto_publish(s, a);
     }
+}
+
+void cks_sv_flush_committed(cks_server_h s, const char *job, size_t job_len, uint64_t version)
+{
+    if (!cks_fl_policy_on(s) || version % s->p.flush_every != 0) {
+        return;
+    }
+    cks_fl_policy_start(s, job, job_len, version, "every Nth version");
+}
+
+/* The scan found (job, version) due and not published: this server flushes
+ * it when it is the version's first coordinator candidate (the server that
+ * coordinates it unless it was down), or when a policy flush of it that this
+ * server started failed and its retry is due. */
+static void cks_fl_scan_due(cks_server_h s, const cks_fl_job_t *j)
+{
+    struct cks_sv_flush *fl = s->flush;
+    size_t rank             = SIZE_MAX;
+    uint64_t now            = cks_time_ns();
+
+    if (fl == NULL || fl->stop) {
+        return;
+    }
+    /* forget failed flushes not tried for an hour (dropped from memory since) */
+    for (cks_fl_pol_t **pp = &fl->pol; *pp != NULL;) {
+        cks_fl_pol_t *e = *pp;
+        if (e->a == NULL && e->last_ns + CKS_FL_FORGET_NS < now) {
+            *pp = e->next;
+            free(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+    if (cks_fl_pol_find(fl, j->job, j->job_len, j->version) == NULL &&
+        (!cks_sv_coord_candidate(s, j->job, j->job_len, j->version, &rank) || rank != 0)) {
+        return;
+    }
+    cks_fl_policy_start(s, j->job, j->job_len, j->version, "due and not published");
 }

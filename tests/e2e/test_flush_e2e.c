@@ -695,3 +695,75 @@ Test(flush, flush_rate_paces_the_writes)
     cks_restore_close(r);
     cks_client_destroy(c);
 }
+
+/* Look for the flushed copy of version v every 50 ms for at most ms. */
+static cks_status_t wait_flushed(uint64_t v, int ms, cks_version_info_t *info)
+{
+    cks_status_t st = CKS_ERR_NO_SUCH_VERSION;
+    for (int i = 0; i <= ms / 50 && st != CKS_OK; i++) {
+        st = cks_flushed_stat(fdir, JOB, v, info);
+        if (st != CKS_OK) {
+            usleep(50000);
+        }
+    }
+    return st;
+}
+
+/* A flush due by --flush-every whose coordinator is SIGKILLed halfway
+ * through writing its chunks (flush_die) publishes nothing; started again
+ * on its arena and metadata, the coordinator finds the version due and not
+ * published, flushes it again, and the copy on disk is complete (bit-exact)
+ * with nothing of the dead flush left behind. */
+Test(flush, policy_flush_killed_midway_resumes_after_restart)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cks_client_h c;
+    cks_restore_h r;
+    cks_version_info_t info;
+
+    server_flags("--flush-every 2");
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    int coord = cks_test_coordinator(cl.map, JOB, 2);
+    cr_assert(coord >= 0);
+    snprintf(cl.srv[coord].faults, sizeof(cl.srv[coord].faults), "flush_die:once");
+    cks_test_server_stop(&cl.srv[coord], SIGTERM);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[coord]), 0);
+
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 2, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cks_client_destroy(c);
+    cr_assert(cks_test_log_has(cl.srv[coord].log, "fault flush_die", 20000),
+              "the coordinator did not die in its policy flush of version 2");
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 2, &info), CKS_ERR_NO_SUCH_VERSION,
+                 "nothing published by the dead flush");
+    /* the other servers' files of the dead flush (wait for one at most 5 s) */
+    for (int i = 0; i < 100 && tmp_dirs_left() == 0; i++) {
+        usleep(50000);
+    }
+    cr_assert_gt(tmp_dirs_left(), 0, "the dead flush left no temporary directory");
+
+    /* back on its arena and metadata, without the fault: it resumes */
+    cl.srv[coord].faults[0] = '\0';
+    cks_test_server_stop(&cl.srv[coord], SIGKILL);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[coord]), 0);
+    cr_assert_eq(wait_flushed(2, 30000, &info), CKS_OK,
+                 "version 2 was not flushed after the restart");
+    cr_assert(cks_test_log_has(cl.srv[coord].log, "due and not published", 0),
+              "the restarted coordinator did not say why it flushed");
+    cr_assert_eq(info.nobjects, NOBJ);
+    /* the publisher removes it right after the rename: look for 5 s at most */
+    for (int i = 0; i < 100 && tmp_dirs_left() > 0; i++) {
+        usleep(50000);
+    }
+    cr_assert_eq(tmp_dirs_left(), 0, "what the dead flush left is removed");
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_ERR_NO_SUCH_VERSION,
+                 "version 1 is not due");
+    c = connect_to(&cl);
+    r = open_durable(c, 2, CKS_RESTORE_DURABLE);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 2);
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
