@@ -45,6 +45,9 @@ typedef struct {
     unsigned flush_every;   /* with flush_dir: a version this server coordinates
                                is flushed once it commits when its number is a
                                multiple of this (0: only on request) */
+    unsigned flush_keep;    /* with flush_dir: flushed versions kept per job
+                               (the newest ones, and older ones a kept version
+                               reads objects from); 0: all */
     uint64_t flush_rate;    /* most bytes/s that this server's flush writes
                                (paced on its flush thread); 0: 256 MiB/s;
                                UINT64_MAX: no cap */

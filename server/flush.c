@@ -14,10 +14,10 @@
  * answers. A file is published only once fsync'd: chunk files and indexes
  * before the manifest, the manifest before the directory's rename. The
  * chunk writes are paced (--flush-rate, a token bucket): the flush thread
- * sleeps, never the progress thread. With a policy (--flush-every) the
- * flush thread also scans, from the server's start and every 10 s, for
- * versions due and not published (a policy flush a stop interrupted) and
- * for what unfinished flushes left; the progress thread starts the flushes
+ * sleeps, never the progress thread. With a policy (--flush-every) or
+ * retention (--flush-keep) the flush thread also scans, from the server's
+ * start and every 10 s, for versions due and not published (a policy flush
+ * a stop interrupted) and for what unfinished flushes left; the progress thread starts the flushes
  * of those this server coordinates, and retries failed ones with backoff.
  * Never: file I/O, LMDB or a pacing sleep on the progress thread; a write
  * transaction here; a published directory that is not complete.
@@ -473,6 +473,116 @@ out:
     free(mf.objs);
 }
 
+/* ---- retention of the durable tier (--flush-keep) ----------------------------------------- */
+
+static int cks_fl_has_u64(const uint64_t *a, size_t n, uint64_t v)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] == v) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int cks_fl_cmp_desc(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* After a publish: keep the `keep` newest versions published for the job,
+ * and every older one that a kept version's manifest names as an object's
+ * source (a partial-expert child's parent, grandparent ...); remove the
+ * others. Newest first, so that a version kept for a reference adds its own.
+ * A version is first renamed to ".<version>.del-<nonce>" (no reader opens
+ * it any more, the rename is atomic), then its files are removed. A kept
+ * manifest that cannot be read stops the removal (its references unknown).
+ * Flush thread. */
+static void cks_fl_retain(cks_server_h s, const cks_fl_job_t *j, const cks_fl_paths_t *p)
+{
+    unsigned keep = s->p.flush_keep;
+    uint64_t *vs = NULL, *refs = NULL, v;
+    size_t n = 0, cap = 0, nrefs = 0, caprefs = 0;
+    char name[32], path[PATH_MAX], del[PATH_MAX], err[256];
+    struct dirent *e;
+    DIR *d;
+
+    if (keep == 0 || (d = opendir(p->jobdir)) == NULL) {
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (!cks_md_flush_version_parse(e->d_name, &v)) {
+            continue;
+        }
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            void *q   = realloc(vs, nc * sizeof(*vs));
+            if (q == NULL) {
+                goto out;
+            }
+            vs  = q;
+            cap = nc;
+        }
+        vs[n++] = v;
+    }
+    if (n <= keep) {
+        goto out;
+    }
+    qsort(vs, n, sizeof(*vs), cks_fl_cmp_desc);
+    for (size_t i = 0; i < n; i++) {
+        cks_md_flush_version_name(vs[i], name, sizeof(name));
+        if (i < keep || cks_fl_has_u64(refs, nrefs, vs[i])) {
+            cks_md_flush_manifest_t mf;
+            snprintf(path, sizeof(path), "%s/%s/MANIFEST", p->jobdir, name);
+            if (cks_md_flush_manifest_read(path, &mf, err, sizeof(err)) != CKS_OK) {
+                cks_warn("flush retention: %s: nothing older removed", err);
+                goto out;
+            }
+            for (size_t k = 0; k < mf.nobjs; k++) {
+                uint64_t src = mf.objs[k].source_version;
+                if (src == vs[i] || cks_fl_has_u64(refs, nrefs, src)) {
+                    continue;
+                }
+                if (nrefs == caprefs) {
+                    size_t nc = caprefs ? caprefs * 2 : 16;
+                    void *q   = realloc(refs, nc * sizeof(*refs));
+                    if (q == NULL) {
+                        cks_md_flush_manifest_free(&mf);
+                        goto out;
+                    }
+                    refs    = q;
+                    caprefs = nc;
+                }
+                refs[nrefs++] = src;
+            }
+            cks_md_flush_manifest_free(&mf);
+            if (i >= keep) {
+                cks_info("flush retention: version %" PRIu64 " of '%s' kept: a kept version "
+                         "reads objects from it",
+                         vs[i], j->job);
+            }
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", p->jobdir, name);
+        snprintf(del, sizeof(del), "%s/.%s.del-%016" PRIx64, p->jobdir, name,
+                 cks_tp_random_id());
+        if (rename(path, del) != 0) {
+            cks_warn("flush retention: cannot remove %s: %s", path, strerror(errno));
+            continue;
+        }
+        cks_fl_fsync_dir(p->jobdir);
+        cks_fl_rmdir_flat(del);
+        cks_info("flush retention: version %" PRIu64 " of '%s' removed from %s (--flush-keep "
+                 "%u)",
+                 vs[i], j->job, p->jobdir, keep);
+    }
+out:
+    closedir(d);
+    free(vs);
+    free(refs);
+}
+
 /* ---- FLUSH_PUBLISH ----------------------------------------------------------------------- */
 
 static void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
@@ -634,6 +744,7 @@ static void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
     }
     published = 1;
     cks_fl_remove_stale(j, &p);
+    cks_fl_retain(s, j, &p);
     cks_info("flush: version %" PRIu64 " of '%s' published to %s (%zu objects, %zu servers' "
              "files)",
              j->version, j->job, p.pub, mf.nobjs, nids);
@@ -664,6 +775,14 @@ out:
 static int cks_fl_policy_on(cks_server_h s)
 {
     return s->map != NULL && s->p.flush_dir != NULL && s->p.flush_every > 0;
+}
+
+/* Does the flush thread run from the start and scan? With a policy, or with
+ * retention (whose removals a stop may interrupt). */
+static int cks_fl_scan_on(cks_server_h s)
+{
+    return cks_fl_policy_on(s) || (s->map != NULL && s->p.flush_dir != NULL &&
+                                   s->p.flush_keep > 0);
 }
 
 /* The newest version published in jobdir; 0 when there is none. */
@@ -728,7 +847,8 @@ static void cks_fl_scan_job(struct cks_sv_flush *fl, cks_md_txn_h txn, const cha
     size_t n        = 0;
     int more = 1, first = 1, has;
 
-    if (cks_md_flush_job_dir(s->p.flush_dir, job, job_len, jobdir, sizeof(jobdir)) != CKS_OK) {
+    if (!cks_fl_policy_on(s) ||
+        cks_md_flush_job_dir(s->p.flush_dir, job, job_len, jobdir, sizeof(jobdir)) != CKS_OK) {
         return;
     }
     has = cks_fl_newest_published(jobdir, &newest);
@@ -962,7 +1082,7 @@ void cks_sv_flush_progress(cks_server_h s)
     if (fl == NULL) {
         /* with a policy, the flush thread runs from the start: its scan
          * resumes flushes that a stop interrupted */
-        if (cks_fl_policy_on(s) && !s->stop) {
+        if (cks_fl_scan_on(s) && !s->stop) {
             cks_fl_start(s);
         }
         return;
@@ -987,7 +1107,7 @@ static cks_status_t cks_fl_start(cks_server_h s)
     fl->s         = s;
     fl->rate      = s->p.flush_rate ? s->p.flush_rate : CKS_FL_RATE_DEFAULT;
     fl->tokens_ns = cks_time_ns();
-    fl->scan_ns   = cks_fl_policy_on(s) ? cks_time_ns() + CKS_FL_SCAN_FIRST_NS : 0;
+    fl->scan_ns   = cks_fl_scan_on(s) ? cks_time_ns() + CKS_FL_SCAN_FIRST_NS : 0;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* cks_time_ns()'s clock */

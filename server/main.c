@@ -52,6 +52,11 @@ static void usage(FILE *out)
             "                         coordinator starts it; every server needs the\n"
             "                         same --flush-dir; one a stop interrupted is\n"
             "                         done again when the server is back)\n"
+            "      --flush-keep N     with --flush-dir: after publishing a version,\n"
+            "                         keep the N newest flushed versions of its job\n"
+            "                         and remove older ones, but never one that a kept\n"
+            "                         version reads objects from (default 0: keep\n"
+            "                         all; the memory tier's retention is separate)\n"
             "      --flush-rate SIZE  most bytes per second that this server's flush\n"
             "                         writes, paced on its flush thread so that a\n"
             "                         snapshot meanwhile keeps its bandwidth\n"
@@ -102,6 +107,7 @@ int main(int argc, char **argv)
         {"flush-every", required_argument, NULL, 1007},
         {"repair-rate", required_argument, NULL, 1008},
         {"flush-rate", required_argument, NULL, 1009},
+        {"flush-keep", required_argument, NULL, 1010},
         {"repair-idle-rate", required_argument, NULL, 1020},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -174,6 +180,15 @@ int main(int argc, char **argv)
                     return 2;
                 }
                 break;
+            case 1010: {
+                unsigned long v = strtoul(optarg, &end, 10);
+                if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v > 1000000) {
+                    fprintf(stderr, "ckstore-server: bad --flush-keep '%s'\n", optarg);
+                    return 2;
+                }
+                p.flush_keep = (unsigned)v;
+                break;
+            }
             case 1009:
                 if (cks_size_parse(optarg, &p.flush_rate) != CKS_OK) {
                     fprintf(stderr, "ckstore-server: bad flush rate '%s'\n", optarg);

@@ -767,3 +767,86 @@ Test(flush, policy_flush_killed_midway_resumes_after_restart)
     cks_restore_close(r);
     cks_client_destroy(c);
 }
+
+/* Entries of the job's flush directory whose name has `part`. */
+static int job_entries_with(const char *part)
+{
+    char jobdir[512];
+    struct dirent *e;
+    int n = 0;
+    cr_assert_eq(cks_md_flush_job_dir(fdir, JOB, strlen(JOB), jobdir, sizeof(jobdir)), CKS_OK);
+    DIR *d = opendir(jobdir);
+    if (d == NULL) {
+        return 0;
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += strstr(e->d_name, part) != NULL;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The versions flushed to fdir, as "1,2,3". */
+static void flushed_versions(char *out, size_t len)
+{
+    uint64_t vs[16];
+    size_t n = 0, used = 0;
+    int more = 0;
+    cr_assert_eq(cks_flushed_list(fdir, JOB, vs, 16, &n, &more), CKS_OK);
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        used += (size_t)snprintf(out + used, len - used, "%s%" PRIu64, i ? "," : "", vs[i]);
+    }
+}
+
+/* --flush-keep 2: after each publish the publisher keeps the two newest
+ * flushed versions of the job and every older one a kept version reads
+ * objects from (a partial-expert child's parent), and removes the rest;
+ * the memory tier keeps its own versions. */
+Test(flush, flush_keep_retains_the_newest_and_what_they_read)
+{
+    cks_client_h c;
+    cks_restore_h r;
+    cks_version_info_t info;
+    char got[128];
+
+    server_flags("--flush-keep 2");
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    server_flags(NULL);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 2, 1, (1u << 1) | (1u << 4)); /* reads the others from 1 */
+    cr_assert_eq(flush(c, 1), CKS_OK);
+    cr_assert_eq(flush(c, 2), CKS_OK);
+    flushed_versions(got, sizeof(got));
+    cr_assert_str_eq(got, "1,2");
+
+    /* 3 and 2 are the newest two; 2 reads from 1: 1 stays */
+    write_version(c, 3, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(flush(c, 3), CKS_OK);
+    flushed_versions(got, sizeof(got));
+    cr_assert_str_eq(got, "1,2,3", "kept: %s", got);
+
+    /* 4 and 3 are the newest two, neither reads from 1 or 2: both go */
+    write_version(c, 4, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(flush(c, 4), CKS_OK);
+    flushed_versions(got, sizeof(got));
+    cr_assert_str_eq(got, "3,4", "kept: %s", got);
+    cr_assert_eq(job_entries_with(".del-"), 0, "a removed version's files are left");
+    cr_assert_eq(tmp_dirs_left(), 0);
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 2, &info), CKS_ERR_NO_SUCH_VERSION);
+
+    /* the memory tier still has every version; the kept ones restore from disk */
+    for (uint64_t v = 1; v <= 4; v++) {
+        cr_assert_eq(cks_version_stat(c, JOB, v, &info), CKS_OK, "version %" PRIu64, v);
+    }
+    r = open_durable(c, 4, CKS_RESTORE_DURABLE);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 4);
+    }
+    cks_restore_close(r);
+    r = open_durable(c, 3, CKS_RESTORE_DURABLE);
+    check_object(r, 4, 3);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
