@@ -291,9 +291,9 @@ static int cks_cl_requeue(cks_client_h c, cks_op_t *op)
 }
 
 /* Every server a CKS_TARGET_ANY op asked was busy catching up or could not
- * be reached, and one was busy: servers that restarted together answer once
- * they have caught up with each other (seconds), so the walk starts again
- * after a pause, until the op's timeout. 0 when the time is up. */
+ * be reached, and one at least was busy: servers that restarted together
+ * answer once they have caught up with each other (seconds), so the walk
+ * starts again after a pause, until the op's timeout. 0 when the time is up. */
 static int cks_cl_busy_again(cks_client_h c, cks_op_t *op)
 {
     uint64_t now = cks_time_ns();
@@ -312,6 +312,7 @@ static int cks_cl_busy_again(cks_client_h c, cks_op_t *op)
     op->replied       = 0;
     op->cand_notfound = 0;
     op->cand_unsure   = 0;
+    op->saw_busy      = 0;
     op->resume_ns     = now + CKS_CL_BUSY_PAUSE_NS;
     cks_op_t **at = &c->later;
     while (*at != NULL && (*at)->resume_ns <= op->resume_ns) {
@@ -395,6 +396,7 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
     if (op->target == CKS_TARGET_ANY && candidate && (busy || cks_cl_retryable(op->status))) {
         op->cand_unsure = 1; /* a candidate that could not say: ask the others too */
     }
+    op->saw_busy |= op->target == CKS_TARGET_ANY && busy;
     if (op->target == CKS_TARGET_ANY &&
         (busy || cks_cl_retryable(op->status) || notfound) &&
         !(op->coord_first && op->cand_notfound && !op->cand_unsure &&
@@ -501,7 +503,8 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         }
         cks_cl_set_error(c, op->status, text, strnlen(text, sizeof(text)));
     }
-    if (op->target == CKS_TARGET_ANY && busy && op->notfound == CKS_OK && !c->stop &&
+    if (op->target == CKS_TARGET_ANY && op->saw_busy &&
+        (busy || cks_cl_retryable(op->status)) && op->notfound == CKS_OK && !c->stop &&
         cks_cl_busy_again(c, op)) {
         return; /* every server is catching up: the walk starts again after a pause */
     }

@@ -81,8 +81,10 @@ struct cks_op {
                                logged at info and never becomes the last error */
     cks_status_t notfound;  /* a "no such ..." from a server that may have missed
                                a manifest (CKS_TARGET_ANY, not the first asked) */
-    uint64_t busy_until_ns; /* CKS_TARGET_ANY: every server busy catching up: the
-                               walk starts again until then (0: not yet) */
+    int saw_busy;           /* CKS_TARGET_ANY: a server of this walk was busy */
+    uint64_t busy_until_ns; /* CKS_TARGET_ANY: no server answered and one was busy
+                               catching up: the walk starts again until then
+                               (0: not yet) */
     uint64_t resume_ns;     /* on the client's later list: dispatched then */
     cks_msg_any_t body;     /* request; strings point into `names` */
     char names[CKS_JOB_MAX_LEN + 2 * CKS_KEY_MAX_LEN + 3];
