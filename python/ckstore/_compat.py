@@ -18,11 +18,12 @@ import functools
 import importlib
 import sys
 import threading
+import types
 
 _lock = threading.Lock()
 
 
-def import_shard_checkpoint():
+def import_shard_checkpoint() -> types.ModuleType:
     """torch.distributed._shard.checkpoint, imported as described above."""
     import torch
     major = int(torch.__version__.split(".")[0])

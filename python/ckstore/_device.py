@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Union
 
 import torch
 
@@ -64,7 +64,7 @@ def sync(tensors: Iterable[torch.Tensor]) -> None:
         torch.cuda.synchronize(d)
 
 
-def raw(t: torch.Tensor):
+def raw(t: torch.Tensor) -> Union[torch.Tensor, bytes]:
     """A contiguous tensor's bytes as a flat uint8 tensor on its device (b""
     when empty)."""
     return t.reshape(-1).view(torch.uint8) if t.numel() else b""

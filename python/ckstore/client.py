@@ -102,7 +102,7 @@ class CkstoreError(Exception):
     failure, possibly empty) and ``call`` (what was asked).
     """
 
-    def __init__(self, status: int, text: str = "", call: str = ""):
+    def __init__(self, status: int, text: str = "", call: str = "") -> None:
         try:
             self.status: Union[Status, int] = Status(status)
         except ValueError:
@@ -295,7 +295,7 @@ class StagingBuffer:
     what is left. Views must not be used after that.
     """
 
-    def __init__(self, client: "Client", ptr, size: int):
+    def __init__(self, client: "Client", ptr: Any, size: int) -> None:
         self._client = client
         self._ptr = ptr
         self.size = size
@@ -312,14 +312,16 @@ class StagingBuffer:
             raise ValueError(f"ckstore: range [{offset}, {end}) outside {self.size} bytes")
         return memoryview(self.buffer)[offset:end]
 
-    def numpy(self, dtype="uint8", offset: int = 0, count: int = -1):
-        """A NumPy array over the buffer (no copy)."""
+    def numpy(self, dtype: Any = "uint8", offset: int = 0, count: int = -1) -> Any:
+        """A NumPy array (``numpy.ndarray``) of ``dtype`` over the buffer, no
+        copy: ``count`` items from byte ``offset`` (-1: to the end)."""
         import numpy as np
         self._check()
         return np.frombuffer(self.buffer, dtype=dtype, count=count, offset=offset)
 
-    def tensor(self, dtype=None, offset: int = 0, count: int = -1):
-        """A CPU torch tensor over the buffer (no copy); dtype default uint8."""
+    def tensor(self, dtype: Any = None, offset: int = 0, count: int = -1) -> Any:
+        """A CPU ``torch.Tensor`` of ``dtype`` (default uint8) over the
+        buffer, no copy: ``count`` items from byte ``offset`` (-1: to the end)."""
         import torch
         self._check()
         return torch.frombuffer(self.buffer, dtype=dtype or torch.uint8, count=count,
@@ -327,6 +329,7 @@ class StagingBuffer:
 
     @property
     def address(self) -> int:
+        """The buffer's address in this process."""
         return int(ffi.cast("uintptr_t", self._ptr))
 
     def _check(self) -> None:
@@ -366,7 +369,7 @@ class Client:
                  secret: Optional[str] = None, secret_job: Optional[str] = None,
                  timeout_ms: Optional[int] = None, name: Optional[str] = None,
                  ec: Optional[Tuple[int, int]] = None, chunk_size: Optional[int] = None,
-                 scratch_size: Optional[int] = None):
+                 scratch_size: Optional[int] = None) -> None:
         if (server is None) == (cluster is None):
             raise ValueError("ckstore: give exactly one of server= and cluster=")
         self._c = None
@@ -518,6 +521,8 @@ class Client:
                     f"finish {job}@{version} rank {rank}")
 
     def finish_async(self, job: str, version: int, rank: int) -> Request:
+        """As :meth:`finish`, returning a :class:`Request` that completes
+        when the version is restorable."""
         jb = ffi.new("char[]", _encode(job, "job"))
         pend = self._pending(f"finish {job}@{version} rank {rank}", jb)
         return self._submit(pend, lib.cks_version_finish_nb(self._handle(), jb, version, rank,
@@ -530,6 +535,7 @@ class Client:
                     f"seal {job}@{version}")
 
     def seal_async(self, job: str, version: int) -> Request:
+        """As :meth:`seal`, returning a :class:`Request`."""
         jb = ffi.new("char[]", _encode(job, "job"))
         pend = self._pending(f"seal {job}@{version}", jb)
         return self._submit(pend, lib.cks_version_seal_nb(self._handle(), jb, version,
@@ -686,7 +692,7 @@ class Restore:
     """A restorable version opened for reading (:meth:`Client.open`). Close it
     (or use ``with``) when done."""
 
-    def __init__(self, client: Client, job: str, r):
+    def __init__(self, client: Client, job: str, r: Any) -> None:
         self.client = client
         self.job = job
         self._r = r
@@ -702,6 +708,7 @@ class Restore:
         return self._r
 
     def close(self) -> None:
+        """Close the version for reading (idempotent)."""
         if self._r is not None and self.client._c is not None:
             lib.cks_restore_close(self._r)
         self._r = None

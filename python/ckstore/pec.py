@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._ffi import ffi, lib
 from .client import CkstoreError, Client, Kind, Tags
@@ -67,7 +68,7 @@ class Pec:
     ``layer_offset`` and ``max_age``."""
 
     def __init__(self, layers: int, experts: int, per_step: int, *, ranks: int = 1,
-                 layer_offset: Optional[int] = None, max_age: Optional[int] = None):
+                 layer_offset: Optional[int] = None, max_age: Optional[int] = None) -> None:
         self.layers, self.experts = layers, experts
         self.shape = (layers, experts)
         p = ffi.new("cks_pec_params_t *")
@@ -85,12 +86,15 @@ class Pec:
         self.bounds()  # validates
 
     def bounds(self) -> Bounds:
+        """What a round-robin schedule with these parameters guarantees
+        (period, staleness bound, experts per checkpoint and per rank)."""
         b = ffi.new("cks_pec_bounds_t *")
         _check(lib.cks_pec_bounds(self._p, b), "cks_pec_bounds")
         return Bounds(b.period, b.max_staleness, b.saved_per_ckpt, b.experts_per_rank,
                       b.rank_load_min, b.rank_load_max)
 
     def expert_rank(self, expert: int) -> int:
+        """The rank that holds ``expert`` (experts split evenly over ``ranks``)."""
         r = ffi.new("uint32_t *")
         _check(lib.cks_pec_expert_rank(self._p, expert, r), "cks_pec_expert_rank")
         return r[0]
@@ -105,7 +109,8 @@ class Pec:
                "cks_pec_select_round_robin")
         return m.astype(bool)
 
-    def select_load_aware(self, tokens_since_save, last_saved, ckpt: int) -> np.ndarray:
+    def select_load_aware(self, tokens_since_save: ArrayLike, last_saved: ArrayLike,
+                          ckpt: int) -> np.ndarray:
         """The experts to save by tokens routed since their newest save
         (most first; with ``max_age``, overdue ones before them)."""
         t = _u64(tokens_since_save, self.shape, "tokens_since_save")
@@ -117,7 +122,7 @@ class Pec:
                "cks_pec_select_load_aware")
         return m.astype(bool)
 
-    def note_saved(self, mask, ckpt: int, last_saved: np.ndarray,
+    def note_saved(self, mask: ArrayLike, ckpt: int, last_saved: np.ndarray,
                    tokens_since_save: Optional[np.ndarray] = None) -> None:
         """After saving ``mask`` at ``ckpt``: update ``last_saved`` (and zero
         ``tokens_since_save``) in place; both uint64 arrays of the shape."""
@@ -134,7 +139,8 @@ class Pec:
             ffi.from_buffer("uint64_t[]", tokens_since_save, require_writable=True)),
             "cks_pec_note_saved")
 
-    def staleness(self, restored_step: int, saved_step) -> Tuple[np.ndarray, StalenessStats]:
+    def staleness(self, restored_step: int,
+                  saved_step: ArrayLike) -> Tuple[np.ndarray, StalenessStats]:
         """Each expert's staleness after restoring ``restored_step``
         (``NEVER`` for a never-saved one), and a summary."""
         s = _u64(saved_step, self.shape, "saved_step")
@@ -145,7 +151,7 @@ class Pec:
                "cks_pec_staleness")
         return out, StalenessStats(st.max, st.mean, st.stale, st.never)
 
-    def plt(self, tokens_lost, tokens_routed: int) -> float:
+    def plt(self, tokens_lost: ArrayLike, tokens_routed: int) -> float:
         """Proportion of lost tokens: sum(tokens_lost) / tokens_routed."""
         t = _u64(tokens_lost, self.shape, "tokens_lost")
         out = ffi.new("double *")
@@ -199,7 +205,7 @@ def model_tagger(model: Any, optimizer: Any = None,
 
 
 def save_partial(state_dict: Any, client: Client, job: str, step: int, *, parent: int,
-                 mask, tagger: Callable[[str], Tags], **kw) -> int:
+                 mask: ArrayLike, tagger: Callable[[str], Tags], **kw: Any) -> int:
     """Save ``state_dict`` as version ``step``, a child of ``parent`` (a
     cluster): every tensor except the experts (objects tagged with a layer
     and an expert, model or optimizer) that ``mask[layer, expert]`` leaves

@@ -36,7 +36,7 @@ import threading
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch as _torch
 
@@ -458,7 +458,7 @@ def read_meta(r: Restore, prefix: str) -> dict:
 def load(client: Client, job: str, step: int = LATEST, *, rank: Optional[int] = None,
          world_size: Optional[int] = None, map_location: Any = None, check: bool = False,
          fallback: bool = False, verify: bool = False, window: int = 16,
-         with_info: bool = False):
+         with_info: bool = False) -> Union[Any, Tuple[Any, CheckpointInfo]]:
     """Load version ``step`` (default: the newest restorable) of ``job``:
     the state dict as it was saved (this rank's part of a multi-rank
     version). Tensors are read straight into fresh tensors: on the CUDA
