@@ -45,6 +45,10 @@ typedef struct {
     unsigned flush_every;   /* with flush_dir: a version this server coordinates
                                is flushed once it commits when its number is a
                                multiple of this (0: only on request) */
+    unsigned flush_age_s;   /* with flush_dir: a version this server coordinates
+                               is flushed once it commits when the newest
+                               flushed version of its job is older than this
+                               many seconds (0: no age policy) */
     unsigned flush_keep;    /* with flush_dir: flushed versions kept per job
                                (the newest ones, and older ones a kept version
                                reads objects from); 0: all */

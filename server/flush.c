@@ -5,20 +5,24 @@
  * every stripe, writes the manifest, and publishes the version by rename.
  * On-disk format: metadata/flushfmt.c; docs/ARCHITECTURE.md, "Durable tier".
  *
- * DESIGN: one flush thread per server, started at the first request. The
- * progress thread validates a request, registers a chunk read (so that no
- * arena space the flush may still copy from is reused: cks_sv_read_begin)
- * and queues the job; the flush thread opens its own LMDB read transaction,
- * lists what to write, writes with plain write(2)/fsync(2), and hands the
- * job back (ucp_worker_signal); the progress thread ends the read and
- * answers. A file is published only once fsync'd: chunk files and indexes
- * before the manifest, the manifest before the directory's rename. The
+ * DESIGN: one flush thread per server, started at the first request (or at
+ * the server's start with a policy or retention). The progress thread
+ * validates a request, registers a chunk read (so that no arena space the
+ * flush may still copy from is reused: cks_sv_read_begin) and queues the
+ * job; the flush thread opens its own LMDB read transaction, lists what to
+ * write, writes with plain write(2)/fsync(2), and hands the job back
+ * (ucp_worker_signal); the progress thread ends the read and answers. A
+ * file is published only once fsync'd: chunk files and indexes before the
+ * manifest, the manifest before the directory's rename; after a publish,
+ * retention (--flush-keep) removes older versions by rename first. The
  * chunk writes are paced (--flush-rate, a token bucket): the flush thread
- * sleeps, never the progress thread. With a policy (--flush-every) or
- * retention (--flush-keep) the flush thread also scans, from the server's
- * start and every 10 s, for versions due and not published (a policy flush
- * a stop interrupted) and for what unfinished flushes left; the progress thread starts the flushes
- * of those this server coordinates, and retries failed ones with backoff.
+ * sleeps, never the progress thread. With a policy (--flush-every,
+ * --flush-age: whether a version is due by age is read from the flush
+ * directory on the flush thread) or retention, the flush thread also
+ * scans, from the server's start and every 10 s, for versions due and not
+ * published (a policy flush a stop interrupted) and for what unfinished
+ * flushes left; the progress thread starts the flushes of those this
+ * server coordinates, and retries failed ones with backoff.
  * Never: file I/O, LMDB or a pacing sleep on the progress thread; a write
  * transaction here; a published directory that is not complete.
  */
@@ -44,10 +48,15 @@
 /* a job the flush thread hands back by itself: a version its scan found due
  * by policy and not published (cks_fl_scan) */
 #define CKS_FL_SCAN_DUE 0x10000u
+/* a version this server coordinates committed: is it due by --flush-age?
+ * (the flush thread reads the flush directory to tell) */
+#define CKS_FL_AGE_CHECK 0x10001u
 
 typedef struct cks_fl_job {
     struct cks_fl_job *next;
-    unsigned type; /* CKS_MSG_FLUSH_CHUNKS, CKS_MSG_FLUSH_PUBLISH or CKS_FL_SCAN_DUE */
+    unsigned type; /* CKS_MSG_FLUSH_CHUNKS, CKS_MSG_FLUSH_PUBLISH, CKS_FL_SCAN_DUE or
+                      CKS_FL_AGE_CHECK */
+    int due;       /* CKS_FL_AGE_CHECK: the answer */
     cks_tp_conn_h conn;
     uint64_t req_id;
     char job[CKS_JOB_MAX_LEN + 1];
@@ -774,7 +783,8 @@ out:
 
 static int cks_fl_policy_on(cks_server_h s)
 {
-    return s->map != NULL && s->p.flush_dir != NULL && s->p.flush_every > 0;
+    return s->map != NULL && s->p.flush_dir != NULL &&
+           (s->p.flush_every > 0 || s->p.flush_age_s > 0);
 }
 
 /* Does the flush thread run from the start and scan? With a policy, or with
@@ -803,6 +813,55 @@ static int cks_fl_newest_published(const char *jobdir, uint64_t *v_p)
     }
     closedir(d);
     return has;
+}
+
+static uint64_t cks_fl_touched_ns(const char *path);
+
+static uint64_t cks_fl_now_real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* --flush-age: is the job's newest flushed version older than the age? Its
+ * age is that of its checkpoint (the seal time in its manifest); a flush of
+ * the job under way (a temporary directory touched since) counts as a
+ * version flushed when it was last touched, so that flushes do not pile up
+ * behind a slow one. Due when nothing is flushed nor being flushed. */
+static int cks_fl_age_due(cks_server_h s, const char *jobdir)
+{
+    char path[PATH_MAX], name[32], err[256];
+    cks_md_flush_manifest_t mf;
+    struct dirent *e;
+    uint64_t newest = 0, t = 0;
+    int seen = 0;
+    DIR *d;
+
+    if (cks_fl_newest_published(jobdir, &newest)) {
+        seen = 1;
+        cks_md_flush_version_name(newest, name, sizeof(name));
+        snprintf(path, sizeof(path), "%s/%s/MANIFEST", jobdir, name);
+        if (cks_md_flush_manifest_read(path, &mf, err, sizeof(err)) == CKS_OK) {
+            t = mf.v.sealed_ns ? mf.v.sealed_ns : mf.v.created_ns;
+            cks_md_flush_manifest_free(&mf);
+        } else {
+            snprintf(path, sizeof(path), "%s/%s", jobdir, name);
+            t = cks_fl_touched_ns(path);
+        }
+    }
+    if ((d = opendir(jobdir)) != NULL) {
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.' && strstr(e->d_name, ".tmp-") != NULL &&
+                snprintf(path, sizeof(path), "%s/%s", jobdir, e->d_name) < (int)sizeof(path)) {
+                seen = 1;
+                t    = CKS_MAX(t, cks_fl_touched_ns(path));
+            }
+        }
+        closedir(d);
+    }
+    uint64_t now = cks_fl_now_real_ns();
+    return !seen || (now > t && now - t >= (uint64_t)s->p.flush_age_s * 1000000000ull);
 }
 
 /* Hand a version found due back to the progress thread (lock held). */
@@ -835,7 +894,8 @@ static void cks_fl_found_due(struct cks_sv_flush *fl, const char *job, size_t jo
 
 /* Versions of one job that this server holds, are due by the policy and are
  * newer than the newest one published: every committed version whose number
- * is a multiple of --flush-every. */
+ * is a multiple of --flush-every; with --flush-age, the newest committed
+ * version when the newest flushed one is older than the age. */
 static void cks_fl_scan_job(struct cks_sv_flush *fl, cks_md_txn_h txn, const char *job,
                             size_t job_len)
 {
@@ -843,9 +903,9 @@ static void cks_fl_scan_job(struct cks_sv_flush *fl, cks_md_txn_h txn, const cha
     cks_server_h s = fl->s;
     char jobdir[CKS_FL_DIR_MAX];
     cks_md_version_t vs[PAGE];
-    uint64_t newest = 0, after = 0;
+    uint64_t newest = 0, after = 0, last = 0;
     size_t n        = 0;
-    int more = 1, first = 1, has;
+    int more = 1, first = 1, has, any = 0, last_listed = 0;
 
     if (!cks_fl_policy_on(s) ||
         cks_md_flush_job_dir(s->p.flush_dir, job, job_len, jobdir, sizeof(jobdir)) != CKS_OK) {
@@ -865,11 +925,19 @@ static void cks_fl_scan_job(struct cks_sv_flush *fl, cks_md_txn_h txn, const cha
             int restorable = (v->state == CKS_VSTATE_SEALED || v->state == CKS_VSTATE_PROTECTED ||
                               v->state == CKS_VSTATE_DEGRADED) &&
                              v->ec_k > 0;
-            if (restorable && (!has || v->version > newest) &&
-                v->version % s->p.flush_every == 0) {
+            if (!restorable || (has && v->version <= newest)) {
+                continue;
+            }
+            any         = 1;
+            last        = v->version;
+            last_listed = s->p.flush_every > 0 && v->version % s->p.flush_every == 0;
+            if (last_listed) {
                 cks_fl_found_due(fl, job, job_len, v->version);
             }
         }
+    }
+    if (any && !last_listed && s->p.flush_age_s > 0 && cks_fl_age_due(s, jobdir)) {
+        cks_fl_found_due(fl, job, job_len, last);
     }
 }
 
@@ -1029,6 +1097,9 @@ static void *cks_fl_thread(void *arg)
         pthread_mutex_unlock(&fl->lock);
         if (fl->stop) {
             cks_fl_fail(j, CKS_ERR_SHUTTING_DOWN, "the server is shutting down");
+        } else if (j->type == CKS_FL_AGE_CHECK) {
+            cks_fl_paths_t p;
+            j->due = cks_fl_paths(j, &p) == 0 && cks_fl_age_due(fl->s, p.jobdir);
         } else if (j->type == CKS_MSG_FLUSH_CHUNKS) {
             cks_fl_chunks(fl, j);
         } else {
@@ -1043,12 +1114,22 @@ static void *cks_fl_thread(void *arg)
 }
 
 static void cks_fl_scan_due(cks_server_h s, const cks_fl_job_t *j);
+static void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
+                                uint64_t version, const char *why);
 
 static void cks_fl_finish(cks_server_h s, cks_fl_job_t *j)
 {
     uint64_t ms = (cks_time_ns() - j->start_ns) / 1000000u;
     if (j->type == CKS_FL_SCAN_DUE) {
         cks_fl_scan_due(s, j);
+        free(j);
+        return;
+    }
+    if (j->type == CKS_FL_AGE_CHECK) {
+        if (j->due && s->flush != NULL && !s->flush->stop) {
+            cks_fl_policy_start(s, j->job, j->job_len, j->version,
+                                "the newest flushed version is older than --flush-age");
+        }
         free(j);
         return;
     }
@@ -1445,10 +1526,27 @@ static void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
 
 void cks_sv_flush_committed(cks_server_h s, const char *job, size_t job_len, uint64_t version)
 {
-    if (!cks_fl_policy_on(s) || version % s->p.flush_every != 0) {
+    cks_fl_job_t *j;
+    if (!cks_fl_policy_on(s)) {
         return;
     }
-    cks_fl_policy_start(s, job, job_len, version, "every Nth version");
+    if (s->p.flush_every > 0 && version % s->p.flush_every == 0) {
+        cks_fl_policy_start(s, job, job_len, version, "every Nth version");
+        return;
+    }
+    if (s->p.flush_age_s == 0 || s->stop ||
+        (s->flush == NULL && cks_fl_start(s) != CKS_OK) ||
+        (j = calloc(1, sizeof(*j))) == NULL) {
+        return; /* (no thread or memory: the scan finds it due) */
+    }
+    /* --flush-age: the flush thread reads the directory, then
+     * cks_fl_finish() starts the flush when it is due */
+    j->type = CKS_FL_AGE_CHECK;
+    memcpy(j->job, job, job_len);
+    j->job_len = (uint32_t)job_len;
+    j->version = version;
+    snprintf(j->dir, sizeof(j->dir), "%s", s->p.flush_dir);
+    cks_fl_queue(s, j);
 }
 
 /* The scan found (job, version) due and not published: this server flushes

@@ -52,6 +52,12 @@ static void usage(FILE *out)
             "                         coordinator starts it; every server needs the\n"
             "                         same --flush-dir; one a stop interrupted is\n"
             "                         done again when the server is back)\n"
+            "      --flush-age S      with --flush-dir: flush a version once it commits\n"
+            "                         when the newest flushed version of its job was\n"
+            "                         sealed more than S seconds before (or none is\n"
+            "                         flushed); the newest version is also flushed\n"
+            "                         later, when that age passes without a commit\n"
+            "                         (with --flush-every: either policy flushes)\n"
             "      --flush-keep N     with --flush-dir: after publishing a version,\n"
             "                         keep the N newest flushed versions of its job\n"
             "                         and remove older ones, but never one that a kept\n"
@@ -108,6 +114,7 @@ int main(int argc, char **argv)
         {"repair-rate", required_argument, NULL, 1008},
         {"flush-rate", required_argument, NULL, 1009},
         {"flush-keep", required_argument, NULL, 1010},
+        {"flush-age", required_argument, NULL, 1011},
         {"repair-idle-rate", required_argument, NULL, 1020},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -180,6 +187,16 @@ int main(int argc, char **argv)
                     return 2;
                 }
                 break;
+            case 1011: {
+                unsigned long v = strtoul(optarg, &end, 10);
+                if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v > 100000000) {
+                    fprintf(stderr, "ckstore-server: bad --flush-age '%s' (seconds)\n",
+                            optarg);
+                    return 2;
+                }
+                p.flush_age_s = (unsigned)v;
+                break;
+            }
             case 1010: {
                 unsigned long v = strtoul(optarg, &end, 10);
                 if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v > 1000000) {

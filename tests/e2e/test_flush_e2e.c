@@ -850,3 +850,50 @@ Test(flush, flush_keep_retains_the_newest_and_what_they_read)
     cks_restore_close(r);
     cks_client_destroy(c);
 }
+
+/* --flush-age 3: a version is flushed once it commits when the newest
+ * flushed version of its job was sealed more than 3 s before (or none is);
+ * one that commits sooner is not; and the newest version is flushed by the
+ * servers' scan (every 10 s) once that age has passed without a commit. */
+Test(flush, flush_age_flushes_when_the_newest_flushed_is_old)
+{
+    cks_client_h c;
+    cks_restore_h r;
+    cks_version_info_t info;
+
+    server_flags("--flush-age 3");
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    server_flags(NULL);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(wait_flushed(1, 10000, &info), CKS_OK, "version 1: nothing was flushed yet");
+    uint64_t t1 = cks_time_ns();
+    write_version(c, 2, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    usleep(1000000);
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 2, &info), CKS_ERR_NO_SUCH_VERSION,
+                 "version 2 committed within 3 s of version 1's flush: not due");
+    /* 3.5 s after version 1 was flushed */
+    uint64_t due = t1 + 3500000000ull, now = cks_time_ns();
+    if (now < due) {
+        usleep((useconds_t)((due - now) / 1000));
+    }
+    write_version(c, 3, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(wait_flushed(3, 10000, &info), CKS_OK,
+                 "version 3: the newest flushed (1) is older than 3 s");
+    int coord = cks_test_coordinator(cl.map, JOB, 3);
+    cr_assert(cks_test_log_has(cl.srv[coord].log, "older than --flush-age", 0));
+    /* version 4 right after: not due at its commit; the scan flushes it
+     * once version 3 is 3 s old (scans every 10 s: look for 30 s) */
+    write_version(c, 4, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(wait_flushed(4, 30000, &info), CKS_OK,
+                 "version 4 was not flushed once the newest flushed one was old");
+    coord = cks_test_coordinator(cl.map, JOB, 4);
+    cr_assert(cks_test_log_has(cl.srv[coord].log, "due and not published", 0),
+              "version 4 was flushed by the scan");
+    r = open_durable(c, 4, CKS_RESTORE_DURABLE);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, 4);
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
