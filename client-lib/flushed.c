@@ -1,7 +1,9 @@
 /*
  * flushed.c - the durable tier in libckstore: cks_version_flush() (asks
- * every server to write its chunks, then one to publish), and restores
- * from a flushed copy on disk (cks_restore_open_ex() with a flush_dir).
+ * every server to write its chunks, then one to publish), restores from a
+ * flushed copy on disk (cks_restore_open_ex() with a flush_dir), and what a
+ * flush directory holds (cks_flushed_stat/list/progress: read from the
+ * directory, no client).
  *
  * DESIGN: a restore handle with `disk` set reads the files of a published
  * version directory (metadata/flushfmt.c) with pread(2) on the calling
@@ -303,6 +305,94 @@ cks_status_t cks_flushed_list(const char *dir, const char *job, uint64_t *out, s
     }
     free(all);
     return CKS_OK;
+}
+
+/* Chunk bytes in a flush directory (the sizes of its server-<id>.chunks
+ * files), how many there are, how many servers' indexes, and the newest
+ * change to it (CLOCK_REALTIME ns). */
+static void cks_fl_dir_files(const char *path, uint64_t *bytes_p, uint32_t *chunks_p,
+                             uint32_t *indexes_p, uint64_t *touched_p)
+{
+    char f[PATH_MAX];
+    struct stat st;
+    struct dirent *e;
+    unsigned id;
+    int end;
+    DIR *d;
+
+    *bytes_p = *touched_p = 0;
+    *chunks_p = *indexes_p = 0;
+    if (stat(path, &st) == 0) {
+        *touched_p = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+    }
+    if ((d = opendir(path)) == NULL) {
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (snprintf(f, sizeof(f), "%s/%s", path, e->d_name) >= (int)sizeof(f) ||
+            stat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
+            continue;
+        }
+        uint64_t t = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+        *touched_p = CKS_MAX(*touched_p, t);
+        end        = 0;
+        if (sscanf(e->d_name, "server-%u.chunks%n", &id, &end) == 1 && end > 0 &&
+            e->d_name[end] == '\0') {
+            *bytes_p += (uint64_t)st.st_size;
+            (*chunks_p)++;
+        }
+        end = 0;
+        if (sscanf(e->d_name, "server-%u.index%n", &id, &end) == 1 && end > 0 &&
+            e->d_name[end] == '\0') {
+            (*indexes_p)++;
+        }
+    }
+    closedir(d);
+}
+
+cks_status_t cks_flushed_progress(const char *dir, const char *job, uint64_t version,
+                                  cks_flush_progress_t *out)
+{
+    char jobdir[PATH_MAX - 128], name[32], prefix[64], path[PATH_MAX];
+    struct dirent *e;
+    struct stat st;
+    uint64_t bytes, touched;
+    uint32_t nchunks, nindexes;
+    DIR *d;
+
+    if (out == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    memset(out, 0, sizeof(*out));
+    if (dir == NULL || job == NULL || version == CKS_VERSION_LATEST ||
+        cks_md_flush_job_dir(dir, job, strlen(job), jobdir, sizeof(jobdir)) != CKS_OK) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    cks_md_flush_version_name(version, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/%s", jobdir, name);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        out->published = 1;
+        cks_fl_dir_files(path, &out->published_bytes, &nchunks, &nindexes, &touched);
+    }
+    snprintf(prefix, sizeof(prefix), ".%s.tmp-", name);
+    if ((d = opendir(jobdir)) != NULL) {
+        while ((e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 ||
+                snprintf(path, sizeof(path), "%s/%s", jobdir, e->d_name) >= (int)sizeof(path)) {
+                continue;
+            }
+            cks_fl_dir_files(path, &bytes, &nchunks, &nindexes, &touched);
+            out->unfinished++;
+            if (out->unfinished == 1 || touched > out->touched_ns) {
+                out->servers_started = nchunks;
+                out->servers_done    = nindexes;
+                out->bytes_written   = bytes;
+                out->touched_ns      = touched;
+            }
+        }
+        closedir(d);
+    }
+    return out->published || out->unfinished > 0 ? CKS_OK : CKS_ERR_NO_SUCH_VERSION;
 }
 
 cks_status_t cks_cl_disk_open(cks_client_h c, const char *dir, const char *job,

@@ -311,6 +311,36 @@ CKS_API_VISIBLE cks_status_t cks_flushed_stat(const char *dir, const char *job, 
 CKS_API_VISIBLE cks_status_t cks_flushed_list(const char *dir, const char *job, uint64_t *out,
                                               size_t max, size_t *count_p, int *more_p);
 
+/** Progress of the flushes of one version in a flush directory
+ *  (cks_flushed_progress()). */
+typedef struct {
+    int published;            /**< 1: the version is published there (complete) */
+    uint32_t unfinished;      /**< temporary directories of flushes of it that
+                                   have not published: under way, or left by a
+                                   flush that stopped (until they are removed) */
+    uint32_t servers_started; /**< in the most recently changed of those: servers
+                                   whose chunk file is there */
+    uint32_t servers_done;    /**< ... servers whose index is there (their chunks
+                                   all written and fsync'd) */
+    uint64_t bytes_written;   /**< ... chunk bytes written so far */
+    uint64_t touched_ns;      /**< ... when a file in it last changed (wall clock,
+                                   CLOCK_REALTIME): a flush that stopped stops
+                                   changing it */
+    uint64_t published_bytes; /**< with published: chunk bytes of the published
+                                   copy (data and parity) */
+} cks_flush_progress_t;
+
+/** How far the flushes of (job, version) to `dir` have come, read from the
+ *  directory (no client needed; every server of a flush writes there): into
+ *  *out (the caller's). A flush writes about bytes * (k + m) / k chunk bytes
+ *  (cks_version_info_t), spread over the servers, and more where objects
+ *  end in a partial stripe (its chunks are padded). CKS_ERR_NO_SUCH_VERSION
+ *  (*out zeroed) when the version is neither published there nor being
+ *  flushed; CKS_ERR_INVALID_PARAM on a NULL argument or a name too long. */
+CKS_API_VISIBLE cks_status_t cks_flushed_progress(const char *dir, const char *job,
+                                                  uint64_t version,
+                                                  cks_flush_progress_t *out);
+
 /* ---- staging memory -------------------------------------------------------- */
 
 /** Allocate `size` bytes of host memory for put and get buffers, in shared

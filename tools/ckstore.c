@@ -23,7 +23,9 @@ static void usage(FILE *f)
             "commands:\n"
             "  jobs                          list jobs\n"
             "  versions JOB [DIR]            list versions (state, objects, size, age);\n"
-            "                                with DIR, whether each is flushed there, and\n"
+            "                                with DIR, whether each is flushed there (yes,\n"
+            "                                no, or a flush's progress: \"writing 40%%\",\n"
+            "                                \"stopped 40%%\" when unchanged for 60 s), and\n"
             "                                the versions flushed there only\n"
             "  objects JOB VERSION|latest    the manifest: objects, tags, sizes, and the\n"
             "                                version each object's bytes come from\n"
@@ -121,12 +123,31 @@ static int cmd_jobs(void)
 typedef int (*obj_cb_t)(cks_restore_h r, const cks_object_info_t *o, void *arg);
 static int foreach_object(cks_restore_h r, obj_cb_t cb, void *arg);
 
-static void print_flushed(const char *dir, const char *job, uint64_t v)
+/* FLUSHED column of a version the memory tier has: yes, no, or the progress
+ * of a flush of it (chunk bytes written against bytes * (k + m) / k);
+ * "stopped" when nothing in its directory changed for 60 s. */
+static void print_flushed(const char *dir, const char *job, const cks_version_info_t *v)
 {
     cks_version_info_t fi;
-    if (dir != NULL) {
-        printf(" %-7s", cks_flushed_stat(dir, job, v, &fi) == CKS_OK ? "yes" : "no");
+    cks_flush_progress_t fp;
+    struct timespec now;
+    if (dir == NULL) {
+        return;
     }
+    if (cks_flushed_stat(dir, job, v->version, &fi) == CKS_OK) {
+        printf(" %-7s", "yes");
+        return;
+    }
+    if (cks_flushed_progress(dir, job, v->version, &fp) != CKS_OK || fp.unfinished == 0) {
+        printf(" %-7s", "no");
+        return;
+    }
+    double expect = v->ec_k > 0 ? (double)v->bytes * (v->ec_k + v->ec_m) / v->ec_k : 0;
+    double pct    = expect > 0 ? 100.0 * (double)fp.bytes_written / expect : 0;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+    int stopped     = now_ns > fp.touched_ns && now_ns - fp.touched_ns > 60000000000ull;
+    printf(" %s %.0f%%", stopped ? "stopped" : "writing", pct > 99 ? 99 : pct);
 }
 
 /* Versions flushed to dir that the memory tier does not list, in (lo, hi). */
@@ -189,7 +210,7 @@ static int cmd_versions(const char *job, const char *dir)
             printf("%10" PRIu64 " %10s %-9s %-10s %8" PRIu64 " %14" PRIu64 " ", v[i].version,
                    parent, cks_vstate_string(v[i].state), red, v[i].nobjects, v[i].bytes);
             print_age(v[i].created_ns);
-            print_flushed(dir, job, v[i].version);
+            print_flushed(dir, job, &v[i]);
             printf("\n");
         }
         if (count == 0) {

@@ -897,3 +897,74 @@ Test(flush, flush_age_flushes_when_the_newest_flushed_is_old)
     cks_restore_close(r);
     cks_client_destroy(c);
 }
+
+/* Flush progress, read from the flush directory: while a paced flush
+ * (256 KiB/s per server) runs, cks_flushed_progress() sees it unpublished
+ * with servers writing and bytes growing, and `ckstore versions JOB DIR`
+ * shows "writing N%"; once it is published, the copy's chunk bytes. */
+Test(flush, flush_progress_is_visible_while_it_runs)
+{
+    cks_client_h c;
+    cks_version_info_t mem;
+    cks_flush_progress_t fp;
+    char out[300];
+
+    server_flags("--flush-rate 256K");
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    server_flags(NULL);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    cr_assert_eq(cks_version_stat(c, JOB, 1, &mem), CKS_OK);
+    cks_client_destroy(c);
+    cr_assert_eq(cks_flushed_progress(fdir, JOB, 1, &fp), CKS_ERR_NO_SUCH_VERSION);
+    cr_assert_eq(cks_flushed_progress(NULL, JOB, 1, &fp), CKS_ERR_INVALID_PARAM);
+
+    /* the flush by the CLI, in a child; watched from here */
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+        }
+        execl(CKS_CLI_BIN, "ckstore", "--cluster", cl.map, "flush", JOB, "1", fdir,
+              (char *)NULL);
+        _exit(127);
+    }
+    uint64_t most = 0, seen_writing = 0, cli_writing = 0;
+    snprintf(out, sizeof(out), "%s/versions.txt", fdir);
+    for (int i = 0; i < 400; i++) { /* 20 s at most */
+        cks_status_t st = cks_flushed_progress(fdir, JOB, 1, &fp);
+        if (st == CKS_OK && fp.published) {
+            break;
+        }
+        if (st == CKS_OK && fp.unfinished > 0 && fp.bytes_written > 0) {
+            cr_assert_geq(fp.bytes_written, most, "bytes written do not shrink");
+            cr_assert_leq(fp.servers_done, fp.servers_started);
+            cr_assert_leq(fp.servers_started, NSRV);
+            cr_assert_gt(fp.touched_ns, 0);
+            most = fp.bytes_written;
+            seen_writing++;
+            if (!cli_writing && fp.servers_done == 0) {
+                cr_assert_eq(run_cli_out(out, cl.map, "versions", JOB, fdir, NULL), 0);
+                cli_writing = file_has_line(out, " 1 ", "PROTECTED", "writing ");
+            }
+        }
+        usleep(50000);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "ckstore flush failed");
+    cr_log_info("progress seen %" PRIu64 " times, up to %" PRIu64 " bytes", seen_writing, most);
+    cr_assert_gt(seen_writing, 1, "the flush was never seen under way");
+    cr_assert(cli_writing, "ckstore versions did not show the flush under way");
+    /* data and parity, and at most a padded stripe more per object */
+    cr_assert_leq(most, mem.bytes * (K + M) / K + mem.nobjects * (K + M) * CHUNK,
+                  "more bytes than the flush writes");
+    cr_assert_eq(cks_flushed_progress(fdir, JOB, 1, &fp), CKS_OK);
+    cr_assert(fp.published);
+    cr_assert_eq(fp.unfinished, 0);
+    cr_assert_geq(fp.published_bytes, mem.bytes * (K + M) / K, "the copy holds data and parity");
+    cr_assert_eq(run_cli_out(out, cl.map, "versions", JOB, fdir, NULL), 0);
+    cr_assert(file_has_line(out, " 1 ", "PROTECTED", " yes"));
+}
