@@ -2676,9 +2676,10 @@ static uint64_t cl_repair_cap(unsigned id)
 static void cl_say_repair(unsigned rep, const char *what, const cl_repair_t *r, unsigned id)
 {
     uint64_t cap = cl_repair_cap(id);
-    char capbuf[48] = "no cap";
+    char capbuf[80] = "no cap";
     if (cap > 0) {
-        snprintf(capbuf, sizeof(capbuf), "capped at %.0f MiB/s", (double)cap / (1 << 20));
+        snprintf(capbuf, sizeof(capbuf), "capped at %.0f MiB/s while clients move data",
+                 (double)cap / (1 << 20));
     }
     say("  rep %u: %s: %.1f MiB rebuilt at %.2f GB/s (%s), from %.2f s to %.2f s after the "
         "start; every version PROTECTED after %.2f s\n",
@@ -4573,8 +4574,8 @@ static void cl_usage(FILE *f)
         "  -e, --encoders N       encoder threads per server (1)\n"
         "      --arena SIZE       arena per server (default: sized from the run)\n"
         "      --no-degraded      skip the degraded restores (and the repair after them)\n"
-        "      --repair-rate SIZE the servers' repair pacing cap, bytes/s (default:\n"
-        "                         the server's); repair figures name the cap\n"
+        "      --repair-rate SIZE the servers' repair pacing cap while clients move data,\n"
+        "                         bytes/s (default: the server's); the figures name it\n"
         "      --pec              also full vs partial-expert checkpoints (8, 16 "
         "experts)\n"
         "      --pec-only         only those\n"
