@@ -225,6 +225,31 @@ cks_status_t cks_md_object_list(cks_md_txn_h txn, const char *job, size_t job_le
  *  does not decode stops the walk with CKS_ERR_IO. */
 cks_status_t cks_md_object_foreach(cks_md_txn_h txn, cks_md_object_cb_t cb, void *arg);
 
+/* ---- drops (cluster: tombstones) ------------------------------------------
+ * A restorable version that was deleted leaves a drop record: the
+ * incarnation that went (its created_ns) and when. Catch-up never learns
+ * that incarnation back from a server that missed the delete, and tells
+ * such a server to drop it. Records older than CKS_MD_DROP_KEEP_NS go. */
+
+#define CKS_MD_DROP_KEEP_NS (7ull * 24 * 3600 * 1000000000ull)
+
+/** Record the delete of (job, version), the incarnation created at
+ *  created_ns, at dropped_ns (CLOCK_REALTIME); removes records older than
+ *  CKS_MD_DROP_KEEP_NS before dropped_ns. Write transactions only. */
+cks_status_t cks_md_drop_put(cks_md_txn_h txn, const char *job, size_t job_len,
+                             uint64_t version, uint64_t created_ns, uint64_t dropped_ns);
+
+/** The created_ns of the deleted incarnation of (job, version);
+ *  CKS_ERR_NO_SUCH_VERSION when no drop is recorded. */
+cks_status_t cks_md_drop_get(cks_md_txn_h txn, const char *job, size_t job_len,
+                             uint64_t version, uint64_t *created_ns_p);
+
+/** Drop records of job with a version above *after (all when NULL), in
+ *  increasing order: versions[i] and created[i] (caller's arrays of max). */
+cks_status_t cks_md_drop_list(cks_md_txn_h txn, const char *job, size_t job_len,
+                              const uint64_t *after, uint64_t *versions, uint64_t *created,
+                              size_t max, size_t *count_p, int *more_p);
+
 /* ---- chunks (cluster) ----------------------------------------------------
  * "chunks": job + 0x00 + be64(version) + key + 0x00 + be64(stripe) + u8(idx)
  * -> [fmt, len, crc64, arena_offset, arena_len]. One record per chunk of a

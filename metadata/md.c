@@ -1,9 +1,9 @@
 /*
  * DESIGN: the LMDB schema of one storage server (see cks_md.h for the layout).
  *
- * Owns: one LMDB environment per data directory, its three named databases
- * ("versions", "objects", "meta") and the byte formats of their keys and
- * values. Nothing else in ckstore includes <lmdb.h> or <msgpack.h> for this
+ * Owns: one LMDB environment per data directory, its named databases
+ * ("versions", "objects", "meta", "chunks", "drops") and the byte formats
+ * of their keys and values. Nothing else in ckstore includes <lmdb.h> or <msgpack.h> for this
  * data; MDB_* codes are translated here, once, and logged here.
  *
  * Threads: read transactions run on any thread (MDB_NOTLS ties the reader slot
@@ -26,7 +26,8 @@
  * pagination and job skipping are single MDB_SET_RANGE seeks. Longest key:
  * 128 + 1 + 8 + 256 = 393 bytes, under LMDB's 511.
  *
- * Values: msgpack arrays [format, fields...], packed with msgpack-c into a
+ * Values: drop records are two big-endian u64 (16 bytes, checked on read);
+ * the others are msgpack arrays [format, fields...], packed with msgpack-c into a
  * fixed stack buffer (no allocation). They are read back with the small
  * bounded reader below rather than msgpack-c's unpacker: that unpacker
  * allocates an array's declared size before checking that the bytes exist, so
@@ -54,7 +55,7 @@
 #define MD_DB_OBJECTS  "objects"
 #define MD_DB_META     "meta"
 #define MD_META_SCHEMA "schema"
-#define MD_MAX_DBS     8 /* three used; room for chunks and the cluster map */
+#define MD_MAX_DBS     8 /* five used */
 #define MD_MAX_READERS 126
 
 /* job + 0x00 + be64(version) */
@@ -71,6 +72,9 @@
 #define MD_CREC_FMT     1 /* chunks: [fmt, len, crc64, arena_offset, arena_len] */
 #define MD_CREC_NFIELDS 5
 #define MD_DB_CHUNKS    "chunks"
+/* drops (tombstones): version key -> be64(created_ns) be64(dropped_ns) */
+#define MD_DB_DROPS     "drops"
+#define MD_DROP_LEN     16
 /* chunk key: version key + object key + 0x00 + be64(stripe) + u8(idx) */
 #define MD_CKEY_MAX (MD_VKEY_MAX + CKS_KEY_MAX_LEN + 1 + 8 + 1)
 #define MD_OREC_FMT     2 /* 1 lacked source_version; still read */
@@ -83,6 +87,7 @@ struct cks_md {
     MDB_dbi dbi_objects;
     MDB_dbi dbi_meta;
     MDB_dbi dbi_chunks;
+    MDB_dbi dbi_drops;
 };
 
 struct cks_md_txn {
@@ -726,7 +731,8 @@ cks_status_t cks_md_open(const char *dir, uint64_t map_size, cks_md_h *md_p)
     if (((rc = mdb_dbi_open(txn, MD_DB_VERSIONS, MDB_CREATE, &md->dbi_versions)) != 0) ||
         ((rc = mdb_dbi_open(txn, MD_DB_OBJECTS, MDB_CREATE, &md->dbi_objects)) != 0) ||
         ((rc = mdb_dbi_open(txn, MD_DB_META, MDB_CREATE, &md->dbi_meta)) != 0) ||
-        ((rc = mdb_dbi_open(txn, MD_DB_CHUNKS, MDB_CREATE, &md->dbi_chunks)) != 0)) {
+        ((rc = mdb_dbi_open(txn, MD_DB_CHUNKS, MDB_CREATE, &md->dbi_chunks)) != 0) ||
+        ((rc = mdb_dbi_open(txn, MD_DB_DROPS, MDB_CREATE, &md->dbi_drops)) != 0)) {
         status = md_status_from_mdb(NULL, rc, "mdb_dbi_open");
         goto abort_txn;
     }
@@ -1064,6 +1070,146 @@ cks_status_t cks_md_version_list(cks_md_txn_h txn, const char *job, size_t job_l
     *count_p = n;
     *more_p = more;
     return CKS_OK;
+}
+
+/* ---- drops (tombstones) ------------------------------------------------------------ */
+
+/* Remove drop records older than CKS_MD_DROP_KEEP_NS before now_ns. */
+static cks_status_t md_drop_prune(cks_md_txn_h txn, uint64_t now_ns)
+{
+    MDB_cursor *cur;
+    MDB_val k, val;
+    int found;
+    cks_status_t status = md_cursor_open(txn, txn->md->dbi_drops, &cur);
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = md_cursor_get(txn, cur, &k, &val, MDB_FIRST, &found);
+    while (status == CKS_OK && found) {
+        if (val.mv_size == MD_DROP_LEN && k.mv_size <= MD_VKEY_MAX &&
+            cks_get_be64((const uint8_t *)val.mv_data + 8) + CKS_MD_DROP_KEEP_NS < now_ns) {
+            uint8_t kbuf[MD_VKEY_MAX];
+            size_t klen = k.mv_size;
+            memcpy(kbuf, k.mv_data, klen);
+            int rc = mdb_cursor_del(cur, 0);
+            if (rc != 0) {
+                status = md_status_from_mdb(txn, rc, "mdb_cursor_del(drop)");
+                break;
+            }
+            /* seek again: the first record after the one deleted */
+            k.mv_size = klen;
+            k.mv_data = kbuf;
+            status    = md_cursor_get(txn, cur, &k, &val, MDB_SET_RANGE, &found);
+            continue;
+        }
+        status = md_cursor_get(txn, cur, &k, &val, MDB_NEXT, &found);
+    }
+    mdb_cursor_close(cur);
+    return status;
+}
+
+cks_status_t cks_md_drop_put(cks_md_txn_h txn, const char *job, size_t job_len,
+                             uint64_t version, uint64_t created_ns, uint64_t dropped_ns)
+{
+    uint8_t kbuf[MD_VKEY_MAX], vbuf[MD_DROP_LEN];
+    MDB_val k, val;
+    cks_status_t status = md_txn_job_check(txn, 1, job, job_len);
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = md_drop_prune(txn, dropped_ns);
+    if (status != CKS_OK) {
+        return status;
+    }
+    cks_put_be64(vbuf, created_ns);
+    cks_put_be64(vbuf + 8, dropped_ns);
+    k.mv_size   = md_vkey(kbuf, job, job_len, version);
+    k.mv_data   = kbuf;
+    val.mv_size = sizeof(vbuf);
+    val.mv_data = vbuf;
+    int rc      = mdb_put(txn->txn, txn->md->dbi_drops, &k, &val, 0);
+    return rc == 0 ? CKS_OK : md_status_from_mdb(txn, rc, "mdb_put(drop)");
+}
+
+cks_status_t cks_md_drop_get(cks_md_txn_h txn, const char *job, size_t job_len,
+                             uint64_t version, uint64_t *created_ns_p)
+{
+    uint8_t kbuf[MD_VKEY_MAX];
+    MDB_val k, val;
+    cks_status_t status = md_txn_job_check(txn, 0, job, job_len);
+    if (status != CKS_OK) {
+        return status;
+    }
+    if (created_ns_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    k.mv_size = md_vkey(kbuf, job, job_len, version);
+    k.mv_data = kbuf;
+    int rc    = mdb_get(txn->txn, txn->md->dbi_drops, &k, &val);
+    if (rc == MDB_NOTFOUND) {
+        return CKS_ERR_NO_SUCH_VERSION;
+    }
+    if (rc != 0) {
+        return md_status_from_mdb(txn, rc, "mdb_get(drop)");
+    }
+    if (val.mv_size != MD_DROP_LEN) {
+        cks_error("metadata: drop record of version %llu of '%.*s': %zu bytes",
+                  (unsigned long long)version, (int)job_len, job, val.mv_size);
+        return CKS_ERR_IO;
+    }
+    *created_ns_p = cks_get_be64(val.mv_data);
+    return CKS_OK;
+}
+
+cks_status_t cks_md_drop_list(cks_md_txn_h txn, const char *job, size_t job_len,
+                              const uint64_t *after, uint64_t *versions, uint64_t *created,
+                              size_t max, size_t *count_p, int *more_p)
+{
+    uint8_t kbuf[MD_VKEY_MAX];
+    MDB_cursor *cur;
+    MDB_val k, val;
+    size_t n = 0;
+    int more = 0, found = 0;
+    cks_status_t status = md_txn_job_check(txn, 0, job, job_len);
+    if (status != CKS_OK) {
+        return status;
+    }
+    if ((max > 0 && (versions == NULL || created == NULL)) || count_p == NULL ||
+        more_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    *count_p = 0;
+    *more_p  = 0;
+    if (after != NULL && *after >= CKS_MD_NO_PARENT - 1) {
+        return CKS_OK;
+    }
+    status = md_cursor_open(txn, txn->md->dbi_drops, &cur);
+    if (status != CKS_OK) {
+        return status;
+    }
+    k.mv_size = md_vkey(kbuf, job, job_len, after == NULL ? 0 : *after + 1);
+    k.mv_data = kbuf;
+    status    = md_cursor_get(txn, cur, &k, &val, MDB_SET_RANGE, &found);
+    while (status == CKS_OK && found && md_key_in_job(&k, job, job_len)) {
+        if (k.mv_size != job_len + 9 || val.mv_size != MD_DROP_LEN) {
+            status = CKS_ERR_IO; /* not a record this module wrote */
+            break;
+        }
+        if (n == max) {
+            more = 1;
+            break;
+        }
+        versions[n] = cks_get_be64((const uint8_t *)k.mv_data + job_len + 1);
+        created[n]  = cks_get_be64(val.mv_data);
+        n++;
+        status = md_cursor_get(txn, cur, &k, &val, MDB_NEXT, &found);
+    }
+    mdb_cursor_close(cur);
+    if (status == CKS_OK) {
+        *count_p = n;
+        *more_p  = more;
+    }
+    return status;
 }
 
 static int md_vstate_restorable(cks_vstate_t state)

@@ -341,6 +341,20 @@ static cks_status_t cks_mdq_drop(cks_md_txn_h txn, cks_mdq_job_t *j)
     if (status == CKS_ERR_NO_SUCH_JOB) {
         status = CKS_OK; /* chunks without a manifest yet */
     }
+    if (status == CKS_OK && !j->has_rec) {
+        /* a delete (not an abort): the incarnation that goes leaves a drop
+         * record, so that catch-up never learns it back from a server that
+         * missed the delete (repair.c) */
+        cks_md_version_t gone;
+        status = cks_md_version_get(txn, j->job, j->job_len, j->version, &gone);
+        if (status == CKS_OK && gone.state != CKS_VSTATE_ABORTED) {
+            status = cks_md_drop_put(txn, j->job, j->job_len, j->version, gone.created_ns,
+                                     cks_sv_realtime_ns());
+        } else if (status == CKS_OK || status == CKS_ERR_NO_SUCH_VERSION ||
+                   status == CKS_ERR_NO_SUCH_JOB) {
+            status = CKS_OK;
+        }
+    }
     if (status == CKS_OK) {
         status = cks_md_version_del(txn, j->job, j->job_len, j->version);
         if (status == CKS_ERR_NO_SUCH_VERSION) {

@@ -68,6 +68,10 @@
 /* No client data through this server for this long: repair runs at its idle
  * pace (--repair-idle-rate, no cap by default) instead of --repair-rate. */
 #define CKS_RP_IDLE_NS        (500ull * 1000000ull)
+/* The state of a drop record (a deleted version) in SYNC_LIST version pages,
+ * between servers only (servers before drop records skip states above
+ * ABORTED); created_ns names the incarnation that was deleted. */
+#define CKS_RP_STATE_DROPPED  0x100u
 
 /* ---- state ------------------------------------------------------------------------- */
 
@@ -79,6 +83,8 @@ typedef struct {
     size_t best_pos;
     int best_restorable;
     unsigned nrestorable;         /* answering servers that hold it restorable */
+    int dropped;                  /* a server answering recorded its delete: */
+    uint64_t drop_created;        /* of the incarnation created then */
 } cks_rp_seen_t;
 
 typedef enum {
@@ -331,12 +337,18 @@ static void cks_rp_note_version(cks_rp_t *rp, size_t pos, const char *job, size_
         sn->best            = *e;
         sn->best_pos        = pos;
         sn->best_restorable = restorable;
+    } else if (e->state == CKS_RP_STATE_DROPPED) {
+        /* below: not a state to fetch */
     } else if (cks_rp_better(e->state, e->missing, sn->best.state, sn->best.missing)) {
         sn->best            = *e;
         sn->best_pos        = pos;
         sn->best_restorable = 1;
     }
     sn->nrestorable += restorable;
+    if (e->state == CKS_RP_STATE_DROPPED) {
+        sn->dropped      = 1;
+        sn->drop_created = e->created_ns;
+    }
 }
 
 typedef struct {
@@ -400,7 +412,8 @@ static void cks_rp_list_reply(void *arg, const cks_wire_hdr_t *hdr, const cks_ms
         } else if (lc->what == CKS_SYNC_VERSIONS) {
             cks_msg_version_entry_t e;
             st = cks_wire_entry_unpack(CKS_WIRE_ENTRY_VERSION, page, len, &off, &e);
-            if (st == CKS_OK && e.state <= CKS_VSTATE_ABORTED) {
+            if (st == CKS_OK &&
+                (e.state <= CKS_VSTATE_ABORTED || e.state == CKS_RP_STATE_DROPPED)) {
                 const char *job = rp->jobs[rp->jobi];
                 cks_rp_note_version(rp, rp->peer, job, strlen(job), &e);
             }
@@ -556,7 +569,20 @@ static int cks_rp_list_call(cks_server_h s, size_t pos, const cks_msg_sync_list_
 typedef struct {
     cks_server_h s;
     cks_status_t status;
+    cks_md_txn_h txn;
 } cks_rp_cmp_t;
+
+/* Was the incarnation of (job, version) created at created_ns deleted:
+ * here (a drop record), or by a server that answered this round? */
+static int cks_rp_deleted(cks_rp_cmp_t *c, const cks_rp_seen_t *sn, uint64_t created_ns)
+{
+    uint64_t here;
+    if (sn->dropped && sn->drop_created == created_ns) {
+        return 1;
+    }
+    return cks_md_drop_get(c->txn, sn->job, sn->job_len, sn->best.version, &here) == CKS_OK &&
+           here == created_ns;
+}
 
 static cks_status_t cks_rp_act_add(cks_rp_t *rp, cks_rp_act_type_t type, const char *job,
                                    size_t job_len, const cks_md_version_t *rec, size_t pos)
@@ -593,6 +619,15 @@ static cks_status_t cks_rp_cmp_local(const char *job, size_t job_len, const cks_
     cks_rp_seen_t *sn = cks_hmap_get(rp->seen, key, klen);
     size_t coord      = cks_place_coordinator(s->map, job, job_len, v->version);
 
+    if (sn != NULL && sn->dropped && sn->drop_created == v->created_ns &&
+        v->state != CKS_VSTATE_ABORTED) {
+        /* deleted while this server was away (or missed the drop): a
+         * server answering recorded the delete of this incarnation */
+        c->status = cks_rp_act_add(rp, CKS_RP_ACT_DROP, job, job_len, v, sn->best_pos);
+        cks_hmap_del(rp->seen, key, klen);
+        free(sn);
+        return c->status;
+    }
     if (sn != NULL) {
         /* an ABORTED record here is this server's own abort (a version it
          * coordinated and found OPEN at start) or a drop it took: kept */
@@ -620,6 +655,12 @@ static void cks_rp_cmp_new(const void *key, size_t len, void *value, void *arg)
 {
     cks_rp_cmp_t *c   = arg;
     cks_rp_seen_t *sn = value;
+    if (sn->best_restorable && c->status == CKS_OK && cks_rp_deleted(c, sn, sn->best.created_ns)) {
+        cks_info("catch-up: version %llu of '%.*s' is held by server %zu, but was deleted: "
+                 "not learned", (unsigned long long)sn->best.version, (int)sn->job_len, sn->job,
+                 sn->best_pos);
+        return;
+    }
     if (sn->best_restorable && c->status == CKS_OK) {
         cks_md_version_t rec;
         cks_rp_rec_from_entry(&rec, &sn->best);
@@ -630,17 +671,16 @@ static void cks_rp_cmp_new(const void *key, size_t len, void *value, void *arg)
 
 static void cks_rp_compare(cks_server_h s)
 {
-    cks_rp_cmp_t c = {s, CKS_OK};
-    cks_md_txn_h txn;
-    if (cks_md_txn_begin(s->md, 0, &txn) != CKS_OK) {
+    cks_rp_cmp_t c = {s, CKS_OK, NULL};
+    if (cks_md_txn_begin(s->md, 0, &c.txn) != CKS_OK) {
         return;
     }
     /* the versions held here first: what is left in `seen` is new here */
-    c.status = cks_md_version_foreach(txn, cks_rp_cmp_local, &c);
-    cks_md_txn_abort(txn);
+    c.status = cks_md_version_foreach(c.txn, cks_rp_cmp_local, &c);
     if (c.status == CKS_OK) {
         cks_hmap_foreach(s->rp->seen, cks_rp_cmp_new, &c);
     }
+    cks_md_txn_abort(c.txn);
     if (c.status != CKS_OK) {
         cks_warn("catch-up: comparing versions failed: %s", cks_status_string(c.status));
     }
@@ -679,8 +719,8 @@ static int cks_rp_act_run(cks_server_h s, cks_rp_act_t *a)
         rp->learned++;
     } else {
         cks_info("catch-up: version %llu of '%s' was dropped while this server was away "
-                 "(its coordinator, server %zu, and every server that answered no longer "
-                 "hold it): dropped here",
+                 "(server %zu recorded its delete, or it is its coordinator and no server "
+                 "that answered holds it): dropped here",
                  (unsigned long long)a->rec.version, a->job, a->pos);
         rp->dropped++;
     }
@@ -790,6 +830,9 @@ void cks_rp_sync_list(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_md_version_t v[CKS_WIRE_MAX_ENTRIES];
         cks_md_object_t o[CKS_WIRE_MAX_ENTRIES];
         char j[CKS_WIRE_MAX_ENTRIES][CKS_JOB_MAX_LEN + 1];
+        struct {
+            uint64_t v[CKS_WIRE_MAX_ENTRIES], c[CKS_WIRE_MAX_ENTRIES];
+        } d; /* drop records (after the versions were packed) */
     } *buf             = malloc(sizeof(*buf));
     uint8_t *page      = malloc(CKS_WIRE_MAX_PAGE);
     size_t count = 0, off = 0;
@@ -828,6 +871,25 @@ void cks_rp_sync_list(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                 cks_rp_entry_from_rec(&e, &buf->v[i]);
                 status = cks_wire_entry_pack(CKS_WIRE_ENTRY_VERSION, &e, page,
                                              CKS_WIRE_MAX_PAGE, &off);
+            }
+            if (status == CKS_OK && !more && count < max) {
+                /* the job's drop records after its last page, as many as
+                 * the page has room for (the newest) */
+                size_t nd = 0;
+                int dmore = 0;
+                status    = cks_md_drop_list(txn, m->job.ptr, m->job.len, NULL, buf->d.v,
+                                             buf->d.c, CKS_WIRE_MAX_ENTRIES, &nd, &dmore);
+                for (size_t i = nd > max - count ? nd - (max - count) : 0;
+                     status == CKS_OK && i < nd; i++) {
+                    cks_msg_version_entry_t e = {0};
+                    e.version    = buf->d.v[i];
+                    e.parent     = CKS_MD_NO_PARENT;
+                    e.state      = CKS_RP_STATE_DROPPED;
+                    e.created_ns = buf->d.c[i];
+                    status = cks_wire_entry_pack(CKS_WIRE_ENTRY_VERSION, &e, page,
+                                                 CKS_WIRE_MAX_PAGE, &off);
+                    count++;
+                }
             }
         } else {
             cks_md_version_t rec;

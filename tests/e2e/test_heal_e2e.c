@@ -818,9 +818,11 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
         cr_assert(st == CKS_OK || st == CKS_ERR_NO_SUCH_VERSION, "delete of %llu: %s",
                   (unsigned long long)w, cks_status_name(st));
     }
-    /* A server restarted at the end may have learned a version back from
-     * one that had missed its delete (catch-up keeps no tombstones: Known
-     * limits): what any server still lists is deleted again, and counted */
+    /* A server restarted at the end may still list a version deleted while
+     * it was away until its catch-up has applied the drop (drop records
+     * keep any from learning it back, but a job left with no version
+     * lists none of them: Known limits): what any server still lists is
+     * deleted again, and counted */
     int again = 0, listed = 1;
     for (int pass = 0; pass < 5 && listed; pass++) {
         listed = 0;

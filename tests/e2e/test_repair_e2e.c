@@ -613,3 +613,84 @@ Test(repair, delete_missed_while_down_is_applied_by_catch_up)
               "the drop came from catch-up");
     cks_client_destroy(one);
 }
+
+/* Versions server i lists of JOB (asked alone, again while it answers BUSY). */
+static size_t versions_on(size_t i, cks_version_info_t *list, size_t max)
+{
+    cks_client_h one = NULL;
+    size_t n         = 0;
+    int more         = 0;
+    cks_status_t st;
+    uint64_t t0 = now_ms();
+    cr_assert_eq(cks_test_connect(&cl.srv[i], 5000, &one), CKS_OK);
+    while ((st = cks_version_list(one, JOB, NULL, list, max, &n, &more)) == CKS_ERR_BUSY &&
+           now_ms() - t0 < WAIT_MS) {
+        usleep(20 * 1000);
+    }
+    cr_assert_eq(st, CKS_OK, "list on server %zu: %s", i, cks_status_name(st));
+    cks_client_destroy(one);
+    return n;
+}
+
+static void wait_caught_up(size_t i)
+{
+    cks_client_h adm     = connect_cluster(20000);
+    cks_repair_info_t ri = {0};
+    uint64_t t0          = now_ms();
+    while ((cks_repair_status(adm, i, &ri) != CKS_OK || !ri.caught_up) &&
+           now_ms() - t0 < WAIT_MS) {
+        usleep(20 * 1000);
+    }
+    cr_assert(ri.caught_up, "server %zu did not catch up", i);
+    cks_client_destroy(adm);
+}
+
+/* The race the test above steps around: a version deleted while server x
+ * was down, and x returns while the version's coordinator c1 is down (x
+ * keeps it: its coordinator does not answer), then c1 restarts. Before
+ * drop records, c1 learned the deleted version back from x, and both
+ * listed it again (a deleted checkpoint as `latest`). Now every server that
+ * took the delete keeps a drop record of that incarnation: x drops the
+ * version as soon as it hears of one, and no server learns it back. */
+Test(repair, deleted_version_is_never_learned_back)
+{
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    size_t x       = (size_t)(g_seed % NSRV);
+    uint64_t v1    = version_with_coordinator_not(1, x);
+    uint64_t v2    = version_with_coordinator_not(v1 + 1, x);
+    size_t c1      = (size_t)cks_test_coordinator(cl.map, JOB, v1);
+    cr_assert_eq(write_version(c, v1), CKS_OK);
+    cr_assert_eq(write_version(c, v2), CKS_OK);
+    cks_test_cluster_kill(&cl, x);
+    cr_assert_eq(cks_version_delete(c, JOB, v1), CKS_OK);
+    cks_client_destroy(c);
+    fprintf(stderr, "version %llu deleted while server %zu was down; its coordinator %zu "
+                    "killed, server %zu restarted, then %zu\n",
+            (unsigned long long)v1, x, c1, x, c1);
+    cks_test_cluster_kill(&cl, c1);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+    wait_caught_up(x);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[c1]), 0);
+    wait_caught_up(c1);
+    /* what c1's first round learned is written right after it: give the
+     * metadata writer a moment, then every server, asked alone */
+    usleep(1000 * 1000);
+    for (size_t i = 0; i < NSRV; i++) {
+        cks_version_info_t list[8];
+        size_t n = versions_on(i, list, 8);
+        for (size_t k = 0; k < n; k++) {
+            cr_assert_neq(list[k].version, v1, "server %zu lists version %llu again (%s)", i,
+                          (unsigned long long)v1, cks_vstate_string(list[k].state));
+        }
+        cr_assert_eq(n, 1, "server %zu lists %zu versions", i, n);
+        cr_assert_eq(list[0].version, v2);
+    }
+    c = connect_cluster(20000);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_latest(c, JOB, &vi), CKS_OK);
+    cr_assert_eq(vi.version, v2);
+    cr_assert_eq(cks_version_stat(c, JOB, v1, &vi), CKS_ERR_NO_SUCH_VERSION);
+    verify_version(c, v2, "after the delete and the restarts");
+    cks_client_destroy(c);
+}

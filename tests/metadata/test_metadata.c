@@ -1520,3 +1520,40 @@ Test(metadata, chunk_records)
     ST_OK(cks_md_txn_commit(txn));
     cks_md_close(md);
 }
+
+Test(metadata, drop_records)
+{
+    cks_md_h md        = md_open(0);
+    cks_md_txn_h txn   = txn_begin(md, 1);
+    const uint64_t day = 24ull * 3600 * 1000000000ull;
+    const uint64_t now = 400 * day;
+    uint64_t created, v[8], cr[8];
+    size_t n;
+    int more;
+
+    ST_EQ(cks_md_drop_get(txn, J("job"), 3, &created), CKS_ERR_NO_SUCH_VERSION);
+    ST_OK(cks_md_drop_put(txn, J("job"), 3, 333, now - 10 * day)); /* old: pruned below */
+    ST_OK(cks_md_drop_put(txn, J("job"), 5, 555, now - 10 * day));
+    ST_OK(cks_md_drop_get(txn, J("job"), 3, &created));
+    cr_assert_eq(created, 333);
+    ST_OK(cks_md_drop_put(txn, J("job2"), 1, 111, now));
+    ST_OK(cks_md_drop_put(txn, J("job"), 9, 999, now)); /* prunes 3 and 5 */
+    ST_EQ(cks_md_drop_get(txn, J("job"), 3, &created), CKS_ERR_NO_SUCH_VERSION);
+    ST_EQ(cks_md_drop_get(txn, J("job"), 5, &created), CKS_ERR_NO_SUCH_VERSION);
+    ST_OK(cks_md_drop_put(txn, J("job"), 7, 777, now));
+    /* job's own, in order, paged; job2's apart */
+    ST_OK(cks_md_drop_list(txn, J("job"), NULL, v, cr, 1, &n, &more));
+    cr_assert(n == 1 && more && v[0] == 7 && cr[0] == 777);
+    ST_OK(cks_md_drop_list(txn, J("job"), &v[0], v, cr, 8, &n, &more));
+    cr_assert(n == 1 && !more && v[0] == 9 && cr[0] == 999, "n %zu v %llu", n,
+              (unsigned long long)v[0]);
+    ST_OK(cks_md_drop_list(txn, J("job2"), NULL, v, cr, 8, &n, &more));
+    cr_assert(n == 1 && !more && v[0] == 1 && cr[0] == 111);
+    /* a second delete of a version number (another incarnation) replaces it */
+    ST_OK(cks_md_drop_put(txn, J("job"), 7, 778, now + 1));
+    ST_OK(cks_md_drop_get(txn, J("job"), 7, &created));
+    cr_assert_eq(created, 778);
+    ST_EQ(cks_md_drop_list(txn, J("job"), NULL, NULL, cr, 8, &n, &more), CKS_ERR_INVALID_PARAM);
+    ST_OK(cks_md_txn_commit(txn));
+    cks_md_close(md);
+}
