@@ -5,8 +5,8 @@
  * DESIGN: starts N ckstore-server processes (RS(k, m), one per "node", on
  * 127.0.0.1), writes one version of --size bytes (64 MiB objects), then
  *   1. flush: cks_version_flush() to DIR (every server writes its chunks,
- *      data and parity, and one publishes; unpaced: --flush-rate 0);
- *      timed until it returns;
+ *      data and parity, and one publishes; the servers' --flush-rate is
+ *      the bench's, default 0: unpaced); timed until it returns;
  *   2. plain write: N threads each write and fsync one file of the same
  *      size as a server's chunk file (the same bytes on disk, the same
  *      parallelism), timed until the last fsync; run once before the flush
@@ -14,7 +14,13 @@
  *   3. restore from disk (CKS_RESTORE_DURABLE, every object whole, on one
  *      thread) against a plain read, on one thread, of as many bytes from
  *      the plain files, both after evicting the files from the page cache
- *      (posix_fadvise DONTNEED after fsync; no root needed).
+ *      (posix_fadvise DONTNEED after fsync; no root needed);
+ *   4. snapshots while a flush runs, --repeat pairs (default 3): a version
+ *      of the same size written and sealed alone (timed) and deleted; then
+ *      another written, and flushed on another thread while one more is
+ *      written (timed, from when the flush has begun writing): each pair's
+ *      ratio of bandwidths, their median, and how much of each snapshot
+ *      the flush overlapped (a flush that ends first flatters the ratio).
  * Prints GB/s (10^9 bytes/s) and the ratios. Everything it made is removed.
  * Never: runs against a user's servers or deletes anything outside DIR/
  * ckstore-flush-bench-<pid>.
@@ -47,7 +53,17 @@ static struct {
     uint64_t size;
     unsigned nsrv, k, m;
     uint64_t chunk;
-} fo = {NULL, NULL, 1ull << 30, 6, 4, 2, 1ull << 20};
+    const char *flush_rate; /* the servers' --flush-rate */
+    unsigned repeat;        /* pairs of snapshots, alone and during a flush */
+} fo = {NULL, NULL, 1ull << 30, 6, 4, 2, 1ull << 20, "0", 3};
+
+#define FB_MAX_REPEAT 16
+
+static int fb_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 
 static struct {
     char root[PATH_MAX - 256]; /* DIR/ckstore-flush-bench-<pid> */
@@ -99,7 +115,7 @@ static int fb_start_servers(uint64_t arena)
         snprintf(path, sizeof(path), "%s/server-%u.log", fb.root, i);
         char *argv[] = {fb.bin,      "--cluster", fb.map, "--id",       id,
                         "--arena-size", asize,    "--arena-file", arena_file, "--data-dir",
-                        ddir,        "--flush-dir", fb.root, "--flush-rate", "0",
+                        ddir,        "--flush-dir", fb.root, "--flush-rate", (char *)fo.flush_rate,
                         "--log-level", "warn", NULL};
         int logfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         fb.pid[i] = bench_spawn(argv, logfd);
@@ -221,15 +237,65 @@ static double fb_plain_write(const char *dir, const char *tag, uint64_t bytes,
     return failed ? -1 : bench_now() - t0;
 }
 
+/* Write version v of nobj 64 MiB objects and seal it; seconds, or -1. */
+static double fb_write_version(cks_client_h c, uint64_t v, uint64_t nobj, uint8_t *buf)
+{
+    cks_version_params_t vp = {0};
+    double t0               = bench_now();
+    vp.job                  = "bench";
+    vp.version              = v;
+    if (cks_version_begin(c, &vp) != CKS_OK) {
+        return -1;
+    }
+    for (uint64_t i = 0; i < nobj; i++) {
+        cks_put_params_t p = {0};
+        char key[32];
+        snprintf(key, sizeof(key), "shard%05" PRIu64, i);
+        buf[0]    = (uint8_t)i;
+        p.job     = "bench";
+        p.version = v;
+        p.key     = key;
+        p.buffer  = buf;
+        p.size    = FB_OBJ;
+        if (cks_put(c, &p) != CKS_OK) {
+            return -1;
+        }
+    }
+    if (cks_version_seal(c, "bench", v) != CKS_OK) {
+        return -1;
+    }
+    return bench_now() - t0;
+}
+
+typedef struct {
+    cks_client_h c;
+    uint64_t version;
+    cks_status_t st;
+    double t0, t1;
+} fb_flusher_t;
+
+static void *fb_flush_thread(void *arg)
+{
+    fb_flusher_t *f = arg;
+    f->t0           = bench_now();
+    f->st           = cks_version_flush(f->c, "bench", f->version, fb.root);
+    f->t1           = bench_now();
+    return NULL;
+}
+
 static void fb_usage(FILE *f)
 {
     fprintf(f,
             "usage: ckstore-bench flush --dir DIR [--size SIZE] [--servers N]\n"
-            "                           [--server-bin PATH]\n"
+            "                           [--flush-rate SIZE] [--repeat N] [--server-bin PATH]\n"
             "  --dir DIR          the durable storage to measure (a file system path;\n"
             "                     the bench works in DIR/ckstore-flush-bench-<pid>)\n"
             "  --size SIZE        bytes of the version flushed (default 1G)\n"
             "  --servers N        ckstore-server processes, RS(4,2) (default 6, 6..16)\n"
+            "  --flush-rate SIZE  the servers' --flush-rate (default 0: unpaced; 64M\n"
+            "                     is the servers' own default)\n"
+            "  --repeat N         pairs of snapshots, alone and while a flush runs\n"
+            "                     (default 3, at most 16)\n"
             "  --server-bin PATH  ckstore-server (default: next to this binary)\n");
 }
 
@@ -237,7 +303,6 @@ int cks_bench_flush_main(int argc, char **argv)
 {
     cks_client_params_t cp = {0};
     cks_client_h c         = NULL;
-    cks_version_params_t vp = {0};
     uint8_t *buf = NULL, *rbuf = NULL;
     uint64_t nobj, disk_bytes = 0;
     char vdir[PATH_MAX], plain[PATH_MAX], err[512];
@@ -253,6 +318,14 @@ int cks_bench_flush_main(int argc, char **argv)
                 fprintf(stderr, "ckstore-bench flush: bad --size (at least 64M)\n");
                 return 2;
             }
+        } else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
+            fo.repeat = (unsigned)atoi(argv[++i]);
+            if (fo.repeat < 1 || fo.repeat > FB_MAX_REPEAT) {
+                fprintf(stderr, "ckstore-bench flush: --repeat 1..%d\n", FB_MAX_REPEAT);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--flush-rate") == 0 && i + 1 < argc) {
+            fo.flush_rate = argv[++i]; /* the servers check it */
         } else if (strcmp(argv[i], "--servers") == 0 && i + 1 < argc) {
             fo.nsrv = (unsigned)atoi(argv[++i]);
         } else if (strcmp(argv[i], "--server-bin") == 0 && i + 1 < argc) {
@@ -303,26 +376,7 @@ int cks_bench_flush_main(int argc, char **argv)
     for (uint64_t i = 0; i < FB_OBJ / 8; i++) {
         ((uint64_t *)buf)[i] = i * 0x9e3779b97f4a7c15ull;
     }
-    vp.job     = "bench";
-    vp.version = 1;
-    if (cks_version_begin(c, &vp) != CKS_OK) {
-        goto fail;
-    }
-    for (uint64_t i = 0; i < nobj; i++) {
-        cks_put_params_t p = {0};
-        char key[32];
-        snprintf(key, sizeof(key), "shard%05" PRIu64, i);
-        buf[0]    = (uint8_t)i;
-        p.job     = "bench";
-        p.version = 1;
-        p.key     = key;
-        p.buffer  = buf;
-        p.size    = FB_OBJ;
-        if (cks_put(c, &p) != CKS_OK) {
-            goto fail;
-        }
-    }
-    if (cks_version_seal(c, "bench", 1) != CKS_OK) {
+    if (fb_write_version(c, 1, nobj, buf) < 0) {
         goto fail;
     }
 
@@ -398,6 +452,52 @@ int cks_bench_flush_main(int argc, char **argv)
     }
     double read_s = bench_now() - t0;
 
+    /* 4. pairs of snapshots: one alone, then one while another version is
+     * flushed (each pair right after the other: a shared machine drifts) */
+    if (cks_version_delete(c, "bench", 1) != CKS_OK) {
+        goto fail;
+    }
+    double alone_s[FB_MAX_REPEAT], busy_s[FB_MAX_REPEAT], ratio[FB_MAX_REPEAT];
+    double flush4_s[FB_MAX_REPEAT], overlap[FB_MAX_REPEAT];
+    for (unsigned rep = 0; rep < fo.repeat; rep++) {
+        uint64_t v = 10 + 3 * (uint64_t)rep; /* alone: v; flushed: v + 1; during: v + 2 */
+        alone_s[rep] = fb_write_version(c, v, nobj, buf);
+        if (alone_s[rep] < 0 || cks_version_delete(c, "bench", v) != CKS_OK ||
+            fb_write_version(c, v + 1, nobj, buf) < 0) {
+            goto fail;
+        }
+        fb_flusher_t fl = {c, v + 1, CKS_OK, 0, 0};
+        pthread_t flt;
+        if (pthread_create(&flt, NULL, fb_flush_thread, &fl) != 0) {
+            goto out;
+        }
+        /* once the servers write: the temporary directory has chunk bytes
+         * (at most 10 s) */
+        double wait_end = bench_now() + 10;
+        while (bench_now() < wait_end) {
+            cks_flush_progress_t fp;
+            if (cks_flushed_progress(fb.root, "bench", v + 1, &fp) == CKS_OK &&
+                (fp.published || fp.bytes_written > 0)) {
+                break;
+            }
+            usleep(1000);
+        }
+        double snap_t0 = bench_now();
+        busy_s[rep]    = fb_write_version(c, v + 2, nobj, buf);
+        double snap_t1 = bench_now();
+        pthread_join(flt, NULL);
+        if (busy_s[rep] < 0 || fl.st != CKS_OK ||
+            cks_version_delete(c, "bench", v + 1) != CKS_OK ||
+            cks_version_delete(c, "bench", v + 2) != CKS_OK) {
+            goto fail;
+        }
+        snprintf(vdir, sizeof(vdir), "%s/bench/%020" PRIu64, fb.root, v + 1);
+        nftw(vdir, fb_rm, 16, FTW_DEPTH | FTW_PHYS); /* room on the disk */
+        ratio[rep]    = alone_s[rep] / busy_s[rep];
+        flush4_s[rep] = fl.t1 - fl.t0;
+        overlap[rep]  = ((fl.t1 < snap_t1 ? fl.t1 : snap_t1) - snap_t0) / (snap_t1 - snap_t0);
+    }
+
     statfs(fo.dir, &sfs);
     printf("ckstore-bench flush: %s (file system type 0x%lx), %u servers, RS(%u,%u), "
            "%" PRIu64 " objects of 64 MiB\n",
@@ -419,6 +519,19 @@ int cks_bench_flush_main(int argc, char **argv)
     printf("  plain read, 1 thread       %8.3f s  %6.2f GB/s  (as many bytes, evicted)\n",
            read_s, (double)(nobj * FB_OBJ - left) / read_s / BENCH_GB);
     printf("  restore / plain read       %8.2f\n", read_s / restore_s);
+    printf("  snapshot while a flush runs (--flush-rate %s; put + seal, one client):\n",
+           fo.flush_rate);
+    for (unsigned rep = 0; rep < fo.repeat; rep++) {
+        double ov = overlap[rep] < 0 ? 0 : overlap[rep] > 1 ? 1 : overlap[rep];
+        printf("    alone %6.2f GB/s, during a flush %6.2f GB/s: %.2f (the flush took "
+               "%.3f s, overlapped %.0f%% of it)\n",
+               (double)(nobj * FB_OBJ) / alone_s[rep] / BENCH_GB,
+               (double)(nobj * FB_OBJ) / busy_s[rep] / BENCH_GB, ratio[rep], flush4_s[rep],
+               ov * 100);
+    }
+    qsort(ratio, fo.repeat, sizeof(*ratio), fb_cmp_double);
+    printf("  snapshot with / without    %8.2f (median of %u)\n", ratio[fo.repeat / 2],
+           fo.repeat);
     rc = 0;
     goto out;
 fail:

@@ -53,7 +53,7 @@ typedef struct {
                                (the newest ones, and older ones a kept version
                                reads objects from); 0: all */
     uint64_t flush_rate;    /* most bytes/s that this server's flush writes
-                               (paced on its flush thread); 0: 256 MiB/s;
+                               (paced on its flush thread); 0: 64 MiB/s;
                                UINT64_MAX: no cap */
     uint64_t repair_rate;   /* cluster: most bytes/s that repair reads from other
                                servers to rebuild chunks while clients move

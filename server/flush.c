@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 /* --flush-rate when not given: bytes/s that one server's flush writes */
-#define CKS_FL_RATE_DEFAULT (256ull << 20)
+#define CKS_FL_RATE_DEFAULT (64ull << 20)
 
 /* a job the flush thread hands back by itself: a version its scan found due
  * by policy and not published (cks_fl_scan) */

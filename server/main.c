@@ -66,7 +66,7 @@ static void usage(FILE *out)
             "      --flush-rate SIZE  most bytes per second that this server's flush\n"
             "                         writes, paced on its flush thread so that a\n"
             "                         snapshot meanwhile keeps its bandwidth\n"
-            "                         (default 256M; 0: no cap)\n"
+            "                         (default 64M; 0: no cap)\n"
             "      --repair-rate SIZE most bytes per second that repair reads from\n"
             "                         other servers to rebuild this server's missing\n"
             "                         chunks while clients move data through this\n"
