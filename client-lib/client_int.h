@@ -270,4 +270,13 @@ cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t versi
 cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,
                          size_t *count_p, int *more_p);
 
+/* Puts completed per version (what a seal tells the coordinator). */
+typedef struct {
+    uint64_t count;  /* puts completed */
+    uint64_t digest; /* XOR of their digests (cks_msg_version_seal_t.digest) */
+} cks_cl_puts_t;
+
+/* Puts completed for (job, version); `take` forgets them. */
+cks_cl_puts_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version, int take);
+
 #endif

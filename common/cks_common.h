@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define CKS_API __attribute__((visibility("default")))
 
@@ -90,6 +91,18 @@ static inline uint64_t cks_get_be64(const uint8_t *p)
         v = (v << 8) | p[i];
     }
     return v;
+}
+
+/** The key of a version everywhere (LMDB, the server's version table, the
+ *  client's put counts): job + 0x00 + be64(version). buf holds at least
+ *  job_len + 9 bytes; returns the key's length. */
+#define CKS_VKEY_MAX (CKS_JOB_MAX_LEN + 9)
+static inline size_t cks_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version)
+{
+    memcpy(buf, job, job_len);
+    buf[job_len] = 0;
+    cks_put_be64(buf + job_len + 1, version);
+    return job_len + 9;
 }
 
 /* ---- fault points ------------------------------------------------------

@@ -200,13 +200,6 @@ static cks_status_t md_txn_job_check(cks_md_txn_h txn, int need_write, const cha
 /* ---- keys --------------------------------------------------------------- */
 
 /* job + 0x00 + be64(version) into buf; returns its length. */
-static size_t md_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version)
-{
-    memcpy(buf, job, job_len);
-    buf[job_len] = 0;
-    cks_put_be64(buf + job_len + 1, version);
-    return job_len + 9;
-}
 
 /* Does key k belong to `job` (start with job + 0x00)? */
 static int md_key_in_job(const MDB_val *k, const char *job, size_t job_len)
@@ -920,7 +913,7 @@ cks_status_t cks_md_version_put(cks_md_txn_h txn, const char *job, size_t job_le
     if (status != CKS_OK) {
         return status;
     }
-    k.mv_size = md_vkey(kbuf, job, job_len, v->version);
+    k.mv_size = cks_vkey(kbuf, job, job_len, v->version);
     k.mv_data = kbuf;
     val.mv_size = w.len;
     val.mv_data = w.buf;
@@ -950,7 +943,7 @@ cks_status_t cks_md_version_get(cks_md_txn_h txn, const char *job, size_t job_le
     if (v_p == NULL) {
         return CKS_ERR_INVALID_PARAM;
     }
-    k.mv_size = md_vkey(kbuf, job, job_len, version);
+    k.mv_size = cks_vkey(kbuf, job, job_len, version);
     k.mv_data = kbuf;
     rc = mdb_get(txn->txn, txn->md->dbi_versions, &k, &val);
     if (rc == MDB_NOTFOUND) {
@@ -976,7 +969,7 @@ cks_status_t cks_md_version_del(cks_md_txn_h txn, const char *job, size_t job_le
     if (status != CKS_OK) {
         return status;
     }
-    plen = md_vkey(kbuf, job, job_len, version);
+    plen = cks_vkey(kbuf, job, job_len, version);
     k.mv_size = plen;
     k.mv_data = kbuf;
     rc = mdb_get(txn->txn, txn->md->dbi_versions, &k, &val);
@@ -1048,7 +1041,7 @@ cks_status_t cks_md_version_list(cks_md_txn_h txn, const char *job, size_t job_l
     if (status != CKS_OK) {
         return status;
     }
-    k.mv_size = md_vkey(kbuf, job, job_len, (after == NULL) ? 0 : *after + 1);
+    k.mv_size = cks_vkey(kbuf, job, job_len, (after == NULL) ? 0 : *after + 1);
     k.mv_data = kbuf;
     status = md_cursor_get(txn, cur, &k, &val, MDB_SET_RANGE, &found);
     while ((status == CKS_OK) && found && md_key_in_job(&k, job, job_len)) {
@@ -1123,7 +1116,7 @@ cks_status_t cks_md_drop_put(cks_md_txn_h txn, const char *job, size_t job_len,
     }
     cks_put_be64(vbuf, created_ns);
     cks_put_be64(vbuf + 8, dropped_ns);
-    k.mv_size   = md_vkey(kbuf, job, job_len, version);
+    k.mv_size   = cks_vkey(kbuf, job, job_len, version);
     k.mv_data   = kbuf;
     val.mv_size = sizeof(vbuf);
     val.mv_data = vbuf;
@@ -1143,7 +1136,7 @@ cks_status_t cks_md_drop_get(cks_md_txn_h txn, const char *job, size_t job_len,
     if (created_ns_p == NULL) {
         return CKS_ERR_INVALID_PARAM;
     }
-    k.mv_size = md_vkey(kbuf, job, job_len, version);
+    k.mv_size = cks_vkey(kbuf, job, job_len, version);
     k.mv_data = kbuf;
     int rc    = mdb_get(txn->txn, txn->md->dbi_drops, &k, &val);
     if (rc == MDB_NOTFOUND) {
@@ -1187,7 +1180,7 @@ cks_status_t cks_md_drop_list(cks_md_txn_h txn, const char *job, size_t job_len,
     if (status != CKS_OK) {
         return status;
     }
-    k.mv_size = md_vkey(kbuf, job, job_len, after == NULL ? 0 : *after + 1);
+    k.mv_size = cks_vkey(kbuf, job, job_len, after == NULL ? 0 : *after + 1);
     k.mv_data = kbuf;
     status    = md_cursor_get(txn, cur, &k, &val, MDB_SET_RANGE, &found);
     while (status == CKS_OK && found && md_key_in_job(&k, job, job_len)) {
@@ -1422,7 +1415,7 @@ cks_status_t cks_md_job_list(cks_md_txn_h txn, const char *after, size_t after_l
 static size_t md_okey(uint8_t *buf, const char *job, size_t job_len, uint64_t version,
                       const char *key, size_t key_len)
 {
-    size_t plen = md_vkey(buf, job, job_len, version);
+    size_t plen = cks_vkey(buf, job, job_len, version);
 
     memcpy(buf + plen, key, key_len);
     return plen + key_len;
@@ -1562,7 +1555,7 @@ cks_status_t cks_md_object_list(cks_md_txn_h txn, const char *job, size_t job_le
         return status;
     }
 
-    plen = md_vkey(kbuf, job, job_len, version);
+    plen = cks_vkey(kbuf, job, job_len, version);
     k.mv_size = plen;
     if (after_key != NULL) { /* prefix + after_key + 0x00: its immediate successor */
         memcpy(kbuf + plen, after_key, after_len);
@@ -1647,7 +1640,7 @@ cks_status_t cks_md_object_foreach(cks_md_txn_h txn, cks_md_object_cb_t cb, void
 static size_t md_ckey(uint8_t *buf, const char *job, size_t job_len, uint64_t version,
                       const char *key, size_t key_len, uint64_t stripe, uint32_t idx)
 {
-    size_t n = md_vkey(buf, job, job_len, version);
+    size_t n = cks_vkey(buf, job, job_len, version);
     memcpy(buf + n, key, key_len);
     n += key_len;
     buf[n++] = 0;
@@ -1783,7 +1776,7 @@ cks_status_t cks_md_chunk_del_version(cks_md_txn_h txn, const char *job, size_t 
     if (status != CKS_OK) {
         return status;
     }
-    plen   = md_vkey(kbuf, job, job_len, version);
+    plen   = cks_vkey(kbuf, job, job_len, version);
     status = md_cursor_open(txn, txn->md->dbi_chunks, &cur);
     if (status != CKS_OK) {
         return status;

@@ -94,7 +94,7 @@ static cks_sv_claim_t *cks_sv_claim_get(cks_server_h s, const char *job, size_t 
                                         uint64_t version)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 16];
-    size_t klen          = cks_sv_vkey(key, job, job_len, version);
+    size_t klen          = cks_vkey(key, job, job_len, version);
     cks_sv_claim_t *cl   = cks_hmap_get(s->claims, key, klen);
     if (cl != NULL && cl->expires_ns <= cks_time_ns()) {
         free(cks_hmap_del(s->claims, key, klen));
@@ -117,7 +117,7 @@ void cks_sv_claim_forget(cks_server_h s, const char *job, size_t job_len, uint64
 {
     uint8_t key[CKS_JOB_MAX_LEN + 16];
     if (s->claims != NULL) {
-        free(cks_hmap_del(s->claims, key, cks_sv_vkey(key, job, job_len, version)));
+        free(cks_hmap_del(s->claims, key, cks_vkey(key, job, job_len, version)));
     }
 }
 
@@ -126,7 +126,7 @@ static cks_status_t cks_sv_claim_set(cks_server_h s, const char *job, size_t job
                                      uint64_t version, uint32_t coord, uint32_t ttl_s)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 16];
-    size_t klen        = cks_sv_vkey(key, job, job_len, version);
+    size_t klen        = cks_vkey(key, job, job_len, version);
     cks_sv_claim_t *cl = cks_hmap_get(s->claims, key, klen);
     if (cl == NULL) {
         cl = malloc(sizeof(*cl));

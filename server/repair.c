@@ -214,7 +214,7 @@ static void cks_rp_release_held(cks_server_h s, int cancel);
 
 static size_t cks_rp_ckey(uint8_t *buf, const cks_rp_task_t *t)
 {
-    size_t n = cks_sv_vkey(buf, t->job, t->job_len, t->version);
+    size_t n = cks_vkey(buf, t->job, t->job_len, t->version);
     memcpy(buf + n, t->key, t->key_len);
     n += t->key_len;
     buf[n++] = 0;
@@ -322,7 +322,7 @@ static void cks_rp_note_version(cks_rp_t *rp, size_t pos, const char *job, size_
                                 const cks_msg_version_entry_t *e)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 16];
-    size_t klen       = cks_sv_vkey(key, job, job_len, e->version);
+    size_t klen       = cks_vkey(key, job, job_len, e->version);
     cks_rp_seen_t *sn = cks_hmap_get(rp->seen, key, klen);
     int restorable    = cks_rp_restorable(e->state);
 
@@ -615,7 +615,7 @@ static cks_status_t cks_rp_cmp_local(const char *job, size_t job_len, const cks_
     cks_server_h s    = c->s;
     cks_rp_t *rp      = s->rp;
     uint8_t key[CKS_JOB_MAX_LEN + 16];
-    size_t klen       = cks_sv_vkey(key, job, job_len, v->version);
+    size_t klen       = cks_vkey(key, job, job_len, v->version);
     cks_rp_seen_t *sn = cks_hmap_get(rp->seen, key, klen);
     size_t coord      = cks_place_coordinator(s->map, job, job_len, v->version);
 
@@ -1513,7 +1513,7 @@ static void cks_rp_check_end(cks_rp_check_t *c)
             }
         }
     }
-    cks_hmap_del(rp->checking, key, cks_sv_vkey(key, c->job, c->job_len, c->rec.version));
+    cks_hmap_del(rp->checking, key, cks_vkey(key, c->job, c->job_len, c->rec.version));
     rp->checks--;
     free(c);
 }
@@ -1540,7 +1540,7 @@ static void cks_rp_check_versions(cks_server_h s)
     (void)cks_md_version_foreach(txn, cks_rp_vers_add, &vs);
     for (size_t i = 0; i < vs.n && rp->checks < CKS_RP_CHECKS_MAX; i++) {
         uint8_t key[CKS_JOB_MAX_LEN + 16];
-        size_t klen = cks_sv_vkey(key, vs.v[i].job, vs.v[i].job_len, vs.v[i].rec.version);
+        size_t klen = cks_vkey(key, vs.v[i].job, vs.v[i].job_len, vs.v[i].rec.version);
         uint64_t here;
         if (cks_hmap_get(rp->checking, key, klen) != NULL ||
             cks_rp_walk(s, txn, vs.v[i].job, vs.v[i].job_len, &vs.v[i].rec, NULL, NULL,

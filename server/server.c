@@ -33,13 +33,6 @@ uint64_t cks_sv_realtime_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-size_t cks_sv_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version)
-{
-    memcpy(buf, job, job_len);
-    buf[job_len] = 0;
-    cks_put_be64(buf + job_len + 1, version);
-    return job_len + 9;
-}
 
 /* ---- replies ------------------------------------------------------------- */
 
@@ -81,7 +74,7 @@ cks_sv_version_t *cks_sv_version_find(cks_server_h s, const cks_wire_str_t *job,
                                              uint64_t version)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 9];
-    return cks_hmap_get(s->versions, key, cks_sv_vkey(key, job->ptr, job->len, version));
+    return cks_hmap_get(s->versions, key, cks_vkey(key, job->ptr, job->len, version));
 }
 
 cks_sv_version_t *cks_sv_version_new(cks_server_h s, const cks_wire_str_t *job,
@@ -95,7 +88,7 @@ cks_sv_version_t *cks_sv_version_new(cks_server_h s, const cks_wire_str_t *job,
     memcpy(v->job, job->ptr, job->len);
     v->job_len = job->len;
     v->version = version;
-    if (cks_hmap_put(s->versions, key, cks_sv_vkey(key, job->ptr, job->len, version), v) !=
+    if (cks_hmap_put(s->versions, key, cks_vkey(key, job->ptr, job->len, version), v) !=
         CKS_OK) {
         free(v);
         return NULL;
@@ -106,7 +99,7 @@ cks_sv_version_t *cks_sv_version_new(cks_server_h s, const cks_wire_str_t *job,
 static void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 9];
-    cks_hmap_del(s->versions, key, cks_sv_vkey(key, v->job, v->job_len, v->version));
+    cks_hmap_del(s->versions, key, cks_vkey(key, v->job, v->job_len, v->version));
     cks_hmap_destroy(v->keys);
     cks_hmap_destroy(v->deleted);
     cks_hmap_destroy(v->reported);
@@ -866,7 +859,7 @@ static int cks_sv_is_bad(cks_server_h s, const cks_wire_str_t *job, uint64_t ver
     if (cks_hmap_count(s->bad) == 0) {
         return 0;
     }
-    n = cks_sv_vkey(k, job->ptr, job->len, version);
+    n = cks_vkey(k, job->ptr, job->len, version);
     memcpy(k + n, key->ptr, key->len);
     return cks_hmap_get(s->bad, k, n + key->len) != NULL;
 }
@@ -1563,7 +1556,7 @@ static cks_status_t cks_sv_recover_object(const char *job, size_t job_len,
         return CKS_OK;
     }
     uint8_t k[CKS_JOB_MAX_LEN + 9 + CKS_KEY_MAX_LEN];
-    size_t n = cks_sv_vkey(k, job, job_len, version);
+    size_t n = cks_vkey(k, job, job_len, version);
     memcpy(k + n, o->key, o->key_len);
     cks_error("object '%s' of version %llu of '%s' failed its check at start "
               "(CRC or arena extent): it will not be served",

@@ -382,9 +382,6 @@ cks_status_t cks_sv_version_lookup(struct cks_server *s, const cks_wire_str_t *j
                                    uint64_t version, cks_md_version_t *rec_p);
 cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key);
 uint64_t cks_sv_realtime_ns(void);
-/** Key of a version in the in-memory tables ("job\0be64(version)", at most
- *  CKS_JOB_MAX_LEN + 9 bytes); returns its length. */
-size_t cks_sv_vkey(uint8_t *buf, const char *job, size_t job_len, uint64_t version);
 
 /* cluster.c */
 cks_status_t cks_sv_cluster_init(struct cks_server *s);
