@@ -404,13 +404,17 @@ void cks_sv_read_end(struct cks_server *s, cks_sv_read_t *r);
 void cks_sv_flush_request(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                           unsigned type, const cks_msg_flush_t *m);
 /** A version this server coordinates committed: flush it when the policy
- *  says so (--flush-every N: versions whose number is a multiple of N, to
- *  --flush-dir), every server writing its chunks, this one publishing. */
+ *  says so (--flush-every N: versions whose number is a multiple of N;
+ *  --flush-age S: when the newest flushed version of its job is older than
+ *  S s, which the flush thread reads from --flush-dir), every server
+ *  writing its chunks, this one publishing. */
 void cks_sv_flush_committed(struct cks_server *s, const char *job, size_t job_len,
                             uint64_t version);
 /** The connection to the server at map position pos (cluster.c). */
 cks_tp_conn_h cks_sv_peer(struct cks_server *s, size_t pos);
-/** Answer the flushes the flush thread finished (progress thread). */
+/** Answer the flushes the flush thread finished, and start the flushes its
+ *  scan found due (progress thread); with a policy or retention, start the
+ *  flush thread at the first call. */
 void cks_sv_flush_progress(struct cks_server *s);
 /** Shutdown: stop the flush thread (a flush under way fails), answer. */
 void cks_sv_flush_stop(struct cks_server *s);
