@@ -60,6 +60,8 @@ struct cks_stage_job {
     cks_stage_job_t *next;
     cks_stage_t *st;
     int is_put;
+    int host;               /* a put of host memory (CKS_PUT_FIELD_STAGED):
+                               copied with memcpy(), never by the engine */
     uint8_t *dev;           /* device source (put) or destination (get) */
     uint64_t len;           /* bytes to move */
     int device;
@@ -106,6 +108,8 @@ struct cks_stage {
     const cks_stage_engine_ops_t *ops;
     void *eng;
     int direct;             /* UCX moves CUDA memory: puts go direct */
+    int no_device;          /* no copy engine for device memory: host-staged
+                               puts only (memcpy), device transfers refused */
     int device;             /* the device the engine is bound to (-1: none yet) */
     uint8_t *ring;
     uint64_t slice;
@@ -124,9 +128,12 @@ struct cks_stage {
     cks_status_t slot_status[CKS_STAGE_SLICES_MAX];
     cks_slot_read_t reads[CKS_STAGE_SLICES_MAX];
     int fail_slice;         /* test builds: CKS_STAGE_FAIL_SLICE, -1: none */
+    char why[160];          /* no_device: why there is no device */
+    uint64_t host_ns[CKS_STAGE_SLICES_MAX]; /* a host-staged slice's memcpy() */
     uint64_t copies;        /* copies started (for fail_slice) */
     /* figures */
     uint64_t puts_direct, puts_staged, gets_staged, staged_bytes, copy_ns;
+    uint64_t host_puts, host_bytes; /* host-staged puts (CKS_PUT_FIELD_STAGED) */
 };
 
 /* ---- the host-copy engine (test builds) -------------------------------------------
@@ -203,6 +210,76 @@ static const cks_stage_engine_ops_t cks_host_engine_ops = {
 };
 #endif
 
+/* ---- no device: host-staged puts only ---------------------------------------------------
+ * The ring of a client without a CUDA device (or built without the toolkit)
+ * serves host-staged puts (CKS_PUT_FIELD_STAGED), which copy with memcpy()
+ * themselves; this engine is never asked to copy. */
+static cks_status_t cks_nodev_classify(void *eng, const void *ptr, cks_mem_type_t *type_p,
+                                       int *device_p)
+{
+    (void)eng;
+    (void)ptr;
+    *type_p   = CKS_MEM_HOST;
+    *device_p = 0;
+    return CKS_OK;
+}
+
+static cks_status_t cks_nodev_register(void *eng, void *ptr, size_t len)
+{
+    (void)eng;
+    (void)ptr;
+    (void)len;
+    return CKS_OK;
+}
+
+static void cks_nodev_unregister(void *eng, void *ptr)
+{
+    (void)eng;
+    (void)ptr;
+}
+
+static cks_status_t cks_nodev_bind(void *eng, int device)
+{
+    (void)eng;
+    (void)device;
+    return CKS_OK;
+}
+
+static cks_status_t cks_nodev_copy_start(void *eng, unsigned slot, cks_copy_dir_t dir,
+                                         void *dst, const void *src, size_t len)
+{
+    (void)eng;
+    (void)slot;
+    (void)dir;
+    (void)dst;
+    (void)src;
+    (void)len;
+    return CKS_ERR_UNSUPPORTED;
+}
+
+static cks_status_t cks_nodev_copy_wait(void *eng, unsigned slot)
+{
+    (void)eng;
+    (void)slot;
+    return CKS_OK;
+}
+
+static void cks_nodev_destroy(void *eng)
+{
+    (void)eng;
+}
+
+static const cks_stage_engine_ops_t cks_nodev_engine_ops = {
+    .name            = "no device: host memcpy",
+    .classify        = cks_nodev_classify,
+    .host_register   = cks_nodev_register,
+    .host_unregister = cks_nodev_unregister,
+    .bind            = cks_nodev_bind,
+    .copy_start      = cks_nodev_copy_start,
+    .copy_wait       = cks_nodev_copy_wait,
+    .destroy         = cks_nodev_destroy,
+};
+
 /* ---- configuration, set-up ------------------------------------------------------------ */
 
 cks_status_t cks_cl_stage_config(cks_client_h c, const cks_client_params_t *params)
@@ -227,10 +304,12 @@ static void cks_stage_error(cks_client_h c, cks_status_t status, const char *why
 
 static void *cks_stage_thread(void *arg);
 
-/* The stage of a client, made at its first device transfer (any thread but
- * the progress thread). A machine without a device gets no stage, and each
- * call its CKS_ERR_UNSUPPORTED. */
-static cks_status_t cks_stage_get(cks_client_h c, cks_stage_t **st_p, char *c_why,
+/* The stage of a client, made at its first staged transfer (any thread but
+ * the progress thread). On a machine without a device, a device transfer
+ * gets CKS_ERR_UNSUPPORTED (why: "no CUDA device"); a host-staged put
+ * (host_ok) gets a stage without a device (st->no_device), which refuses
+ * device transfers the same way. */
+static cks_status_t cks_stage_get(cks_client_h c, int host_ok, cks_stage_t **st_p, char *c_why,
                                   size_t why_len)
 {
     static pthread_mutex_t make_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -240,8 +319,13 @@ static cks_status_t cks_stage_get(cks_client_h c, cks_stage_t **st_p, char *c_wh
 
     pthread_mutex_lock(&make_lock);
     if (c->stage != NULL) {
+        st = c->stage;
         pthread_mutex_unlock(&make_lock);
-        *st_p = c->stage;
+        if (st->no_device && !host_ok) {
+            snprintf(c_why, why_len, "%s", st->why);
+            return CKS_ERR_UNSUPPORTED;
+        }
+        *st_p = st;
         return CKS_OK;
     }
     if (pthread_equal(pthread_self(), c->thread)) {
@@ -291,12 +375,20 @@ static cks_status_t cks_stage_get(cks_client_h c, cks_stage_t **st_p, char *c_wh
             told = 1;
             cks_info("device memory: %s", why[0] ? why : cks_status_string(status));
         }
-        snprintf(c_why, why_len, "%s", why[0] ? why : "no CUDA device");
-        free(st);
-        pthread_mutex_unlock(&make_lock);
-        return status;
+        snprintf(st->why, sizeof(st->why), "%s", why[0] ? why : "no CUDA device");
+        if (!host_ok || status != CKS_ERR_UNSUPPORTED) {
+            snprintf(c_why, why_len, "%s", st->why);
+            free(st);
+            pthread_mutex_unlock(&make_lock);
+            return status;
+        }
+        /* host-staged puts need no device: a ring without one */
+        st->ops       = &cks_nodev_engine_ops;
+        st->eng       = NULL;
+        st->no_device = 1;
+        status        = CKS_OK;
     }
-    st->direct = !host_engine && cks_tp_worker_cuda_direct(c->tp);
+    st->direct = !host_engine && !st->no_device && cks_tp_worker_cuda_direct(c->tp);
     status = cks_mem_alloc(c, (size_t)(st->slice * st->nslots), (void **)&st->ring);
     if (status != CKS_OK) {
         goto err_engine;
@@ -316,12 +408,17 @@ static cks_status_t cks_stage_get(cks_client_h c, cks_stage_t **st_p, char *c_wh
         goto err_sync;
     }
     st->thread_started = 1;
-    cks_info("device memory: %s (%s): puts %s; gets staged through %u x %llu-byte pinned "
-             "host slices",
-             st->direct ? "direct" : "staged", st->ops->name,
-             st->direct ? "hand device pointers to UCX (it reports the CUDA memory type)"
-                        : "staged (UCX has no CUDA transport)",
-             st->nslots, (unsigned long long)st->slice);
+    if (st->no_device) {
+        cks_info("staging ring: %u x %llu-byte host slices for host-staged puts (no device "
+                 "memory: %s)", st->nslots, (unsigned long long)st->slice, st->why);
+    } else {
+        cks_info("device memory: %s (%s): puts %s; gets staged through %u x %llu-byte pinned "
+                 "host slices",
+                 st->direct ? "direct" : "staged", st->ops->name,
+                 st->direct ? "hand device pointers to UCX (it reports the CUDA memory type)"
+                            : "staged (UCX has no CUDA transport)",
+                 st->nslots, (unsigned long long)st->slice);
+    }
     __atomic_store_n(&c->stage, st, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&make_lock);
     *st_p = st;
@@ -348,7 +445,7 @@ static cks_status_t cks_stage_classify(cks_client_h c, const void *ptr, cks_mem_
 {
     cks_stage_t *st = NULL;
     char why[160] = "";
-    cks_status_t status = cks_stage_get(c, &st, why, sizeof(why));
+    cks_status_t status = cks_stage_get(c, 0, &st, why, sizeof(why));
 
     if (status != CKS_OK) {
         if (asked == CKS_MEM_AUTO && status == CKS_ERR_UNSUPPORTED) {
@@ -427,6 +524,7 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
     cks_mem_type_t asked = (p->field_mask & CKS_PUT_FIELD_MEM_TYPE) ? p->mem_type : CKS_MEM_HOST;
     cks_mem_type_t type  = CKS_MEM_HOST;
     int copied = (p->field_mask & CKS_PUT_FIELD_COPIED) && p->copied_cb != NULL;
+    int staged = (p->field_mask & CKS_PUT_FIELD_STAGED) != 0;
     cks_stage_t *st = NULL;
     int device = 0;
     cks_status_t status;
@@ -440,7 +538,19 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
             return status;
         }
     }
-    if (type == CKS_MEM_HOST || st->direct) {
+    int host_staged = staged && type == CKS_MEM_HOST && p->size > 0;
+    if (host_staged) {
+        char why[160] = "";
+        st     = NULL;
+        status = cks_stage_get(c, 1, &st, why, sizeof(why));
+        if (status != CKS_OK) {
+            if (why[0] != '\0') {
+                cks_stage_error(c, status, why);
+            }
+            return status;
+        }
+    }
+    if (!host_staged && (type == CKS_MEM_HOST || st->direct)) {
         op->mem_type = type;
         if (!copied && type == CKS_MEM_HOST) {
             return CKS_OK;
@@ -465,6 +575,7 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
     }
     j->st         = st;
     j->is_put     = 1;
+    j->host       = host_staged;
     j->dev        = (uint8_t *)p->buffer;
     j->len        = p->size;
     j->device     = device;
@@ -580,7 +691,7 @@ static void cks_stage_put_op_done(void *arg, cks_status_t status)
                 st->slot_job[s] = NULL;
             }
         }
-        st->puts_staged++;
+        *(j->host ? &st->host_puts : &st->puts_staged) += 1;
     }
     pthread_cond_broadcast(&st->cond);
     pthread_mutex_unlock(&st->lock);
@@ -619,13 +730,25 @@ static cks_status_t cks_stage_copy_start(cks_stage_t *st, cks_stage_job_t *j, ui
                  j->is_put ? "put" : "get", (unsigned long long)i);
         return CKS_ERR_INTERNAL;
     }
+    if (j->host) { /* host memory: copied here, at once */
+        uint64_t t0 = cks_time_ns();
+        memcpy(host, dev, len);
+        st->host_ns[slot] = cks_time_ns() - t0;
+        return CKS_OK;
+    }
     return j->is_put ? st->ops->copy_start(st->eng, slot, CKS_COPY_D2H, host, dev, len)
                      : st->ops->copy_start(st->eng, slot, CKS_COPY_H2D, dev, host, len);
 }
 
-/* Wait for a slot's copy (stage thread, lock not held); *ns_p the wait. */
-static cks_status_t cks_stage_copy_wait(cks_stage_t *st, unsigned slot, uint64_t *ns_p)
+/* Wait for a slot's copy (stage thread, lock not held); *ns_p the wait
+ * (a host-staged slice: its memcpy()). */
+static cks_status_t cks_stage_copy_wait(cks_stage_t *st, const cks_stage_job_t *j,
+                                        unsigned slot, uint64_t *ns_p)
 {
+    if (j->host) {
+        *ns_p = st->host_ns[slot];
+        return CKS_OK;
+    }
     uint64_t t0 = cks_time_ns();
     cks_status_t status = st->ops->copy_wait(st->eng, slot);
     *ns_p = cks_time_ns() - t0;
@@ -687,10 +810,10 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             unsigned slot = cks_stage_slot(st, j, copied);
             uint64_t ns;
             pthread_mutex_unlock(&st->lock);
-            status = cks_stage_copy_wait(st, slot, &ns);
+            status = cks_stage_copy_wait(st, j, slot, &ns);
             pthread_mutex_lock(&st->lock);
             st->copy_ns += ns;
-            st->staged_bytes += cks_stage_slice_len(st, j, copied);
+            *(j->host ? &st->host_bytes : &st->staged_bytes) += cks_stage_slice_len(st, j, copied);
             if (status != CKS_OK) {
                 j->status = status;
                 break;
@@ -716,7 +839,7 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
         unsigned slot = cks_stage_slot(st, j, copied);
         uint64_t ns;
         pthread_mutex_unlock(&st->lock);
-        (void)cks_stage_copy_wait(st, slot, &ns);
+        (void)cks_stage_copy_wait(st, j, slot, &ns);
         pthread_mutex_lock(&st->lock);
         copied++;
     }
@@ -795,7 +918,7 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
                                 "object was being sent: its version was aborted");
         pthread_mutex_lock(&st->lock);
     }
-    st->puts_staged++;
+    *(j->host ? &st->host_puts : &st->puts_staged) += 1;
 }
 
 /* ---- gets ---------------------------------------------------------------------------------- */
@@ -959,7 +1082,7 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
         uint64_t ns = 0;
         status = cks_stage_copy_start(st, j, done, slot);
         if (status == CKS_OK) {
-            status = cks_stage_copy_wait(st, slot, &ns);
+            status = cks_stage_copy_wait(st, j, slot, &ns);
         }
         pthread_mutex_lock(&st->lock);
         st->copy_ns += ns;
@@ -1067,7 +1190,11 @@ void cks_cl_stage_stats(cks_client_h c, cks_client_stats_t *stats)
         return;
     }
     pthread_mutex_lock(&st->lock);
-    stats->gpu_path           = st->direct ? CKS_GPU_PATH_DIRECT : CKS_GPU_PATH_STAGED;
+    stats->gpu_path           = st->no_device ? CKS_GPU_PATH_NONE
+                                : st->direct  ? CKS_GPU_PATH_DIRECT
+                                              : CKS_GPU_PATH_STAGED;
+    stats->host_puts_staged   = st->host_puts;
+    stats->host_staged_bytes  = st->host_bytes;
     stats->device_puts_direct = st->puts_direct;
     stats->device_puts_staged = st->puts_staged;
     stats->device_gets_staged = st->gets_staged;

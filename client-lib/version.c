@@ -495,8 +495,9 @@ cks_status_t cks_put_nb(cks_client_h c, const cks_put_params_t *p, cks_done_cb_t
         op->ngroup = c->m + 1 < c->k + c->m ? c->m + 1 : c->k + c->m;
         memcpy(op->group, group, sizeof(op->group));
     }
-    /* device memory (stage.c): direct to UCX, or staged through host slices */
-    if (p->field_mask & (CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED)) {
+    /* device memory (stage.c): direct to UCX, or staged through host slices;
+     * host memory asked to be staged (CKS_PUT_FIELD_STAGED) likewise */
+    if (p->field_mask & (CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED | CKS_PUT_FIELD_STAGED)) {
         status = cks_cl_stage_put(c, p, op, &cb, &arg);
         if (status != CKS_OK) {
             if (status != CKS_INPROGRESS) {

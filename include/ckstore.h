@@ -120,7 +120,11 @@ typedef struct {
     uint64_t device_puts_staged; /**< staged puts that completed (any status) */
     uint64_t device_gets_staged; /**< staged gets that completed (any status) */
     uint64_t staged_bytes;    /**< bytes copied between device and ring */
-    uint64_t stage_copy_ns;   /**< time the ring's thread waited for those copies */
+    uint64_t stage_copy_ns;   /**< time the ring's thread waited for those copies
+                                   (and spent in host-staged memcpy()s) */
+    uint64_t host_puts_staged;  /**< puts of host memory staged through the ring
+                                     (CKS_PUT_FIELD_STAGED) that completed */
+    uint64_t host_staged_bytes; /**< bytes they copied into the ring */
 } cks_client_stats_t;
 
 /** Fill *stats_p. CKS_ERR_INVALID_PARAM on NULL arguments. */
@@ -405,8 +409,10 @@ typedef struct {
  *   2. COPIED (the put's copied_cb, CKS_PUT_FIELD_COPIED): the library has
  *      read the buffer for the last time; it is the caller's again, and
  *      training may overwrite it while the bytes travel on from host memory.
- *      Staged: when the last slice's device-to-host copy completed. Direct
- *      (and host buffers): when the put completes, just before its callback.
+ *      Staged: when the last slice's device-to-host copy completed (a host
+ *      buffer with CKS_PUT_FIELD_STAGED: its memcpy() into the ring). Direct
+ *      (and other host buffers): when the put completes, just before its
+ *      callback.
  *   3. STORED (the put's callback, CKS_OK): the server holds the bytes.
  *   4. PROTECTED: cks_version_finish()/seal completed: every stripe has its
  *      parity.
@@ -427,6 +433,16 @@ enum {
     CKS_PUT_FIELD_TAGS     = 1u << 0,
     CKS_PUT_FIELD_MEM_TYPE = 1u << 1,
     CKS_PUT_FIELD_COPIED   = 1u << 2,
+    /** Host memory too goes through the staging ring (CKS_CLIENT_FIELD_STAGE
+     *  sizes it): the library copies the buffer into the ring with memcpy()
+     *  on its stage thread, runs copied_cb as soon as that copy is done, and
+     *  sends the object from the ring. While the ring has room for what is
+     *  in flight, a trainer's buffers are free again after one memcpy of
+     *  their bytes (its stall), whatever the servers' speed; an object larger
+     *  than the ring is sent while it is copied, so COPIED comes as the
+     *  servers take it. Works without a GPU. Device memory is always staged
+     *  (or direct), flag or not. */
+    CKS_PUT_FIELD_STAGED   = 1u << 3,
 };
 
 typedef struct {
