@@ -105,6 +105,8 @@ typedef struct {
     uint64_t arena; /* per server; 0: computed */
     int arena_given;
     const char *repair_rate; /* --repair-rate for the servers; NULL: their default */
+    int stage_host; /* --stage-host: writers' puts staged through a ring that holds
+                       a writer's snapshot (CKS_PUT_FIELD_STAGED); stall = COPIED */
     const char *json;
     int quiet, verbose, no_raw, no_degraded, pec, pec_only;
     unsigned pec_k; /* 0: E/4 */
@@ -818,6 +820,7 @@ typedef struct {
     int32_t status; /* cks_status_t; CL_ERR_VERIFY for bytes that differ */
     uint32_t phase; /* 0: READY, 1: result */
     double t_start, t_stored, t_end;
+    double t_copied; /* --stage-host: the last put's COPIED (0: not staged) */
     uint64_t bytes, objects;
     uint64_t stored; /* arena bytes the objects take: data, padding, parity */
     double cpu_s;    /* this client process's CPU seconds in the timed part */
@@ -842,6 +845,7 @@ typedef struct {
     pthread_cond_t cond;
     unsigned inflight;
     cks_status_t first_err;
+    double last_copied; /* --stage-host: when the last COPIED came */
 } cl_win_t;
 
 static struct {
@@ -865,7 +869,8 @@ static void cl_win_init(cl_win_t *w)
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, &ca);
     pthread_condattr_destroy(&ca);
-    w->inflight = 0;
+    w->inflight    = 0;
+    w->last_copied = 0;
     w->first_err = CKS_OK;
 }
 
@@ -966,6 +971,17 @@ static cks_status_t cl_w_connect(cl_res_t *res)
     cp.chunk_size = opts.chunk;
     cp.timeout_ms = (int)(opts.timeout_s * 1000);
     cp.name = name;
+    if (opts.stage_host) {
+        /* a ring that holds this writer's snapshot: a slice per object of
+         * the largest size (at most 64 slices of at most 1 GiB) */
+        uint64_t big = 4096;
+        for (unsigned o = 0; o < cl_mix.n; o++) {
+            big = cl_mix.obj[o].size > big ? cl_mix.obj[o].size : big;
+        }
+        cp.field_mask |= CKS_CLIENT_FIELD_STAGE;
+        cp.stage_slice  = big < (1ull << 30) ? big : (1ull << 30);
+        cp.stage_slices = cl_mix.n < 2 ? 2 : cl_mix.n > 64 ? 64 : cl_mix.n;
+    }
     st = cks_client_create(&cp, &wk.client);
     if (st != CKS_OK) {
         wk.client = NULL;
@@ -991,20 +1007,40 @@ typedef struct {
     cks_tags_t tags;
 } cl_put_t;
 
+static void cl_copied_cb(void *arg, cks_status_t st)
+{
+    cl_win_t *w = arg;
+    (void)st; /* the put's own callback reports an error */
+    double now  = bench_now();
+    pthread_mutex_lock(&w->lock);
+    w->last_copied = now > w->last_copied ? now : w->last_copied;
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* *copied_p (may be NULL): with --stage-host, when the last COPIED came */
 static cks_status_t cl_w_put_all(const char *job, uint64_t version, const cl_put_t *puts,
-                                 size_t n, double deadline, const char **what_p)
+                                 size_t n, double deadline, const char **what_p,
+                                 double *copied_p)
 {
     cl_win_t w;
     cks_status_t st = CKS_OK;
+    /* staged, the ring holds the snapshot: every put goes at once (the
+     * trainer's buffers are free at COPIED, not at STORED) */
+    unsigned window = opts.stage_host && n > opts.window ? (unsigned)n : opts.window;
     cl_win_init(&w);
     for (size_t i = 0; i < n && st == CKS_OK; i++) {
         cks_put_params_t pp;
-        st = cl_win_wait(&w, opts.window, deadline);
+        st = cl_win_wait(&w, window, deadline);
         if (st != CKS_OK) {
             break;
         }
         memset(&pp, 0, sizeof(pp));
         pp.field_mask = CKS_PUT_FIELD_TAGS;
+        if (opts.stage_host) {
+            pp.field_mask |= CKS_PUT_FIELD_STAGED | CKS_PUT_FIELD_COPIED;
+            pp.copied_cb  = cl_copied_cb;
+            pp.copied_arg = &w;
+        }
         pp.job = job;
         pp.version = version;
         pp.key = puts[i].key;
@@ -1026,6 +1062,9 @@ static cks_status_t cl_w_put_all(const char *job, uint64_t version, const cl_put
     *what_p = "put";
     cks_status_t st2 = cl_win_wait(&w, 1, deadline);
     st = st != CKS_OK ? st : st2;
+    if (copied_p != NULL) {
+        *copied_p = w.last_copied;
+    }
     if (w.inflight > 0) {
         /* timed out with puts in flight: destroying the client fails them
          * (their callbacks run) and gives our buffers back */
@@ -1164,7 +1203,7 @@ static void cl_w_snap(const cl_cmd_t *cmd, cl_res_t *res, double deadline)
         puts[o].tags.rank = (int32_t)cmd->rank;
     }
     res->t_start = bench_now();
-    st = cl_w_put_all(cmd->job, cmd->version, puts, cl_mix.n, deadline, &what);
+    st = cl_w_put_all(cmd->job, cmd->version, puts, cl_mix.n, deadline, &what, &res->t_copied);
     res->t_stored = bench_now();
     if (st != CKS_OK) {
         cl_w_err(res, st, what);
@@ -1351,7 +1390,7 @@ static void cl_w_pec_snap(const cl_cmd_t *cmd, cl_res_t *res, double deadline)
         n++;
     }
     res->t_start = bench_now();
-    st = cl_w_put_all(cmd->job, cmd->version, puts, n, deadline, &what);
+    st = cl_w_put_all(cmd->job, cmd->version, puts, n, deadline, &what, NULL);
     res->t_stored = bench_now();
     free(puts);
     if (st != CKS_OK) {
@@ -1453,6 +1492,13 @@ static int cl_worker_main(unsigned index, int cmd_fd, int res_fd)
             cks_status_t st = cks_cluster_usage(wk.client, &used, NULL);
             if (st != CKS_OK) {
                 cl_w_err(&res, st, "reconnect");
+            }
+        }
+        if (res.status == CKS_OK && cmd.op == CL_CMD_SNAP && opts.stage_host) {
+            /* the ring a trainer sets up once, before its first checkpoint */
+            cks_status_t st = cks_stage_prepare(wk.client);
+            if (st != CKS_OK) {
+                cl_w_err(&res, st, "staging ring");
             }
         }
         if (res.status == CKS_OK && (cmd.op == CL_CMD_SNAP || cmd.op == CL_CMD_RESTORE)) {
@@ -2371,7 +2417,8 @@ static int cl_snapshot(const char *job, uint64_t version, int fresh, unsigned re
         mainfig.enc_job_ns += es1.encoder_cpu_ns - es0.encoder_cpu_ns;
     }
     for (unsigned w = 0; w < opts.clients; w++) {
-        double st = res[w].t_stored - res[w].t_start;
+        /* the trainer's buffers are free at STORED, or, staged, at COPIED */
+        double st = (res[w].t_copied > 0 ? res[w].t_copied : res[w].t_stored) - res[w].t_start;
         stall = st > stall ? st : stall;
         last_stored = res[w].t_stored > last_stored ? res[w].t_stored : last_stored;
         last_end = res[w].t_end > last_end ? res[w].t_end : last_end;
@@ -4576,6 +4623,11 @@ static void cl_usage(FILE *f)
         "      --no-degraded      skip the degraded restores (and the repair after them)\n"
         "      --repair-rate SIZE the servers' repair pacing cap while clients move data,\n"
         "                         bytes/s (default: the server's); the figures name it\n"
+        "      --stage-host       writers stage their puts through a ring of host\n"
+        "                         memory that holds a writer's snapshot\n"
+        "                         (CKS_PUT_FIELD_STAGED), all of its puts at once: the\n"
+        "                         stall ends at the last COPIED, STORED is timed as\n"
+        "                         before\n"
         "      --pec              also full vs partial-expert checkpoints (8, 16 "
         "experts)\n"
         "      --pec-only         only those\n"
@@ -4727,7 +4779,8 @@ static int cl_parse_opts(int argc, char **argv)
         O_SWEEP_CLIENTS,
         O_SWEEP_SERVERS,
         O_SWEEP_SIZES,
-        O_HOSTS
+        O_HOSTS,
+        O_STAGE_HOST
     };
     static const struct option longopts[] = {
         {"local", required_argument, NULL, 'l'},
@@ -4767,6 +4820,7 @@ static int cl_parse_opts(int argc, char **argv)
         {"sweep-servers", required_argument, NULL, O_SWEEP_SERVERS},
         {"sweep-sizes", required_argument, NULL, O_SWEEP_SIZES},
         {"hosts", no_argument, NULL, O_HOSTS},
+        {"stage-host", no_argument, NULL, O_STAGE_HOST},
         {"json", required_argument, NULL, 'j'},
         {"timeout", required_argument, NULL, 't'},
         {"verbose", no_argument, NULL, 'v'},
@@ -4988,6 +5042,9 @@ static int cl_parse_opts(int argc, char **argv)
                 break;
             case O_HOSTS:
                 opts.hosts = 1;
+                break;
+            case O_STAGE_HOST:
+                opts.stage_host = 1;
                 break;
             case 'j':
                 opts.json = optarg;
@@ -5243,6 +5300,7 @@ static int cl_sweep_main(bench_report_t *rep)
     bench_rec_u64(&rep->run, "objects", opts.objects);
     bench_rec_u64(&rep->run, "reps", opts.reps);
     bench_rec_u64(&rep->run, "window", opts.window);
+    bench_rec_u64(&rep->run, "stage_host", (uint64_t)opts.stage_host);
     bench_rec_f64(&rep->run, "loadavg_start", load_start);
     bench_rec_f64(&rep->run, "loadavg_end", load_end);
     rc = 0;

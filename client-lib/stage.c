@@ -596,6 +596,20 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
     return CKS_INPROGRESS;
 }
 
+cks_status_t cks_stage_prepare(cks_client_h c)
+{
+    char why[160] = "";
+    cks_stage_t *st = NULL;
+    if (c == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    cks_status_t status = cks_stage_get(c, 1, &st, why, sizeof(why));
+    if (status != CKS_OK && why[0] != '\0') {
+        cks_stage_error(c, status, why);
+    }
+    return status;
+}
+
 const cks_tp_source_t *cks_cl_stage_source(cks_stage_job_t *j)
 {
     return &j->src;

@@ -463,6 +463,13 @@ typedef struct {
     void *copied_arg;
 } cks_put_params_t;
 
+/** Set up the client's staging ring now (CKS_CLIENT_FIELD_STAGE sizes it:
+ *  cks_mem_alloc() memory, registered with the CUDA runtime where there is
+ *  a device), from an application thread, so that the first staged put or
+ *  get does not pay for it. Otherwise the first one sets it up. Without a
+ *  device the ring serves host-staged puts only (CKS_PUT_FIELD_STAGED). */
+CKS_API_VISIBLE cks_status_t cks_stage_prepare(cks_client_h c);
+
 /** Store an object, zero-copy from `buffer` (host, or device memory: see
  *  "device memory" above). Completes once the server holds the bytes
  *  (STORED); the buffer may be reused from then on, or from COPIED. */

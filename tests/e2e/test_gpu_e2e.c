@@ -715,6 +715,8 @@ static void host_staged(void)
     unsetenv("CKS_STAGE_HOST");
     unsetenv("CKS_STAGE_FAIL_SLICE");
     cks_client_h c = connect_staged(SLICE, SLICES);
+    cr_assert_eq(cks_stage_prepare(NULL), CKS_ERR_INVALID_PARAM);
+    cr_assert_eq(cks_stage_prepare(c), CKS_OK, "the ring, set up before the first put");
     begin(c, "hs", 1);
     for (size_t i = 0; i < NSIZES; i++) {
         buf[i]  = malloc(sizes[i] + 1);
