@@ -6,8 +6,10 @@
  * directory, no client).
  *
  * DESIGN: a restore handle with `disk` set reads the files of a published
- * version directory (metadata/flushfmt.c) with pread(2) on the calling
- * thread: the manifest gives each object's size, CRC-64 and source version,
+ * version directory (metadata/flushfmt.c) with pread(2): a get's stripes on
+ * the calling thread and up to CKS_FL_READERS - 1 threads of its own, each
+ * taking the next stripe (joined before the get returns; the object's
+ * CRC-64 then on the calling thread): the manifest gives each object's size, CRC-64 and source version,
  * the servers' indexes where each chunk lies and its CRC-64. Each chunk is
  * checked before use; a stripe with a bad or missing data chunk is decoded
  * from any k good chunks (ISA-L), and a whole object is checked against its
@@ -127,6 +129,7 @@ cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version
 /* ---- reading a flushed copy --------------------------------------------------------------- */
 
 #define CKS_FL_AHEAD 16 /* stripes whose data chunks are read ahead at once */
+#define CKS_FL_READERS 4 /* threads that read the stripes of one get */
 
 typedef struct {
     uint64_t offset, len, crc64;
@@ -710,13 +713,62 @@ static void cks_fl_readahead(struct cks_cl_disk *d, const cks_md_object_t *o, ui
     }
 }
 
+/* The stripes of one get, read by up to CKS_FL_READERS threads: each takes
+ * the next stripe not taken yet, reads (and if need be decodes) it into the
+ * caller's buffer with a scratch of its own; the first error stops them. */
+typedef struct {
+    cks_client_h c;
+    struct cks_cl_disk *d;
+    const cks_md_object_t *o;
+    uint64_t off, len, s0, s_end;
+    uint8_t *dst;
+    pthread_mutex_t lock;
+    uint64_t next;       /* the next stripe to take */
+    cks_status_t status; /* the first error */
+} cks_fl_reading_t;
+
+static void *cks_fl_reader(void *arg)
+{
+    cks_fl_reading_t *g = arg;
+    struct cks_cl_disk *d = g->d;
+    uint64_t cs = d->mf.v.chunk_size, k = d->mf.v.ec_k;
+    uint8_t *scratch = malloc((size_t)((d->mf.v.ec_k + d->mf.v.ec_m) * cs));
+
+    for (;;) {
+        pthread_mutex_lock(&g->lock);
+        if (scratch == NULL && g->status == CKS_OK) {
+            g->status = CKS_ERR_NO_MEMORY;
+        }
+        uint64_t s = g->next;
+        int stop   = g->status != CKS_OK || s >= g->s_end;
+        g->next += !stop;
+        pthread_mutex_unlock(&g->lock);
+        if (stop) {
+            break;
+        }
+        if ((s - g->s0) % CKS_FL_AHEAD == 0) {
+            /* the next stripes' data chunks, CKS_FL_AHEAD at a time */
+            cks_fl_readahead(d, g->o, s, CKS_MIN(s + CKS_FL_AHEAD, g->s_end));
+        }
+        uint64_t lo = CKS_MAX(g->off, s * k * cs), hi = CKS_MIN(g->off + g->len, (s + 1) * k * cs);
+        cks_status_t st = cks_fl_stripe(g->c, d, g->o, s, lo, hi - lo, g->dst + (lo - g->off),
+                                        scratch);
+        if (st != CKS_OK) {
+            pthread_mutex_lock(&g->lock);
+            g->status = g->status == CKS_OK ? st : g->status;
+            pthread_mutex_unlock(&g->lock);
+        }
+    }
+    free(scratch);
+    return NULL;
+}
+
 cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
                              cks_done_cb_t cb, void *arg)
 {
     struct cks_cl_disk *d = r->disk;
     const cks_md_object_t *o;
     uint64_t off = 0, len, cs = d->mf.v.chunk_size, k = d->mf.v.ec_k;
-    uint8_t *scratch;
     cks_status_t status = CKS_OK;
 
     if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
@@ -739,22 +791,26 @@ cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_
         }
         len = o->size;
     }
-    scratch = len > 0 ? malloc((size_t)((d->mf.v.ec_k + d->mf.v.ec_m) * cs)) : NULL;
-    if (len > 0 && scratch == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    uint64_t s_end = len > 0 ? (off + len - 1) / (k * cs) + 1 : 0;
-    for (uint64_t s = off / (k * cs); status == CKS_OK && len > 0 && s * k * cs < off + len;
-         s++) {
-        if (s % CKS_FL_AHEAD == off / (k * cs) % CKS_FL_AHEAD) {
-            /* the next stripes' data chunks, CKS_FL_AHEAD at a time */
-            cks_fl_readahead(d, o, s, CKS_MIN(s + CKS_FL_AHEAD, s_end));
+    if (len > 0) {
+        cks_fl_reading_t g = {r->client, d, o, off, len, off / (k * cs),
+                              (off + len - 1) / (k * cs) + 1, (uint8_t *)p->buffer,
+                              PTHREAD_MUTEX_INITIALIZER, off / (k * cs), CKS_OK};
+        pthread_t th[CKS_FL_READERS - 1];
+        uint64_t nstripes = g.s_end - g.s0;
+        unsigned extra    = 0;
+        /* this thread reads too; the others only when there is more than
+         * one stripe */
+        while (extra + 1 < CKS_FL_READERS && extra + 1 < nstripes &&
+               pthread_create(&th[extra], NULL, cks_fl_reader, &g) == 0) {
+            extra++;
         }
-        uint64_t lo = CKS_MAX(off, s * k * cs), hi = CKS_MIN(off + len, (s + 1) * k * cs);
-        status = cks_fl_stripe(r->client, d, o, s, lo, hi - lo, (uint8_t *)p->buffer + (lo - off),
-                               scratch);
+        cks_fl_reader(&g);
+        for (unsigned t = 0; t < extra; t++) {
+            pthread_join(th[t], NULL);
+        }
+        pthread_mutex_destroy(&g.lock);
+        status = g.status;
     }
-    free(scratch);
     if (status == CKS_OK && !(p->field_mask & CKS_GET_FIELD_RANGE) &&
         cks_crc64(0, p->buffer, len) != o->crc64) {
         cks_cl_set_errorf(r->client, CKS_ERR_CRC_MISMATCH,
