@@ -255,14 +255,6 @@ static void cks_rp_rec_from_entry(cks_md_version_t *r, const cks_msg_version_ent
                             e->missing};
 }
 
-static void cks_rp_entry_from_rec(cks_msg_version_entry_t *e, const cks_md_version_t *r)
-{
-    *e = (cks_msg_version_entry_t){r->version,   r->parent,     r->state,
-                                   r->nranks,    r->created_ns, r->sealed_ns,
-                                   r->nobjects,  r->bytes,      r->ec_k,
-                                   r->ec_m,      r->chunk_size, r->redundancy,
-                                   r->missing};
-}
 
 /* ---- catch-up: the round ---------------------------------------------------------- */
 
@@ -868,7 +860,7 @@ void cks_rp_sync_list(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                          &more);
             for (size_t i = 0; status == CKS_OK && i < count; i++) {
                 cks_msg_version_entry_t e;
-                cks_rp_entry_from_rec(&e, &buf->v[i]);
+                cks_sv_entry_from_rec(&e, &buf->v[i]);
                 status = cks_wire_entry_pack(CKS_WIRE_ENTRY_VERSION, &e, page,
                                              CKS_WIRE_MAX_PAGE, &off);
             }
@@ -1472,7 +1464,7 @@ static void cks_rp_promoted(cks_server_h s, cks_mdq_job_t *j)
                  (unsigned long long)j->version, j->job);
         cks_msg_version_commit_t m = {0};
         m.job = (cks_wire_str_t){j->job, j->job_len};
-        cks_rp_entry_from_rec(&m.v, &j->rec);
+        cks_sv_entry_from_rec(&m.v, &j->rec);
         m.last   = 1;
         m.retain = 0;
         for (size_t pos = 0; !s->stop && pos < cks_cluster_nservers(s->map); pos++) {

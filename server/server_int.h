@@ -383,6 +383,25 @@ cks_status_t cks_sv_version_lookup(struct cks_server *s, const cks_wire_str_t *j
 cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key);
 uint64_t cks_sv_realtime_ns(void);
 
+/* (job, version)'s record when it can be read from: CKS_ERR_NO_SUCH_JOB,
+ * _NO_SUCH_VERSION or _NOT_RESTORABLE otherwise (server.c) */
+cks_status_t cks_sv_readable(cks_md_txn_h txn, const cks_wire_str_t *job, uint64_t version,
+                             cks_md_version_t *rec_p);
+
+/* query.c: answers to stats and lists (progress thread) */
+void cks_sv_version_stat(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                         const cks_msg_version_stat_t *m);
+void cks_sv_object_stat(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_object_stat_t *m);
+void cks_sv_list(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
+                 const cks_msg_any_t *body);
+/* As a version is listed (VERSION_LIST and SYNC_LIST pages). */
+void cks_sv_entry_from_rec(cks_msg_version_entry_t *e, const cks_md_version_t *rec);
+
+/* recover.c: check every record against the arena at start, abort versions
+ * a crash left OPEN */
+cks_status_t cks_sv_recover(struct cks_server *s);
+
 /* cluster.c */
 cks_status_t cks_sv_cluster_init(struct cks_server *s);
 /** Shutdown, after the transport is quiesced: stop the encoders and finish
