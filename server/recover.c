@@ -1,11 +1,12 @@
 /*
  * recover.c - a server's start-up: every object and chunk record is checked
- * against the arena (its CRC-64 over the bytes the arena file kept), the
- * arena space of what is good is taken again, what fails is set aside
- * (answered CRC_MISMATCH, never served), and versions a crash left OPEN
- * are aborted. Runs once, before the listener accepts anything.
+ * against the arena (its CRC-64 over the bytes the arena file kept) and its
+ * arena space taken again; an object that fails is set aside (answered
+ * CRC_MISMATCH, never served), a chunk that fails is kept and logged
+ * (readers check each chunk's CRC and decode around it); versions a crash
+ * left OPEN are aborted. Runs once, before the listener accepts anything.
  *
- * Never: serve a byte whose CRC failed at start.
+ * Never: serve an object whose CRC failed at start.
  */
 #include "server_int.h"
 
