@@ -126,7 +126,6 @@ cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type)
 
 /* ---- puts per version (what a seal tells the coordinator) -------------------- */
 
-
 /* A put completed: count it for its version's seal, and add it to the
  * digest of what this client put (cks_msg_version_seal_t.digest). */
 static void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m)

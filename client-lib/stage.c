@@ -1,6 +1,9 @@
 /*
  * DESIGN: device memory for libckstore. Decides the path of a device buffer
- * (direct to UCX, or staged), and owns the staging pipeline: a ring of
+ * (direct to UCX, or staged), and owns the staging pipeline (which also
+ * takes host buffers of puts asked to be staged, CKS_PUT_FIELD_STAGED:
+ * copied with memcpy() on the stage thread, never by the engine; a client
+ * without a device gets a ring whose engine refuses device memory): a ring of
  * `nslots` pinned host slices (one cks_mem_alloc() region, registered with
  * the copy engine), a FIFO of staged jobs, and the stage thread that runs
  * them in order. Job after job takes the next slots of the ring (slice i of
