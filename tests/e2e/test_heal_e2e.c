@@ -323,10 +323,15 @@ Test(heal, a_restarted_server_takes_the_next_checkpoint_whole)
     cks_client_destroy(c);
 }
 
+static int ch_lost_to_transport(const int *down);
+
 /* Three of six servers down with RS(4,2): no stripe could keep k chunks,
  * and no coordinator can win a majority; the write fails at its begin
  * (CKS_ERR_NO_QUORUM) with an error naming the servers, and the version is
- * never restorable. */
+ * never restorable. A live server that the kills left answering nothing
+ * (UCX's shared-memory FIFO, when a sender is killed in the middle of a
+ * message: docs/ARCHITECTURE.md, Known limits) is started again and the
+ * write made once more - once: the error must then name the three. */
 Test(heal, more_than_m_down_fails_naming_the_servers)
 {
     int down[NSRV] = {0};
@@ -341,6 +346,14 @@ Test(heal, more_than_m_down_fails_naming_the_servers)
     }
     cks_status_t st = write_version(c, v, why, sizeof(why));
     fprintf(stderr, "write with 3 down: %s: %s\n", cks_status_name(st), why);
+    if (st < 0 && ch_lost_to_transport(down) > 0) {
+        cks_client_destroy(c);
+        c  = connect_cluster(20000);
+        v  = version_with_live_coordinator(v + 1, down);
+        st = write_version(c, v, why, sizeof(why));
+        fprintf(stderr, "again, version %llu: %s: %s\n", (unsigned long long)v,
+                cks_status_name(st), why);
+    }
     cr_assert(st < 0, "a write with three servers down: %s", cks_status_name(st));
     int named = 0;
     for (size_t i = 0; i < NSRV; i++) {
