@@ -560,60 +560,6 @@ Test(repair, latest_on_a_server_that_missed_commits_is_never_older)
     cks_client_destroy(c);
 }
 
-/* (d) A delete that a server missed while it was down, and that its
- * coordinator no longer owes it (the coordinator restarted meanwhile), is
- * applied by catch-up before the server answers lists. */
-Test(repair, delete_missed_while_down_is_applied_by_catch_up)
-{
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(g_seed % NSRV);
-    uint64_t v1    = version_with_coordinator_not(1, x);
-    uint64_t v2    = version_with_coordinator_not(v1 + 1, x);
-    cr_assert_eq(write_version(c, v1), CKS_OK);
-    cr_assert_eq(write_version(c, v2), CKS_OK);
-    cks_test_cluster_kill(&cl, x);
-    cr_assert_eq(cks_version_delete(c, JOB, v1), CKS_OK);
-    cks_client_destroy(c);
-    /* the drop it owes x is kept in memory only: restarting forgets it */
-    size_t c1 = (size_t)cks_test_coordinator(cl.map, JOB, v1);
-    fprintf(stderr, "version %llu deleted while server %zu was down; its coordinator %zu "
-                    "restarted\n", (unsigned long long)v1, x, c1);
-    cks_test_cluster_kill(&cl, c1);
-    cr_assert_eq(cks_test_server_restart(&cl.srv[c1]), 0);
-    /* c1 catches up before x returns: had x come back while c1 was still in
-     * its first round, c1 would learn version 1 back from x (a version this
-     * server lacks may be one it missed: Known limits, no tombstones) */
-    cks_client_h adm = connect_cluster(20000);
-    cks_repair_info_t ri = {0};
-    uint64_t t1 = now_ms();
-    while ((cks_repair_status(adm, c1, &ri) != CKS_OK || !ri.caught_up) &&
-           now_ms() - t1 < WAIT_MS) {
-        usleep(20 * 1000);
-    }
-    cr_assert(ri.caught_up, "server %zu did not catch up", c1);
-    cks_client_destroy(adm);
-    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
-
-    cks_client_h one = NULL;
-    cr_assert_eq(cks_test_connect(&cl.srv[x], 5000, &one), CKS_OK);
-    uint64_t t0 = now_ms();
-    cks_version_info_t list[8];
-    size_t n = 0;
-    int more = 0;
-    cks_status_t st;
-    while ((st = cks_version_list(one, JOB, NULL, list, 8, &n, &more)) == CKS_ERR_BUSY &&
-           now_ms() - t0 < WAIT_MS) {
-        usleep(20 * 1000);
-    }
-    cr_assert_eq(st, CKS_OK, "list on the returning server: %s", cks_status_name(st));
-    cr_assert_eq(n, 1, "the returning server lists %zu versions", n);
-    cr_assert_eq(list[0].version, v2);
-    cr_assert(cks_test_log_has(cl.srv[x].log, "dropped while this server was away", 0),
-              "the drop came from catch-up");
-    cks_client_destroy(one);
-}
-
 /* Versions server i lists of JOB (asked alone, again while it answers BUSY). */
 static size_t versions_on(size_t i, cks_version_info_t *list, size_t max)
 {
@@ -643,6 +589,39 @@ static void wait_caught_up(size_t i)
     }
     cr_assert(ri.caught_up, "server %zu did not catch up", i);
     cks_client_destroy(adm);
+}
+
+/* (d) A delete that a server missed while it was down, and that its
+ * coordinator no longer owes it (the coordinator restarted meanwhile), is
+ * applied by catch-up before the server answers lists. */
+Test(repair, delete_missed_while_down_is_applied_by_catch_up)
+{
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    size_t x       = (size_t)(g_seed % NSRV);
+    uint64_t v1    = version_with_coordinator_not(1, x);
+    uint64_t v2    = version_with_coordinator_not(v1 + 1, x);
+    cr_assert_eq(write_version(c, v1), CKS_OK);
+    cr_assert_eq(write_version(c, v2), CKS_OK);
+    cks_test_cluster_kill(&cl, x);
+    cr_assert_eq(cks_version_delete(c, JOB, v1), CKS_OK);
+    cks_client_destroy(c);
+    /* the drop it owes x is kept in memory only: restarting forgets it */
+    size_t c1 = (size_t)cks_test_coordinator(cl.map, JOB, v1);
+    fprintf(stderr, "version %llu deleted while server %zu was down; its coordinator %zu "
+                    "restarted\n", (unsigned long long)v1, x, c1);
+    cks_test_cluster_kill(&cl, c1);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[c1]), 0);
+    /* c1 catches up before x returns (the other order is the next test's) */
+    wait_caught_up(c1);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+
+    cks_version_info_t list[8];
+    size_t n = versions_on(x, list, 8);
+    cr_assert_eq(n, 1, "the returning server lists %zu versions", n);
+    cr_assert_eq(list[0].version, v2);
+    cr_assert(cks_test_log_has(cl.srv[x].log, "dropped while this server was away", 0),
+              "the drop came from catch-up");
 }
 
 /* The race the test above steps around: a version deleted while server x
