@@ -199,6 +199,16 @@ static void check_object(cks_restore_h r, size_t i, uint64_t written)
     free(dst);
 }
 
+/* Every object of version v restores bit-exact from its flushed copy. */
+static void check_durable(cks_client_h c, uint64_t v)
+{
+    cks_restore_h r = open_durable(c, v, CKS_RESTORE_DURABLE);
+    for (size_t i = 0; i < NOBJ; i++) {
+        check_object(r, i, v);
+    }
+    cks_restore_close(r);
+}
+
 static void check_range(cks_restore_h r, size_t i, uint64_t written, uint64_t off,
                         uint64_t len)
 {
@@ -437,7 +447,6 @@ Test(flush, writers_killed_halfway_publish_nothing)
     CKS_TEST_NEEDS_FAULT_POINTS();
     cks_client_h c;
     cks_version_info_t info;
-    cks_restore_h r;
 
     cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, CKS_TEST_ALL,
                                         "flush_die:once"),
@@ -463,11 +472,7 @@ Test(flush, writers_killed_halfway_publish_nothing)
     c = connect_to(&cl);
     cr_assert_eq(flush(c, 1), CKS_OK);
     cr_assert_eq(tmp_dirs_left(), 0, "what the dead flush left is removed once published");
-    r = open_durable(c, 1, CKS_RESTORE_DURABLE);
-    for (size_t i = 0; i < NOBJ; i++) {
-        check_object(r, i, 1);
-    }
-    cks_restore_close(r);
+    check_durable(c, 1);
     cks_client_destroy(c);
 }
 
@@ -475,7 +480,6 @@ Test(flush, publisher_killed_before_rename_another_publishes)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
     cks_client_h c;
-    cks_restore_h r;
     char path[700];
     struct stat st;
 
@@ -495,11 +499,7 @@ Test(flush, publisher_killed_before_rename_another_publishes)
     version_dir(1, path, sizeof(path));
     cr_assert(stat(path, &st) == 0 && S_ISDIR(st.st_mode));
     cr_assert_eq(tmp_dirs_left(), 0);
-    r = open_durable(c, 1, CKS_RESTORE_DURABLE);
-    for (size_t i = 0; i < NOBJ; i++) {
-        check_object(r, i, 1);
-    }
-    cks_restore_close(r);
+    check_durable(c, 1);
     cks_client_destroy(c);
 }
 
@@ -542,7 +542,6 @@ Test(flush, partial_expert_child_restores_without_its_parent)
 Test(flush, every_second_version_flushed_by_policy)
 {
     cks_client_h c;
-    cks_restore_h r;
     cks_version_info_t info;
 
     server_flags("--flush-every 2");
@@ -577,11 +576,7 @@ Test(flush, every_second_version_flushed_by_policy)
     cr_assert(file_has_line(out, " 1 ", "PROTECTED", " no"), "version 1: in memory only");
     cr_assert(file_has_line(out, " 2 ", "-", " only"), "version 2: flushed only");
     cr_assert(file_has_line(out, " 3 ", "PROTECTED", " yes"), "version 3: both");
-    r = open_durable(c, 2, CKS_RESTORE_DURABLE);
-    for (size_t i = 0; i < NOBJ; i++) {
-        check_object(r, i, 2);
-    }
-    cks_restore_close(r);
+    check_durable(c, 2);
     cks_client_destroy(c);
 }
 
@@ -668,7 +663,6 @@ static uint64_t biggest_chunk_file(uint64_t v)
 Test(flush, flush_rate_paces_the_writes)
 {
     cks_client_h c;
-    cks_restore_h r;
     const uint64_t rate = 1 * MiB;
 
     server_flags("--flush-rate 1M");
@@ -688,11 +682,7 @@ Test(flush, flush_rate_paces_the_writes)
     cr_assert(took >= least * 0.95, "the flush took %.2f s, the cap implies at least %.2f s",
               took, least);
     cr_assert(took < least + 30, "the flush took %.2f s", took);
-    r = open_durable(c, 1, CKS_RESTORE_DURABLE);
-    for (size_t i = 0; i < NOBJ; i++) {
-        check_object(r, i, 1);
-    }
-    cks_restore_close(r);
+    check_durable(c, 1);
     cks_client_destroy(c);
 }
 
@@ -718,7 +708,6 @@ Test(flush, policy_flush_killed_midway_resumes_after_restart)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
     cks_client_h c;
-    cks_restore_h r;
     cks_version_info_t info;
 
     server_flags("--flush-every 2");
@@ -760,11 +749,7 @@ Test(flush, policy_flush_killed_midway_resumes_after_restart)
     cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_ERR_NO_SUCH_VERSION,
                  "version 1 is not due");
     c = connect_to(&cl);
-    r = open_durable(c, 2, CKS_RESTORE_DURABLE);
-    for (size_t i = 0; i < NOBJ; i++) {
-        check_object(r, i, 2);
-    }
-    cks_restore_close(r);
+    check_durable(c, 2);
     cks_client_destroy(c);
 }
 
@@ -840,11 +825,7 @@ Test(flush, flush_keep_retains_the_newest_and_what_they_read)
     for (uint64_t v = 1; v <= 4; v++) {
         cr_assert_eq(cks_version_stat(c, JOB, v, &info), CKS_OK, "version %" PRIu64, v);
     }
-    r = open_durable(c, 4, CKS_RESTORE_DURABLE);
-    for (size_t i = 0; i < NOBJ; i++) {
-        check_object(r, i, 4);
-    }
-    cks_restore_close(r);
+    check_durable(c, 4);
     r = open_durable(c, 3, CKS_RESTORE_DURABLE);
     check_object(r, 4, 3);
     cks_restore_close(r);
@@ -858,7 +839,6 @@ Test(flush, flush_keep_retains_the_newest_and_what_they_read)
 Test(flush, flush_age_flushes_when_the_newest_flushed_is_old)
 {
     cks_client_h c;
-    cks_restore_h r;
     cks_version_info_t info;
 
     server_flags("--flush-age 3");
@@ -890,11 +870,7 @@ Test(flush, flush_age_flushes_when_the_newest_flushed_is_old)
     coord = cks_test_coordinator(cl.map, JOB, 4);
     cr_assert(cks_test_log_has(cl.srv[coord].log, "due and not published", 0),
               "version 4 was flushed by the scan");
-    r = open_durable(c, 4, CKS_RESTORE_DURABLE);
-    for (size_t i = 0; i < NOBJ; i++) {
-        check_object(r, i, 4);
-    }
-    cks_restore_close(r);
+    check_durable(c, 4);
     cks_client_destroy(c);
 }
 
