@@ -139,80 +139,6 @@ struct cks_stage {
     uint64_t host_puts, host_bytes; /* host-staged puts (CKS_PUT_FIELD_STAGED) */
 };
 
-/* ---- the host-copy engine (test builds) -------------------------------------------
- * Memory is host memory posing as device memory, and a copy is a memcpy()
- * done when it is waited for: the pipeline runs through the same code as
- * with the CUDA engine, so its slicing, ordering, overlap and errors are
- * tested on machines without a GPU. Chosen with CKS_STAGE_HOST=1 in builds
- * with fault points only. */
-#ifdef CKS_FAULT_POINTS
-typedef struct {
-    struct {
-        void *dst;
-        const void *src;
-        size_t len;
-    } pending[CKS_STAGE_SLICES_MAX];
-} cks_host_engine_t;
-
-static cks_status_t cks_host_classify(void *eng, const void *ptr, cks_mem_type_t *type_p,
-                                      int *device_p)
-{
-    *type_p   = CKS_MEM_CUDA; /* what the tests stage: everything */
-    *device_p = 0;
-    return CKS_OK;
-}
-
-static cks_status_t cks_host_register(void *eng, void *ptr, size_t len)
-{
-    return CKS_OK;
-}
-
-static void cks_host_unregister(void *eng, void *ptr)
-{
-}
-
-static cks_status_t cks_host_bind(void *eng, int device)
-{
-    return CKS_OK;
-}
-
-static cks_status_t cks_host_copy_start(void *eng, unsigned slot, cks_copy_dir_t dir, void *dst,
-                                        const void *src, size_t len)
-{
-    cks_host_engine_t *h = eng;
-    h->pending[slot].dst = dst;
-    h->pending[slot].src = src;
-    h->pending[slot].len = len;
-    return CKS_OK;
-}
-
-static cks_status_t cks_host_copy_wait(void *eng, unsigned slot)
-{
-    cks_host_engine_t *h = eng;
-    if (h->pending[slot].len > 0) {
-        memcpy(h->pending[slot].dst, h->pending[slot].src, h->pending[slot].len);
-        h->pending[slot].len = 0;
-    }
-    return CKS_OK;
-}
-
-static void cks_host_destroy(void *eng)
-{
-    free(eng);
-}
-
-static const cks_stage_engine_ops_t cks_host_engine_ops = {
-    .name            = "host copy (test)",
-    .classify        = cks_host_classify,
-    .host_register   = cks_host_register,
-    .host_unregister = cks_host_unregister,
-    .bind            = cks_host_bind,
-    .copy_start      = cks_host_copy_start,
-    .copy_wait       = cks_host_copy_wait,
-    .destroy         = cks_host_destroy,
-};
-#endif
-
 /* ---- no device: host-staged puts only ---------------------------------------------------
  * The ring of a client without a CUDA device (or built without the toolkit)
  * serves host-staged puts (CKS_PUT_FIELD_STAGED), which copy with memcpy()
@@ -282,6 +208,66 @@ static const cks_stage_engine_ops_t cks_nodev_engine_ops = {
     .copy_wait       = cks_nodev_copy_wait,
     .destroy         = cks_nodev_destroy,
 };
+
+/* ---- the host-copy engine (test builds) -------------------------------------------
+ * Memory is host memory posing as device memory, and a copy is a memcpy()
+ * done when it is waited for: the pipeline runs through the same code as
+ * with the CUDA engine, so its slicing, ordering, overlap and errors are
+ * tested on machines without a GPU. Chosen with CKS_STAGE_HOST=1 in builds
+ * with fault points only. */
+#ifdef CKS_FAULT_POINTS
+typedef struct {
+    struct {
+        void *dst;
+        const void *src;
+        size_t len;
+    } pending[CKS_STAGE_SLICES_MAX];
+} cks_host_engine_t;
+
+static cks_status_t cks_host_classify(void *eng, const void *ptr, cks_mem_type_t *type_p,
+                                      int *device_p)
+{
+    *type_p   = CKS_MEM_CUDA; /* what the tests stage: everything */
+    *device_p = 0;
+    return CKS_OK;
+}
+
+static cks_status_t cks_host_copy_start(void *eng, unsigned slot, cks_copy_dir_t dir, void *dst,
+                                        const void *src, size_t len)
+{
+    cks_host_engine_t *h = eng;
+    h->pending[slot].dst = dst;
+    h->pending[slot].src = src;
+    h->pending[slot].len = len;
+    return CKS_OK;
+}
+
+static cks_status_t cks_host_copy_wait(void *eng, unsigned slot)
+{
+    cks_host_engine_t *h = eng;
+    if (h->pending[slot].len > 0) {
+        memcpy(h->pending[slot].dst, h->pending[slot].src, h->pending[slot].len);
+        h->pending[slot].len = 0;
+    }
+    return CKS_OK;
+}
+
+static void cks_host_destroy(void *eng)
+{
+    free(eng);
+}
+
+static const cks_stage_engine_ops_t cks_host_engine_ops = {
+    .name            = "host copy (test)",
+    .classify        = cks_host_classify,
+    .host_register   = cks_nodev_register, /* nothing to pin or bind */
+    .host_unregister = cks_nodev_unregister,
+    .bind            = cks_nodev_bind,
+    .copy_start      = cks_host_copy_start,
+    .copy_wait       = cks_host_copy_wait,
+    .destroy         = cks_host_destroy,
+};
+#endif
 
 /* ---- configuration, set-up ------------------------------------------------------------ */
 
