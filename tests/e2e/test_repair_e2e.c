@@ -192,6 +192,31 @@ static uint64_t version_with_coordinator_not(uint64_t from, size_t avoid)
     return 0;
 }
 
+/* Version *v1_p written with every server up; then server x killed and
+ * version *v2_p written without it (DEGRADED). Neither is coordinated by x. */
+static void write_then_without(cks_client_h c, size_t x, uint64_t *v1_p, uint64_t *v2_p)
+{
+    *v1_p = version_with_coordinator_not(1, x);
+    cr_assert_eq(write_version(c, *v1_p), CKS_OK);
+    *v2_p = version_with_coordinator_not(*v1_p + 1, x);
+    fprintf(stderr, "server %zu killed; version %llu written without it\n", x,
+            (unsigned long long)*v2_p);
+    cks_test_cluster_kill(&cl, x);
+    cr_assert_eq(write_version(c, *v2_p), CKS_OK);
+}
+
+/* Versions *v1_p and *v2_p written with every server up (neither
+ * coordinated by x); then server x killed and *v1_p deleted. */
+static void delete_while_down(cks_client_h c, size_t x, uint64_t *v1_p, uint64_t *v2_p)
+{
+    *v1_p = version_with_coordinator_not(1, x);
+    *v2_p = version_with_coordinator_not(*v1_p + 1, x);
+    cr_assert_eq(write_version(c, *v1_p), CKS_OK);
+    cr_assert_eq(write_version(c, *v2_p), CKS_OK);
+    cks_test_cluster_kill(&cl, x);
+    cr_assert_eq(cks_version_delete(c, JOB, *v1_p), CKS_OK);
+}
+
 /* Wait (bounded) until version v is PROTECTED with full redundancy. */
 static void wait_protected(cks_client_h c, uint64_t v)
 {
@@ -303,13 +328,8 @@ Test(repair, returning_server_rebuilds_and_version_survives_m_other_losses)
     cks_client_h c = connect_cluster(20000);
     size_t x       = (size_t)(g_seed % NSRV);
 
-    uint64_t v1 = version_with_coordinator_not(1, x);
-    cr_assert_eq(write_version(c, v1), CKS_OK);
-    uint64_t v2 = version_with_coordinator_not(v1 + 1, x);
-    fprintf(stderr, "server %zu killed; version %llu written without it\n", x,
-            (unsigned long long)v2);
-    cks_test_cluster_kill(&cl, x);
-    cr_assert_eq(write_version(c, v2), CKS_OK);
+    uint64_t v1, v2;
+    write_then_without(c, x, &v1, &v2);
     cks_version_info_t vi;
     cr_assert_eq(cks_version_stat(c, JOB, v2, &vi), CKS_OK);
     cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v2,
@@ -435,11 +455,8 @@ Test(repair, paced_while_clients_read_and_not_while_idle)
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
     size_t x       = (size_t)(g_seed % NSRV);
-    uint64_t v1    = version_with_coordinator_not(1, x);
-    cr_assert_eq(write_version(c, v1), CKS_OK);
-    uint64_t v2 = version_with_coordinator_not(v1 + 1, x);
-    cks_test_cluster_kill(&cl, x);
-    cr_assert_eq(write_version(c, v2), CKS_OK);
+    uint64_t v1, v2;
+    write_then_without(c, x, &v1, &v2);
 
     reader_t rd = {.version = v1};
     pthread_t th;
@@ -599,12 +616,8 @@ Test(repair, delete_missed_while_down_is_applied_by_catch_up)
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
     size_t x       = (size_t)(g_seed % NSRV);
-    uint64_t v1    = version_with_coordinator_not(1, x);
-    uint64_t v2    = version_with_coordinator_not(v1 + 1, x);
-    cr_assert_eq(write_version(c, v1), CKS_OK);
-    cr_assert_eq(write_version(c, v2), CKS_OK);
-    cks_test_cluster_kill(&cl, x);
-    cr_assert_eq(cks_version_delete(c, JOB, v1), CKS_OK);
+    uint64_t v1, v2;
+    delete_while_down(c, x, &v1, &v2);
     cks_client_destroy(c);
     /* the drop it owes x is kept in memory only: restarting forgets it */
     size_t c1 = (size_t)cks_test_coordinator(cl.map, JOB, v1);
@@ -636,13 +649,9 @@ Test(repair, deleted_version_is_never_learned_back)
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
     size_t x       = (size_t)(g_seed % NSRV);
-    uint64_t v1    = version_with_coordinator_not(1, x);
-    uint64_t v2    = version_with_coordinator_not(v1 + 1, x);
-    size_t c1      = (size_t)cks_test_coordinator(cl.map, JOB, v1);
-    cr_assert_eq(write_version(c, v1), CKS_OK);
-    cr_assert_eq(write_version(c, v2), CKS_OK);
-    cks_test_cluster_kill(&cl, x);
-    cr_assert_eq(cks_version_delete(c, JOB, v1), CKS_OK);
+    uint64_t v1, v2;
+    delete_while_down(c, x, &v1, &v2);
+    size_t c1 = (size_t)cks_test_coordinator(cl.map, JOB, v1);
     cks_client_destroy(c);
     fprintf(stderr, "version %llu deleted while server %zu was down; its coordinator %zu "
                     "killed, server %zu restarted, then %zu\n",
