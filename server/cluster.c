@@ -1781,19 +1781,16 @@ static void cks_bcast_send(cks_bcast_t *b)
         status     = b->page ? CKS_OK : CKS_ERR_NO_MEMORY;
         while (status == CKS_OK && b->next + n < v->nobjs && n < CKS_WIRE_MAX_ENTRIES) {
             const cks_md_object_t *o = &v->objs[b->next + n];
-            cks_msg_object_entry_t e = {{o->key, o->key_len}, o->kind, o->layer, o->expert,
-                                        o->rank, o->size, o->crc64, o->source_version};
+            cks_msg_object_entry_t e;
+            cks_sv_entry_from_obj(&e, o);
             status = cks_wire_entry_pack(CKS_WIRE_ENTRY_OBJECT, &e, b->page,
                                          CKS_WIRE_MAX_PAGE, &off);
             n += status == CKS_OK;
         }
         b->next += n;
         m.job = (cks_wire_str_t){v->job, v->job_len};
-        m.v   = (cks_msg_version_entry_t){v->version,     v->rec.parent,   v->rec.state,
-                                          v->rec.nranks,  v->rec.created_ns, v->rec.sealed_ns,
-                                          v->rec.nobjects, v->rec.bytes,   v->rec.ec_k,
-                                          v->rec.ec_m,    v->rec.chunk_size,
-                                          v->rec.redundancy, v->rec.missing};
+        cks_sv_entry_from_rec(&m.v, &v->rec);
+        m.v.version = v->version;
         m.last   = b->next >= v->nobjs;
         m.retain = v->retain;
         if (status == CKS_OK) {

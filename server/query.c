@@ -30,7 +30,7 @@ void cks_sv_entry_from_rec(cks_msg_version_entry_t *e, const cks_md_version_t *r
     e->missing    = rec->missing;
 }
 
-static void cks_sv_entry_from_obj(cks_msg_object_entry_t *e, const cks_md_object_t *o)
+void cks_sv_entry_from_obj(cks_msg_object_entry_t *e, const cks_md_object_t *o)
 {
     e->key    = (cks_wire_str_t){o->key, o->key_len};
     e->kind   = o->kind;

@@ -896,8 +896,8 @@ void cks_rp_sync_list(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
             }
             for (size_t i = 0; status == CKS_OK && i < count; i++) {
                 const cks_md_object_t *o = &buf->o[i];
-                cks_msg_object_entry_t e = {{o->key, o->key_len}, o->kind, o->layer, o->expert,
-                                            o->rank, o->size, o->crc64, o->source_version};
+                cks_msg_object_entry_t e;
+                cks_sv_entry_from_obj(&e, o);
                 status = cks_wire_entry_pack(CKS_WIRE_ENTRY_OBJECT, &e, page,
                                              CKS_WIRE_MAX_PAGE, &off);
             }

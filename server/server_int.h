@@ -397,6 +397,8 @@ void cks_sv_list(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id, unsi
                  const cks_msg_any_t *body);
 /* As a version is listed (VERSION_LIST and SYNC_LIST pages). */
 void cks_sv_entry_from_rec(cks_msg_version_entry_t *e, const cks_md_version_t *rec);
+/* As an object is listed (OBJECT_LIST, manifest pages); e->key points into o. */
+void cks_sv_entry_from_obj(cks_msg_object_entry_t *e, const cks_md_object_t *o);
 
 /* recover.c: check every record against the arena at start, abort versions
  * a crash left OPEN */
