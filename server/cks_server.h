@@ -62,6 +62,12 @@ typedef struct {
     uint64_t repair_idle_rate; /* the same while no client has moved data
                                through it for CKS_RP_IDLE_NS; 0 or UINT64_MAX:
                                no cap */
+    unsigned copy_threads;  /* threads that copy transfers of 2 MiB and more
+                               from or into clients' shared memory on this
+                               host (cks_tp_worker_copy_threads()); 0: one
+                               per 4 online CPUs, at most 8 (none below 4
+                               CPUs); UINT_MAX: none (UCX copies on the
+                               progress thread) */
 } cks_server_params_t;
 
 /** Open the arena and metadata, re-check every stored object's CRC, abort

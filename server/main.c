@@ -5,6 +5,7 @@
 #include "cks_server.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,10 @@ static void usage(FILE *out)
             "                         of that erasure-coded cluster\n"
             "  -i, --id N             this server's id in the cluster map\n"
             "  -e, --encoders N       encoder threads (cluster; default 1)\n"
+            "      --copy-threads N   threads that copy transfers of 2 MiB and more\n"
+            "                         from or into clients' shared memory on this host\n"
+            "                         (0 to 16; 0: none, the progress thread copies;\n"
+            "                         default one per 4 CPUs, at most 8)\n"
             "      --max-conns N      client connections served at once; more are\n"
             "                         refused (default 1024; with --peer-secret, the\n"
             "                         servers of the map have room beyond it)\n"
@@ -116,6 +121,7 @@ int main(int argc, char **argv)
         {"flush-keep", required_argument, NULL, 1010},
         {"flush-age", required_argument, NULL, 1011},
         {"repair-idle-rate", required_argument, NULL, 1020},
+        {"copy-threads", required_argument, NULL, 1021},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -181,6 +187,16 @@ int main(int argc, char **argv)
                     p.repair_rate = UINT64_MAX;
                 }
                 break;
+            case 1021: {
+                unsigned long v = strtoul(optarg, &end, 10);
+                if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v > 16) {
+                    fprintf(stderr, "ckstore-server: bad --copy-threads '%s' (0 to 16)\n",
+                            optarg);
+                    return 2;
+                }
+                p.copy_threads = v == 0 ? UINT_MAX : (unsigned)v;
+                break;
+            }
             case 1020:
                 if (cks_size_parse(optarg, &p.repair_idle_rate) != CKS_OK) {
                     fprintf(stderr, "ckstore-server: bad repair idle rate '%s'\n", optarg);

@@ -1350,6 +1350,18 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
     if (s->has_secret) {
         cks_tp_worker_require_auth(s->tp);
     }
+    unsigned ncopy = params->copy_threads;
+    if (ncopy == 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        ncopy     = ncpu >= 4 ? (unsigned)CKS_MIN(ncpu / 4, 8) : 0;
+    } else if (ncopy == UINT_MAX) {
+        ncopy = 0;
+    }
+    status = cks_tp_worker_copy_threads(s->tp, ncopy);
+    if (status != CKS_OK) {
+        cks_error("cannot start %u copy threads: %s", ncopy, cks_status_string(status));
+        goto err_tp;
+    }
     status = cks_tp_mem_map(s->tp, cks_arena_base(s->arena), cks_arena_size(s->arena),
                             &s->arena_mem);
     if (status != CKS_OK) {

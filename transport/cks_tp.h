@@ -746,6 +746,13 @@ cks_tp_auth_t *cks_tp_conn_auth(cks_tp_conn_h conn);
  *  are closed. The server sets it when it has a secret. */
 void cks_tp_worker_require_auth(cks_tp_worker_h worker);
 
+/** Copy threads: transfers of 2 MiB and more from or to a peer's region
+ *  that UCX maps here (a client's cks_tp_mem_alloc() memory on this host)
+ *  are copied by nthreads threads in 1 MiB parts instead of by UCX on the
+ *  worker's thread; completions still run on the worker's thread. 0 (the
+ *  default): none. At most 16; call once, before the first transfer. */
+cks_status_t cks_tp_worker_copy_threads(cks_tp_worker_h worker, unsigned nthreads);
+
 /** Room for peers: with authentication required, the listener accepts up to
  *  max_conns + room connections that have not proved the peer role, and
  *  cks_tp_conn_authenticated() lets at most max_conns of them authenticate

@@ -498,6 +498,28 @@ static void cks_tp_rkey_fault(cks_tp_rkey_t *rk, uint64_t addr, size_t len)
     }
 }
 
+/* For the copy threads, which fault in what they copy themselves: 1 when a
+ * block of [addr, addr + len) is not in our page tables yet; every block is
+ * marked as faulted in from here on. */
+static int cks_tp_rkey_unfaulted(cks_tp_rkey_t *rk, uint64_t addr, size_t len)
+{
+    uint64_t first, last;
+    int any = 0;
+
+    if (rk->local == NULL || rk->faulted == NULL || len == 0) {
+        return 0;
+    }
+    first = (addr - rk->seg_base) / CKS_TP_FAULT_BLOCK;
+    last  = (addr - rk->seg_base + len - 1) / CKS_TP_FAULT_BLOCK;
+    for (uint64_t b = first; b <= last; b++) {
+        if (!(rk->faulted[b / 8] & (1u << (b % 8)))) {
+            rk->faulted[b / 8] |= (uint8_t)(1u << (b % 8));
+            any = 1;
+        }
+    }
+    return any;
+}
+
 static void cks_tp_rkey_clear(cks_tp_rkey_t *rk)
 {
     if (rk->packed != NULL) {
@@ -863,6 +885,14 @@ static void cks_tp_rma_get_done(void *request, ucs_status_t st, void *arg)
     ucp_request_free(request);
 }
 
+/* A get's bytes copied by the copy threads. */
+static void cks_tp_rma_copied_in(void *arg, cks_status_t status)
+{
+    cks_tp_rma_req_t *r = arg;
+    r->cb(r->arg, status);
+    cks_tp_rma_req_free(r);
+}
+
 static void cks_tp_rma_params(ucp_request_param_t *p, ucp_send_nbx_callback_t cb, void *arg)
 {
     memset(p, 0, sizeof(*p));
@@ -882,13 +912,24 @@ cks_status_t cks_tp_rma_get(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
     cks_status_t status;
     void *req;
 
-    (void)w;
     status = cks_tp_rkey_get(conn, data, &rk);
     if (status != CKS_OK) {
         return status;
     }
     if ((r = cks_tp_rma_req(conn, rk, cb, arg)) == NULL) {
         return CKS_ERR_NO_MEMORY;
+    }
+    if (rk->local != NULL && cks_tp_copy_wants(w, data->length)) {
+        const uint8_t *src = (const uint8_t *)rk->local + (data->rma_addr - rk->seg_base);
+        status = cks_tp_copy_submit(w, buf, src, data->length,
+                                    cks_tp_rkey_unfaulted(rk, data->rma_addr, data->length), 0,
+                                    cks_tp_rma_copied_in, r);
+        if (status != CKS_OK) {
+            cks_tp_rma_req_free(r);
+            return status;
+        }
+        data->is_rma = 0; /* taken */
+        return CKS_INPROGRESS;
     }
     cks_tp_rkey_fault(rk, data->rma_addr, data->length);
     cks_tp_rma_params(&p, cks_tp_rma_get_done, r);
@@ -979,6 +1020,24 @@ static void cks_tp_rma_put_done(void *request, ucs_status_t st, void *arg)
     cks_tp_rma_flush(r);
 }
 
+/* A reply's bytes copied into the peer's region by the copy threads: the
+ * reply goes now (cancelled at stop: the owner is told, nothing is sent). */
+static void cks_tp_rma_copied_out(void *arg, cks_status_t status)
+{
+    cks_tp_rma_req_t *r = arg;
+
+    if (status == CKS_OK) {
+        cks_tp_rma_flush_done(NULL, UCS_OK, r);
+        return;
+    }
+    if (r->cb != NULL) {
+        r->cb(r->arg, status);
+    }
+    cks_tp_send_req_put(r->conn->worker, r->reply);
+    r->reply = NULL;
+    cks_tp_rma_req_free(r);
+}
+
 /* Write [payload, +len) to the mapped region at addr in slices, checking
  * each slice as written right after its put, while it is in this core's
  * cache: one pass over memory where a check first and a copy then make two.
@@ -1065,6 +1124,20 @@ cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id
         }
         cks_tp_rma_flush(r); /* then the reply, or the error */
         return CKS_INPROGRESS;
+    }
+    if (check == NULL && rk->local != NULL && cks_tp_copy_wants(w, payload_len)) {
+        uint8_t *dst = (uint8_t *)rk->local + (dest->rma_addr - rk->seg_base);
+        status = cks_tp_copy_submit(w, dst, payload, payload_len,
+                                    cks_tp_rkey_unfaulted(rk, dest->rma_addr, payload_len), 1,
+                                    cks_tp_rma_copied_out, r);
+        if (status == CKS_OK) {
+            return CKS_INPROGRESS;
+        }
+        r->cb = NULL; /* the caller learns it from the return value */
+        cks_tp_send_req_put(w, r->reply);
+        r->reply = NULL;
+        cks_tp_rma_req_free(r);
+        return status;
     }
     cks_tp_rma_params(&p, cks_tp_rma_put_done, r);
     req = ucp_put_nbx(conn->data_ep, payload, payload_len, dest->rma_addr, rk->rkey, &p);

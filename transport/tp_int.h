@@ -185,6 +185,7 @@ struct cks_tp_worker {
     size_t key_seg_off;
     int key_seg_kind;
     struct cks_tp_pf *pf;  /* rma.c: the prefault thread (NULL until first needed) */
+    struct cks_tp_copy *copy; /* copy.c: copy threads (NULL: none, UCX copies) */
     int require_auth;      /* see cks_tp_worker_require_auth() */
     unsigned nguests;      /* accepted connections not authenticated as peers */
     unsigned nclients;     /* ...of which authenticated (as clients) */
@@ -226,5 +227,25 @@ unsigned cks_tp_rma_pf_poll(cks_tp_worker_h w);
 /* Stop the prefault thread; what it had not finished is called back with
  * CKS_ERR_CANCELED (worker destroy, before connections go). */
 void cks_tp_rma_pf_stop(cks_tp_worker_h w);
+
+/* copy.c: copy threads for large transfers from or to a peer's region
+ * mapped here (see the top of copy.c). */
+#define CKS_TP_COPY_MIN  (2u << 20) /* smaller transfers: UCX, on the worker's thread */
+#define CKS_TP_COPY_PART (1u << 20) /* bytes a thread takes at a time */
+typedef struct cks_tp_copy_job cks_tp_copy_job_t;
+typedef void (*cks_tp_copy_cb_t)(void *arg, cks_status_t status);
+/* 1 when a transfer of len bytes goes to the copy threads. */
+int cks_tp_copy_wants(cks_tp_worker_h w, size_t len);
+/* Copy len bytes from src to dst on the copy threads; cb runs on the
+ * worker's thread (cks_tp_copy_poll()) with CKS_OK, or CKS_ERR_CANCELED at
+ * stop. fault: fault in the peer's side of each part first (peer_is_dst
+ * says which side that is). */
+cks_status_t cks_tp_copy_submit(cks_tp_worker_h w, void *dst, const void *src, size_t len,
+                                int fault, int peer_is_dst, cks_tp_copy_cb_t cb, void *arg);
+/* Finished jobs: their callbacks, in order; returns how many. */
+unsigned cks_tp_copy_poll(cks_tp_worker_h w);
+/* Stop the threads (at quiesce): queued parts are cancelled, every job is
+ * called back. */
+void cks_tp_copy_stop(cks_tp_worker_h w);
 
 #endif

@@ -1752,6 +1752,7 @@ void cks_tp_worker_quiesce(cks_tp_worker_h w)
     }
     w->stopping = 1;
     cks_tp_rma_pf_stop(w); /* its jobs hold connections and mappings */
+    cks_tp_copy_stop(w);   /* so do the copy threads' */
     unsigned ncalls = 0;
     for (cks_tp_call_req_t *c = w->calls_head; c != NULL; c = c->next) {
         ncalls++;
@@ -1837,6 +1838,9 @@ int cks_tp_worker_progress(cks_tp_worker_h w)
         any = 1;
     }
     if (w->pf != NULL && cks_tp_rma_pf_poll(w) > 0) {
+        any = 1;
+    }
+    if (w->copy != NULL && cks_tp_copy_poll(w) > 0) {
         any = 1;
     }
     w->progressed = any;

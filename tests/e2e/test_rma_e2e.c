@@ -1655,3 +1655,189 @@ Test(rma_known_bugs, another_processs_region_is_refused)
     cr_assert(get_replied && get_status < 0, "a get naming another process's memory: %s",
               cks_status_name(get_status));
 }
+
+/* ======================================================================
+ * Copy threads: a server with --copy-threads copies transfers of 2 MiB and
+ * more from and into the client's shared memory on its own threads, in
+ * 1 MiB parts; every byte lands where it belongs, and nothing else.
+ * ====================================================================== */
+
+static void setup_copy(void)
+{
+    cks_test_set_server_flags("--copy-threads 3");
+    setup();
+    cks_test_set_server_flags(NULL);
+}
+
+/* The "copy threads: N transfers, B bytes" line a server logs when it stops. */
+static int copy_log(const char *path, unsigned long long *jobs_p, unsigned long long *bytes_p)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int found = 0;
+
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *p = strstr(line, "copy threads: ");
+        if (p != NULL && sscanf(p, "copy threads: %llu transfers, %llu bytes", jobs_p,
+                                bytes_p) == 2) {
+            found = 1;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+TestSuite(rma_copy, .init = setup_copy, .fini = teardown, .timeout = 240);
+
+Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
+{
+    /* at, just past and far past the threshold; parts that do not divide
+     * the size; sources and destinations at odd places */
+    static const uint64_t sizes[] = {2 * MiB, 2 * MiB + 1, 5 * MiB + 4097, 48 * MiB + 13};
+    const uint64_t big             = 48 * MiB + 13;
+    uint64_t seed                  = cks_test_seed(151);
+    unsigned long long jobs = 0, bytes = 0;
+    char key[32];
+
+    cr_assert(cks_test_log_has(srv.log, "3 copy threads", 5000), "the server started no copy threads");
+    uint8_t *ref = malloc(big + 4096);
+    cr_assert_not_null(ref);
+    cks_test_fill(ref, big + 4096, seed);
+    uint8_t *src = shm_alloc(cl, big + 4096);
+    uint8_t *dst = shm_alloc(cl, big + 65536);
+    memcpy(src, ref, big + 4096);
+
+    begin(cl, "copy", 1);
+    for (size_t i = 0; i < CKS_ARRAY_SIZE(sizes); i++) {
+        snprintf(key, sizeof(key), "obj-%zu", i);
+        cr_assert_eq(put_obj(cl, "copy", 1, key, src + 7 * i, sizes[i]), CKS_OK, "put %s", key);
+    }
+    cr_assert_eq(cks_version_seal(cl, "copy", 1), CKS_OK);
+    cr_assert(memcmp(src, ref, big + 4096) == 0, "the source buffer changed");
+
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(cl, "copy", 1, &r), CKS_OK);
+    for (size_t i = 0; i < CKS_ARRAY_SIZE(sizes); i++) {
+        uint64_t len = UINT64_MAX;
+        snprintf(key, sizeof(key), "obj-%zu", i);
+        /* whole (checked as written, by the progress thread) */
+        memset(dst, 0xA5, sizes[i] + 4096);
+        cr_assert_eq(get_whole(r, key, dst, big + 65536, &len), CKS_OK, "get %s", key);
+        cr_assert_eq(len, sizes[i]);
+        cr_assert(memcmp(dst, ref + 7 * i, sizes[i]) == 0, "bytes of %s differ", key);
+        /* ranges of 2 MiB and more (unchecked: the copy threads) at odd
+         * offsets into odd destinations, with guards either side */
+        uint64_t off = sizes[i] > 2 * MiB ? 1 : 0;
+        uint64_t n   = sizes[i] - 1; /* never the whole object: unchecked */
+        size_t d     = 13 + 4096 * i;
+        memset(dst, 0x5C, n + d + 64);
+        cr_assert_eq(get_range(r, key, dst + d, off, n), CKS_OK, "range of %s", key);
+        cr_assert(memcmp(dst + d, ref + 7 * i + off, n) == 0, "range of %s differs", key);
+        for (size_t b = 0; b < d; b++) {
+            cr_assert_eq(dst[b], 0x5C, "written before the range of %s", key);
+        }
+        for (size_t b = 0; b < 64; b++) {
+            cr_assert_eq(dst[d + n + b], 0x5C, "written past the range of %s", key);
+        }
+    }
+    cks_restore_close(r);
+    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
+    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
+    free(ref);
+
+    /* the threads did the copies: every put and the ranges of 2 MiB and more */
+    cr_assert_eq(cks_test_server_stop(&srv, SIGTERM), 0);
+    cr_assert(copy_log(srv.log, &jobs, &bytes), "the server logged no copy-thread counts");
+    cr_assert_geq(jobs, 2 * CKS_ARRAY_SIZE(sizes) - 1, "%llu transfers (%llu bytes) by the copy threads", jobs, bytes);
+    cr_assert_geq(bytes, 2 * (2 * MiB + 5 * MiB + 48 * MiB), "%llu bytes by the copy threads", bytes);
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    unsigned left;
+    cks_status_t first;
+} burst_t;
+
+static void burst_done(void *arg, cks_status_t st)
+{
+    burst_t *b = arg;
+    pthread_mutex_lock(&b->lock);
+    if (st != CKS_OK && b->first == CKS_OK) {
+        b->first = st;
+    }
+    b->left--;
+    pthread_cond_broadcast(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+}
+
+Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
+{
+    enum { N = 12 };
+    const uint64_t size = 6 * MiB + 333;
+    uint64_t seed       = cks_test_seed(152);
+    burst_t b           = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, N, CKS_OK};
+    uint8_t *ref        = malloc(size * N);
+    cr_assert_not_null(ref);
+    cks_test_fill(ref, size * N, seed);
+    uint8_t *src = shm_alloc(cl, size * N);
+    uint8_t *dst = shm_alloc(cl, size * N);
+    memcpy(src, ref, size * N);
+
+    /* non-blocking puts, all in flight together: the threads take their
+     * parts job after job */
+    begin(cl, "burst", 1);
+    for (unsigned i = 0; i < N; i++) {
+        char key[32];
+        cks_put_params_t p = {0};
+        snprintf(key, sizeof(key), "o%u", i);
+        p.job     = "burst";
+        p.version = 1;
+        p.key     = key;
+        p.buffer  = src + i * size;
+        p.size    = size;
+        cr_assert_eq(cks_put_nb(cl, &p, burst_done, &b), CKS_INPROGRESS, "put %s", key);
+    }
+    pthread_mutex_lock(&b.lock);
+    while (b.left > 0) { /* each put ends within the client's timeout */
+        pthread_cond_wait(&b.cond, &b.lock);
+    }
+    pthread_mutex_unlock(&b.lock);
+    cr_assert_eq(b.first, CKS_OK, "a put failed: %s", cks_status_name(b.first));
+    cr_assert_eq(cks_version_seal(cl, "burst", 1), CKS_OK);
+
+    /* range gets, all in flight together, into neighbouring destinations */
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(cl, "burst", 1, &r), CKS_OK);
+    memset(dst, 0, size * N);
+    b.left = N;
+    for (unsigned i = 0; i < N; i++) {
+        char key[32];
+        cks_get_params_t g = {0};
+        snprintf(key, sizeof(key), "o%u", i);
+        g.field_mask  = CKS_GET_FIELD_RANGE;
+        g.key         = key;
+        g.buffer      = dst + i * size;
+        g.buffer_size = size;
+        g.offset      = 0;
+        g.length      = size - 1;
+        cr_assert_eq(cks_get_nb(r, &g, NULL, burst_done, &b), CKS_INPROGRESS, "get %s", key);
+    }
+    pthread_mutex_lock(&b.lock);
+    while (b.left > 0) {
+        pthread_cond_wait(&b.cond, &b.lock);
+    }
+    pthread_mutex_unlock(&b.lock);
+    cr_assert_eq(b.first, CKS_OK, "a get failed: %s", cks_status_name(b.first));
+    for (unsigned i = 0; i < N; i++) {
+        cr_assert(memcmp(dst + i * size, ref + i * size, size - 1) == 0, "o%u differs", i);
+        cr_assert_eq(dst[i * size + size - 1], 0, "o%u: written past its range", i);
+    }
+    cks_restore_close(r);
+    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
+    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
+    free(ref);
+}
