@@ -46,6 +46,7 @@ typedef struct {
     unsigned reps, warmup;
     const char *json;
     int quiet, verbose, no_raw;
+    unsigned copy_threads; /* the embedded server's (0: its default) */
     const char *server; /* "ADDR:PORT" of a running server, or NULL */
     unsigned setups, methods;
     double spin_s; /* raw loop: busy-poll before sleeping; < 0: always */
@@ -111,6 +112,8 @@ static void bench_usage(FILE *f)
             "                         then sleeps on UCX's event fd (default 200);\n"
             "                         -1: busy-poll only, as ucx_perftest does\n"
             "      --no-raw           skip the raw UCX reference\n"
+            "      --copy-threads N   the embedded server's copy threads (0: none;\n"
+            "                         default: the server's, one per 4 CPUs)\n"
             "  -t, --timeout SEC      limit on every wait: start, connect, each\n"
             "                         operation (30)\n"
             "  -v, --verbose          the server logs to stderr; print UCX's endpoints\n"
@@ -140,7 +143,8 @@ static int bench_parse_sizes(const char *list)
 
 static int bench_parse_opts(int argc, char **argv)
 {
-    enum { OPT_RAW_SETUPS = 256, OPT_RAW_METHODS, OPT_RAW_SPIN, OPT_NO_RAW, OPT_CLIENT_MEM };
+    enum { OPT_RAW_SETUPS = 256, OPT_RAW_METHODS, OPT_RAW_SPIN, OPT_NO_RAW, OPT_CLIENT_MEM,
+           OPT_COPY_THREADS };
     static const struct option longopts[] = {
         {"sizes", required_argument, NULL, 's'},
         {"max-size", required_argument, NULL, 'm'},
@@ -152,6 +156,7 @@ static int bench_parse_opts(int argc, char **argv)
         {"raw-methods", required_argument, NULL, OPT_RAW_METHODS},
         {"raw-spin", required_argument, NULL, OPT_RAW_SPIN},
         {"no-raw", no_argument, NULL, OPT_NO_RAW},
+        {"copy-threads", required_argument, NULL, OPT_COPY_THREADS},
         {"client-mem", required_argument, NULL, OPT_CLIENT_MEM},
         {"timeout", required_argument, NULL, 't'},
         {"verbose", no_argument, NULL, 'v'},
@@ -222,6 +227,11 @@ static int bench_parse_opts(int argc, char **argv)
                 }
                 break;
             case OPT_NO_RAW: opts.no_raw = 1; break;
+            case OPT_COPY_THREADS:
+                if (bench_copy_threads_parse(optarg, &opts.copy_threads) != 0) {
+                    return -1;
+                }
+                break;
             case OPT_CLIENT_MEM:
                 if (strcmp(optarg, "ckstore") == 0) {
                     opts.client_mem = BENCH_MEM_CKS;
@@ -839,6 +849,7 @@ int main(int argc, char **argv)
     if (opts.server == NULL) {
         uint64_t arena = bench_arena_size(max);
         child.verbose  = opts.verbose;
+        child.copy_threads = opts.copy_threads;
         if (bench_child_start(&child, arena, opts.timeout_s, err, sizeof(err)) != 0) {
             fprintf(stderr, "ckstore-bench: %s\n", err);
             return 1;

@@ -46,6 +46,9 @@ void bench_stats(uint64_t bytes, double *secs, unsigned n, bench_stats_t *st_p);
 const char *bench_size_str(uint64_t size, char *buf, size_t len);
 /** Parse "4096", "64K", "16M", "1G" (binary units). Returns 0 on success. */
 int bench_size_parse(const char *text, uint64_t *size_p);
+/** --copy-threads N (0 to 16) into a cks_server_params_t.copy_threads value
+ *  (0 -> UINT_MAX: none); prints the error and returns -1 when bad. */
+int bench_copy_threads_parse(const char *text, unsigned *threads_p);
 
 /* ---- buffers (mem.c) -------------------------------------------------------- */
 
@@ -171,6 +174,8 @@ typedef struct {
     char arena[128]; /* /dev/shm/ckstore-bench-PID.arena (idem) */
     int log_fd;      /* the child's stderr (an unlinked file), -1 when verbose */
     int verbose;     /* set before start: the child logs to our stderr */
+    unsigned copy_threads; /* set before start: the server's copy_threads
+                        (cks_server_params_t; 0: its default) */
     char netns[64];  /* set before start: the network namespace (as `ip netns`
                         names it) the child runs in; "": ours */
 } bench_child_t;

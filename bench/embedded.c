@@ -294,6 +294,7 @@ static int bench_child_main(bench_child_t *c, uint64_t arena_size)
     p.arena_size  = arena_size;
     p.arena_file  = c->arena;
     p.data_dir    = data_dir;
+    p.copy_threads = c->copy_threads;
     status        = cks_server_create(&p, &a.server);
     /* the server holds them open from now on: unlinked, they disappear with
      * this process, even when the parent is killed with SIGKILL */

@@ -212,6 +212,7 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
         {"server", required_argument, NULL, 'S'},
         {"slice", required_argument, NULL, 'l'},
         {"slices", required_argument, NULL, 'n'},
+        {"copy-threads", required_argument, NULL, 'c'},
         {NULL, 0, NULL, 0},
     };
     const char *map = NULL, *server = NULL;
@@ -219,6 +220,7 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
     uint64_t slice  = 0; /* the staging ring: the library's default */
     unsigned slices = 0;
     unsigned reps   = 3;
+    unsigned copy_threads = 0; /* the embedded server's default */
     char why[256];
     int c;
 
@@ -240,11 +242,16 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
                 }
                 break;
             case 'n': slices = (unsigned)strtoul(optarg, NULL, 10); break;
+            case 'c':
+                if (bench_copy_threads_parse(optarg, &copy_threads) != 0) {
+                    return 2;
+                }
+                break;
             case 'M': map = optarg; break;
             case 'S': server = optarg; break;
             default:
                 fprintf(stderr, "usage: ckstore-bench [cluster] --gpu [--size S] [--reps N] "
-                                "[--slice S --slices N] "
+                                "[--slice S --slices N] [--copy-threads N] "
                                 "[--server IP:PORT | --map FILE (cluster)]\n");
                 return 2;
         }
@@ -269,6 +276,7 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
         return 2;
     }
     if (!cluster && server == NULL) {
+        child.copy_threads = copy_threads;
         if (bench_child_start(&child, size * 2 + (64ull << 20), 30, err, sizeof(err)) != 0) {
             fprintf(stderr, "ckstore-bench --gpu: %s\n", err);
             return 1;
@@ -309,6 +317,7 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
     (void)server;
     (void)slice;
     (void)slices;
+    (void)copy_threads;
     return 0;
 #endif
 }

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,18 @@ int bench_size_parse(const char *text, uint64_t *size_p)
         return -1;
     }
     *size_p = v;
+    return 0;
+}
+
+int bench_copy_threads_parse(const char *text, unsigned *threads_p)
+{
+    char *end;
+    unsigned long v = strtoul(text, &end, 10);
+    if (text[0] < '0' || text[0] > '9' || *end != '\0' || v > 16) {
+        fprintf(stderr, "ckstore-bench: bad --copy-threads '%s' (0 to 16)\n", text);
+        return -1;
+    }
+    *threads_p = v == 0 ? UINT_MAX : (unsigned)v;
     return 0;
 }
 
