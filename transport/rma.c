@@ -923,7 +923,7 @@ cks_status_t cks_tp_rma_get(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
         const uint8_t *src = (const uint8_t *)rk->local + (data->rma_addr - rk->seg_base);
         status = cks_tp_copy_submit(w, buf, src, data->length,
                                     cks_tp_rkey_unfaulted(rk, data->rma_addr, data->length), 0,
-                                    cks_tp_rma_copied_in, r);
+                                    NULL, cks_tp_rma_copied_in, r);
         if (status != CKS_OK) {
             cks_tp_rma_req_free(r);
             return status;
@@ -1026,7 +1026,8 @@ static void cks_tp_rma_copied_out(void *arg, cks_status_t status)
 {
     cks_tp_rma_req_t *r = arg;
 
-    if (status == CKS_OK) {
+    if (status == CKS_OK || status == CKS_ERR_CRC_MISMATCH) {
+        r->fail = status; /* a mismatch: the error reply instead */
         cks_tp_rma_flush_done(NULL, UCS_OK, r);
         return;
     }
@@ -1112,6 +1113,20 @@ cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id
     r->reply     = s;
     r->reply_len = len;
     r->req_id    = req_id;
+    if (rk->local != NULL && cks_tp_copy_wants(w, payload_len)) {
+        uint8_t *dst = (uint8_t *)rk->local + (dest->rma_addr - rk->seg_base);
+        status = cks_tp_copy_submit(w, dst, payload, payload_len,
+                                    cks_tp_rkey_unfaulted(rk, dest->rma_addr, payload_len), 1,
+                                    check, cks_tp_rma_copied_out, r);
+        if (status == CKS_OK) {
+            return CKS_INPROGRESS;
+        }
+        r->cb = NULL; /* the caller learns it from the return value */
+        cks_tp_send_req_put(w, r->reply);
+        r->reply = NULL;
+        cks_tp_rma_req_free(r);
+        return status;
+    }
     cks_tp_rkey_fault(rk, dest->rma_addr, payload_len);
     if (check != NULL && rk->local != NULL) {
         uint64_t crc = 0;
@@ -1124,20 +1139,6 @@ cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id
         }
         cks_tp_rma_flush(r); /* then the reply, or the error */
         return CKS_INPROGRESS;
-    }
-    if (check == NULL && rk->local != NULL && cks_tp_copy_wants(w, payload_len)) {
-        uint8_t *dst = (uint8_t *)rk->local + (dest->rma_addr - rk->seg_base);
-        status = cks_tp_copy_submit(w, dst, payload, payload_len,
-                                    cks_tp_rkey_unfaulted(rk, dest->rma_addr, payload_len), 1,
-                                    cks_tp_rma_copied_out, r);
-        if (status == CKS_OK) {
-            return CKS_INPROGRESS;
-        }
-        r->cb = NULL; /* the caller learns it from the return value */
-        cks_tp_send_req_put(w, r->reply);
-        r->reply = NULL;
-        cks_tp_rma_req_free(r);
-        return status;
     }
     cks_tp_rma_params(&p, cks_tp_rma_put_done, r);
     req = ucp_put_nbx(conn->data_ep, payload, payload_len, dest->rma_addr, rk->rkey, &p);

@@ -1748,7 +1748,8 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
     cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
     free(ref);
 
-    /* the threads did the copies: every put and the ranges of 2 MiB and more */
+    /* the threads did the copies: every put, the whole gets (checked beside
+     * the copies) and the ranges of 2 MiB and more */
     cr_assert_eq(cks_test_server_stop(&srv, SIGTERM), 0);
     cr_assert(copy_log(srv.log, &jobs, &bytes), "the server logged no copy-thread counts");
     cr_assert_geq(jobs, 2 * CKS_ARRAY_SIZE(sizes) - 1, "%llu transfers (%llu bytes) by the copy threads", jobs, bytes);
@@ -1840,4 +1841,37 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
     cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
     cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
     free(ref);
+}
+
+Test(rma_copy, a_rotted_object_fails_its_whole_get_on_the_copy_threads)
+{
+    const uint64_t size = 9 * MiB + 77; /* parts that do not divide it */
+    uint64_t seed       = cks_test_seed(153);
+    uint8_t *src        = shm_alloc(cl, size);
+    uint8_t *dst        = shm_alloc(cl, size);
+    uint64_t len        = 0;
+
+    cks_test_fill(src, size, seed);
+    begin(cl, "rot", 1);
+    cr_assert_eq(put_obj(cl, "rot", 1, "obj", src, size), CKS_OK);
+    cr_assert_eq(cks_version_seal(cl, "rot", 1), CKS_OK);
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(cl, "rot", 1, &r), CKS_OK);
+    /* whole gets are checked (the check beside the copies) */
+    cr_assert_eq(get_whole(r, "obj", dst, size, &len), CKS_OK);
+    cr_assert(len == size && memcmp(dst, src, size) == 0, "the bytes before the rot");
+
+    /* the arena's copy rots after its CRC was recorded: near the end, in a
+     * part that one of the other threads copies */
+    cr_assert_eq(cks_test_rot(srv.arena, src + size - 3 * MiB + 5), 1);
+    cr_assert_eq(get_whole(r, "obj", dst, size, &len), CKS_ERR_CRC_MISMATCH,
+                 "a whole get of a rotted object");
+    cks_restore_close(r);
+    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
+    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
+
+    unsigned long long jobs = 0, bytes = 0;
+    cr_assert_eq(cks_test_server_stop(&srv, SIGTERM), 0);
+    cr_assert(copy_log(srv.log, &jobs, &bytes), "the server logged no copy-thread counts");
+    cr_assert_eq(jobs, 3, "the put and both gets went to the copy threads (%llu)", jobs);
 }
