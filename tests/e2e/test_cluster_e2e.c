@@ -246,38 +246,20 @@ Test(cluster, everything_answers_right_after_every_server_restarted, .timeout = 
  * or were dropped and the chunks counted missing after a 10 s timeout
  * (DEGRADED). Every chunk must be stored, and no answer lost. Before the
  * fix it failed in 5 of 6 runs of `ckstore-bench cluster -s 16M -o 8`. */
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int left;
-    cks_status_t first;
-} puts_t;
-
-static void put_done(void *arg, cks_status_t st)
-{
-    puts_t *p = arg;
-    pthread_mutex_lock(&p->lock);
-    if (st != CKS_OK && p->first == CKS_OK) {
-        p->first = st;
-    }
-    p->left--;
-    pthread_cond_signal(&p->cond);
-    pthread_mutex_unlock(&p->lock);
-}
-
 Test(cluster, first_snapshot_on_fresh_servers_is_protected, .timeout = 120)
 {
     enum { N = 8 };
     const uint64_t size = 16 * MiB;
     cks_client_h c      = connect_cluster(4, 2, 1 * MiB);
     uint8_t *buf[N];
-    puts_t p = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, N, CKS_OK};
+    cks_test_count_t p;
     cks_version_params_t vp = {0};
     cks_version_info_t vi;
 
     vp.job     = "fresh";
     vp.version = 1;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cks_test_count_init(&p, N);
     for (int i = 0; i < N; i++) {
         char key[16];
         cks_put_params_t pp = {0};
@@ -293,15 +275,13 @@ Test(cluster, first_snapshot_on_fresh_servers_is_protected, .timeout = 120)
         pp.key     = key;
         pp.buffer  = buf[i];
         pp.size    = size;
-        cr_assert_eq(cks_put_nb(c, &pp, put_done, &p), CKS_INPROGRESS, "put %s", key);
+        cr_assert_eq(cks_put_nb(c, &pp, cks_test_count_done, &p), CKS_INPROGRESS, "put %s",
+                     key);
     }
-    pthread_mutex_lock(&p.lock);
-    while (p.left > 0) { /* each put ends within the client's timeout */
-        pthread_cond_wait(&p.cond, &p.lock);
-    }
-    pthread_mutex_unlock(&p.lock);
-    cr_assert_eq(p.first, CKS_OK, "a put failed: %s", cks_status_name(p.first));
-    cks_status_t st = cks_version_seal(c, "fresh", 1);
+    /* each put ends within the client's timeout */
+    cks_status_t st = cks_test_count_wait(&p, 90000);
+    cr_assert_eq(st, CKS_OK, "a put failed: %s", cks_status_name(st));
+    st = cks_version_seal(c, "fresh", 1);
     char why[512]   = "";
     cks_client_last_error(c, why, sizeof(why));
     cr_assert_eq(st, CKS_OK, "seal: %s (%s)", cks_status_name(st), why);

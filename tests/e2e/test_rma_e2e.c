@@ -1756,31 +1756,12 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
     cr_assert_geq(bytes, 2 * (2 * MiB + 5 * MiB + 48 * MiB), "%llu bytes by the copy threads", bytes);
 }
 
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    unsigned left;
-    cks_status_t first;
-} burst_t;
-
-static void burst_done(void *arg, cks_status_t st)
-{
-    burst_t *b = arg;
-    pthread_mutex_lock(&b->lock);
-    if (st != CKS_OK && b->first == CKS_OK) {
-        b->first = st;
-    }
-    b->left--;
-    pthread_cond_broadcast(&b->cond);
-    pthread_mutex_unlock(&b->lock);
-}
-
 Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
 {
     enum { N = 12 };
     const uint64_t size = 6 * MiB + 333;
     uint64_t seed       = cks_test_seed(152);
-    burst_t b           = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, N, CKS_OK};
+    cks_test_count_t b;
     uint8_t *ref        = malloc(size * N);
     cr_assert_not_null(ref);
     cks_test_fill(ref, size * N, seed);
@@ -1791,6 +1772,7 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
     /* non-blocking puts, all in flight together: the threads take their
      * parts job after job */
     begin(cl, "burst", 1);
+    cks_test_count_init(&b, N);
     for (unsigned i = 0; i < N; i++) {
         char key[32];
         cks_put_params_t p = {0};
@@ -1800,21 +1782,18 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
         p.key     = key;
         p.buffer  = src + i * size;
         p.size    = size;
-        cr_assert_eq(cks_put_nb(cl, &p, burst_done, &b), CKS_INPROGRESS, "put %s", key);
+        cr_assert_eq(cks_put_nb(cl, &p, cks_test_count_done, &b), CKS_INPROGRESS, "put %s",
+                     key);
     }
-    pthread_mutex_lock(&b.lock);
-    while (b.left > 0) { /* each put ends within the client's timeout */
-        pthread_cond_wait(&b.cond, &b.lock);
-    }
-    pthread_mutex_unlock(&b.lock);
-    cr_assert_eq(b.first, CKS_OK, "a put failed: %s", cks_status_name(b.first));
+    cks_status_t st = cks_test_count_wait(&b, 60000);
+    cr_assert_eq(st, CKS_OK, "the puts: %s", cks_status_name(st));
     cr_assert_eq(cks_version_seal(cl, "burst", 1), CKS_OK);
 
     /* range gets, all in flight together, into neighbouring destinations */
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(cl, "burst", 1, &r), CKS_OK);
     memset(dst, 0, size * N);
-    b.left = N;
+    cks_test_count_init(&b, N);
     for (unsigned i = 0; i < N; i++) {
         char key[32];
         cks_get_params_t g = {0};
@@ -1825,14 +1804,11 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
         g.buffer_size = size;
         g.offset      = 0;
         g.length      = size - 1;
-        cr_assert_eq(cks_get_nb(r, &g, NULL, burst_done, &b), CKS_INPROGRESS, "get %s", key);
+        cr_assert_eq(cks_get_nb(r, &g, NULL, cks_test_count_done, &b), CKS_INPROGRESS,
+                     "get %s", key);
     }
-    pthread_mutex_lock(&b.lock);
-    while (b.left > 0) {
-        pthread_cond_wait(&b.cond, &b.lock);
-    }
-    pthread_mutex_unlock(&b.lock);
-    cr_assert_eq(b.first, CKS_OK, "a get failed: %s", cks_status_name(b.first));
+    st = cks_test_count_wait(&b, 60000);
+    cr_assert_eq(st, CKS_OK, "the gets: %s", cks_status_name(st));
     for (unsigned i = 0; i < N; i++) {
         cr_assert(memcmp(dst + i * size, ref + i * size, size - 1) == 0, "o%u differs", i);
         cr_assert_eq(dst[i * size + size - 1], 0, "o%u: written past its range", i);

@@ -823,3 +823,45 @@ int cks_test_rot(const char *path, const uint8_t *needle)
     munmap(a, (size_t)st.st_size);
     return found;
 }
+
+void cks_test_count_init(cks_test_count_t *c, unsigned n)
+{
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    c->left  = n;
+    c->first = CKS_OK;
+}
+
+void cks_test_count_done(void *arg, cks_status_t status)
+{
+    cks_test_count_t *c = arg;
+    pthread_mutex_lock(&c->lock);
+    if (status != CKS_OK && c->first == CKS_OK) {
+        c->first = status;
+    }
+    c->left--;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+cks_status_t cks_test_count_wait(cks_test_count_t *c, int timeout_ms)
+{
+    struct timespec until;
+    cks_status_t status;
+    int rc = 0;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&c->lock);
+    while (c->left > 0 && rc == 0) {
+        rc = pthread_cond_timedwait(&c->cond, &c->lock, &until);
+    }
+    status = c->left > 0 ? CKS_ERR_TIMEOUT : c->first;
+    pthread_mutex_unlock(&c->lock);
+    return status;
+}

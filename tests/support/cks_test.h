@@ -8,6 +8,7 @@
 
 #include "ckstore.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -133,5 +134,19 @@ void cks_test_fill(void *buf, size_t len, uint64_t seed);
  *  memory rots after the server recorded the bytes' CRC. Returns how many
  *  copies were changed, or -1 when the file cannot be opened or mapped. */
 int cks_test_rot(const char *path, const uint8_t *needle);
+
+/** Completions of n non-blocking calls: pass cks_test_count_done as their
+ *  callback and the count as its argument, then wait for all of them. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    unsigned left;
+    cks_status_t first; /* the first error, or CKS_OK */
+} cks_test_count_t;
+void cks_test_count_init(cks_test_count_t *c, unsigned n);
+void cks_test_count_done(void *arg, cks_status_t status);
+/** Wait until every call completed (at most timeout_ms): their first error,
+ *  CKS_OK, or CKS_ERR_TIMEOUT. Then the count may be initialised again. */
+cks_status_t cks_test_count_wait(cks_test_count_t *c, int timeout_ms);
 
 #endif
