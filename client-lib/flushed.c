@@ -1,6 +1,7 @@
 /*
  * flushed.c - the durable tier in libckstore: cks_version_flush() (asks
- * every server to write its chunks, then one to publish), restores from a
+ * one server, the version's coordinator first, to run the flush: it has
+ * every server write its chunks, publishes, and answers), restores from a
  * flushed copy on disk (cks_restore_open_ex() with a flush_dir), and what a
  * flush directory holds (cks_flushed_stat/list/progress: read from the
  * directory, no client).
@@ -31,7 +32,9 @@
 
 /* ---- flush ------------------------------------------------------------------------------- */
 
-#define CKS_FLUSH_TIMEOUT_MS 600000
+/* How long a caller waits for the server that runs its flush: more than
+ * that server's own calls to its peers (10 min), so that it answers first. */
+#define CKS_FLUSH_TIMEOUT_MS 660000
 
 static cks_op_t *cks_fl_op(cks_client_h c, unsigned type, const char *job, uint64_t version,
                            const char *dir, uint64_t nonce, cks_status_t *st_p)
@@ -55,13 +58,33 @@ static cks_op_t *cks_fl_op(cks_client_h c, unsigned type, const char *job, uint6
     return op;
 }
 
+/* The server did not take the request, or stopped running it: another may
+ * (it is down, stopping, or missed the version). UCX reports a peer that
+ * died as a timeout ("timed out waiting for the peer"): a TIMEOUT long
+ * before the request's own deadline is one. */
+static int cks_fl_ask_next(cks_status_t st, uint64_t took_ns)
+{
+    return st == CKS_ERR_CONN_LOST || st == CKS_ERR_UNREACHABLE || st == CKS_ERR_TRANSPORT ||
+           st == CKS_ERR_SHUTTING_DOWN || st == CKS_ERR_NO_SUCH_VERSION ||
+           st == CKS_ERR_NO_SUCH_JOB ||
+           (st == CKS_ERR_TIMEOUT &&
+            took_ns + 10000000000ull < (uint64_t)CKS_FLUSH_TIMEOUT_MS * 1000000ull);
+}
+
+/* FLUSH_VERSION to the version's coordinator candidates in order, then the
+ * other servers: the first that takes it records the request in the flush
+ * directory, has every server write its chunks, publishes, and answers.
+ * Another server is asked only when one cannot take it (down, stopping, or
+ * it lacks the version) - never after a timeout, where the flush may still
+ * run: the caller's wait is one server's, at most CKS_FLUSH_TIMEOUT_MS. */
 cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version,
                                const char *dir)
 {
-    cks_waiter_t *w;
-    cks_status_t *st, status = CKS_OK, first = CKS_OK;
-    size_t ok = 0;
-    uint64_t nonce;
+    uint16_t cand[CKS_COORD_CANDIDATES_MAX];
+    cks_status_t status = CKS_ERR_UNREACHABLE, notfound = CKS_OK;
+    char tried[CKS_MSG_MAX_LEN] = "";
+    size_t ncand, used = 0, asked = 0;
+    uint64_t took = 0;
 
     if (c == NULL || job == NULL || version == UINT64_MAX) {
         return CKS_ERR_INVALID_PARAM;
@@ -73,55 +96,56 @@ cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version
     if (c->map == NULL) {
         return CKS_ERR_UNSUPPORTED;
     }
-    nonce = cks_tp_random_id();
-    w     = calloc(c->nsrv, sizeof(*w));
-    st    = calloc(c->nsrv, sizeof(*st));
-    if (w == NULL || st == NULL) {
-        free(w);
-        free(st);
-        return CKS_ERR_NO_MEMORY;
-    }
-    /* every server writes what it holds, all at once */
-    for (size_t i = 0; i < c->nsrv; i++) {
-        cks_op_t *op = cks_fl_op(c, CKS_MSG_FLUSH_CHUNKS, job, version, dir, nonce, &st[i]);
-        cks_waiter_init(&w[i]);
-        if (op == NULL) {
+    ncand = cks_place_coordinators(c->map, job, strlen(job), version, cand,
+                                   CKS_COORD_CANDIDATES_MAX);
+    for (size_t i = 0; i < ncand + c->nsrv; i++) {
+        size_t pos = i < ncand ? cand[i] : i - ncand;
+        int again  = 0;
+        for (size_t k = 0; i >= ncand && k < ncand; k++) {
+            again |= cand[k] == pos;
+        }
+        if (again || pos >= c->nsrv) {
             continue;
         }
-        op->srv    = i;
-        op->target = CKS_TARGET_FIXED;
-        st[i]      = cks_cl_submit(c, op, cks_waiter_cb, &w[i]);
-    }
-    for (size_t i = 0; i < c->nsrv; i++) {
-        st[i] = cks_waiter_wait(&w[i], st[i]);
-        if (st[i] == CKS_OK) {
-            ok++;
-        } else {
-            cks_warn("flush of version %" PRIu64 " of '%s': server %s:%u: %s", version, job,
-                     c->srv[i].addr, c->srv[i].port, cks_status_string(st[i]));
-            if (first == CKS_OK || st[i] == CKS_ERR_VERSION_EXISTS) {
-                first = st[i];
-            }
+        cks_op_t *op = cks_fl_op(c, CKS_MSG_FLUSH_VERSION, job, version, dir, 0, &status);
+        if (op == NULL) {
+            return status;
         }
+        op->srv     = pos;
+        op->target  = CKS_TARGET_FIXED;
+        uint64_t t0 = cks_time_ns();
+        status      = cks_cl_run(c, op);
+        took        = cks_time_ns() - t0;
+        asked++;
+        if (!cks_fl_ask_next(status, took)) {
+            break;
+        }
+        if (status == CKS_ERR_NO_SUCH_VERSION || status == CKS_ERR_NO_SUCH_JOB) {
+            notfound = notfound == CKS_OK ? status : notfound;
+        }
+        if (used < sizeof(tried)) {
+            used += (size_t)snprintf(tried + used, sizeof(tried) - used, "%s%s:%u %s",
+                                     used ? ", " : "", c->srv[pos].addr, c->srv[pos].port,
+                                     cks_status_string(status));
+        }
+        cks_info("flush of version %" PRIu64 " of '%s': server %s:%u did not take it (%s); "
+                 "asking the next",
+                 version, job, c->srv[pos].addr, c->srv[pos].port, cks_status_string(status));
     }
-    free(w);
-    free(st);
-    if (first == CKS_ERR_VERSION_EXISTS || first == CKS_ERR_NO_SUCH_VERSION ||
-        first == CKS_ERR_NOT_RESTORABLE || first == CKS_ERR_INVALID_PARAM || ok == 0) {
-        return first; /* the servers' text is the last error */
-    }
-    /* one server checks that the files hold every stripe, and publishes */
-    cks_op_t *op = cks_fl_op(c, CKS_MSG_FLUSH_PUBLISH, job, version, dir, nonce, &status);
-    if (op == NULL) {
-        return status;
-    }
-    op->target      = CKS_TARGET_ANY;
-    cks_cl_coord_first(c, op, job, strlen(job), version);
-    status          = cks_cl_run(c, op);
-    if (status == CKS_OK && ok < c->nsrv) {
-        cks_warn("version %" PRIu64 " of '%s' flushed with the chunks of %zu of %zu servers "
-                 "(the others failed: %s)",
-                 version, job, ok, c->nsrv, cks_status_string(first));
+    if (!cks_fl_ask_next(status, took) && status == CKS_ERR_TIMEOUT) {
+        cks_cl_set_errorf(c, status,
+                          "flush of version %" PRIu64 " of '%s': no answer in %u s from the "
+                          "server that runs it; it goes on there (the request is recorded): "
+                          "ckstore versions JOB DIR shows its progress",
+                          version, job, CKS_FLUSH_TIMEOUT_MS / 1000);
+    } else if (cks_fl_ask_next(status, took) && notfound != CKS_OK) {
+        status = notfound; /* the servers that answered lack it */
+    } else if (cks_fl_ask_next(status, took)) {
+        cks_cl_set_errorf(c, status,
+                          "flush of version %" PRIu64 " of '%s': no server took it (%.700s); a "
+                          "server that recorded the request before it stopped flushes the "
+                          "version once it is back",
+                          version, job, tried);
     }
     return status;
 }

@@ -51,11 +51,19 @@
 /* a version this server coordinates committed: is it due by --flush-age?
  * (the flush thread reads the flush directory to tell) */
 #define CKS_FL_AGE_CHECK 0x10001u
+/* a client asked this server for a flush (FLUSH_VERSION): write its record,
+ * DIR/<job>/.<version>.req-<server id>, before anything else of it */
+#define CKS_FL_RECORD 0x10002u
+/* the request is met (published) or cannot be (no such version): remove
+ * its record */
+#define CKS_FL_UNRECORD 0x10003u
+/* a job the scan hands back: a request of this server's recorded and not
+ * published (a stop interrupted it, or it failed and is tried again) */
+#define CKS_FL_SCAN_REQ 0x10004u
 
 typedef struct cks_fl_job {
     struct cks_fl_job *next;
-    unsigned type; /* CKS_MSG_FLUSH_CHUNKS, CKS_MSG_FLUSH_PUBLISH, CKS_FL_SCAN_DUE or
-                      CKS_FL_AGE_CHECK */
+    unsigned type; /* CKS_MSG_FLUSH_CHUNKS, CKS_MSG_FLUSH_PUBLISH or a CKS_FL_ job */
     int due;       /* CKS_FL_AGE_CHECK: the answer */
     cks_tp_conn_h conn;
     uint64_t req_id;
@@ -91,12 +99,27 @@ struct cks_fl_pol {
     uint64_t next_ns, last_ns;
 };
 
+/* A client waiting for a flush this server runs (FLUSH_VERSION). */
+typedef struct cks_fl_waiter {
+    struct cks_fl_waiter *next;
+    cks_tp_conn_h conn; /* referenced */
+    uint64_t req_id;
+} cks_fl_waiter_t;
+
 struct cks_fl_auto {
     char job[CKS_JOB_MAX_LEN + 1];
     uint32_t job_len;
     uint64_t version, nonce;
     unsigned pending, ok, failed;
+    unsigned exists;   /* writers that found the version published already */
     int publishing;
+    int requested;     /* a client asked for it: its record is removed once
+                          the version is published (or cannot be) */
+    cks_fl_waiter_t *waiters;
+    cks_status_t status; /* why it failed: the publisher's, else this server's
+                            writer's, else a peer's */
+    int status_rank;     /* 3 publisher, 2 this server's writer, 1 a peer */
+    char why[CKS_MSG_MAX_LEN];
     cks_fl_pol_t *pol; /* its entry; NULL once the flush thread stopped */
 };
 
@@ -218,6 +241,94 @@ static void cks_fl_remove_stale(const cks_fl_job_t *j, const cks_fl_paths_t *p)
         }
     }
     closedir(d);
+}
+
+/* ---- a client's request, recorded in the flush directory ---------------------------------- */
+
+/* DIR/<job>/.<version>.req-<id>: a flush that a client asked server <id>
+ * for and that is not published yet. That server writes it before the
+ * flush starts and removes it once the version is published (or cannot be:
+ * no such version); its scan (cks_fl_scan_requests) flushes again what a
+ * stop or a failure left unpublished. */
+static int cks_fl_request_path(const cks_fl_job_t *j, const cks_fl_paths_t *p, uint16_t id,
+                               char *out, size_t len)
+{
+    char name[32];
+    cks_md_flush_version_name(j->version, name, sizeof(name));
+    return snprintf(out, len, "%s/.%s.req-%u", p->jobdir, name, (unsigned)id) < (int)len ? 0
+                                                                                       : -1;
+}
+
+/* Write the record (flush thread): a temporary name, fsync, rename, fsync of
+ * the job's directory. */
+static void cks_fl_record(struct cks_sv_flush *fl, cks_fl_job_t *j)
+{
+    uint16_t id = cks_cluster_server(fl->s->map, fl->s->self)->id;
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    cks_fl_paths_t p;
+    FILE *f = NULL;
+
+    if (cks_fl_paths(j, &p) != 0 || cks_fl_request_path(j, &p, id, path, sizeof(path)) != 0) {
+        cks_fl_fail(j, CKS_ERR_INVALID_PARAM, "flush directory name too long");
+        return;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if ((mkdir(p.jobdir, 0755) != 0 && errno != EEXIST) || (f = fopen(tmp, "w")) == NULL ||
+        fprintf(f, "ckstore flush request\nversion %" PRIu64 "\nserver %u\n", j->version,
+                (unsigned)id) < 0 ||
+        fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        cks_fl_fail(j, CKS_ERR_IO, "cannot record the request in %s: %s", tmp, strerror(errno));
+        if (f != NULL) {
+            fclose(f);
+            unlink(tmp);
+        }
+        return;
+    }
+    if (fclose(f) != 0 || rename(tmp, path) != 0 || cks_fl_fsync_dir(p.jobdir) != 0) {
+        cks_fl_fail(j, CKS_ERR_IO, "cannot record the request in %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+static void cks_fl_unrecord(struct cks_sv_flush *fl, cks_fl_job_t *j)
+{
+    uint16_t id = cks_cluster_server(fl->s->map, fl->s->self)->id;
+    char path[PATH_MAX];
+    cks_fl_paths_t p;
+    if (cks_fl_paths(j, &p) == 0 && cks_fl_request_path(j, &p, id, path, sizeof(path)) == 0 &&
+        unlink(path) == 0) {
+        cks_fl_fsync_dir(p.jobdir);
+    }
+}
+
+/* The job whose directory is named `name` (cks_md_flush_job_dir's %XX
+ * undone; the name must be the one that job's directory has): its length,
+ * or 0. */
+static size_t cks_fl_job_of_dir(const char *name, char *job, size_t len)
+{
+    char back[CKS_FL_DIR_MAX];
+    size_t n = 0;
+    for (const char *c = name; *c != '\0'; c++) {
+        unsigned x;
+        if (n + 1 >= len) {
+            return 0;
+        }
+        if (*c == '%') {
+            if (sscanf(c + 1, "%2x", &x) != 1 || c[1] == '\0' || c[2] == '\0') {
+                return 0;
+            }
+            job[n++] = (char)x;
+            c += 2;
+        } else {
+            job[n++] = *c;
+        }
+    }
+    job[n] = '\0';
+    if (n == 0 || cks_md_flush_job_dir("", job, n, back, sizeof(back)) != CKS_OK ||
+        strcmp(back + 1, name) != 0) {
+        return 0;
+    }
+    return n;
 }
 
 /* ---- what this server holds of a version ----------------------------------------------- */
@@ -787,12 +898,13 @@ static int cks_fl_policy_on(cks_server_h s)
            (s->p.flush_every > 0 || s->p.flush_age_s > 0);
 }
 
-/* Does the flush thread run from the start and scan? With a policy, or with
- * retention (whose removals a stop may interrupt). */
+/* Does the flush thread run from the start and scan? With a flush
+ * directory: a client's request recorded there and not published (a stop
+ * interrupted it), a policy's flush due, retention's removals that a stop
+ * interrupted. */
 static int cks_fl_scan_on(cks_server_h s)
 {
-    return cks_fl_policy_on(s) || (s->map != NULL && s->p.flush_dir != NULL &&
-                                   s->p.flush_keep > 0);
+    return s->map != NULL && s->p.flush_dir != NULL;
 }
 
 /* The newest version published in jobdir; 0 when there is none. */
@@ -876,14 +988,14 @@ static void cks_fl_hand_back(struct cks_sv_flush *fl, cks_fl_job_t *j)
     fl->done_tail = j;
 }
 
-static void cks_fl_found_due(struct cks_sv_flush *fl, const char *job, size_t job_len,
-                             uint64_t version)
+static void cks_fl_found(struct cks_sv_flush *fl, unsigned type, const char *job,
+                         size_t job_len, uint64_t version)
 {
     cks_fl_job_t *j = calloc(1, sizeof(*j));
     if (j == NULL) {
         return; /* the next scan finds it again */
     }
-    j->type = CKS_FL_SCAN_DUE;
+    j->type = type;
     memcpy(j->job, job, job_len);
     j->job_len = (uint32_t)job_len;
     j->version = version;
@@ -932,12 +1044,12 @@ static void cks_fl_scan_job(struct cks_sv_flush *fl, cks_md_txn_h txn, const cha
             last        = v->version;
             last_listed = s->p.flush_every > 0 && v->version % s->p.flush_every == 0;
             if (last_listed) {
-                cks_fl_found_due(fl, job, job_len, v->version);
+                cks_fl_found(fl, CKS_FL_SCAN_DUE, job, job_len, v->version);
             }
         }
     }
     if (any && !last_listed && s->p.flush_age_s > 0 && cks_fl_age_due(s, jobdir)) {
-        cks_fl_found_due(fl, job, job_len, last);
+        cks_fl_found(fl, CKS_FL_SCAN_DUE, job, job_len, last);
     }
 }
 
@@ -1007,6 +1119,67 @@ static void cks_fl_clean_job_dir(const char *jobdir)
     closedir(d);
 }
 
+/* a request recorded this long ago and still not published is given up */
+#define CKS_FL_REQ_EXPIRE_NS (24ull * 3600 * 1000000000ull)
+
+/* This server's requests recorded in one job's directory (`dname`, its
+ * name): one whose version is published since is removed; one older than a
+ * day is given up (removed, logged); the others are handed to the progress
+ * thread, which flushes them again (cks_fl_policy_start: not while one is in
+ * flight, and after a failure only once its retry is due). */
+static void cks_fl_scan_requests(struct cks_sv_flush *fl, const char *jobdir, const char *dname)
+{
+    char suffix[16], name[21], path[PATH_MAX], pub[PATH_MAX], job[CKS_JOB_MAX_LEN + 1];
+    size_t job_len = 0;
+    struct dirent *e;
+    struct stat st;
+    uint64_t v;
+    DIR *d;
+
+    snprintf(suffix, sizeof(suffix), ".req-%u",
+             (unsigned)cks_cluster_server(fl->s->map, fl->s->self)->id);
+    if ((d = opendir(jobdir)) == NULL) {
+        return;
+    }
+    uint64_t now = cks_fl_now_real_ns();
+    while ((e = readdir(d)) != NULL && !fl->stop) {
+        if (e->d_name[0] != '.' || strlen(e->d_name) != 21 + strlen(suffix) ||
+            strcmp(e->d_name + 21, suffix) != 0) {
+            continue;
+        }
+        memcpy(name, e->d_name + 1, 20);
+        name[20] = '\0';
+        if (!cks_md_flush_version_parse(name, &v) ||
+            snprintf(path, sizeof(path), "%s/%s", jobdir, e->d_name) >= (int)sizeof(path) ||
+            snprintf(pub, sizeof(pub), "%s/%s", jobdir, name) >= (int)sizeof(pub)) {
+            continue;
+        }
+        if (stat(pub, &st) == 0 && S_ISDIR(st.st_mode)) {
+            if (unlink(path) == 0) {
+                cks_fl_fsync_dir(jobdir);
+                cks_info("flush: the request for version %" PRIu64 " in %s is met (published)",
+                         v, jobdir);
+            }
+            continue;
+        }
+        if (stat(path, &st) == 0 &&
+            (uint64_t)st.st_mtim.tv_sec * 1000000000ull + CKS_FL_REQ_EXPIRE_NS < now) {
+            if (unlink(path) == 0) {
+                cks_fl_fsync_dir(jobdir);
+                cks_warn("flush: version %" PRIu64 " in %s was asked for a day ago and could "
+                         "not be flushed since: the request is given up",
+                         v, jobdir);
+            }
+            continue;
+        }
+        if (job_len == 0 && (job_len = cks_fl_job_of_dir(dname, job, sizeof(job))) == 0) {
+            break;
+        }
+        cks_fl_found(fl, CKS_FL_SCAN_REQ, job, job_len, v);
+    }
+    closedir(d);
+}
+
 /* The policy's scan: which versions this server holds are due and not
  * published (handed to the progress thread, which starts those it
  * coordinates), and what unfinished flushes left in the flush directory. */
@@ -1050,6 +1223,7 @@ static void cks_fl_scan(struct cks_sv_flush *fl)
                 snprintf(path, sizeof(path), "%s/%s", s->p.flush_dir, e->d_name) <
                     (int)sizeof(path) &&
                 stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+                cks_fl_scan_requests(fl, path, e->d_name);
                 cks_fl_clean_job_dir(path);
             }
         }
@@ -1102,6 +1276,10 @@ static void *cks_fl_thread(void *arg)
             j->due = cks_fl_paths(j, &p) == 0 && cks_fl_age_due(fl->s, p.jobdir);
         } else if (j->type == CKS_MSG_FLUSH_CHUNKS) {
             cks_fl_chunks(fl, j);
+        } else if (j->type == CKS_FL_RECORD) {
+            cks_fl_record(fl, j);
+        } else if (j->type == CKS_FL_UNRECORD) {
+            cks_fl_unrecord(fl, j);
         } else {
             cks_fl_publish(fl, j);
         }
@@ -1115,7 +1293,8 @@ static void *cks_fl_thread(void *arg)
 
 static void cks_fl_scan_due(cks_server_h s, const cks_fl_job_t *j);
 static void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
-                                uint64_t version, const char *why);
+                                uint64_t version, const char *why, int requested,
+                                cks_fl_waiter_t *w);
 
 static void cks_fl_finish(cks_server_h s, cks_fl_job_t *j)
 {
@@ -1128,7 +1307,25 @@ static void cks_fl_finish(cks_server_h s, cks_fl_job_t *j)
     if (j->type == CKS_FL_AGE_CHECK) {
         if (j->due && s->flush != NULL && !s->flush->stop) {
             cks_fl_policy_start(s, j->job, j->job_len, j->version,
-                                "the newest flushed version is older than --flush-age");
+                                "the newest flushed version is older than --flush-age", 0,
+                                NULL);
+        }
+        free(j);
+        return;
+    }
+    if (j->type == CKS_FL_SCAN_REQ) {
+        if (s->flush != NULL && !s->flush->stop) {
+            cks_fl_policy_start(s, j->job, j->job_len, j->version,
+                                "asked for and not finished", 1, NULL);
+        }
+        free(j);
+        return;
+    }
+    if (j->type == CKS_FL_RECORD || j->type == CKS_FL_UNRECORD) {
+        if (j->status != CKS_OK && j->status != CKS_ERR_SHUTTING_DOWN) {
+            cks_warn("flush of version %" PRIu64 " of '%s': %s (it goes on, unrecorded: a stop "
+                     "now would not resume it)",
+                     j->version, j->job, j->why);
         }
         free(j);
         return;
@@ -1155,6 +1352,7 @@ static void cks_fl_finish(cks_server_h s, cks_fl_job_t *j)
 }
 
 static cks_status_t cks_fl_start(cks_server_h s);
+static void cks_fl_answer_all(cks_fl_auto_t *a, cks_status_t status, const char *why);
 
 void cks_sv_flush_progress(cks_server_h s)
 {
@@ -1223,6 +1421,12 @@ void cks_sv_flush_stop(cks_server_h s)
         fl->pol         = e->next;
         if (e->a != NULL) {
             e->a->pol = NULL; /* its peers' answers may still come */
+            /* its clients, while their connections are up */
+            cks_fl_answer_all(e->a, CKS_ERR_SHUTTING_DOWN,
+                              e->a->requested
+                                  ? "the server is stopping; the request is recorded: it "
+                                    "flushes the version once it is back"
+                                  : "the server is stopping");
         }
         free(e);
     }
@@ -1253,6 +1457,10 @@ static void cks_fl_queue(cks_server_h s, cks_fl_job_t *j)
     pthread_cond_signal(&s->flush->cond);
     pthread_mutex_unlock(&s->flush->lock);
 }
+
+static void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
+                                uint64_t version, const char *why, int requested,
+                                cks_fl_waiter_t *w);
 
 void cks_sv_flush_request(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
                           const cks_msg_flush_t *m)
@@ -1293,6 +1501,31 @@ void cks_sv_flush_request(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, u
     }
     if (s->flush == NULL && (status = cks_fl_start(s)) != CKS_OK) {
         cks_sv_reply_status(conn, req_id, status, "cannot start the flush thread");
+        return;
+    }
+    if (type == CKS_MSG_FLUSH_VERSION) {
+        /* a client asks this server to run the whole flush: the request is
+         * recorded first (the flush thread takes jobs in order), then the
+         * flush starts, or the client joins the one in flight */
+        cks_fl_waiter_t *w = calloc(1, sizeof(*w));
+        j                  = calloc(1, sizeof(*j));
+        if (w == NULL || j == NULL) {
+            free(w);
+            free(j);
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, NULL);
+            return;
+        }
+        j->type = CKS_FL_RECORD;
+        memcpy(j->job, m->job.ptr, m->job.len);
+        j->job_len = m->job.len;
+        j->version = m->version;
+        snprintf(j->dir, sizeof(j->dir), "%s", root);
+        cks_fl_queue(s, j);
+        w->conn = conn;
+        cks_tp_conn_get(conn);
+        w->req_id = req_id;
+        cks_fl_policy_start(s, m->job.ptr, m->job.len, m->version, "asked for by a client", 1,
+                            w);
         return;
     }
     j = calloc(1, sizeof(*j));
@@ -1336,13 +1569,66 @@ static cks_fl_pol_t *cks_fl_pol_find(struct cks_sv_flush *fl, const char *job, s
     return NULL;
 }
 
-/* The policy flush ended: published (or already there), or failed. */
+/* Answer one waiting client, and free it. */
+static void cks_fl_answer(cks_fl_waiter_t *w, cks_status_t status, const char *why)
+{
+    cks_sv_reply_status(w->conn, w->req_id, status, why != NULL && why[0] ? "%s" : NULL, why);
+    cks_tp_conn_put(w->conn);
+    free(w);
+}
+
+/* Answer every client waiting for a, with `status` and a's reason. */
+static void cks_fl_answer_all(cks_fl_auto_t *a, cks_status_t status, const char *why)
+{
+    while (a->waiters != NULL) {
+        cks_fl_waiter_t *w = a->waiters;
+        a->waiters         = w->next;
+        cks_fl_answer(w, status, why);
+    }
+}
+
+/* A failure after which no flush of the version can publish it: a client's
+ * request for it is dropped. */
+static int cks_fl_hopeless(cks_status_t st)
+{
+    return st == CKS_ERR_NO_SUCH_VERSION || st == CKS_ERR_NO_SUCH_JOB ||
+           st == CKS_ERR_NOT_RESTORABLE || st == CKS_ERR_UNSUPPORTED ||
+           st == CKS_ERR_INVALID_PARAM;
+}
+
+/* Why a failed (the first reason of the most telling party). */
+static void cks_fl_auto_why(cks_fl_auto_t *a, int rank, cks_status_t status, const char *fmt,
+                            ...) __attribute__((format(printf, 4, 5)));
+static void cks_fl_auto_why(cks_fl_auto_t *a, int rank, cks_status_t status, const char *fmt,
+                            ...)
+{
+    va_list ap;
+    if (status == CKS_OK || status == CKS_ERR_VERSION_EXISTS || rank <= a->status_rank) {
+        return;
+    }
+    a->status      = status;
+    a->status_rank = rank;
+    va_start(ap, fmt);
+    vsnprintf(a->why, sizeof(a->why), fmt, ap);
+    va_end(ap);
+}
+
+/* A flush this server ran ended: published (or already there), or failed.
+ * Its waiting clients are answered; a client's request is removed once the
+ * version is published or cannot be, else kept for a retry. */
 static void cks_fl_auto_end(cks_server_h s, cks_fl_auto_t *a, int published)
 {
     cks_fl_pol_t *e = a->pol;
+    int hopeless    = !published && a->status_rank >= 2 && cks_fl_hopeless(a->status);
+    uint64_t wait   = 0;
+    char text[2 * CKS_MSG_MAX_LEN];
+
+    if (!published && a->status == CKS_OK) {
+        cks_fl_auto_why(a, 3, CKS_ERR_DATA_LOST, "no server wrote its chunks");
+    }
     if (e != NULL && s->flush != NULL) {
         e->a = NULL;
-        if (published) {
+        if (published || hopeless) {
             for (cks_fl_pol_t **pp = &s->flush->pol; *pp != NULL; pp = &(*pp)->next) {
                 if (*pp == e) {
                     *pp = e->next;
@@ -1351,12 +1637,44 @@ static void cks_fl_auto_end(cks_server_h s, cks_fl_auto_t *a, int published)
             }
             free(e);
         } else {
-            uint64_t wait = CKS_FL_RETRY_NS << CKS_MIN(e->tries - 1, 6u);
-            e->next_ns    = cks_time_ns() + CKS_MIN(wait, CKS_FL_RETRY_MAX_NS);
-            cks_warn("flush policy: version %" PRIu64 " of '%s' not flushed (try %u); "
+            wait       = CKS_MIN(CKS_FL_RETRY_NS << CKS_MIN(e->tries - 1, 6u), CKS_FL_RETRY_MAX_NS);
+            e->next_ns = cks_time_ns() + wait;
+            cks_warn("flush%s: version %" PRIu64 " of '%s' not flushed (try %u): %s; "
                      "tried again in %" PRIu64 " s",
-                     a->version, a->job, e->tries,
-                     (uint64_t)(CKS_MIN(wait, CKS_FL_RETRY_MAX_NS) / 1000000000ull));
+                     a->requested ? "" : " policy", a->version, a->job, e->tries, a->why,
+                     (uint64_t)(wait / 1000000000ull));
+        }
+    }
+    if (published) {
+        int already = a->ok == 0 && a->exists > 0;
+        snprintf(text, sizeof(text), "version %" PRIu64 " of '%s' is flushed already",
+                 a->version, a->job);
+        cks_fl_answer_all(a, already ? CKS_ERR_VERSION_EXISTS : CKS_OK, already ? text : NULL);
+    } else if (a->requested && !hopeless) {
+        if (wait > 0) {
+            snprintf(text, sizeof(text),
+                     "%.150s; the request is recorded: this server flushes the version again "
+                     "in %" PRIu64 " s (and once it is back if it stops)",
+                     a->why, (uint64_t)(wait / 1000000000ull));
+        } else {
+            snprintf(text, sizeof(text),
+                     "%.150s; the request is recorded: this server flushes the version again "
+                     "once it is back",
+                     a->why);
+        }
+        cks_fl_answer_all(a, a->status, text);
+    } else {
+        cks_fl_answer_all(a, a->status, a->why);
+    }
+    if (a->requested && (published || hopeless) && s->flush != NULL && !s->flush->stop) {
+        cks_fl_job_t *j = calloc(1, sizeof(*j));
+        if (j != NULL) { /* else the scan removes it once it sees it published */
+            j->type = CKS_FL_UNRECORD;
+            memcpy(j->job, a->job, a->job_len);
+            j->job_len = a->job_len;
+            j->version = a->version;
+            snprintf(j->dir, sizeof(j->dir), "%s", s->p.flush_dir);
+            cks_fl_queue(s, j);
         }
     }
     free(a);
@@ -1370,6 +1688,7 @@ static void cks_fl_auto_one(cks_server_h s, cks_fl_auto_t *a, cks_status_t statu
         a->ok++;
     } else {
         a->failed++;
+        a->exists += status == CKS_ERR_VERSION_EXISTS;
     }
     if (--a->pending == 0) {
         cks_fl_auto_publish(s, a);
@@ -1381,29 +1700,34 @@ static void cks_fl_auto_local_done(cks_server_h s, cks_fl_job_t *j)
     cks_fl_auto_t *a = j->ctx;
     if (a->publishing) {
         if (j->status == CKS_OK) {
-            cks_info("flush policy: version %" PRIu64 " of '%s' flushed to %s (chunks of %u "
-                     "of %u servers)",
+            cks_info("flush: version %" PRIu64 " of '%s' flushed to %s (chunks of %u of %u "
+                     "servers)",
                      a->version, a->job, s->p.flush_dir, a->ok, a->ok + a->failed);
         }
+        cks_fl_auto_why(a, 3, j->status, "%s", j->why);
         cks_fl_auto_end(s, a, j->status == CKS_OK || j->status == CKS_ERR_VERSION_EXISTS);
         return;
     }
+    cks_fl_auto_why(a, 2, j->status, "%s", j->why);
     cks_fl_auto_one(s, a, j->status);
 }
 
 typedef struct {
     cks_server_h s;
     cks_fl_auto_t *a;
+    unsigned id; /* the peer's server id */
 } cks_fl_call_t;
 
 static void cks_fl_auto_peer_done(void *arg, cks_status_t status, const char *msg)
 {
     cks_fl_call_t *c = arg;
-    if (status != CKS_OK) {
-        cks_warn("flush policy: a server did not write its chunks of version %" PRIu64
+    if (status != CKS_OK && status != CKS_ERR_VERSION_EXISTS) {
+        cks_warn("flush: server %u did not write its chunks of version %" PRIu64
                  " of '%s': %s%s%s",
-                 c->a->version, c->a->job, cks_status_string(status), msg ? ": " : "",
+                 c->id, c->a->version, c->a->job, cks_status_string(status), msg ? ": " : "",
                  msg ? msg : "");
+        cks_fl_auto_why(c->a, 1, status, "server %u did not write its chunks: %s%s%.600s", c->id,
+                        cks_status_string(status), msg ? ": " : "", msg ? msg : "");
     }
     cks_fl_auto_one(c->s, c->a, status);
     free(c);
@@ -1429,13 +1753,18 @@ static cks_fl_job_t *cks_fl_auto_job(cks_server_h s, cks_fl_auto_t *a, unsigned 
 static void cks_fl_auto_publish(cks_server_h s, cks_fl_auto_t *a)
 {
     if (s->flush == NULL || s->flush->stop) {
-        cks_fl_auto_end(s, a, 0); /* shutting down: the next start's scan resumes it */
+        /* shutting down: the next start's scan resumes it */
+        cks_fl_auto_why(a, 3, CKS_ERR_SHUTTING_DOWN, "the server is stopping");
+        cks_fl_auto_end(s, a, 0);
+        return;
+    }
+    if (a->ok == 0 && a->exists > 0) {
+        cks_fl_auto_end(s, a, 1); /* published before this flush began */
         return;
     }
     cks_fl_job_t *j = a->ok > 0 ? cks_fl_auto_job(s, a, CKS_MSG_FLUSH_PUBLISH) : NULL;
     if (j == NULL) {
-        cks_warn("flush policy: version %" PRIu64 " of '%s' not flushed: no server wrote "
-                 "its chunks",
+        cks_warn("flush: version %" PRIu64 " of '%s' not flushed: no server wrote its chunks",
                  a->version, a->job);
         cks_fl_auto_end(s, a, 0);
         return;
@@ -1446,22 +1775,37 @@ static void cks_fl_auto_publish(cks_server_h s, cks_fl_auto_t *a)
 
 /* Flush (job, version) to --flush-dir: every server writes its chunks (a
  * server-to-server FLUSH_CHUNKS; this one on its flush thread), then this
- * one publishes. Not when a policy flush of it is in flight here, or one
- * failed and its retry is not due. */
+ * one publishes. Not when a flush of it is in flight here (a client's
+ * request joins it), nor, unless a client asks (w), while a failed one
+ * waits for its retry. `requested`: a client asked for it (its record is
+ * removed once it is published). w: a waiting client, answered when it
+ * ends (this function owns it). */
 static void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
-                                uint64_t version, const char *why)
+                                uint64_t version, const char *why, int requested,
+                                cks_fl_waiter_t *w)
 {
-    cks_fl_auto_t *a;
+    cks_fl_auto_t *a = NULL;
     cks_fl_job_t *j;
     cks_fl_pol_t *e;
     uint64_t now = cks_time_ns();
     size_t n     = cks_cluster_nservers(s->map);
 
     if (s->flush == NULL && (s->stop || cks_fl_start(s) != CKS_OK)) {
-        return; /* stopping (or no thread): the next start's scan resumes it */
+        if (w != NULL) { /* stopping (or no thread): the next start's scan resumes it */
+            cks_fl_answer(w, CKS_ERR_SHUTTING_DOWN, "the server is stopping");
+        }
+        return;
     }
     e = cks_fl_pol_find(s->flush, job, job_len, version);
-    if (e != NULL && (e->a != NULL || now < e->next_ns)) {
+    if (e != NULL && e->a != NULL) {
+        e->a->requested |= requested;
+        if (w != NULL) {
+            w->next         = e->a->waiters;
+            e->a->waiters   = w;
+        }
+        return;
+    }
+    if (e != NULL && now < e->next_ns && w == NULL) {
         return;
     }
     if ((e == NULL && (e = calloc(1, sizeof(*e))) == NULL) ||
@@ -1469,7 +1813,10 @@ static void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
         if (e != NULL && e->tries == 0) {
             free(e);
         }
-        cks_warn("flush policy: cannot flush version %" PRIu64 ": out of memory", version);
+        cks_warn("flush: cannot flush version %" PRIu64 ": out of memory", version);
+        if (w != NULL) {
+            cks_fl_answer(w, CKS_ERR_NO_MEMORY, "server out of memory");
+        }
         return;
     }
     if (e->tries == 0) {
@@ -1480,9 +1827,14 @@ static void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
         s->flush->pol = e;
     }
     e->tries++;
-    e->last_ns = now;
-    e->a       = a;
-    a->pol     = e;
+    e->last_ns   = now;
+    e->a         = a;
+    a->pol       = e;
+    a->requested = requested;
+    a->waiters   = w;
+    if (w != NULL) {
+        w->next = NULL;
+    }
     memcpy(a->job, job, job_len);
     a->job_len = (uint32_t)job_len;
     a->version = version;
@@ -1502,22 +1854,25 @@ static void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
         /* the peer writes to its own --flush-dir (the same storage) */
         cks_tp_conn_h conn = cks_sv_peer(s, pos);
         cks_fl_call_t *c   = malloc(sizeof(*c));
+        unsigned id        = cks_cluster_server(s->map, pos)->id;
         if (conn == NULL || c == NULL) {
             free(c);
             a->failed++;
+            cks_fl_auto_why(a, 1, CKS_ERR_UNREACHABLE, "server %u cannot be reached", id);
             continue;
         }
-        *c = (cks_fl_call_t){s, a};
+        *c = (cks_fl_call_t){s, a, id};
         a->pending++;
         if (cks_tp_call(conn, CKS_MSG_FLUSH_CHUNKS, 0, &m, NULL, 0, NULL,
                         CKS_FL_CALL_TIMEOUT_MS, cks_fl_auto_peer_done, c) != CKS_INPROGRESS) {
             free(c);
             a->pending--;
             a->failed++;
+            cks_fl_auto_why(a, 1, CKS_ERR_UNREACHABLE, "server %u cannot be reached", id);
         }
     }
-    cks_info("flush policy: flushing version %" PRIu64 " of '%.*s' to %s (%s%s)", version,
-             (int)job_len, job, s->p.flush_dir, why,
+    cks_info("flush%s: flushing version %" PRIu64 " of '%.*s' to %s (%s%s)",
+             requested ? "" : " policy", version, (int)job_len, job, s->p.flush_dir, why,
              e->tries > 1 ? ", tried again" : "");
     if (--a->pending == 0) { /* the hold: nothing went out */
         cks_fl_auto_publish(s, a);
@@ -1531,7 +1886,7 @@ void cks_sv_flush_committed(cks_server_h s, const char *job, size_t job_len, uin
         return;
     }
     if (s->p.flush_every > 0 && version % s->p.flush_every == 0) {
-        cks_fl_policy_start(s, job, job_len, version, "every Nth version");
+        cks_fl_policy_start(s, job, job_len, version, "every Nth version", 0, NULL);
         return;
     }
     if (s->p.flush_age_s == 0 || s->stop ||
@@ -1576,5 +1931,5 @@ static void cks_fl_scan_due(cks_server_h s, const cks_fl_job_t *j)
         (!cks_sv_coord_candidate(s, j->job, j->job_len, j->version, &rank) || rank != 0)) {
         return;
     }
-    cks_fl_policy_start(s, j->job, j->job_len, j->version, "due and not published");
+    cks_fl_policy_start(s, j->job, j->job_len, j->version, "due and not published", 0, NULL);
 }

@@ -1188,6 +1188,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             break;
         case CKS_MSG_FLUSH_CHUNKS:
         case CKS_MSG_FLUSH_PUBLISH:
+        case CKS_MSG_FLUSH_VERSION:
             cks_sv_flush_request(s, conn, hdr->req_id, hdr->type, &b->m_FLUSH_CHUNKS);
             break;
         case CKS_MSG_OBJECT_STAT:

@@ -367,7 +367,12 @@ typedef struct {
  *  wrote them) into the flush's temporary directory under `dir` (empty: the
  *  server's --flush-dir). FLUSH_PUBLISH, to one server, then checks that
  *  every stripe has at least k chunks on disk, writes the manifest and
- *  publishes the version by rename. Both answer STATUS_REPLY when done. */
+ *  publishes the version by rename. Both answer STATUS_REPLY when done.
+ *  FLUSH_VERSION, to one server (nonce unused): that server records the
+ *  request in the flush directory, runs both steps itself (FLUSH_CHUNKS to
+ *  every peer) and answers once the version is published or the flush
+ *  failed; it flushes a recorded request again after a failure or a
+ *  restart. */
 typedef struct {
     cks_wire_str_t job;
     uint64_t version;
@@ -462,7 +467,8 @@ typedef struct {
     _(REPAIR_STATUS,     43, cks_msg_repair_status_t,      "c>s") \
     _(REPAIR_STATUS_REPLY, 44, cks_msg_repair_status_reply_t, "s>c") \
     _(FLUSH_CHUNKS,      60, cks_msg_flush_t,              "c>s") \
-    _(FLUSH_PUBLISH,     61, cks_msg_flush_t,              "c>s")
+    _(FLUSH_PUBLISH,     61, cks_msg_flush_t,              "c>s") \
+    _(FLUSH_VERSION,     62, cks_msg_flush_t,              "c>s")
 
 /** Nonzero for message types that answer a request (matched by req_id). */
 #define CKS_MSG_IS_REPLY(t) \

@@ -236,6 +236,7 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_VERSION_CLAIM]      = FD_TABLE(fd_version_claim),
     [CKS_MSG_FLUSH_CHUNKS]       = FD_TABLE(fd_flush),
     [CKS_MSG_FLUSH_PUBLISH]      = FD_TABLE(fd_flush),
+    [CKS_MSG_FLUSH_VERSION]      = FD_TABLE(fd_flush),
     [CKS_MSG_SYNC_LIST]          = FD_TABLE(fd_sync_list),
     [CKS_MSG_SYNC_REPLY]         = FD_TABLE(fd_sync_reply),
     [CKS_MSG_REPAIR_CHECK]       = FD_TABLE(fd_version_ref),
@@ -672,6 +673,7 @@ const cks_wire_str_t *cks_msg_client_job(unsigned type, const cks_msg_any_t *b)
         case CKS_MSG_VERSION_HOLD: return &b->m_VERSION_HOLD.job;
         case CKS_MSG_FLUSH_CHUNKS: return &b->m_FLUSH_CHUNKS.job;
         case CKS_MSG_FLUSH_PUBLISH: return &b->m_FLUSH_PUBLISH.job;
+        case CKS_MSG_FLUSH_VERSION: return &b->m_FLUSH_VERSION.job;
         default: return NULL;
     }
 }

@@ -12,11 +12,13 @@
  *  - a corrupted chunk file: one bad chunk is found by its CRC and decoded
  *    around (exact bytes); a stripe with more bad chunks than parity fails
  *    with CKS_ERR_CRC_MISMATCH naming the object;
- *  - every writer killed halfway (fault point flush_die): nothing is
- *    published; after a restart the flush succeeds and leaves nothing of
- *    the dead one behind;
+ *  - a flush asked for by a client whose servers are all killed halfway
+ *    (fault point flush_die): the call fails and says why, nothing is
+ *    published; restarted, the servers resume the recorded request by
+ *    themselves and leave nothing of the dead flush behind;
  *  - the publishing server killed after its manifest, before the rename
- *    (flush_publish_die): the client asks the next server, which publishes;
+ *    (flush_publish_die): the client asks the next server, which flushes
+ *    and publishes;
  *  - a partial-expert child flushed and restored without its parent in
  *    memory: every object, inherited ones included, with its source version.
  */
@@ -442,40 +444,6 @@ Test(flush, corrupted_file_is_found_by_its_crc)
     cks_client_destroy(c);
 }
 
-Test(flush, writers_killed_halfway_publish_nothing)
-{
-    CKS_TEST_NEEDS_FAULT_POINTS();
-    cks_client_h c;
-    cks_version_info_t info;
-
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, CKS_TEST_ALL,
-                                        "flush_die:once"),
-                 0);
-    c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
-    cr_assert_neq(flush(c, 1), CKS_OK, "every writer died: the flush fails");
-    cks_client_destroy(c);
-    for (size_t i = 0; i < NSRV; i++) {
-        cr_assert(cks_test_log_has(cl.srv[i].log, "fault flush_die", 5000),
-                  "server %zu did not die in its flush", i);
-    }
-    cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_ERR_NO_SUCH_VERSION,
-                 "nothing published");
-    cr_assert_gt(tmp_dirs_left(), 0, "the dead writers' files are there, unpublished");
-
-    /* servers back on their arenas, without the fault: the flush succeeds */
-    for (size_t i = 0; i < NSRV; i++) {
-        cl.srv[i].faults[0] = '\0';
-        cks_test_server_stop(&cl.srv[i], SIGKILL);
-        cr_assert_eq(cks_test_server_restart(&cl.srv[i]), 0);
-    }
-    c = connect_to(&cl);
-    cr_assert_eq(flush(c, 1), CKS_OK);
-    cr_assert_eq(tmp_dirs_left(), 0, "what the dead flush left is removed once published");
-    check_durable(c, 1);
-    cks_client_destroy(c);
-}
-
 Test(flush, publisher_killed_before_rename_another_publishes)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
@@ -769,6 +737,69 @@ static int job_entries_with(const char *part)
     }
     closedir(d);
     return n;
+}
+
+/* A flush asked for by a client (cks_version_flush) whose servers are all
+ * SIGKILLed halfway through writing their chunks (flush_die): the call fails
+ * within its bound and says why, and nothing is published. Started again on
+ * their arenas and metadata, without the fault, the servers resume it by
+ * themselves (the request was recorded in the flush directory): the version
+ * is published complete and bit-exact, and neither the dead flush's files
+ * nor the request's record are left. */
+Test(flush, requested_flush_killed_midway_resumes_after_restart)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cks_client_h c;
+    cks_version_info_t info;
+    char err[512] = "";
+
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, CKS_TEST_ALL,
+                                        "flush_die:once"),
+                 0);
+    c = connect_to(&cl);
+    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    uint64_t t0     = cks_time_ns();
+    cks_status_t st = flush(c, 1);
+    double took     = (double)(cks_time_ns() - t0) * 1e-9;
+    cks_client_last_error(c, err, sizeof(err));
+    cr_log_info("the flush whose servers died: %s after %.1f s: %s", cks_status_string(st),
+                took, err);
+    cr_assert_neq(st, CKS_OK, "every server died in the flush: the call fails");
+    cr_assert(took < 60, "the caller waited %.1f s", took);
+    cr_assert(err[0] != '\0', "the caller is not told why");
+    cks_client_destroy(c);
+    for (size_t i = 0; i < NSRV; i++) {
+        cr_assert(cks_test_log_has(cl.srv[i].log, "fault flush_die", 5000),
+                  "server %zu did not die in the flush", i);
+    }
+    cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_ERR_NO_SUCH_VERSION,
+                 "nothing published by the dead flush");
+    cr_assert_gt(tmp_dirs_left(), 0, "the dead writers' files are there, unpublished");
+
+    /* back on their arenas and metadata, without the fault: nobody asks again */
+    for (size_t i = 0; i < NSRV; i++) {
+        cl.srv[i].faults[0] = '\0';
+        cks_test_server_stop(&cl.srv[i], SIGKILL);
+        cr_assert_eq(cks_test_server_restart(&cl.srv[i]), 0);
+    }
+    cr_assert_eq(wait_flushed(1, 30000, &info), CKS_OK,
+                 "the requested flush was not resumed after the restart");
+    int said = 0;
+    for (size_t i = 0; i < NSRV; i++) {
+        said |= cks_test_log_has(cl.srv[i].log, "asked for and not finished", 0);
+    }
+    cr_assert(said, "no server said why it flushed the version again");
+    cr_assert_eq(info.nobjects, NOBJ);
+    /* the dead flush's files and the request's record go once it is
+     * published (look for 15 s at most: a server's scan runs every 10 s) */
+    for (int i = 0; i < 300 && (tmp_dirs_left() > 0 || job_entries_with(".req-") > 0); i++) {
+        usleep(50000);
+    }
+    cr_assert_eq(tmp_dirs_left(), 0, "what the dead flush left is removed");
+    cr_assert_eq(job_entries_with(".req-"), 0, "the request's record is removed");
+    c = connect_to(&cl);
+    check_durable(c, 1);
+    cks_client_destroy(c);
 }
 
 /* The versions flushed to fdir, as "1,2,3". */

@@ -250,6 +250,7 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_VERSION_HOLD] = WM_MSG_(cks_msg_version_hold_t, wm_f_version_hold),
     [CKS_MSG_FLUSH_CHUNKS] = WM_MSG_(cks_msg_flush_t, wm_f_flush),
     [CKS_MSG_FLUSH_PUBLISH] = WM_MSG_(cks_msg_flush_t, wm_f_flush),
+    [CKS_MSG_FLUSH_VERSION] = WM_MSG_(cks_msg_flush_t, wm_f_flush),
     [CKS_MSG_SYNC_LIST] = WM_MSG_(cks_msg_sync_list_t, wm_f_sync_list),
     [CKS_MSG_SYNC_REPLY] = WM_MSG_(cks_msg_sync_reply_t, wm_f_sync_reply),
     [CKS_MSG_REPAIR_CHECK] = WM_MSG_(cks_msg_version_ref_t, wm_f_version_ref),
