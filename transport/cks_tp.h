@@ -123,7 +123,18 @@ typedef struct {
     uint64_t digest;   /* XOR over the objects it put of the CRC-64 of the
                           key followed by be64(size) (cks_crc64): the
                           coordinator commits only on these objects */
+    cks_wire_str_t primaries; /* binary (cluster): where those objects were
+                          stored, as entries of CKS_WIRE_SEAL_PRIMARY_LEN
+                          bytes: be16 server id (the primary that answered
+                          the put), be32 objects it stored for this rank;
+                          at most CKS_WIRE_MAX_SEAL_PRIMARIES entries (the
+                          client sends the first that fit, by position).
+                          A primary that owes objects and is gone fails the
+                          version at once (server/cluster.c) */
 } cks_msg_version_seal_t;
+
+#define CKS_WIRE_SEAL_PRIMARY_LEN   6u
+#define CKS_WIRE_MAX_SEAL_PRIMARIES 512u
 
 typedef struct {
     cks_wire_str_t job;
@@ -319,6 +330,7 @@ typedef struct {
     uint32_t missing;
     uint32_t redundancy;
     cks_wire_str_t why; /* status < 0: the reason (e.g. the servers unreachable) */
+    uint32_t primary;   /* id of the primary that stored the object (and reports it) */
 } cks_msg_object_done_t;
 
 /** Coordinator -> every server: a page of a committed version's manifest

@@ -84,7 +84,9 @@ static const cks_wire_field_t fd_version_begin[] = {
 static const cks_wire_field_t fd_version_seal[] = {
     FD_STR(cks_msg_version_seal_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_seal_t, version), FD_U64(cks_msg_version_seal_t, nobjects),
-    FD_U32(cks_msg_version_seal_t, rank), FD_U64(cks_msg_version_seal_t, digest)};
+    FD_U32(cks_msg_version_seal_t, rank), FD_U64(cks_msg_version_seal_t, digest),
+    FD_BIN(cks_msg_version_seal_t, primaries,
+           CKS_WIRE_MAX_SEAL_PRIMARIES * CKS_WIRE_SEAL_PRIMARY_LEN)};
 static const cks_wire_field_t fd_version_ref[] = {
     FD_STR(cks_msg_version_ref_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_ref_t, version)};
@@ -156,7 +158,8 @@ static const cks_wire_field_t fd_object_done[] = {
     FD_OBJECT_ENTRY(cks_msg_object_done_t, o.), FD_U32(cks_msg_object_done_t, k),
     FD_U32(cks_msg_object_done_t, m), FD_U64(cks_msg_object_done_t, chunk_size),
     FD_U32(cks_msg_object_done_t, missing), FD_U32(cks_msg_object_done_t, redundancy),
-    FD_STR(cks_msg_object_done_t, why, CKS_MSG_MAX_LEN)};
+    FD_STR(cks_msg_object_done_t, why, CKS_MSG_MAX_LEN),
+    FD_U32(cks_msg_object_done_t, primary)};
 static const cks_wire_field_t fd_version_commit[] = {
     FD_STR(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
     FD_VERSION_ENTRY(cks_msg_version_commit_t, v.), FD_U32(cks_msg_version_commit_t, last),

@@ -92,7 +92,9 @@ static const wm_field_t wm_f_version_seal[] = {
     WM_STR_(cks_msg_version_seal_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_seal_t, version),
     WM_U64_(cks_msg_version_seal_t, nobjects), WM_U32_(cks_msg_version_seal_t, rank),
-    WM_U64_(cks_msg_version_seal_t, digest)};
+    WM_U64_(cks_msg_version_seal_t, digest),
+    WM_BIN_(cks_msg_version_seal_t, primaries,
+            CKS_WIRE_MAX_SEAL_PRIMARIES * CKS_WIRE_SEAL_PRIMARY_LEN)};
 static const wm_field_t wm_f_version_ref[] = {
     WM_STR_(cks_msg_version_ref_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_ref_t, version)};
@@ -171,7 +173,8 @@ static const wm_field_t wm_f_object_done[] = {
     WM_OENTRY_(cks_msg_object_done_t, o.), WM_U32_(cks_msg_object_done_t, k),
     WM_U32_(cks_msg_object_done_t, m), WM_U64_(cks_msg_object_done_t, chunk_size),
     WM_U32_(cks_msg_object_done_t, missing), WM_U32_(cks_msg_object_done_t, redundancy),
-    WM_STR_(cks_msg_object_done_t, why, CKS_MSG_MAX_LEN)};
+    WM_STR_(cks_msg_object_done_t, why, CKS_MSG_MAX_LEN),
+    WM_U32_(cks_msg_object_done_t, primary)};
 static const wm_field_t wm_f_version_commit[] = {
     WM_STR_(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
     WM_VENTRY_(cks_msg_version_commit_t, v.), WM_U32_(cks_msg_version_commit_t, last),
