@@ -127,8 +127,10 @@ cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type)
 /* ---- puts per version (what a seal tells the coordinator) -------------------- */
 
 /* A put completed: count it for its version's seal, and add it to the
- * digest of what this client put (cks_msg_version_seal_t.digest). */
-static void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m)
+ * digest of what this client put (cks_msg_version_seal_t.digest); on a
+ * cluster, count it for `srv`, the primary that answered it (the seal's
+ * primaries). */
+static void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m, size_t srv)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 9], be[8];
     size_t len = cks_vkey(key, m->job.ptr, m->job.len, m->version);
@@ -141,9 +143,15 @@ static void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m)
         free(n);
         n = NULL;
     }
+    if (n != NULL && c->map != NULL && srv < c->nsrv && n->on == NULL) {
+        n->on = calloc(c->nsrv, sizeof(*n->on)); /* NULL: the seal names none */
+    }
     if (n != NULL) {
         n->count++;
         n->digest ^= digest;
+        if (n->on != NULL && srv < c->nsrv) {
+            n->on[srv]++;
+        }
     } else {
         cks_warn("cannot count a put of version %llu", (unsigned long long)m->version);
     }
@@ -155,23 +163,27 @@ cks_cl_puts_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version
     uint8_t key[CKS_JOB_MAX_LEN + 9];
     size_t job_len = strnlen(job, CKS_JOB_MAX_LEN);
     size_t len     = cks_vkey(key, job, job_len, version);
-    cks_cl_puts_t out = {0, 0};
+    cks_cl_puts_t out = {0, 0, NULL};
     pthread_mutex_lock(&c->lock);
     cks_cl_puts_t *n = take ? cks_hmap_del(c->put_counts, key, len)
                             : cks_hmap_get(c->put_counts, key, len);
-    pthread_mutex_unlock(&c->lock);
     if (n != NULL) {
         out = *n;
         if (take) {
             free(n);
+        } else {
+            out.on = NULL; /* stays with the entry */
         }
     }
+    pthread_mutex_unlock(&c->lock);
     return out;
 }
 
 static void cks_cl_puts_free(const void *key, size_t len, void *value, void *arg)
 {
-    free(value);
+    cks_cl_puts_t *n = value;
+    free(n->on);
+    free(n);
 }
 
 /* ---- progress thread: ops and servers ---------------------------------------- */
@@ -499,7 +511,7 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         op->status = op->notfound;
     }
     if (op->kind == CKS_OP_PUT && op->status == CKS_OK) {
-        cks_cl_put_counted(c, &op->body.m_PUT);
+        cks_cl_put_counted(c, &op->body.m_PUT, op->srv);
     }
     op->cb(op->arg, op->status);
     free(op);

@@ -274,9 +274,12 @@ cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,
 typedef struct {
     uint64_t count;  /* puts completed */
     uint64_t digest; /* XOR of their digests (cks_msg_version_seal_t.digest) */
+    uint64_t *on;    /* cluster: puts each server (by position, c->nsrv of them)
+                        answered as the primary; NULL when none */
 } cks_cl_puts_t;
 
-/* Puts completed for (job, version); `take` forgets them. */
+/* Puts completed for (job, version); `take` forgets them, and hands the
+ * caller `on` (free() it); without `take`, `on` is NULL. */
 cks_cl_puts_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version, int take);
 
 #endif

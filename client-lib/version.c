@@ -19,13 +19,24 @@
 
 /* ---- versions ----------------------------------------------------------------------- */
 
-/* An op whose body is (job, version): seal, abort, delete. */
+/* An op whose body is (job, version): seal, abort, delete. A seal's op has
+ * room after it for the primaries its body names (cks_cl_seal_primaries():
+ * op->names is too small), so that they go with the op wherever it is freed. */
 static cks_status_t cks_cl_version_ref_op(unsigned type, cks_op_kind_t kind, const char *job,
                                           uint64_t version, cks_op_t **op_p)
 {
     size_t used  = 0;
     cks_wire_str_t job_str;
     cks_op_t *op = cks_op_new(kind, type);
+    if (op != NULL && type == CKS_MSG_VERSION_SEAL) {
+        /* before any string points into it */
+        cks_op_t *big = realloc(op, sizeof(*op) + CKS_WIRE_MAX_SEAL_PRIMARIES *
+                                                      CKS_WIRE_SEAL_PRIMARY_LEN);
+        if (big == NULL) {
+            free(op);
+        }
+        op = big;
+    }
     if (op == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
@@ -135,6 +146,33 @@ cks_status_t cks_object_delete(cks_client_h c, const char *job, uint64_t version
     return cks_cl_run(c, op);
 }
 
+/* The seal's primaries (cks_msg_version_seal_t.primaries): for each server
+ * that answered puts of this rank as their primary, its id and how many, in
+ * the room after the op (cks_cl_version_ref_op()). When more servers than
+ * fit did, the first that fit: the coordinator then knows of fewer objects
+ * than were stored, which only costs it the early failure for the others. */
+static void cks_cl_seal_primaries(cks_client_h c, cks_op_t *op, const uint64_t *on)
+{
+    uint8_t *out = (uint8_t *)(op + 1);
+    size_t n     = 0;
+    for (size_t i = 0; on != NULL && i < c->nsrv && n < CKS_WIRE_MAX_SEAL_PRIMARIES; i++) {
+        if (on[i] == 0) {
+            continue;
+        }
+        uint16_t id    = cks_cluster_server(c->map, i)->id;
+        uint32_t count = on[i] > UINT32_MAX ? UINT32_MAX : (uint32_t)on[i];
+        uint8_t *e     = out + n++ * CKS_WIRE_SEAL_PRIMARY_LEN;
+        e[0]           = (uint8_t)(id >> 8);
+        e[1]           = (uint8_t)id;
+        e[2]           = (uint8_t)(count >> 24);
+        e[3]           = (uint8_t)(count >> 16);
+        e[4]           = (uint8_t)(count >> 8);
+        e[5]           = (uint8_t)count;
+    }
+    op->body.m_VERSION_SEAL.primaries =
+        (cks_wire_str_t){(const char *)out, (uint32_t)(n * CKS_WIRE_SEAL_PRIMARY_LEN)};
+}
+
 cks_status_t cks_version_finish_nb(cks_client_h c, const char *job, uint64_t version,
                                    uint32_t rank, cks_done_cb_t cb, void *arg)
 {
@@ -153,6 +191,8 @@ cks_status_t cks_version_finish_nb(cks_client_h c, const char *job, uint64_t ver
     op->body.m_VERSION_SEAL.nobjects = puts.count;
     op->body.m_VERSION_SEAL.digest   = puts.digest;
     op->body.m_VERSION_SEAL.rank     = rank;
+    cks_cl_seal_primaries(c, op, puts.on);
+    free(puts.on);
     return cks_cl_submit(c, op, cb, arg);
 }
 
@@ -177,7 +217,7 @@ static cks_status_t cks_cl_version_simple(cks_client_h c, unsigned type, const c
     cks_cl_to_coordinator(c, op, op->body.m_VERSION_ABORT.job.ptr,
                           op->body.m_VERSION_ABORT.job.len, version);
     if (type == CKS_MSG_VERSION_ABORT) {
-        cks_cl_put_count(c, job, version, 1);
+        free(cks_cl_put_count(c, job, version, 1).on);
     }
     return cks_cl_run(c, op);
 }
