@@ -153,7 +153,7 @@ cks_status_t cks_version_flush(cks_client_h c, const char *job, uint64_t version
 /* ---- reading a flushed copy --------------------------------------------------------------- */
 
 #define CKS_FL_AHEAD 16 /* stripes whose data chunks are read ahead at once */
-#define CKS_FL_READERS 4 /* threads that read the stripes of one get */
+#define CKS_FL_READERS 8 /* threads that read the stripes of one get */
 
 typedef struct {
     uint64_t offset, len, crc64;
@@ -169,6 +169,7 @@ struct cks_cl_disk {
     int *fds;
     size_t nfds;
     cks_ec_h ec;
+    size_t last; /* the object the last get read (its index + 1; atomic) */
 };
 
 void cks_cl_disk_close(struct cks_cl_disk *d)
@@ -594,11 +595,62 @@ cks_status_t cks_cl_disk_list(cks_restore_h r, const char *after_key, cks_object
     return CKS_OK;
 }
 
-/* Read chunk (o, stripe, idx) whole into buf and check it: CKS_OK, or why not
- * (written to why). */
+/* ---- CRC-64 of a concatenation from the CRCs of its parts ----------------------------------
+ * A whole object's CRC-64 is checked without a second pass over its bytes:
+ * each chunk read whole is checked against its CRC-64 from the index, and
+ * the object's is put together from those (and from the CRC of the bytes of
+ * a partial or decoded chunk), as zlib's crc32_combine() does for CRC-32:
+ *     crc(a || b) = crc(a) * x^(8 len(b)) mod P  xor  crc(b)
+ * (CRC-64/XZ: reflected, P = ECMA-182; the pre- and post-inversion cancel).
+ * ISA-L has no combine. */
+#define CKS_FL_CRC64_POLY 0xc96c5795d7870f42ull /* ECMA-182, reflected */
+
+static uint64_t cks_fl_x2k[64]; /* x^(2^k) mod P */
+static pthread_once_t cks_fl_x2k_once = PTHREAD_ONCE_INIT;
+
+/* a * b mod P (reflected: x^0 is the top bit) */
+static uint64_t cks_fl_mulmodp(uint64_t a, uint64_t b)
+{
+    uint64_t m = 1ull << 63, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) {
+                break;
+            }
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CKS_FL_CRC64_POLY : b >> 1;
+    }
+    return p;
+}
+
+static void cks_fl_x2k_init(void)
+{
+    cks_fl_x2k[0] = 1ull << 62; /* x^1 */
+    for (int k = 1; k < 64; k++) {
+        cks_fl_x2k[k] = cks_fl_mulmodp(cks_fl_x2k[k - 1], cks_fl_x2k[k - 1]);
+    }
+}
+
+/* crc(a || b) from crc(a), crc(b) and len(b) */
+static uint64_t cks_fl_crc64_combine(uint64_t crc_a, uint64_t crc_b, uint64_t len_b)
+{
+    uint64_t x = 1ull << 63; /* x^0 */
+    pthread_once(&cks_fl_x2k_once, cks_fl_x2k_init);
+    for (unsigned k = 3; len_b != 0 && k < 64; len_b >>= 1, k++) { /* x^(8 len_b) */
+        if (len_b & 1) {
+            x = cks_fl_mulmodp(cks_fl_x2k[k], x);
+        }
+    }
+    return cks_fl_mulmodp(x, crc_a) ^ crc_b;
+}
+
+/* Read chunk (o, stripe, idx) whole into buf and check it: CKS_OK (*crc_p:
+ * its CRC-64, checked), or why not (written to why). */
 static cks_status_t cks_fl_chunk_read(struct cks_cl_disk *d, const cks_md_object_t *o,
-                                      uint64_t stripe, unsigned idx, uint8_t *buf, char *why,
-                                      size_t why_len)
+                                      uint64_t stripe, unsigned idx, uint8_t *buf,
+                                      uint64_t *crc_p, char *why, size_t why_len)
 {
     uint8_t hk[CKS_MD_FLUSH_HKEY_MAX];
     size_t n  = cks_md_flush_hkey(o->key, o->key_len, o->source_version, stripe, idx, hk);
@@ -630,14 +682,18 @@ static cks_status_t cks_fl_chunk_read(struct cks_cl_disk *d, const cks_md_object
         snprintf(why, why_len, "chunk %u: CRC mismatch", idx);
         return CKS_ERR_CRC_MISMATCH;
     }
+    *crc_p = ch->crc64;
     return CKS_OK;
 }
 
-/* Object bytes [off, off + len) of stripe `s` into dst. */
+/* Object bytes [off, off + len) of stripe `s` into dst; with crc_p, their
+ * CRC-64 (from the checked CRCs of the chunks read whole in place; computed
+ * over the bytes of the others). */
 static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
                                   const cks_md_object_t *o, uint64_t s, uint64_t off,
-                                  uint64_t len, uint8_t *dst, uint8_t *scratch)
+                                  uint64_t len, uint8_t *dst, uint8_t *scratch, uint64_t *crc_p)
 {
+    uint64_t crcs[CKS_EC_MAX_K + CKS_EC_MAX_M];
     unsigned k = d->mf.v.ec_k, w = d->mf.v.ec_k + d->mf.v.ec_m;
     uint64_t cs = d->mf.v.chunk_size, sbase = s * k * cs;
     uint8_t *chunks[CKS_EC_MAX_K + CKS_EC_MAX_M] = {0};
@@ -662,7 +718,8 @@ static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
             continue;
         }
         tried[i]        = 1;
-        cks_status_t st = cks_fl_chunk_read(d, o, s, i, chunks[i], why[i], sizeof(why[i]));
+        cks_status_t st =
+            cks_fl_chunk_read(d, o, s, i, chunks[i], &crcs[i], why[i], sizeof(why[i]));
         if (st == CKS_OK) {
             present[i] = 1;
             good++;
@@ -681,7 +738,8 @@ static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
                 continue;
             }
             tried[i] = 1;
-            if (cks_fl_chunk_read(d, o, s, i, chunks[i], why[i], sizeof(why[i])) == CKS_OK) {
+            if (cks_fl_chunk_read(d, o, s, i, chunks[i], &crcs[i], why[i], sizeof(why[i])) ==
+                CKS_OK) {
                 present[i] = 1;
                 good++;
             }
@@ -709,12 +767,27 @@ static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
             return st;
         }
     }
+    uint64_t crc = 0;
     for (unsigned i = 0; i < k; i++) {
         uint64_t lo = sbase + i * cs, hi = lo + cs;
         uint64_t a = CKS_MAX(lo, off), b = CKS_MIN(hi, off + len);
-        if (a < b && !direct[i]) {
+        if (a >= b) {
+            continue;
+        }
+        if (!direct[i]) {
             memcpy(dst + (a - off), chunks[i] + (a - lo), b - a);
         }
+        if (crc_p != NULL) {
+            /* a chunk read whole in place has its checked CRC; a part of
+             * one, or a decoded one, is CRC'd here (in cache) */
+            uint64_t part = direct[i] && present[i] && !need_missing
+                                ? crcs[i]
+                                : cks_crc64(0, dst + (a - off), b - a);
+            crc = cks_fl_crc64_combine(crc, part, b - a);
+        }
+    }
+    if (crc_p != NULL) {
+        *crc_p = crc;
     }
     return CKS_OK;
 }
@@ -749,6 +822,7 @@ typedef struct {
     pthread_mutex_t lock;
     uint64_t next;       /* the next stripe to take */
     cks_status_t status; /* the first error */
+    uint64_t *crcs;      /* whole-object gets: each stripe's CRC-64 (else NULL) */
 } cks_fl_reading_t;
 
 static void *cks_fl_reader(void *arg)
@@ -776,7 +850,7 @@ static void *cks_fl_reader(void *arg)
         }
         uint64_t lo = CKS_MAX(g->off, s * k * cs), hi = CKS_MIN(g->off + g->len, (s + 1) * k * cs);
         cks_status_t st = cks_fl_stripe(g->c, d, g->o, s, lo, hi - lo, g->dst + (lo - g->off),
-                                        scratch);
+                                        scratch, g->crcs ? &g->crcs[s - g->s0] : NULL);
         if (st != CKS_OK) {
             pthread_mutex_lock(&g->lock);
             g->status = g->status == CKS_OK ? st : g->status;
@@ -802,6 +876,16 @@ cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_
     if (o == NULL) {
         return CKS_ERR_NO_SUCH_KEY;
     }
+    /* gets in manifest order (a whole restore): the kernel reads the next
+     * object's first stripes while this one is read, so that no get starts
+     * on a cold disk */
+    size_t idx = (size_t)(o - d->mf.objs);
+    if (__atomic_exchange_n(&d->last, idx + 1, __ATOMIC_RELAXED) == idx && idx + 1 < d->mf.nobjs) {
+        const cks_md_object_t *nx = &d->mf.objs[idx + 1];
+        cks_fl_readahead(d, nx, 0,
+                         CKS_MIN((uint64_t)CKS_FL_AHEAD,
+                                 cks_ec_stripe_count(nx->size, k, cs)));
+    }
     if (p->field_mask & CKS_GET_FIELD_RANGE) {
         if (p->offset > o->size || p->length > o->size - p->offset ||
             p->length > p->buffer_size) {
@@ -815,13 +899,18 @@ cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_
         }
         len = o->size;
     }
+    int whole          = !(p->field_mask & CKS_GET_FIELD_RANGE);
+    uint64_t crc       = 0;
     if (len > 0) {
         cks_fl_reading_t g = {r->client, d, o, off, len, off / (k * cs),
                               (off + len - 1) / (k * cs) + 1, (uint8_t *)p->buffer,
-                              PTHREAD_MUTEX_INITIALIZER, off / (k * cs), CKS_OK};
+                              PTHREAD_MUTEX_INITIALIZER, off / (k * cs), CKS_OK, NULL};
         pthread_t th[CKS_FL_READERS - 1];
         uint64_t nstripes = g.s_end - g.s0;
         unsigned extra    = 0;
+        if (whole && (g.crcs = malloc(nstripes * sizeof(*g.crcs))) == NULL) {
+            return CKS_ERR_NO_MEMORY;
+        }
         /* this thread reads too; the others only when there is more than
          * one stripe */
         while (extra + 1 < CKS_FL_READERS && extra + 1 < nstripes &&
@@ -834,9 +923,14 @@ cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_
         }
         pthread_mutex_destroy(&g.lock);
         status = g.status;
+        /* the object's CRC-64, stripe after stripe */
+        for (uint64_t s = g.s0; whole && status == CKS_OK && s < g.s_end; s++) {
+            uint64_t lo = CKS_MAX(off, s * k * cs), hi = CKS_MIN(off + len, (s + 1) * k * cs);
+            crc         = cks_fl_crc64_combine(crc, g.crcs[s - g.s0], hi - lo);
+        }
+        free(g.crcs);
     }
-    if (status == CKS_OK && !(p->field_mask & CKS_GET_FIELD_RANGE) &&
-        cks_crc64(0, p->buffer, len) != o->crc64) {
+    if (status == CKS_OK && whole && crc != o->crc64) {
         cks_cl_set_errorf(r->client, CKS_ERR_CRC_MISMATCH,
                           "object '%s' (version %" PRIu64 ") of the flushed copy in %s fails "
                           "its CRC-64",
