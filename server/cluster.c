@@ -247,6 +247,7 @@ typedef struct cks_cput {
      * space kept): sent after all when the object would fail without them */
     struct cks_cput_ack **skipped;
     size_t nskipped;
+    int stalled; /* test builds (fault put_stall): answered STORED, never spread */
 } cks_cput_t;
 
 typedef struct cks_cput_ack {
@@ -380,6 +381,7 @@ static void cks_cput_report_to(cks_cput_t *p)
     m.chunk_size = p->chunk;
     m.missing    = p->nmissing;
     m.why        = (cks_wire_str_t){p->why, p->status != CKS_OK ? strlen(p->why) : 0};
+    m.primary    = cks_cluster_server(s->map, s->self)->id;
     m.redundancy = p->m;
     for (uint64_t st = 0; p->missing != NULL && st < p->stripes; st++) {
         if (p->m - p->missing[st] < m.redundancy) {
@@ -675,6 +677,9 @@ static void cks_cput_spread(cks_cput_t *p)
     const unsigned width  = p->k + p->m;
     const uint64_t data_b = p->stripes * p->k * p->chunk;
 
+    if (p->stalled) {
+        return; /* fault put_stall: held until the test kills this server */
+    }
     p->e.crc64 = p->enc.obj_crc;
     if (p->enc.status != CKS_OK) {
         cks_cput_fail(p, p->enc.status, "encoding failed");
@@ -778,6 +783,13 @@ static void cks_cput_received(void *arg, cks_status_t status)
     }
     p->counted = 1;
     s->unspread += p->len;
+    if (cks_fault_fire("put_stall")) {
+        /* test builds: a primary that answers STORED and dies before it
+         * spreads the object (the test kills it); logged before the answer */
+        cks_warn("fault put_stall: object '%s' of version %llu answered STORED and not "
+                 "spread", p->key, (unsigned long long)p->v->version);
+        p->stalled = 1;
+    }
     if (s->unspread > cks_sv_unspread_max(s) && s->unspread > p->len) {
         /* STORED, but answered as the backlog drains (see above) */
         p->owed = 1;
@@ -1426,6 +1438,172 @@ static int cks_sv_coordinated_elsewhere(cks_server_h s, const cks_sv_version_t *
     return 1;
 }
 
+/* ---- coordinator: objects a primary stored and has not reported ---------------------- *
+ *
+ * A primary answers STORED, then spreads the object and reports it
+ * (OBJECT_DONE). One that dies in between never reports it, and the version
+ * would wait for it until its deadline. So each rank's seal says how many
+ * objects it stored on each primary (cks_msg_version_seal_t.primaries), each
+ * report says which primary sends it, and while a primary has stored more
+ * objects of an open version than it reported, this server asks it whether
+ * it is alive (cks_sv_owed_probe(), every CKS_SV_OWED_EVERY_NS): when two
+ * questions in a row sent after the last seal that named it fail - its
+ * connection refused or lost, or no answer within CKS_SV_OWED_ASK_MS - the
+ * version fails at once with CKS_ERR_DATA_LOST, naming it. A report counts
+ * for the server that sends it (a put retried on another member may be
+ * reported by both: counted for both, which can only delay a failure). A
+ * primary killed and started again before it is asked answers: its objects
+ * are then waited for until the version's deadline, as before. */
+#define CKS_SV_OWED_EVERY_NS (250ull * 1000000ull) /* how often a debtor is asked */
+#define CKS_SV_OWED_ASK_MS   2000                   /* how long an answer may take */
+#define CKS_SV_OWED_GONE     2                      /* failed questions in a row: gone */
+
+static uint64_t *cks_sv_owed_row(cks_server_h s, uint64_t **row)
+{
+    if (*row == NULL) {
+        *row = calloc(cks_cluster_nservers(s->map), sizeof(**row));
+    }
+    return *row;
+}
+
+/* A report of an object of v, from the primary with id `primary`. */
+static void cks_sv_owed_reported(cks_server_h s, cks_sv_version_t *v, uint32_t primary)
+{
+    size_t pos;
+    if (primary <= UINT16_MAX && cks_cluster_find(s->map, (uint16_t)primary, &pos) == CKS_OK &&
+        cks_sv_owed_row(s, &v->reported_by) != NULL) {
+        v->reported_by[pos]++;
+    }
+    /* out of memory: not counted, as if the seal had not named it (the
+     * version then waits for it until its deadline, as before) */
+}
+
+/* A rank's seal: add what it stored on each primary. CKS_ERR_BAD_MESSAGE
+ * when the entries are not whole; ids not in the map are ignored. */
+static cks_status_t cks_sv_owed_sealed(cks_server_h s, cks_sv_version_t *v,
+                                       const cks_wire_str_t *primaries)
+{
+    const uint8_t *e = (const uint8_t *)primaries->ptr;
+    size_t n         = primaries->len / CKS_WIRE_SEAL_PRIMARY_LEN;
+
+    if (primaries->len % CKS_WIRE_SEAL_PRIMARY_LEN != 0) {
+        return CKS_ERR_BAD_MESSAGE;
+    }
+    if (n > 0 && cks_sv_owed_row(s, &v->stored_on) == NULL) {
+        return CKS_OK; /* out of memory: the version waits, as before */
+    }
+    for (size_t i = 0; i < n; i++, e += CKS_WIRE_SEAL_PRIMARY_LEN) {
+        uint16_t id    = (uint16_t)((e[0] << 8) | e[1]);
+        uint32_t count = ((uint32_t)e[2] << 24) | ((uint32_t)e[3] << 16) |
+                         ((uint32_t)e[4] << 8) | e[5];
+        size_t pos;
+        if (cks_cluster_find(s->map, id, &pos) == CKS_OK && count > 0) {
+            v->stored_on[pos] += count;
+            /* what it answered before does not say whether it holds these */
+            s->peers[pos].owed_since_ns = cks_time_ns();
+            s->peers[pos].gone          = 0;
+        }
+    }
+    return CKS_OK;
+}
+
+typedef struct {
+    cks_server_h s;
+    size_t pos;
+    uint64_t sent_ns;
+} cks_sv_owed_ask_t;
+
+static void cks_sv_owed_answered(void *arg, cks_status_t status, const char *msg)
+{
+    cks_sv_owed_ask_t *a = arg;
+    cks_sv_peer_t *p     = &a->s->peers[a->pos];
+    p->owed_probing      = 0;
+    if (status == CKS_ERR_CANCELED || status == CKS_ERR_SHUTTING_DOWN ||
+        a->sent_ns < p->owed_since_ns) {
+        /* this server stops, or closed the connection itself, or the
+         * question was sent before the last seal that named the server: no
+         * news of the objects that seal counts */
+    } else if (!cks_sv_unreachable(status) && status != CKS_ERR_TRANSPORT) {
+        p->gone = 0; /* it answers (an error answer is an answer too) */
+    } else {
+        if (p->gone++ == 0) {
+            p->gone_sent_ns = a->sent_ns;
+        }
+        /* two in a row, both sent after the last seal that named it */
+        cks_log(p->gone >= CKS_SV_OWED_GONE ? CKS_LOG_WARN : CKS_LOG_INFO,
+                "server %u, which owes objects to a version this server coordinates, "
+                "did not answer (%u in a row): %s %s",
+                cks_cluster_server(a->s->map, a->pos)->id, p->gone,
+                cks_status_string(status), msg != NULL ? msg : "");
+    }
+    free(a);
+}
+
+/* Ask the server at `pos` whether it is alive, unless a question is in
+ * flight or was sent a moment ago. A new connection when the last failed or
+ * went unanswered (cks_sv_peer()): a killed server then refuses it at once. */
+static void cks_sv_owed_probe(cks_server_h s, size_t pos, uint64_t now)
+{
+    cks_sv_peer_t *p = &s->peers[pos];
+    if (p->owed_probing || s->stop || now - p->owed_probe_ns < CKS_SV_OWED_EVERY_NS) {
+        return;
+    }
+    p->owed_probe_ns          = now;
+    cks_msg_repair_status_t q = {0};
+    cks_sv_owed_ask_t *a      = malloc(sizeof(*a));
+    cks_tp_conn_h conn        = a != NULL ? cks_sv_peer(s, pos) : NULL;
+    if (a == NULL) {
+        return;
+    }
+    *a              = (cks_sv_owed_ask_t){s, pos, now};
+    p->owed_probing = 1;
+    if (conn == NULL || cks_tp_call(conn, CKS_MSG_REPAIR_STATUS, 0, &q, NULL, 0, NULL,
+                                    CKS_SV_OWED_ASK_MS, cks_sv_owed_answered,
+                                    a) != CKS_INPROGRESS) {
+        cks_sv_owed_answered(a, CKS_ERR_UNREACHABLE, "cannot connect");
+    }
+}
+
+/* An open version this server coordinates: does a primary that is gone owe
+ * it objects? Then it fails (its abort runs from cks_sv_cv_kick()); else
+ * every primary that owes objects is asked whether it is alive. Returns 1
+ * while one owes objects. */
+static int cks_sv_cv_owed(cks_server_h s, cks_sv_version_t *v, uint64_t now)
+{
+    int owing = 0;
+    if (!cks_sv_cv_open(v) || v->failed != CKS_OK || v->stored_on == NULL) {
+        return 0;
+    }
+    for (size_t pos = 0; pos < cks_cluster_nservers(s->map); pos++) {
+        uint64_t reported = v->reported_by != NULL ? v->reported_by[pos] : 0;
+        if (pos == s->self || v->stored_on[pos] <= reported) {
+            continue; /* this server's own reports come without a wire */
+        }
+        cks_sv_peer_t *p = &s->peers[pos];
+        if (p->gone >= CKS_SV_OWED_GONE) {
+            const cks_cluster_server_t *cs = cks_cluster_server(s->map, pos);
+            v->failed                      = CKS_ERR_DATA_LOST;
+            snprintf(v->why, sizeof(v->why),
+                     "server %u (%s:%u) died before it spread objects of this version: "
+                     "of the %llu objects of version %llu it answered STORED for, it "
+                     "reported %llu (no answer from it for %.1f s); write the version again",
+                     cs->id, cs->addr, cs->port, (unsigned long long)v->stored_on[pos],
+                     (unsigned long long)v->version, (unsigned long long)reported,
+                     (double)(now - p->gone_sent_ns) / 1e9);
+            return 0;
+        }
+        cks_sv_owed_probe(s, pos, now);
+        owing = 1;
+    }
+    return owing;
+}
+
+static void cks_sv_cv_owed_each(const void *key, size_t len, void *value, void *arg)
+{
+    void **a = arg;
+    *(int *)a[2] |= cks_sv_cv_owed(a[0], value, *(uint64_t *)a[1]);
+}
+
 static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
                                      cks_status_t *status_p, char *why, size_t why_len)
 {
@@ -1506,6 +1684,7 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
         /* the same object again: its put was retried on the next member of
          * its group while the first primary did not answer, and both stored
          * it (the same chunks, in the same places) */
+        cks_sv_owed_reported(s, v, m->primary);
         *status_p = CKS_OK;
         return;
     }
@@ -1549,6 +1728,7 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
     v->nobjects++;
     v->bytes += m->o.size;
     v->digest ^= cks_sv_object_digest(o->key, o->key_len, o->size);
+    cks_sv_owed_reported(s, v, m->primary);
     *status_p = CKS_OK;
     cks_sv_cv_check(s, v);
 }
@@ -1903,6 +2083,9 @@ static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
     v->deleted = NULL;
     cks_hmap_destroy(v->reported);
     v->reported = NULL;
+    free(v->stored_on);
+    free(v->reported_by);
+    v->stored_on = v->reported_by = NULL;
     v->pending--;
     if (v->redrop && v->failed != CKS_OK) {
         /* objects came in while the drop was sent: drop once more */
@@ -2150,7 +2333,7 @@ static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v)
 
 void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
                         const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
-                        uint64_t digest, uint32_t rank)
+                        uint64_t digest, uint32_t rank, const cks_wire_str_t *primaries)
 {
     cks_sv_version_t *v = cks_sv_version_find(s, job, version);
     cks_md_version_t rec;
@@ -2231,9 +2414,18 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
                                 v->rec.nranks);
             return;
         }
+        if (primaries != NULL && primaries->len % CKS_WIRE_SEAL_PRIMARY_LEN != 0) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_BAD_MESSAGE,
+                                "a seal's primaries are %u bytes, not entries of %u",
+                                primaries->len, CKS_WIRE_SEAL_PRIMARY_LEN);
+            return;
+        }
         if (cks_sv_waiter_add(v, conn, req_id, 1) != CKS_OK) {
             cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
             return;
+        }
+        if (primaries != NULL) {
+            (void)cks_sv_owed_sealed(s, v, primaries); /* whole entries: checked above */
         }
         v->ranks_done[rank / 8] |= (uint8_t)(1u << (rank % 8));
         v->nranks_done++;
@@ -2511,6 +2703,10 @@ int cks_sv_cluster_progress(cks_server_h s)
     }
     /* seals past their deadline fail (one per pass: checking changes the table) */
     cks_hmap_foreach(s->versions, cks_sv_cv_expire, &now);
+    /* and those owed objects by a primary that is gone */
+    int owing   = 0;
+    void *oa[3] = {s, &now, &owing};
+    cks_hmap_foreach(s->versions, cks_sv_cv_owed_each, oa);
     cks_sv_version_t *late = NULL;
     cks_hmap_foreach(s->versions, cks_sv_cv_kick, &late);
     if (late != NULL) {
@@ -2523,6 +2719,9 @@ int cks_sv_cluster_progress(cks_server_h s)
     }
     if (probing && (timeout < 0 || timeout > (int)(CKS_SV_PEER_PROBE_NS / 1000000))) {
         timeout = (int)(CKS_SV_PEER_PROBE_NS / 1000000); /* the next probe */
+    }
+    if (owing && (timeout < 0 || timeout > (int)(CKS_SV_OWED_EVERY_NS / 1000000))) {
+        timeout = (int)(CKS_SV_OWED_EVERY_NS / 1000000); /* the next question */
     }
     /* wake at least once a second while seals wait */
     return timeout < 0 || timeout > 1000 ? 1000 : timeout;

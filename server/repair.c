@@ -961,6 +961,12 @@ static int cks_rp_hold(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsi
                            : type == CKS_MSG_VERSION_DELETE ? &h->b.m_VERSION_DELETE.job
                                                             : &h->b.m_OBJECT_DELETE.job;
     hjob->ptr = h->job;
+    if (type == CKS_MSG_VERSION_SEAL) {
+        /* its primaries point into the message, which is gone when the seal
+         * is handled: held without them (the version then waits for the
+         * objects of a primary that died, until its deadline, as before) */
+        h->b.m_VERSION_SEAL.primaries = cks_wire_cstr(NULL);
+    }
     if (key != NULL) {
         memcpy(h->key, key->ptr, key->len);
         h->b.m_OBJECT_DELETE.key.ptr = h->key;

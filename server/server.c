@@ -106,6 +106,8 @@ static void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
     free(v->objs);
     free(v->ranks_done);
     free(v->waiters);
+    free(v->stored_on);
+    free(v->reported_by);
     free(v);
 }
 
@@ -1106,7 +1108,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
             if (s->map != NULL) {
                 cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &ref.job, ref.version,
                                    b->m_VERSION_SEAL.nobjects, b->m_VERSION_SEAL.digest,
-                                   b->m_VERSION_SEAL.rank);
+                                   b->m_VERSION_SEAL.rank, &b->m_VERSION_SEAL.primaries);
             } else {
                 cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &ref);
             }
@@ -1116,7 +1118,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         case CKS_MSG_VERSION_DELETE:
             if (s->map != NULL) {
                 cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT.job,
-                                   b->m_VERSION_ABORT.version, 0, 0, 0);
+                                   b->m_VERSION_ABORT.version, 0, 0, 0, NULL);
             } else {
                 cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT);
             }
@@ -1494,6 +1496,8 @@ static void cks_sv_free_version(const void *key, size_t len, void *value, void *
     free(v->objs);
     free(v->ranks_done);
     free(v->waiters);
+    free(v->stored_on);
+    free(v->reported_by);
     free(v);
 }
 

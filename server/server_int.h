@@ -70,6 +70,11 @@ struct cks_sv_version {
                               sent: send the drop once more when it ends */
     cks_hmap_t *reported;  /* keys reported done -> index in objs + 1 (a put
                               retried on another primary may be reported twice) */
+    /* per server position (NULL until the first): objects the finished
+     * ranks stored on it as their primary (their seals say), and objects it
+     * reported; a gone server that stored more than it reported fails the
+     * version at once (cluster.c, cks_sv_cv_owed()) */
+    uint64_t *stored_on, *reported_by;
 };
 
 /* A read whose bytes may still be taken from the arena (a chunk get, until
@@ -130,6 +135,15 @@ typedef struct {
     uint64_t probe_ns;  /* when it was last asked for a handshake while skipped */
     uint64_t hello_ns;  /* when the handshake on conn began; 0: it ended */
     uint64_t hello_gen; /* the handshake's number (an older one's end is ignored) */
+    /* is it alive? asked (REPAIR_STATUS) while it owes objects to a version
+     * this server coordinates (cluster.c, cks_sv_owed_probe()) */
+    uint64_t owed_probe_ns; /* when the last question was sent */
+    int owed_probing;       /* a question in flight */
+    unsigned gone;          /* questions in a row it did not answer, sent after
+                               owed_since_ns */
+    uint64_t gone_sent_ns;  /* when the first of them was sent */
+    uint64_t owed_since_ns; /* when a seal last named it: only questions sent
+                               after that say that it is gone */
 } cks_sv_peer_t;
 
 /* A drop a peer did not take (it was down): sent again until it does. */
@@ -458,7 +472,8 @@ void cks_sv_object_done(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_i
 /* Seal, abort or delete on the coordinator of a cluster version. */
 void cks_sv_cluster_end(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                         unsigned type, const cks_wire_str_t *job, uint64_t version,
-                        uint64_t nobjects, uint64_t digest, uint32_t rank);
+                        uint64_t nobjects, uint64_t digest, uint32_t rank,
+                        const cks_wire_str_t *primaries);
 void cks_sv_object_delete(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                           const cks_msg_object_stat_t *m);
 void cks_sv_version_commit(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,

@@ -12,13 +12,18 @@
  * first two candidates are down by the third), commits, restores exactly,
  * and can be deleted with its coordinator still down.
  *
+ * A primary that answered STORED and was killed before it spread the
+ * object fails the finish at once (CKS_ERR_DATA_LOST, naming it), not at
+ * the request timeout or the version's deadline; the retry commits.
+ *
  * random_kills_and_stops: 50 two-rank checkpoints (20 under ASan) while
  * servers are killed, restarted and stopped (at most m = 2 unreachable at
  * once), before and during the checkpoints: every one commits - except one
- * during which a server was killed (its coordinator, or a primary that had
- * answered STORED and not yet spread an object: that checkpoint fails with
- * a clear error at its deadline, and the trainer's retry, the next number,
- * must commit) - every one restores bit-exact (or, when a server killed
+ * during which a server was killed (its coordinator: that checkpoint fails
+ * with a clear error at its deadline; or a primary that had answered STORED
+ * and not yet spread an object: it fails within a second, naming it; the
+ * trainer's retry, the next number, must commit) - every one restores
+ * bit-exact (or, when a server killed
  * after its chunks were stored took more than the redundancy it states,
  * fails with DATA_LOST, never other bytes), and arena use is back to its
  * baseline once all are deleted.
@@ -26,6 +31,7 @@
 #include "ckstore.h"
 #include "cks_common.h"
 #include "cks_test.h"
+#include "cks_faults_gate.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -435,6 +441,146 @@ Test(heal, version_with_its_coordinator_down_is_coordinated_by_the_next)
     cr_assert_eq(cks_version_stat(c, "heal", v2, &vi), CKS_ERR_NO_SUCH_VERSION);
     verify_version(c, v3, "after the delete");
     cks_client_destroy(c);
+}
+
+/* ---- a primary that dies after STORED, before it spread the object ---- */
+
+#define ST_MAX 64 /* objects at most, until one is held on the victim */
+
+static uint64_t st_size(int i)
+{
+    return sizes[i % NOBJ];
+}
+
+static void st_key(char *key, size_t len, int i)
+{
+    snprintf(key, len, "stalled/%d", i);
+}
+
+static void st_fill(uint8_t *buf, uint64_t v, int i)
+{
+    cks_test_fill(buf, st_size(i), g_seed * 7919 + v * 131 + (uint64_t)i);
+}
+
+static cks_status_t st_put(cks_client_h c, uint64_t v, int i, uint8_t *buf)
+{
+    cks_put_params_t p = {0};
+    char key[64];
+    st_key(key, sizeof(key), i);
+    st_fill(buf, v, i);
+    p.job     = "heal";
+    p.version = v;
+    p.key     = key;
+    p.buffer  = buf;
+    p.size    = st_size(i);
+    return cks_put(c, &p);
+}
+
+/* Objects 0..n-1 of version v, bit-exact. */
+static void st_verify(cks_client_h c, uint64_t v, int n, uint8_t *got, uint8_t *want)
+{
+    cks_restore_h r = NULL;
+    char key[64];
+    cks_status_t st = cks_restore_open(c, "heal", v, &r);
+    cr_assert_eq(st, CKS_OK, "open version %llu: %s", (unsigned long long)v,
+                 cks_status_name(st));
+    for (int i = 0; i < n; i++) {
+        cks_get_params_t g = {0};
+        uint64_t len       = UINT64_MAX;
+        st_key(key, sizeof(key), i);
+        st_fill(want, v, i);
+        g.key         = key;
+        g.buffer      = got;
+        g.buffer_size = 4 * MiB;
+        st            = cks_get(r, &g, &len);
+        cr_assert_eq(st, CKS_OK, "version %llu '%s': %s", (unsigned long long)v, key,
+                     cks_status_name(st));
+        cr_assert_eq(len, st_size(i), "'%s': %llu bytes", key, (unsigned long long)len);
+        cr_assert(memcmp(got, want, len) == 0, "version %llu '%s': bytes differ",
+                  (unsigned long long)v, key);
+    }
+    cks_restore_close(r);
+}
+
+/* A primary answers STORED for an object and is killed before it spreads
+ * it or reports it to the coordinator (fault put_stall holds every object
+ * it is primary of; the kill comes once one is held). The coordinator
+ * learns from the finish how many objects the rank stored on each primary,
+ * finds that primary gone while it owes objects, and fails the finish at
+ * once, naming it, instead of waiting for objects that will never come
+ * (before: the finish ran into the client's 60 s timeout, or the version's
+ * 600 s deadline). The trainer's retry, the next number, commits DEGRADED
+ * and restores bit-exact. */
+Test(heal, primary_killed_after_stored_fails_the_finish_at_once, .timeout = 240)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    int down[NSRV] = {0};
+    char why[512], name[32];
+    uint8_t *buf = malloc(4 * MiB), *want = malloc(4 * MiB);
+    cr_assert(buf != NULL && want != NULL);
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+
+    uint64_t v = version_with_live_coordinator(1, down);
+    size_t x   = pick_victim(v, down, (size_t)g_seed % NSRV);
+    snprintf(cl.srv[x].faults, sizeof(cl.srv[x].faults), "put_stall:always");
+    cks_test_server_stop(&cl.srv[x], SIGTERM);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0, "restart of server %zu", x);
+
+    cks_client_h c = connect_cluster(60000); /* the default request timeout */
+    cks_version_params_t vp = {.job = "heal", .version = v};
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    int n = 0;
+    while (n < ST_MAX && (n < NOBJ || cks_test_log_count(cl.srv[x].log, "fault put_stall") == 0)) {
+        cks_status_t st = st_put(c, v, n, buf);
+        cr_assert_eq(st, CKS_OK, "put %d: %s", n, cks_status_name(st));
+        n++;
+    }
+    int held = cks_test_log_count(cl.srv[x].log, "fault put_stall");
+    cr_assert_gt(held, 0, "none of %d objects has server %zu as its primary", n, x);
+    cks_test_cluster_kill(&cl, x);
+    down[x] = 1;
+    fprintf(stderr, "version %llu: %d objects put, %d held by server %zu (id %d), killed\n",
+            (unsigned long long)v, n, held, x, cl.srv[x].id);
+
+    uint64_t t0     = cks_time_ns();
+    cks_status_t st = cks_version_finish(c, "heal", v, 0);
+    double secs     = (double)(cks_time_ns() - t0) / 1e9;
+    cks_client_last_error(c, why, sizeof(why));
+    fprintf(stderr, "finish of version %llu took %.2f s: %s (%s)\n", (unsigned long long)v,
+            secs, cks_status_name(st), why);
+    cr_assert_eq(st, CKS_ERR_DATA_LOST, "finish with a dead primary: %s (%s)",
+                 cks_status_name(st), why);
+    cr_assert_lt(secs, 10.0, "the finish took %.2f s", secs);
+    snprintf(name, sizeof(name), "server %d ", cl.srv[x].id);
+    cr_assert(strstr(why, name) != NULL, "'%s' does not name %s", why, name);
+    cks_restore_h r;
+    cr_assert_neq(cks_restore_open(c, "heal", v, &r), CKS_OK);
+
+    /* the trainer retries as the next version: it commits without x */
+    uint64_t v2 = version_with_live_coordinator(v + 1, down);
+    vp.version  = v2;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    for (int i = 0; i < n; i++) {
+        st = st_put(c, v2, i, buf);
+        cr_assert_eq(st, CKS_OK, "retry, put %d: %s", i, cks_status_name(st));
+    }
+    t0   = cks_time_ns();
+    st   = cks_version_finish(c, "heal", v2, 0);
+    secs = (double)(cks_time_ns() - t0) / 1e9;
+    cks_client_last_error(c, why, sizeof(why));
+    fprintf(stderr, "retry as version %llu: finish took %.2f s: %s\n", (unsigned long long)v2,
+            secs, cks_status_name(st));
+    cr_assert_eq(st, CKS_OK, "retry as version %llu: %s (%s)", (unsigned long long)v2,
+                 cks_status_name(st), why);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(c, "heal", v2, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v2,
+                 cks_vstate_string(vi.state));
+    cr_assert_eq(vi.nobjects, (uint64_t)n);
+    st_verify(c, v2, n, buf, want);
+    cks_client_destroy(c);
+    free(buf);
+    free(want);
 }
 
 /* ---- randomized: kills, restarts and stops between and during checkpoints ---- */
