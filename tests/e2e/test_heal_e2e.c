@@ -550,7 +550,10 @@ Test(heal, primary_killed_after_stored_fails_the_finish_at_once, .timeout = 240)
             secs, cks_status_name(st), why);
     cr_assert_eq(st, CKS_ERR_DATA_LOST, "finish with a dead primary: %s (%s)",
                  cks_status_name(st), why);
-    cr_assert_lt(secs, 10.0, "the finish took %.2f s", secs);
+    /* 0.25 s here when quiet; once 10.25 s under ASan with the 2 cores
+     * loaded by builds beside it. Far below the client's 60 s timeout,
+     * which is what the finish ran into before. */
+    cr_assert_lt(secs, 30.0, "the finish took %.2f s", secs);
     snprintf(name, sizeof(name), "server %d ", cl.srv[x].id);
     cr_assert(strstr(why, name) != NULL, "'%s' does not name %s", why, name);
     cks_restore_h r;

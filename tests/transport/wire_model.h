@@ -277,10 +277,14 @@ typedef union {
     cks_msg_job_entry_t job;
 } wm_body_t;
 
+/** The longest string or binary field of any message (and its NUL). */
+#define WM_STR_BUF                                                                        \
+    (CKS_MAX(CKS_WIRE_MAX_ADDR, CKS_WIRE_MAX_SEAL_PRIMARIES * CKS_WIRE_SEAL_PRIMARY_LEN) + 1)
+
 /** A body with storage for its strings. */
 typedef struct {
     wm_body_t b;
-    uint8_t str[WM_MAX_FIELDS][CKS_WIRE_MAX_ADDR + 1];
+    uint8_t str[WM_MAX_FIELDS][WM_STR_BUF];
 } wm_sample_t;
 
 typedef enum {
