@@ -595,56 +595,10 @@ cks_status_t cks_cl_disk_list(cks_restore_h r, const char *after_key, cks_object
     return CKS_OK;
 }
 
-/* ---- CRC-64 of a concatenation from the CRCs of its parts ----------------------------------
- * A whole object's CRC-64 is checked without a second pass over its bytes:
+/* A whole object's CRC-64 is checked without a second pass over its bytes:
  * each chunk read whole is checked against its CRC-64 from the index, and
  * the object's is put together from those (and from the CRC of the bytes of
- * a partial or decoded chunk), as zlib's crc32_combine() does for CRC-32:
- *     crc(a || b) = crc(a) * x^(8 len(b)) mod P  xor  crc(b)
- * (CRC-64/XZ: reflected, P = ECMA-182; the pre- and post-inversion cancel).
- * ISA-L has no combine. */
-#define CKS_FL_CRC64_POLY 0xc96c5795d7870f42ull /* ECMA-182, reflected */
-
-static uint64_t cks_fl_x2k[64]; /* x^(2^k) mod P */
-static pthread_once_t cks_fl_x2k_once = PTHREAD_ONCE_INIT;
-
-/* a * b mod P (reflected: x^0 is the top bit) */
-static uint64_t cks_fl_mulmodp(uint64_t a, uint64_t b)
-{
-    uint64_t m = 1ull << 63, p = 0;
-    for (;;) {
-        if (a & m) {
-            p ^= b;
-            if ((a & (m - 1)) == 0) {
-                break;
-            }
-        }
-        m >>= 1;
-        b = b & 1 ? (b >> 1) ^ CKS_FL_CRC64_POLY : b >> 1;
-    }
-    return p;
-}
-
-static void cks_fl_x2k_init(void)
-{
-    cks_fl_x2k[0] = 1ull << 62; /* x^1 */
-    for (int k = 1; k < 64; k++) {
-        cks_fl_x2k[k] = cks_fl_mulmodp(cks_fl_x2k[k - 1], cks_fl_x2k[k - 1]);
-    }
-}
-
-/* crc(a || b) from crc(a), crc(b) and len(b) */
-static uint64_t cks_fl_crc64_combine(uint64_t crc_a, uint64_t crc_b, uint64_t len_b)
-{
-    uint64_t x = 1ull << 63; /* x^0 */
-    pthread_once(&cks_fl_x2k_once, cks_fl_x2k_init);
-    for (unsigned k = 3; len_b != 0 && k < 64; len_b >>= 1, k++) { /* x^(8 len_b) */
-        if (len_b & 1) {
-            x = cks_fl_mulmodp(cks_fl_x2k[k], x);
-        }
-    }
-    return cks_fl_mulmodp(x, crc_a) ^ crc_b;
-}
+ * a partial or decoded chunk) with cks_crc64_combine(). */
 
 /* Read chunk (o, stripe, idx) whole into buf and check it: CKS_OK (*crc_p:
  * its CRC-64, checked), or why not (written to why). */
@@ -783,7 +737,7 @@ static cks_status_t cks_fl_stripe(cks_client_h c, struct cks_cl_disk *d,
             uint64_t part = direct[i] && present[i] && !need_missing
                                 ? crcs[i]
                                 : cks_crc64(0, dst + (a - off), b - a);
-            crc = cks_fl_crc64_combine(crc, part, b - a);
+            crc = cks_crc64_combine(crc, part, b - a);
         }
     }
     if (crc_p != NULL) {
@@ -926,7 +880,7 @@ cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_
         /* the object's CRC-64, stripe after stripe */
         for (uint64_t s = g.s0; whole && status == CKS_OK && s < g.s_end; s++) {
             uint64_t lo = CKS_MAX(off, s * k * cs), hi = CKS_MIN(off + len, (s + 1) * k * cs);
-            crc         = cks_fl_crc64_combine(crc, g.crcs[s - g.s0], hi - lo);
+            crc         = cks_crc64_combine(crc, g.crcs[s - g.s0], hi - lo);
         }
         free(g.crcs);
     }

@@ -54,6 +54,12 @@ extern "C" {
  *  chunk and object checksums. Any len. */
 uint64_t cks_crc64(uint64_t seed, const void *buf, size_t len);
 
+/** The CRC-64 of a || b from crc_a = cks_crc64(0, a, len_a), crc_b =
+ *  cks_crc64(0, b, len_b) and len_b, without the bytes:
+ *  cks_crc64_combine(crc_a, crc_b, len_b) == cks_crc64(crc_a, b, len_b).
+ *  About 64 x log2(len_b) bit operations. */
+uint64_t cks_crc64_combine(uint64_t crc_a, uint64_t crc_b, uint64_t len_b);
+
 /** CRC-32C (Castagnoli, iSCSI; ISA-L crc32_iscsi(), which takes its raw
  *  register without inversion: this wrapper passes ~seed and returns ~crc, so
  *  the result is the standard CRC-32C). Check value:

@@ -1268,7 +1268,7 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
             return;
         }
     }
-    cks_tp_check_t check = {cks_crc64, ch.crc64};
+    cks_tp_check_t check = {cks_crc64, ch.crc64, cks_crc64_combine};
     status = cks_tp_send_into(conn, CKS_MSG_CHUNK_GET_REPLY, req_id, &r, bytes + m->offset,
                               m->length, s->arena_mem, dest, whole ? &check : NULL,
                               cks_chunk_sent, o);

@@ -936,7 +936,7 @@ static void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                             obj.key);
         return;
     }
-    cks_tp_check_t check = {cks_crc64, obj.crc64};
+    cks_tp_check_t check = {cks_crc64, obj.crc64, cks_crc64_combine};
     if (v == NULL && (v = cks_sv_version_new(s, &m->job, m->version)) == NULL) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;

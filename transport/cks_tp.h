@@ -945,10 +945,13 @@ int cks_tp_conn_local(cks_tp_conn_h conn);
 
 /** A check of the bytes cks_tp_send_into() writes into a peer's memory:
  *  `fn` (a CRC with zlib-style chaining: seed 0, then the previous result)
- *  over them must give `expect`. */
+ *  over them must give `expect`. `combine` (may be NULL) gives the CRC of
+ *  a || b from fn's results over a and b and b's length: with it, the copy
+ *  threads check the parts they write and the results are combined. */
 typedef struct {
     uint64_t (*fn)(uint64_t seed, const void *buf, size_t len);
     uint64_t expect;
+    uint64_t (*combine)(uint64_t crc_a, uint64_t crc_b, uint64_t len_b);
 } cks_tp_check_t;
 
 /** Send a reply whose payload goes into `dest`: the peer's memory when

@@ -10,13 +10,12 @@
  * tables are faulted in by the thread that copies it (in parallel too). When
  * a job's last part is copied it goes on the done list and the worker is
  * signalled; its callback runs on the worker's thread (cks_tp_copy_poll()).
- * A checked job (the whole object a get writes into the client's memory)
- * has one more task, taken first: one thread computes the object's CRC over
- * the source while the others copy, and the job fails with
- * CKS_ERR_CRC_MISMATCH when it differs from the stored one. The source is
- * the server's arena, which does not change while the get runs, so its
- * bytes are the ones written; one pass per byte for the check, as before,
- * but beside the copies instead of interleaved with them on one core.
+ * A checked job (the whole object a get writes into the client's memory):
+ * the thread that copies a part computes its CRC over the bytes as written,
+ * while they are in its cache (one pass over memory, as the progress
+ * thread's checked write does), and the worker's thread combines the parts'
+ * CRCs in order (check->combine) and fails the job with
+ * CKS_ERR_CRC_MISMATCH when the result is not the stored one.
  *
  * Ownership: a job's source and destination stay valid until its callback
  * (the caller holds the mapping's and the connection's references); the job
@@ -47,12 +46,10 @@ struct cks_tp_copy_job {
     int fault;             /* 1: fault the peer's side of each part in first */
     int peer_is_dst;       /* which side is the peer's mapping */
     int canceled;
-    /* checked: one task (the first taken) computes check() over the source
-     * while the other threads copy; the job fails if it is not expect */
-    uint64_t (*check)(uint64_t crc, const void *buf, size_t len);
-    uint64_t expect;
-    int check_state;       /* 0: none or done, 1: to take, 2: running */
-    int check_failed;
+    /* checked: each part's CRC over the bytes as written (crcs[part]),
+     * combined in order at the end; the job fails if it is not expect */
+    cks_tp_check_t check;
+    uint64_t *crcs;        /* NULL: not checked */
     cks_tp_copy_cb_t cb;
     void *arg;
 };
@@ -86,12 +83,6 @@ static cks_tp_copy_job_t *cks_tp_copy_take(struct cks_tp_copy *cp, size_t *off_p
     if (j == NULL) {
         return NULL;
     }
-    if (j->check_state == 1) {
-        j->check_state = 2;
-        *off_p         = SIZE_MAX; /* the check task */
-        *n_p           = 0;
-        return j;
-    }
     *off_p = j->taken;
     *n_p   = CKS_MIN(j->len - j->taken, (size_t)CKS_TP_COPY_PART);
     j->taken += *n_p;
@@ -105,12 +96,11 @@ static cks_tp_copy_job_t *cks_tp_copy_take(struct cks_tp_copy *cp, size_t *off_p
     return j;
 }
 
-/* Under the lock: n bytes of j are settled; the last ones (and the check,
- * if any) move it to done. */
+/* Under the lock: n bytes of j are settled; the last ones move it to done. */
 static void cks_tp_copy_settle(struct cks_tp_copy *cp, cks_tp_copy_job_t *j, size_t n)
 {
     j->left -= n;
-    if (j->left == 0 && j->check_state == 0) {
+    if (j->left == 0) {
         j->next  = cp->done;
         cp->done = j;
         ucp_worker_signal(cp->w->worker); /* thread-safe: wakes the worker's thread */
@@ -133,18 +123,13 @@ static void *cks_tp_copy_thread(void *arg)
         }
         j = cks_tp_copy_take(cp, &off, &n);
         pthread_mutex_unlock(&cp->lock);
-        if (off == SIZE_MAX) { /* the source's check, beside the copies */
-            int failed = j->check(0, j->src, j->len) != j->expect;
-            pthread_mutex_lock(&cp->lock);
-            j->check_failed = failed;
-            j->check_state  = 0;
-            cks_tp_copy_settle(cp, j, 0);
-            continue;
-        }
         if (j->fault) {
             cks_tp_copy_fault(j->peer_is_dst ? j->dst + off : j->src + off, n);
         }
         memcpy(j->dst + off, j->src + off, n);
+        if (j->crcs != NULL) { /* the bytes as written, while in this core's cache */
+            j->crcs[off / CKS_TP_COPY_PART] = j->check.fn(0, j->dst + off, n);
+        }
         pthread_mutex_lock(&cp->lock);
         cks_tp_copy_settle(cp, j, n);
     }
@@ -215,9 +200,13 @@ cks_status_t cks_tp_copy_submit(cks_tp_worker_h w, void *dst, const void *src, s
     j->cb          = cb;
     j->arg         = arg;
     if (check != NULL) {
-        j->check       = check->fn;
-        j->expect      = check->expect;
-        j->check_state = 1;
+        if (check->combine == NULL ||
+            (j->crcs = malloc((len + CKS_TP_COPY_PART - 1) / CKS_TP_COPY_PART *
+                              sizeof(*j->crcs))) == NULL) {
+            free(j);
+            return check->combine == NULL ? CKS_ERR_INVALID_PARAM : CKS_ERR_NO_MEMORY;
+        }
+        j->check = *check;
     }
     pthread_mutex_lock(&cp->lock);
     cp->jobs++;
@@ -254,9 +243,17 @@ unsigned cks_tp_copy_poll(cks_tp_worker_h w)
     }
     while (rev != NULL) {
         cks_tp_copy_job_t *next = rev->next;
-        rev->cb(rev->arg, rev->canceled       ? CKS_ERR_CANCELED
-                          : rev->check_failed ? CKS_ERR_CRC_MISMATCH
-                                              : CKS_OK);
+        cks_status_t status = rev->canceled ? CKS_ERR_CANCELED : CKS_OK;
+        if (status == CKS_OK && rev->crcs != NULL) {
+            uint64_t crc = 0;
+            for (size_t off = 0; off < rev->len; off += CKS_TP_COPY_PART) {
+                size_t part = CKS_MIN((size_t)CKS_TP_COPY_PART, rev->len - off);
+                crc = rev->check.combine(crc, rev->crcs[off / CKS_TP_COPY_PART], part);
+            }
+            status = crc == rev->check.expect ? CKS_OK : CKS_ERR_CRC_MISMATCH;
+        }
+        rev->cb(rev->arg, status);
+        free(rev->crcs);
         free(rev);
         rev = next;
         n++;
@@ -282,7 +279,6 @@ void cks_tp_copy_stop(cks_tp_worker_h w)
         cks_tp_copy_job_t *j = cp->head;
         cp->head             = j->next;
         j->canceled          = 1;
-        j->check_state       = 0; /* not taken (a taken one finished before the join) */
         cks_tp_copy_settle(cp, j, j->len - j->taken);
     }
     cp->tail = NULL;

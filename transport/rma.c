@@ -1113,7 +1113,8 @@ cks_status_t cks_tp_send_into(cks_tp_conn_h conn, unsigned type, uint64_t req_id
     r->reply     = s;
     r->reply_len = len;
     r->req_id    = req_id;
-    if (rk->local != NULL && cks_tp_copy_wants(w, payload_len)) {
+    if (rk->local != NULL && cks_tp_copy_wants(w, payload_len) &&
+        (check == NULL || check->combine != NULL)) {
         uint8_t *dst = (uint8_t *)rk->local + (dest->rma_addr - rk->seg_base);
         status = cks_tp_copy_submit(w, dst, payload, payload_len,
                                     cks_tp_rkey_unfaulted(rk, dest->rma_addr, payload_len), 1,

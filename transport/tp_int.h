@@ -238,8 +238,8 @@ typedef void (*cks_tp_copy_cb_t)(void *arg, cks_status_t status);
 int cks_tp_copy_wants(cks_tp_worker_h w, size_t len);
 /* Copy len bytes from src to dst on the copy threads; cb runs on the
  * worker's thread (cks_tp_copy_poll()) with CKS_OK, CKS_ERR_CANCELED at
- * stop, or CKS_ERR_CRC_MISMATCH when check (may be NULL) over the source is
- * not check->expect. fault: fault in the peer's side of each part first (peer_is_dst
+ * stop, or CKS_ERR_CRC_MISMATCH when check (may be NULL; with a combine)
+ * over the bytes written is not check->expect. fault: fault in the peer's side of each part first (peer_is_dst
  * says which side that is). */
 cks_status_t cks_tp_copy_submit(cks_tp_worker_h w, void *dst, const void *src, size_t len,
                                 int fault, int peer_is_dst, const cks_tp_check_t *check,

@@ -346,6 +346,47 @@ Test(coding, crc_chaining, .timeout = 60)
     free(buf);
 }
 
+/* The CRC-64 of a concatenation from its parts' CRCs equals ISA-L's over
+ * the whole: random cuts (empty parts too), many parts of one size and a
+ * tail (as the copy threads combine them), and a long second part (zero
+ * pages of a read-only map). */
+Test(coding, crc64_combine_matches_isal, .timeout = 60)
+{
+    uint64_t rng     = test_seed("crc64_combine", 1003);
+    const size_t len = 5 * 65536 + 77;
+    uint8_t *buf     = malloc(len);
+
+    cr_assert_not_null(buf);
+    rng_fill(&rng, buf, len);
+    const uint64_t whole = crc64_ecma_refl_base(0, buf, len);
+    for (unsigned iter = 0; iter < 300; iter++) {
+        size_t a = rng_next(&rng) % (len + 1);
+        uint64_t ca = cks_crc64(0, buf, a), cb = cks_crc64(0, buf + a, len - a);
+        cr_assert_eq(cks_crc64_combine(ca, cb, len - a), whole, "cut at %zu", a);
+    }
+    for (size_t part = 1; part <= 65536; part *= 16) {
+        uint64_t crc = 0;
+        for (size_t off = 0; off < len; off += part) {
+            size_t n = CKS_MIN(part, len - off);
+            crc      = cks_crc64_combine(crc, cks_crc64(0, buf + off, n), n);
+        }
+        cr_assert_eq(crc, whole, "parts of %zu bytes", part);
+    }
+    cr_assert_eq(cks_crc64_combine(whole, 0, 0), whole, "an empty second part");
+    cr_assert_eq(cks_crc64_combine(0, whole, len), whole, "an empty first part");
+    free(buf);
+
+    /* 64 MiB + 3 of zeros after a few bytes: a long second part */
+    const size_t zlen = (64ull << 20) + 3;
+    void *zeros       = mmap(NULL, zlen, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(zeros, MAP_FAILED);
+    const uint8_t head[5] = {1, 2, 3, 4, 5};
+    uint64_t ch           = cks_crc64(0, head, sizeof(head));
+    uint64_t cz           = cks_crc64(0, zeros, zlen);
+    cr_assert_eq(cks_crc64_combine(ch, cz, zlen), cks_crc64(ch, zeros, zlen));
+    munmap(zeros, zlen);
+}
+
 /* ISA-L's CRC-32C kernel counts bytes in an int: lengths past 4 GiB must
  * still give the CRC of every byte. The reference feeds pieces of 1 GiB + 1.
  * Zero pages of a read-only anonymous map cost no memory. Skipped under

@@ -1748,8 +1748,8 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
     cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
     free(ref);
 
-    /* the threads did the copies: every put, the whole gets (checked beside
-     * the copies) and the ranges of 2 MiB and more */
+    /* the threads did the copies: every put, the whole gets (each part
+     * checked as written) and the ranges of 2 MiB and more */
     cr_assert_eq(cks_test_server_stop(&srv, SIGTERM), 0);
     cr_assert(copy_log(srv.log, &jobs, &bytes), "the server logged no copy-thread counts");
     cr_assert_geq(jobs, 2 * CKS_ARRAY_SIZE(sizes) - 1, "%llu transfers (%llu bytes) by the copy threads", jobs, bytes);
@@ -1833,7 +1833,7 @@ Test(rma_copy, a_rotted_object_fails_its_whole_get_on_the_copy_threads)
     cr_assert_eq(cks_version_seal(cl, "rot", 1), CKS_OK);
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(cl, "rot", 1, &r), CKS_OK);
-    /* whole gets are checked (the check beside the copies) */
+    /* whole gets are checked (each part as written, then combined) */
     cr_assert_eq(get_whole(r, "obj", dst, size, &len), CKS_OK);
     cr_assert(len == size && memcmp(dst, src, size) == 0, "the bytes before the rot");
 
