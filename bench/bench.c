@@ -22,6 +22,7 @@
 #include "bench.h"
 #include "ckstore.h"
 #include "cluster.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -29,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define BENCH_TARGET_RATIO 0.8
@@ -277,34 +277,6 @@ static int bench_parse_opts(int argc, char **argv)
         }
     }
     return 0;
-}
-
-/* MemAvailable of /proc/meminfo, bytes (0: unknown). */
-static uint64_t bench_mem_available(void)
-{
-    char line[256];
-    unsigned long long kb = 0;
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f == NULL) {
-        return 0;
-    }
-    while (fgets(line, sizeof(line), f) != NULL) {
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
-            break;
-        }
-    }
-    fclose(f);
-    return (uint64_t)kb << 10;
-}
-
-/* Free bytes in /dev/shm (0: unknown). */
-static uint64_t bench_shm_free(void)
-{
-    struct statvfs vfs;
-    if (statvfs("/dev/shm", &vfs) != 0) {
-        return 0;
-    }
-    return (uint64_t)vfs.f_bavail * vfs.f_frsize;
 }
 
 static uint64_t bench_arena_size(uint64_t max)

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -321,6 +322,29 @@ int bench_proc_rss(pid_t pid, uint64_t *rss_p, uint64_t *anon_p, uint64_t *shmem
 }
 
 static int bench_progress_shown = -1; /* -1: not yet asked whether stderr is a tty */
+
+uint64_t bench_mem_available(void)
+{
+    char line[256];
+    unsigned long long kb = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            break;
+        }
+    }
+    fclose(f);
+    return (uint64_t)kb << 10;
+}
+
+uint64_t bench_shm_free(void)
+{
+    struct statvfs vfs;
+    return statvfs("/dev/shm", &vfs) == 0 ? (uint64_t)vfs.f_bavail * vfs.f_frsize : 0;
+}
 
 void bench_progress(const char *fmt, ...)
 {

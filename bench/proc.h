@@ -2,8 +2,9 @@
  * bench/proc: what the parts of ckstore-bench that run other processes
  * share: bounded reads and writes on pipes, waiting for a pid with a
  * deadline, free ports on 127.0.0.1, starting a program (fork + exec, dies
- * with us), what /proc says about a process (CPU seconds, resident memory),
- * and the live progress line on a terminal.
+ * with us), what /proc says about a process (CPU seconds, resident memory)
+ * and the machine (free memory, free /dev/shm), and the live progress line
+ * on a terminal.
  *
  * Everything here is a tool, not a library: errors are reported once, where
  * they are found, on stderr, and the caller unwinds.
@@ -53,6 +54,11 @@ double bench_proc_cpu_s(pid_t pid);
 /** Resident memory of `pid` from /proc/PID/status: total, anonymous and
  *  shared memory (tmpfs, SysV, /dev/shm files) in bytes. 0 or -1. */
 int bench_proc_rss(pid_t pid, uint64_t *rss_p, uint64_t *anon_p, uint64_t *shmem_p);
+
+/** MemAvailable of /proc/meminfo in bytes; 0 when unknown. */
+uint64_t bench_mem_available(void);
+/** Free bytes in /dev/shm; 0 when unknown. */
+uint64_t bench_shm_free(void);
 
 /** A progress line on stderr, rewritten in place; only when stderr is a
  *  terminal (isatty), so that logs and pipes stay clean. */

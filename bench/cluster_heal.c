@@ -1,0 +1,211 @@
+/*
+ * DESIGN: self-healing: the repair after killed servers return (its rebuild
+ * rate, the time until every kept version is PROTECTED again), a snapshot
+ * taken while it runs, and a replacement server (empty arena and metadata)
+ * taking a killed one's id.
+ */
+#include "cluster_int.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+/* How a repair went, as cl_repair_wait() saw it (sampled every 20 ms). */
+typedef struct {
+    uint64_t done;      /* chunk bytes the servers rebuilt */
+    double first, last; /* seconds since t0 of the first sample that saw
+                           rebuilt bytes, and of the one that saw them all */
+    double protected_s; /* seconds since t0 until every version was PROTECTED */
+} cl_repair_t;
+
+/* The repair figures of the servers in ids: *left_p chunk bytes they still
+ * lack, *done_p bytes they rebuilt since they started. 1 when each has
+ * caught up and lacks nothing. */
+static int cl_repair_left(cl_ctx_t *x, const unsigned *ids, unsigned n, uint64_t *left_p,
+                          uint64_t *done_p)
+{
+    int all = 1;
+    *left_p = *done_p = 0;
+    for (unsigned i = 0; i < n; i++) {
+        cks_repair_info_t ri;
+        if (cks_repair_status(x->client, ids[i], &ri) != CKS_OK) {
+            all = 0;
+            continue;
+        }
+        *left_p += ri.bytes_left;
+        *done_p += ri.bytes_done;
+        all = all && ri.caught_up && ri.chunks_left == 0;
+    }
+    return all;
+}
+
+/* Wait (bounded) until the servers in ids lack nothing and every version in
+ * vs is PROTECTED. 0, or -1 (said why). */
+static int cl_repair_wait(cl_ctx_t *x, const char *job, const unsigned *ids,
+                          unsigned nids, const uint64_t *vs, unsigned nvs, double t0,
+                          cl_repair_t *r)
+{
+    double deadline = bench_now() + x->o.timeout_s * 4 + 30;
+    uint64_t left = 0, done = 0;
+    unsigned v = 0;
+    memset(r, 0, sizeof(*r));
+    r->first = -1;
+    while (bench_now() < deadline) {
+        int clean = cl_repair_left(x, ids, nids, &left, &done);
+        double now = bench_now() - t0;
+        if (done > r->done) {
+            r->first = r->first < 0 ? now : r->first;
+            r->last = now;
+            r->done = done;
+        }
+        if (clean) {
+            for (; v < nvs; v++) { /* a version PROTECTED stays so: ask the rest */
+                cks_version_info_t vi;
+                if (cks_version_stat(x->client, job, vs[v], &vi) != CKS_OK ||
+                    vi.state != CKS_VSTATE_PROTECTED) {
+                    break;
+                }
+            }
+            if (v == nvs) {
+                r->protected_s = bench_now() - t0;
+                return 0;
+            }
+        }
+        usleep(20 * 1000);
+    }
+    fprintf(stderr,
+            "ckstore-bench: repair did not end in %.0f s (%llu bytes left, version %llu "
+            "of %u "
+            "not PROTECTED)\n",
+            x->o.timeout_s * 4 + 30, (unsigned long long)left,
+            (unsigned long long)(v < nvs ? vs[v] : 0), nvs);
+    return -1;
+}
+
+/* The rebuild rate of a repair: its bytes over the time between the first
+ * and the last sample that saw them grow (one sample period more, so that
+ * a repair within one period is not counted as instant); NAN when nothing
+ * was rebuilt. */
+static double cl_repair_gbs(const cl_repair_t *r)
+{
+    return r->done > 0 ? (double)r->done / (r->last - r->first + 0.02) / BENCH_GB : NAN;
+}
+
+/* The servers' repair pacing cap (--repair-rate), bytes/s; 0: none or unknown. */
+static uint64_t cl_repair_cap(cl_ctx_t *x, unsigned id)
+{
+    cks_repair_info_t ri;
+    return cks_repair_status(x->client, id, &ri) == CKS_OK ? ri.rate_cap : 0;
+}
+
+static void cl_say_repair(cl_ctx_t *x, unsigned rep, const char *what,
+                          const cl_repair_t *r, unsigned id)
+{
+    uint64_t cap = cl_repair_cap(x, id);
+    char capbuf[80] = "no cap";
+    if (cap > 0) {
+        snprintf(capbuf, sizeof(capbuf), "capped at %.0f MiB/s while clients move data",
+                 (double)cap / (1 << 20));
+    }
+    cl_say(x,
+           "  rep %u: %s: %.1f MiB rebuilt at %.2f GB/s (%s), from %.2f s to %.2f s "
+           "after the "
+           "start; every version PROTECTED after %.2f s\n",
+           rep + 1, what, (double)r->done / (1 << 20), cl_repair_gbs(r), capbuf,
+           r->first < 0 ? 0.0 : r->first, r->last, r->protected_s);
+}
+
+/* After the killed servers were restarted at t_spawn: in odd repetitions a
+ * snapshot taken at once, while they rebuild what they missed; in the
+ * others the time until every kept version is PROTECTED again and the bytes
+ * rebuilt. In the last repetition, a replacement: one of them killed again,
+ * its arena and metadata deleted, started empty with its id, and timed the
+ * same way. */
+int cl_heal_phase(cl_ctx_t *x, const char *job, uint64_t first, uint64_t newest,
+                  const uint64_t *downv, unsigned rep, double t_spawn)
+{
+    unsigned ids[CL_MAX_DOWN], nids = x->fig.ndown;
+    uint64_t vs[CL_MAX_VERSIONS + CL_MAX_DOWN + 1], done = 0, left0 = 0, left1 = 0;
+    unsigned nvs = 0;
+    cl_repair_t r;
+
+    for (unsigned d = 0; d < nids; d++) {
+        ids[d] = x->fig.down_ids[d];
+    }
+    for (uint64_t v = first; v <= newest; v++) {
+        vs[nvs++] = v;
+    }
+    for (unsigned d = 0; d < nids; d++) {
+        vs[nvs++] = downv[d];
+    }
+    if (x->o.reps > 1 && rep % 2 == 1) {
+        double stored_s = 0;
+        uint64_t hv = 2000000 + (uint64_t)rep * 1000;
+        /* the repair starts once the servers back have caught up: the
+         * snapshot starts when it has (bounded) */
+        double until = bench_now() + x->o.timeout_s + 10;
+        while (!cl_repair_left(x, ids, nids, &left0, &done) && left0 == 0 && done == 0 &&
+               bench_now() < until) {
+            usleep(5 * 1000);
+        }
+        if (cl_snapshot_down(x, job, &hv, 0, rep, "while repair runs", &stored_s) != 0) {
+            return -1;
+        }
+        cl_repair_left(x, ids, nids, &left1, &done);
+        cl_say(x,
+               "  rep %u: repair had %.0f MiB left when that snapshot began, %.0f MiB "
+               "when it "
+               "was stored\n",
+               rep + 1, (double)left0 / (1 << 20), (double)left1 / (1 << 20));
+        if (x->fig.nduring < CL_MAX_REPS) {
+            x->fig.during_stored[x->fig.nduring] = stored_s;
+            x->fig.during_left0[x->fig.nduring] = left0;
+            x->fig.during_left1[x->fig.nduring++] = left1;
+        }
+        vs[nvs++] = hv;
+        if (cl_repair_wait(x, job, ids, nids, vs, nvs, t_spawn, &r) < 0) {
+            return -1;
+        }
+        cks_status_t st = cks_version_delete(x->client, job, hv);
+        if (st != CKS_OK) {
+            return cl_fail(x, "delete", st);
+        }
+        nvs--;
+    } else {
+        bench_progress("rep %u/%u: repair after the servers' return", rep + 1, x->o.reps);
+        if (cl_repair_wait(x, job, ids, nids, vs, nvs, t_spawn, &r) < 0) {
+            return -1;
+        }
+        cl_say_repair(x, rep,
+                      nids == 1 ? "repair by the server back"
+                                : "repair by the servers back",
+                      &r, ids[0]);
+        if (x->fig.nrepair < CL_MAX_REPS && r.done > 0) {
+            x->fig.repair_gbs[x->fig.nrepair] = cl_repair_gbs(&r);
+            x->fig.repair_prot[x->fig.nrepair++] = r.protected_s;
+        }
+    }
+    if (rep + 1 < x->o.reps || nids == 0) {
+        return 0;
+    }
+    cl_server_t *s = &x->srv[ids[0]];
+    bench_progress("rep %u/%u: a replacement for server %u", rep + 1, x->o.reps, s->id);
+    cl_server_kill(x, s);
+    cl_server_wipe(s);
+    double t0 = bench_now();
+    if (cl_server_spawn(x, s, x->o.arena) != 0 ||
+        cl_server_wait(s, bench_now() + x->o.timeout_s + 10) != 0) {
+        return -1;
+    }
+    if (cl_repair_wait(x, job, ids, 1, vs, nvs, t0, &r) < 0) {
+        return -1;
+    }
+    char what[80];
+    snprintf(what, sizeof(what), "replacement of server %u (empty arena and metadata)",
+             s->id);
+    cl_say_repair(x, rep, what, &r, s->id);
+    x->fig.repl_gbs = cl_repair_gbs(&r);
+    x->fig.repl_prot = r.protected_s;
+    x->fig.repl_ok = 1;
+    return 0;
+}

@@ -1,0 +1,121 @@
+/*
+ * DESIGN: the targets of the capacity benchmark: each figure against its
+ * reference of the same run, met or missed by how much, printed and recorded.
+ */
+#include "cluster_int.h"
+
+#include <math.h>
+#include <string.h>
+
+void cl_target_row(cl_ctx_t *x, bench_report_t *rep, const char *name, double value,
+                   const char *unit, double ref, const char *ref_what, double target,
+                   int higher, const char *note)
+{
+    double ratio = value / ref;
+    bench_rec_t *r;
+    if (!isfinite(ratio)) {
+        cl_say(x, "%-36s %9s  %-34s %s\n", name, "-", ref_what,
+               note != NULL ? note : "not judged");
+        return;
+    }
+    int met = higher ? ratio >= target : ratio <= target;
+    double miss = higher ? 1.0 - ratio / target : ratio / target - 1.0;
+    char verdict[64];
+    if (met) {
+        snprintf(verdict, sizeof(verdict), "met");
+    } else {
+        snprintf(verdict, sizeof(verdict), "MISSED by %.0f %%", miss * 100);
+    }
+    x->targets_judged++;
+    x->targets_met += (unsigned)met;
+    cl_say(x, "%-36s %9.2f %-5s %-28s %8.2f %6.2f  %s %-5.2f %s\n", name, value, unit,
+           ref_what, ref, ratio, higher ? ">=" : "<=", target, verdict);
+    if ((r = bench_report_add(rep)) == NULL) {
+        return;
+    }
+    bench_rec_str(r, "op", "target");
+    bench_rec_str(r, "figure", name);
+    bench_rec_f64(r, "value", value);
+    bench_rec_str(r, "unit", unit);
+    bench_rec_f64(r, "ref_value", ref);
+    bench_rec_str(r, "ref", ref_what);
+    bench_rec_f64(r, "ratio", ratio);
+    bench_rec_f64(r, "target", target);
+    bench_rec_str(r, "sense", higher ? ">=" : "<=");
+    bench_rec_u64(r, "met", (uint64_t)met);
+    bench_rec_f64(r, "miss", met ? 0.0 : miss);
+}
+
+void cl_print_targets(cl_ctx_t *x, bench_report_t *rep)
+{
+    char put_what[40], get_what[40], what[64];
+    double raw_put = cl_raw_best(x, BENCH_DIR_PUT, put_what, sizeof(put_what));
+    double raw_get = cl_raw_best(x, BENCH_DIR_GET, get_what, sizeof(get_what));
+    double stored = cl_ck_median(x, 0), restore = cl_ck_median(x, 1);
+    double bound = x->refs.memcpy_fig.st.median * x->o.k / (x->o.k + x->o.m);
+    bench_stats_t st;
+    int one = x->o.clients == 1 && x->o.readers == 1;
+    int big = strcmp(x->mix.kind, "uniform") == 0 && x->o.size >= (64ull << 20);
+
+    cl_say(x, "\ntargets of the capacity benchmark (ratio = figure / reference; "
+              "missed by = how far the ratio is from the target)\n");
+    cl_say(x, "%-36s %9s %-5s %-28s %8s %6s  %s\n", "figure", "value", "unit",
+           "reference", "ref", "ratio", "target");
+    snprintf(what, sizeof(what), "raw UCX put (%s)", put_what);
+    cl_target_row(x, rep, "put (snapshot STORED), >= 64 MiB", one && big ? stored : NAN,
+                  "GB/s", raw_put, what, 0.9, 1,
+                  "not judged: needs 1 client, --mix uniform, >= 64M");
+    snprintf(what, sizeof(what), "raw UCX get (%s)", get_what);
+    cl_target_row(x, rep, "get (restore), >= 64 MiB", one && big ? restore : NAN, "GB/s",
+                  raw_get, what, 0.9, 1,
+                  "not judged: needs 1 client, --mix uniform, >= 64M");
+    cl_stats_of(x->fig.bytes, x->fig.prot, x->fig.nsnap, &st);
+    snprintf(what, sizeof(what), "memcpy x k/(k+m)");
+    cl_target_row(x, rep, "snapshot PROTECTED", st.median, "GB/s", bound, what, 0.8, 1,
+                  NULL);
+    for (unsigned d = 1; d <= x->fig.ndown; d++) {
+        char name[64];
+        cl_stats_of(x->fig.bytes, x->fig.restore[d], x->fig.nrestore[d], &st);
+        snprintf(name, sizeof(name), "degraded restore, %u down", d);
+        cl_target_row(x, rep, name, st.median, "GB/s", restore, "healthy restore", 0.7, 1,
+                      NULL);
+    }
+    for (unsigned d = 1; d <= x->fig.ndown; d++) {
+        char name[64];
+        cl_stats_of(x->fig.bytes, x->fig.down_stored[d], x->fig.ndown_stored[d], &st);
+        snprintf(name, sizeof(name), "degraded snapshot STORED, %u down", d);
+        cl_target_row(x, rep, name, st.median, "GB/s", stored, "healthy snapshot STORED",
+                      0.8, 1, NULL);
+    }
+    if (x->fig.nrepair > 0) {
+        double mn, md, mx;
+        unsigned e = x->fig.ndown;
+        cl_vstats(x->fig.repair_gbs, x->fig.nrepair, &mn, &md, &mx);
+        /* ISA-L alone rebuilds e chunks per stripe of k: decode[e] (object
+         * bytes/s) x e / k chunk bytes per second, on one core */
+        double dbound = e >= 1 && e <= CL_MAX_DOWN && x->refs.decode[e].ok
+                            ? x->refs.decode[e].st.median * e / x->o.k
+                            : NAN;
+        snprintf(what, sizeof(what), "ISA-L decode, %u lost (chunk B/s)", e);
+        cl_target_row(x, rep, "repair (rebuilt chunk bytes)", md, "GB/s", dbound, what,
+                      0.5, 1, NULL);
+    }
+    if (x->fig.nduring > 0) {
+        cl_stats_of(x->fig.bytes, x->fig.during_stored, x->fig.nduring, &st);
+        cl_target_row(x, rep, "snapshot STORED while repair runs", st.median, "GB/s",
+                      stored, "healthy snapshot STORED", 0.7, 1, NULL);
+    }
+    cl_peer_targets(x, rep, stored, restore);
+    {
+        double ms[CL_MAX_SNAPS], mn, md, mx;
+        for (unsigned i = 0; i < x->fig.nsnap; i++) {
+            ms[i] = x->fig.stall[i] * 1e3;
+        }
+        cl_vstats(ms, x->fig.nsnap, &mn, &md, &mx);
+        double mc_ms =
+            (double)x->fig.rank_bytes / (x->refs.memcpy_fig.st.median * BENCH_GB) * 1e3;
+        cl_target_row(x, rep, "trainer stall per snapshot", md, "ms", mc_ms,
+                      "one memcpy of a writer's bytes", 1.0, 0, NULL);
+    }
+    cl_say(x, "targets met: %u of %u judged\n", x->targets_met, x->targets_judged);
+}
