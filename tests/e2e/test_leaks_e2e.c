@@ -196,8 +196,15 @@ Test(leaks, member_refuses_a_chunk_that_fails_its_crc)
     const uint64_t base = usage(c);
 
     begin(c, "crc", 1, 1);
-    cr_assert_eq(put_all(c, "crc", 1, buf), CKS_OK);
-    cks_status_t st = cks_version_seal(c, "crc", 1);
+    /* the refusal aborts the version as soon as the coordinator hears of it:
+     * a put still to come is then refused too (seen with the cores loaded) */
+    cks_status_t st = put_all(c, "crc", 1, buf);
+    if (st != CKS_OK) {
+        print_error(c, st, "a put of version 1", msg, sizeof(msg));
+        cr_assert(st == CKS_ERR_VERSION_NOT_OPEN || st == CKS_ERR_CRC_MISMATCH,
+                  "a put failed for another reason: %s", cks_status_name(st));
+    }
+    st = cks_version_seal(c, "crc", 1);
     print_error(c, st, "seal of version 1", msg, sizeof(msg));
     cr_assert(cks_test_log_has(cl.srv[3].log, "fault point 'chunk_wire_corrupt' fired", 5000),
               "the corruption never happened");
