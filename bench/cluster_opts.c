@@ -82,6 +82,8 @@ static void cl_usage(FILE *f)
         "      --repair-rate SIZE the servers' repair pacing cap while clients move "
         "data,\n"
         "                         bytes/s (default: the server's); the figures name it\n"
+        "      --copy-threads N   the servers' copy threads (ckstore-server\n"
+        "                         --copy-threads; default: the server's)\n"
         "      --stage-host       writers stage their puts through a ring of host\n"
         "                         memory that holds a writer's snapshot\n"
         "                         (CKS_PUT_FIELD_STAGED), all of its puts at once: the\n"
@@ -224,6 +226,7 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
         O_ARENA,
         O_NO_DEGRADED,
         O_REPAIR_RATE,
+        O_COPY_THREADS,
         O_PEC,
         O_PEC_ONLY,
         O_PEC_K,
@@ -264,6 +267,7 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
         {"arena", required_argument, NULL, O_ARENA},
         {"no-degraded", no_argument, NULL, O_NO_DEGRADED},
         {"repair-rate", required_argument, NULL, O_REPAIR_RATE},
+        {"copy-threads", required_argument, NULL, O_COPY_THREADS},
         {"pec", no_argument, NULL, O_PEC},
         {"pec-only", no_argument, NULL, O_PEC_ONLY},
         {"pec-k", required_argument, NULL, O_PEC_K},
@@ -399,6 +403,9 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
                 break;
             case O_REPAIR_RATE:
                 x->o.repair_rate = optarg; /* the server checks it */
+                break;
+            case O_COPY_THREADS:
+                x->o.copy_threads = optarg; /* the server checks it */
                 break;
             case O_PEC:
                 x->o.pec = 1;

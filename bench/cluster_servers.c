@@ -204,6 +204,10 @@ int cl_server_spawn(cl_ctx_t *x, cl_server_t *s, uint64_t arena)
         argv[n++] = "--repair-rate";
         argv[n++] = (char *)x->o.repair_rate;
     }
+    if (x->o.copy_threads != NULL) {
+        argv[n++] = "--copy-threads";
+        argv[n++] = (char *)x->o.copy_threads;
+    }
     argv[n] = NULL;
 
     if (pipe2(out, O_CLOEXEC) != 0) {
