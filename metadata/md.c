@@ -9,8 +9,8 @@
  *
  * Owns: one LMDB environment per data directory, its named databases
  * ("versions", "objects", "meta", "chunks", "drops") and the byte formats
- * of their keys and values. Nothing else in ckstore includes <lmdb.h> or <msgpack.h> for this
- * data; MDB_* codes are translated here, once, and logged here.
+ * of their keys and values. Nothing else in ckstore includes <lmdb.h> or <msgpack.h> for
+ * this data; MDB_* codes are translated here, once, and logged here.
  *
  * Threads: read transactions run on any thread (MDB_NOTLS ties the reader slot
  * to the transaction, not to the thread), one thread at a time per
@@ -45,17 +45,19 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#define MD_DB_VERSIONS "versions"
-#define MD_DB_OBJECTS  "objects"
-#define MD_DB_META     "meta"
-#define MD_DB_CHUNKS   "chunks"
-#define MD_DB_DROPS    "drops"
 #define MD_META_SCHEMA "schema"
 #define MD_MAX_DBS     8 /* five used */
 #define MD_MAX_READERS 126
 /* LMDB's longest key (MDB_MAXKEYSIZE as built by default): a walk copies the
  * key it deletes to seek past it */
 #define MD_KEY_BUF 511
+
+/* md_db_t: each database's name, and what one of its records is called in
+ * log lines */
+static const char *const md_db_name[MD_DB_COUNT] = {"versions", "objects", "meta",
+                                                    "chunks", "drops"};
+static const char *const md_db_record[MD_DB_COUNT] = {"version", "object", "meta",
+                                                      "chunk", "drop"};
 
 /* ---- LMDB codes --------------------------------------------------------- */
 
@@ -102,29 +104,37 @@ static cks_status_t md_cursor_open(cks_md_txn_h txn, MDB_dbi dbi, MDB_cursor **c
     return CKS_OK;
 }
 
-cks_status_t cks_mdi_get(cks_md_txn_h txn, MDB_dbi dbi, const void *key, size_t key_len,
-                         MDB_val *val, cks_status_t absent, const char *what)
+/* "mdb_get(object)" and the like, for cks_mdi_mdb_status() */
+static cks_status_t md_op_failed(cks_md_txn_h txn, int rc, const char *op, md_db_t db)
+{
+    char what[64];
+
+    snprintf(what, sizeof(what), "%s(%s)", op, md_db_record[db]);
+    return cks_mdi_mdb_status(txn, rc, what);
+}
+
+cks_status_t cks_mdi_get(cks_md_txn_h txn, md_db_t db, const void *key, size_t key_len,
+                         MDB_val *val, cks_status_t absent)
 {
     MDB_val k = {key_len, (void *)key};
-    int rc = mdb_get(txn->txn, dbi, &k, val);
+    int rc = mdb_get(txn->txn, txn->md->dbi[db], &k, val);
 
     if (rc == MDB_NOTFOUND) {
         return absent;
     }
-    return rc == 0 ? CKS_OK : cks_mdi_mdb_status(txn, rc, what);
+    return rc == 0 ? CKS_OK : md_op_failed(txn, rc, "mdb_get", db);
 }
 
-cks_status_t cks_mdi_put(cks_md_txn_h txn, MDB_dbi dbi, const void *key, size_t key_len,
-                         const void *val, size_t len, unsigned flags, cks_status_t exists,
-                         const char *what)
+cks_status_t cks_mdi_put(cks_md_txn_h txn, md_db_t db, const void *key, size_t key_len,
+                         const void *val, size_t len, unsigned flags, cks_status_t exists)
 {
     MDB_val k = {key_len, (void *)key}, v = {len, (void *)val};
-    int rc = mdb_put(txn->txn, dbi, &k, &v, flags);
+    int rc = mdb_put(txn->txn, txn->md->dbi[db], &k, &v, flags);
 
     if (rc == MDB_KEYEXIST) {
         return exists;
     }
-    return rc == 0 ? CKS_OK : cks_mdi_mdb_status(txn, rc, what);
+    return rc == 0 ? CKS_OK : md_op_failed(txn, rc, "mdb_put", db);
 }
 
 /* ---- input checks ------------------------------------------------------- */
@@ -201,16 +211,16 @@ static int md_walk_in_range(const md_walk_t *w, const MDB_val *k)
                                     (memcmp(k->mv_data, w->prefix, w->prefix_len) == 0));
 }
 
-cks_status_t cks_mdi_walk(cks_md_txn_h txn, const md_walk_t *w, md_walk_cb_t cb, void *arg)
+cks_status_t cks_mdi_walk(cks_md_txn_h txn, const md_walk_t *w, md_walk_cb_t cb,
+                          void *arg)
 {
     uint8_t again[MD_KEY_BUF];
-    char what[64];
     MDB_cursor *cur;
     MDB_cursor_op op = MDB_SET_RANGE;
     md_walk_rec_t r;
     int found = 0;
     int rc;
-    cks_status_t status = md_cursor_open(txn, w->dbi, &cur);
+    cks_status_t status = md_cursor_open(txn, txn->md->dbi[w->db], &cur);
 
     if (status != CKS_OK) {
         return status;
@@ -224,7 +234,8 @@ cks_status_t cks_mdi_walk(cks_md_txn_h txn, const md_walk_t *w, md_walk_cb_t cb,
     status = md_cursor_get(txn, cur, &r.key, &r.val, op, &found);
     if ((status == CKS_OK) && w->reverse && (op == MDB_SET_RANGE)) {
         /* the last key before `from` */
-        status = md_cursor_get(txn, cur, &r.key, &r.val, found ? MDB_PREV : MDB_LAST, &found);
+        status =
+            md_cursor_get(txn, cur, &r.key, &r.val, found ? MDB_PREV : MDB_LAST, &found);
     }
     while ((status == CKS_OK) && found && md_walk_in_range(w, &r.key)) {
         r.act = MD_WALK_NEXT;
@@ -235,7 +246,7 @@ cks_status_t cks_mdi_walk(cks_md_txn_h txn, const md_walk_t *w, md_walk_cb_t cb,
         op = w->reverse ? MDB_PREV : MDB_NEXT;
         if (w->reverse && (r.act != MD_WALK_NEXT)) {
             cks_error("metadata: a reverse walk over %s records cannot delete or seek",
-                      w->what);
+                      md_db_record[w->db]);
             status = CKS_ERR_INTERNAL;
             break;
         }
@@ -245,8 +256,7 @@ cks_status_t cks_mdi_walk(cks_md_txn_h txn, const md_walk_t *w, md_walk_cb_t cb,
             memcpy(again, r.key.mv_data, n);
             rc = mdb_cursor_del(cur, 0);
             if (rc != 0) {
-                snprintf(what, sizeof(what), "mdb_cursor_del(%s)", w->what);
-                status = cks_mdi_mdb_status(txn, rc, what);
+                status = md_op_failed(txn, rc, "mdb_cursor_del", w->db);
                 break;
             }
             /* seek again rather than rely on where the cursor lands after a delete */
@@ -263,6 +273,18 @@ cks_status_t cks_mdi_walk(cks_md_txn_h txn, const md_walk_t *w, md_walk_cb_t cb,
     return status;
 }
 
+cks_status_t cks_mdi_foreach(cks_md_txn_h txn, md_db_t db, int have_cb, md_walk_cb_t cb,
+                             void *arg)
+{
+    md_walk_t w = {.db = db};
+    cks_status_t status = cks_mdi_txn_check(txn, 0);
+
+    if (status != CKS_OK) {
+        return status;
+    }
+    return have_cb ? cks_mdi_walk(txn, &w, cb, arg) : CKS_ERR_INVALID_PARAM;
+}
+
 /* ---- environment -------------------------------------------------------- */
 
 /* Create or check the schema number inside the opening write transaction. */
@@ -276,10 +298,10 @@ static cks_status_t md_schema_check(cks_md_h md, MDB_txn *txn, const char *dir)
     uint64_t schema;
     int rc;
 
-    rc = mdb_get(txn, md->dbi_meta, &k, &val);
+    rc = mdb_get(txn, md->dbi[MD_DB_META], &k, &val);
     if (rc == MDB_NOTFOUND) {
-        if (((rc = mdb_stat(txn, md->dbi_versions, &vst)) != 0) ||
-            ((rc = mdb_stat(txn, md->dbi_objects, &ost)) != 0)) {
+        if (((rc = mdb_stat(txn, md->dbi[MD_DB_VERSIONS], &vst)) != 0) ||
+            ((rc = mdb_stat(txn, md->dbi[MD_DB_OBJECTS], &ost)) != 0)) {
             return cks_mdi_mdb_status(NULL, rc, "mdb_stat");
         }
         if ((vst.ms_entries != 0) || (ost.ms_entries != 0)) {
@@ -292,7 +314,7 @@ static cks_status_t md_schema_check(cks_md_h md, MDB_txn *txn, const char *dir)
             return status;
         }
         val.mv_data = buf;
-        rc = mdb_put(txn, md->dbi_meta, &k, &val, 0);
+        rc = mdb_put(txn, md->dbi[MD_DB_META], &k, &val, 0);
         if (rc != 0) {
             return cks_mdi_mdb_status(NULL, rc, "mdb_put(schema)");
         }
@@ -390,13 +412,12 @@ cks_status_t cks_md_open(const char *dir, uint64_t map_size, cks_md_h *md_p)
         status = cks_mdi_mdb_status(NULL, rc, "mdb_txn_begin");
         goto close_env;
     }
-    if (((rc = mdb_dbi_open(txn, MD_DB_VERSIONS, MDB_CREATE, &md->dbi_versions)) != 0) ||
-        ((rc = mdb_dbi_open(txn, MD_DB_OBJECTS, MDB_CREATE, &md->dbi_objects)) != 0) ||
-        ((rc = mdb_dbi_open(txn, MD_DB_META, MDB_CREATE, &md->dbi_meta)) != 0) ||
-        ((rc = mdb_dbi_open(txn, MD_DB_CHUNKS, MDB_CREATE, &md->dbi_chunks)) != 0) ||
-        ((rc = mdb_dbi_open(txn, MD_DB_DROPS, MDB_CREATE, &md->dbi_drops)) != 0)) {
-        status = cks_mdi_mdb_status(NULL, rc, "mdb_dbi_open");
-        goto abort_txn;
+    for (int i = 0; i < MD_DB_COUNT; i++) {
+        rc = mdb_dbi_open(txn, md_db_name[i], MDB_CREATE, &md->dbi[i]);
+        if (rc != 0) {
+            status = cks_mdi_mdb_status(NULL, rc, "mdb_dbi_open");
+            goto abort_txn;
+        }
     }
     status = md_schema_check(md, txn, dir);
     if (status != CKS_OK) {
@@ -515,8 +536,8 @@ cks_status_t cks_md_txn_begin_nested(cks_md_txn_h parent, cks_md_txn_h *txn_p)
         cks_error("metadata: out of memory beginning a nested transaction");
         return CKS_ERR_NO_MEMORY;
     }
-    txn->md     = parent->md;
-    txn->write  = 1;
+    txn->md = parent->md;
+    txn->write = 1;
     txn->parent = parent;
     rc = mdb_txn_begin(parent->md->env, parent->txn, 0, &txn->txn);
     if (rc != 0) {
@@ -558,4 +579,3 @@ void cks_md_txn_abort(cks_md_txn_h txn)
     mdb_txn_abort(txn->txn);
     free(txn);
 }
-

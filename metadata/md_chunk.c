@@ -63,9 +63,10 @@ cks_status_t cks_md_chunk_put(cks_md_txn_h txn, const char *job, size_t job_len,
     if (status != CKS_OK) {
         return status;
     }
-    return cks_mdi_put(txn, txn->md->dbi_chunks, kbuf,
-                       md_ckey(kbuf, job, job_len, version, key, key_len, c->stripe, c->idx),
-                       vbuf, vlen, MDB_NOOVERWRITE, CKS_ERR_DUPLICATE_KEY, "mdb_put(chunk)");
+    return cks_mdi_put(
+        txn, MD_DB_CHUNKS, kbuf,
+        md_ckey(kbuf, job, job_len, version, key, key_len, c->stripe, c->idx), vbuf, vlen,
+        MDB_NOOVERWRITE, CKS_ERR_DUPLICATE_KEY);
 }
 
 cks_status_t cks_md_chunk_get(cks_md_txn_h txn, const char *job, size_t job_len,
@@ -85,29 +86,24 @@ cks_status_t cks_md_chunk_get(cks_md_txn_h txn, const char *job, size_t job_len,
     }
     k.mv_size = md_ckey(kbuf, job, job_len, version, key, key_len, stripe, idx);
     k.mv_data = kbuf;
-    status = cks_mdi_get(txn, txn->md->dbi_chunks, k.mv_data, k.mv_size, &val,
-                         CKS_ERR_NO_SUCH_KEY, "mdb_get(chunk)");
+    status =
+        cks_mdi_get(txn, MD_DB_CHUNKS, k.mv_data, k.mv_size, &val, CKS_ERR_NO_SUCH_KEY);
     if (status != CKS_OK) {
         return status;
     }
     return md_chunk_of(&k, &val, c_p);
 }
 
-typedef struct {
-    cks_md_chunk_cb_t cb;
-    void *arg;
-} md_cdel_t;
-
 static cks_status_t md_cdel_one(md_walk_rec_t *r, void *arg)
 {
-    md_cdel_t *d = arg;
+    const md_user_cb_t *u = arg;
 
-    if (d->cb != NULL) {
+    if (u->cb.chunk != NULL) {
         cks_md_chunk_t c;
         cks_status_t status = md_chunk_of(&r->key, &r->val, &c);
 
         if (status == CKS_OK) {
-            status = d->cb(&c, d->arg);
+            status = u->cb.chunk(&c, u->arg);
         }
         if (status != CKS_OK && status != CKS_ERR_IO) {
             return status; /* a corrupt record is deleted all the same */
@@ -121,26 +117,22 @@ cks_status_t cks_md_chunk_del_version(cks_md_txn_h txn, const char *job, size_t 
                                       uint64_t version, cks_md_chunk_cb_t cb, void *arg)
 {
     uint8_t kbuf[MD_VKEY_MAX];
-    md_cdel_t d = {cb, arg};
+    md_user_cb_t u = {.cb.chunk = cb, .arg = arg};
     cks_status_t status;
 
     status = cks_mdi_txn_job_check(txn, 1, job, job_len);
     if (status != CKS_OK) {
         return status;
     }
-    md_walk_t w = {.dbi = txn->md->dbi_chunks, .what = "chunk", .prefix = kbuf,
+    md_walk_t w = {.db = MD_DB_CHUNKS,
+                   .prefix = kbuf,
                    .prefix_len = cks_vkey(kbuf, job, job_len, version)};
-    return cks_mdi_walk(txn, &w, md_cdel_one, &d);
+    return cks_mdi_walk(txn, &w, md_cdel_one, &u);
 }
-
-typedef struct {
-    cks_md_chunk_each_cb_t cb;
-    void *arg;
-} md_ceach_t;
 
 static cks_status_t md_ceach_one(md_walk_rec_t *r, void *arg)
 {
-    md_ceach_t *e = arg;
+    const md_user_cb_t *u = arg;
     const uint8_t *p = r->key.mv_data;
     char job[CKS_JOB_MAX_LEN + 1];
     size_t jl = cks_mdi_key_job(&r->key, job);
@@ -156,20 +148,15 @@ static cks_status_t md_ceach_one(md_walk_rec_t *r, void *arg)
     if (status != CKS_OK) {
         return status;
     }
-    return e->cb(job, jl, cks_get_be64(p + jl + 1), (const char *)p + jl + 9,
-                 r->key.mv_size - (jl + 9) - MD_CKEY_TAIL, &c, e->arg);
+    return u->cb.chunk_each(job, jl, cks_get_be64(p + jl + 1), (const char *)p + jl + 9,
+                            r->key.mv_size - (jl + 9) - MD_CKEY_TAIL, &c, u->arg);
 }
 
 cks_status_t cks_md_chunk_foreach(cks_md_txn_h txn, cks_md_chunk_each_cb_t cb, void *arg)
 {
-    md_ceach_t e = {cb, arg};
-    cks_status_t status = cks_mdi_txn_check(txn, 0);
+    md_user_cb_t u = {.cb.chunk_each = cb, .arg = arg};
 
-    if (status != CKS_OK || cb == NULL) {
-        return status != CKS_OK ? status : CKS_ERR_INVALID_PARAM;
-    }
-    md_walk_t w = {.dbi = txn->md->dbi_chunks, .what = "chunk"};
-    return cks_mdi_walk(txn, &w, md_ceach_one, &e);
+    return cks_mdi_foreach(txn, MD_DB_CHUNKS, cb != NULL, md_ceach_one, &u);
 }
 
 typedef struct {
@@ -204,7 +191,8 @@ static cks_status_t md_cgc_one(md_walk_rec_t *r, void *arg)
 }
 
 cks_status_t cks_md_chunk_gc(cks_md_txn_h txn, const char *job, size_t job_len,
-                             cks_md_chunk_keep_cb_t keep, cks_md_chunk_cb_t freed, void *arg)
+                             cks_md_chunk_keep_cb_t keep, cks_md_chunk_cb_t freed,
+                             void *arg)
 {
     uint8_t prefix[CKS_JOB_MAX_LEN + 1];
     md_cgc_t g = {job_len, keep, freed, arg};
@@ -216,7 +204,6 @@ cks_status_t cks_md_chunk_gc(cks_md_txn_h txn, const char *job, size_t job_len,
     }
     memcpy(prefix, job, job_len);
     prefix[job_len] = 0;
-    md_walk_t w = {.dbi = txn->md->dbi_chunks, .what = "chunk", .prefix = prefix,
-                   .prefix_len = job_len + 1};
+    md_walk_t w = {.db = MD_DB_CHUNKS, .prefix = prefix, .prefix_len = job_len + 1};
     return cks_mdi_walk(txn, &w, md_cgc_one, &g);
 }

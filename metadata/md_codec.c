@@ -23,8 +23,9 @@
 /* Record formats: [fmt, version, parent, state, nranks, created_ns, sealed_ns,
  * nobjects, bytes] and [fmt, kind, layer, expert, rank, size, crc64,
  * arena_offset, arena_len]. Fields are only ever appended, with a new fmt. */
-#define MD_VREC_FMT     3 /* 1 lacked ec_k, ec_m, chunk_size; 2 redundancy, missing;
-                             both still read */
+#define MD_VREC_FMT                                              \
+    3 /* 1 lacked ec_k, ec_m, chunk_size; 2 redundancy, missing; \
+         both still read */
 #define MD_VREC_NFIELDS 14
 #define MD_CREC_FMT     1 /* chunks: [fmt, len, crc64, arena_offset, arena_len] */
 #define MD_CREC_NFIELDS 5
@@ -130,8 +131,8 @@ static int md_chunk_encode(const cks_md_chunk_t *c, md_wbuf_t *w)
     return rc != 0 ? -1 : 0;
 }
 
-cks_status_t cks_md_version_encode(const cks_md_version_t *v, uint8_t buf[CKS_MD_VALUE_MAX],
-                                   size_t *len_p)
+cks_status_t cks_md_version_encode(const cks_md_version_t *v,
+                                   uint8_t buf[CKS_MD_VALUE_MAX], size_t *len_p)
 {
     md_wbuf_t w = {.len = 0};
     cks_status_t status = md_version_encode(v, &w);
@@ -353,11 +354,10 @@ cks_status_t cks_md_version_decode(const char *job, size_t job_len, uint64_t key
         (md_rd_u64(&r, UINT64_MAX, &v.sealed_ns) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &v.nobjects) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &v.bytes) != 0) ||
-        (fmt >= 2 &&
-         ((md_rd_u64(&r, 16, &k) != 0) || (md_rd_u64(&r, 4, &m) != 0) ||
-          (md_rd_u64(&r, UINT64_MAX, &v.chunk_size) != 0))) ||
-        (fmt >= 3 &&
-         ((md_rd_u64(&r, 4, &red) != 0) || (md_rd_u64(&r, UINT64_MAX, &v.missing) != 0)))) {
+        (fmt >= 2 && ((md_rd_u64(&r, 16, &k) != 0) || (md_rd_u64(&r, 4, &m) != 0) ||
+                      (md_rd_u64(&r, UINT64_MAX, &v.chunk_size) != 0))) ||
+        (fmt >= 3 && ((md_rd_u64(&r, 4, &red) != 0) ||
+                      (md_rd_u64(&r, UINT64_MAX, &v.missing) != 0)))) {
         goto corrupt;
     }
     v.ec_k = (uint32_t)k;
@@ -445,9 +445,8 @@ cks_status_t cks_md_schema_decode(const void *val, size_t len, uint64_t *schema_
     return CKS_OK;
 }
 
-
-cks_status_t cks_md_chunk_decode(const void *key, size_t key_len, const void *val, size_t len,
-                                 cks_md_chunk_t *c_p)
+cks_status_t cks_md_chunk_decode(const void *key, size_t key_len, const void *val,
+                                 size_t len, cks_md_chunk_t *c_p)
 {
     md_rbuf_t r = {val, (const uint8_t *)val + len, NULL};
     cks_md_chunk_t c;
@@ -458,9 +457,10 @@ cks_status_t cks_md_chunk_decode(const void *key, size_t key_len, const void *va
         goto corrupt;
     }
     c.stripe = cks_get_be64((const uint8_t *)key + key_len - 9);
-    c.idx    = ((const uint8_t *)key)[key_len - 1];
+    c.idx = ((const uint8_t *)key)[key_len - 1];
     if ((md_rd_header(&r, MD_CREC_FMT, MD_CREC_NFIELDS) != 0) ||
-        (md_rd_u64(&r, UINT64_MAX, &c.len) != 0) || (md_rd_u64(&r, UINT64_MAX, &c.crc64) != 0) ||
+        (md_rd_u64(&r, UINT64_MAX, &c.len) != 0) ||
+        (md_rd_u64(&r, UINT64_MAX, &c.crc64) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &c.arena_offset) != 0) ||
         (md_rd_u64(&r, UINT64_MAX, &c.arena_len) != 0)) {
         goto corrupt;

@@ -17,7 +17,8 @@ static cks_status_t md_prune_one(md_walk_rec_t *r, void *arg)
     uint64_t now_ns = *(const uint64_t *)arg;
 
     if (r->val.mv_size == MD_DROP_LEN && r->key.mv_size <= MD_VKEY_MAX &&
-        cks_get_be64((const uint8_t *)r->val.mv_data + 8) + CKS_MD_DROP_KEEP_NS < now_ns) {
+        cks_get_be64((const uint8_t *)r->val.mv_data + 8) + CKS_MD_DROP_KEEP_NS <
+            now_ns) {
         r->act = MD_WALK_DELETE;
     }
     return CKS_OK;
@@ -31,15 +32,15 @@ cks_status_t cks_md_drop_put(cks_md_txn_h txn, const char *job, size_t job_len,
     if (status != CKS_OK) {
         return status;
     }
-    md_walk_t w = {.dbi = txn->md->dbi_drops, .what = "drop"};
+    md_walk_t w = {.db = MD_DB_DROPS};
     status = cks_mdi_walk(txn, &w, md_prune_one, &dropped_ns);
     if (status != CKS_OK) {
         return status;
     }
     cks_put_be64(vbuf, created_ns);
     cks_put_be64(vbuf + 8, dropped_ns);
-    return cks_mdi_put(txn, txn->md->dbi_drops, kbuf, cks_vkey(kbuf, job, job_len, version),
-                       vbuf, sizeof(vbuf), 0, CKS_OK, "mdb_put(drop)");
+    return cks_mdi_put(txn, MD_DB_DROPS, kbuf, cks_vkey(kbuf, job, job_len, version),
+                       vbuf, sizeof(vbuf), 0, CKS_OK);
 }
 
 cks_status_t cks_md_drop_get(cks_md_txn_h txn, const char *job, size_t job_len,
@@ -54,8 +55,8 @@ cks_status_t cks_md_drop_get(cks_md_txn_h txn, const char *job, size_t job_len,
     if (created_ns_p == NULL) {
         return CKS_ERR_INVALID_PARAM;
     }
-    status = cks_mdi_get(txn, txn->md->dbi_drops, kbuf, cks_vkey(kbuf, job, job_len, version),
-                         &val, CKS_ERR_NO_SUCH_VERSION, "mdb_get(drop)");
+    status = cks_mdi_get(txn, MD_DB_DROPS, kbuf, cks_vkey(kbuf, job, job_len, version),
+                         &val, CKS_ERR_NO_SUCH_VERSION);
     if (status != CKS_OK) {
         return status;
     }
@@ -84,15 +85,16 @@ static cks_status_t md_dlist_one(md_walk_rec_t *r, void *arg)
     if (cks_mdi_page_full(&l->page, r)) {
         return CKS_OK;
     }
-    l->versions[l->page.n] = cks_get_be64((const uint8_t *)r->key.mv_data + l->job_len + 1);
+    l->versions[l->page.n] =
+        cks_get_be64((const uint8_t *)r->key.mv_data + l->job_len + 1);
     l->created[l->page.n] = cks_get_be64(r->val.mv_data);
     l->page.n++;
     return CKS_OK;
 }
 
 cks_status_t cks_md_drop_list(cks_md_txn_h txn, const char *job, size_t job_len,
-                              const uint64_t *after, uint64_t *versions, uint64_t *created,
-                              size_t max, size_t *count_p, int *more_p)
+                              const uint64_t *after, uint64_t *versions,
+                              uint64_t *created, size_t max, size_t *count_p, int *more_p)
 {
     uint8_t from[MD_VKEY_MAX];
     md_dlist_t l = {job_len, versions, created, {0, max, 0}};
@@ -105,18 +107,21 @@ cks_status_t cks_md_drop_list(cks_md_txn_h txn, const char *job, size_t job_len,
         return CKS_ERR_INVALID_PARAM;
     }
     *count_p = 0;
-    *more_p  = 0;
+    *more_p = 0;
     if (after != NULL && *after >= CKS_MD_NO_PARENT - 1) {
         return CKS_OK;
     }
     /* the job's keys (job + 0x00, the start of `from`) from version after + 1 */
-    md_walk_t w = {.dbi = txn->md->dbi_drops, .what = "drop", .prefix = from,
-                   .prefix_len = job_len + 1, .from = from,
-                   .from_len = cks_vkey(from, job, job_len, after == NULL ? 0 : *after + 1)};
+    md_walk_t w = {.db = MD_DB_DROPS,
+                   .prefix = from,
+                   .prefix_len = job_len + 1,
+                   .from = from,
+                   .from_len =
+                       cks_vkey(from, job, job_len, after == NULL ? 0 : *after + 1)};
     status = cks_mdi_walk(txn, &w, md_dlist_one, &l);
     if (status == CKS_OK) {
         *count_p = l.page.n;
-        *more_p  = l.page.more;
+        *more_p = l.page.more;
     }
     return status;
 }

@@ -25,20 +25,26 @@
 /* drops (tombstones): version key -> be64(created_ns) be64(dropped_ns) */
 #define MD_DROP_LEN 16
 
+/* The named databases, in the order cks_md_open() opens them. */
+typedef enum {
+    MD_DB_VERSIONS,
+    MD_DB_OBJECTS,
+    MD_DB_META,
+    MD_DB_CHUNKS,
+    MD_DB_DROPS,
+    MD_DB_COUNT
+} md_db_t;
+
 struct cks_md {
     MDB_env *env;
-    MDB_dbi dbi_versions;
-    MDB_dbi dbi_objects;
-    MDB_dbi dbi_meta;
-    MDB_dbi dbi_chunks;
-    MDB_dbi dbi_drops;
+    MDB_dbi dbi[MD_DB_COUNT];
 };
 
 struct cks_md_txn {
     cks_md_h md;
     MDB_txn *txn;
     int write;
-    int poisoned; /* LMDB failed inside: only abort is accepted */
+    int poisoned;              /* LMDB failed inside: only abort is accepted */
     struct cks_md_txn *parent; /* of a nested transaction, else NULL */
 };
 
@@ -48,14 +54,14 @@ struct cks_md_txn {
 cks_status_t cks_mdi_mdb_status(cks_md_txn_h txn, int rc, const char *what);
 
 /* mdb_get of one record: CKS_OK with *val, `absent` when there is none;
- * other failures are cks_mdi_mdb_status(txn, rc, what). */
-cks_status_t cks_mdi_get(cks_md_txn_h txn, MDB_dbi dbi, const void *key, size_t key_len,
-                         MDB_val *val, cks_status_t absent, const char *what);
+ * other failures are cks_mdi_mdb_status(), logged as "mdb_get(<record>)". */
+cks_status_t cks_mdi_get(cks_md_txn_h txn, md_db_t db, const void *key, size_t key_len,
+                         MDB_val *val, cks_status_t absent);
 /* mdb_put with `flags`: `exists` on MDB_KEYEXIST (MDB_NOOVERWRITE); other
- * failures are cks_mdi_mdb_status(txn, rc, what). */
-cks_status_t cks_mdi_put(cks_md_txn_h txn, MDB_dbi dbi, const void *key, size_t key_len,
-                         const void *val, size_t len, unsigned flags, cks_status_t exists,
-                         const char *what);
+ * failures as above ("mdb_put(<record>)"). */
+cks_status_t cks_mdi_put(cks_md_txn_h txn, md_db_t db, const void *key, size_t key_len,
+                         const void *val, size_t len, unsigned flags,
+                         cks_status_t exists);
 
 /* Input checks of cks_md.h's status conventions. */
 cks_status_t cks_mdi_txn_check(cks_md_txn_h txn, int need_write);
@@ -95,7 +101,7 @@ size_t cks_mdi_key_job(const MDB_val *k, char *job);
  * returned. DELETE and SEEK are for forward walks; a reverse walk that asks
  * for them ends with CKS_ERR_INTERNAL. LMDB failures end the walk with
  * cks_mdi_mdb_status() (the transaction is poisoned); a failed delete is
- * logged as "mdb_cursor_del(<what>)".
+ * logged as "mdb_cursor_del(<record>)" ("object", "chunk", "drop").
  */
 typedef enum {
     MD_WALK_NEXT = 0,
@@ -114,8 +120,7 @@ typedef struct {
 typedef cks_status_t (*md_walk_cb_t)(md_walk_rec_t *r, void *arg);
 
 typedef struct {
-    MDB_dbi dbi;
-    const char *what; /* the record kind, for log lines: "object", "chunk", ... */
+    md_db_t db;
     const void *prefix;
     size_t prefix_len;
     const void *from;
@@ -123,11 +128,29 @@ typedef struct {
     int reverse;
 } md_walk_t;
 
-cks_status_t cks_mdi_walk(cks_md_txn_h txn, const md_walk_t *w, md_walk_cb_t cb, void *arg);
+cks_status_t cks_mdi_walk(cks_md_txn_h txn, const md_walk_t *w, md_walk_cb_t cb,
+                          void *arg);
+
+/* The walk of a cks_md_*_foreach() call: checks txn (a read will do) and
+ * that the caller gave a callback (`have_cb`), then walks all of `db`. */
+cks_status_t cks_mdi_foreach(cks_md_txn_h txn, md_db_t db, int have_cb, md_walk_cb_t cb,
+                             void *arg);
+
+/* A caller's callback and its argument, carried through a walk to the
+ * walk's own callback. */
+typedef struct {
+    union {
+        cks_md_version_cb_t version;
+        cks_md_object_cb_t object;
+        cks_md_chunk_cb_t chunk;
+        cks_md_chunk_each_cb_t chunk_each;
+    } cb;
+    void *arg;
+} md_user_cb_t;
 
 /* A page of a list call: n records of at most max, and whether more follow.
- * cks_mdi_page_full() is the callback's first step: on a full page it sets
- * more and asks the walk to stop. */
+ * A list callback calls cks_mdi_page_full() before it fills a slot: on a
+ * full page it sets more and asks the walk to stop. */
 typedef struct {
     size_t n;
     size_t max;

@@ -59,9 +59,9 @@ cks_status_t cks_md_object_put(cks_md_txn_h txn, const char *job, size_t job_len
     if (status != CKS_OK) {
         return status;
     }
-    return cks_mdi_put(txn, txn->md->dbi_objects, kbuf,
-                       md_okey(kbuf, job, job_len, version, o->key, o->key_len), vbuf, vlen,
-                       MDB_NOOVERWRITE, CKS_ERR_DUPLICATE_KEY, "mdb_put(object)");
+    return cks_mdi_put(txn, MD_DB_OBJECTS, kbuf,
+                       md_okey(kbuf, job, job_len, version, o->key, o->key_len), vbuf,
+                       vlen, MDB_NOOVERWRITE, CKS_ERR_DUPLICATE_KEY);
 }
 
 cks_status_t cks_md_object_get(cks_md_txn_h txn, const char *job, size_t job_len,
@@ -79,14 +79,14 @@ cks_status_t cks_md_object_get(cks_md_txn_h txn, const char *job, size_t job_len
     if (o_p == NULL) {
         return CKS_ERR_INVALID_PARAM;
     }
-    status = cks_mdi_get(txn, txn->md->dbi_objects, kbuf,
+    status = cks_mdi_get(txn, MD_DB_OBJECTS, kbuf,
                          md_okey(kbuf, job, job_len, version, key, key_len), &val,
-                         CKS_ERR_NO_SUCH_KEY, "mdb_get(object)");
+                         CKS_ERR_NO_SUCH_KEY);
     if (status != CKS_OK) {
         return status;
     }
-    return cks_md_object_decode(job, job_len, version, key, key_len, val.mv_data, val.mv_size,
-                                o_p);
+    return cks_md_object_decode(job, job_len, version, key, key_len, val.mv_data,
+                                val.mv_size, o_p);
 }
 
 cks_status_t cks_md_object_del(cks_md_txn_h txn, const char *job, size_t job_len,
@@ -103,7 +103,7 @@ cks_status_t cks_md_object_del(cks_md_txn_h txn, const char *job, size_t job_len
     }
     k.mv_size = md_okey(kbuf, job, job_len, version, key, key_len);
     k.mv_data = kbuf;
-    rc = mdb_del(txn->txn, txn->md->dbi_objects, &k, NULL);
+    rc = mdb_del(txn->txn, txn->md->dbi[MD_DB_OBJECTS], &k, NULL);
     if (rc == MDB_NOTFOUND) {
         return CKS_ERR_NO_SUCH_KEY;
     }
@@ -130,10 +130,9 @@ static cks_status_t md_olist_one(md_walk_rec_t *r, void *arg)
     if (cks_mdi_page_full(&l->page, r)) {
         return CKS_OK;
     }
-    status = cks_md_object_decode(l->job, l->job_len, l->version,
-                                  (const uint8_t *)r->key.mv_data + l->plen,
-                                  r->key.mv_size - l->plen, r->val.mv_data, r->val.mv_size,
-                                  &l->out[l->page.n]);
+    status = cks_md_object_decode(
+        l->job, l->job_len, l->version, (const uint8_t *)r->key.mv_data + l->plen,
+        r->key.mv_size - l->plen, r->val.mv_data, r->val.mv_size, &l->out[l->page.n]);
     if (status == CKS_OK) {
         l->page.n++;
     }
@@ -164,8 +163,7 @@ cks_status_t cks_md_object_list(cks_md_txn_h txn, const char *job, size_t job_le
     }
 
     l.plen = cks_vkey(kbuf, job, job_len, version);
-    md_walk_t w = {.dbi = txn->md->dbi_objects, .what = "object", .prefix = kbuf,
-                   .prefix_len = l.plen};
+    md_walk_t w = {.db = MD_DB_OBJECTS, .prefix = kbuf, .prefix_len = l.plen};
     if (after_key != NULL) { /* prefix + after_key + 0x00: its immediate successor */
         memcpy(kbuf + l.plen, after_key, after_len);
         kbuf[l.plen + after_len] = 0;
@@ -181,14 +179,9 @@ cks_status_t cks_md_object_list(cks_md_txn_h txn, const char *job, size_t job_le
     return CKS_OK;
 }
 
-typedef struct {
-    cks_md_object_cb_t cb;
-    void *arg;
-} md_oeach_t;
-
 static cks_status_t md_oeach_one(md_walk_rec_t *r, void *arg)
 {
-    md_oeach_t *e = arg;
+    const md_user_cb_t *u = arg;
     char job[CKS_JOB_MAX_LEN + 1];
     const uint8_t *p = r->key.mv_data;
     cks_md_object_t o;
@@ -206,21 +199,12 @@ static cks_status_t md_oeach_one(md_walk_rec_t *r, void *arg)
     if (status != CKS_OK) {
         return status;
     }
-    return e->cb(job, jl, version, &o, e->arg);
+    return u->cb.object(job, jl, version, &o, u->arg);
 }
 
 cks_status_t cks_md_object_foreach(cks_md_txn_h txn, cks_md_object_cb_t cb, void *arg)
 {
-    md_oeach_t e = {cb, arg};
-    cks_status_t status;
+    md_user_cb_t u = {.cb.object = cb, .arg = arg};
 
-    status = cks_mdi_txn_check(txn, 0);
-    if (status != CKS_OK) {
-        return status;
-    }
-    if (cb == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    md_walk_t w = {.dbi = txn->md->dbi_objects, .what = "object"};
-    return cks_mdi_walk(txn, &w, md_oeach_one, &e);
+    return cks_mdi_foreach(txn, MD_DB_OBJECTS, cb != NULL, md_oeach_one, &u);
 }

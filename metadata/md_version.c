@@ -27,10 +27,10 @@ static cks_status_t md_version_from_entry(const char *job, size_t job_len,
 }
 
 /* A walk over the versions of one job: prefix job + 0x00 in kbuf. */
-static md_walk_t md_job_walk(cks_md_txn_h txn, uint8_t *kbuf, const char *job, size_t job_len)
+static md_walk_t md_job_walk(cks_md_txn_h txn, uint8_t *kbuf, const char *job,
+                             size_t job_len)
 {
-    md_walk_t w = {.dbi = txn->md->dbi_versions, .what = "version", .prefix = kbuf,
-                   .prefix_len = job_len + 1};
+    md_walk_t w = {.db = MD_DB_VERSIONS, .prefix = kbuf, .prefix_len = job_len + 1};
 
     memcpy(kbuf, job, job_len);
     kbuf[job_len] = 0;
@@ -56,10 +56,9 @@ cks_status_t cks_md_version_put(cks_md_txn_h txn, const char *job, size_t job_le
     if (status != CKS_OK) {
         return status;
     }
-    return cks_mdi_put(txn, txn->md->dbi_versions, kbuf,
+    return cks_mdi_put(txn, MD_DB_VERSIONS, kbuf,
                        cks_vkey(kbuf, job, job_len, v->version), vbuf, vlen,
-                       overwrite ? 0 : MDB_NOOVERWRITE, CKS_ERR_VERSION_EXISTS,
-                       "mdb_put(version)");
+                       overwrite ? 0 : MDB_NOOVERWRITE, CKS_ERR_VERSION_EXISTS);
 }
 
 cks_status_t cks_md_version_get(cks_md_txn_h txn, const char *job, size_t job_len,
@@ -76,9 +75,8 @@ cks_status_t cks_md_version_get(cks_md_txn_h txn, const char *job, size_t job_le
     if (v_p == NULL) {
         return CKS_ERR_INVALID_PARAM;
     }
-    status = cks_mdi_get(txn, txn->md->dbi_versions, kbuf,
-                         cks_vkey(kbuf, job, job_len, version), &val,
-                         CKS_ERR_NO_SUCH_VERSION, "mdb_get(version)");
+    status = cks_mdi_get(txn, MD_DB_VERSIONS, kbuf, cks_vkey(kbuf, job, job_len, version),
+                         &val, CKS_ERR_NO_SUCH_VERSION);
     if (status != CKS_OK) {
         return status;
     }
@@ -96,7 +94,7 @@ cks_status_t cks_md_version_del(cks_md_txn_h txn, const char *job, size_t job_le
                                 uint64_t version)
 {
     uint8_t kbuf[MD_VKEY_MAX];
-    md_walk_t w = {.dbi = 0, .what = "object", .prefix = kbuf};
+    md_walk_t w = {.db = MD_DB_OBJECTS, .prefix = kbuf};
     cks_status_t status;
     MDB_val k, val;
     int rc;
@@ -106,14 +104,13 @@ cks_status_t cks_md_version_del(cks_md_txn_h txn, const char *job, size_t job_le
         return status;
     }
     w.prefix_len = cks_vkey(kbuf, job, job_len, version);
-    status = cks_mdi_get(txn, txn->md->dbi_versions, kbuf, w.prefix_len, &val,
-                         CKS_ERR_NO_SUCH_VERSION, "mdb_get(version)");
+    status = cks_mdi_get(txn, MD_DB_VERSIONS, kbuf, w.prefix_len, &val,
+                         CKS_ERR_NO_SUCH_VERSION);
     if (status != CKS_OK) {
         return status;
     }
 
     /* Objects first: every key starting with job + 0x00 + be64(version). */
-    w.dbi = txn->md->dbi_objects;
     status = cks_mdi_walk(txn, &w, md_delete_each, NULL);
     if (status != CKS_OK) {
         return status;
@@ -121,7 +118,7 @@ cks_status_t cks_md_version_del(cks_md_txn_h txn, const char *job, size_t job_le
 
     k.mv_size = w.prefix_len;
     k.mv_data = kbuf;
-    rc = mdb_del(txn->txn, txn->md->dbi_versions, &k, NULL);
+    rc = mdb_del(txn->txn, txn->md->dbi[MD_DB_VERSIONS], &k, NULL);
     if (rc != 0) { /* found above in this very txn: NOTFOUND is a fault too */
         return cks_mdi_mdb_status(txn, rc, "mdb_del(version)");
     }
@@ -143,8 +140,8 @@ static cks_status_t md_vlist_one(md_walk_rec_t *r, void *arg)
     if (cks_mdi_page_full(&l->page, r)) {
         return CKS_OK;
     }
-    status = md_version_from_entry(l->job, l->job_len, &r->key, &r->val,
-                                   &l->out[l->page.n]);
+    status =
+        md_version_from_entry(l->job, l->job_len, &r->key, &r->val, &l->out[l->page.n]);
     if (status == CKS_OK) {
         l->page.n++;
     }
@@ -246,14 +243,9 @@ cks_status_t cks_md_version_latest(cks_md_txn_h txn, const char *job, size_t job
     return CKS_OK;
 }
 
-typedef struct {
-    cks_md_version_cb_t cb;
-    void *arg;
-} md_veach_t;
-
 static cks_status_t md_veach_one(md_walk_rec_t *r, void *arg)
 {
-    md_veach_t *e = arg;
+    const md_user_cb_t *u = arg;
     char job[CKS_JOB_MAX_LEN + 1];
     cks_md_version_t v;
     cks_status_t status;
@@ -267,23 +259,14 @@ static cks_status_t md_veach_one(md_walk_rec_t *r, void *arg)
     if (status != CKS_OK) {
         return status;
     }
-    return e->cb(job, jl, &v, e->arg);
+    return u->cb.version(job, jl, &v, u->arg);
 }
 
 cks_status_t cks_md_version_foreach(cks_md_txn_h txn, cks_md_version_cb_t cb, void *arg)
 {
-    md_veach_t e = {cb, arg};
-    cks_status_t status;
+    md_user_cb_t u = {.cb.version = cb, .arg = arg};
 
-    status = cks_mdi_txn_check(txn, 0);
-    if (status != CKS_OK) {
-        return status;
-    }
-    if (cb == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    md_walk_t w = {.dbi = txn->md->dbi_versions, .what = "version"};
-    return cks_mdi_walk(txn, &w, md_veach_one, &e);
+    return cks_mdi_foreach(txn, MD_DB_VERSIONS, cb != NULL, md_veach_one, &u);
 }
 
 /* ---- jobs --------------------------------------------------------------- */
@@ -365,7 +348,7 @@ cks_status_t cks_md_job_list(cks_md_txn_h txn, const char *after, size_t after_l
     if (((names == NULL) && (max > 0)) || (count_p == NULL) || (more_p == NULL)) {
         return CKS_ERR_INVALID_PARAM;
     }
-    md_walk_t w = {.dbi = txn->md->dbi_versions, .what = "version"};
+    md_walk_t w = {.db = MD_DB_VERSIONS};
     if (after != NULL) {
         memcpy(from, after, after_len);
         from[after_len] = 1; /* past every key of `after` */
