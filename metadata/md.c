@@ -189,6 +189,17 @@ cks_status_t cks_mdi_txn_job_check(cks_md_txn_h txn, int need_write, const char 
     return cks_mdi_job_check(job, job_len);
 }
 
+cks_status_t cks_mdi_read_check(cks_md_txn_h txn, const char *job, size_t job_len,
+                                const void *out_p)
+{
+    cks_status_t status = cks_mdi_txn_job_check(txn, 0, job, job_len);
+
+    if ((status == CKS_OK) && (out_p == NULL)) {
+        status = CKS_ERR_INVALID_PARAM;
+    }
+    return status;
+}
+
 /* ---- keys --------------------------------------------------------------- */
 
 size_t cks_mdi_key_job(const MDB_val *k, char *job)

@@ -48,12 +48,9 @@ cks_status_t cks_md_drop_get(cks_md_txn_h txn, const char *job, size_t job_len,
 {
     uint8_t kbuf[MD_VKEY_MAX];
     MDB_val val;
-    cks_status_t status = cks_mdi_txn_job_check(txn, 0, job, job_len);
+    cks_status_t status = cks_mdi_read_check(txn, job, job_len, created_ns_p);
     if (status != CKS_OK) {
         return status;
-    }
-    if (created_ns_p == NULL) {
-        return CKS_ERR_INVALID_PARAM;
     }
     status = cks_mdi_get(txn, MD_DB_DROPS, kbuf, cks_vkey(kbuf, job, job_len, version),
                          &val, CKS_ERR_NO_SUCH_VERSION);

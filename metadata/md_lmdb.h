@@ -71,6 +71,11 @@ cks_status_t cks_mdi_key_check(const char *key, size_t key_len);
 cks_status_t cks_mdi_txn_job_check(cks_md_txn_h txn, int need_write, const char *job,
                                    size_t job_len);
 
+/* A read of one record of `job` into out_p: cks_mdi_txn_job_check(txn, 0,
+ * ...), then CKS_ERR_INVALID_PARAM when out_p is NULL. */
+cks_status_t cks_mdi_read_check(cks_md_txn_h txn, const char *job, size_t job_len,
+                                const void *out_p);
+
 /* Length of the job part of a stored key (up to its first 0x00), or 0 when
  * the key has no 0x00 within CKS_JOB_MAX_LEN + 1 bytes (malformed). When
  * that length is not 0 and `job` is not NULL, the job is copied there

@@ -68,12 +68,9 @@ cks_status_t cks_md_version_get(cks_md_txn_h txn, const char *job, size_t job_le
     cks_status_t status;
     MDB_val val;
 
-    status = cks_mdi_txn_job_check(txn, 0, job, job_len);
+    status = cks_mdi_read_check(txn, job, job_len, v_p);
     if (status != CKS_OK) {
         return status;
-    }
-    if (v_p == NULL) {
-        return CKS_ERR_INVALID_PARAM;
     }
     status = cks_mdi_get(txn, MD_DB_VERSIONS, kbuf, cks_vkey(kbuf, job, job_len, version),
                          &val, CKS_ERR_NO_SUCH_VERSION);
@@ -218,12 +215,9 @@ cks_status_t cks_md_version_latest(cks_md_txn_h txn, const char *job, size_t job
     cks_status_t status;
     md_walk_t w;
 
-    status = cks_mdi_txn_job_check(txn, 0, job, job_len);
+    status = cks_mdi_read_check(txn, job, job_len, v_p);
     if (status != CKS_OK) {
         return status;
-    }
-    if (v_p == NULL) {
-        return CKS_ERR_INVALID_PARAM;
     }
     /* job + 0x01 sorts after every key of job: walk back from there. */
     w = md_job_walk(txn, prefix, job, job_len);
