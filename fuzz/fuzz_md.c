@@ -1,5 +1,5 @@
 /*
- * DESIGN: libFuzzer target for the record decoders of metadata/md.c (the
+ * DESIGN: libFuzzer target for the record decoders of metadata/md_codec.c (the
  * values stored in LMDB), compiled into this executable with coverage and
  * ASan/UBSan and called on plain buffers through md_int.h: no LMDB
  * environment is opened.

@@ -1,7 +1,7 @@
 /*
- * metadata private: the byte codecs of the LMDB records (md.c), on plain
- * buffers rather than LMDB values, for the unit tests and the fuzzers. The
- * decoders are the ones every read of a record runs; a value that does not
+ * metadata private: the byte codecs of the LMDB records' values (md_codec.c),
+ * on plain buffers rather than LMDB values; every read and write of a record
+ * runs them, and so do the unit tests and the fuzzers. A value that does not
  * decode is CKS_ERR_IO (logged once, as on a read), and outputs are written
  * only on CKS_OK.
  */
@@ -21,6 +21,9 @@ cks_status_t cks_md_object_encode(const cks_md_object_t *o, uint8_t buf[CKS_MD_V
                                   size_t *len_p);
 cks_status_t cks_md_chunk_encode(const cks_md_chunk_t *c, uint8_t buf[CKS_MD_VALUE_MAX],
                                  size_t *len_p);
+
+/** The schema number record (CKS_MD_SCHEMA_VERSION). */
+cks_status_t cks_md_schema_encode(uint8_t buf[CKS_MD_VALUE_MAX], size_t *len_p);
 
 /** A version record stored under (job, key_version); job names it in the log. */
 cks_status_t cks_md_version_decode(const char *job, size_t job_len, uint64_t key_version,

@@ -1557,3 +1557,70 @@ Test(metadata, drop_records)
     ST_OK(cks_md_txn_commit(txn));
     cks_md_close(md);
 }
+
+static int keep_odd_versions(uint64_t version, const char *key, size_t key_len, void *arg)
+{
+    (void)key;
+    (void)key_len;
+    (void)arg;
+    return version % 2 == 1;
+}
+
+static cks_status_t count_any_chunk(const char *job, size_t job_len, uint64_t version,
+                                    const char *key, size_t key_len,
+                                    const cks_md_chunk_t *c, void *arg)
+{
+    (void)job_len;
+    (void)key;
+    (void)key_len;
+    (void)c;
+    cr_assert(strcmp(job, "job") != 0 || version % 2 == 1, "version %llu of job left",
+              (unsigned long long)version);
+    (*(int *)arg)++;
+    return CKS_OK;
+}
+
+/* Deletes between kept records, in the walks of chunk_gc and of the drop
+ * pruning: each delete seeks past the deleted key, and neither a kept record
+ * nor a neighbouring job ("jo", "job2") is touched. */
+Test(metadata, walks_delete_between_kept_records)
+{
+    cks_md_h md = md_open(0);
+    cks_md_txn_h txn = txn_begin(md, 1);
+    cks_md_chunk_t c = {0, 0, 4096, 0x1234, 0, 4096};
+    const uint64_t day = 24ull * 3600 * 1000000000ull;
+    const uint64_t now = 400 * day, old = now - 8 * day;
+    uint64_t created, v[4], cr[4];
+    int freed = 0, n = 0, more;
+    size_t count;
+
+    for (uint64_t ver = 1; ver <= 6; ver++) {
+        for (uint32_t i = 0; i < 2; i++) {
+            c.idx = i;
+            ST_OK(cks_md_chunk_put(txn, J("job"), ver, J("k"), &c));
+        }
+    }
+    for (uint32_t i = 0; i < 2; i++) {
+        c.idx = i;
+        ST_OK(cks_md_chunk_put(txn, J("jo"), 2, J("k"), &c));
+        ST_OK(cks_md_chunk_put(txn, J("job2"), 2, J("k"), &c));
+    }
+    ST_OK(cks_md_chunk_gc(txn, J("job"), keep_odd_versions, count_chunk, &freed));
+    cr_assert_eq(freed, 6);
+    ST_OK(cks_md_chunk_foreach(txn, count_any_chunk, &n));
+    cr_assert_eq(n, 10);
+
+    ST_OK(cks_md_drop_put(txn, J("a"), 1, 11, old));
+    ST_OK(cks_md_drop_put(txn, J("b"), 1, 21, now));
+    ST_OK(cks_md_drop_put(txn, J("c"), 1, 31, old));
+    ST_OK(cks_md_drop_put(txn, J("c"), 2, 32, now));
+    ST_OK(cks_md_drop_put(txn, J("c"), 3, 33, old));
+    ST_OK(cks_md_drop_put(txn, J("d"), 1, 41, now)); /* prunes a/1, c/1, c/3 */
+    ST_EQ(cks_md_drop_get(txn, J("a"), 1, &created), CKS_ERR_NO_SUCH_VERSION);
+    ST_OK(cks_md_drop_get(txn, J("b"), 1, &created));
+    cr_assert_eq(created, 21);
+    ST_OK(cks_md_drop_list(txn, J("c"), NULL, v, cr, 4, &count, &more));
+    cr_assert(count == 1 && !more && v[0] == 2 && cr[0] == 32, "count %zu", count);
+    ST_OK(cks_md_txn_commit(txn));
+    cks_md_close(md);
+}
