@@ -1396,26 +1396,117 @@ static void cks_sv_orphan_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t r
     cks_sv_abort_lost(s, &m->job, m->version, NULL, CKS_ERR_VERSION_NOT_OPEN, text);
 }
 
-/* A version this server left OPEN when it stopped, claimed again: won, no
- * other server took it over: dropped everywhere; refused, kept OPEN here
- * until its outcome arrives (or catch-up learns it). */
+/* Versions left OPEN here without their coordinator state: a restart, or a
+ * fence that found no majority (cut off, nobody took the version over).
+ * Each is claimed again (round 0, coord.c) every CKS_SV_RELOST_EVERY_NS:
+ * won (no other server took it over), it is dropped everywhere; refused
+ * (taken over, committed elsewhere), it stays OPEN here until its outcome
+ * arrives or catch-up learns it; no majority, tried again (bounded). */
+#define CKS_SV_RELOST_EVERY_NS (5ull * 1000000000ull)
+#define CKS_SV_RELOST_TRIES    720
+
+typedef struct cks_sv_relost {
+    struct cks_sv_relost *next;
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version;
+    uint64_t next_ns;
+    unsigned tries;
+    int in_flight;
+} cks_sv_relost_t;
+
+static void cks_sv_relost_add(cks_server_h s, const char *job, size_t job_len,
+                              uint64_t version, uint64_t when_ns)
+{
+    cks_sv_relost_t *r;
+    for (r = s->relost; r != NULL; r = r->next) {
+        if (r->version == version && r->job_len == job_len && memcmp(r->job, job, job_len) == 0) {
+            return;
+        }
+    }
+    if ((r = calloc(1, sizeof(*r))) == NULL) {
+        return;
+    }
+    memcpy(r->job, job, job_len);
+    r->job_len = (uint32_t)job_len;
+    r->version = version;
+    r->next_ns = when_ns;
+    r->next    = s->relost;
+    s->relost  = r;
+}
+
+static cks_sv_relost_t *cks_sv_relost_find(cks_server_h s, const cks_wire_str_t *job,
+                                           uint64_t version, int unlink)
+{
+    for (cks_sv_relost_t **pp = &s->relost; *pp != NULL; pp = &(*pp)->next) {
+        cks_sv_relost_t *r = *pp;
+        if (r->version == version && r->job_len == job->len &&
+            memcmp(r->job, job->ptr, job->len) == 0) {
+            if (unlink) {
+                *pp = r->next;
+            }
+            return r;
+        }
+    }
+    return NULL;
+}
+
 static void cks_sv_lost_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                 const cks_msg_version_begin_t *m, cks_status_t status,
                                 const char *why)
 {
     cks_md_version_t rec;
+    cks_sv_relost_t *r = cks_sv_relost_find(s, &m->job, m->version, 0);
     (void)conn;
     (void)req_id;
+    if (r != NULL) {
+        r->in_flight = 0;
+    }
+    if (status != CKS_OK && status != CKS_ERR_NOT_COORDINATOR &&
+        status != CKS_ERR_VERSION_EXISTS && status != CKS_ERR_SHUTTING_DOWN && r != NULL &&
+        ++r->tries < CKS_SV_RELOST_TRIES) {
+        r->next_ns = cks_time_ns() + CKS_SV_RELOST_EVERY_NS;
+        cks_info("version %llu of '%.*s', open here without its coordinator: %s; claimed "
+                 "again in %llu s", (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
+                 why != NULL ? why : cks_status_string(status),
+                 (unsigned long long)(CKS_SV_RELOST_EVERY_NS / 1000000000ull));
+        return;
+    }
+    free(cks_sv_relost_find(s, &m->job, m->version, 1));
     if (status != CKS_OK) {
-        cks_warn("version %llu of '%.*s', open when this server stopped, is kept OPEN here: "
-                 "%s", (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
-                 why != NULL ? why : cks_status_string(status));
+        cks_warn("version %llu of '%.*s' is kept OPEN here (its outcome comes from the server "
+                 "that took it over, or by catch-up): %s", (unsigned long long)m->version,
+                 (int)m->job.len, m->job.ptr, why != NULL ? why : cks_status_string(status));
         return;
     }
     if (cks_sv_version_lookup(s, &m->job, m->version, &rec) == CKS_OK &&
         rec.state == CKS_VSTATE_OPEN) {
         cks_sv_abort_lost(s, &m->job, m->version, &rec, CKS_ERR_VERSION_NOT_OPEN,
-                          "its coordinator stopped while the version was open");
+                          "its coordinator stopped, or lost its majority, while the version "
+                          "was open");
+    }
+}
+
+static void cks_sv_relost_run(cks_server_h s, uint64_t now)
+{
+    for (cks_sv_relost_t *r = s->relost, *next; r != NULL; r = next) {
+        next = r->next;
+        if (r->in_flight || r->next_ns > now) {
+            continue;
+        }
+        cks_wire_str_t job = {r->job, r->job_len};
+        cks_md_version_t rec;
+        cks_sv_version_t *v = cks_sv_version_find(s, &job, r->version);
+        if (cks_sv_version_lookup(s, &job, r->version, &rec) != CKS_OK ||
+            rec.state != CKS_VSTATE_OPEN || (v != NULL && v->objs != NULL)) {
+            free(cks_sv_relost_find(s, &job, r->version, 1)); /* its outcome arrived */
+            continue;
+        }
+        cks_msg_version_begin_t b = {job,        r->version, rec.parent,     rec.nranks,
+                                     rec.ec_k,   rec.ec_m,   rec.chunk_size, 0,
+                                     0};
+        r->in_flight = 1;
+        cks_sv_claim_lost(s, &b, cks_sv_lost_claimed); /* may free r */
     }
 }
 
@@ -2358,6 +2449,12 @@ static void cks_sv_cv_disown(cks_server_h s, cks_sv_version_t *v, cks_status_t s
     if (cks_sv_claim_holder(s, v->job, v->job_len, v->version, &holder) && holder == s->self) {
         cks_sv_claim_forget(s, v->job, v->job_len, v->version);
     }
+    if (status != CKS_ERR_NOT_COORDINATOR && status != CKS_ERR_SHUTTING_DOWN) {
+        /* no majority could be reached, and none refused: nobody may hold
+         * the version; claimed again later, and dropped once won */
+        cks_sv_relost_add(s, v->job, v->job_len, v->version,
+                          cks_time_ns() + CKS_SV_RELOST_EVERY_NS);
+    }
     /* a primary's entry until the version's outcome arrives here */
     v->open = v->keys != NULL;
     cks_sv_version_release(s, v);
@@ -2940,22 +3037,17 @@ int cks_sv_cluster_progress(cks_server_h s)
          * unless another candidate took the version over meanwhile: it is
          * claimed again first (coord.c) */
         for (size_t i = 0; i < s->nlost; i++) {
-            cks_wire_str_t job = {s->lost_jobs[i], strlen(s->lost_jobs[i])};
-            cks_md_version_t rec;
-            if (cks_sv_version_lookup(s, &job, s->lost_versions[i], &rec) == CKS_OK &&
-                rec.state == CKS_VSTATE_OPEN) {
-                cks_msg_version_begin_t b = {job,        s->lost_versions[i],
-                                             rec.parent, rec.nranks,
-                                             rec.ec_k,   rec.ec_m,
-                                             rec.chunk_size, 0, 0};
-                cks_sv_claim_lost(s, &b, cks_sv_lost_claimed);
-            }
+            cks_sv_relost_add(s, s->lost_jobs[i], strlen(s->lost_jobs[i]), s->lost_versions[i],
+                              now);
         }
         free(s->lost_jobs);
         free(s->lost_versions);
         s->lost_jobs     = NULL;
         s->lost_versions = NULL;
         s->nlost         = 0;
+    }
+    if (s->relost != NULL) {
+        cks_sv_relost_run(s, now);
     }
     if (s->slow != NULL) {
         cks_sv_slow_sends(s, 0);
@@ -3054,6 +3146,11 @@ void cks_sv_cluster_fini(cks_server_h s)
     cks_sv_cluster_quiesce(s);
     cks_rp_fini(s);
     cks_sv_claims_fini(s);
+    while (s->relost != NULL) {
+        cks_sv_relost_t *r = s->relost;
+        s->relost          = r->next;
+        free(r);
+    }
     while (s->owed != NULL) {
         cks_sv_owed_t *o = s->owed;
         s->owed          = o->next;

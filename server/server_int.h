@@ -334,6 +334,10 @@ struct cks_server {
     cks_hmap_t *kept;
     size_t nkept;
     struct cks_sv_takeover *takeovers; /* takeovers being claimed here */
+    /* cluster.c: versions left OPEN here without their coordinator state (a
+     * restart, or a fence that found no majority): claimed again, and
+     * dropped everywhere once this server wins (every few seconds, bounded) */
+    struct cks_sv_relost *relost;
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
