@@ -1014,6 +1014,81 @@ Test(heal, coordinator_killed_between_begin_and_finish_is_taken_over, .timeout =
     free(want);
 }
 
+/*
+ * The commit fence: a coordinator stopped (SIGSTOP) after the ranks' puts;
+ * the finish times out there and goes on to the next candidate, which takes
+ * the version over (the stopped one does not answer the servers either) and
+ * commits. Resumed, the old coordinator finds the seal it had been sent and
+ * would commit the version too: its fence finds the ballot taken (and the
+ * version recorded) and it records and sends nothing ("fenced"). Every
+ * server then holds the one manifest, which restores bit-exact.
+ */
+Test(heal, stopped_coordinator_resumes_fenced_after_a_takeover, .timeout = 240)
+{
+    uint64_t seed = cks_test_seed(62);
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    char why[512] = "", line[128];
+    cr_assert(buf != NULL && want != NULL);
+    cks_client_h c0 = connect_cluster(2000), c1 = connect_cluster(2000);
+    uint64_t v   = 2;
+    int coord    = cks_test_coordinator(cl.map, "chaos", v);
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = "chaos", .version = v, .nranks = 2, .timeout_s = 30};
+    cr_assert_eq(cks_version_begin(c0, &vp), CKS_OK);
+    cr_assert_eq(ch_put_rank(c0, seed, v, 0, buf), CKS_OK);
+    cr_assert_eq(ch_put_rank(c1, seed, v, 1, buf), CKS_OK);
+    ch_pause_ms(500); /* spread, reported, and the coordinator's own objects copied */
+    kill(cl.srv[coord].pid, SIGSTOP);
+    uint64_t t0    = ch_ms();
+    ch_finish_t f1 = {c1, v, CKS_OK};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+    cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
+    cks_client_last_error(c0, why, sizeof(why));
+    pthread_join(th, NULL);
+    fprintf(stderr, "version %llu, coordinator %d stopped: %s, %s after %llu ms (%s)\n",
+            (unsigned long long)v, coord, cks_status_name(st), cks_status_name(f1.st),
+            (unsigned long long)(ch_ms() - t0), why);
+    kill(cl.srv[coord].pid, SIGCONT);
+    if (st != CKS_OK || f1.st != CKS_OK) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
+    cr_assert_eq(f1.st, CKS_OK, "rank 1's finish: %s", cks_status_name(f1.st));
+    /* resumed, it takes the seals it had been sent and tries to commit: it
+     * logs either outcome within a few seconds */
+    char fenced[128];
+    snprintf(fenced, sizeof(fenced), "version %llu of 'chaos': fenced", (unsigned long long)v);
+    snprintf(line, sizeof(line), "version %llu of 'chaos' committed", (unsigned long long)v);
+    for (int t = 0; t < 200 && cks_test_log_count(cl.srv[coord].log, fenced) == 0 &&
+                    cks_test_log_count(cl.srv[coord].log, line) == 0;
+         t++) {
+        ch_pause_ms(100);
+    }
+    cr_assert_eq(cks_test_log_count(cl.srv[coord].log, line), 0,
+                 "the resumed coordinator committed version %llu too (log in %s)",
+                 (unsigned long long)v, cl.srv[coord].log);
+    cr_assert(cks_test_log_count(cl.srv[coord].log, fenced) > 0,
+              "the resumed coordinator did not find its commit fenced (log in %s)",
+              cl.srv[coord].log);
+    int committers = 0;
+    for (size_t i = 0; i < NSRV; i++) {
+        committers += cks_test_log_count(cl.srv[i].log, line) > 0;
+    }
+    cr_assert_eq(committers, 1, "%d servers committed version %llu", committers,
+                 (unsigned long long)v);
+    ch_wait_committed(c0, v);
+    cr_assert_eq(ch_verify(c0, seed, v, buf, want), CKS_OK);
+    /* and the next version, with every server up, commits */
+    vp.version = v + 1;
+    cr_assert_eq(ch_write(c0, c1, seed, &vp, buf, NULL, NULL), CKS_OK);
+    cr_assert_eq(ch_verify(c0, seed, v + 1, buf, want), CKS_OK);
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
+}
+
 Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420)
 {
     uint64_t seed = cks_test_seed(cks_test_seed_fresh());
