@@ -604,13 +604,8 @@ void cks_sv_kept_add(cks_server_h s, const cks_msg_object_done_t *m)
         k->version    = m->version;
         k->expires_ns = cks_time_ns() + CKS_SV_KEPT_TTL_NS;
     }
-    for (size_t i = 0; i < k->n; i++) {
-        if (k->o[i].m.o.key.len == m->o.key.len && k->o[i].m.primary == m->primary &&
-            memcmp(k->o[i].key, m->o.key.ptr, m->o.key.len) == 0 &&
-            k->o[i].m.status == m->status && k->o[i].m.o.crc64 == m->o.crc64) {
-            return; /* the same report again */
-        }
-    }
+    /* no search for an equal report (a version may have many objects): one
+     * kept twice is sent twice, and the coordinator counts it once */
     if (k->n == k->cap) {
         size_t cap = k->cap ? k->cap * 2 : 8;
         void *p    = realloc(k->o, cap * sizeof(*k->o));
@@ -661,7 +656,7 @@ static void cks_sv_kept_sent(void *arg, cks_status_t status, const char *msg)
 {
     (void)arg;
     if (status != CKS_OK) {
-        cks_info("a report sent again to a takeover's coordinator: %s %s",
+        cks_debug("a report sent again to a takeover's coordinator: %s %s",
                  cks_status_string(status), msg != NULL ? msg : "");
     }
 }
