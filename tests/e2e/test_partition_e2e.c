@@ -640,7 +640,9 @@ Test(partition, snapshot_cut_from_the_coordinator_mid_seal)
     pause_ms(3000); /* what it failed to send would be sent again every second */
     cks_version_info_t after;
     cr_assert_eq(cks_version_stat(cli, JOB, 2, &after), CKS_OK);
-    cr_assert_eq(after.state, vi.state, "version 2 after healing: %s, before: %s",
+    /* the same outcome (a DEGRADED one may have been repaired meanwhile) */
+    cr_assert_eq(after.state == CKS_VSTATE_PROTECTED || after.state == CKS_VSTATE_DEGRADED,
+                 committed, "version 2 after healing: %s, before: %s",
                  cks_vstate_string(after.state), cks_vstate_string(vi.state));
     if (committed) {
         verify_after_heal(cli, 2, 4, 4 * MiB, seed);
