@@ -365,6 +365,15 @@ static void cks_cput_reported(void *arg, cks_status_t status, const char *msg)
     cks_cput_free(p);
 }
 
+static void cks_sv_backup_sent(void *arg, cks_status_t status, const char *msg)
+{
+    (void)arg;
+    if (status != CKS_OK) {
+        cks_debug("a report's copy for a takeover was not taken: %s %s",
+                  cks_status_string(status), msg != NULL ? msg : "");
+    }
+}
+
 /* Tell the coordinator that the object is protected, or why it is not. */
 static void cks_cput_report_to(cks_cput_t *p)
 {
@@ -388,10 +397,32 @@ static void cks_cput_report_to(cks_cput_t *p)
             m.redundancy = p->m - p->missing[st];
         }
     }
+    m.backup = 0;
+    if (p->coord_try == 0) {
+        /* kept until the version ends: a takeover asks for it again */
+        cks_sv_kept_add(s, &m);
+    }
     if (coord == s->self) {
         cks_status_t st;
         char why[CKS_MSG_MAX_LEN];
+        int coordinating = p->coord_try == 0 && p->v->objs != NULL && p->v->claimed;
         cks_sv_object_done_local(s, &m, &st, why, sizeof(why));
+        if (coordinating && st == CKS_OK) {
+            /* this coordinator is the object's primary: no other server
+             * could report the object after its death; its other
+             * candidates keep a copy for a takeover */
+            uint16_t cand[CKS_COORD_CANDIDATES_MAX];
+            size_t n = cks_sv_coord_candidates(s, p->v->job, p->v->job_len, p->v->version,
+                                               cand);
+            m.backup = 1;
+            for (size_t i = 0; i < n; i++) {
+                cks_tp_conn_h bc = cand[i] != s->self ? cks_sv_peer(s, cand[i]) : NULL;
+                if (bc != NULL) {
+                    cks_tp_call(bc, CKS_MSG_OBJECT_DONE, 0, &m, NULL, 0, NULL,
+                                CKS_SV_MEMBER_TIMEOUT_MS, cks_sv_backup_sent, NULL);
+                }
+            }
+        }
         cks_cput_reported(p, st, why);
         return;
     }
@@ -1365,6 +1396,120 @@ static void cks_sv_orphan_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t r
     cks_sv_abort_lost(s, &m->job, m->version, NULL, CKS_ERR_VERSION_NOT_OPEN, text);
 }
 
+/* Versions left OPEN here without their coordinator state: a restart, or a
+ * fence that found no majority (cut off, nobody took the version over).
+ * Each is claimed again (round 0, coord.c) every CKS_SV_RELOST_EVERY_NS:
+ * won (no other server took it over), it is dropped everywhere; refused
+ * (taken over, committed elsewhere), it stays OPEN here until its outcome
+ * arrives or catch-up learns it; no majority, tried again (bounded). */
+#define CKS_SV_RELOST_EVERY_NS (5ull * 1000000000ull)
+#define CKS_SV_RELOST_TRIES    720
+
+typedef struct cks_sv_relost {
+    struct cks_sv_relost *next;
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version;
+    uint64_t next_ns;
+    unsigned tries;
+    int in_flight;
+} cks_sv_relost_t;
+
+static void cks_sv_relost_add(cks_server_h s, const char *job, size_t job_len,
+                              uint64_t version, uint64_t when_ns)
+{
+    cks_sv_relost_t *r;
+    for (r = s->relost; r != NULL; r = r->next) {
+        if (r->version == version && r->job_len == job_len && memcmp(r->job, job, job_len) == 0) {
+            return;
+        }
+    }
+    if ((r = calloc(1, sizeof(*r))) == NULL) {
+        return;
+    }
+    memcpy(r->job, job, job_len);
+    r->job_len = (uint32_t)job_len;
+    r->version = version;
+    r->next_ns = when_ns;
+    r->next    = s->relost;
+    s->relost  = r;
+}
+
+static cks_sv_relost_t *cks_sv_relost_find(cks_server_h s, const cks_wire_str_t *job,
+                                           uint64_t version, int unlink)
+{
+    for (cks_sv_relost_t **pp = &s->relost; *pp != NULL; pp = &(*pp)->next) {
+        cks_sv_relost_t *r = *pp;
+        if (r->version == version && r->job_len == job->len &&
+            memcmp(r->job, job->ptr, job->len) == 0) {
+            if (unlink) {
+                *pp = r->next;
+            }
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void cks_sv_lost_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                const cks_msg_version_begin_t *m, cks_status_t status,
+                                const char *why)
+{
+    cks_md_version_t rec;
+    cks_sv_relost_t *r = cks_sv_relost_find(s, &m->job, m->version, 0);
+    (void)conn;
+    (void)req_id;
+    if (r != NULL) {
+        r->in_flight = 0;
+    }
+    if (status != CKS_OK && status != CKS_ERR_NOT_COORDINATOR &&
+        status != CKS_ERR_VERSION_EXISTS && status != CKS_ERR_SHUTTING_DOWN && r != NULL &&
+        ++r->tries < CKS_SV_RELOST_TRIES) {
+        r->next_ns = cks_time_ns() + CKS_SV_RELOST_EVERY_NS;
+        cks_info("version %llu of '%.*s', open here without its coordinator: %s; claimed "
+                 "again in %llu s", (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
+                 why != NULL ? why : cks_status_string(status),
+                 (unsigned long long)(CKS_SV_RELOST_EVERY_NS / 1000000000ull));
+        return;
+    }
+    free(cks_sv_relost_find(s, &m->job, m->version, 1));
+    if (status != CKS_OK) {
+        cks_warn("version %llu of '%.*s' is kept OPEN here (its outcome comes from the server "
+                 "that took it over, or by catch-up): %s", (unsigned long long)m->version,
+                 (int)m->job.len, m->job.ptr, why != NULL ? why : cks_status_string(status));
+        return;
+    }
+    if (cks_sv_version_lookup(s, &m->job, m->version, &rec) == CKS_OK &&
+        rec.state == CKS_VSTATE_OPEN) {
+        cks_sv_abort_lost(s, &m->job, m->version, &rec, CKS_ERR_VERSION_NOT_OPEN,
+                          "its coordinator stopped, or lost its majority, while the version "
+                          "was open");
+    }
+}
+
+static void cks_sv_relost_run(cks_server_h s, uint64_t now)
+{
+    for (cks_sv_relost_t *r = s->relost, *next; r != NULL; r = next) {
+        next = r->next;
+        if (r->in_flight || r->next_ns > now) {
+            continue;
+        }
+        cks_wire_str_t job = {r->job, r->job_len};
+        cks_md_version_t rec;
+        cks_sv_version_t *v = cks_sv_version_find(s, &job, r->version);
+        if (cks_sv_version_lookup(s, &job, r->version, &rec) != CKS_OK ||
+            rec.state != CKS_VSTATE_OPEN || (v != NULL && v->objs != NULL)) {
+            free(cks_sv_relost_find(s, &job, r->version, 1)); /* its outcome arrived */
+            continue;
+        }
+        cks_msg_version_begin_t b = {job,        r->version, rec.parent,     rec.nranks,
+                                     rec.ec_k,   rec.ec_m,   rec.chunk_size, 0,
+                                     0};
+        r->in_flight = 1;
+        cks_sv_claim_lost(s, &b, cks_sv_lost_claimed); /* may free r */
+    }
+}
+
 /* An object reported for a version that is not open here: when the version
  * never began, or was aborted, the object's chunks are dropped everywhere.
  * Returns 1 when this server has no record of the version: then it claims
@@ -1418,6 +1563,12 @@ static int cks_sv_coordinated_elsewhere(cks_server_h s, const cks_sv_version_t *
     uint16_t cand[CKS_COORD_CANDIDATES_MAX];
     uint32_t holder;
 
+    if (v != NULL && v->disowned) {
+        snprintf(why, why_len, "server %zu no longer coordinates version %llu of '%.*s' (its "
+                 "fence failed: another server took it over, or a majority is out of its "
+                 "reach)", s->self, (unsigned long long)version, (int)job->len, job->ptr);
+        return 1;
+    }
     if (v != NULL && v->objs != NULL) {
         return 0; /* this server coordinates (or coordinated) it */
     }
@@ -1571,7 +1722,8 @@ static void cks_sv_owed_probe(cks_server_h s, size_t pos, uint64_t now)
 static int cks_sv_cv_owed(cks_server_h s, cks_sv_version_t *v, uint64_t now)
 {
     int owing = 0;
-    if (!cks_sv_cv_open(v) || v->failed != CKS_OK || v->stored_on == NULL) {
+    if (!cks_sv_cv_open(v) || v->failed != CKS_OK || v->stored_on == NULL ||
+        now < v->owed_after_ns) {
         return 0;
     }
     for (size_t pos = 0; pos < cks_cluster_nservers(s->map); pos++) {
@@ -1580,16 +1732,27 @@ static int cks_sv_cv_owed(cks_server_h s, cks_sv_version_t *v, uint64_t now)
             continue; /* this server's own reports come without a wire */
         }
         cks_sv_peer_t *p = &s->peers[pos];
-        if (p->gone >= CKS_SV_OWED_GONE) {
+        int was_coord = v->gone_holder >= 0 && pos == (size_t)v->gone_holder;
+        if (p->gone >= CKS_SV_OWED_GONE || was_coord) {
             const cks_cluster_server_t *cs = cks_cluster_server(s->map, pos);
             v->failed                      = CKS_ERR_DATA_LOST;
-            snprintf(v->why, sizeof(v->why),
-                     "server %u (%s:%u) died before it spread objects of this version: "
-                     "of the %llu objects of version %llu it answered STORED for, it "
-                     "reported %llu (no answer from it for %.1f s); write the version again",
-                     cs->id, cs->addr, cs->port, (unsigned long long)v->stored_on[pos],
-                     (unsigned long long)v->version, (unsigned long long)reported,
-                     (double)(now - p->gone_sent_ns) / 1e9);
+            if (was_coord) {
+                snprintf(v->why, sizeof(v->why),
+                         "server %u (%s:%u), its coordinator until a takeover, died before "
+                         "it spread objects of version %llu: %llu stored, %llu reported; "
+                         "write the version again",
+                         cs->id, cs->addr, cs->port, (unsigned long long)v->version,
+                         (unsigned long long)v->stored_on[pos], (unsigned long long)reported);
+            } else {
+                snprintf(v->why, sizeof(v->why),
+                         "server %u (%s:%u) died before it spread objects of this version: "
+                         "of the %llu objects of version %llu it answered STORED for, it "
+                         "reported %llu (no answer from it for %.1f s); write the version "
+                         "again",
+                         cs->id, cs->addr, cs->port, (unsigned long long)v->stored_on[pos],
+                         (unsigned long long)v->version, (unsigned long long)reported,
+                         (double)(now - p->gone_sent_ns) / 1e9);
+            }
             return 0;
         }
         cks_sv_owed_probe(s, pos, now);
@@ -1733,11 +1896,23 @@ static void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t
     cks_sv_cv_check(s, v);
 }
 
+void cks_sv_object_done_here(cks_server_h s, const cks_msg_object_done_t *m,
+                             cks_status_t *status_p, char *why, size_t why_len)
+{
+    cks_sv_object_done_local(s, m, status_p, why, why_len);
+}
+
 void cks_sv_object_done(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                         const cks_msg_object_done_t *m)
 {
     char why[CKS_MSG_MAX_LEN];
     cks_status_t status = cks_sv_check_names(&m->job, &m->o.key);
+    if (status == CKS_OK && m->backup) {
+        /* a coordinator's copy of its own report: kept for a takeover */
+        cks_sv_kept_add(s, m);
+        cks_sv_reply_status(conn, req_id, CKS_OK, NULL);
+        return;
+    }
     if (status == CKS_OK) {
         cks_sv_object_done_local(s, m, &status, why, sizeof(why));
     } else {
@@ -2051,6 +2226,7 @@ static const cks_sv_aborted_t *cks_sv_aborted_find(cks_server_h s, const cks_wir
 static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
 {
     int committed = v->wait == CKS_SV_WAIT_SEAL && v->bcast_reply == CKS_OK;
+    cks_sv_kept_forget(s, v->job, v->job_len, v->version);
     if (v->wait == CKS_SV_WAIT_ABORT && v->failed != CKS_OK) {
         cks_sv_aborted_note(s, v);
     }
@@ -2233,12 +2409,89 @@ static cks_status_t cks_sv_cv_manifest(cks_server_h s, cks_sv_version_t *v,
     return CKS_OK;
 }
 
+/* Its fence failed: another server took the version over, or a majority
+ * is out of reach. Nothing is recorded or sent; the ranks waiting here go on
+ * to the next candidate; this server keeps only its part as a primary. */
+static void cks_sv_cv_disown(cks_server_h s, cks_sv_version_t *v, cks_status_t status,
+                             const char *why)
+{
+    cks_warn("version %llu of '%s': fenced, its %s is neither recorded nor sent (%s: %s)",
+             (unsigned long long)v->version, v->job,
+             v->wait == CKS_SV_WAIT_SEAL ? "commit" : "abort", cks_status_string(status),
+             why != NULL ? why : "");
+    for (size_t i = 0; i < v->nwaiters; i++) {
+        cks_sv_waiter_t *w = &v->waiters[i];
+        cks_sv_reply_status(w->conn, w->req_id, CKS_ERR_NOT_COORDINATOR,
+                            "server %zu cannot record the outcome of version %llu: %s",
+                            s->self, (unsigned long long)v->version, why != NULL ? why : "");
+        cks_tp_conn_put(w->conn);
+    }
+    free(v->waiters);
+    v->waiters  = NULL;
+    v->nwaiters = v->capwaiters = 0;
+    free(v->objs);
+    v->objs  = NULL;
+    v->nobjs = v->capobjs = 0;
+    free(v->ranks_done);
+    v->ranks_done = NULL;
+    cks_hmap_destroy(v->deleted);
+    v->deleted = NULL;
+    cks_hmap_destroy(v->reported);
+    v->reported = NULL;
+    free(v->stored_on);
+    free(v->reported_by);
+    v->stored_on = v->reported_by = NULL;
+    v->claimed  = 0;
+    v->fence_ok = 0;
+    v->disowned = 1;
+    v->wait     = CKS_SV_WAIT_NONE;
+    uint32_t holder;
+    if (cks_sv_claim_holder(s, v->job, v->job_len, v->version, &holder) && holder == s->self) {
+        cks_sv_claim_forget(s, v->job, v->job_len, v->version);
+    }
+    if (status != CKS_ERR_NOT_COORDINATOR && status != CKS_ERR_SHUTTING_DOWN) {
+        /* no majority could be reached, and none refused: nobody may hold
+         * the version; claimed again later, and dropped once won */
+        cks_sv_relost_add(s, v->job, v->job_len, v->version,
+                          cks_time_ns() + CKS_SV_RELOST_EVERY_NS);
+    }
+    /* a primary's entry until the version's outcome arrives here */
+    v->open = v->keys != NULL;
+    cks_sv_version_release(s, v);
+}
+
+static void cks_sv_cv_fenced(cks_server_h s, cks_sv_version_t *v, cks_status_t status,
+                             const char *why)
+{
+    v->bcast = 0;
+    v->pending--;
+    if (status == CKS_OK) {
+        v->fence_ok = 1;
+        cks_sv_cv_finish(s, v, v->wait == CKS_SV_WAIT_SEAL);
+        return;
+    }
+    cks_sv_cv_disown(s, v, status, why);
+}
+
 /* Record locally (commit or drop), then broadcast. */
 static void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit)
 {
     cks_mdq_job_t *j;
     cks_status_t status;
 
+    if (v->claimed && !v->fence_ok && v->wait != CKS_SV_WAIT_DELETE && !s->stop) {
+        /* first a majority must fence this coordinator's ballot (coord.c):
+         * a version taken over elsewhere is not recorded here */
+        uint64_t now = cks_time_ns();
+        uint64_t left = v->open_deadline_ns > now ? (v->open_deadline_ns - now) / 1000000000ull
+                                                  : 0;
+        v->open  = 0;
+        v->bcast = 1; /* held while the fence is asked */
+        v->pending++;
+        (void)commit; /* v->wait says which */
+        cks_sv_fence(s, v, (uint32_t)(left + 60), cks_sv_cv_fenced);
+        return;
+    }
     v->open  = 0;
     v->bcast = 1; /* held while the outcome is recorded here */
     v->pending++; /* the entry lives until everyone has been answered */
@@ -2386,6 +2639,11 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
         v->cluster = 1;
     } else if (!cks_sv_cv_open(v)) {
         char why[CKS_MSG_MAX_LEN];
+        if (type == CKS_MSG_VERSION_SEAL && (v == NULL || (v->objs == NULL && !v->disowned)) &&
+            cks_sv_takeover_seal(s, conn, req_id, job, version, nobjects, digest, rank,
+                                 primaries)) {
+            return; /* its coordinator does not answer: taken over here (coord.c) */
+        }
         if (cks_sv_coordinated_elsewhere(s, v, job, version, why, sizeof(why))) {
             cks_sv_reply_status(conn, req_id, CKS_ERR_NOT_COORDINATOR, "%s", why);
             return;
@@ -2445,6 +2703,113 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
                  (unsigned long long)version);
     }
     cks_sv_cv_finish(s, v, 0);
+}
+
+/* ---- takeover ----------------------------------------------------------------------- */
+
+static void cks_sv_takeover_begun(cks_server_h s, cks_mdq_job_t *j)
+{
+    cks_sv_version_t *v = j->v;
+    if (j->status != CKS_OK) {
+        cks_warn("version %llu of '%s' (taken over): its OPEN record was not written: %s",
+                 (unsigned long long)v->version, v->job, cks_status_string(j->status));
+    } else {
+        v->begun = 1;
+    }
+    free(j);
+    v->pending--;
+    cks_sv_version_release(s, v);
+}
+
+cks_status_t cks_sv_takeover_open(cks_server_h s, const cks_msg_version_begin_t *m,
+                                  uint32_t round, uint32_t holder, char *why, size_t why_len)
+{
+    cks_md_version_t rec;
+    cks_sv_version_t *v = cks_sv_version_find(s, &m->job, m->version);
+    cks_status_t st     = cks_sv_version_lookup(s, &m->job, m->version, &rec);
+    int fresh           = v == NULL;
+
+    if (st == CKS_OK) {
+        snprintf(why, why_len, "version %llu of '%.*s' already has a record here (%s)",
+                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
+                 cks_vstate_string(rec.state));
+        return CKS_ERR_VERSION_EXISTS;
+    }
+    if (v != NULL && (v->objs != NULL || v->bcast > 0 || v->wait != CKS_SV_WAIT_NONE)) {
+        snprintf(why, why_len, "version %llu of '%.*s' is busy here",
+                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr);
+        return CKS_ERR_BUSY;
+    }
+    if (v == NULL) {
+        v = cks_sv_version_new(s, &m->job, m->version);
+        if (v == NULL || cks_hmap_create(&v->keys) != CKS_OK) {
+            if (v != NULL) {
+                cks_sv_version_release(s, v);
+            }
+            snprintf(why, why_len, "server out of memory");
+            return CKS_ERR_NO_MEMORY;
+        }
+    }
+    v->objs       = malloc(64 * sizeof(*v->objs));
+    v->ranks_done = calloc((m->nranks + 7) / 8, 1);
+    if (v->objs == NULL || v->ranks_done == NULL) {
+        free(v->objs);
+        free(v->ranks_done);
+        v->objs       = NULL;
+        v->ranks_done = NULL;
+        if (fresh) {
+            v->open = 0;
+            cks_sv_version_release(s, v);
+        }
+        snprintf(why, why_len, "server out of memory");
+        return CKS_ERR_NO_MEMORY;
+    }
+    memset(&v->rec, 0, sizeof(v->rec));
+    v->rec.version     = m->version;
+    v->rec.parent      = m->parent;
+    v->rec.state       = CKS_VSTATE_OPEN;
+    v->rec.nranks      = m->nranks;
+    v->rec.created_ns  = cks_sv_realtime_ns();
+    v->rec.ec_k        = m->k;
+    v->rec.ec_m        = m->m;
+    v->rec.chunk_size  = m->chunk_size;
+    v->rec.redundancy  = m->m;
+    v->cluster         = 1;
+    v->open            = 1;
+    v->failed          = CKS_OK;
+    v->why[0]          = '\0';
+    v->capobjs         = 64;
+    v->nobjs           = 0;
+    v->nobjects        = 0;
+    v->bytes           = 0;
+    v->nranks_done     = 0;
+    v->expected        = UINT64_MAX;
+    v->digest          = 0;
+    v->expected_digest = 0;
+    v->retain          = m->retain;
+    v->disowned        = 0;
+    v->claimed         = 1;
+    v->round           = round;
+    v->fence_ok        = 0;
+    v->open_deadline_ns = cks_time_ns() + (uint64_t)(m->timeout_s ? m->timeout_s : 600) *
+                                              1000000000ull;
+    /* primaries report again first: none is asked whether it is alive before;
+     * the coordinator that did not answer is gone for this version (what it
+     * stored and neither spread nor gave a copy of is lost with it) */
+    v->owed_after_ns = cks_time_ns() + 1000000000ull;
+    v->gone_holder   = (int)holder;
+    cks_sv_owed_forget(s, v->job, v->job_len, v->version);
+    cks_mdq_job_t *j = cks_sv_mdq_job(s, CKS_MDQ_BEGIN, v->job, v->job_len, v->version);
+    if (j != NULL) {
+        /* OPEN here too: a restart of this server then claims it before it
+         * drops it, as the first coordinator's would */
+        j->v    = v;
+        j->rec  = v->rec;
+        j->done = cks_sv_takeover_begun;
+        v->pending++;
+        cks_mdq_push(&s->mdq, j);
+    }
+    return CKS_OK;
 }
 
 /* ---- members: manifests and drops --------------------------------------------------- */
@@ -2529,6 +2894,7 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     }
     if (m->last) {
         cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->v.version);
+        cks_sv_kept_forget(s, m->job.ptr, m->job.len, m->v.version);
     }
     c = calloc(1, sizeof(*c));
     j = cks_sv_mdq_job(s, CKS_MDQ_MANIFEST, m->job.ptr, m->job.len, m->v.version);
@@ -2598,6 +2964,7 @@ void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         return;
     }
     cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->version);
+    cks_sv_kept_forget(s, m->job.ptr, m->job.len, m->version);
     c = calloc(1, sizeof(*c));
     j = cks_sv_mdq_job(s, CKS_MDQ_DROP, m->job.ptr, m->job.len, m->version);
     if (c == NULL || j == NULL) {
@@ -2666,22 +3033,21 @@ int cks_sv_cluster_progress(cks_server_h s)
     }
     if (s->nlost > 0) {
         /* versions that were open when this server stopped: the others
-         * hold chunks of them, which only this coordinator can release */
+         * hold chunks of them, which only this coordinator can release -
+         * unless another candidate took the version over meanwhile: it is
+         * claimed again first (coord.c) */
         for (size_t i = 0; i < s->nlost; i++) {
-            cks_wire_str_t job = {s->lost_jobs[i], strlen(s->lost_jobs[i])};
-            cks_md_version_t rec;
-            if (cks_sv_version_lookup(s, &job, s->lost_versions[i], &rec) == CKS_OK &&
-                rec.state == CKS_VSTATE_ABORTED) {
-                cks_sv_abort_lost(s, &job, s->lost_versions[i], &rec,
-                                  CKS_ERR_VERSION_NOT_OPEN,
-                                  "its coordinator stopped while the version was open");
-            }
+            cks_sv_relost_add(s, s->lost_jobs[i], strlen(s->lost_jobs[i]), s->lost_versions[i],
+                              now);
         }
         free(s->lost_jobs);
         free(s->lost_versions);
         s->lost_jobs     = NULL;
         s->lost_versions = NULL;
         s->nlost         = 0;
+    }
+    if (s->relost != NULL) {
+        cks_sv_relost_run(s, now);
     }
     if (s->slow != NULL) {
         cks_sv_slow_sends(s, 0);
@@ -2780,6 +3146,11 @@ void cks_sv_cluster_fini(cks_server_h s)
     cks_sv_cluster_quiesce(s);
     cks_rp_fini(s);
     cks_sv_claims_fini(s);
+    while (s->relost != NULL) {
+        cks_sv_relost_t *r = s->relost;
+        s->relost          = r->next;
+        free(r);
+    }
     while (s->owed != NULL) {
         cks_sv_owed_t *o = s->owed;
         s->owed          = o->next;

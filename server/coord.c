@@ -1,29 +1,62 @@
 /*
- * Coordinator failover and its fence (cluster servers).
+ * Coordinator failover, takeover and their fences (cluster servers).
  *
  * Every version has a list of coordinator candidates
  * (cks_place_coordinators(): the placement coordinator first, then servers
  * on other nodes). A client begins a version at the first candidate it
  * reaches. Before a candidate begins a version it claims it: VERSION_CLAIM
  * to every other server, and it begins only when a majority of all servers
- * (itself included) granted the claim. A server grants one coordinator per
- * version until the grant expires (the version's deadline and a margin), and
- * none for a version it holds a record of. Two majorities of one map always
- * share a server, so two coordinators can never both begin - and therefore
- * never both commit - one version, whichever clients reach which of them.
+ * (itself included) granted the claim. A grant is a ballot (round, coord):
+ * round 0 at a begin. A server grants a begin only when it holds no grant
+ * of another coordinator and no record of the version.
  *
- * The grants also tell the other servers who coordinates: a primary reports
- * its objects there, and a server asked to seal a version another server
- * coordinates answers CKS_ERR_NOT_COORDINATOR naming it, so that a rank
- * whose first candidate is alive but not the coordinator moves on to the
- * next one.
+ * Takeover (a coordinator that dies after the begin). A rank's finish goes
+ * on to the next candidate when the coordinator cannot be reached. That
+ * candidate, holding a grant of the version to the coordinator (with the
+ * begin's parameters, which travel with every claim), claims the version
+ * with a higher ballot (round + 1). A server grants the higher ballot only
+ * when nothing stands against it: no record of the version, no higher
+ * ballot, no fence (below), and the holder of its grant does not answer it
+ * either (asked on a new connection, CKS_SV_TAKEOVER_ASK_MS) - a coordinator
+ * that is alive and reachable keeps its version, whatever one client sees.
+ * With a majority of grants the candidate opens the version itself, asks
+ * every server to report its objects of the version again (REPORT: each
+ * server keeps what it reported, and what the coordinator, itself a primary,
+ * sent it for safekeeping, until the version's outcome arrives), and takes
+ * the ranks' seals as they come (their clients send them again to the next
+ * candidate; the seals' per-primary counts work as before). Only versions
+ * without a parent are taken over: the delete markers of a child live on its
+ * coordinator alone.
  *
- * Grants live in memory: a server restarted between two claims of one
- * version has forgotten its grant (a second coordinator would need a
- * majority that only forgotten grants make up).
+ * Fence. Before a coordinator records a version's outcome (commit or abort)
+ * it asks every server to fence its ballot (FENCE) and goes on only with a
+ * majority: a server fences a ballot only while it still holds it (or holds
+ * no grant and no record), and a fenced server grants no other ballot until
+ * the outcome arrives. A coordinator that fails to gather the majority (its
+ * version taken over, or a majority out of its reach) records nothing,
+ * sends nothing, and answers its waiting ranks CKS_ERR_NOT_COORDINATOR (they
+ * go on to the next candidate).
  *
- * Never: a begin without a majority of grants; a grant to a second
- * coordinator while the first one's stands.
+ * Why two coordinators can never record two outcomes of one version: a
+ * ballot wins only with a majority of grants, an outcome needs a majority of
+ * fences, and any two majorities share a server. That server grants a higher
+ * ballot only before it fenced the lower (a fenced grant refuses it), and
+ * fences the lower only while it still holds it (a higher grant refuses it).
+ * So when a ballot's fence succeeded, no higher ballot won afterwards, and
+ * when a higher ballot won, the lower one's fence can no longer succeed -
+ * whichever ranks reach which candidates, and whether the old coordinator
+ * is dead, stopped or cut off.
+ *
+ * Grants live in memory: a server restarted within one version has
+ * forgotten its grant (a second coordinator would need a majority that only
+ * forgotten grants make up). A coordinator that restarts with a version it
+ * left open claims it again (round 0) before it drops it: refused (another
+ * coordinator took it over, or it was committed), it keeps its record OPEN
+ * and learns the outcome by catch-up.
+ *
+ * Never: a begin or takeover without a majority of grants; an outcome
+ * recorded or sent without a majority of fences; a grant of a higher ballot
+ * by a server that fenced a lower one.
  */
 #include "server_int.h"
 
@@ -34,13 +67,24 @@
 #define CKS_SV_CLAIM_TIMEOUT_MS 2000
 /* A grant outlives the version's deadline by this much. */
 #define CKS_SV_CLAIM_MARGIN_S 60u
+/* How long a server waits for the holder of its grant to answer before it
+ * grants a takeover. */
+#define CKS_SV_TAKEOVER_ASK_MS 1000
+/* Reports kept for a takeover: at most this many on a server. */
+#define CKS_SV_KEPT_MAX (256u * 1024u)
+/* ... for this long at most (the version's outcome usually frees them). */
+#define CKS_SV_KEPT_TTL_NS (3600ull * 1000000000ull)
 
 typedef struct {
     uint32_t coord;
+    uint32_t round;
+    int fenced;     /* the holder records the outcome: no other ballot */
+    int has_params; /* p holds the begin's parameters */
     uint64_t expires_ns;
+    cks_msg_version_claim_t p; /* p.job unused */
 } cks_sv_claim_t;
 
-/* A begin waiting for the grants of the other servers. */
+/* A begin or takeover waiting for the grants of the other servers. */
 struct cks_sv_claiming {
     cks_server_h s;
     cks_tp_conn_h conn; /* the client's: referenced */
@@ -48,10 +92,12 @@ struct cks_sv_claiming {
     cks_msg_version_begin_t m; /* job points into `job` */
     char job[CKS_JOB_MAX_LEN + 1];
     cks_sv_claim_done_t done;
+    uint32_t round;
+    int takeover;
     unsigned need;      /* grants that make a majority */
     unsigned granted;   /* this server's own included */
-    unsigned answered;  /* other servers that answered (or could not be asked) */
-    unsigned others;
+    unsigned answered;  /* servers that answered (or could not be asked) */
+    unsigned others;    /* servers asked (a takeover asks itself too) */
     int decided;
     int lost;           /* decided without a majority: late grants are withdrawn */
     uint8_t *grantors;  /* by position: CKS_SV_GRANTED, CKS_SV_UNREACHED, ... */
@@ -66,6 +112,21 @@ typedef struct {
 
 /* What a server answered a claim (grantors[]). */
 enum { CKS_SV_UNASKED = 0, CKS_SV_GRANTED = 1, CKS_SV_UNREACHED = 2, CKS_SV_REFUSED = 3 };
+
+static int cks_sv_gone(cks_status_t st)
+{
+    return st == CKS_ERR_UNREACHABLE || st == CKS_ERR_CONN_LOST || st == CKS_ERR_TIMEOUT ||
+           st == CKS_ERR_TRANSPORT;
+}
+
+/* <0, 0, >0 as ballot (r1, c1) is lower than, equal to, higher than (r2, c2). */
+static int cks_sv_ballot_cmp(uint32_t r1, uint32_t c1, uint32_t r2, uint32_t c2)
+{
+    if (r1 != r2) {
+        return r1 < r2 ? -1 : 1;
+    }
+    return c1 < c2 ? -1 : c1 > c2;
+}
 
 size_t cks_sv_coord_candidates(cks_server_h s, const char *job, size_t job_len,
                                uint64_t version, uint16_t *out)
@@ -121,26 +182,39 @@ void cks_sv_claim_forget(cks_server_h s, const char *job, size_t job_len, uint64
     }
 }
 
-/* Grant `coord` the version (or renew its grant). */
+/* Grant ballot (round, coord) the version (or renew its grant); `params`,
+ * when not NULL, are the begin's parameters. */
 static cks_status_t cks_sv_claim_set(cks_server_h s, const char *job, size_t job_len,
-                                     uint64_t version, uint32_t coord, uint32_t ttl_s)
+                                     uint64_t version, uint32_t coord, uint32_t round,
+                                     uint32_t ttl_s, const cks_msg_version_claim_t *params)
 {
     uint8_t key[CKS_JOB_MAX_LEN + 16];
     size_t klen        = cks_vkey(key, job, job_len, version);
     cks_sv_claim_t *cl = cks_hmap_get(s->claims, key, klen);
     if (cl == NULL) {
-        cl = malloc(sizeof(*cl));
+        cl = calloc(1, sizeof(*cl));
         if (cl == NULL || cks_hmap_put(s->claims, key, klen, cl) != CKS_OK) {
             free(cl);
             return CKS_ERR_NO_MEMORY;
         }
     }
+    if (cl->coord != coord || cl->round != round) {
+        cl->fenced = 0;
+    }
     cl->coord      = coord;
+    cl->round      = round;
     cl->expires_ns = cks_time_ns() + (uint64_t)ttl_s * 1000000000ull;
+    if (params != NULL && params->nranks > 0 && params->k > 0 && params->m > 0 &&
+        params->chunk_size > 0) {
+        /* a real begin's (an orphan's claim carries none) */
+        cl->p          = *params;
+        cl->p.job      = (cks_wire_str_t){NULL, 0};
+        cl->has_params = 1;
+    }
     return CKS_OK;
 }
 
-/* May `coord` coordinate the version, as far as this server knows? */
+/* May `coord` begin the version (round 0), as far as this server knows? */
 static cks_status_t cks_sv_claim_check(cks_server_h s, const cks_wire_str_t *job,
                                        uint64_t version, uint32_t coord, char *why,
                                        size_t why_len)
@@ -173,28 +247,519 @@ static cks_status_t cks_sv_claim_check(cks_server_h s, const cks_wire_str_t *job
     return CKS_OK;
 }
 
+/* ---- takeover: may a higher ballot have the version? ------------------------------- */
+
+typedef void (*cks_sv_judged_t)(void *arg, cks_status_t status, const char *why);
+
+typedef struct {
+    cks_server_h s;
+    cks_msg_version_claim_t m; /* job points into `job` */
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t holder;
+    cks_sv_judged_t done;
+    void *arg;
+} cks_sv_judge_t;
+
+/* CKS_OK: granted now; CKS_INPROGRESS: first ask *holder_p whether it is
+ * alive (unless it is `gone`); else the refusal. */
+static cks_status_t cks_sv_judge_now(cks_server_h s, const cks_msg_version_claim_t *m,
+                                     int64_t gone, uint32_t *holder_p, char *why,
+                                     size_t why_len)
+{
+    cks_md_version_t rec;
+    cks_sv_version_t *v = cks_sv_version_find(s, &m->job, m->version);
+    cks_sv_claim_t *cl  = cks_sv_claim_get(s, m->job.ptr, m->job.len, m->version);
+    cks_status_t st     = cks_sv_version_lookup(s, &m->job, m->version, &rec);
+
+    why[0] = '\0';
+    if (st == CKS_OK && rec.state != CKS_VSTATE_OPEN) {
+        snprintf(why, why_len, "version %llu of '%.*s' already ended here (%s)",
+                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
+                 cks_vstate_string(rec.state));
+        return CKS_ERR_VERSION_EXISTS;
+    }
+    if (v != NULL && v->cluster && v->objs != NULL && (v->open || v->bcast > 0) &&
+        m->coord != s->self) {
+        snprintf(why, why_len, "version %llu of '%.*s' is coordinated by server %zu, which "
+                 "answers", (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
+                 s->self);
+        return CKS_ERR_NOT_COORDINATOR;
+    }
+    if (cl != NULL) {
+        int cmp = cks_sv_ballot_cmp(cl->round, cl->coord, m->round, m->coord);
+        if (cmp == 0) {
+            return cks_sv_claim_set(s, m->job.ptr, m->job.len, m->version, m->coord, m->round,
+                                    m->ttl_s, m);
+        }
+        if (cl->fenced || cmp > 0) {
+            snprintf(why, why_len, "version %llu of '%.*s' is coordinated by server %u%s",
+                     (unsigned long long)m->version, (int)m->job.len, m->job.ptr, cl->coord,
+                     cl->fenced ? " (recording its outcome)" : " (a higher ballot)");
+            return CKS_ERR_NOT_COORDINATOR;
+        }
+        if (cl->coord != m->coord && cl->coord != s->self && (int64_t)cl->coord != gone) {
+            *holder_p = cl->coord;
+            return CKS_INPROGRESS;
+        }
+    } else if (st == CKS_OK && !(v != NULL && v->disowned)) {
+        /* OPEN here and no grant: this server coordinated it and
+         * restarted (it claims the version itself before it drops it);
+         * alive, it does not grant it away */
+        snprintf(why, why_len, "version %llu of '%.*s' is open here with no grant",
+                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr);
+        return CKS_ERR_NOT_COORDINATOR;
+    }
+    return cks_sv_claim_set(s, m->job.ptr, m->job.len, m->version, m->coord, m->round,
+                            m->ttl_s, m);
+}
+
+static void cks_sv_judge_asked(void *arg, cks_status_t status, const char *msg)
+{
+    cks_sv_judge_t *j = arg;
+    char why[CKS_MSG_MAX_LEN];
+    cks_status_t st;
+    uint32_t holder = j->holder;
+    (void)msg;
+
+    if (j->s->stop) {
+        st = CKS_ERR_SHUTTING_DOWN;
+        snprintf(why, sizeof(why), "the server is shutting down");
+    } else if (!cks_sv_gone(status)) {
+        st = CKS_ERR_NOT_COORDINATOR;
+        snprintf(why, sizeof(why), "version %llu of '%s' is coordinated by server %u, which "
+                 "answers server %zu", (unsigned long long)j->m.version, j->job, j->holder,
+                 j->s->self);
+    } else {
+        if (j->holder < cks_cluster_nservers(j->s->map) && j->holder != j->s->self) {
+            /* skipped for a while, as a member that failed a chunk put is:
+             * the broadcast of the version's outcome does not wait for it
+             * (it learns the outcome by catch-up) */
+            j->s->peers[j->holder].down_ns = cks_time_ns();
+        }
+        st = cks_sv_judge_now(j->s, &j->m, (int64_t)j->holder, &holder, why, sizeof(why));
+        if (st == CKS_INPROGRESS) {
+            st = CKS_ERR_NOT_COORDINATOR; /* another holder meanwhile: no second round */
+            snprintf(why, sizeof(why), "version %llu of '%s' is coordinated by server %u",
+                     (unsigned long long)j->m.version, j->job, holder);
+        }
+        if (st == CKS_OK) {
+            cks_info("granted version %llu of '%s' to server %u (ballot %u): its coordinator, "
+                     "server %u, does not answer (%s)", (unsigned long long)j->m.version,
+                     j->job, j->m.coord, j->m.round, j->holder, cks_status_string(status));
+        }
+    }
+    j->done(j->arg, st, why);
+    free(j);
+}
+
+/* Decide a takeover's claim (round > 0) here: done(arg, status, why), now or
+ * once the holder of this server's grant was asked whether it is alive. */
+static void cks_sv_judge(cks_server_h s, const cks_msg_version_claim_t *m,
+                         cks_sv_judged_t done, void *arg)
+{
+    char why[CKS_MSG_MAX_LEN];
+    uint32_t holder     = 0;
+    cks_status_t st     = cks_sv_judge_now(s, m, -1, &holder, why, sizeof(why));
+    cks_sv_judge_t *j;
+    cks_tp_conn_h conn;
+
+    if (st != CKS_INPROGRESS) {
+        done(arg, st, why);
+        return;
+    }
+    j = malloc(sizeof(*j));
+    if (j == NULL) {
+        done(arg, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    j->s = s;
+    j->m = *m;
+    memcpy(j->job, m->job.ptr, m->job.len);
+    j->job[m->job.len] = '\0';
+    j->m.job           = (cks_wire_str_t){j->job, m->job.len};
+    j->holder          = holder;
+    j->done            = done;
+    j->arg             = arg;
+    /* a new connection when the last one failed or went unanswered: a
+     * killed server refuses it at once, a cut-off one does not answer */
+    cks_msg_repair_status_t q = {0};
+    conn = holder < cks_cluster_nservers(s->map) ? cks_sv_peer(s, holder) : NULL;
+    if (conn == NULL || cks_tp_call(conn, CKS_MSG_REPAIR_STATUS, 0, &q, NULL, 0, NULL,
+                                    CKS_SV_TAKEOVER_ASK_MS, cks_sv_judge_asked,
+                                    j) != CKS_INPROGRESS) {
+        cks_sv_judge_asked(j, CKS_ERR_UNREACHABLE, "cannot connect");
+    }
+}
+
+/* A takeover's claim from a peer, judged: the answer. */
+typedef struct {
+    cks_tp_conn_h conn;
+    uint64_t req_id;
+} cks_sv_claim_reply_t;
+
+static void cks_sv_claim_judged(void *arg, cks_status_t status, const char *why)
+{
+    cks_sv_claim_reply_t *r = arg;
+    cks_sv_reply_status(r->conn, r->req_id, status, status == CKS_OK ? NULL : "%s",
+                        why != NULL ? why : "");
+    cks_tp_conn_put(r->conn);
+    free(r);
+}
+
+/* ---- fence -------------------------------------------------------------------------- */
+
+/* FENCE here: may ballot (round, coord) record the version's outcome? */
+static cks_status_t cks_sv_fence_here(cks_server_h s, const cks_wire_str_t *job,
+                                      uint64_t version, uint32_t coord, uint32_t round,
+                                      uint32_t ttl_s, char *why, size_t why_len)
+{
+    cks_md_version_t rec;
+    cks_sv_claim_t *cl = cks_sv_claim_get(s, job->ptr, job->len, version);
+    cks_status_t st;
+
+    if (cl != NULL && (cl->coord != coord || cl->round != round)) {
+        snprintf(why, why_len, "version %llu of '%.*s' is coordinated by server %u (ballot "
+                 "%u) here, not by server %u (ballot %u)", (unsigned long long)version,
+                 (int)job->len, job->ptr, cl->coord, cl->round, coord, round);
+        return CKS_ERR_NOT_COORDINATOR;
+    }
+    if (cl == NULL) {
+        st = cks_sv_version_lookup(s, job, version, &rec);
+        if (st == CKS_OK && rec.state != CKS_VSTATE_OPEN) {
+            snprintf(why, why_len, "version %llu of '%.*s' already ended here (%s)",
+                     (unsigned long long)version, (int)job->len, job->ptr,
+                     cks_vstate_string(rec.state));
+            return CKS_ERR_VERSION_EXISTS;
+        }
+        st = cks_sv_claim_set(s, job->ptr, job->len, version, coord, round, ttl_s, NULL);
+        if (st != CKS_OK) {
+            snprintf(why, why_len, "server out of memory");
+            return st;
+        }
+        cl = cks_sv_claim_get(s, job->ptr, job->len, version);
+    }
+    cl->fenced = 1;
+    return CKS_OK;
+}
+
+struct cks_sv_fencing {
+    cks_server_h s;
+    cks_sv_version_t *v; /* held by the caller until done runs */
+    cks_sv_fenced_t done;
+    unsigned need, acked, answered, asked;
+    int decided;
+    uint8_t *state; /* by position: CKS_SV_GRANTED, CKS_SV_UNREACHED, CKS_SV_REFUSED */
+    cks_status_t refusal;
+    char why[CKS_MSG_MAX_LEN];
+};
+
+typedef struct {
+    struct cks_sv_fencing *f;
+    size_t pos;
+} cks_sv_fence_call_t;
+
+static void cks_sv_fence_decide(struct cks_sv_fencing *f)
+{
+    if (!f->decided && f->acked >= f->need) {
+        f->decided = 1;
+        f->done(f->s, f->v, CKS_OK, NULL);
+    } else if (!f->decided && f->acked + (f->asked - f->answered) < f->need) {
+        f->decided = 1;
+        if (f->refusal == CKS_OK) {
+            size_t n = cks_cluster_nservers(f->s->map);
+            int len  = snprintf(f->why, sizeof(f->why),
+                                "%u of %zu servers fenced its ballot, a majority (%u) is "
+                                "needed; unreachable:", f->acked, n, f->need);
+            for (size_t pos = 0; pos < n && len > 0 && (size_t)len < sizeof(f->why); pos++) {
+                if (f->state[pos] == CKS_SV_UNREACHED) {
+                    len += snprintf(f->why + len, sizeof(f->why) - (size_t)len, " %zu", pos);
+                }
+            }
+            f->refusal = CKS_ERR_NO_QUORUM;
+        }
+        f->done(f->s, f->v, f->refusal, f->why);
+    }
+    if (f->answered == f->asked) {
+        free(f->state);
+        free(f);
+    }
+}
+
+static void cks_sv_fence_answered(void *arg, cks_status_t status, const char *msg)
+{
+    cks_sv_fence_call_t *call = arg;
+    struct cks_sv_fencing *f  = call->f;
+    f->answered++;
+    if (status == CKS_OK) {
+        f->acked++;
+        f->state[call->pos] = CKS_SV_GRANTED;
+    } else if (status == CKS_ERR_NOT_COORDINATOR || status == CKS_ERR_VERSION_EXISTS) {
+        f->state[call->pos] = CKS_SV_REFUSED;
+        if (f->refusal == CKS_OK) {
+            f->refusal = CKS_ERR_NOT_COORDINATOR;
+            snprintf(f->why, sizeof(f->why), "server %zu: %s", call->pos,
+                     msg != NULL && msg[0] ? msg : cks_status_string(status));
+        }
+    } else {
+        f->state[call->pos] = CKS_SV_UNREACHED;
+    }
+    free(call);
+    cks_sv_fence_decide(f);
+}
+
+void cks_sv_fence(cks_server_h s, cks_sv_version_t *v, uint32_t ttl_s, cks_sv_fenced_t done)
+{
+    size_t n = cks_cluster_nservers(s->map);
+    char why[CKS_MSG_MAX_LEN] = "";
+    cks_wire_str_t job        = {v->job, v->job_len};
+    struct cks_sv_fencing *f  = calloc(1, sizeof(*f));
+    cks_status_t st;
+
+    if (f == NULL || (f->state = calloc(n, 1)) == NULL) {
+        free(f);
+        done(s, v, CKS_ERR_NO_MEMORY, "server out of memory");
+        return;
+    }
+    f->s     = s;
+    f->v     = v;
+    f->done  = done;
+    f->need  = (unsigned)(n / 2 + 1);
+    f->asked = (unsigned)n;
+    st = cks_sv_fence_here(s, &job, v->version, (uint32_t)s->self, v->round, ttl_s, why,
+                           sizeof(why));
+    f->answered = 1;
+    if (st == CKS_OK) {
+        f->acked = 1;
+        f->state[s->self] = CKS_SV_GRANTED;
+    } else {
+        f->state[s->self] = CKS_SV_REFUSED;
+        f->refusal        = CKS_ERR_NOT_COORDINATOR;
+        snprintf(f->why, sizeof(f->why), "server %zu (itself): %s", s->self, why);
+    }
+    cks_msg_version_claim_t cm = {job, v->version, (uint32_t)s->self, CKS_CLAIM_OP_FENCE,
+                                  ttl_s, v->round, 0, 0, 0, 0, 0, 0};
+    unsigned unasked = 0;
+    f->asked++; /* one pseudo-answer holds f while the calls go out */
+    for (size_t pos = 0; pos < n; pos++) {
+        if (pos == s->self) {
+            continue;
+        }
+        cks_tp_conn_h pc          = cks_sv_peer(s, pos);
+        cks_sv_fence_call_t *call = pc != NULL ? malloc(sizeof(*call)) : NULL;
+        if (call != NULL) {
+            call->f   = f;
+            call->pos = pos;
+        }
+        if (call == NULL ||
+            cks_tp_call(pc, CKS_MSG_VERSION_CLAIM, 0, &cm, NULL, 0, NULL,
+                        CKS_SV_CLAIM_TIMEOUT_MS, cks_sv_fence_answered, call) !=
+                CKS_INPROGRESS) {
+            free(call);
+            f->state[pos] = CKS_SV_UNREACHED;
+            unasked++;
+        }
+    }
+    f->answered += unasked + 1; /* and the hold */
+    cks_sv_fence_decide(f);
+}
+
+/* ---- reports kept for a takeover ----------------------------------------------------- */
+
+typedef struct {
+    cks_msg_object_done_t m; /* strings point into key, why */
+    char key[CKS_KEY_MAX_LEN + 1];
+    char *why;
+} cks_sv_kept_obj_t;
+
+typedef struct {
+    uint64_t expires_ns;
+    size_t n, cap;
+    cks_sv_kept_obj_t *o;
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version;
+} cks_sv_kept_t;
+
+void cks_sv_kept_add(cks_server_h s, const cks_msg_object_done_t *m)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + 16];
+    size_t klen;
+    cks_sv_kept_t *k;
+    cks_sv_kept_obj_t *o;
+
+    if (s->kept == NULL || s->nkept >= CKS_SV_KEPT_MAX || m->job.len > CKS_JOB_MAX_LEN ||
+        m->o.key.len > CKS_KEY_MAX_LEN) {
+        return; /* not kept: a takeover then waits for it (until the deadline) */
+    }
+    klen = cks_vkey(key, m->job.ptr, m->job.len, m->version);
+    k    = cks_hmap_get(s->kept, key, klen);
+    if (k == NULL) {
+        k = calloc(1, sizeof(*k));
+        if (k == NULL || cks_hmap_put(s->kept, key, klen, k) != CKS_OK) {
+            free(k);
+            return;
+        }
+        memcpy(k->job, m->job.ptr, m->job.len);
+        k->job_len    = m->job.len;
+        k->version    = m->version;
+        k->expires_ns = cks_time_ns() + CKS_SV_KEPT_TTL_NS;
+    }
+    /* no search for an equal report (a version may have many objects): one
+     * kept twice is sent twice, and the coordinator counts it once */
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 8;
+        void *p    = realloc(k->o, cap * sizeof(*k->o));
+        if (p == NULL) {
+            return;
+        }
+        k->o   = p;
+        k->cap = cap;
+    }
+    o    = &k->o[k->n];
+    o->m = *m;
+    memcpy(o->key, m->o.key.ptr, m->o.key.len);
+    o->key[m->o.key.len] = '\0';
+    o->why               = NULL;
+    if (m->why.len > 0 && (o->why = malloc(m->why.len + 1)) != NULL) {
+        memcpy(o->why, m->why.ptr, m->why.len);
+        o->why[m->why.len] = '\0';
+    }
+    o->m.job    = (cks_wire_str_t){NULL, 0};
+    o->m.o.key  = (cks_wire_str_t){o->key, m->o.key.len};
+    o->m.why    = (cks_wire_str_t){o->why, o->why != NULL ? m->why.len : 0};
+    o->m.backup = 0;
+    k->n++;
+    s->nkept++;
+}
+
+static void cks_sv_kept_free(cks_server_h s, cks_sv_kept_t *k)
+{
+    for (size_t i = 0; i < k->n; i++) {
+        free(k->o[i].why);
+    }
+    s->nkept -= k->n;
+    free(k->o);
+    free(k);
+}
+
+void cks_sv_kept_forget(cks_server_h s, const char *job, size_t job_len, uint64_t version)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + 16];
+    cks_sv_kept_t *k;
+    if (s->kept != NULL &&
+        (k = cks_hmap_del(s->kept, key, cks_vkey(key, job, job_len, version))) != NULL) {
+        cks_sv_kept_free(s, k);
+    }
+}
+
+static void cks_sv_kept_sent(void *arg, cks_status_t status, const char *msg)
+{
+    (void)arg;
+    if (status != CKS_OK) {
+        cks_debug("a report sent again to a takeover's coordinator: %s %s",
+                 cks_status_string(status), msg != NULL ? msg : "");
+    }
+}
+
+/* Send every kept report of the version to the server at `to` (this one:
+ * cks_sv_object_done_local()). */
+static void cks_sv_kept_resend(cks_server_h s, const cks_wire_str_t *job, uint64_t version,
+                               size_t to)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + 16];
+    cks_sv_kept_t *k =
+        s->kept != NULL ? cks_hmap_get(s->kept, key, cks_vkey(key, job->ptr, job->len, version))
+                        : NULL;
+    cks_tp_conn_h conn = NULL;
+    size_t sent        = 0;
+
+    if (k == NULL || k->n == 0) {
+        return;
+    }
+    if (to != s->self && (conn = cks_sv_peer(s, to)) == NULL) {
+        cks_warn("cannot send the reports of version %llu of '%.*s' to server %zu",
+                 (unsigned long long)version, (int)job->len, job->ptr, to);
+        return;
+    }
+    /* a local report may change the table (not this entry): copy first */
+    size_t n                = k->n;
+    cks_sv_kept_obj_t *copy = malloc(n * sizeof(*copy));
+    if (copy == NULL) {
+        return;
+    }
+    memcpy(copy, k->o, n * sizeof(*copy));
+    for (size_t i = 0; i < n; i++) {
+        cks_msg_object_done_t m = copy[i].m;
+        m.job                   = (cks_wire_str_t){k->job, k->job_len};
+        m.o.key                 = (cks_wire_str_t){copy[i].key, copy[i].m.o.key.len};
+        m.backup                = 0;
+        if (to == s->self) {
+            cks_status_t st;
+            char why[CKS_MSG_MAX_LEN];
+            cks_sv_object_done_here(s, &m, &st, why, sizeof(why));
+            sent++;
+        } else if (cks_tp_call(conn, CKS_MSG_OBJECT_DONE, 0, &m, NULL, 0, NULL,
+                               CKS_SV_CLAIM_TIMEOUT_MS * 5, cks_sv_kept_sent,
+                               NULL) == CKS_INPROGRESS) {
+            sent++;
+        }
+    }
+    free(copy);
+    cks_info("sent %zu reports of version %llu of '%.*s' again to server %zu (a takeover)",
+             sent, (unsigned long long)version, (int)job->len, job->ptr, to);
+}
+
+/* ---- VERSION_CLAIM from a peer ------------------------------------------------------- */
+
 void cks_sv_version_claim(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                           const cks_msg_version_claim_t *m)
 {
     char why[CKS_MSG_MAX_LEN] = "";
     cks_status_t st           = cks_sv_check_names(&m->job, NULL);
 
-    if (st != CKS_OK || m->coord >= cks_cluster_nservers(s->map) || m->ttl_s == 0) {
+    if (st != CKS_OK || m->coord >= cks_cluster_nservers(s->map) || m->ttl_s == 0 ||
+        m->op > CKS_CLAIM_OP_REPORT) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM, "bad claim");
         return;
     }
-    if (m->release) {
-        uint32_t holder;
-        if (cks_sv_claim_holder(s, m->job.ptr, m->job.len, m->version, &holder) &&
-            holder == m->coord) {
+    if (m->op == CKS_CLAIM_OP_RELEASE) {
+        cks_sv_claim_t *cl = cks_sv_claim_get(s, m->job.ptr, m->job.len, m->version);
+        if (cl != NULL && cl->coord == m->coord && cl->round == m->round && !cl->fenced) {
             cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->version);
         }
         cks_sv_reply_status(conn, req_id, CKS_OK, NULL);
         return;
     }
+    if (m->op == CKS_CLAIM_OP_FENCE) {
+        st = cks_sv_fence_here(s, &m->job, m->version, m->coord, m->round, m->ttl_s, why,
+                               sizeof(why));
+        cks_sv_reply_status(conn, req_id, st, st == CKS_OK ? NULL : "%s", why);
+        return;
+    }
+    if (m->op == CKS_CLAIM_OP_REPORT) {
+        /* also when this server did not grant the takeover (it was slow, or
+         * reaches the old coordinator): reports are facts, sent to whoever
+         * won a majority; one that does not coordinate the version refuses */
+        cks_sv_kept_resend(s, &m->job, m->version, m->coord);
+        cks_sv_reply_status(conn, req_id, CKS_OK, NULL);
+        return;
+    }
+    if (m->round > 0) {
+        /* a takeover: judged here, maybe after asking the holder */
+        cks_sv_claim_reply_t *r = malloc(sizeof(*r));
+        if (r == NULL) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+            return;
+        }
+        r->conn   = conn;
+        r->req_id = req_id;
+        cks_tp_conn_get(conn);
+        cks_sv_judge(s, m, cks_sv_claim_judged, r);
+        return;
+    }
     st = cks_sv_claim_check(s, &m->job, m->version, m->coord, why, sizeof(why));
     if (st == CKS_OK) {
-        st = cks_sv_claim_set(s, m->job.ptr, m->job.len, m->version, m->coord, m->ttl_s);
+        st = cks_sv_claim_set(s, m->job.ptr, m->job.len, m->version, m->coord, 0, m->ttl_s, m);
         snprintf(why, sizeof(why), "%s", st == CKS_OK ? "" : "server out of memory");
     }
     if (st == CKS_OK) {
@@ -204,9 +769,21 @@ void cks_sv_version_claim(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_sv_reply_status(conn, req_id, st, st == CKS_OK ? NULL : "%s", why);
 }
 
+/* ---- claiming ---------------------------------------------------------------------- */
+
 static uint32_t cks_sv_claim_ttl(const cks_msg_version_begin_t *m)
 {
     return (m->timeout_s ? m->timeout_s : 600) + CKS_SV_CLAIM_MARGIN_S;
+}
+
+static void cks_sv_claim_msg(cks_msg_version_claim_t *cm, const struct cks_sv_claiming *c,
+                             uint32_t op)
+{
+    *cm = (cks_msg_version_claim_t){c->m.job,        c->m.version, (uint32_t)c->s->self,
+                                    op,              cks_sv_claim_ttl(&c->m),
+                                    c->round,        c->m.parent,  c->m.nranks,
+                                    c->m.k,          c->m.m,       c->m.chunk_size,
+                                    c->m.retain};
 }
 
 static void cks_sv_claim_noop(void *arg, cks_status_t status, const char *msg)
@@ -220,15 +797,15 @@ static void cks_sv_claim_noop(void *arg, cks_status_t status, const char *msg)
 static void cks_sv_claim_release(struct cks_sv_claiming *c)
 {
     cks_server_h s = c->s;
-    cks_msg_version_claim_t r = {c->m.job, c->m.version, (uint32_t)s->self, 1,
-                                 cks_sv_claim_ttl(&c->m)};
-    uint32_t holder;
+    cks_msg_version_claim_t r;
+    cks_sv_claim_t *cl;
 
     if (s->stop || s->claims == NULL) {
         return; /* shutting down: the grants expire */
     }
-    if (cks_sv_claim_holder(s, c->job, c->m.job.len, c->m.version, &holder) &&
-        holder == s->self) {
+    cks_sv_claim_msg(&r, c, CKS_CLAIM_OP_RELEASE);
+    cl = cks_sv_claim_get(s, c->job, c->m.job.len, c->m.version);
+    if (cl != NULL && cl->coord == s->self && cl->round == c->round && !cl->fenced) {
         cks_sv_claim_forget(s, c->job, c->m.job.len, c->m.version);
     }
     for (size_t pos = 0; pos < cks_cluster_nservers(s->map); pos++) {
@@ -261,8 +838,9 @@ static void cks_sv_claim_decide(struct cks_sv_claiming *c)
     }
     if (!c->decided && c->granted >= c->need) {
         c->decided = 1;
-        cks_debug("version %llu of '%s': %u of %u servers granted the claim",
-                  (unsigned long long)c->m.version, c->job, c->granted, c->others + 1);
+        cks_debug("version %llu of '%s': %u of %zu servers granted the claim",
+                  (unsigned long long)c->m.version, c->job, c->granted,
+                  cks_cluster_nservers(c->s->map));
         c->done(c->s, c->conn, c->req_id, &c->m, CKS_OK, NULL);
     } else if (!c->decided && c->granted + (c->others - c->answered) < c->need) {
         c->decided = 1;
@@ -283,7 +861,7 @@ static void cks_sv_claim_decide(struct cks_sv_claiming *c)
             }
             c->refusal = CKS_ERR_NO_QUORUM;
         }
-        cks_warn("%s", c->why);
+        cks_log(c->takeover ? CKS_LOG_INFO : CKS_LOG_WARN, "%s", c->why);
         c->lost = 1;
         cks_sv_claim_release(c);
         c->done(c->s, c->conn, c->req_id, &c->m, c->refusal, c->why);
@@ -300,12 +878,19 @@ static void cks_sv_claim_answered(void *arg, cks_status_t status, const char *ms
 
     c->answered++;
     if (status == CKS_OK && c->lost && !c->s->stop) {
-        cks_msg_version_claim_t r = {c->m.job, c->m.version, (uint32_t)c->s->self, 1,
-                                     cks_sv_claim_ttl(&c->m)};
-        cks_tp_conn_h conn        = cks_sv_peer(c->s, call->pos);
-        if (conn != NULL) {
-            cks_tp_call(conn, CKS_MSG_VERSION_CLAIM, 0, &r, NULL, 0, NULL,
-                        CKS_SV_CLAIM_TIMEOUT_MS, cks_sv_claim_noop, NULL);
+        cks_msg_version_claim_t r;
+        cks_sv_claim_msg(&r, c, CKS_CLAIM_OP_RELEASE);
+        if (call->pos == c->s->self) {
+            cks_sv_claim_t *cl = cks_sv_claim_get(c->s, c->job, c->m.job.len, c->m.version);
+            if (cl != NULL && cl->coord == c->s->self && cl->round == c->round && !cl->fenced) {
+                cks_sv_claim_forget(c->s, c->job, c->m.job.len, c->m.version);
+            }
+        } else {
+            cks_tp_conn_h conn = cks_sv_peer(c->s, call->pos);
+            if (conn != NULL) {
+                cks_tp_call(conn, CKS_MSG_VERSION_CLAIM, 0, &r, NULL, 0, NULL,
+                            CKS_SV_CLAIM_TIMEOUT_MS, cks_sv_claim_noop, NULL);
+            }
         }
     } else if (status == CKS_OK) {
         c->granted++;
@@ -326,12 +911,17 @@ static void cks_sv_claim_answered(void *arg, cks_status_t status, const char *ms
     cks_sv_claim_decide(c);
 }
 
-void cks_sv_claim_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
-                        const cks_msg_version_begin_t *m, cks_sv_claim_done_t done)
+/* Claim the version with ballot (round, self). round 0: a begin (or, with
+ * `lost`, a restarted coordinator's claim of a version it left OPEN: its own
+ * record does not stand against it); round > 0: a takeover, which this
+ * server judges as the others do. */
+static void cks_sv_claim_run(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                             const cks_msg_version_begin_t *m, uint32_t round, int lost,
+                             cks_sv_claim_done_t done)
 {
     size_t n = cks_cluster_nservers(s->map), rank;
     char why[CKS_MSG_MAX_LEN] = "";
-    cks_status_t st;
+    cks_status_t st = CKS_OK;
     struct cks_sv_claiming *c;
 
     if (!cks_sv_coord_candidate(s, m->job.ptr, m->job.len, m->version, &rank)) {
@@ -345,29 +935,14 @@ void cks_sv_claim_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         done(s, conn, req_id, m, CKS_ERR_NOT_COORDINATOR, why);
         return;
     }
-    st = cks_sv_claim_check(s, &m->job, m->version, (uint32_t)s->self, why, sizeof(why));
-    if (st == CKS_OK) {
-        st = cks_sv_claim_set(s, m->job.ptr, m->job.len, m->version, (uint32_t)s->self,
-                              cks_sv_claim_ttl(m));
-    }
-    c = st == CKS_OK ? calloc(1, sizeof(*c)) : NULL;
+    c = calloc(1, sizeof(*c));
     if (c != NULL && (c->grantors = calloc(n, 1)) == NULL) {
         free(c);
         c = NULL;
     }
     if (c == NULL) {
-        if (st == CKS_OK) {
-            cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->version);
-            st = CKS_ERR_NO_MEMORY;
-            snprintf(why, sizeof(why), "server out of memory");
-        }
-        done(s, conn, req_id, m, st, why);
+        done(s, conn, req_id, m, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
-    }
-    if (rank > 0) {
-        cks_info("coordinating version %llu of '%.*s' as its candidate %zu (a client could "
-                 "not reach the ones before)",
-                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr, rank);
     }
     c->s      = s;
     c->conn   = conn;
@@ -377,19 +952,65 @@ void cks_sv_claim_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     c->job[m->job.len] = '\0';
     c->m.job           = (cks_wire_str_t){c->job, m->job.len};
     c->done            = done;
+    c->round           = round;
+    c->takeover        = round > 0;
     c->need            = (unsigned)(n / 2 + 1);
-    c->granted         = 1;
     c->others          = (unsigned)(n - 1);
-    c->grantors[s->self] = CKS_SV_GRANTED;
+
+    cks_msg_version_claim_t cm;
+    cks_sv_claim_msg(&cm, c, CKS_CLAIM_OP_CLAIM);
+    if (round == 0) {
+        if (lost) {
+            cks_sv_claim_t *cl = cks_sv_claim_get(s, m->job.ptr, m->job.len, m->version);
+            if (cl != NULL && cl->coord != s->self) {
+                st = CKS_ERR_NOT_COORDINATOR;
+                snprintf(why, sizeof(why), "version %llu of '%.*s' is coordinated by server %u",
+                         (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
+                         cl->coord);
+            }
+        } else {
+            cks_sv_claim_t *cl = cks_sv_claim_get(s, m->job.ptr, m->job.len, m->version);
+            st = cks_sv_claim_check(s, &m->job, m->version, (uint32_t)s->self, why,
+                                    sizeof(why));
+            if (st == CKS_OK && cl != NULL && cl->round > 0) {
+                /* this server is taking the version over, or took it */
+                st = CKS_ERR_NOT_COORDINATOR;
+                snprintf(why, sizeof(why), "version %llu of '%.*s' is being taken over here",
+                         (unsigned long long)m->version, (int)m->job.len, m->job.ptr);
+            }
+        }
+        if (st == CKS_OK) {
+            st = cks_sv_claim_set(s, m->job.ptr, m->job.len, m->version, (uint32_t)s->self, 0,
+                                  cks_sv_claim_ttl(m), &cm);
+        }
+        if (st != CKS_OK) {
+            c->conn = NULL; /* not referenced yet */
+            cks_sv_claiming_free(c);
+            done(s, conn, req_id, m, st, why[0] ? why : "server out of memory");
+            return;
+        }
+        c->granted           = 1;
+        c->grantors[s->self] = CKS_SV_GRANTED;
+        if (rank > 0 && !lost) {
+            cks_info("coordinating version %llu of '%.*s' as its candidate %zu (a client "
+                     "could not reach the ones before)",
+                     (unsigned long long)m->version, (int)m->job.len, m->job.ptr, rank);
+        }
+    } else {
+        c->others++; /* this server is asked as the others are */
+        cks_info("taking over version %llu of '%.*s' as its candidate %zu (ballot %u): its "
+                 "coordinator does not answer",
+                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr, rank, round);
+    }
     if (conn != NULL) {
         cks_tp_conn_get(conn);
     }
 
-    cks_msg_version_claim_t cm = {c->m.job, m->version, (uint32_t)s->self, 0,
-                                  cks_sv_claim_ttl(m)};
     /* a claim that a majority can answer at once is decided at its first
-     * answers; `answered` counts the servers that cannot be asked too */
+     * answers; `answered` counts the servers that cannot be asked too; one
+     * pseudo-answer holds c while the calls go out */
     unsigned unasked = 0;
+    c->others++;
     for (size_t pos = 0; pos < n; pos++) {
         if (pos == s->self) {
             continue;
@@ -402,15 +1023,225 @@ void cks_sv_claim_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         }
         if (call == NULL ||
             cks_tp_call(pc, CKS_MSG_VERSION_CLAIM, 0, &cm, NULL, 0, NULL,
-                        CKS_SV_CLAIM_TIMEOUT_MS, cks_sv_claim_answered, call) !=
-                CKS_INPROGRESS) {
+                        CKS_SV_CLAIM_TIMEOUT_MS + (round > 0 ? CKS_SV_TAKEOVER_ASK_MS : 0),
+                        cks_sv_claim_answered, call) != CKS_INPROGRESS) {
             free(call);
             c->grantors[pos] = CKS_SV_UNREACHED;
             unasked++;
         }
     }
     c->answered += unasked;
+    if (round > 0) {
+        cks_sv_claim_call_t *call = malloc(sizeof(*call));
+        if (call == NULL) {
+            c->answered++;
+            c->grantors[s->self] = CKS_SV_UNREACHED;
+        } else {
+            call->c   = c;
+            call->pos = s->self;
+            cks_sv_judge(s, &cm, cks_sv_claim_answered, call);
+        }
+    }
+    c->answered++; /* the hold */
     cks_sv_claim_decide(c);
+}
+
+void cks_sv_claim_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_version_begin_t *m, cks_sv_claim_done_t done)
+{
+    cks_sv_claim_run(s, conn, req_id, m, 0, 0, done);
+}
+
+void cks_sv_claim_lost(cks_server_h s, const cks_msg_version_begin_t *m,
+                       cks_sv_claim_done_t done)
+{
+    cks_sv_claim_run(s, NULL, 0, m, 0, 1, done);
+}
+
+/* ---- takeover of a version whose coordinator does not answer ------------------------ */
+
+typedef struct {
+    cks_tp_conn_h conn;
+    uint64_t req_id;
+    uint64_t nobjects, digest;
+    uint32_t rank;
+    uint8_t *primaries;
+    uint32_t primaries_len;
+} cks_sv_tq_t;
+
+struct cks_sv_takeover {
+    struct cks_sv_takeover *next;
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version;
+    uint32_t round;
+    uint32_t holder; /* the coordinator that does not answer */
+    cks_sv_tq_t *q;
+    size_t nq, capq;
+};
+
+static struct cks_sv_takeover *cks_sv_takeover_find(cks_server_h s, const char *job,
+                                                    size_t job_len, uint64_t version)
+{
+    for (struct cks_sv_takeover *t = s->takeovers; t != NULL; t = t->next) {
+        if (t->version == version && t->job_len == job_len && memcmp(t->job, job, job_len) == 0) {
+            return t;
+        }
+    }
+    return NULL;
+}
+
+static int cks_sv_takeover_queue(struct cks_sv_takeover *t, cks_tp_conn_h conn,
+                                 uint64_t req_id, uint64_t nobjects, uint64_t digest,
+                                 uint32_t rank, const cks_wire_str_t *primaries)
+{
+    cks_sv_tq_t *e;
+    if (t->nq == t->capq) {
+        size_t cap = t->capq ? t->capq * 2 : 4;
+        void *p    = realloc(t->q, cap * sizeof(*t->q));
+        if (p == NULL) {
+            return 0;
+        }
+        t->q    = p;
+        t->capq = cap;
+    }
+    e = &t->q[t->nq];
+    *e = (cks_sv_tq_t){conn, req_id, nobjects, digest, rank, NULL, 0};
+    if (primaries != NULL && primaries->len > 0) {
+        e->primaries = malloc(primaries->len);
+        if (e->primaries == NULL) {
+            return 0;
+        }
+        memcpy(e->primaries, primaries->ptr, primaries->len);
+        e->primaries_len = primaries->len;
+    }
+    cks_tp_conn_get(conn);
+    t->nq++;
+    return 1;
+}
+
+static void cks_sv_takeover_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                    const cks_msg_version_begin_t *m, cks_status_t status,
+                                    const char *why)
+{
+    struct cks_sv_takeover **pp = &s->takeovers, *t = NULL;
+    char text[CKS_MSG_MAX_LEN];
+    (void)conn;
+    (void)req_id;
+
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->version == m->version && (*pp)->job_len == m->job.len &&
+            memcmp((*pp)->job, m->job.ptr, m->job.len) == 0) {
+            t  = *pp;
+            *pp = t->next;
+            break;
+        }
+    }
+    if (t == NULL) {
+        return;
+    }
+    if (status == CKS_OK && !s->stop) {
+        status = cks_sv_takeover_open(s, m, t->round, t->holder, text, sizeof(text));
+        why    = text;
+    }
+    if (status == CKS_OK) {
+        cks_msg_version_claim_t cm = {m->job, m->version, (uint32_t)s->self,
+                                      CKS_CLAIM_OP_REPORT, m->timeout_s + CKS_SV_CLAIM_MARGIN_S,
+                                      t->round, 0, 0, 0, 0, 0, 0};
+        cks_warn("took over version %llu of '%.*s' (ballot %u): asking every server to "
+                 "report its objects again",
+                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr, t->round);
+        for (size_t pos = 0; pos < cks_cluster_nservers(s->map); pos++) {
+            cks_tp_conn_h pc = pos != s->self ? cks_sv_peer(s, pos) : NULL;
+            if (pc != NULL) {
+                cks_tp_call(pc, CKS_MSG_VERSION_CLAIM, 0, &cm, NULL, 0, NULL,
+                            CKS_SV_CLAIM_TIMEOUT_MS, cks_sv_claim_noop, NULL);
+            }
+        }
+        cks_sv_kept_resend(s, &m->job, m->version, s->self);
+    } else {
+        cks_info("no takeover of version %llu of '%.*s': %s", (unsigned long long)m->version,
+                 (int)m->job.len, m->job.ptr, why != NULL ? why : cks_status_string(status));
+    }
+    for (size_t i = 0; i < t->nq; i++) {
+        cks_sv_tq_t *e = &t->q[i];
+        if (status == CKS_OK) {
+            cks_wire_str_t pr = {(const char *)e->primaries, e->primaries_len};
+            cks_sv_cluster_end(s, e->conn, e->req_id, CKS_MSG_VERSION_SEAL, &m->job, m->version,
+                               e->nobjects, e->digest, e->rank,
+                               e->primaries != NULL ? &pr : NULL);
+        } else {
+            cks_sv_reply_status(e->conn, e->req_id,
+                                status == CKS_ERR_SHUTTING_DOWN ? status
+                                                                : CKS_ERR_NOT_COORDINATOR,
+                                "%s", why != NULL ? why : cks_status_string(status));
+        }
+        cks_tp_conn_put(e->conn);
+        free(e->primaries);
+    }
+    free(t->q);
+    free(t);
+}
+
+int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                         const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
+                         uint64_t digest, uint32_t rank, const cks_wire_str_t *primaries)
+{
+    struct cks_sv_takeover *t = cks_sv_takeover_find(s, job->ptr, job->len, version);
+    cks_sv_claim_t *cl;
+
+    if (t != NULL) {
+        return cks_sv_takeover_queue(t, conn, req_id, nobjects, digest, rank, primaries);
+    }
+    cl = cks_sv_claim_get(s, job->ptr, job->len, version);
+    if (cl == NULL || !cl->has_params || cl->coord == s->self || cl->fenced ||
+        cl->p.parent != CKS_MD_NO_PARENT || cl->round >= UINT32_MAX - 1 ||
+        !cks_sv_coord_candidate(s, job->ptr, job->len, version, NULL)) {
+        return 0;
+    }
+    t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        return 0;
+    }
+    memcpy(t->job, job->ptr, job->len);
+    t->job_len = job->len;
+    t->version = version;
+    t->round   = cl->round + 1;
+    t->holder  = cl->coord;
+    if (!cks_sv_takeover_queue(t, conn, req_id, nobjects, digest, rank, primaries)) {
+        free(t->q);
+        free(t);
+        return 0;
+    }
+    t->next      = s->takeovers;
+    s->takeovers = t;
+    cks_msg_version_begin_t b = {{t->job, t->job_len},
+                                 version,
+                                 cl->p.parent,
+                                 cl->p.nranks,
+                                 cl->p.k,
+                                 cl->p.m,
+                                 cl->p.chunk_size,
+                                 cl->p.retain,
+                                 cl->p.ttl_s > CKS_SV_CLAIM_MARGIN_S
+                                     ? cl->p.ttl_s - CKS_SV_CLAIM_MARGIN_S
+                                     : 1};
+    cks_sv_claim_run(s, NULL, 0, &b, t->round, 0, cks_sv_takeover_claimed);
+    return 1;
+}
+
+void cks_sv_takeovers_fini(cks_server_h s)
+{
+    while (s->takeovers != NULL) {
+        struct cks_sv_takeover *t = s->takeovers;
+        s->takeovers              = t->next;
+        for (size_t i = 0; i < t->nq; i++) {
+            cks_tp_conn_put(t->q[i].conn);
+            free(t->q[i].primaries);
+        }
+        free(t->q);
+        free(t);
+    }
 }
 
 /* Expired grants, a bounded batch per sweep (the map cannot change while
@@ -434,9 +1265,30 @@ static void cks_sv_claim_expire_cb(const void *key, size_t len, void *value, voi
     }
 }
 
+static void cks_sv_kept_expire_cb(const void *key, size_t len, void *value, void *arg)
+{
+    cks_sv_claim_sweep_t *sw = arg;
+    cks_sv_kept_t *k         = value;
+    if (k->expires_ns <= sw->now && sw->n < CKS_SV_CLAIM_SWEEP && len <= sizeof(sw->key[0])) {
+        memcpy(sw->key[sw->n], key, len);
+        sw->len[sw->n++] = len;
+    }
+}
+
 void cks_sv_claims_expire(cks_server_h s)
 {
     cks_sv_claim_sweep_t sw;
+    if (s->kept != NULL && cks_hmap_count(s->kept) > 0) {
+        sw.now = cks_time_ns();
+        sw.n   = 0;
+        cks_hmap_foreach(s->kept, cks_sv_kept_expire_cb, &sw);
+        for (size_t i = 0; i < sw.n; i++) {
+            cks_sv_kept_t *k = cks_hmap_del(s->kept, sw.key[i], sw.len[i]);
+            if (k != NULL) {
+                cks_sv_kept_free(s, k);
+            }
+        }
+    }
     if (s->claims == NULL || cks_hmap_count(s->claims) == 0) {
         return;
     }
@@ -450,7 +1302,21 @@ void cks_sv_claims_expire(cks_server_h s)
 
 cks_status_t cks_sv_claims_init(cks_server_h s)
 {
-    return cks_hmap_create(&s->claims);
+    cks_status_t st = cks_hmap_create(&s->claims);
+    return st == CKS_OK ? cks_hmap_create(&s->kept) : st;
+}
+
+static void cks_sv_kept_free_cb(const void *key, size_t len, void *value, void *arg)
+{
+    cks_sv_kept_t *k = value;
+    (void)key;
+    (void)len;
+    for (size_t i = 0; i < k->n; i++) {
+        free(k->o[i].why);
+    }
+    free(k->o);
+    free(k);
+    (void)arg;
 }
 
 static void cks_sv_claim_free_cb(const void *key, size_t len, void *value, void *arg)
@@ -463,6 +1329,13 @@ static void cks_sv_claim_free_cb(const void *key, size_t len, void *value, void 
 
 void cks_sv_claims_fini(cks_server_h s)
 {
+    cks_sv_takeovers_fini(s);
+    if (s->kept != NULL) {
+        cks_hmap_foreach(s->kept, cks_sv_kept_free_cb, NULL);
+        cks_hmap_destroy(s->kept);
+        s->kept  = NULL;
+        s->nkept = 0;
+    }
     if (s->claims != NULL) {
         cks_hmap_foreach(s->claims, cks_sv_claim_free_cb, NULL);
         cks_hmap_destroy(s->claims);

@@ -66,6 +66,18 @@ void cks_sv_version_stat(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         }
         cks_md_txn_abort(txn);
     }
+    if (status == CKS_OK && !m->latest && rec.state == CKS_VSTATE_OPEN && s->map != NULL) {
+        /* OPEN here, and this server does not coordinate it open: it
+         * coordinated it until a takeover, or until it restarted (coord.c);
+         * the version's outcome is elsewhere: another server answers */
+        cks_sv_version_t *v = cks_sv_version_find(s, &m->job, m->version);
+        if (v == NULL || v->objs == NULL) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY,
+                                "version %llu is open here without its coordinator: ask "
+                                "another server", (unsigned long long)m->version);
+            return;
+        }
+    }
     r.status = status;
     r.msg    = cks_wire_cstr(status == CKS_OK ? NULL : cks_status_string(status));
     if (status == CKS_OK) {

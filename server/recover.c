@@ -63,7 +63,10 @@ static cks_status_t cks_sv_abort_open_versions(cks_server_h s)
         return status;
     }
     status = cks_md_version_foreach(txn, cks_sv_recover_version, &r);
-    for (size_t i = 0; status == CKS_OK && i < r.nopen; i++) {
+    /* a cluster coordinator keeps them OPEN: another candidate may have
+     * taken one over and committed it; it claims each again before it drops
+     * it (cks_sv_cluster_progress(), coord.c) */
+    for (size_t i = 0; status == CKS_OK && s->p.cluster_map == NULL && i < r.nopen; i++) {
         cks_md_version_t rec;
         size_t jl = strlen(r.open_jobs[i]);
         status    = cks_md_version_get(txn, r.open_jobs[i], jl, r.open_versions[i], &rec);
@@ -86,6 +89,11 @@ static cks_status_t cks_sv_abort_open_versions(cks_server_h s)
         status = cks_md_txn_commit(txn);
     } else {
         cks_md_txn_abort(txn);
+    }
+    for (size_t i = 0; status == CKS_OK && s->p.cluster_map != NULL && i < r.nopen; i++) {
+        cks_warn("version %llu of '%s' was still open when the server stopped: it is "
+                 "claimed again, and dropped everywhere unless another server took it over",
+                 (unsigned long long)r.open_versions[i], r.open_jobs[i]);
     }
     if (status == CKS_OK && s->p.cluster_map != NULL && r.nopen > 0) {
         /* the other servers hold chunks of these versions: they are told

@@ -612,6 +612,9 @@ static void cks_sv_version_open(cks_server_h s, cks_tp_conn_h conn, uint64_t req
     if (s->map != NULL) { /* this server coordinates the version */
         cks_sv_owed_forget(s, v->job, v->job_len, v->version);
         v->cluster          = 1;
+        v->claimed          = 1; /* a majority granted ballot (0, this server) */
+        v->gone_holder      = -1;
+        v->round            = 0;
         v->expected         = UINT64_MAX;
         v->digest           = 0;
         v->expected_digest  = 0;

@@ -75,6 +75,16 @@ struct cks_sv_version {
      * reported; a gone server that stored more than it reported fails the
      * version at once (cluster.c, cks_sv_cv_owed()) */
     uint64_t *stored_on, *reported_by;
+    /* coordinator: the ballot it coordinates with (coord.c): its outcome is
+     * recorded only once a majority fenced it */
+    int claimed;           /* begun or taken over with a majority of grants */
+    uint32_t round;        /* the ballot is (round, this server) */
+    int fence_ok;          /* a majority fenced the ballot: record the outcome */
+    uint64_t owed_after_ns; /* a takeover: primaries are not asked before this */
+    int gone_holder;       /* a takeover: the coordinator that did not answer (-1:
+                              none); objects it owes after owed_after_ns are lost */
+    int disowned;          /* its fence failed here: another server coordinates it
+                              (or none could): seals and reports go elsewhere */
 };
 
 /* A read whose bytes may still be taken from the arena (a chunk get, until
@@ -318,6 +328,16 @@ struct cks_server {
      * cks_sv_claim_t (cluster only) */
     cks_hmap_t *claims;
     uint64_t claims_sweep_ns; /* next sweep of expired grants */
+    /* coord.c: reports of objects of versions not yet ended that this
+     * server sent as a primary, or was sent for safekeeping by their
+     * coordinator ("job\0be64(version)" -> cks_sv_kept_t), for a takeover */
+    cks_hmap_t *kept;
+    size_t nkept;
+    struct cks_sv_takeover *takeovers; /* takeovers being claimed here */
+    /* cluster.c: versions left OPEN here without their coordinator state (a
+     * restart, or a fence that found no majority): claimed again, and
+     * dropped everywhere once this server wins (every few seconds, bounded) */
+    struct cks_sv_relost *relost;
 };
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
@@ -357,6 +377,37 @@ void cks_sv_claims_expire(struct cks_server *s);
  *  conn may be NULL: a claim of the server's own, no client waits). */
 void cks_sv_claim_begin(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                         const cks_msg_version_begin_t *m, cks_sv_claim_done_t done);
+/** A restarted coordinator's claim (round 0) of a version it left OPEN; its
+ *  own record does not stand against it. */
+void cks_sv_claim_lost(struct cks_server *s, const cks_msg_version_begin_t *m,
+                       cks_sv_claim_done_t done);
+/** A rank's seal of a version this server does not coordinate, whose grant
+ *  here names a coordinator: when the version may be taken over (a grant
+ *  with its parameters, no parent, this server a candidate), this server
+ *  claims it with a higher ballot and the seal waits for the outcome
+ *  (returns 1: the request is taken); else 0 and the caller answers. */
+int cks_sv_takeover_seal(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                         const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
+                         uint64_t digest, uint32_t rank, const cks_wire_str_t *primaries);
+void cks_sv_takeovers_fini(struct cks_server *s);
+/** cluster.c: open a version this server won a takeover of (ballot round):
+ *  coordinator state from the begin's parameters. */
+cks_status_t cks_sv_takeover_open(struct cks_server *s, const cks_msg_version_begin_t *m,
+                                  uint32_t round, uint32_t holder, char *why, size_t why_len);
+/** What a fence continues with: CKS_OK when a majority fenced the ballot. */
+typedef void (*cks_sv_fenced_t)(struct cks_server *s, cks_sv_version_t *v,
+                                cks_status_t status, const char *why);
+/** Ask every server to fence v's ballot (round v->round, this server). */
+void cks_sv_fence(struct cks_server *s, cks_sv_version_t *v, uint32_t ttl_s,
+                  cks_sv_fenced_t done);
+/** Keep a report (a primary's, or a coordinator's copy) for a takeover. */
+void cks_sv_kept_add(struct cks_server *s, const cks_msg_object_done_t *m);
+/** The version ended: its kept reports go. */
+void cks_sv_kept_forget(struct cks_server *s, const char *job, size_t job_len,
+                        uint64_t version);
+/** cluster.c: a report handled here (as OBJECT_DONE from a peer is). */
+void cks_sv_object_done_here(struct cks_server *s, const cks_msg_object_done_t *m,
+                             cks_status_t *status_p, char *why, size_t why_len);
 /** VERSION_CLAIM from a peer. */
 void cks_sv_version_claim(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                           const cks_msg_version_claim_t *m);

@@ -331,6 +331,9 @@ typedef struct {
     uint32_t redundancy;
     cks_wire_str_t why; /* status < 0: the reason (e.g. the servers unreachable) */
     uint32_t primary;   /* id of the primary that stored the object (and reports it) */
+    uint32_t backup;    /* 1: a copy the coordinator, itself the object's primary,
+                           sends its other candidates for safekeeping (kept for a
+                           takeover, not counted: server/coord.c) */
 } cks_msg_object_done_t;
 
 /** Coordinator -> every server: a page of a committed version's manifest
@@ -354,20 +357,42 @@ typedef struct {
                         lack of space makes room for the next version */
 } cks_msg_version_drop_t;
 
-/** Coordinator -> every server, before it begins a version (server/coord.c):
- *  "I coordinate (job, version)". A server grants it (STATUS_REPLY OK) unless
- *  it granted another coordinator one that has not expired
- *  (CKS_ERR_NOT_COORDINATOR, naming it) or holds a record of the version
- *  (CKS_ERR_VERSION_EXISTS); a coordinator begins only with grants from a
- *  majority of the servers, so two can never both begin one version.
- *  `release` 1 withdraws a claim that did not win. */
+/** Coordinator -> every server (server/coord.c). `op`:
+ *  CLAIM: "I coordinate (job, version) with ballot (round, coord)". A server
+ *  grants it (STATUS_REPLY OK) unless it holds a record of the version
+ *  (CKS_ERR_VERSION_EXISTS), or a grant it gave stands against it
+ *  (CKS_ERR_NOT_COORDINATOR, naming its holder): at round 0 (a begin), any
+ *  other holder's; at a higher round (a takeover), a higher ballot, a fenced
+ *  one, or one whose holder still answers this server. A coordinator begins
+ *  or takes over only with the grants of a majority of the servers. The
+ *  begin's parameters travel with the claim, for a takeover.
+ *  RELEASE withdraws a claim that did not win.
+ *  FENCE: "I am about to commit or abort with this ballot": granted only
+ *  while the server's grant is that ballot (or it has none and no record);
+ *  the grant is then fenced (no takeover until the version's outcome
+ *  arrives). A coordinator records an outcome only with a majority of fences.
+ *  REPORT: "send me again your reports of objects of (job, version)": a
+ *  takeover's coordinator asks every server once it won. */
 typedef struct {
     cks_wire_str_t job;
     uint64_t version;
     uint32_t coord;   /* the claiming server's id */
-    uint32_t release; /* 1: withdraw the claim */
+    uint32_t op;      /* CKS_CLAIM_OP_* */
     uint32_t ttl_s;   /* how long the grant holds (the version's deadline and a margin) */
+    uint32_t round;   /* the ballot is (round, coord): 0 at a begin, +1 per takeover */
+    uint64_t parent;  /* the begin's parameters (cks_msg_version_begin_t) */
+    uint32_t nranks;
+    uint32_t k, m;
+    uint64_t chunk_size;
+    uint32_t retain;
 } cks_msg_version_claim_t;
+
+enum {
+    CKS_CLAIM_OP_CLAIM   = 0,
+    CKS_CLAIM_OP_RELEASE = 1,
+    CKS_CLAIM_OP_FENCE   = 2,
+    CKS_CLAIM_OP_REPORT  = 3,
+};
 
 /* ---- durable tier (server/flush.c) ---------------------------------------- */
 

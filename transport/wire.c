@@ -159,7 +159,7 @@ static const cks_wire_field_t fd_object_done[] = {
     FD_U32(cks_msg_object_done_t, m), FD_U64(cks_msg_object_done_t, chunk_size),
     FD_U32(cks_msg_object_done_t, missing), FD_U32(cks_msg_object_done_t, redundancy),
     FD_STR(cks_msg_object_done_t, why, CKS_MSG_MAX_LEN),
-    FD_U32(cks_msg_object_done_t, primary)};
+    FD_U32(cks_msg_object_done_t, primary), FD_U32(cks_msg_object_done_t, backup)};
 static const cks_wire_field_t fd_version_commit[] = {
     FD_STR(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
     FD_VERSION_ENTRY(cks_msg_version_commit_t, v.), FD_U32(cks_msg_version_commit_t, last),
@@ -172,7 +172,11 @@ static const cks_wire_field_t fd_version_drop[] = {
 static const cks_wire_field_t fd_version_claim[] = {
     FD_STR(cks_msg_version_claim_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_claim_t, version), FD_U32(cks_msg_version_claim_t, coord),
-    FD_U32(cks_msg_version_claim_t, release), FD_U32(cks_msg_version_claim_t, ttl_s)};
+    FD_U32(cks_msg_version_claim_t, op), FD_U32(cks_msg_version_claim_t, ttl_s),
+    FD_U32(cks_msg_version_claim_t, round), FD_U64(cks_msg_version_claim_t, parent),
+    FD_U32(cks_msg_version_claim_t, nranks), FD_U32(cks_msg_version_claim_t, k),
+    FD_U32(cks_msg_version_claim_t, m), FD_U64(cks_msg_version_claim_t, chunk_size),
+    FD_U32(cks_msg_version_claim_t, retain)};
 
 static const cks_wire_field_t fd_sync_list[] = {
     FD_U32(cks_msg_sync_list_t, what), FD_STR(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),

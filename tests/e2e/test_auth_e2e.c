@@ -674,7 +674,7 @@ static void send_s2s_expect_refused(cks_tp_worker_h w, cks_tp_conn_h conn, raw_c
                  pctx->status, pctx->msg);
     /* version 9 granted to a coordinator (were it accepted, the version's
      * real coordinator could not begin it) */
-    cks_msg_version_claim_t vl = {cks_wire_cstr(job), 9, 0, 0, 600};
+    cks_msg_version_claim_t vl = {.job = cks_wire_cstr(job), .version = 9, .ttl_s = 600};
     raw_send(w, conn, pctx, CKS_MSG_VERSION_CLAIM, &vl, NULL, 0);
     cr_assert_eq(pctx->got, 1, "server %zu: no answer to VERSION_CLAIM", i);
     cr_assert_eq(pctx->status, CKS_ERR_AUTH, "server %zu: VERSION_CLAIM %d (%s)", i,

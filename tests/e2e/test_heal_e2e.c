@@ -10,7 +10,10 @@
  * the write fails with an error that names the servers; a version whose
  * coordinator is down is coordinated by its next candidate (and one whose
  * first two candidates are down by the third), commits, restores exactly,
- * and can be deleted with its coordinator still down.
+ * and can be deleted with its coordinator still down; a version whose
+ * coordinator is killed after the begin is taken over by the next
+ * candidate, commits and restores exactly, and the killed coordinator,
+ * restarted, does not drop it.
  *
  * A primary that answered STORED and was killed before it spread the
  * object fails the finish at once (CKS_ERR_DATA_LOST, naming it), not at
@@ -18,11 +21,12 @@
  *
  * random_kills_and_stops: 50 two-rank checkpoints (20 under ASan) while
  * servers are killed, restarted and stopped (at most m = 2 unreachable at
- * once), before and during the checkpoints: every one commits - except one
- * during which a server was killed (its coordinator: that checkpoint fails
- * with a clear error at its deadline; or a primary that had answered STORED
- * and not yet spread an object: it fails within a second, naming it; the
- * trainer's retry, the next number, must commit) - every one restores
+ * once), before and during the checkpoints: every one commits - its
+ * coordinator killed during it, it is taken over by the next candidate -
+ * except one during which a primary that had answered STORED and not yet
+ * spread an object was killed (the coordinator too, when it was that
+ * object's primary): it fails within a second, naming it; the trainer's
+ * retry, the next number, must commit - every one restores
  * bit-exact (or, when a server killed
  * after its chunks were stored took more than the redundancy it states,
  * fails with DATA_LOST, never other bytes), and arena use is back to its
@@ -856,6 +860,238 @@ static void ch_during(void *arg)
     ch_disrupt(d->down, d->stopper, d->stopping, d->stop, d->what, d->what_len, d->killed_p);
 }
 
+static void *ch_finish0(void *arg)
+{
+    ch_finish_t *f = arg;
+    f->st          = cks_version_finish(f->c, "chaos", f->v, 0);
+    return NULL;
+}
+
+/* The first version from `from` on whose first coordinator candidate is up. */
+static uint64_t ch_version_led_by_live(uint64_t from, const int *down)
+{
+    for (uint64_t v = from; v < from + 1000; v++) {
+        int coord = cks_test_coordinator(cl.map, "chaos", v);
+        cr_assert(coord >= 0);
+        if (!down[coord]) {
+            return v;
+        }
+    }
+    cr_assert_fail("no version with a live first candidate");
+    return 0;
+}
+
+/* A committed version, once its stat answers so (a server that just came
+ * back may answer BUSY, or OPEN, until its catch-up learned the commit);
+ * bounded: 30 s. */
+static cks_vstate_t ch_wait_committed(cks_client_h c, uint64_t v)
+{
+    cks_version_info_t vi = {0};
+    cks_status_t st       = CKS_ERR_BUSY;
+    for (int t = 0; t < 300; t++) {
+        st = cks_version_stat(c, "chaos", v, &vi);
+        if (st == CKS_OK &&
+            (vi.state == CKS_VSTATE_PROTECTED || vi.state == CKS_VSTATE_DEGRADED)) {
+            return vi.state;
+        }
+        ch_pause_ms(100);
+    }
+    cr_assert_fail("version %llu: %s, %s", (unsigned long long)v, cks_status_name(st),
+                   cks_vstate_string(vi.state));
+    return vi.state;
+}
+
+/*
+ * A version's coordinator killed after the begin (issue 16, item 2):
+ * 1. both ranks' puts done, the coordinator killed, then both finish: the
+ *    finish goes on to the next candidate, which takes the version over
+ *    (a majority grants it a higher ballot), learns the objects again from
+ *    their primaries, and commits; every object restores bit-exact.
+ * 2. rank 0 finished (its seal waits at the coordinator), the coordinator
+ *    killed, then rank 1 finishes: rank 0's client sends its seal again to
+ *    the next candidate, and the version commits there.
+ * Then both coordinators return: neither drops the version it left open
+ * (the others hold its record), both versions still restore bit-exact, and
+ * the next version commits.
+ */
+Test(heal, coordinator_killed_between_begin_and_finish_is_taken_over, .timeout = 240)
+{
+    uint64_t seed = cks_test_seed(61);
+    int down[NSRV] = {0};
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    char why[512] = "";
+    cr_assert(buf != NULL && want != NULL);
+    cks_client_h c0 = connect_cluster(5000), c1 = connect_cluster(5000);
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = "chaos", .version = 1, .nranks = 2, .timeout_s = 30};
+    cr_assert_eq(ch_write(c0, c1, seed, &vp, buf, NULL, NULL), CKS_OK);
+
+    /* 1: killed after the puts, before any finish */
+    uint64_t v2 = ch_version_led_by_live(2, down);
+    int co2     = cks_test_coordinator(cl.map, "chaos", v2);
+    vp.version  = v2;
+    cr_assert_eq(cks_version_begin(c0, &vp), CKS_OK);
+    cr_assert_eq(ch_put_rank(c0, seed, v2, 0, buf), CKS_OK);
+    cr_assert_eq(ch_put_rank(c1, seed, v2, 1, buf), CKS_OK);
+    ch_pause_ms(500); /* spread and reported: what a primary holds unspread dies with it */
+    cks_test_cluster_kill(&cl, (size_t)co2);
+    down[co2] = 1;
+    uint64_t t0    = ch_ms();
+    ch_finish_t f1 = {c1, v2, CKS_OK};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+    cks_status_t st = cks_version_finish(c0, "chaos", v2, 0);
+    cks_client_last_error(c0, why, sizeof(why));
+    pthread_join(th, NULL);
+    fprintf(stderr, "version %llu, coordinator %d killed before the finish: %s, %s after %llu ms "
+                    "(%s)\n",
+            (unsigned long long)v2, co2, cks_status_name(st), cks_status_name(f1.st),
+            (unsigned long long)(ch_ms() - t0), why);
+    if (st != CKS_OK || f1.st != CKS_OK) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "rank 0's finish of version %llu: %s (%s)", (unsigned long long)v2,
+                 cks_status_name(st), why);
+    cr_assert_eq(f1.st, CKS_OK, "rank 1's finish: %s", cks_status_name(f1.st));
+    ch_wait_committed(c0, v2);
+    cr_assert_eq(ch_verify(c0, seed, v2, buf, want), CKS_OK);
+
+    /* 2: killed while rank 0's seal waits there for rank 1 */
+    uint64_t v3 = ch_version_led_by_live(v2 + 1, down);
+    int co3     = cks_test_coordinator(cl.map, "chaos", v3);
+    vp.version  = v3;
+    cr_assert_eq(cks_version_begin(c0, &vp), CKS_OK);
+    cr_assert_eq(ch_put_rank(c0, seed, v3, 0, buf), CKS_OK);
+    cr_assert_eq(ch_put_rank(c1, seed, v3, 1, buf), CKS_OK);
+    ch_pause_ms(500);
+    ch_finish_t f0 = {c0, v3, CKS_OK};
+    cr_assert_eq(pthread_create(&th, NULL, ch_finish0, &f0), 0);
+    ch_pause_ms(300); /* rank 0's seal waits at the coordinator */
+    cks_test_cluster_kill(&cl, (size_t)co3);
+    down[co3] = 1;
+    t0        = ch_ms();
+    st        = cks_version_finish(c1, "chaos", v3, 1);
+    cks_client_last_error(c1, why, sizeof(why));
+    pthread_join(th, NULL);
+    fprintf(stderr, "version %llu, coordinator %d killed between the finishes: %s, %s after "
+                    "%llu ms (%s)\n",
+            (unsigned long long)v3, co3, cks_status_name(f0.st), cks_status_name(st),
+            (unsigned long long)(ch_ms() - t0), why);
+    if (st != CKS_OK || f0.st != CKS_OK) {
+        dump_logs();
+    }
+    cr_assert_eq(f0.st, CKS_OK, "rank 0's finish of version %llu: %s", (unsigned long long)v3,
+                 cks_status_name(f0.st));
+    cr_assert_eq(st, CKS_OK, "rank 1's finish: %s (%s)", cks_status_name(st), why);
+    ch_wait_committed(c0, v3);
+    cr_assert_eq(ch_verify(c0, seed, v3, buf, want), CKS_OK);
+
+    /* both back: neither drops the version it had left open */
+    cr_assert_eq(cks_test_server_restart(&cl.srv[co2]), 0);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[co3]), 0);
+    down[co2] = down[co3] = 0;
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    c0 = connect_cluster(5000);
+    c1 = connect_cluster(5000);
+    ch_pause_ms(1000);
+    ch_wait_committed(c0, v2);
+    ch_wait_committed(c0, v3);
+    cr_assert_eq(ch_verify(c0, seed, v2, buf, want), CKS_OK);
+    cr_assert_eq(ch_verify(c0, seed, v3, buf, want), CKS_OK);
+    for (size_t i = 0; i < NSRV; i++) {
+        char line[128];
+        uint64_t vs[2] = {v2, v3};
+        for (int k = 0; k < 2; k++) {
+            snprintf(line, sizeof(line), "dropping version %llu of 'chaos'",
+                     (unsigned long long)vs[k]);
+            cr_assert_eq(cks_test_log_count(cl.srv[i].log, line), 0, "server %zu: %s", i, line);
+        }
+    }
+    vp.version = v3 + 1;
+    cr_assert_eq(ch_write(c0, c1, seed, &vp, buf, NULL, NULL), CKS_OK);
+    cr_assert_eq(ch_verify(c0, seed, v3 + 1, buf, want), CKS_OK);
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
+}
+
+/*
+ * The commit fence: a coordinator stopped (SIGSTOP) after the ranks' puts;
+ * the finish times out there and goes on to the next candidate, which takes
+ * the version over (the stopped one does not answer the servers either) and
+ * commits. Resumed, the old coordinator finds the seal it had been sent and
+ * would commit the version too: its fence finds the ballot taken (and the
+ * version recorded) and it records and sends nothing ("fenced"). Every
+ * server then holds the one manifest, which restores bit-exact.
+ */
+Test(heal, stopped_coordinator_resumes_fenced_after_a_takeover, .timeout = 240)
+{
+    uint64_t seed = cks_test_seed(62);
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    char why[512] = "", line[128];
+    cr_assert(buf != NULL && want != NULL);
+    cks_client_h c0 = connect_cluster(2000), c1 = connect_cluster(2000);
+    uint64_t v   = 2;
+    int coord    = cks_test_coordinator(cl.map, "chaos", v);
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = "chaos", .version = v, .nranks = 2, .timeout_s = 30};
+    cr_assert_eq(cks_version_begin(c0, &vp), CKS_OK);
+    cr_assert_eq(ch_put_rank(c0, seed, v, 0, buf), CKS_OK);
+    cr_assert_eq(ch_put_rank(c1, seed, v, 1, buf), CKS_OK);
+    ch_pause_ms(500); /* spread, reported, and the coordinator's own objects copied */
+    kill(cl.srv[coord].pid, SIGSTOP);
+    uint64_t t0    = ch_ms();
+    ch_finish_t f1 = {c1, v, CKS_OK};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+    cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
+    cks_client_last_error(c0, why, sizeof(why));
+    pthread_join(th, NULL);
+    fprintf(stderr, "version %llu, coordinator %d stopped: %s, %s after %llu ms (%s)\n",
+            (unsigned long long)v, coord, cks_status_name(st), cks_status_name(f1.st),
+            (unsigned long long)(ch_ms() - t0), why);
+    kill(cl.srv[coord].pid, SIGCONT);
+    if (st != CKS_OK || f1.st != CKS_OK) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
+    cr_assert_eq(f1.st, CKS_OK, "rank 1's finish: %s", cks_status_name(f1.st));
+    /* resumed, it takes the seals it had been sent and tries to commit: it
+     * logs either outcome within a few seconds */
+    char fenced[128];
+    snprintf(fenced, sizeof(fenced), "version %llu of 'chaos': fenced", (unsigned long long)v);
+    snprintf(line, sizeof(line), "version %llu of 'chaos' committed", (unsigned long long)v);
+    for (int t = 0; t < 200 && cks_test_log_count(cl.srv[coord].log, fenced) == 0 &&
+                    cks_test_log_count(cl.srv[coord].log, line) == 0;
+         t++) {
+        ch_pause_ms(100);
+    }
+    cr_assert_eq(cks_test_log_count(cl.srv[coord].log, line), 0,
+                 "the resumed coordinator committed version %llu too (log in %s)",
+                 (unsigned long long)v, cl.srv[coord].log);
+    cr_assert(cks_test_log_count(cl.srv[coord].log, fenced) > 0,
+              "the resumed coordinator did not find its commit fenced (log in %s)",
+              cl.srv[coord].log);
+    int committers = 0;
+    for (size_t i = 0; i < NSRV; i++) {
+        committers += cks_test_log_count(cl.srv[i].log, line) > 0;
+    }
+    cr_assert_eq(committers, 1, "%d servers committed version %llu", committers,
+                 (unsigned long long)v);
+    ch_wait_committed(c0, v);
+    cr_assert_eq(ch_verify(c0, seed, v, buf, want), CKS_OK);
+    /* and the next version, with every server up, commits */
+    vp.version = v + 1;
+    cr_assert_eq(ch_write(c0, c1, seed, &vp, buf, NULL, NULL), CKS_OK);
+    cr_assert_eq(ch_verify(c0, seed, v + 1, buf, want), CKS_OK);
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
+}
+
 Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420)
 {
     uint64_t seed = cks_test_seed(cks_test_seed_fresh());
@@ -863,6 +1099,7 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
     uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
     uint64_t t0 = ch_ms(), used0 = 0, used = 0, v = 0;
     int committed = 0, retried = 0, kills = 0, stops = 0, lost = 0, transport_lost = 0;
+    int taken_over = 0;
     char why[512];
     cr_assert(buf != NULL && want != NULL);
     ch_rng = seed;
@@ -904,12 +1141,17 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
         cks_client_last_error(c0, why, sizeof(why));
         fprintf(stderr, "round %d: version %llu (coordinator %d), before: %s, during: %s: %s\n",
                 round, (unsigned long long)v, coord, before, during, cks_status_name(st));
+        taken_over += st == CKS_OK && killed_during >= 0 && killed_during == coord;
         if (st != CKS_OK) {
-            /* only a server killed after the begin may fail a version (its
-             * coordinator, or objects it had stored and not yet spread), or
-             * one UCX took out; the trainer's retry, the next number, must
-             * commit */
+            /* only a server killed after the begin may fail a version (objects
+             * it had stored and not yet spread: DATA_LOST, naming it - its
+             * coordinator too: the version is taken over by the next
+             * candidate, and fails only for that), or one UCX took out; the
+             * trainer's retry, the next number, must commit */
             int tp = killed_during >= 0 ? 0 : ch_lost_to_transport(down);
+            cr_assert(killed_during < 0 || killed_during != coord || st == CKS_ERR_DATA_LOST,
+                      "version %llu failed after its coordinator %d was killed: %s (%s)",
+                      (unsigned long long)v, coord, cks_status_name(st), why);
             transport_lost += tp;
             cr_assert(killed_during >= 0 || tp > 0,
                       "version %llu failed with %d of %d servers down, none killed "
@@ -1034,9 +1276,11 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
     fprintf(stderr, "%d rounds in %llu ms: %d versions committed, %d retried after a server "
                     "was killed during them, %d lost a server after their chunks were stored "
                     "with no redundancy to spare; %d kills, %d stops, %d servers UCX took "
-                    "out; %d versions deleted again; arena use %llu bytes (%llu before)\n",
+                    "out; %d versions deleted again; arena use %llu bytes (%llu before); %d "
+                    "committed after their coordinator was killed during them (taken over)\n",
             CH_ROUNDS, (unsigned long long)(ch_ms() - t0), committed, retried, lost, kills,
-            stops, transport_lost, again, (unsigned long long)used, (unsigned long long)used0);
+            stops, transport_lost, again, (unsigned long long)used, (unsigned long long)used0,
+            taken_over);
     for (size_t i = 0; used != used0 && i < NSRV; i++) {
         cks_client_h one = NULL;
         uint64_t u       = 0;

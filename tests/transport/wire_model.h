@@ -174,7 +174,7 @@ static const wm_field_t wm_f_object_done[] = {
     WM_U32_(cks_msg_object_done_t, m), WM_U64_(cks_msg_object_done_t, chunk_size),
     WM_U32_(cks_msg_object_done_t, missing), WM_U32_(cks_msg_object_done_t, redundancy),
     WM_STR_(cks_msg_object_done_t, why, CKS_MSG_MAX_LEN),
-    WM_U32_(cks_msg_object_done_t, primary)};
+    WM_U32_(cks_msg_object_done_t, primary), WM_U32_(cks_msg_object_done_t, backup)};
 static const wm_field_t wm_f_version_commit[] = {
     WM_STR_(cks_msg_version_commit_t, job, CKS_JOB_MAX_LEN),
     WM_VENTRY_(cks_msg_version_commit_t, v.), WM_U32_(cks_msg_version_commit_t, last),
@@ -187,7 +187,11 @@ static const wm_field_t wm_f_version_drop[] = {
 static const wm_field_t wm_f_version_claim[] = {
     WM_STR_(cks_msg_version_claim_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_claim_t, version), WM_U32_(cks_msg_version_claim_t, coord),
-    WM_U32_(cks_msg_version_claim_t, release), WM_U32_(cks_msg_version_claim_t, ttl_s)};
+    WM_U32_(cks_msg_version_claim_t, op), WM_U32_(cks_msg_version_claim_t, ttl_s),
+    WM_U32_(cks_msg_version_claim_t, round), WM_U64_(cks_msg_version_claim_t, parent),
+    WM_U32_(cks_msg_version_claim_t, nranks), WM_U32_(cks_msg_version_claim_t, k),
+    WM_U32_(cks_msg_version_claim_t, m), WM_U64_(cks_msg_version_claim_t, chunk_size),
+    WM_U32_(cks_msg_version_claim_t, retain)};
 
 static const wm_field_t wm_f_sync_list[] = {
     WM_U32_(cks_msg_sync_list_t, what), WM_STR_(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),
