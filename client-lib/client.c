@@ -287,6 +287,19 @@ static int cks_cl_requeue(cks_client_h c, cks_op_t *op)
     return ok;
 }
 
+/* Dispatch op again at resume_ns (the later list, in order). */
+static void cks_cl_later_add(cks_client_h c, cks_op_t *op, uint64_t resume_ns)
+{
+    op->resume_ns = resume_ns;
+    cks_op_t **at = &c->later;
+    while (*at != NULL && (*at)->resume_ns <= op->resume_ns) {
+        at = &(*at)->next;
+    }
+    op->next = *at;
+    op->prev = NULL;
+    *at      = op;
+}
+
 /* Every server a CKS_TARGET_ANY op asked was busy catching up or could not
  * be reached, and one at least was busy: servers that restarted together
  * answer once they have caught up with each other (seconds), so the walk
@@ -310,14 +323,7 @@ static int cks_cl_busy_again(cks_client_h c, cks_op_t *op)
     op->cand_notfound = 0;
     op->cand_unsure   = 0;
     op->saw_busy      = 0;
-    op->resume_ns     = now + CKS_CL_BUSY_PAUSE_NS;
-    cks_op_t **at = &c->later;
-    while (*at != NULL && (*at)->resume_ns <= op->resume_ns) {
-        at = &(*at)->next;
-    }
-    op->next = *at;
-    op->prev = NULL;
-    *at      = op;
+    cks_cl_later_add(c, op, now + CKS_CL_BUSY_PAUSE_NS);
     return 1;
 }
 
@@ -443,6 +449,62 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             }
             op->status = failed; /* the client is stopping */
         }
+    }
+    if (op->target == CKS_TARGET_COORD && op->type == CKS_MSG_VERSION_SEAL &&
+        op->unreach == CKS_ERR_TIMEOUT && op->tries > 0 &&
+        (op->status == CKS_ERR_NOT_COORDINATOR ||
+         (op->status == CKS_ERR_VERSION_NOT_OPEN && op->answered) ||
+         (cks_cl_retryable(op->status) && !op->answered)) &&
+        op->resends < CKS_CL_SEAL_RESENDS && !c->stop) {
+        /* The coordinator did not answer the seal in time, and no other
+         * candidate took the version: they say that it coordinates the
+         * version (it answers them), or that the version ended meanwhile,
+         * or they cannot be reached either. It may be busy, not gone - a
+         * commit waits for the members that must take the chunks and the
+         * manifest, up to their timeout, which may be longer than this
+         * client's. The seal goes to it again, marked as sent again: it
+         * waits with the others, or is told the outcome (a commit, which
+         * had this rank's first seal, or the abort and its reason). */
+        cks_log(CKS_LOG_INFO,
+                "VERSION_SEAL of version %llu: its coordinator %s:%u did not answer in time "
+                "and the other candidates name it, or the version ended: sending the seal "
+                "to it again",
+                (unsigned long long)op->body.m_VERSION_SEAL.version, c->srv[op->group[0]].addr,
+                c->srv[op->group[0]].port);
+        op->resends++;
+        op->wire_flags |= CKS_WIRE_F_RESENT;
+        op->tries    = 0;
+        op->srv      = op->group[0];
+        op->status   = CKS_OK;
+        op->replied  = 0;
+        op->answered = 0;
+        op->unreach  = CKS_OK;
+        if (cks_cl_requeue(c, op)) {
+            return;
+        }
+        op->status = CKS_ERR_NOT_COORDINATOR; /* the client is stopping */
+    }
+    if (op->target == CKS_TARGET_COORD && op->type == CKS_MSG_VERSION_BEGIN &&
+        op->status == CKS_ERR_NO_QUORUM && op->answered &&
+        op->quorum_tries < CKS_CL_QUORUM_TRIES && !c->stop) {
+        /* The candidate could not gather a majority's grants: the servers it
+         * could not reach in time may answer a new connection (one whose
+         * endpoint went stale in a partition, or that was busy): the begin
+         * is asked once more, from the first candidate, after a pause. */
+        cks_log(CKS_LOG_INFO, "VERSION_BEGIN of version %llu: no majority granted it; asking "
+                              "again in %llu ms",
+                (unsigned long long)op->body.m_VERSION_BEGIN.version,
+                (unsigned long long)(CKS_CL_QUORUM_PAUSE_NS / 1000000ull));
+        op->quorum_tries++;
+        op->tries    = 0;
+        op->srv      = op->group[0];
+        op->status   = CKS_OK;
+        op->replied  = 0;
+        op->answered = 0;
+        op->unreach  = CKS_OK;
+        op->notfound = CKS_OK;
+        cks_cl_later_add(c, op, cks_time_ns() + CKS_CL_QUORUM_PAUSE_NS);
+        return;
     }
     if (op->target == CKS_TARGET_COORD &&
         ((cks_cl_retryable(op->status) && !op->answered) ||
@@ -876,11 +938,46 @@ static cks_status_t cks_cl_auth_reply(cks_client_h c, cks_op_t *op, cks_tp_conn_
     return r->addr.len > 0 ? cks_tp_conn_upgrade(conn, r->addr.ptr, r->addr.len) : CKS_OK;
 }
 
+/* Another server may take op when the one it is for fails it: a put's next
+ * group member, a version's next coordinator candidate (not for a seal sent
+ * again to its coordinator), any server for a question any may answer, or
+ * other chunks for a chunk read (decoded around it). */
+static int cks_cl_has_alternative(cks_client_h c, const cks_op_t *op)
+{
+    switch (op->target) {
+        case CKS_TARGET_GROUP:
+            return op->tries + 1 < op->ngroup;
+        case CKS_TARGET_COORD:
+            return op->tries + 1 < op->ngroup && op->resends == 0;
+        case CKS_TARGET_ANY:
+            return op->tries + 1 < c->nsrv;
+        default:
+            return op->kind == CKS_OP_CHUNK_GET && c->map != NULL;
+    }
+}
+
 /* Route an op (progress thread): send it, or wait for its server's
  * connection, starting one when there is none. */
 static void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
 {
     cks_cl_srv_t *sv = &c->srv[op->srv];
+
+    uint64_t now = cks_time_ns();
+    if (sv->silent_ns != 0 && op->kind != CKS_OP_HELLO && op->kind != CKS_OP_AUTH &&
+        (sv->state != CKS_SRV_UP || now - sv->silent_ns < CKS_CL_SILENT_NS) &&
+        cks_cl_has_alternative(c, op)) {
+        /* it let a request time out: this one goes elsewhere at once; a new
+         * handshake asks it now and then (its answer ends this) */
+        if (sv->state == CKS_SRV_IDLE && now - sv->probe_ns >= CKS_CL_PROBE_NS) {
+            sv->probe_ns = now;
+            cks_cl_srv_connect(c, op->srv);
+        }
+        cks_log(CKS_LOG_DEBUG, "%s to %s:%u: skipped (it let a request time out %llu ms ago)",
+                cks_msg_name(op->type), sv->addr, sv->port,
+                (unsigned long long)((now - sv->silent_ns) / 1000000ull));
+        cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT);
+        return;
+    }
 
     if (op->kind == CKS_OP_MEM_MAP && sv->state != CKS_SRV_UP) {
         /* no connect for it: when the server comes up, it is told of every
@@ -1081,6 +1178,7 @@ static cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_w
     if (sv->state != CKS_SRV_UP && op->kind != CKS_OP_HELLO && op->kind != CKS_OP_AUTH) {
         return NULL;
     }
+    sv->silent_ns = 0; /* it answers */
     return op;
 }
 
@@ -1400,9 +1498,20 @@ static void cks_cl_check_timeouts(cks_client_h c)
                 cks_cl_fl_unlink(c, op);
                 cks_cl_fl_link(c, op);
             }
-            cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT);
-            if (busy) {
-                /* UCX still holds a caller's buffer: only closing releases it */
+            /* a request the server answers at once (not a seal, which waits
+             * there for the other ranks, nor a long one): the server is
+             * silent - requests that can go elsewhere skip it a while */
+            int prompt = op->type != CKS_MSG_VERSION_SEAL && op->timeout_ms == 0;
+            int handshake = op->kind == CKS_OP_HELLO || op->kind == CKS_OP_AUTH;
+            if (prompt) {
+                c->srv[pos].silent_ns = now;
+            }
+            cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT); /* may free op */
+            if (busy || (prompt && !handshake && c->srv[pos].inflight == 0 &&
+                         c->srv[pos].conn != NULL)) {
+                /* UCX still holds a caller's buffer: only closing releases it;
+                 * or nothing else waits there: a new connection's handshake
+                 * is the cheapest way to learn when it answers again */
                 cks_cl_srv_down(c, pos, CKS_ERR_TIMEOUT);
                 next = c->fl_head; /* the list changed under us */
             }

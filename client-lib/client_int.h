@@ -20,6 +20,26 @@
 /* A question every server answered "catching up" (servers that restarted
  * together) is asked again after this pause, until the op's timeout. */
 #define CKS_CL_BUSY_PAUSE_NS (100ull * 1000000ull)
+/* A seal sent again to a coordinator that did not answer this client in
+ * time while no other candidate took the version (client.c): at most this
+ * many times (each costs up to one more request timeout, and the other
+ * candidates' answers). */
+#define CKS_CL_SEAL_RESENDS 2u
+/* A server that let a request time out (a silent one: cut off, stopped,
+ * overloaded) is skipped by requests that can go elsewhere - a put to its
+ * group's next member, a version's next coordinator candidate, a read
+ * decoded from other chunks - so that each of them does not wait a whole
+ * timeout for it, until it answers again: a new handshake asks it every
+ * CKS_CL_PROBE_NS. While its connection still stands (a seal waits there),
+ * no handshake can ask it: it is skipped for CKS_CL_SILENT_NS after the
+ * timeout. */
+#define CKS_CL_SILENT_NS (5ull * 1000000000ull)
+/* A begin no majority granted is asked again, once, after this pause: the
+ * servers its candidate could not reach in time may answer a new
+ * connection (an endpoint that went stale in a partition). */
+#define CKS_CL_QUORUM_TRIES    1u
+#define CKS_CL_QUORUM_PAUSE_NS (300ull * 1000000ull)
+#define CKS_CL_PROBE_NS  (1000ull * 1000000ull)
 
 typedef struct cks_op cks_op_t;
 
@@ -117,6 +137,9 @@ struct cks_op {
                                failure to reach it) */
     cks_status_t unreach;   /* CKS_TARGET_COORD: why the first candidate
                                could not be reached, else CKS_OK */
+    unsigned resends;       /* VERSION_SEAL: sent again to the first candidate
+                               (CKS_WIRE_F_RESENT), at most CKS_CL_SEAL_RESENDS */
+    unsigned quorum_tries;  /* VERSION_BEGIN: asked again after CKS_ERR_NO_QUORUM */
     int queued;             /* on a server's wait list */
     cks_status_t status;
     cks_done_cb_t cb;
@@ -147,6 +170,12 @@ typedef struct {
     cks_tp_conn_h conn;
     cks_srv_state_t state;
     cks_status_t last_error;
+    uint64_t silent_ns;      /* when a request it answers at once last went
+                                unanswered (timed out); 0 once it answers
+                                anything: meanwhile a request that has
+                                another server to go to skips it
+                                (cks_cl_dispatch()) */
+    uint64_t probe_ns;       /* the last handshake started to ask a silent one */
     uint64_t failed_ns;      /* when it last failed (reconnects are paced) */
     cks_op_t *wait_head, *wait_tail; /* waiting for the connection or the window */
     unsigned inflight;       /* requests sent and not finished (the window) */

@@ -91,8 +91,7 @@ static void fw_message(const uint8_t *data, size_t size)
         hdr.body_len > CKS_WIRE_MAX_BODY) {
         FW_FAIL("%s: body_len %u, input %zu bytes", m->name, hdr.body_len, size);
     }
-    if (hdr.flags & ~(uint32_t)(CKS_WIRE_F_PAYLOAD | CKS_WIRE_F_PAGE | CKS_WIRE_F_RMA |
-                                 CKS_WIRE_F_CHECKED | CKS_WIRE_F_BACKGROUND)) {
+    if (hdr.flags & ~(uint32_t)CKS_WIRE_F_KNOWN) {
         FW_FAIL("%s: unknown flags 0x%x accepted", m->name, hdr.flags);
     }
     i = wm_strings_outside(m, &body, data + CKS_WIRE_HDR_LEN, data + size);

@@ -1335,8 +1335,8 @@ static int cks_sv_cv_open(const cks_sv_version_t *v)
  * those chunks in it).
  */
 static void cks_sv_abort_lost(cks_server_h s, const cks_wire_str_t *job, uint64_t version,
-                              const cks_md_version_t *rec, cks_status_t why_status,
-                              const char *why)
+                              const cks_md_version_t *rec, int64_t won_round,
+                              cks_status_t why_status, const char *why)
 {
     cks_sv_version_t *v = cks_sv_version_find(s, job, version);
 
@@ -1365,6 +1365,14 @@ static void cks_sv_abort_lost(cks_server_h s, const cks_wire_str_t *job, uint64_
     v->failed = v->bcast_reply = why_status;
     snprintf(v->why, sizeof(v->why), "%s", why);
     v->wait = CKS_SV_WAIT_ABORT;
+    if (won_round >= 0) {
+        /* this server won a claim of the version with ballot (won_round,
+         * self): a majority fences it before the drop is recorded */
+        v->claimed          = 1;
+        v->round            = (uint32_t)won_round;
+        v->fence_ok         = 0;
+        v->open_deadline_ns = cks_time_ns();
+    }
     cks_warn("dropping version %llu of '%s' on every server: %s", (unsigned long long)version,
              v->job, why);
     cks_sv_cv_finish(s, v, 0);
@@ -1393,15 +1401,21 @@ static void cks_sv_orphan_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t r
              "objects were put into version %llu, which was never begun (no server "
              "coordinates it)",
              (unsigned long long)m->version);
-    cks_sv_abort_lost(s, &m->job, m->version, NULL, CKS_ERR_VERSION_NOT_OPEN, text);
+    cks_sv_abort_lost(s, &m->job, m->version, NULL, 0, CKS_ERR_VERSION_NOT_OPEN, text);
 }
 
 /* Versions left OPEN here without their coordinator state: a restart, or a
  * fence that found no majority (cut off, nobody took the version over).
- * Each is claimed again (round 0, coord.c) every CKS_SV_RELOST_EVERY_NS:
- * won (no other server took it over), it is dropped everywhere; refused
- * (taken over, committed elsewhere), it stays OPEN here until its outcome
- * arrives or catch-up learns it; no majority, tried again (bounded). */
+ * Each is claimed again (coord.c) every CKS_SV_RELOST_EVERY_NS, first with
+ * ballot (0, self): won (no other server took it over), it is dropped
+ * everywhere (fenced first, as every outcome is); no majority, tried again.
+ * Refused (a higher ballot, or another server's record), it stays OPEN here
+ * until its outcome arrives or catch-up learns it, and is claimed again with
+ * the next round: a server grants that only when the holder of its grant
+ * does not answer (coord.c's takeover rule), so a live coordinator that
+ * took the version over keeps it, while one that died, or restarted and
+ * forgot it, no longer leaves the version OPEN everywhere for good. Bounded
+ * in tries (an hour). */
 #define CKS_SV_RELOST_EVERY_NS (5ull * 1000000000ull)
 #define CKS_SV_RELOST_TRIES    720
 
@@ -1412,6 +1426,7 @@ typedef struct cks_sv_relost {
     uint64_t version;
     uint64_t next_ns;
     unsigned tries;
+    uint32_t round; /* the ballot's round of the next claim */
     int in_flight;
 } cks_sv_relost_t;
 
@@ -1457,19 +1472,22 @@ static void cks_sv_lost_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t req
 {
     cks_md_version_t rec;
     cks_sv_relost_t *r = cks_sv_relost_find(s, &m->job, m->version, 0);
+    uint32_t round     = r != NULL ? r->round : 0;
     (void)conn;
     (void)req_id;
     if (r != NULL) {
         r->in_flight = 0;
     }
-    if (status != CKS_OK && status != CKS_ERR_NOT_COORDINATOR &&
-        status != CKS_ERR_VERSION_EXISTS && status != CKS_ERR_SHUTTING_DOWN && r != NULL &&
-        ++r->tries < CKS_SV_RELOST_TRIES) {
+    if (status != CKS_OK && status != CKS_ERR_VERSION_EXISTS &&
+        status != CKS_ERR_SHUTTING_DOWN && r != NULL && ++r->tries < CKS_SV_RELOST_TRIES) {
+        if (status == CKS_ERR_NOT_COORDINATOR) {
+            r->round++; /* a higher ballot: granted where its holder does not answer */
+        }
         r->next_ns = cks_time_ns() + CKS_SV_RELOST_EVERY_NS;
         cks_info("version %llu of '%.*s', open here without its coordinator: %s; claimed "
-                 "again in %llu s", (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
-                 why != NULL ? why : cks_status_string(status),
-                 (unsigned long long)(CKS_SV_RELOST_EVERY_NS / 1000000000ull));
+                 "again in %llu s (ballot %u)", (unsigned long long)m->version,
+                 (int)m->job.len, m->job.ptr, why != NULL ? why : cks_status_string(status),
+                 (unsigned long long)(CKS_SV_RELOST_EVERY_NS / 1000000000ull), r->round);
         return;
     }
     free(cks_sv_relost_find(s, &m->job, m->version, 1));
@@ -1481,7 +1499,7 @@ static void cks_sv_lost_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t req
     }
     if (cks_sv_version_lookup(s, &m->job, m->version, &rec) == CKS_OK &&
         rec.state == CKS_VSTATE_OPEN) {
-        cks_sv_abort_lost(s, &m->job, m->version, &rec, CKS_ERR_VERSION_NOT_OPEN,
+        cks_sv_abort_lost(s, &m->job, m->version, &rec, round, CKS_ERR_VERSION_NOT_OPEN,
                           "its coordinator stopped, or lost its majority, while the version "
                           "was open");
     }
@@ -1506,7 +1524,7 @@ static void cks_sv_relost_run(cks_server_h s, uint64_t now)
                                      rec.ec_k,   rec.ec_m,   rec.chunk_size, 0,
                                      0};
         r->in_flight = 1;
-        cks_sv_claim_lost(s, &b, cks_sv_lost_claimed); /* may free r */
+        cks_sv_claim_lost(s, &b, r->round, cks_sv_lost_claimed); /* may free r */
     }
 }
 
@@ -1542,7 +1560,7 @@ static int cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m)
             snprintf(why, sizeof(why), "object '%.*s' arrived after version %llu was aborted",
                      (int)m->o.key.len, m->o.key.ptr, (unsigned long long)m->version);
         }
-        cks_sv_abort_lost(s, &m->job, m->version, &rec, why_status, why);
+        cks_sv_abort_lost(s, &m->job, m->version, &rec, -1, why_status, why);
     }
     return 0;
 }
@@ -2449,9 +2467,10 @@ static void cks_sv_cv_disown(cks_server_h s, cks_sv_version_t *v, cks_status_t s
     if (cks_sv_claim_holder(s, v->job, v->job_len, v->version, &holder) && holder == s->self) {
         cks_sv_claim_forget(s, v->job, v->job_len, v->version);
     }
-    if (status != CKS_ERR_NOT_COORDINATOR && status != CKS_ERR_SHUTTING_DOWN) {
-        /* no majority could be reached, and none refused: nobody may hold
-         * the version; claimed again later, and dropped once won */
+    if (status != CKS_ERR_SHUTTING_DOWN) {
+        /* no majority could be reached, or another ballot holds it: claimed
+         * again later (a higher round when refused), and dropped once won;
+         * the outcome of the one that holds it, when it comes, ends that */
         cks_sv_relost_add(s, v->job, v->job_len, v->version,
                           cks_time_ns() + CKS_SV_RELOST_EVERY_NS);
     }
@@ -2585,14 +2604,19 @@ static void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v)
 }
 
 void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
-                        const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
-                        uint64_t digest, uint32_t rank, const cks_wire_str_t *primaries)
+                        uint32_t flags, const cks_wire_str_t *job, uint64_t version,
+                        uint64_t nobjects, uint64_t digest, uint32_t rank,
+                        const cks_wire_str_t *primaries)
 {
     cks_sv_version_t *v = cks_sv_version_find(s, job, version);
     cks_md_version_t rec;
     cks_status_t status;
+    /* a rank's seal sent again (its first went unanswered): not a second
+     * finish of that rank */
+    int resent = type == CKS_MSG_VERSION_SEAL && (flags & CKS_WIRE_F_RESENT);
 
-    if (v != NULL && v->bcast > 0 && v->wait == CKS_SV_WAIT_ABORT &&
+    if (v != NULL && v->bcast > 0 &&
+        (v->wait == CKS_SV_WAIT_ABORT || (resent && v->wait == CKS_SV_WAIT_SEAL)) &&
         type != CKS_MSG_VERSION_DELETE) {
         /* already being aborted (an object failed, or the deadline): this
          * caller gets the outcome, and its reason, with the others */
@@ -2640,7 +2664,7 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
     } else if (!cks_sv_cv_open(v)) {
         char why[CKS_MSG_MAX_LEN];
         if (type == CKS_MSG_VERSION_SEAL && (v == NULL || (v->objs == NULL && !v->disowned)) &&
-            cks_sv_takeover_seal(s, conn, req_id, job, version, nobjects, digest, rank,
+            cks_sv_takeover_seal(s, conn, req_id, flags, job, version, nobjects, digest, rank,
                                  primaries)) {
             return; /* its coordinator does not answer: taken over here (coord.c) */
         }
@@ -2657,6 +2681,14 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
                                 (unsigned long long)version, a->job, a->why);
             return;
         }
+        if (resent && cks_sv_version_lookup(s, job, version, &rec) == CKS_OK &&
+            (rec.state == CKS_VSTATE_PROTECTED || rec.state == CKS_VSTATE_DEGRADED)) {
+            /* committed while this rank's first seal went unanswered: the
+             * commit had every rank's seal, this one's among them */
+            cks_msg_seal_reply_t r = {CKS_OK, cks_wire_cstr(NULL), rec.nobjects, rec.bytes};
+            cks_sv_reply(conn, CKS_MSG_SEAL_REPLY, req_id, &r);
+            return;
+        }
         /* a primary's entry (no objs) is no record: the record says */
         status = v == NULL || v->objs == NULL ? cks_sv_version_lookup(s, job, version, &rec)
                                               : CKS_OK;
@@ -2666,6 +2698,14 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
         return;
     }
     if (type == CKS_MSG_VERSION_SEAL) {
+        if (resent && rank < v->rec.nranks && (v->ranks_done[rank / 8] & (1u << (rank % 8)))) {
+            /* sealed here before: it waits with the others again (its
+             * first request's answer goes nowhere) */
+            if (cks_sv_waiter_add(v, conn, req_id, 1) != CKS_OK) {
+                cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+            }
+            return;
+        }
         if (rank >= v->rec.nranks || (v->ranks_done[rank / 8] & (1u << (rank % 8)))) {
             cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
                                 "rank %u of %u already finished or out of range", rank,

@@ -301,7 +301,7 @@ static cks_status_t cks_sv_judge_now(cks_server_h s, const cks_msg_version_claim
             *holder_p = cl->coord;
             return CKS_INPROGRESS;
         }
-    } else if (st == CKS_OK && !(v != NULL && v->disowned)) {
+    } else if (st == CKS_OK && !(v != NULL && v->disowned) && m->coord != s->self) {
         /* OPEN here and no grant: this server coordinated it and
          * restarted (it claims the version itself before it drops it);
          * alive, it does not grant it away */
@@ -1052,10 +1052,10 @@ void cks_sv_claim_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_sv_claim_run(s, conn, req_id, m, 0, 0, done);
 }
 
-void cks_sv_claim_lost(cks_server_h s, const cks_msg_version_begin_t *m,
+void cks_sv_claim_lost(cks_server_h s, const cks_msg_version_begin_t *m, uint32_t round,
                        cks_sv_claim_done_t done)
 {
-    cks_sv_claim_run(s, NULL, 0, m, 0, 1, done);
+    cks_sv_claim_run(s, NULL, 0, m, round, 1, done);
 }
 
 /* ---- takeover of a version whose coordinator does not answer ------------------------ */
@@ -1067,6 +1067,7 @@ typedef struct {
     uint32_t rank;
     uint8_t *primaries;
     uint32_t primaries_len;
+    uint32_t flags; /* the seal's header flags (CKS_WIRE_F_RESENT) */
 } cks_sv_tq_t;
 
 struct cks_sv_takeover {
@@ -1092,8 +1093,9 @@ static struct cks_sv_takeover *cks_sv_takeover_find(cks_server_h s, const char *
 }
 
 static int cks_sv_takeover_queue(struct cks_sv_takeover *t, cks_tp_conn_h conn,
-                                 uint64_t req_id, uint64_t nobjects, uint64_t digest,
-                                 uint32_t rank, const cks_wire_str_t *primaries)
+                                 uint64_t req_id, uint32_t flags, uint64_t nobjects,
+                                 uint64_t digest, uint32_t rank,
+                                 const cks_wire_str_t *primaries)
 {
     cks_sv_tq_t *e;
     if (t->nq == t->capq) {
@@ -1106,7 +1108,7 @@ static int cks_sv_takeover_queue(struct cks_sv_takeover *t, cks_tp_conn_h conn,
         t->capq = cap;
     }
     e = &t->q[t->nq];
-    *e = (cks_sv_tq_t){conn, req_id, nobjects, digest, rank, NULL, 0};
+    *e = (cks_sv_tq_t){conn, req_id, nobjects, digest, rank, NULL, 0, flags};
     if (primaries != NULL && primaries->len > 0) {
         e->primaries = malloc(primaries->len);
         if (e->primaries == NULL) {
@@ -1167,7 +1169,8 @@ static void cks_sv_takeover_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t
         cks_sv_tq_t *e = &t->q[i];
         if (status == CKS_OK) {
             cks_wire_str_t pr = {(const char *)e->primaries, e->primaries_len};
-            cks_sv_cluster_end(s, e->conn, e->req_id, CKS_MSG_VERSION_SEAL, &m->job, m->version,
+            cks_sv_cluster_end(s, e->conn, e->req_id, CKS_MSG_VERSION_SEAL, e->flags, &m->job,
+                               m->version,
                                e->nobjects, e->digest, e->rank,
                                e->primaries != NULL ? &pr : NULL);
         } else {
@@ -1183,7 +1186,7 @@ static void cks_sv_takeover_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t
     free(t);
 }
 
-int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uint32_t flags,
                          const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
                          uint64_t digest, uint32_t rank, const cks_wire_str_t *primaries)
 {
@@ -1191,7 +1194,8 @@ int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_sv_claim_t *cl;
 
     if (t != NULL) {
-        return cks_sv_takeover_queue(t, conn, req_id, nobjects, digest, rank, primaries);
+        return cks_sv_takeover_queue(t, conn, req_id, flags, nobjects, digest, rank,
+                                     primaries);
     }
     cl = cks_sv_claim_get(s, job->ptr, job->len, version);
     if (cl == NULL || !cl->has_params || cl->coord == s->self || cl->fenced ||
@@ -1208,7 +1212,7 @@ int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     t->version = version;
     t->round   = cl->round + 1;
     t->holder  = cl->coord;
-    if (!cks_sv_takeover_queue(t, conn, req_id, nobjects, digest, rank, primaries)) {
+    if (!cks_sv_takeover_queue(t, conn, req_id, flags, nobjects, digest, rank, primaries)) {
         free(t->q);
         free(t);
         return 0;

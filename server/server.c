@@ -1109,7 +1109,8 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         case CKS_MSG_VERSION_SEAL: {
             cks_msg_version_ref_t ref = {b->m_VERSION_SEAL.job, b->m_VERSION_SEAL.version};
             if (s->map != NULL) {
-                cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &ref.job, ref.version,
+                cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, hdr->flags, &ref.job,
+                                   ref.version,
                                    b->m_VERSION_SEAL.nobjects, b->m_VERSION_SEAL.digest,
                                    b->m_VERSION_SEAL.rank, &b->m_VERSION_SEAL.primaries);
             } else {
@@ -1120,7 +1121,7 @@ static void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *h
         case CKS_MSG_VERSION_ABORT:
         case CKS_MSG_VERSION_DELETE:
             if (s->map != NULL) {
-                cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT.job,
+                cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, 0, &b->m_VERSION_ABORT.job,
                                    b->m_VERSION_ABORT.version, 0, 0, 0, NULL);
             } else {
                 cks_sv_version_end(s, conn, hdr->req_id, hdr->type, &b->m_VERSION_ABORT);

@@ -377,9 +377,11 @@ void cks_sv_claims_expire(struct cks_server *s);
  *  conn may be NULL: a claim of the server's own, no client waits). */
 void cks_sv_claim_begin(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                         const cks_msg_version_begin_t *m, cks_sv_claim_done_t done);
-/** A restarted coordinator's claim (round 0) of a version it left OPEN; its
- *  own record does not stand against it. */
-void cks_sv_claim_lost(struct cks_server *s, const cks_msg_version_begin_t *m,
+/** A restarted coordinator's claim of a version it left OPEN, with ballot
+ *  (round, self); its own record does not stand against it. Round 0 first;
+ *  refused, a higher round, which the other servers judge as a takeover
+ *  (granted only when the holder of their grant does not answer). */
+void cks_sv_claim_lost(struct cks_server *s, const cks_msg_version_begin_t *m, uint32_t round,
                        cks_sv_claim_done_t done);
 /** A rank's seal of a version this server does not coordinate, whose grant
  *  here names a coordinator: when the version may be taken over (a grant
@@ -387,8 +389,9 @@ void cks_sv_claim_lost(struct cks_server *s, const cks_msg_version_begin_t *m,
  *  claims it with a higher ballot and the seal waits for the outcome
  *  (returns 1: the request is taken); else 0 and the caller answers. */
 int cks_sv_takeover_seal(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
-                         const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
-                         uint64_t digest, uint32_t rank, const cks_wire_str_t *primaries);
+                         uint32_t flags, const cks_wire_str_t *job, uint64_t version,
+                         uint64_t nobjects, uint64_t digest, uint32_t rank,
+                         const cks_wire_str_t *primaries);
 void cks_sv_takeovers_fini(struct cks_server *s);
 /** cluster.c: open a version this server won a takeover of (ballot round):
  *  coordinator state from the begin's parameters. */
@@ -520,9 +523,11 @@ void cks_sv_chunk_get(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                       const cks_msg_chunk_get_t *m, const cks_tp_data_t *dest);
 void cks_sv_object_done(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                         const cks_msg_object_done_t *m);
-/* Seal, abort or delete on the coordinator of a cluster version. */
+/* Seal, abort or delete on the coordinator of a cluster version; `flags`
+ * the request's header flags (CKS_WIRE_F_RESENT). */
 void cks_sv_cluster_end(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
-                        unsigned type, const cks_wire_str_t *job, uint64_t version,
+                        unsigned type, uint32_t flags, const cks_wire_str_t *job,
+                        uint64_t version,
                         uint64_t nobjects, uint64_t digest, uint32_t rank,
                         const cks_wire_str_t *primaries);
 void cks_sv_object_delete(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,

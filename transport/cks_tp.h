@@ -52,6 +52,18 @@
                                    (repair's chunk reads): the server that
                                    serves it does not count it as clients'
                                    traffic when it paces its own repair */
+#define CKS_WIRE_F_RESENT 0x20u /* request: a VERSION_SEAL sent again to the
+                                   version's coordinator after the first went
+                                   unanswered (the client's request timeout)
+                                   while the other candidates said that the
+                                   coordinator answers them: a rank already
+                                   sealed there waits with the others again,
+                                   and a version that committed answers OK
+                                   (its commit had every rank's seal) */
+/** Every flag a header may carry. */
+#define CKS_WIRE_F_KNOWN                                                                  \
+    (CKS_WIRE_F_PAYLOAD | CKS_WIRE_F_PAGE | CKS_WIRE_F_RMA | CKS_WIRE_F_CHECKED |           \
+     CKS_WIRE_F_BACKGROUND | CKS_WIRE_F_RESENT)
 
 /** Fixed header; on the wire big-endian: magic u32, proto u16, type u16,
  *  flags u32, body_len u32, req_id u64. */

@@ -618,9 +618,7 @@ cks_status_t cks_wire_unpack(const void *buf, size_t len, cks_wire_hdr_t *hdr_p,
         status = CKS_ERR_UNSUPPORTED;
         goto out_err;
     }
-    if (hdr.flags &
-        ~(CKS_WIRE_F_PAYLOAD | CKS_WIRE_F_PAGE | CKS_WIRE_F_RMA | CKS_WIRE_F_CHECKED |
-          CKS_WIRE_F_BACKGROUND)) {
+    if (hdr.flags & ~(uint32_t)CKS_WIRE_F_KNOWN) {
         why    = "unknown header flags";
         status = CKS_ERR_BAD_MESSAGE;
         goto out_err;

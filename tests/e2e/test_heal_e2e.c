@@ -31,9 +31,17 @@
  * after its chunks were stored took more than the redundancy it states,
  * fails with DATA_LOST, never other bytes), and arena use is back to its
  * baseline once all are deleted.
+ *
+ * heal_partition/random_cuts_kills_and_stops: the same checkpoints with the
+ * six servers on hosts of their own (network namespaces, UCX over TCP, the
+ * client on a host of its own), where a disruption may also cut a server
+ * off the network (silently: no reset) and plug it back in later; a cut
+ * server counts as one of the m unreachable. Skipped where namespaces
+ * cannot be made (not root).
  */
 #include "ckstore.h"
 #include "cks_common.h"
+#include "cks_netns.h"
 #include "cks_test.h"
 #include "cks_faults_gate.h"
 
@@ -592,6 +600,7 @@ Test(heal, primary_killed_after_stored_fails_the_finish_at_once, .timeout = 240)
 
 /* ---- randomized: kills, restarts and stops between and during checkpoints ---- */
 
+
 /* 50 rounds; 20 under AddressSanitizer (scripts/test runs the suite in both
  * builds: the sanitizer's pass checks the same paths for memory errors,
  * the release pass makes the 50) */
@@ -605,6 +614,13 @@ Test(heal, primary_killed_after_stored_fails_the_finish_at_once, .timeout = 240)
 #define CH_RETAIN   4
 
 static uint64_t ch_rng;
+
+/* What the random tests did to a server (down[]): up, killed, or cut off the
+ * network (heal_partition only). */
+enum { CH_UP = 0, CH_KILLED = 1, CH_CUT = 2 };
+static cks_test_netns_t ch_net; /* heal_partition's network */
+static int ch_cuts;             /* disruptions may cut servers off */
+static int ch_ncuts;            /* how many they cut */
 
 static uint64_t ch_next(void)
 {
@@ -755,7 +771,7 @@ static int ch_unreachable(const int *down)
 {
     int n = 0;
     for (size_t i = 0; i < NSRV; i++) {
-        n += down[i];
+        n += down[i] != CH_UP;
     }
     return n;
 }
@@ -806,31 +822,45 @@ static int ch_lost_to_transport(const int *down)
     return lost;
 }
 
-/* One disruption: kill an up server (while fewer than M are down), restart a
- * killed one, or stop one for a moment (while fewer than M are down). What
- * it did in `what`; the server it killed in *killed_p (-1: none). */
+/* One disruption: kill an up server (while fewer than M are unreachable),
+ * bring a killed one back (restarted) or a cut one (plugged back in), stop
+ * one for a moment, or (with ch_cuts) cut one off the network (while fewer
+ * than M are unreachable). What it did in `what`; the server it killed or
+ * cut in *killed_p (-1: none). */
 static void ch_disrupt(int *down, pthread_t *stopper, int *stopping, ch_stop_t *stop,
                        char *what, size_t what_len, int *killed_p)
 {
-    uint64_t d = ch_next() % 10;
+    uint64_t d = ch_next() % (ch_cuts ? 12 : 10);
     size_t s   = ch_next() % NSRV;
     *killed_p  = -1;
     snprintf(what, what_len, "nothing");
-    if (d < 3 && ch_unreachable(down) < M) {
+    if ((d < 3 || d >= 10) && ch_unreachable(down) < M) {
         for (size_t i = 0; i < NSRV && down[s]; i++) {
             s = (s + 1) % NSRV;
         }
-        cks_test_cluster_kill(&cl, s);
-        down[s]   = 1;
+        if (d < 3) {
+            cks_test_cluster_kill(&cl, s);
+            down[s] = CH_KILLED;
+            snprintf(what, what_len, "killed %zu", s);
+        } else {
+            cr_assert_eq(cks_test_netns_cut(&ch_net, (int)s), 0, "cut of server %zu", s);
+            down[s] = CH_CUT;
+            ch_ncuts++;
+            snprintf(what, what_len, "cut %zu off", s);
+        }
         *killed_p = (int)s;
-        snprintf(what, what_len, "killed %zu", s);
     } else if (d < 6 && ch_unreachable(down) > 0) {
         for (size_t i = 0; i < NSRV && !down[s]; i++) {
             s = (s + 1) % NSRV;
         }
-        cr_assert_eq(cks_test_server_restart(&cl.srv[s]), 0, "restart of server %zu", s);
-        down[s] = 0;
-        snprintf(what, what_len, "restarted %zu", s);
+        if (down[s] == CH_CUT) {
+            cr_assert_eq(cks_test_netns_heal(&ch_net, (int)s), 0, "heal of server %zu", s);
+            snprintf(what, what_len, "plugged %zu back in", s);
+        } else {
+            cr_assert_eq(cks_test_server_restart(&cl.srv[s]), 0, "restart of server %zu", s);
+            snprintf(what, what_len, "restarted %zu", s);
+        }
+        down[s] = CH_UP;
     } else if (d < 8 && ch_unreachable(down) < M && !*stopping) {
         for (size_t i = 0; i < NSRV && down[s]; i++) {
             s = (s + 1) % NSRV;
@@ -1092,7 +1122,180 @@ Test(heal, stopped_coordinator_resumes_fenced_after_a_takeover, .timeout = 240)
     free(want);
 }
 
-Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420)
+/*
+ * A coordinator busy for longer than the client's request timeout: a member
+ * stopped (SIGSTOP) when the ranks finish holds the commit's manifest
+ * broadcast up to the servers' member timeout (10 s), while the clients
+ * time out after 2 s. The seals go on to the other candidates, which say
+ * that the coordinator answers them; the clients then send the seals to
+ * the coordinator again (marked as sent again), and both finishes return
+ * CKS_OK once it commits (before: CKS_ERR_TIMEOUT, "its coordinator did not
+ * answer, and no other candidate coordinates it", for a version that
+ * committed). A second finish of a rank, not sent again, is still refused.
+ */
+Test(heal, seal_that_outlasts_the_client_timeout_is_answered, .timeout = 240)
+{
+    uint64_t seed = cks_test_seed(64);
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    char why[512] = "";
+    int cand[NSRV];
+    cr_assert(buf != NULL && want != NULL);
+    cks_client_h c0 = connect_cluster(2000), c1 = connect_cluster(2000);
+    uint64_t v = 2;
+    int ncand  = cks_test_coordinators(cl.map, "chaos", v, cand, NSRV);
+    cr_assert_geq(ncand, 2);
+    int member = -1;
+    for (int i = 0; i < NSRV && member < 0; i++) {
+        member = i;
+        for (int j = 0; j < ncand; j++) {
+            member = cand[j] == i ? -1 : member;
+        }
+    }
+    cr_assert_geq(member, 0, "every server is a candidate of version %llu",
+                  (unsigned long long)v);
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = "chaos", .version = v, .nranks = 2, .timeout_s = 60};
+    cr_assert_eq(cks_version_begin(c0, &vp), CKS_OK);
+    cr_assert_eq(ch_put_rank(c0, seed, v, 0, buf), CKS_OK);
+    cr_assert_eq(ch_put_rank(c1, seed, v, 1, buf), CKS_OK);
+    ch_pause_ms(500); /* spread and reported */
+    kill(cl.srv[member].pid, SIGSTOP);
+    uint64_t t0    = ch_ms();
+    ch_finish_t f1 = {c1, v, CKS_OK};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+    cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
+    cks_client_last_error(c0, why, sizeof(why));
+    pthread_join(th, NULL);
+    uint64_t took = ch_ms() - t0;
+    kill(cl.srv[member].pid, SIGCONT);
+    fprintf(stderr, "version %llu, member %d stopped during the finish: %s, %s after %llu ms "
+                    "(%s)\n",
+            (unsigned long long)v, member, cks_status_name(st), cks_status_name(f1.st),
+            (unsigned long long)took, why);
+    cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
+    cr_assert_eq(f1.st, CKS_OK, "rank 1's finish: %s", cks_status_name(f1.st));
+    cr_assert_gt(took, 2000, "the finish took %llu ms: the stop did not hold the commit "
+                             "past the client's timeout", (unsigned long long)took);
+    ch_wait_committed(c0, v);
+    cr_assert_eq(ch_verify(c0, seed, v, buf, want), CKS_OK);
+    /* a rank's second finish is refused as before */
+    cr_assert_neq(cks_version_finish(c0, "chaos", v, 0), CKS_OK);
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
+}
+
+/*
+ * A trainer that dies during its finish, after its seal made a candidate
+ * take the version over, and then that candidate dies too (a node lost for
+ * good): the other servers hold the dead candidate's grant (ballot 1), and
+ * no rank will ever finish or abort the version. The first coordinator
+ * returns with the version OPEN in its record and no state for it; its
+ * claim (ballot 0) is refused by that grant. It may not keep the version
+ * OPEN for good (a delete answers BUSY, "abort it first", while it is): a
+ * refused claim is made again with the next round, which a server grants
+ * when the holder of its grant does not answer; the winner fences the
+ * version and drops it everywhere. Then the delete succeeds, the lost
+ * candidate returns, and the next version commits.
+ */
+Test(heal, version_whose_trainer_and_takeover_died_is_dropped_once_they_return,
+     .timeout = 240)
+{
+    uint64_t seed = cks_test_seed(63);
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    char why[512] = "", line[128];
+    int cand[8];
+    cr_assert(buf != NULL && want != NULL);
+    uint64_t v = 2;
+    /* rank 0's trainer, a process of its own (forked before this process
+     * made its clients), finishes once the coordinator is killed: its seal
+     * goes on to the next candidate, which takes the version over and waits
+     * there for rank 1's */
+    int go[2];
+    cr_assert_eq(pipe(go), 0);
+    pid_t trainer = fork();
+    cr_assert_geq(trainer, 0);
+    if (trainer == 0) {
+        cks_client_h c = NULL;
+        char b;
+        close(go[1]);
+        cks_status_t cst = cks_test_connect_cluster(cl.map, K, M, CHUNK, 2000, &c);
+        cst = cst == CKS_OK && read(go[0], &b, 1) != 1 ? CKS_ERR_INTERNAL : cst;
+        cst = cst == CKS_OK ? cks_version_finish(c, "chaos", v, 0) : cst;
+        fprintf(stderr, "the trainer's finish: %s\n", cks_status_name(cst));
+        _exit(cst == CKS_OK ? 0 : 1);
+    }
+    cks_client_h c0 = connect_cluster(2000), c1 = connect_cluster(2000);
+    cr_assert_geq(cks_test_coordinators(cl.map, "chaos", v, cand, 8), 2);
+    int co = cand[0], tk = cand[1];
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = "chaos", .version = v, .nranks = 2, .timeout_s = 30};
+    cr_assert_eq(cks_version_begin(c0, &vp), CKS_OK);
+    cr_assert_eq(ch_put_rank(c0, seed, v, 0, buf), CKS_OK);
+    cr_assert_eq(ch_put_rank(c1, seed, v, 1, buf), CKS_OK);
+    ch_pause_ms(500); /* spread and reported */
+
+    close(go[0]);
+    cks_test_cluster_kill(&cl, (size_t)co);
+    cr_assert_eq(write(go[1], "f", 1), 1);
+    close(go[1]);
+    snprintf(line, sizeof(line), "granted version %llu of 'chaos' to server %d",
+             (unsigned long long)v, tk);
+    int grants = 0;
+    for (int t = 0; t < 200 && grants < NSRV / 2; t++) {
+        ch_pause_ms(100);
+        grants = 0;
+        for (int i = 0; i < NSRV; i++) {
+            grants += i != co && i != tk && cks_test_log_count(cl.srv[i].log, line) > 0;
+        }
+    }
+    ch_pause_ms(300);
+    kill(trainer, SIGKILL);
+    cr_assert_eq(waitpid(trainer, NULL, 0), trainer);
+    cr_assert_geq(grants, NSRV / 2, "server %d did not take version %llu over", tk,
+                  (unsigned long long)v);
+    cks_test_cluster_kill(&cl, (size_t)tk);
+    fprintf(stderr, "version %llu: coordinator %d killed, then the trainer of rank 0, then "
+                    "server %d that took the version over\n",
+            (unsigned long long)v, co, tk);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[co]), 0);
+
+    /* the version ends (dropped), so that its delete is answered: bounded
+     * (the grants of ballot 1 outlive the version's deadline by 60 s) */
+    cks_status_t st = CKS_ERR_BUSY;
+    uint64_t t0     = ch_ms();
+    for (int t = 0; t < 400 && st != CKS_OK && st != CKS_ERR_NO_SUCH_VERSION; t++) {
+        ch_pause_ms(100);
+        st = cks_version_delete(c0, "chaos", v);
+    }
+    cks_client_last_error(c0, why, sizeof(why));
+    fprintf(stderr, "delete of version %llu after the coordinator returned: %s after %llu ms "
+                    "(%s)\n",
+            (unsigned long long)v, cks_status_name(st), (unsigned long long)(ch_ms() - t0),
+            why);
+    if (st != CKS_OK && st != CKS_ERR_NO_SUCH_VERSION) {
+        dump_logs();
+    }
+    cr_assert(st == CKS_OK || st == CKS_ERR_NO_SUCH_VERSION, "delete of version %llu: %s (%s)",
+              (unsigned long long)v, cks_status_name(st), why);
+    cks_restore_h r = NULL;
+    cr_assert_neq(cks_restore_open(c0, "chaos", v, &r), CKS_OK);
+    /* the one that took it over returns (it learns the drop), and the next
+     * version, with every server up, commits */
+    cr_assert_eq(cks_test_server_restart(&cl.srv[tk]), 0);
+    vp.version = v + 1;
+    cr_assert_eq(ch_write(c0, c1, seed, &vp, buf, NULL, NULL), CKS_OK);
+    cr_assert_eq(ch_verify(c0, seed, v + 1, buf, want), CKS_OK);
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
+}
+
+/* The random test's rounds (see the top of the file). */
+static void ch_random(int rounds)
 {
     uint64_t seed = cks_test_seed(cks_test_seed_fresh());
     int down[NSRV] = {0}, cand[NSRV];
@@ -1105,11 +1308,14 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
     ch_rng = seed;
     /* requests time out (5 s) well within a version's deadline (10 s): a
      * first candidate killed without its connections noticing costs a rank
-     * one timeout before it asks the next, and the version still commits */
+     * one timeout before it asks the next, and the version still commits;
+     * with cuts 30 s: a primary waits up to 10 s for a silent member to take
+     * a chunk before it counts the chunk missing (CKS_SV_MEMBER_TIMEOUT_MS),
+     * and a coordinator as long for the manifest */
     cks_client_h c0 = connect_cluster(5000), c1 = connect_cluster(5000);
     cr_assert_eq(cks_cluster_usage(c0, &used0, NULL), CKS_OK);
 
-    for (int round = 0; round < CH_ROUNDS; round++) {
+    for (int round = 0; round < rounds; round++) {
         cr_assert_lt(ch_ms() - t0, CH_BOUND_MS, "%d rounds in %llu ms", round,
                      (unsigned long long)(ch_ms() - t0));
         pthread_t stopper;
@@ -1128,7 +1334,7 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
                                                  CKS_VERSION_FIELD_RETAIN |
                                                  CKS_VERSION_FIELD_TIMEOUT,
                                    .job = "chaos", .version = v, .nranks = 2,
-                                   .retain = CH_RETAIN, .timeout_s = 10};
+                                   .retain = CH_RETAIN, .timeout_s = ch_cuts ? 30 : 10};
         /* during: between rank 0's puts and rank 1's */
         ch_during_t d   = {down, &stopper, &stopping, &stop, during, sizeof(during),
                            &killed_during};
@@ -1139,8 +1345,10 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
             stops++;
         }
         cks_client_last_error(c0, why, sizeof(why));
-        fprintf(stderr, "round %d: version %llu (coordinator %d), before: %s, during: %s: %s\n",
-                round, (unsigned long long)v, coord, before, during, cks_status_name(st));
+        fprintf(stderr, "round %d (at %.1f s): version %llu (coordinator %d), before: %s, "
+                        "during: %s: %s\n",
+                round, (double)(ch_ms() - t0) / 1000.0, (unsigned long long)v, coord, before,
+                during, cks_status_name(st));
         taken_over += st == CKS_OK && killed_during >= 0 && killed_during == coord;
         if (st != CKS_OK) {
             /* only a server killed after the begin may fail a version (objects
@@ -1153,6 +1361,9 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
                       "version %llu failed after its coordinator %d was killed: %s (%s)",
                       (unsigned long long)v, coord, cks_status_name(st), why);
             transport_lost += tp;
+            if (killed_during < 0 && tp == 0) {
+                dump_logs();
+            }
             cr_assert(killed_during >= 0 || tp > 0,
                       "version %llu failed with %d of %d servers down, none killed "
                       "during it: %s (%s)",
@@ -1170,6 +1381,9 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
                 vp.version = ++v;
                 st         = ch_write(c0, c1, seed, &vp, buf, NULL, NULL);
                 cks_client_last_error(c0, why, sizeof(why));
+            }
+            if (st != CKS_OK) {
+                dump_logs();
             }
             cr_assert_eq(st, CKS_OK, "retry as version %llu: %s (%s)", (unsigned long long)v,
                          cks_status_name(st), why);
@@ -1198,10 +1412,12 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
     /* every server back; every version kept restores, then all are deleted
      * and the arenas hold what they held before the first one */
     for (size_t s = 0; s < NSRV; s++) {
-        if (down[s]) {
+        if (down[s] == CH_KILLED) {
             cr_assert_eq(cks_test_server_restart(&cl.srv[s]), 0);
-            down[s] = 0;
+        } else if (down[s] == CH_CUT) {
+            cr_assert_eq(cks_test_netns_heal(&ch_net, (int)s), 0);
         }
+        down[s] = CH_UP;
     }
     for (uint64_t w = v >= CH_RETAIN ? v - CH_RETAIN + 1 : 1; w <= v; w++) {
         cks_version_info_t vi;
@@ -1277,10 +1493,11 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
                     "was killed during them, %d lost a server after their chunks were stored "
                     "with no redundancy to spare; %d kills, %d stops, %d servers UCX took "
                     "out; %d versions deleted again; arena use %llu bytes (%llu before); %d "
-                    "committed after their coordinator was killed during them (taken over)\n",
-            CH_ROUNDS, (unsigned long long)(ch_ms() - t0), committed, retried, lost, kills,
+                    "committed after their coordinator was killed during them (taken over); "
+                    "%d cuts (counted with the kills)\n",
+            rounds, (unsigned long long)(ch_ms() - t0), committed, retried, lost, kills,
             stops, transport_lost, again, (unsigned long long)used, (unsigned long long)used0,
-            taken_over);
+            taken_over, ch_ncuts);
     for (size_t i = 0; used != used0 && i < NSRV; i++) {
         cks_client_h one = NULL;
         uint64_t u       = 0;
@@ -1298,4 +1515,43 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
     cks_client_destroy(c1);
     free(buf);
     free(want);
+}
+
+Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420)
+{
+    ch_random(CH_ROUNDS);
+}
+
+/* ---- the same with partitions: servers on hosts of their own ---------------- */
+
+static void setup_net(void)
+{
+    char why[256] = "";
+    if (cks_test_netns_create(&ch_net, NSRV, why, sizeof(why)) != 0) {
+        cr_skip_test("no network namespaces here: %s", why);
+    }
+    /* TCP only, over the namespaces' eth0: shared memory or CMA would
+     * bypass the links a cut takes down */
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_NET_DEVICES", "eth0", 1);
+    cr_assert_eq(cks_test_cluster_start_hosts(&cl, NSRV, 3, 256 * MiB, ch_net.host_addr_p,
+                                              ch_net.host_ns_p),
+                 0, "servers in namespaces %s-s*", ch_net.prefix);
+    cr_assert_eq(cks_test_netns_enter_client(&ch_net), 0);
+    ch_cuts = 1;
+}
+
+static void teardown_net(void)
+{
+    cks_test_netns_leave(&ch_net);
+    cks_test_cluster_cleanup(&cl);
+    cks_test_netns_destroy(&ch_net);
+    ch_cuts = 0;
+}
+
+TestSuite(heal_partition, .init = setup_net, .fini = teardown_net, .timeout = 600);
+
+Test(heal_partition, random_cuts_kills_and_stops_between_and_during_checkpoints, .timeout = 600)
+{
+    ch_random(CH_ROUNDS);
 }
