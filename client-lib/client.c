@@ -434,6 +434,9 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             if (unreach && op->tries == 0) {
                 op->unreach = op->status;
             }
+            if (unreach && op->status == CKS_ERR_TIMEOUT && op->slow == 0) {
+                op->slow = (unsigned)op->tries + 1; /* busy, maybe: see below */
+            }
             cks_log(unreach && op->tries == 0 ? CKS_LOG_WARN : CKS_LOG_INFO,
                     "%s: server %s:%u %s; asking the version's next coordinator candidate",
                     cks_msg_name(op->type), c->srv[op->srv].addr, c->srv[op->srv].port,
@@ -450,35 +453,35 @@ static void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             op->status = failed; /* the client is stopping */
         }
     }
-    if (op->target == CKS_TARGET_COORD && op->type == CKS_MSG_VERSION_SEAL &&
-        op->unreach == CKS_ERR_TIMEOUT && op->tries > 0 &&
+    if (op->target == CKS_TARGET_COORD && op->type == CKS_MSG_VERSION_SEAL && op->slow > 0 &&
         (op->status == CKS_ERR_NOT_COORDINATOR ||
          (op->status == CKS_ERR_VERSION_NOT_OPEN && op->answered) ||
          (cks_cl_retryable(op->status) && !op->answered)) &&
         op->resends < CKS_CL_SEAL_RESENDS && !c->stop) {
-        /* The coordinator did not answer the seal in time, and no other
-         * candidate took the version: they say that it coordinates the
-         * version (it answers them), or that the version ended meanwhile,
-         * or they cannot be reached either. It may be busy, not gone - a
-         * commit waits for the members that must take the chunks and the
-         * manifest, up to their timeout, which may be longer than this
-         * client's. The seal goes to it again, marked as sent again: it
-         * waits with the others, or is told the outcome (a commit, which
-         * had this rank's first seal, or the abort and its reason). */
+        /* A candidate did not answer the seal in time - the coordinator, or
+         * the next one when the coordinator is gone - and no later one
+         * took the version: they say that one coordinates it (it answers
+         * them), or that the version ended meanwhile, or they cannot be
+         * reached either. It may be busy, not gone - a commit waits for the
+         * members that must take the chunks and the manifest, up to their
+         * timeout, which may be longer than this client's. The seal goes
+         * to it again, marked as sent again: it waits with the others, or
+         * is told the outcome (a commit, which had this rank's first seal,
+         * or the abort and its reason). */
+        size_t slow = op->slow - 1;
         cks_log(CKS_LOG_INFO,
-                "VERSION_SEAL of version %llu: its coordinator %s:%u did not answer in time "
-                "and the other candidates name it, or the version ended: sending the seal "
-                "to it again",
-                (unsigned long long)op->body.m_VERSION_SEAL.version, c->srv[op->group[0]].addr,
-                c->srv[op->group[0]].port);
+                "VERSION_SEAL of version %llu: candidate %s:%u did not answer in time and no "
+                "later one took the version: sending the seal to it again",
+                (unsigned long long)op->body.m_VERSION_SEAL.version,
+                c->srv[op->group[slow]].addr, c->srv[op->group[slow]].port);
         op->resends++;
         op->wire_flags |= CKS_WIRE_F_RESENT;
-        op->tries    = 0;
-        op->srv      = op->group[0];
+        op->tries    = slow;
+        op->srv      = op->group[slow];
+        op->slow     = 0;
         op->status   = CKS_OK;
         op->replied  = 0;
         op->answered = 0;
-        op->unreach  = CKS_OK;
         if (cks_cl_requeue(c, op)) {
             return;
         }
@@ -940,8 +943,9 @@ static cks_status_t cks_cl_auth_reply(cks_client_h c, cks_op_t *op, cks_tp_conn_
 
 /* Another server may take op when the one it is for fails it: a put's next
  * group member, a version's next coordinator candidate (not for a seal sent
- * again to its coordinator), any server for a question any may answer, or
- * other chunks for a chunk read (decoded around it). */
+ * again to its coordinator), or any server for a question any may answer.
+ * Not a chunk read: the read itself asks a silent server's chunks last
+ * (read.c), and must be able to ask it when the others are not enough. */
 static int cks_cl_has_alternative(cks_client_h c, const cks_op_t *op)
 {
     switch (op->target) {
@@ -952,7 +956,7 @@ static int cks_cl_has_alternative(cks_client_h c, const cks_op_t *op)
         case CKS_TARGET_ANY:
             return op->tries + 1 < c->nsrv;
         default:
-            return op->kind == CKS_OP_CHUNK_GET && c->map != NULL;
+            return 0;
     }
 }
 
@@ -1000,7 +1004,7 @@ static void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
     }
     /* A chunk read can be decoded around: it does not wait for a server that
      * failed before to come back; the reconnect goes on in the background. */
-    int degradable = op->kind == CKS_OP_CHUNK_GET && sv->failed_ns != 0;
+    int degradable = op->kind == CKS_OP_CHUNK_GET && sv->failed_ns != 0 && !op->patient;
     if (sv->state == CKS_SRV_IDLE) {
         /* a read that can be decoded around does not ask a server that just
          * failed again at once; anything else tries to reconnect (a restarted

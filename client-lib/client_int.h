@@ -137,9 +137,15 @@ struct cks_op {
                                failure to reach it) */
     cks_status_t unreach;   /* CKS_TARGET_COORD: why the first candidate
                                could not be reached, else CKS_OK */
-    unsigned resends;       /* VERSION_SEAL: sent again to the first candidate
-                               (CKS_WIRE_F_RESENT), at most CKS_CL_SEAL_RESENDS */
+    unsigned resends;       /* VERSION_SEAL: sent again to a candidate that let
+                               it time out (CKS_WIRE_F_RESENT), at most
+                               CKS_CL_SEAL_RESENDS times */
+    unsigned slow;          /* VERSION_SEAL: 1 + the position in group of the
+                               first candidate that let it time out; 0: none */
     unsigned quorum_tries;  /* VERSION_BEGIN: asked again after CKS_ERR_NO_QUORUM */
+    int patient;            /* CHUNK_GET that the read cannot do without: it
+                               waits for its server's connection (not failed
+                               at once because the server failed before) */
     int queued;             /* on a server's wait list */
     cks_status_t status;
     cks_done_cb_t cb;

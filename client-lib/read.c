@@ -303,6 +303,9 @@ struct cks_read_stripe {
     cks_read_t *rd;
     uint64_t stripe;
     uint32_t failed;  /* bitmask of chunks that failed */
+    uint32_t skipped; /* of those, chunks not asked at first because their
+                         server was down or silent: asked last, when the
+                         others are not enough (it may be back) */
     uint32_t corrupt; /* of those, chunks that failed their CRC */
     uint32_t tried;   /* degraded phase: chunks asked for whole */
     uint32_t got;     /* chunks that arrived whole */
@@ -700,7 +703,7 @@ static void cks_read_stripe_next(cks_read_stripe_t *bs)
     const unsigned width = rd->k + rd->m;
     unsigned have        = (unsigned)__builtin_popcount(bs->got), want;
     uint16_t group[CKS_PLACE_WIDTH_MAX];
-    uint32_t pick = 0, slots = 0;
+    uint32_t pick = 0, slots = 0, last = 0;
 
     if (bs->finished || bs->failed == 0) {
         return;
@@ -720,11 +723,14 @@ static void cks_read_stripe_next(cks_read_stripe_t *bs)
         unsigned i   = pass % width;
         uint32_t bit = 1u << i;
         const cks_cl_srv_t *sv = &rd->c->srv[group[i]];
-        int known_down = sv->state == CKS_SRV_IDLE && sv->failed_ns != 0;
-        if (((bs->failed | bs->got | bs->tried | pick) & bit) || (pass < width && known_down)) {
+        int known_down = (sv->state == CKS_SRV_IDLE && sv->failed_ns != 0) ||
+                         sv->silent_ns != 0 || (bs->skipped & bit);
+        if ((((bs->failed & ~bs->skipped) | bs->got | bs->tried | pick) & bit) ||
+            (pass < width && known_down)) {
             continue;
         }
         pick |= bit;
+        last |= pass >= width ? bit : 0; /* down or silent: asked all the same */
         want--;
     }
     if (pick == 0) {
@@ -766,6 +772,9 @@ static void cks_read_stripe_next(cks_read_stripe_t *bs)
         }
         cks_op_t *op = cks_read_chunk_op(rd, bs->stripe, i, 0, rd->chunk,
                                          cks_read_chunk_dst(rd, bs, i), group[i]);
+        if (op != NULL && (last & (1u << i))) {
+            op->patient = 1; /* the others are not enough: wait for its server */
+        }
         cks_read_sub_t *sb = op ? malloc(sizeof(*sb)) : NULL;
         if (sb == NULL) {
             free(op);
@@ -895,17 +904,19 @@ static void cks_read_stat_done(void *arg, cks_status_t status)
         bs->stripe = s;
         status = cks_place(rd->c->map, rd->r->job, strlen(rd->r->job), rd->key,
                            strlen(rd->key), s, rd->k, rd->m, NULL, group);
-        /* a data chunk on a server known to be down: the stripe is read
-         * degraded from the start (k whole chunks), not twice */
+        /* a data chunk on a server known to be down, or silent (it let a
+         * request time out): the stripe is read degraded from the start (k
+         * whole chunks), not twice; that chunk is asked last */
         uint32_t down = 0;
         for (unsigned i = 0; status == CKS_OK && i < rd->k; i++) {
             const cks_cl_srv_t *sv = &rd->c->srv[group[i]];
-            if (sv->state != CKS_SRV_UP && sv->failed_ns != 0) {
+            if ((sv->state != CKS_SRV_UP && sv->failed_ns != 0) || sv->silent_ns != 0) {
                 down |= 1u << i;
             }
         }
         if (down != 0) {
-            bs->failed = down;
+            bs->failed  = down;
+            bs->skipped = down;
             cks_read_stripe_next(bs); /* its fetches start now */
             continue;
         }

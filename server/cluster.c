@@ -37,8 +37,11 @@
 #define CKS_SV_MEMBER_TIMEOUT_MS 10000
 /* A member that failed a chunk put is skipped (its chunks counted missing
  * at once) for this long, so that one dead server does not cost every
- * object of a checkpoint a timeout. */
-#define CKS_SV_PEER_DOWN_NS (5ull * 1000000000ull)
+ * object of a checkpoint a timeout; after that, for as long as it answers
+ * none of the handshakes tried meanwhile (cut off, killed), up to
+ * CKS_SV_PEER_DOWN_MAX_NS, when a chunk put asks it again. */
+#define CKS_SV_PEER_DOWN_NS     (5ull * 1000000000ull)
+#define CKS_SV_PEER_DOWN_MAX_NS (60ull * 1000000000ull)
 /* ... while a handshake is tried every this long (a new connection once the
  * last one failed, or its handshake went unanswered for CKS_SV_PEER_HELLO_NS) */
 #define CKS_SV_PEER_PROBE_NS (50ull * 1000000ull)
@@ -137,13 +140,17 @@ int cks_sv_cluster_conn_err(cks_server_h s, cks_tp_conn_h conn)
 /* Did this member fail a chunk put a moment ago? While it is skipped, a
  * handshake on a new connection is tried every CKS_SV_PEER_PROBE_NS (here,
  * and from the server loop: cks_sv_peers_probe()): a server restarted on
- * its address answers it, and is used again at once (cks_sv_hello_done())
- * rather than after CKS_SV_PEER_DOWN_NS. */
+ * its address answers it, and is used again at once (cks_sv_hello_done()).
+ * After CKS_SV_PEER_DOWN_NS it is skipped only while no handshaken
+ * connection to it stands (before, every 5 s a member cut off cost the
+ * objects then in flight a 10 s timeout again). */
 int cks_sv_peer_down(cks_server_h s, size_t pos)
 {
     cks_sv_peer_t *p = &s->peers[pos];
     uint64_t now     = cks_time_ns();
-    if (p->down_ns == 0 || now - p->down_ns >= CKS_SV_PEER_DOWN_NS) {
+    if (p->down_ns == 0 || now - p->down_ns >= CKS_SV_PEER_DOWN_MAX_NS ||
+        (now - p->down_ns >= CKS_SV_PEER_DOWN_NS && p->hello_ns == 0 &&
+         p->conn != NULL && !cks_tp_conn_failed(p->conn))) {
         return 0;
     }
     if (!s->stop && now - p->probe_ns >= CKS_SV_PEER_PROBE_NS) {
