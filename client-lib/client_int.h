@@ -317,4 +317,47 @@ typedef struct {
  * caller `on` (free() it); without `take`, `on` is NULL. */
 cks_cl_puts_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version, int take);
 
+/* ---- between the op engine (op.c), the connections (conn.c) and the
+ * replies (reply.c) ---- */
+
+void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m, size_t srv);
+
+int cks_cl_retryable(cks_status_t st);
+
+void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op);
+
+void cks_cl_op_fail(cks_client_h c, cks_op_t *op, cks_status_t status);
+
+void cks_cl_send_op(cks_client_h c, cks_op_t *op);
+
+void cks_cl_dispatch(cks_client_h c, cks_op_t *op);
+
+void *cks_cl_thread(void *arg);
+
+void cks_cl_srv_wait(cks_cl_srv_t *sv, cks_op_t *op);
+
+void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status);
+
+cks_op_t *cks_cl_mem_map_op(const cks_cl_mem_t *m, size_t pos);
+
+void cks_cl_mem_announce(cks_client_h c, size_t pos);
+
+void cks_cl_srv_connect(cks_client_h c, size_t pos);
+
+cks_status_t cks_cl_auth(cks_client_h c, cks_op_t *hello, const cks_msg_hello_reply_t *r);
+
+cks_status_t cks_cl_auth_reply(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn,
+                               const cks_msg_auth_reply_t *r);
+
+cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr);
+
+void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                   const cks_msg_any_t *b, cks_tp_data_t *data);
+
+void cks_cl_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                       cks_status_t status, const char *reason);
+
+void cks_cl_on_conn_err(void *arg, cks_tp_conn_h conn, cks_status_t status);
+
 #endif
+
