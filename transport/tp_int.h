@@ -250,4 +250,30 @@ unsigned cks_tp_copy_poll(cks_tp_worker_h w);
  * called back. */
 void cks_tp_copy_stop(cks_tp_worker_h w);
 
+/* ---- between ucx.c, conn.c (connections, listener), call.c (calls and
+ * their deadlines) and handshake.c (the client side of the handshake) ---- */
+
+void cks_tp_held_release(cks_tp_conn_h conn, cks_status_t status);
+
+cks_tp_conn_h cks_tp_slot_find(cks_tp_worker_h w, ucp_ep_h ep);
+
+unsigned cks_tp_progress_once(cks_tp_worker_h w);
+
+void cks_tp_conn_detach(cks_tp_conn_h conn, int force);
+
+void cks_tp_conn_fail(cks_tp_conn_h conn, int force, cks_status_t status);
+
+cks_tp_conn_h cks_tp_conn_adopt(cks_tp_worker_h w, ucp_ep_h ep);
+
+int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data,
+                      const cks_wire_hdr_t *hdr, const cks_msg_any_t *body, cks_tp_data_t *data);
+
+void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn, cks_status_t status);
+
+cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                                const void *body, const void *payload, size_t payload_len,
+                                cks_tp_mem_h payload_memh, int timeout_ms, cks_tp_call_cb_t cb,
+                                void *arg, cks_tp_call_hook_t hook, void *hook_arg,
+                                cks_tp_reply_cb_t on_reply);
+
 #endif

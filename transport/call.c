@@ -1,0 +1,439 @@
+/*
+ * DESIGN: calls - a request whose reply (or failure, or timeout) comes back
+ * to one callback - and their deadlines; calls fail with their connection.
+ * See ucx.c for the whole design.
+ *
+ * Never: run a call's callback twice, or after its connection's owner let go.
+ */
+#include "tp_int.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+
+/* ---- calls ------------------------------------------------------------------ */
+
+static void cks_tp_call_try_complete(cks_tp_worker_h w, cks_tp_call_req_t *c)
+{
+    if (c->sending || !c->replied) {
+        return;
+    }
+    cks_hmap_del(w->calls, &c->req_id, sizeof(c->req_id));
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        w->calls_head = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    } else {
+        w->calls_tail = c->prev;
+    }
+    cks_tp_conn_h conn = c->conn;
+    c->cb(c->arg, c->status, c->msg);
+    cks_tp_conn_put(conn);
+    free(c);
+}
+
+static void cks_tp_call_fail(cks_tp_worker_h w, cks_tp_call_req_t *c, cks_status_t status,
+                             const char *msg)
+{
+    if (c->replied) {
+        return;
+    }
+    c->replied = 1;
+    c->status  = status;
+    snprintf(c->msg, sizeof(c->msg), "%s", msg);
+    if (c->sending && c->abandon_ns == 0) {
+        c->abandon_ns = cks_time_ns() + CKS_TP_ABANDON_NS;
+    }
+    cks_tp_call_try_complete(w, c);
+}
+
+static void cks_tp_call_sent(void *arg, cks_status_t status)
+{
+    cks_tp_call_req_t *c = arg;
+    cks_tp_worker_h w    = c->conn->worker;
+    c->sending           = 0;
+    if (status != CKS_OK && !c->replied) {
+        cks_tp_call_fail(w, c, status, "send failed"); /* completes the call */
+    } else {
+        cks_tp_call_try_complete(w, c);
+    }
+}
+
+/* A reply: returns 1 when it answered one of our calls. It answers one only
+ * when it came on the connection the call went out on, and - where
+ * authentication is required - only once that connection has authenticated,
+ * or as the answer to a step of its handshake (the calls with a hook): a
+ * reply anyone else sends with the call's id is no answer to it, and is
+ * treated as one to no call (#15 item 8). */
+/* Two connections between the same two processes (a server's to a peer and
+ * the peer's to it) each have a data endpoint to the other's worker address,
+ * and UCX may pair them crosswise: an answer the peer sends on the data
+ * endpoint of the connection it got the call on then arrives on our data
+ * endpoint of the other one. A data endpoint carries only what the process
+ * at its address sends (UCX pairs endpoints by worker), so a reply that came
+ * through one whose address is that of the call's data endpoint came from
+ * the process the call went to. */
+static int cks_tp_same_waddr(cks_tp_conn_h a, cks_tp_conn_h b)
+{
+    return a->peer_waddr != NULL && b->peer_waddr != NULL &&
+           a->peer_waddr_len == b->peer_waddr_len &&
+           memcmp(a->peer_waddr, b->peer_waddr, a->peer_waddr_len) == 0;
+}
+
+static int cks_tp_same_peer(cks_tp_conn_h a, cks_tp_conn_h b)
+{
+    return a->data_ep != NULL && b->data_ep != NULL && cks_tp_same_waddr(a, b);
+}
+
+int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data,
+                             const cks_wire_hdr_t *hdr, const cks_msg_any_t *body,
+                             cks_tp_data_t *data)
+{
+    cks_tp_call_req_t *c;
+    if (!CKS_MSG_IS_REPLY(hdr->type) ||
+        (c = cks_hmap_get(w->calls, &hdr->req_id, sizeof(hdr->req_id))) == NULL) {
+        return 0;
+    }
+    /* Without authentication, an endpoint UCX made by itself may carry the
+     * answer: a peer that answered on its data endpoint before we had made
+     * ours to it (requests sent right after HELLO, not held behind a
+     * handshake), so that UCX could not pair the two. Nothing proves who
+     * anyone is there anyway. */
+    int unpaired = conn->implicit && !w->require_auth;
+    int crossed  = via_data && cks_tp_same_peer(conn, c->conn);
+    /* Two servers of one host that call each other while both connections
+     * are being set up: calls sent right after HELLO, before its answer
+     * made the call's data endpoint, are answered through the peer's data
+     * endpoint, which UCX pairs with ours of the peer's connection to us
+     * (the only one there is yet). Taken when that connection names the
+     * call's worker, or the call's does not know its worker yet; where
+     * authentication is required, only from a connection that proved the
+     * servers' own secret: no client can answer a server's call. */
+    int twin = !crossed && conn->peer_waddr != NULL &&
+               (c->conn->peer_waddr == NULL || cks_tp_same_waddr(conn, c->conn)) &&
+               (!w->require_auth || (conn->auth.authed && conn->auth.peer));
+    crossed  = crossed || twin;
+    if ((c->conn != conn && !unpaired && !crossed) ||
+        (w->require_auth && !conn->auth.authed && c->hook == NULL)) {
+        if (!conn->forged_logged) { /* once per connection: it may send many */
+            cks_warn("%s: %s answered a call made on another connection: ignored", w->name,
+                     conn->peer);
+            conn->forged_logged = 1;
+        }
+        return 0;
+    }
+    if (!c->replied) {
+        /* every reply body starts with status and msg */
+        const cks_msg_status_t *r = &body->m_STATUS_REPLY;
+        c->replied                = 1;
+        c->status                 = r->status > 0 ? CKS_ERR_BAD_MESSAGE : r->status;
+        snprintf(c->msg, sizeof(c->msg), "%.*s", (int)r->msg.len, r->msg.ptr);
+        if (c->hook != NULL && c->status == CKS_OK) {
+            c->hook(c, hdr, body);
+        }
+        if (c->on_reply != NULL && c->status == CKS_OK) {
+            c->on_reply(c->arg, hdr, body, data);
+        }
+        cks_tp_call_try_complete(w, c);
+    }
+    return 1;
+}
+
+void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn, cks_status_t status)
+{
+    /* a callback may end or free any call: look again from the head after
+     * each one failed (each is failed once, so this ends) */
+    for (int again = 1; again;) {
+        again = 0;
+        for (cks_tp_call_req_t *c = w->calls_head; c != NULL; c = c->next) {
+            if (!c->replied && (conn == NULL || c->conn == conn)) {
+                cks_tp_call_fail(w, c, status, "connection failed");
+                again = 1;
+                break;
+            }
+        }
+    }
+}
+
+
+cks_status_t cks_tp_call(cks_tp_conn_h conn, unsigned type, uint32_t flags, const void *body,
+                         const void *payload, size_t payload_len, cks_tp_mem_h payload_memh,
+                         int timeout_ms, cks_tp_call_cb_t cb, void *arg)
+{
+    return cks_tp_call_hooked(conn, type, flags, body, payload, payload_len, payload_memh,
+                              timeout_ms, cb, arg, NULL, NULL, NULL);
+}
+
+cks_status_t cks_tp_call_data(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                              const void *body, int timeout_ms, cks_tp_reply_cb_t on_reply,
+                              cks_tp_call_cb_t cb, void *arg)
+{
+    if (on_reply == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    return cks_tp_call_hooked(conn, type, flags, body, NULL, 0, NULL, timeout_ms, cb, arg,
+                              NULL, NULL, on_reply);
+}
+
+cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                                       const void *body, const void *payload,
+                                       size_t payload_len, cks_tp_mem_h payload_memh,
+                                       int timeout_ms, cks_tp_call_cb_t cb, void *arg,
+                                       cks_tp_call_hook_t hook, void *hook_arg,
+                                       cks_tp_reply_cb_t on_reply)
+{
+    cks_tp_worker_h w = conn->worker;
+    cks_tp_call_req_t *c;
+    cks_status_t status;
+
+    if (cb == NULL || timeout_ms <= 0) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (w->stopping) {
+        return CKS_ERR_CANCELED;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    /* random ids (apart from the owner's, with the top bit set): a peer
+     * cannot guess those of the calls made on other connections */
+    do {
+        c->req_id = cks_tp_random_id() | (1ull << 63);
+    } while (cks_hmap_get(w->calls, &c->req_id, sizeof(c->req_id)) != NULL);
+    c->deadline_ns = cks_time_ns() + (uint64_t)timeout_ms * 1000000ull;
+    c->conn        = conn;
+    c->cb          = cb;
+    c->arg         = arg;
+    c->hook        = hook;
+    c->hook_arg    = hook_arg;
+    c->on_reply    = on_reply;
+    c->sending     = 1;
+    if (cks_hmap_put(w->calls, &c->req_id, sizeof(c->req_id), c) != CKS_OK) {
+        free(c);
+        return CKS_ERR_NO_MEMORY;
+    }
+    c->prev = w->calls_tail;
+    if (w->calls_tail != NULL) {
+        w->calls_tail->next = c;
+    } else {
+        w->calls_head = c;
+    }
+    w->calls_tail = c;
+    cks_tp_conn_get(conn);
+    status = cks_tp_send(conn, type, flags, c->req_id, body, payload, payload_len,
+                         CKS_MEM_HOST, payload_memh, cks_tp_call_sent, c);
+    if (status != CKS_INPROGRESS) {
+        /* unlink without a callback: the caller gets the error */
+        c->cb      = NULL;
+        c->sending = 0;
+        c->replied = 1;
+        cks_hmap_del(w->calls, &c->req_id, sizeof(c->req_id));
+        if (c->prev != NULL) {
+            c->prev->next = NULL;
+        } else {
+            w->calls_head = NULL;
+        }
+        w->calls_tail = c->prev;
+        cks_tp_conn_put(conn);
+        free(c);
+        return status;
+    }
+    return CKS_INPROGRESS;
+}
+
+void cks_tp_conn_close_later(cks_tp_conn_h conn, int ms)
+{
+    if (conn->close_at_ns == 0) {
+        conn->close_at_ns = cks_time_ns() + (uint64_t)ms * 1000000ull;
+    }
+}
+
+int cks_tp_worker_sweep(cks_tp_worker_h w)
+{
+    uint64_t now   = cks_time_ns();
+    uint64_t stall = (uint64_t)w->params.stall_ms * 1000000ull;
+    uint64_t auth_to = (uint64_t)(w->params.auth_timeout_ms ? w->params.auth_timeout_ms
+                                                            : 10000u) * 1000000ull;
+    uint64_t next  = UINT64_MAX;
+    cks_tp_conn_h conn = w->conns;
+
+    while (conn != NULL) {
+        cks_tp_conn_h after = conn->next;
+        int stalled = !conn->failed && conn->sends > 0 && stall > 0 &&
+                      now - conn->progress_ns >= stall;
+        int due     = !conn->failed && conn->close_at_ns != 0 && now >= conn->close_at_ns;
+        /* a connection that never authenticates holds its slot no longer
+         * than the deadline */
+        int unauthed = w->require_auth && conn->accepted && !conn->auth.authed &&
+                       !conn->failed && conn->close_at_ns == 0;
+        int late     = unauthed && now - conn->accepted_ns >= auth_to;
+        if (conn->refused) {
+            if (now >= conn->close_at_ns) {
+                /* gracefully: once the handshake is done, a forced close of
+                 * the listener's endpoint goes unnoticed by the peer */
+                cks_tp_conn_fail(conn, 0, CKS_ERR_CONN_LOST);
+                after = conn->next;
+                cks_tp_conn_put(conn); /* the worker's only reference */
+            } else {
+                next = CKS_MIN(next, conn->close_at_ns);
+            }
+        } else if (late) {
+            cks_warn("%s: %s did not authenticate in %llu ms: closing it", w->name, conn->peer,
+                     (unsigned long long)(auth_to / 1000000));
+            cks_tp_conn_get(conn);
+            cks_tp_conn_fail(conn, 0, CKS_ERR_TIMEOUT); /* gracefully: the peer is told */
+            after = conn->next;
+            cks_tp_conn_put(conn);
+        } else if (due || (!conn->failed && (conn->overrun || stalled))) {
+            if (stalled && !conn->overrun && !due) {
+                cks_warn("%s: %s took none of its %u replies in %u ms: closing it", w->name,
+                         conn->peer, conn->sends, w->params.stall_ms);
+            }
+            /* a refused peer is closed gracefully, so that it is told (a
+             * forced close of the listener's endpoint went unnoticed by it) */
+            cks_tp_conn_get(conn);
+            cks_tp_conn_fail(conn, !due, due ? CKS_ERR_AUTH : CKS_ERR_TIMEOUT);
+            after = conn->next; /* the callback may have dropped others */
+            cks_tp_conn_put(conn);
+        } else {
+            if (!conn->failed && conn->sends > 0 && stall > 0) {
+                next = CKS_MIN(next, conn->progress_ns + stall);
+            }
+            if (!conn->failed && conn->close_at_ns != 0) {
+                next = CKS_MIN(next, conn->close_at_ns);
+            }
+            if (unauthed) {
+                next = CKS_MIN(next, conn->accepted_ns + auth_to);
+            }
+        }
+        conn = after;
+    }
+    /* Sends UCX still holds 5 s after their connection was closed (UCX 1.13
+     * kept rendezvous sends to a peer killed on this host): their owners
+     * are told now, so that what waits on them goes on - a chunk read's
+     * space, held until its reply is sent, is returned - and the requests
+     * are left to UCX (freed when it lets go, or with the worker). Nothing
+     * more goes out on a closed endpoint. */
+    unsigned abandoned = 0;
+    /* a look every 100 ms: a walk of every send on each pass would slow a
+     * server that has thousands of replies in flight */
+    cks_tp_send_req_t *first = now >= w->abandon_check_ns ? w->inflight : NULL;
+    if (first != NULL) {
+        w->abandon_check_ns = now + 100000000ull;
+    }
+    for (cks_tp_send_req_t *s = first, *nx; s != NULL; s = nx) {
+        nx = s->in_next;
+        if (s->cb == NULL || !s->conn->closed) {
+            continue;
+        }
+        if (now < s->conn->closed_ns + CKS_TP_ABANDON_NS) {
+            next = CKS_MIN(next, s->conn->closed_ns + CKS_TP_ABANDON_NS);
+            continue;
+        }
+        cks_tp_done_cb_t cb = s->cb;
+        void *arg           = s->arg;
+        s->cb               = NULL;
+        s->arg              = NULL;
+        abandoned++;
+        cb(arg, CKS_ERR_CONN_LOST);
+    }
+    if (abandoned > 0) {
+        cks_warn("%s: %u sends UCX still held 5 s after their connection closed: given up",
+                 w->name, abandoned);
+    }
+    if (next == UINT64_MAX) {
+        return -1;
+    }
+    return next <= now ? 0 : (int)((next - now) / 1000000 + 1);
+}
+
+/* A call that failed while UCX held its send, and UCX still holds it long
+ * after the connection was closed (UCX 1.13 kept rendezvous sends to a peer
+ * killed or restarted on this host): the call completes now, so that its
+ * owner is not stuck (a put's chunks, a round of catch-up). The send is
+ * left to UCX with no callback; the worker frees it when UCX lets go, or at
+ * its destruction. The owner may reuse the payload's memory: should UCX
+ * still read it for a peer, that peer checks the chunk's CRC and refuses
+ * it. */
+void cks_tp_send_abandon(cks_tp_worker_h w, cks_tp_done_cb_t cb, void *arg)
+{
+    for (cks_tp_send_req_t *s = w->inflight; s != NULL; s = s->in_next) {
+        if (s->cb == cb && s->arg == arg) {
+            s->cb  = NULL;
+            s->arg = NULL;
+        }
+    }
+    for (cks_tp_conn_h conn = w->conns; conn != NULL; conn = conn->next) {
+        for (cks_tp_send_req_t *s = conn->held_head; s != NULL; s = s->next) {
+            if (s->cb == cb && s->arg == arg) {
+                s->cb  = NULL;
+                s->arg = NULL;
+            }
+        }
+    }
+}
+
+static void cks_tp_call_abandon(cks_tp_worker_h w, cks_tp_call_req_t *c)
+{
+    cks_tp_send_abandon(w, cks_tp_call_sent, c);
+    cks_warn("%s: UCX still held a send to %s %llu s after its call failed: given up",
+             w->name, c->conn->peer, (unsigned long long)(CKS_TP_ABANDON_NS / 1000000000ull));
+    c->sending = 0;
+    cks_tp_call_try_complete(w, c);
+}
+
+int cks_tp_worker_expire(cks_tp_worker_h w)
+{
+    uint64_t now = cks_time_ns();
+    cks_tp_call_req_t *c;
+    /* Failing a call runs its callback, which may end or free any call (and
+     * its connection): after each one, look again from the head. Each pass
+     * fails one call for good (replied is set), so this ends. */
+    for (int again = 1; again;) {
+        again = 0;
+        for (c = w->calls_head; c != NULL; c = c->next) {
+            if (c->replied && c->sending && c->abandon_ns != 0 && c->abandon_ns <= now) {
+                cks_tp_call_abandon(w, c); /* c is gone */
+                again = 1;
+                break;
+            }
+            if (c->replied || c->deadline_ns > now) {
+                continue;
+            }
+            cks_tp_conn_h conn = c->conn;
+            int in_flight      = c->sending;
+            cks_tp_conn_get(conn); /* the call's reference goes when it ends */
+            cks_warn("%s: %s did not answer in time", w->name, conn->peer);
+            conn->unanswered = conn->outgoing;
+            c->deadline_ns   = UINT64_MAX;
+            cks_tp_call_fail(w, c, CKS_ERR_TIMEOUT, "no answer in time"); /* c may be gone */
+            if (in_flight && !conn->closed) {
+                /* UCX still reads the payload: only closing releases it */
+                cks_tp_conn_close(conn);
+                cks_tp_calls_fail_conn(w, conn, CKS_ERR_TIMEOUT);
+            }
+            cks_tp_conn_put(conn);
+            again = 1;
+            break;
+        }
+    }
+    uint64_t next = UINT64_MAX;
+    for (c = w->calls_head; c != NULL; c = c->next) {
+        if (!c->replied) {
+            next = CKS_MIN(next, c->deadline_ns);
+        } else if (c->sending && c->abandon_ns != 0) {
+            next = CKS_MIN(next, c->abandon_ns);
+        }
+    }
+    return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
+}
