@@ -336,6 +336,9 @@ struct cks_read {
     size_t nsubs;
     unsigned pending;          /* reads in flight, stripes waiting, holds */
     int lost;                  /* a stripe could not be rebuilt (error text set) */
+    char lost_text[CKS_KEY_MAX_LEN + 192]; /* the first lost stripe's, said again at
+                                              the end: a chunk read that timed out
+                                              after it must not be the last word */
     int crc_bad;               /* a chunk failed its CRC (decoded around) */
     cks_status_t status;
     cks_done_cb_t cb;
@@ -551,6 +554,9 @@ static void cks_read_finish(cks_read_t *rd, cks_status_t status)
 /* Nothing in flight or waiting any more: every stripe was read, rebuilt or lost. */
 static void cks_read_end(cks_read_t *rd)
 {
+    if (rd->lost) {
+        cks_cl_set_errorf(rd->c, CKS_ERR_DATA_LOST, "%s", rd->lost_text);
+    }
     cks_read_finish(rd, rd->lost ? CKS_ERR_DATA_LOST : CKS_OK);
 }
 
@@ -645,6 +651,7 @@ static void cks_read_stripe_lost(cks_read_stripe_t *bs, unsigned have)
                      have + corrupt < width ? width - have - corrupt : 0);
     if (!rd->lost) {
         cks_cl_set_errorf(rd->c, CKS_ERR_DATA_LOST, "%s", text);
+        snprintf(rd->lost_text, sizeof(rd->lost_text), "%s", text);
     }
     cks_error("%s", text);
     rd->lost     = 1;
