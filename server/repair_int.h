@@ -1,0 +1,217 @@
+/*
+ * repair.c, catchup.c and promote.c: catch-up and repair state, shared.
+ */
+#ifndef CKS_REPAIR_INT_H
+#define CKS_REPAIR_INT_H
+
+#include "server_int.h"
+
+#define CKS_RP_CALL_MS        5000
+#define CKS_RP_FETCH_MS       10000
+#define CKS_RP_ROUND_EVERY_NS (10ull * 1000000000ull)
+#define CKS_RP_RETRY_NS       (1ull * 1000000000ull)
+/* the next round, when a server did not answer this one: one cut off by a
+ * partition, or restarting, is caught up soon after it is back */
+#define CKS_RP_ROUND_SOON_NS  (3ull * 1000000000ull)
+/* A first round that a server answered while still catching up itself (it
+ * restarted too) is run again, for at most this long after start: what it
+ * holds may not be the truth yet (its drops in particular). */
+#define CKS_RP_FIRST_WAIT_NS  (3ull * 1000000000ull)
+#define CKS_RP_AGAIN_NS       (200ull * 1000000ull)
+#define CKS_RP_SCAN_EVERY_NS  (60ull * 1000000000ull)
+#define CKS_RP_RESCAN_NS      (5ull * 1000000000ull) /* after tasks failed */
+#define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)
+#define CKS_RP_TASKS_MAX      65536u
+#define CKS_RP_INFLIGHT       4u
+#define CKS_RP_CHECKS_MAX     16u
+#define CKS_RP_RATE_DEFAULT   (256ull << 20)
+/* No client data through this server for this long: repair runs at its idle
+ * pace (--repair-idle-rate, no cap by default) instead of --repair-rate. */
+#define CKS_RP_IDLE_NS        (500ull * 1000000ull)
+/* The state of a drop record (a deleted version) in SYNC_LIST version pages,
+ * between servers only (servers before drop records skip states above
+ * ABORTED); created_ns names the incarnation that was deleted. */
+#define CKS_RP_STATE_DROPPED  0x100u
+
+
+/* What the servers answering a round hold of one version. */
+typedef struct {
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    cks_msg_version_entry_t best; /* the best restorable state seen, or any */
+    size_t best_pos;
+    int best_restorable;
+    unsigned nrestorable;         /* answering servers that hold it restorable */
+    int dropped;                  /* a server answering recorded its delete: */
+    uint64_t drop_created;        /* of the incarnation created then */
+} cks_rp_seen_t;
+
+typedef enum {
+    CKS_RP_ACT_FETCH = 0, /* manifest and record from a peer */
+    CKS_RP_ACT_RECORD,    /* the record alone (a better state) */
+    CKS_RP_ACT_DROP,      /* deleted while this server was away */
+} cks_rp_act_type_t;
+
+typedef struct {
+    cks_rp_act_type_t type;
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    cks_md_version_t rec;
+    size_t pos;
+} cks_rp_act_t;
+
+/* A chunk placed here that this server does not hold. */
+typedef struct {
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    char key[CKS_KEY_MAX_LEN + 1];
+    uint32_t key_len;
+    uint64_t version; /* whose chunks: the object's source version */
+    uint64_t mversion; /* the manifest that needs it */
+    uint64_t stripe;
+    uint32_t idx;
+    unsigned k, m;
+    uint64_t chunk;
+} cks_rp_task_t;
+
+typedef struct cks_rp_fetch cks_rp_fetch_t;
+typedef struct cks_rp_work cks_rp_work_t;
+
+struct cks_rp_fetch {
+    cks_rp_work_t *w;
+    unsigned idx;      /* the chunk of the stripe */
+    uint8_t *buf;
+    uint64_t crc;
+    unsigned pending;  /* the call, and a receipt it started */
+    cks_status_t status;
+};
+
+/* A task being done: its reads, then the decode and the record. */
+struct cks_rp_work {
+    cks_server_h s;
+    cks_rp_task_t t;
+    uint16_t group[CKS_PLACE_WIDTH_MAX];
+    unsigned next;     /* next member of the group to ask */
+    unsigned reading;  /* reads in flight */
+    unsigned have;     /* chunks read and checked */
+    cks_rp_fetch_t f[CKS_PLACE_WIDTH_MAX];
+    uint64_t off;      /* the rebuilt chunk's arena space */
+};
+
+/* A coordinator's question to every server about one DEGRADED version. */
+typedef struct {
+    cks_server_h s;
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    cks_md_version_t rec;
+    unsigned waiting;
+    unsigned clean; /* servers that answered that they hold every chunk */
+    unsigned total;
+} cks_rp_check_t;
+
+/* A request held until this server has caught up (its strings copied). */
+typedef struct cks_rp_held {
+    struct cks_rp_held *next;
+    cks_tp_conn_h conn; /* one reference */
+    unsigned type;
+    uint64_t req_id;
+    cks_msg_any_t b;
+    char job[CKS_JOB_MAX_LEN + 1];
+    char key[CKS_KEY_MAX_LEN + 1];
+} cks_rp_held_t;
+
+#define CKS_RP_HELD_MAX 1024u
+
+struct cks_rp {
+    cks_server_h s;
+    cks_rp_held_t *held, **held_tail; /* oldest first */
+    unsigned nheld;
+    int synced;            /* a round of catch-up ended since start */
+    uint64_t start_ns;
+    /* the round */
+    int round;             /* a round is running */
+    uint64_t next_round_ns;
+    size_t peer;           /* the server being listed */
+    int phase;             /* 0: its jobs, 1: versions of jobs[jobi] */
+    char (*jobs)[CKS_JOB_MAX_LEN + 1];
+    size_t njobs, capjobs, jobi;
+    uint64_t after;
+    int has_after;
+    uint8_t *answered;     /* per position: 1 caught up, 2 catching up */
+    cks_hmap_t *seen;      /* "job\0be64(version)" -> cks_rp_seen_t */
+    cks_rp_act_t *acts;
+    size_t nacts, capacts, acti;
+    char after_key[CKS_KEY_MAX_LEN + 1];
+    uint32_t after_key_len;
+    unsigned mdq_pending;  /* jobs of this round not yet done */
+    unsigned learned, dropped;
+    /* repair */
+    cks_rp_task_t *tasks;
+    size_t ntasks, taski;
+    cks_hmap_t *queued;    /* chunks in tasks: not queued twice */
+    int scan_wanted;
+    uint64_t next_scan_ns;
+    unsigned inflight;
+    uint64_t rate_cap;      /* while clients move data (--repair-rate; UINT64_MAX: none) */
+    uint64_t idle_cap;      /* while they do not (--repair-idle-rate; UINT64_MAX: none) */
+    double tokens;
+    uint64_t tokens_ns;
+    uint64_t chunks_done, bytes_done, failed;
+    uint64_t failed_at_scan; /* `failed` when the last scan ran */
+    uint64_t win_ns, win_bytes, rate;
+    uint64_t warned_ns;
+    /* coordinator checks */
+    uint64_t next_check_ns;
+    unsigned checks;
+    cks_hmap_t *checking;
+};
+
+
+/* A version to repair or check, and the list of them. */
+typedef struct {
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    cks_md_version_t rec;
+} cks_rp_ver_t;
+
+typedef struct {
+    cks_rp_ver_t *v;
+    size_t n, cap;
+    int degraded_coord_only; /* the coordinator's checks: DEGRADED versions it coordinates */
+    cks_server_h s;
+} cks_rp_vers_t;
+
+/* A chunk placed here that is missing (cks_rp_walk()). */
+typedef void (*cks_rp_missing_cb_t)(const cks_rp_task_t *t, void *arg);
+
+/* Records of catch-up and repair go to the metadata writer through this. */
+void cks_rp_mdq_push(cks_server_h s, cks_mdq_job_t *j);
+
+/* ---- between repair.c, catchup.c (the catch-up round, SYNC_LIST) and
+ * promote.c (DEGRADED to PROTECTED) ---- */
+
+int cks_rp_restorable(uint32_t state);
+
+int cks_rp_better(uint32_t a_state, uint64_t a_missing, uint32_t b_state,
+                         uint64_t b_missing);
+
+void cks_rp_rec_from_entry(cks_md_version_t *r, const cks_msg_version_entry_t *e);
+
+cks_status_t cks_rp_walk(cks_server_h s, cks_md_txn_h txn, const char *job,
+                                size_t job_len, const cks_md_version_t *rec,
+                                cks_rp_missing_cb_t cb, void *arg, uint64_t *n_p);
+
+cks_status_t cks_rp_vers_add(const char *job, size_t job_len, const cks_md_version_t *v,
+                                    void *arg);
+
+void cks_rp_round_reset(cks_rp_t *rp);
+
+void cks_rp_round_begin(cks_server_h s);
+
+void cks_rp_round_step(cks_server_h s);
+
+void cks_rp_release_held(cks_server_h s, int cancel);
+
+void cks_rp_check_versions(cks_server_h s);
+
+#endif
