@@ -27,6 +27,30 @@
 #define CKS_SV_SEAL_TIMEOUT_NS (60ull * 1000000000ull)
 #define CKS_SV_CHUNK_MAX       (64u << 20)
 
+/* Versions left OPEN without their coordinator state, claimed again
+ * (cluster.c): every this long, this many times at most. */
+#define CKS_SV_RELOST_EVERY_NS (5ull * 1000000000ull)
+#define CKS_SV_RELOST_TRIES    720
+/* Drops a peer missed, sent again (outcome.c): at most this many kept, one
+ * try every CKS_SV_OWED_EVERY ns. */
+#define CKS_SV_OWED_MAX   4096
+#define CKS_SV_OWED_EVERY (1000000000ull) /* ns between tries */
+/* Objects a primary owes the coordinator (objects.c): see there. */
+#define CKS_SV_OWED_EVERY_NS (250ull * 1000000ull) /* how often a debtor is asked */
+#define CKS_SV_OWED_ASK_MS   2000                   /* how long an answer may take */
+#define CKS_SV_OWED_GONE     2                      /* failed questions in a row: gone */
+
+/* Broadcasts to every other server: a manifest in pages, or a drop. */
+typedef struct {
+    cks_server_h s;
+    cks_sv_version_t *v;
+    size_t pos;
+    size_t next;   /* commit: next object to send */
+    int drop;      /* 1: VERSION_DROP */
+    uint32_t drop_state;
+    uint8_t *page;
+} cks_bcast_t;
+
 struct cks_cput;
 
 cks_ec_h cks_sv_ec(cks_server_h s, unsigned k, unsigned m);
@@ -48,5 +72,39 @@ void cks_sv_slow_sends(cks_server_h s, int all);
 
 void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
                               cks_status_t *status_p, char *why, size_t why_len);
+
+/* ---- between the coordinator's files: cluster.c, objects.c (objects
+ * reported and owed) and outcome.c (seals, commit, abort, the broadcasts) ---- */
+
+int cks_sv_cv_open(const cks_sv_version_t *v);
+
+void cks_sv_relost_add(cks_server_h s, const char *job, size_t job_len,
+                              uint64_t version, uint64_t when_ns);
+
+int cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m);
+
+int cks_sv_coordinated_elsewhere(cks_server_h s, const cks_sv_version_t *v,
+                                        const cks_wire_str_t *job, uint64_t version,
+                                        char *why, size_t why_len);
+
+void cks_sv_cv_kick(const void *key, size_t len, void *value, void *arg);
+
+cks_status_t cks_sv_owed_sealed(cks_server_h s, cks_sv_version_t *v,
+                                       const cks_wire_str_t *primaries);
+
+void cks_sv_cv_owed_each(const void *key, size_t len, void *value, void *arg);
+
+void cks_sv_owed_send(cks_server_h s, int all_cancel);
+
+void cks_bcast_send(cks_bcast_t *b);
+
+const cks_sv_aborted_t *cks_sv_aborted_find(cks_server_h s, const cks_wire_str_t *job,
+                                                   uint64_t version);
+
+void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v);
+
+void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit);
+
+void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v);
 
 #endif

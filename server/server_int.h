@@ -570,4 +570,38 @@ void cks_rp_repair_check(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_
                          const cks_msg_version_ref_t *m);
 void cks_rp_repair_status(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id);
 
+/* ---- between server.c and handlers.c ---- */
+
+void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v);
+
+int cks_sv_restorable(cks_vstate_t st);
+
+void cks_sv_version_kick(cks_server_h s, cks_sv_version_t *v);
+
+void cks_sv_version_defer(cks_server_h s, cks_sv_version_t *v, cks_sv_wait_t wait,
+                                 cks_tp_conn_h conn, uint64_t req_id);
+
+size_t cks_sv_drain_done(cks_server_h s);
+
+void cks_sv_auth_refuse(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                               const char *why);
+
+void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_auth_t *m);
+
+void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                         const cks_msg_hello_t *m);
+
+void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                 const cks_msg_version_begin_t *m);
+
+void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                       const cks_msg_put_t *m, cks_tp_data_t *data);
+
+void cks_sv_version_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                               unsigned type, const cks_msg_version_ref_t *m);
+
+void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                       const cks_msg_get_t *m, const cks_tp_data_t *dest, int checked);
+
 #endif
