@@ -1439,8 +1439,11 @@ static void ch_random(int rounds, uint64_t bound_ms)
             ch_pause_ms(100); /* still being aborted (its drop waits on servers just killed) */
             st = cks_version_delete(c0, "chaos", w);
         }
-        cr_assert(st == CKS_OK || st == CKS_ERR_NO_SUCH_VERSION, "delete of %llu: %s",
-                  (unsigned long long)w, cks_status_name(st));
+        /* not here: NO_SUCH_VERSION, or NO_SUCH_JOB from a coordinator that
+         * missed the version (cut off during it) and holds no other version
+         * of the job any more; the drop goes to every server all the same */
+        cr_assert(st == CKS_OK || st == CKS_ERR_NO_SUCH_VERSION || st == CKS_ERR_NO_SUCH_JOB,
+                  "delete of %llu: %s", (unsigned long long)w, cks_status_name(st));
     }
     /* A server restarted at the end may still list a version deleted while
      * it was away until its catch-up has applied the drop (drop records
