@@ -1,0 +1,131 @@
+/*
+ * The staging ring's state, shared by stage.c, stage_put.c and stage_get.c.
+ */
+#ifndef CKS_STAGE_INT_H
+#define CKS_STAGE_INT_H
+
+#include "stage.h"
+
+#define CKS_STAGE_ALIGN 4096u
+
+typedef enum {
+    CKS_SLOT_FREE = 0,
+    CKS_SLOT_BUSY, /* a copy or a receive is under way */
+    CKS_SLOT_READY /* put: copied, UCX may take it; get: received */
+} cks_slot_state_t;
+
+struct cks_stage_job {
+    cks_stage_job_t *next;
+    cks_stage_t *st;
+    int is_put;
+    int host;               /* a put of host memory (CKS_PUT_FIELD_STAGED):
+                               copied with memcpy(), never by the engine */
+    uint8_t *dev;           /* device source (put) or destination (get) */
+    uint64_t len;           /* bytes to move */
+    int device;
+    cks_done_cb_t cb;       /* caller's */
+    void *arg;
+    /* put */
+    cks_op_t *op;
+    char vjob[CKS_JOB_NAME_MAX + 1]; /* its version (the op is gone at the end) */
+    uint64_t version;
+    cks_done_cb_t copied_cb;
+    void *copied_arg;
+    cks_tp_source_t src;
+    uint64_t packed;        /* slices UCX has taken whole */
+    int op_done;
+    cks_status_t op_status;
+    /* get */
+    cks_restore_h r;
+    char key[CKS_KEY_NAME_MAX + 1];
+    uint64_t offset;        /* in the object */
+    uint64_t *length_p;
+    uint32_t flags;
+    int range;
+    int chain;              /* get: the object's CRC is checked here over the
+                               slices, in order (a standalone server then sends
+                               each slice unchecked: CKS_WIRE_F_CHECKED) */
+    uint64_t buffer_size;
+    unsigned reads;         /* range gets in flight */
+    /* both */
+    uint64_t nslices;
+    uint64_t base;          /* its slice i is in slot (base + i) % nslots */
+    int handed_off;         /* a put whose completion the op's callback runs */
+    cks_status_t status;    /* first error */
+};
+
+/* A slot's range get, as its callback sees it. */
+typedef struct {
+    cks_stage_t *st;
+    unsigned slot;
+    uint64_t got;           /* bytes the get wrote */
+} cks_slot_read_t;
+
+struct cks_stage {
+    cks_client_h c;
+    const cks_stage_engine_ops_t *ops;
+    void *eng;
+    int direct;             /* UCX moves CUDA memory: puts go direct */
+    int no_device;          /* no copy engine for device memory: host-staged
+                               puts only (memcpy), device transfers refused */
+    int device;             /* the device the engine is bound to (-1: none yet) */
+    uint8_t *ring;
+    uint64_t slice;
+    unsigned nslots;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;    /* any change of the below */
+    cks_stage_job_t *head, *tail;
+    cks_stage_job_t *cur;
+    int stop;
+    cks_slot_state_t state[CKS_STAGE_SLICES_MAX];
+    uint64_t slot_slice[CKS_STAGE_SLICES_MAX]; /* the slice a slot holds */
+    cks_stage_job_t *slot_job[CKS_STAGE_SLICES_MAX]; /* of which job */
+    uint64_t ring_pos;      /* where the next job starts in the ring */
+    cks_status_t slot_status[CKS_STAGE_SLICES_MAX];
+    cks_slot_read_t reads[CKS_STAGE_SLICES_MAX];
+    int fail_slice;         /* test builds: CKS_STAGE_FAIL_SLICE, -1: none */
+    char why[160];          /* no_device: why there is no device */
+    uint64_t host_ns[CKS_STAGE_SLICES_MAX]; /* a host-staged slice's memcpy() */
+    uint64_t copies;        /* copies started (for fail_slice) */
+    /* figures */
+    uint64_t puts_direct, puts_staged, gets_staged, staged_bytes, copy_ns;
+    uint64_t host_puts, host_bytes; /* host-staged puts (CKS_PUT_FIELD_STAGED) */
+};
+
+/* ---- between stage.c, stage_put.c and stage_get.c ---- */
+
+void cks_stage_error(cks_client_h c, cks_status_t status, const char *why);
+
+cks_status_t cks_stage_get(cks_client_h c, int host_ok, cks_stage_t **st_p, char *c_why,
+                                  size_t why_len);
+
+cks_status_t cks_stage_classify(cks_client_h c, const void *ptr, cks_mem_type_t asked,
+                                       cks_stage_t **st_p, cks_mem_type_t *type_p,
+                                       int *device_p);
+
+void cks_stage_enqueue(cks_stage_t *st, cks_stage_job_t *j);
+
+uint64_t cks_stage_slice_len(const cks_stage_t *st, const cks_stage_job_t *j,
+                                    uint64_t i);
+
+unsigned cks_stage_slot(const cks_stage_t *st, const cks_stage_job_t *j, uint64_t i);
+
+void cks_stage_deadline(struct timespec *ts, int ms);
+
+size_t cks_stage_pack(void *arg, size_t offset, void *dst, size_t max);
+
+void cks_stage_drain(cks_stage_t *st);
+
+cks_status_t cks_stage_copy_start(cks_stage_t *st, cks_stage_job_t *j, uint64_t i,
+                                         unsigned slot);
+
+cks_status_t cks_stage_copy_wait(cks_stage_t *st, const cks_stage_job_t *j,
+                                        unsigned slot, uint64_t *ns_p);
+
+void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j);
+
+void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j);
+
+#endif

@@ -1,0 +1,457 @@
+/*
+ * DESIGN: puts through the staging ring: a device buffer (or a host one,
+ * CKS_PUT_FIELD_STAGED) copied slice by slice into ring slots on the stage
+ * thread and sent from there, in order; the put ends when every slice was
+ * sent and the server answered. See stage.c for the whole design.
+ *
+ * Never: reuse a slot UCX or a copy may still use.
+ */
+#include "stage_int.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- puts --------------------------------------------------------------------------------- */
+
+/* COPIED for a put that is not staged: its callback, wrapped. */
+typedef struct {
+    cks_done_cb_t cb, copied_cb;
+    void *arg, *copied_arg;
+    cks_stage_t *st;
+    int direct;
+} cks_put_wrap_t;
+
+static void cks_stage_put_wrap_done(void *arg, cks_status_t status)
+{
+    cks_put_wrap_t *w = arg;
+    if (w->direct) {
+        pthread_mutex_lock(&w->st->lock);
+        w->st->puts_direct++;
+        pthread_mutex_unlock(&w->st->lock);
+    }
+    if (w->copied_cb != NULL) {
+        w->copied_cb(w->copied_arg, status);
+    }
+    w->cb(w->arg, status);
+    free(w);
+}
+
+
+cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_t *op,
+                              cks_done_cb_t *cb_p, void **arg_p)
+{
+    cks_mem_type_t asked = (p->field_mask & CKS_PUT_FIELD_MEM_TYPE) ? p->mem_type : CKS_MEM_HOST;
+    cks_mem_type_t type  = CKS_MEM_HOST;
+    int copied = (p->field_mask & CKS_PUT_FIELD_COPIED) && p->copied_cb != NULL;
+    int staged = (p->field_mask & CKS_PUT_FIELD_STAGED) != 0;
+    cks_stage_t *st = NULL;
+    int device = 0;
+    cks_status_t status;
+
+    if ((unsigned)asked > CKS_MEM_AUTO) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (asked != CKS_MEM_HOST && p->size > 0) {
+        status = cks_stage_classify(c, p->buffer, asked, &st, &type, &device);
+        if (status != CKS_OK) {
+            return status;
+        }
+    }
+    int host_staged = staged && type == CKS_MEM_HOST && p->size > 0;
+    if (host_staged) {
+        char why[160] = "";
+        st     = NULL;
+        status = cks_stage_get(c, 1, &st, why, sizeof(why));
+        if (status != CKS_OK) {
+            if (why[0] != '\0') {
+                cks_stage_error(c, status, why);
+            }
+            return status;
+        }
+    }
+    if (!host_staged && (type == CKS_MEM_HOST || st->direct)) {
+        op->mem_type = type;
+        if (!copied && type == CKS_MEM_HOST) {
+            return CKS_OK;
+        }
+        cks_put_wrap_t *w = calloc(1, sizeof(*w));
+        if (w == NULL) {
+            return CKS_ERR_NO_MEMORY;
+        }
+        w->cb         = *cb_p;
+        w->arg        = *arg_p;
+        w->copied_cb  = copied ? p->copied_cb : NULL;
+        w->copied_arg = p->copied_arg;
+        w->st         = st;
+        w->direct     = type == CKS_MEM_CUDA;
+        *cb_p         = cks_stage_put_wrap_done;
+        *arg_p        = w;
+        return CKS_OK;
+    }
+    cks_stage_job_t *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    j->st         = st;
+    j->is_put     = 1;
+    j->host       = host_staged;
+    j->dev        = (uint8_t *)p->buffer;
+    j->len        = p->size;
+    j->device     = device;
+    j->cb         = *cb_p;
+    j->arg        = *arg_p;
+    j->copied_cb  = copied ? p->copied_cb : NULL;
+    j->copied_arg = p->copied_arg;
+    j->op         = op;
+    j->version    = p->version;
+    snprintf(j->vjob, sizeof(j->vjob), "%s", p->job);
+    j->nslices    = (p->size + st->slice - 1) / st->slice;
+    j->src.len    = p->size;
+    j->src.pack   = cks_stage_pack;
+    j->src.arg    = j;
+    op->mem_type  = CKS_MEM_CUDA; /* never described for one-copy transfers */
+    op->stage     = j;
+    cks_stage_enqueue(st, j);
+    return CKS_INPROGRESS;
+}
+
+cks_status_t cks_stage_prepare(cks_client_h c)
+{
+    char why[160] = "";
+    cks_stage_t *st = NULL;
+    if (c == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    cks_status_t status = cks_stage_get(c, 1, &st, why, sizeof(why));
+    if (status != CKS_OK && why[0] != '\0') {
+        cks_stage_error(c, status, why);
+    }
+    return status;
+}
+
+const cks_tp_source_t *cks_cl_stage_source(cks_stage_job_t *j)
+{
+    return &j->src;
+}
+
+uint64_t cks_stage_slice_len(const cks_stage_t *st, const cks_stage_job_t *j,
+                                    uint64_t i)
+{
+    uint64_t off = i * st->slice;
+    return CKS_MIN(st->slice, j->len - off);
+}
+
+unsigned cks_stage_slot(const cks_stage_t *st, const cks_stage_job_t *j, uint64_t i)
+{
+    return (unsigned)((j->base + i) % st->nslots);
+}
+
+void cks_stage_deadline(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* UCX takes bytes [offset, offset + max) of a staged put (progress thread).
+ * It waits for the slice's copy, which the stage thread has started or
+ * starts without needing this thread; a slice that cannot come (an error,
+ * the client's timeout) is sent as zeros and the put fails (its version is
+ * aborted: cks_stage_run_put()). */
+size_t cks_stage_pack(void *arg, size_t offset, void *dst, size_t max)
+{
+    cks_stage_job_t *j = arg;
+    cks_stage_t *st    = j->st;
+    uint64_t i         = offset / st->slice;
+    uint64_t within    = offset % st->slice;
+    uint64_t n         = CKS_MIN((uint64_t)max, cks_stage_slice_len(st, j, i) - within);
+    unsigned slot      = cks_stage_slot(st, j, i);
+    struct timespec dl;
+
+    pthread_mutex_lock(&st->lock);
+    if (j->status == CKS_OK && i < j->packed) {
+        j->status = CKS_ERR_INTERNAL; /* asked again for bytes already released */
+        cks_error("staged put: UCX asked again for offset %zu", offset);
+    }
+    cks_stage_deadline(&dl, st->c->timeout_ms);
+    while (j->status == CKS_OK && !st->stop &&
+           !(st->state[slot] == CKS_SLOT_READY && st->slot_job[slot] == j &&
+             st->slot_slice[slot] == i)) {
+        if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
+            j->status = CKS_ERR_TIMEOUT;
+            cks_warn("staged put: slice %llu not copied within %d ms",
+                     (unsigned long long)i, st->c->timeout_ms);
+        }
+    }
+    if (j->status == CKS_OK && st->stop) {
+        j->status = CKS_ERR_CANCELED;
+    }
+    if (j->status != CKS_OK) {
+        pthread_mutex_unlock(&st->lock);
+        memset(dst, 0, (size_t)n);
+        return (size_t)n;
+    }
+    pthread_mutex_unlock(&st->lock);
+    memcpy(dst, st->ring + (uint64_t)slot * st->slice + within, (size_t)n);
+    if (within + n == cks_stage_slice_len(st, j, i)) {
+        pthread_mutex_lock(&st->lock);
+        st->state[slot] = CKS_SLOT_FREE;
+        j->packed       = i + 1;
+        pthread_cond_broadcast(&st->cond);
+        pthread_mutex_unlock(&st->lock);
+    }
+    return (size_t)n;
+}
+
+/* The put's op completed (progress thread). */
+static void cks_stage_put_op_done(void *arg, cks_status_t status)
+{
+    cks_stage_job_t *j = arg;
+    cks_stage_t *st    = j->st;
+    pthread_mutex_lock(&st->lock);
+    int handed_off = j->handed_off; /* else the stage thread frees j once we unlock */
+    j->op_done     = 1;
+    j->op_status   = status;
+    if (handed_off) {
+        /* copied whole, then sent: UCX is done with its slots; it ends here */
+        for (unsigned s = 0; s < st->nslots; s++) {
+            if (st->slot_job[s] == j) {
+                st->state[s]    = CKS_SLOT_FREE;
+                st->slot_job[s] = NULL;
+            }
+        }
+        *(j->host ? &st->host_puts : &st->puts_staged) += 1;
+    }
+    pthread_cond_broadcast(&st->cond);
+    pthread_mutex_unlock(&st->lock);
+    if (handed_off) {
+        j->cb(j->arg, status);
+        free(j);
+    }
+}
+
+/* Wait until no slot is in use: earlier objects' slots are released by the
+ * progress thread (pack, or the op's end), never by this one. */
+void cks_stage_drain(cks_stage_t *st)
+{
+    for (;;) {
+        unsigned busy = 0;
+        for (unsigned s = 0; s < st->nslots; s++) {
+            busy += st->state[s] != CKS_SLOT_FREE;
+        }
+        if (busy == 0) {
+            return;
+        }
+        pthread_cond_wait(&st->cond, &st->lock);
+    }
+}
+
+/* Start a copy for slice i of the current job into/out of its slot; an
+ * injected failure (test builds) counts as the copy's. Stage thread. */
+cks_status_t cks_stage_copy_start(cks_stage_t *st, cks_stage_job_t *j, uint64_t i,
+                                         unsigned slot)
+{
+    uint64_t len = cks_stage_slice_len(st, j, i);
+    uint8_t *host = st->ring + (uint64_t)slot * st->slice;
+    uint8_t *dev  = j->dev + i * st->slice;
+    if (st->fail_slice >= 0 && st->copies++ == (uint64_t)st->fail_slice) {
+        cks_warn("staged %s: slice %llu: injected copy failure (CKS_STAGE_FAIL_SLICE)",
+                 j->is_put ? "put" : "get", (unsigned long long)i);
+        return CKS_ERR_INTERNAL;
+    }
+    if (j->host) { /* host memory: copied here, at once */
+        uint64_t t0 = cks_time_ns();
+        memcpy(host, dev, len);
+        st->host_ns[slot] = cks_time_ns() - t0;
+        return CKS_OK;
+    }
+    return j->is_put ? st->ops->copy_start(st->eng, slot, CKS_COPY_D2H, host, dev, len)
+                     : st->ops->copy_start(st->eng, slot, CKS_COPY_H2D, dev, host, len);
+}
+
+/* Wait for a slot's copy (stage thread, lock not held); *ns_p the wait
+ * (a host-staged slice: its memcpy()). */
+cks_status_t cks_stage_copy_wait(cks_stage_t *st, const cks_stage_job_t *j,
+                                        unsigned slot, uint64_t *ns_p)
+{
+    if (j->host) {
+        *ns_p = st->host_ns[slot];
+        return CKS_OK;
+    }
+    uint64_t t0 = cks_time_ns();
+    cks_status_t status = st->ops->copy_wait(st->eng, slot);
+    *ns_p = cks_time_ns() - t0;
+    return status;
+}
+
+/* Run a staged put (stage thread, lock held on entry and exit). */
+void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
+{
+    cks_client_h c   = st->c;
+    uint64_t started = 0, copied = 0;
+    struct timespec dl;
+    cks_status_t status;
+
+    /* An object that fits in the ring is copied whole before its request
+     * goes out, so that a failed copy fails it before the server saw a
+     * byte; a larger one is sent while it is copied. */
+    int whole = j->nslices <= st->nslots;
+    if (whole && j->base % st->nslots + j->nslices > st->nslots) {
+        /* it would wrap: it starts at slot 0, so that its slots are one run
+         * of the ring and it is sent from there as host memory */
+        j->base += st->nslots - j->base % st->nslots;
+    }
+    if (!whole) {
+        /* its pack must only ever wait for its own copies */
+        cks_stage_drain(st);
+        status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
+        if (status != CKS_INPROGRESS) {
+            j->op        = NULL; /* freed */
+            j->op_done   = 1;
+            j->op_status = status;
+            j->status    = status;
+        }
+    }
+    /* copy slice after slice, at most nslots ahead of what UCX took */
+    while (j->status == CKS_OK && copied < j->nslices && !j->op_done) {
+        if (started < j->nslices && started < j->packed + st->nslots &&
+            st->state[cks_stage_slot(st, j, started)] == CKS_SLOT_FREE) {
+            unsigned slot = cks_stage_slot(st, j, started);
+            st->state[slot]      = CKS_SLOT_BUSY;
+            st->slot_slice[slot] = started;
+            st->slot_job[slot]   = j;
+            pthread_mutex_unlock(&st->lock);
+            status = cks_stage_copy_start(st, j, started, slot);
+            pthread_mutex_lock(&st->lock);
+            if (status != CKS_OK) {
+                st->state[slot] = CKS_SLOT_FREE;
+                j->status       = status;
+                break;
+            }
+            started++;
+            if (started - copied < 2 && started < j->nslices &&
+                started < j->packed + st->nslots &&
+                st->state[cks_stage_slot(st, j, started)] == CKS_SLOT_FREE) {
+                continue; /* two copies under way before waiting for one */
+            }
+        }
+        if (copied < started) {
+            unsigned slot = cks_stage_slot(st, j, copied);
+            uint64_t ns;
+            pthread_mutex_unlock(&st->lock);
+            status = cks_stage_copy_wait(st, j, slot, &ns);
+            pthread_mutex_lock(&st->lock);
+            st->copy_ns += ns;
+            *(j->host ? &st->host_bytes : &st->staged_bytes) += cks_stage_slice_len(st, j, copied);
+            if (status != CKS_OK) {
+                j->status = status;
+                break;
+            }
+            st->state[slot] = CKS_SLOT_READY;
+            copied++;
+            pthread_cond_broadcast(&st->cond);
+            continue;
+        }
+        /* the next slot holds a slice UCX has not taken yet (this object's,
+         * or an earlier one's) */
+        cks_stage_deadline(&dl, c->timeout_ms);
+        while ((started >= j->packed + st->nslots ||
+                st->state[cks_stage_slot(st, j, started)] != CKS_SLOT_FREE) &&
+               j->status == CKS_OK && !j->op_done) {
+            if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
+                break; /* the op's own timeout ends it */
+            }
+        }
+    }
+    /* copies started and not waited for still use the device buffer */
+    while (copied < started) {
+        unsigned slot = cks_stage_slot(st, j, copied);
+        uint64_t ns;
+        pthread_mutex_unlock(&st->lock);
+        (void)cks_stage_copy_wait(st, j, slot, &ns);
+        pthread_mutex_lock(&st->lock);
+        copied++;
+    }
+    cks_status_t stage_status = j->status;
+    if (j->status != CKS_OK) {
+        pthread_cond_broadcast(&st->cond); /* pack: stop waiting */
+        cks_warn("staged put of %llu bytes: %s", (unsigned long long)j->len,
+                 cks_status_string(j->status));
+    }
+    if (j->copied_cb != NULL) { /* the device buffer is the caller's again */
+        cks_done_cb_t cb = j->copied_cb;
+        j->copied_cb     = NULL;
+        pthread_mutex_unlock(&st->lock);
+        cb(j->copied_arg, j->status);
+        pthread_mutex_lock(&st->lock);
+    }
+    if (whole) {
+        if (j->status == CKS_OK) {
+            /* sent from its slots while the next objects are copied: the
+             * op's callback ends it (cks_stage_put_op_done(), which waits
+             * for this lock) */
+            j->handed_off = 1;
+            /* its slots are one run of the ring (cks_mem_alloc() memory): it
+             * goes as a host put from there - to a server on this host, one
+             * copy by the server from our mapped memory; elsewhere, UCX's
+             * zero-copy send - instead of through the pack callback */
+            j->op->stage       = NULL;
+            j->op->payload     = st->ring + (uint64_t)cks_stage_slot(st, j, 0) * st->slice;
+            j->op->payload_len = j->len;
+            j->op->mem_type    = CKS_MEM_HOST;
+            status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
+            if (status == CKS_INPROGRESS) {
+                return;
+            }
+            j->handed_off = 0;
+        } else {
+            free(j->op); /* never sent */
+            status = j->status;
+        }
+        j->op        = NULL;
+        j->op_done   = 1;
+        j->op_status = status;
+        j->status    = status;
+    }
+    /* the op's callback comes, at the latest, at its timeout or the client's end */
+    while (!j->op_done) {
+        pthread_cond_wait(&st->cond, &st->lock);
+    }
+    if (j->status == CKS_OK) {
+        j->status = j->op_status;
+    } else if (!whole && j->op_status != CKS_ERR_CANCELED) {
+        /* its first bytes were with the server before the copy failed, and
+         * UCX cannot take back the rest of a message it sends (zeros, from
+         * pack): the server may hold the object with bytes that are not the
+         * device's. Abort its version, so that it is never restored. */
+        cks_error("staged put: the copy of an object of %llu bytes failed while it was "
+                  "being sent (the server answered: %s): version %llu of job '%s' is "
+                  "aborted",
+                  (unsigned long long)j->len, cks_status_string(j->op_status),
+                  (unsigned long long)j->version, j->vjob);
+        pthread_mutex_unlock(&st->lock);
+        cks_status_t ast = cks_version_abort(c, j->vjob, j->version);
+        if (ast != CKS_OK) {
+            cks_error("staged put: cannot abort version %llu of job '%s': %s",
+                      (unsigned long long)j->version, j->vjob, cks_status_string(ast));
+        }
+        pthread_mutex_lock(&st->lock);
+    }
+    if (stage_status != CKS_OK) {
+        /* leave the reason for cks_client_last_error() */
+        pthread_mutex_unlock(&st->lock);
+        cks_stage_error(c, stage_status,
+                        whole ? "the staged copy of the device buffer failed; the object "
+                                "was not stored"
+                              : "the staged copy of the device buffer failed while the "
+                                "object was being sent: its version was aborted");
+        pthread_mutex_lock(&st->lock);
+    }
+    *(j->host ? &st->host_puts : &st->puts_staged) += 1;
+}
