@@ -359,5 +359,8 @@ void cks_cl_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
 
 void cks_cl_on_conn_err(void *arg, cks_tp_conn_h conn, cks_status_t status);
 
-#endif
+/* ---- between restore.c and read.c ---- */
 
+void cks_restore_renew(cks_restore_h r);
+
+#endif
