@@ -276,4 +276,13 @@ cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flag
                                 void *arg, cks_tp_call_hook_t hook, void *hook_arg,
                                 cks_tp_reply_cb_t on_reply);
 
+/* ---- between rma.c, prefault.c and rma_xfer.c ---- */
+
+void cks_tp_rkey_fault(cks_tp_rkey_t *rk, uint64_t addr, size_t len);
+
+int cks_tp_rkey_unfaulted(cks_tp_rkey_t *rk, uint64_t addr, size_t len);
+
+cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
+                                    cks_tp_rkey_t **rk_p);
+
 #endif
