@@ -1126,6 +1126,42 @@ Test(heal, stopped_coordinator_resumes_fenced_after_a_takeover, .timeout = 240)
     free(want);
 }
 
+/* Arena bytes a version's objects hold once spread: each stripe's k + m
+ * chunks, one per member (a primary keeps only its own). */
+static uint64_t ch_spread_bytes(uint64_t v)
+{
+    uint64_t total = 0;
+    for (int rank = 0; rank < 2; rank++) {
+        for (int i = 0; i < CH_OBJS; i++) {
+            uint64_t stripe_b = (uint64_t)K * CHUNK;
+            total += (ch_size(v, rank, i) + stripe_b - 1) / stripe_b * (K + M) * CHUNK;
+        }
+    }
+    return total;
+}
+
+/* Version vp->version begun by rank 0 (c0), both ranks' objects put, and
+ * every object spread: the servers' arena use is what it was before plus
+ * each stripe's k + m chunks (a primary frees the chunks it sent once the
+ * members recorded them, and reports the object then). Bounded: 20 s. */
+static void ch_begin_put_spread(cks_client_h c0, cks_client_h c1, uint64_t seed,
+                                const cks_version_params_t *vp, uint8_t *buf)
+{
+    uint64_t used0 = 0, used = 0, v = vp->version;
+    cr_assert_eq(cks_cluster_usage(c0, &used0, NULL), CKS_OK);
+    cr_assert_eq(cks_version_begin(c0, vp), CKS_OK);
+    cr_assert_eq(ch_put_rank(c0, seed, v, 0, buf), CKS_OK);
+    cr_assert_eq(ch_put_rank(c1, seed, v, 1, buf), CKS_OK);
+    uint64_t want = used0 + ch_spread_bytes(v), t0 = ch_ms();
+    while (cks_cluster_usage(c0, &used, NULL) == CKS_OK && used != want &&
+           ch_ms() - t0 < 20000) {
+        ch_pause_ms(20);
+    }
+    cr_assert_eq(used, want, "version %llu not spread after %llu ms: arena use %llu, want %llu",
+                 (unsigned long long)v, (unsigned long long)(ch_ms() - t0),
+                 (unsigned long long)used, (unsigned long long)want);
+}
+
 /*
  * A coordinator busy for longer than the client's request timeout: a member
  * stopped (SIGSTOP) when the ranks finish holds the commit's manifest
@@ -1159,10 +1195,7 @@ Test(heal, seal_that_outlasts_the_client_timeout_is_answered, .timeout = 240)
                   (unsigned long long)v);
     cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
                                .job = "chaos", .version = v, .nranks = 2, .timeout_s = 60};
-    cr_assert_eq(cks_version_begin(c0, &vp), CKS_OK);
-    cr_assert_eq(ch_put_rank(c0, seed, v, 0, buf), CKS_OK);
-    cr_assert_eq(ch_put_rank(c1, seed, v, 1, buf), CKS_OK);
-    ch_pause_ms(500); /* spread and reported */
+    ch_begin_put_spread(c0, c1, seed, &vp, buf);
     kill(cl.srv[member].pid, SIGSTOP);
     uint64_t t0    = ch_ms();
     ch_finish_t f1 = {c1, v, CKS_OK};
@@ -1236,30 +1269,27 @@ Test(heal, version_whose_trainer_and_takeover_died_is_dropped_once_they_return,
     int co = cand[0], tk = cand[1];
     cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
                                .job = "chaos", .version = v, .nranks = 2, .timeout_s = 30};
-    cr_assert_eq(cks_version_begin(c0, &vp), CKS_OK);
-    cr_assert_eq(ch_put_rank(c0, seed, v, 0, buf), CKS_OK);
-    cr_assert_eq(ch_put_rank(c1, seed, v, 1, buf), CKS_OK);
-    ch_pause_ms(500); /* spread and reported */
+    ch_begin_put_spread(c0, c1, seed, &vp, buf);
 
     close(go[0]);
     cks_test_cluster_kill(&cl, (size_t)co);
     cr_assert_eq(write(go[1], "f", 1), 1);
     close(go[1]);
-    snprintf(line, sizeof(line), "granted version %llu of 'chaos' to server %d",
-             (unsigned long long)v, tk);
-    int grants = 0;
-    for (int t = 0; t < 200 && grants < NSRV / 2; t++) {
-        ch_pause_ms(100);
-        grants = 0;
-        for (int i = 0; i < NSRV; i++) {
-            grants += i != co && i != tk && cks_test_log_count(cl.srv[i].log, line) > 0;
+    /* the takeover is won (a majority granted it) and the version opened
+     * there: the server says so once */
+    snprintf(line, sizeof(line), "took over version %llu of 'chaos' (ballot",
+             (unsigned long long)v);
+    int took = 0;
+    for (uint64_t t0 = ch_ms(); !took && ch_ms() - t0 < 20000;) {
+        took = cks_test_log_count(cl.srv[tk].log, line) > 0;
+        if (!took) {
+            ch_pause_ms(50);
         }
     }
-    ch_pause_ms(300);
     kill(trainer, SIGKILL);
     cr_assert_eq(waitpid(trainer, NULL, 0), trainer);
-    cr_assert_geq(grants, NSRV / 2, "server %d did not take version %llu over", tk,
-                  (unsigned long long)v);
+    cr_assert(took, "server %d did not take version %llu over (log in %s)", tk,
+              (unsigned long long)v, cl.srv[tk].log);
     cks_test_cluster_kill(&cl, (size_t)tk);
     fprintf(stderr, "version %llu: coordinator %d killed, then the trainer of rank 0, then "
                     "server %d that took the version over\n",
