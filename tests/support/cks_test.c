@@ -504,6 +504,22 @@ int cks_test_coordinators(const char *map, const char *job, uint64_t version, in
     return (int)n;
 }
 
+int cks_test_primary(const char *map, const char *job, const char *key, unsigned k,
+                     unsigned m)
+{
+    cks_cluster_h cm;
+    char err[256];
+    uint16_t group[CKS_PLACE_WIDTH_MAX];
+    if (cks_cluster_load(map, &cm, err, sizeof(err)) != CKS_OK) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    cks_status_t st =
+        cks_place(cm, job, strlen(job), key, strlen(key), 0, k, m, NULL, group);
+    cks_cluster_free(cm);
+    return st == CKS_OK ? (int)group[0] : -1;
+}
+
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i)
 {
     cks_test_server_stop(&c->srv[i], SIGKILL);

@@ -67,6 +67,11 @@ int cks_test_coordinator(const char *map, const char *job, uint64_t version);
  *  when the map cannot be read. */
 int cks_test_coordinators(const char *map, const char *job, uint64_t version, int *out,
                           size_t max);
+/** Position of the primary of object `key` of `job` (the first server of
+ *  its stripe 0's placement group, k + m wide) in the cluster of map file
+ *  `map`, as clients compute it; -1 when the map cannot be read. */
+int cks_test_primary(const char *map, const char *job, const char *key, unsigned k,
+                     unsigned m);
 /** SIGKILL server i (and reap it). */
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i);
 /** Stop every server and remove the files. */
