@@ -184,13 +184,24 @@ void cks_tp_conn_detach(cks_tp_conn_h conn, int force)
     if (conn->closed) {
         return;
     }
+    /* a forced close purges the sends UCX still holds, and their completions
+     * drop the references they held: keep conn alive until its held sends
+     * are failed too (refs is 0 only when conn_put() frees it, and then no
+     * send holds it) */
+    int hold        = conn->refs > 0;
     conn->closed    = 1;
     conn->closed_ns = cks_time_ns();
+    if (hold) {
+        cks_tp_conn_get(conn);
+    }
     if (conn->data_ep != NULL) {
         cks_tp_ep_close(conn->worker, conn->data_ep, force);
     }
     cks_tp_ep_close(conn->worker, conn->ep, force);
     cks_tp_held_release(conn, CKS_ERR_CONN_LOST); /* held sends fail */
+    if (hold) {
+        cks_tp_conn_put(conn); /* may free it */
+    }
 }
 
 /* Fail a connection: detach its endpoints (forced, or gracefully so that the

@@ -701,9 +701,12 @@ void cks_tp_worker_quiesce(cks_tp_worker_h w)
     /* Close what is still open; the closes purge sends still queued in UCX,
      * whose completions may finish calls too: each callback runs here, once. */
     cks_tp_calls_fail_conn(w, NULL, CKS_ERR_CANCELED);
-    for (cks_tp_conn_h c = w->conns; c != NULL; c = c->next) {
+    for (cks_tp_conn_h c = w->conns, next; c != NULL; c = next) {
+        cks_tp_conn_get(c); /* detaching may drop its last other reference */
         c->failed = 1;
         cks_tp_conn_detach(c, 1);
+        next = c->next;
+        cks_tp_conn_put(c);
     }
     uint64_t until = cks_time_ns() + 2000000000ull; /* bounded: 2 s */
     while (w->closing > 0 && cks_time_ns() < until) {
