@@ -1354,10 +1354,12 @@ static void ch_random(int rounds, uint64_t bound_ms)
     char why[512];
     cr_assert(buf != NULL && want != NULL);
     ch_rng = seed;
-    /* requests time out (5 s) well within a version's deadline (10 s): a
+    /* requests time out (5 s) well within a version's deadline (20 s): a
      * first candidate killed without its connections noticing costs a rank
-     * one timeout before it asks the next, and the version still commits;
-     * with cuts 30 s: a primary waits up to 10 s for a silent member to take
+     * one timeout before it asks the next, and the version still commits
+     * (10 s was too short under ASan, with both cores busy, for a takeover
+     * after such a timeout: "... objects were protected before the
+     * version's deadline"); with cuts 30 s: a primary waits up to 10 s for a silent member to take
      * a chunk before it counts the chunk missing (CKS_SV_MEMBER_TIMEOUT_MS),
      * and a coordinator as long for the manifest */
     cks_client_h c0 = connect_cluster(5000), c1 = connect_cluster(5000);
@@ -1382,7 +1384,7 @@ static void ch_random(int rounds, uint64_t bound_ms)
                                                  CKS_VERSION_FIELD_RETAIN |
                                                  CKS_VERSION_FIELD_TIMEOUT,
                                    .job = "chaos", .version = v, .nranks = 2,
-                                   .retain = CH_RETAIN, .timeout_s = ch_cuts ? 30 : 10};
+                                   .retain = CH_RETAIN, .timeout_s = ch_cuts ? 30 : 20};
         /* during: between rank 0's puts and rank 1's */
         ch_during_t d   = {down, &stopper, &stopping, &stop, during, sizeof(during),
                            &killed_during};
