@@ -20,11 +20,11 @@
 /* A question every server answered "catching up" (servers that restarted
  * together) is asked again after this pause, until the op's timeout. */
 #define CKS_CL_BUSY_PAUSE_NS (100ull * 1000000ull)
-/* A seal sent again to a coordinator that did not answer this client in
- * time while no other candidate took the version (client.c): at most this
+/* A seal sent again to a candidate that did not answer this client in
+ * time while no other candidate took the version (op.c): at most this
  * many times (each costs up to one more request timeout, and the other
  * candidates' answers). */
-#define CKS_CL_SEAL_RESENDS 2u
+#define CKS_CL_SEAL_RESENDS 3u
 /* A server that let a request time out (a silent one: cut off, stopped,
  * overloaded) is skipped by requests that can go elsewhere - a put to its
  * group's next member, a version's next coordinator candidate, a read
@@ -140,8 +140,9 @@ struct cks_op {
     unsigned resends;       /* VERSION_SEAL: sent again to a candidate that let
                                it time out (CKS_WIRE_F_RESENT), at most
                                CKS_CL_SEAL_RESENDS times */
-    unsigned slow;          /* VERSION_SEAL: 1 + the position in group of the
-                               first candidate that let it time out; 0: none */
+    uint32_t slow_mask;     /* VERSION_SEAL: the candidates (bit = position in
+                               group) that let it time out */
+    uint32_t resent_mask;   /* VERSION_SEAL: those it was sent again to */
     unsigned quorum_tries;  /* VERSION_BEGIN: asked again after CKS_ERR_NO_QUORUM */
     int patient;            /* CHUNK_GET that the read cannot do without: it
                                waits for its server's connection (not failed

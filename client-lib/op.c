@@ -175,6 +175,12 @@ static int cks_cl_later_run(cks_client_h c)
     return (int)CKS_MIN((c->later->resume_ns - now) / 1000000 + 1, 1000);
 }
 
+/* Position of the highest bit set in mask (not 0). */
+static size_t cks_cl_highest_bit(uint32_t mask)
+{
+    return 31u - (size_t)__builtin_clz(mask);
+}
+
 void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
 {
     if (op->sending || op->receiving || !op->replied) {
@@ -265,8 +271,8 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             if (unreach && op->tries == 0) {
                 op->unreach = op->status;
             }
-            if (unreach && op->status == CKS_ERR_TIMEOUT && op->slow == 0) {
-                op->slow = (unsigned)op->tries + 1; /* busy, maybe: see below */
+            if (unreach && op->status == CKS_ERR_TIMEOUT) {
+                op->slow_mask |= 1u << op->tries; /* busy, maybe: see below */
             }
             cks_log(unreach && op->tries == 0 ? CKS_LOG_WARN : CKS_LOG_INFO,
                     "%s: server %s:%u %s; asking the version's next coordinator candidate",
@@ -284,7 +290,7 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             op->status = failed; /* the client is stopping */
         }
     }
-    if (op->target == CKS_TARGET_COORD && op->type == CKS_MSG_VERSION_SEAL && op->slow > 0 &&
+    if (op->target == CKS_TARGET_COORD && op->type == CKS_MSG_VERSION_SEAL && op->slow_mask != 0 &&
         (op->status == CKS_ERR_NOT_COORDINATOR ||
          (op->status == CKS_ERR_VERSION_NOT_OPEN && op->answered) ||
          (cks_cl_retryable(op->status) && !op->answered)) &&
@@ -298,8 +304,13 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
          * timeout, which may be longer than this client's. The seal goes
          * to it again, marked as sent again: it waits with the others, or
          * is told the outcome (a commit, which had this rank's first seal,
-         * or the abort and its reason). */
-        size_t slow = op->slow - 1;
+         * or the abort and its reason). Of those that timed out, the last
+         * one not sent to again goes first: when the coordinator is gone,
+         * a later candidate busy taking the version over is likelier to
+         * answer than an earlier one that is cut off; then the others. */
+        uint32_t left = op->slow_mask & ~op->resent_mask;
+        size_t slow   = cks_cl_highest_bit(left != 0 ? left : op->slow_mask);
+        op->resent_mask |= 1u << slow;
         cks_log(CKS_LOG_INFO,
                 "VERSION_SEAL of version %llu: candidate %s:%u did not answer in time and no "
                 "later one took the version: sending the seal to it again",
@@ -309,7 +320,6 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         op->wire_flags |= CKS_WIRE_F_RESENT;
         op->tries    = slow;
         op->srv      = op->group[slow];
-        op->slow     = 0;
         op->status   = CKS_OK;
         op->replied  = 0;
         op->answered = 0;
