@@ -128,6 +128,9 @@ static void cks_cput_unspread(cks_cput_t *p)
 static void cks_cput_free(cks_cput_t *p)
 {
     cks_sv_version_t *v = p->v;
+    cks_debug("put of '%s' of version %llu ends: %s (extent %llu+%llu)", p->key,
+              (unsigned long long)v->version, cks_status_string(p->status),
+              (unsigned long long)p->off, (unsigned long long)p->len);
     cks_cput_unspread(p);
     free(p->enc.crcs);
     free(p->local);
@@ -384,6 +387,9 @@ static void cks_cput_settle(cks_cput_t *p)
     if (p->missing != NULL) {
         cks_cput_check_missing(p);
     }
+    cks_debug("put of '%s' of version %llu settled: %s, %zu chunks kept here, %u missing",
+              p->key, (unsigned long long)p->v->version, cks_status_string(p->status),
+              p->nlocal, p->nmissing);
 
     if (p->status != CKS_OK || p->nlocal == 0) {
         for (size_t i = 0; p->status != CKS_OK && i < p->nlocal; i++) {
@@ -511,6 +517,8 @@ void cks_cput_spread(cks_cput_t *p)
     if (p->stalled) {
         return; /* fault put_stall: held until the test kills this server */
     }
+    cks_debug("put of '%s' of version %llu encoded: %s; spreading", p->key,
+              (unsigned long long)p->v->version, cks_status_string(p->enc.status));
     p->e.crc64 = p->enc.obj_crc;
     if (p->enc.status != CKS_OK) {
         cks_cput_fail(p, p->enc.status, "encoding failed");
@@ -603,6 +611,8 @@ static void cks_cput_received(void *arg, cks_status_t status)
     cks_cput_t *p  = arg;
     cks_server_h s = p->s;
 
+    cks_debug("put of '%s' of version %llu: payload %s", p->key,
+              (unsigned long long)p->v->version, cks_status_string(status));
     if (status != CKS_OK) {
         cks_sv_reply_status(p->conn, p->req_id, status, "payload not received");
         cks_tp_conn_put(p->conn);
@@ -762,6 +772,9 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     p->req_id      = req_id;
     cks_tp_conn_get(conn);
     v->pending++;
+    cks_debug("put of '%s' of version %llu (%llu bytes) from %s: extent %llu+%llu", p->key,
+              (unsigned long long)v->version, (unsigned long long)m->size,
+              cks_tp_conn_peer(conn), (unsigned long long)p->off, (unsigned long long)p->len);
     if (data == NULL) {
         cks_cput_received(p, CKS_OK);
     } else if (!data->is_rndv && !data->is_rma) {
