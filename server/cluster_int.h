@@ -35,6 +35,11 @@
  * try every CKS_SV_OWED_EVERY ns. */
 #define CKS_SV_OWED_MAX   4096
 #define CKS_SV_OWED_EVERY (1000000000ull) /* ns between tries */
+/* An owed drop's call: short, so that one sent while the peer was cut off
+ * (its connection stalled in TCP's retries) is sent again on a new
+ * connection within seconds of the peer's return, not after the 30 s of
+ * CKS_SV_CALL_TIMEOUT_MS. */
+#define CKS_SV_OWED_CALL_MS 5000
 /* Objects a primary owes the coordinator (objects.c): see there. */
 #define CKS_SV_OWED_EVERY_NS (250ull * 1000000ull) /* how often a debtor is asked */
 #define CKS_SV_OWED_ASK_MS   2000                   /* how long an answer may take */

@@ -95,8 +95,8 @@ void cks_sv_owed_send(cks_server_h s, int all_cancel)
         }
         cks_msg_version_drop_t m = {{o->job, o->job_len}, o->version, o->state, 0};
         o->in_flight             = 1;
-        if (cks_tp_call(conn, CKS_MSG_VERSION_DROP, 0, &m, NULL, 0, NULL,
-                        CKS_SV_CALL_TIMEOUT_MS, cks_sv_owed_done, o) != CKS_INPROGRESS) {
+        if (cks_tp_call(conn, CKS_MSG_VERSION_DROP, 0, &m, NULL, 0, NULL, CKS_SV_OWED_CALL_MS,
+                        cks_sv_owed_done, o) != CKS_INPROGRESS) {
             o->in_flight = 0;
         }
     }
