@@ -200,11 +200,14 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
         return;
     }
     op->replied = 1;
+    /* the reply the message table names for the request, with a payload
+     * only where its row allows one */
+    if (hdr->type != cks_msg_reply(op->type) ||
+        (data != NULL && !(cks_msg_flags(hdr->type) & CKS_MSG_F_PAYLOAD))) {
+        goto unexpected;
+    }
     switch (op->kind) {
         case CKS_OP_HELLO:
-            if (hdr->type != CKS_MSG_HELLO_REPLY || data != NULL) {
-                break;
-            }
             if (b->m_HELLO_REPLY.status != CKS_OK) {
                 cks_cl_reply_error(c, op, b->m_HELLO_REPLY.status, &b->m_HELLO_REPLY.msg);
                 return;
@@ -239,9 +242,6 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
             cks_cl_op_try_complete(c, op);
             return;
         case CKS_OP_AUTH:
-            if (hdr->type != CKS_MSG_AUTH_REPLY || data != NULL) {
-                break;
-            }
             if (b->m_AUTH_REPLY.status != CKS_OK) {
                 cks_cl_reply_error(c, op, b->m_AUTH_REPLY.status, &b->m_AUTH_REPLY.msg);
                 return;
@@ -256,9 +256,6 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
             cks_cl_op_try_complete(c, op);
             return;
         case CKS_OP_SEAL:
-            if (hdr->type != CKS_MSG_SEAL_REPLY || data != NULL) {
-                break;
-            }
             if (b->m_SEAL_REPLY.status != CKS_OK) {
                 cks_cl_reply_error(c, op, b->m_SEAL_REPLY.status, &b->m_SEAL_REPLY.msg);
                 return;
@@ -267,9 +264,6 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
             return;
         case CKS_OP_REPAIR_STATUS: {
             const cks_msg_repair_status_reply_t *r = &b->m_REPAIR_STATUS_REPLY;
-            if (hdr->type != CKS_MSG_REPAIR_STATUS_REPLY || data != NULL) {
-                break;
-            }
             if (r->status != CKS_OK) {
                 cks_cl_reply_error(c, op, r->status, &r->msg);
                 return;
@@ -287,9 +281,6 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
             return;
         }
         case CKS_OP_VERSION_STAT:
-            if (hdr->type != CKS_MSG_VERSION_STAT_REPLY || data != NULL) {
-                break;
-            }
             if (b->m_VERSION_STAT_REPLY.status != CKS_OK) {
                 cks_cl_reply_error(c, op, b->m_VERSION_STAT_REPLY.status,
                                    &b->m_VERSION_STAT_REPLY.msg);
@@ -299,11 +290,9 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
             cks_cl_op_try_complete(c, op);
             return;
         case CKS_OP_OBJECT_STAT:
-            if (hdr->type != CKS_MSG_OBJECT_STAT_REPLY || data != NULL ||
-                (b->m_OBJECT_STAT_REPLY.status == CKS_OK &&
-                 cks_name_check(b->m_OBJECT_STAT_REPLY.o.key.ptr,
-                                b->m_OBJECT_STAT_REPLY.o.key.len,
-                                CKS_KEY_MAX_LEN) != CKS_OK)) {
+            if (b->m_OBJECT_STAT_REPLY.status == CKS_OK &&
+                cks_name_check(b->m_OBJECT_STAT_REPLY.o.key.ptr,
+                               b->m_OBJECT_STAT_REPLY.o.key.len, CKS_KEY_MAX_LEN) != CKS_OK) {
                 break;
             }
             if (b->m_OBJECT_STAT_REPLY.status != CKS_OK) {
@@ -316,9 +305,6 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
             return;
         case CKS_OP_LIST: {
             const cks_msg_list_reply_t *m = &b->m_LIST_REPLY;
-            if (hdr->type != CKS_MSG_LIST_REPLY) {
-                break;
-            }
             if (m->status != CKS_OK) {
                 cks_cl_reply_error(c, op, m->status, &m->msg);
                 return;
@@ -344,9 +330,6 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
         }
         case CKS_OP_GET: {
             const cks_msg_get_reply_t *m = &b->m_GET_REPLY;
-            if (hdr->type != CKS_MSG_GET_REPLY) {
-                break;
-            }
             if (m->status != CKS_OK) {
                 cks_cl_reply_error(c, op, m->status, &m->msg);
                 return;
@@ -388,9 +371,6 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
         case CKS_OP_CHUNK_GET: {
             const cks_msg_chunk_get_reply_t *m = &b->m_CHUNK_GET_REPLY;
             const cks_msg_chunk_get_t *q       = &op->body.m_CHUNK_GET;
-            if (hdr->type != CKS_MSG_CHUNK_GET_REPLY) {
-                break;
-            }
             if (m->status != CKS_OK) {
                 cks_cl_reply_error(c, op, m->status, &m->msg);
                 return;
@@ -420,6 +400,7 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
         default:
             break;
     }
+unexpected:
     cks_warn("unexpected %s for request %llu", cks_msg_name(hdr->type),
              (unsigned long long)hdr->req_id);
     cks_cl_set_errorf(c, CKS_ERR_BAD_MESSAGE, "unexpected reply");

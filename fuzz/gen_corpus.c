@@ -38,7 +38,7 @@ static int gen_write(const char *dir, const char *name, const void *bytes, size_
 int main(int argc, char **argv)
 {
     static const unsigned types[] = {
-#define GEN_TYPE_(msg, id, type, dir) CKS_MSG_##msg,
+#define GEN_TYPE_(msg, id, ...) CKS_MSG_##msg,
         CKS_MSG_LIST(GEN_TYPE_)
 #undef GEN_TYPE_
     };

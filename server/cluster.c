@@ -426,6 +426,64 @@ cks_status_t cks_sv_takeover_open(cks_server_h s, const cks_msg_version_begin_t 
     return CKS_OK;
 }
 
+/* ---- a cluster server's handlers (on top of the standalone ones, dispatch.c) ---- */
+
+CKS_SV_HANDLER(cks_sv_h_cluster_put,
+               cks_sv_cluster_put(s, conn, hdr->req_id, &b->m_PUT, data))
+CKS_SV_HANDLER(cks_sv_h_cluster_seal,
+               cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, hdr->flags,
+                                  &b->m_VERSION_SEAL.job, b->m_VERSION_SEAL.version,
+                                  b->m_VERSION_SEAL.nobjects, b->m_VERSION_SEAL.digest,
+                                  b->m_VERSION_SEAL.rank, &b->m_VERSION_SEAL.primaries))
+/* VERSION_ABORT and VERSION_DELETE */
+CKS_SV_HANDLER(cks_sv_h_cluster_end,
+               cks_sv_cluster_end(s, conn, hdr->req_id, hdr->type, 0,
+                                  &b->m_VERSION_ABORT.job, b->m_VERSION_ABORT.version, 0,
+                                  0, 0, NULL))
+CKS_SV_HANDLER(cks_sv_h_no_get,
+               cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
+                                   "a cluster server serves chunks (CHUNK_GET)"))
+CKS_SV_HANDLER(cks_sv_h_object_delete,
+               cks_sv_object_delete(s, conn, hdr->req_id, &b->m_OBJECT_DELETE))
+CKS_SV_HANDLER(cks_sv_h_chunk_put,
+               cks_sv_chunk_put(s, conn, hdr->req_id, &b->m_CHUNK_PUT, data))
+CKS_SV_HANDLER(cks_sv_h_chunk_get,
+               cks_sv_chunk_get(s, conn, hdr->req_id, &b->m_CHUNK_GET, data))
+CKS_SV_HANDLER(cks_sv_h_object_done,
+               cks_sv_object_done(s, conn, hdr->req_id, &b->m_OBJECT_DONE))
+CKS_SV_HANDLER(cks_sv_h_version_commit,
+               cks_sv_version_commit(s, conn, hdr->req_id, &b->m_VERSION_COMMIT, data))
+CKS_SV_HANDLER(cks_sv_h_version_drop,
+               cks_sv_version_drop(s, conn, hdr->req_id, &b->m_VERSION_DROP))
+CKS_SV_HANDLER(cks_sv_h_version_claim,
+               cks_sv_version_claim(s, conn, hdr->req_id, &b->m_VERSION_CLAIM))
+CKS_SV_HANDLER(cks_sv_h_sync_list,
+               cks_rp_sync_list(s, conn, hdr->req_id, &b->m_SYNC_LIST))
+CKS_SV_HANDLER(cks_sv_h_repair_check,
+               cks_rp_repair_check(s, conn, hdr->req_id, &b->m_REPAIR_CHECK))
+CKS_SV_HANDLER(cks_sv_h_repair_status, cks_rp_repair_status(s, conn, hdr->req_id))
+
+void cks_sv_handlers_cluster(cks_server_h s)
+{
+    cks_sv_handler_t *h = s->handlers;
+
+    h[CKS_MSG_PUT]            = cks_sv_h_cluster_put;
+    h[CKS_MSG_VERSION_SEAL]   = cks_sv_h_cluster_seal;
+    h[CKS_MSG_VERSION_ABORT]  = cks_sv_h_cluster_end;
+    h[CKS_MSG_VERSION_DELETE] = cks_sv_h_cluster_end;
+    h[CKS_MSG_GET]            = cks_sv_h_no_get;
+    h[CKS_MSG_OBJECT_DELETE]  = cks_sv_h_object_delete;
+    h[CKS_MSG_CHUNK_PUT]      = cks_sv_h_chunk_put;
+    h[CKS_MSG_CHUNK_GET]      = cks_sv_h_chunk_get;
+    h[CKS_MSG_OBJECT_DONE]    = cks_sv_h_object_done;
+    h[CKS_MSG_VERSION_COMMIT] = cks_sv_h_version_commit;
+    h[CKS_MSG_VERSION_DROP]   = cks_sv_h_version_drop;
+    h[CKS_MSG_VERSION_CLAIM]  = cks_sv_h_version_claim;
+    h[CKS_MSG_SYNC_LIST]      = cks_sv_h_sync_list;
+    h[CKS_MSG_REPAIR_CHECK]   = cks_sv_h_repair_check;
+    h[CKS_MSG_REPAIR_STATUS]  = cks_sv_h_repair_status;
+}
+
 /* ---- life cycle and progress ------------------------------------------------------ */
 
 static void cks_sv_cv_expire(const void *key, size_t len, void *value, void *arg)
@@ -529,6 +587,7 @@ cks_status_t cks_sv_cluster_init(cks_server_h s)
     if (status != CKS_OK) {
         return status;
     }
+    cks_sv_handlers_cluster(s); /* a cluster server's requests, from here on */
     status = cks_cluster_find(s->map, s->p.server_id, &s->self);
     if (status != CKS_OK) {
         cks_error("server id %u is not in the cluster map %s", s->p.server_id,
@@ -599,4 +658,5 @@ void cks_sv_cluster_fini(cks_server_h s)
     }
     cks_cluster_free(s->map);
     s->map = NULL;
+    cks_sv_handlers_standalone(s); /* nothing of the cluster is left to serve it */
 }

@@ -272,8 +272,29 @@ typedef struct {
     char why[CKS_MSG_MAX_LEN];
 } cks_sv_aborted_t;
 
+struct cks_server;
+
+/** A request's handler: one signature for every message type, so that the
+ *  dispatcher (dispatch.c) calls each through s->handlers. */
+typedef void (*cks_sv_handler_t)(struct cks_server *s, cks_tp_conn_h conn,
+                                 const cks_wire_hdr_t *hdr, const cks_msg_any_t *b,
+                                 cks_tp_data_t *data);
+
+/** Define `name`, a handler that does `call`: an adapter from the one
+ *  signature to a function of the arguments it needs (s, conn, hdr, b and
+ *  data are the handler's). */
+#define CKS_SV_HANDLER(name, call)                                                     \
+    static void name(struct cks_server *s, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr, \
+                     const cks_msg_any_t *b, cks_tp_data_t *data)                        \
+    {                                                                                    \
+        call;                                                                            \
+    }
+
 struct cks_server {
     cks_server_params_t p;
+    /* each request type's handler (NULL: not a request): the standalone
+     * mode's (dispatch.c), with a cluster server's on top (cluster.c) */
+    cks_sv_handler_t handlers[CKS_MSG_LAST];
     char name[64];
     char *arena_file, *data_dir, *listen_addr;
     cks_tp_worker_h tp;
@@ -546,7 +567,15 @@ int cks_sv_peer_down(struct cks_server *s, size_t pos);
 /** The coder of RS(k, m), made on first use; NULL when out of memory. */
 cks_ec_h cks_sv_ec_get(struct cks_server *s, unsigned k, unsigned m);
 
-/* server.c, for repair.c: handle a request again (one that was held back
+/* dispatch.c: the transport's message callback (gates, then s->handlers) */
+void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
+                   const cks_msg_any_t *b, cks_tp_data_t *data);
+/** Fill s->handlers for a standalone server (at start; again when the
+ *  cluster state is freed). */
+void cks_sv_handlers_standalone(struct cks_server *s);
+/** cluster.c: a cluster server's handlers, on top of the standalone ones. */
+void cks_sv_handlers_cluster(struct cks_server *s);
+/* dispatch.c, for repair.c: handle a request again (one that was held back
  * while this server caught up); `b`'s strings must stay valid during it. */
 void cks_sv_redispatch(struct cks_server *s, cks_tp_conn_h conn, unsigned type,
                        uint64_t req_id, const cks_msg_any_t *b);

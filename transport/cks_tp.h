@@ -475,62 +475,80 @@ typedef struct {
 } cks_msg_repair_status_reply_t;
 
 /*
- * The message table: the one place that lists every message.
- * _(NAME, id, body type, direction)
+ * The message table: the one place that lists every message, and all that
+ * the code knows about each.
+ * _(NAME, id, body type, direction, payload, rma, data, scope, reply)
+ *   direction: "c>s" a request clients (and servers) send, "s>s" one only
+ *              servers send each other (cks_msg_server_only()), "s>c" a reply
+ *   payload:   1: may carry raw payload bytes or a page as AM data
+ *              (CKS_WIRE_F_PAYLOAD, CKS_WIRE_F_PAGE); a request without it
+ *              may carry AM data only as an RMA descriptor
+ *   rma:       1: may carry CKS_WIRE_F_RMA (a request: its AM data is a
+ *              descriptor of the sender's memory; a reply: the payload was
+ *              written there)
+ *   data:      1: moves clients' object data (foreground traffic: a server
+ *              paces its repair around it, unless CKS_WIRE_F_BACKGROUND)
+ *   scope:     the job-scope check on a connection whose secret opens one job:
+ *              OPEN not checked, JOB the body's `job` must be that job,
+ *              NOJOB checked and refused (names no client job)
+ *   reply:     the message that answers it when it succeeds (any request may
+ *              be answered by STATUS_REPLY instead); NONE for the replies
  */
 #define CKS_MSG_LIST(_) \
-    _(HELLO,              1, cks_msg_hello_t,              "c>s") \
-    _(HELLO_REPLY,        2, cks_msg_hello_reply_t,        "s>c") \
-    _(STATUS_REPLY,       3, cks_msg_status_t,             "s>c") \
-    _(VERSION_BEGIN,      4, cks_msg_version_begin_t,      "c>s") \
-    _(VERSION_SEAL,       5, cks_msg_version_seal_t,       "c>s") \
-    _(SEAL_REPLY,         6, cks_msg_seal_reply_t,         "s>c") \
-    _(VERSION_ABORT,      7, cks_msg_version_ref_t,        "c>s") \
-    _(VERSION_DELETE,     8, cks_msg_version_ref_t,        "c>s") \
-    _(PUT,                9, cks_msg_put_t,                "c>s") \
-    _(GET,               10, cks_msg_get_t,                "c>s") \
-    _(GET_REPLY,         11, cks_msg_get_reply_t,          "s>c") \
-    _(VERSION_STAT,      12, cks_msg_version_stat_t,       "c>s") \
-    _(VERSION_STAT_REPLY,13, cks_msg_version_stat_reply_t, "s>c") \
-    _(VERSION_LIST,      14, cks_msg_version_list_t,       "c>s") \
-    _(LIST_REPLY,        15, cks_msg_list_reply_t,         "s>c") \
-    _(OBJECT_STAT,       16, cks_msg_object_stat_t,        "c>s") \
-    _(OBJECT_STAT_REPLY, 17, cks_msg_object_stat_reply_t,  "s>c") \
-    _(OBJECT_LIST,       18, cks_msg_object_list_t,        "c>s") \
-    _(JOB_LIST,          19, cks_msg_job_list_t,           "c>s") \
-    _(CHUNK_PUT,         20, cks_msg_chunk_put_t,          "s>s") \
-    _(CHUNK_GET,         21, cks_msg_chunk_get_t,          "c>s") \
-    _(CHUNK_GET_REPLY,   22, cks_msg_chunk_get_reply_t,    "s>c") \
-    _(OBJECT_DONE,       23, cks_msg_object_done_t,        "s>s") \
-    _(VERSION_COMMIT,    24, cks_msg_version_commit_t,     "s>s") \
-    _(VERSION_DROP,      25, cks_msg_version_drop_t,       "s>s") \
-    _(OBJECT_DELETE,     26, cks_msg_object_stat_t,        "c>s") \
-    _(AUTH,              27, cks_msg_auth_t,               "c>s") \
-    _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c") \
-    _(MEM_MAP,           29, cks_msg_mem_map_t,            "c>s") \
-    _(VERSION_HOLD,      30, cks_msg_version_hold_t,       "c>s") \
-    _(VERSION_CLAIM,     31, cks_msg_version_claim_t,      "s>s") \
-    _(SYNC_LIST,         40, cks_msg_sync_list_t,          "s>s") \
-    _(SYNC_REPLY,        41, cks_msg_sync_reply_t,         "s>c") \
-    _(REPAIR_CHECK,      42, cks_msg_version_ref_t,        "s>s") \
-    _(REPAIR_STATUS,     43, cks_msg_repair_status_t,      "c>s") \
-    _(REPAIR_STATUS_REPLY, 44, cks_msg_repair_status_reply_t, "s>c") \
-    _(FLUSH_CHUNKS,      60, cks_msg_flush_t,              "c>s") \
-    _(FLUSH_PUBLISH,     61, cks_msg_flush_t,              "c>s") \
-    _(FLUSH_VERSION,     62, cks_msg_flush_t,              "c>s")
+    _(HELLO,              1, cks_msg_hello_t,              "c>s", 0, 0, 0, OPEN,  HELLO_REPLY) \
+    _(HELLO_REPLY,        2, cks_msg_hello_reply_t,        "s>c", 0, 0, 0, OPEN,  NONE) \
+    _(STATUS_REPLY,       3, cks_msg_status_t,             "s>c", 0, 0, 0, OPEN,  NONE) \
+    _(VERSION_BEGIN,      4, cks_msg_version_begin_t,      "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
+    _(VERSION_SEAL,       5, cks_msg_version_seal_t,       "c>s", 0, 0, 0, JOB,   SEAL_REPLY) \
+    _(SEAL_REPLY,         6, cks_msg_seal_reply_t,         "s>c", 0, 0, 0, OPEN,  NONE) \
+    _(VERSION_ABORT,      7, cks_msg_version_ref_t,        "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
+    _(VERSION_DELETE,     8, cks_msg_version_ref_t,        "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
+    _(PUT,                9, cks_msg_put_t,                "c>s", 1, 1, 1, JOB,   STATUS_REPLY) \
+    _(GET,               10, cks_msg_get_t,                "c>s", 0, 1, 1, JOB,   GET_REPLY) \
+    _(GET_REPLY,         11, cks_msg_get_reply_t,          "s>c", 1, 1, 0, OPEN,  NONE) \
+    _(VERSION_STAT,      12, cks_msg_version_stat_t,       "c>s", 0, 0, 0, JOB,   VERSION_STAT_REPLY) \
+    _(VERSION_STAT_REPLY,13, cks_msg_version_stat_reply_t, "s>c", 0, 0, 0, OPEN,  NONE) \
+    _(VERSION_LIST,      14, cks_msg_version_list_t,       "c>s", 0, 0, 0, JOB,   LIST_REPLY) \
+    _(LIST_REPLY,        15, cks_msg_list_reply_t,         "s>c", 1, 0, 0, OPEN,  NONE) \
+    _(OBJECT_STAT,       16, cks_msg_object_stat_t,        "c>s", 0, 0, 0, JOB,   OBJECT_STAT_REPLY) \
+    _(OBJECT_STAT_REPLY, 17, cks_msg_object_stat_reply_t,  "s>c", 0, 0, 0, OPEN,  NONE) \
+    _(OBJECT_LIST,       18, cks_msg_object_list_t,        "c>s", 0, 0, 0, JOB,   LIST_REPLY) \
+    _(JOB_LIST,          19, cks_msg_job_list_t,           "c>s", 0, 0, 0, NOJOB, LIST_REPLY) \
+    _(CHUNK_PUT,         20, cks_msg_chunk_put_t,          "s>s", 1, 0, 1, NOJOB, STATUS_REPLY) \
+    _(CHUNK_GET,         21, cks_msg_chunk_get_t,          "c>s", 0, 1, 1, JOB,   CHUNK_GET_REPLY) \
+    _(CHUNK_GET_REPLY,   22, cks_msg_chunk_get_reply_t,    "s>c", 1, 1, 0, OPEN,  NONE) \
+    _(OBJECT_DONE,       23, cks_msg_object_done_t,        "s>s", 0, 0, 0, NOJOB, STATUS_REPLY) \
+    _(VERSION_COMMIT,    24, cks_msg_version_commit_t,     "s>s", 1, 0, 0, NOJOB, STATUS_REPLY) \
+    _(VERSION_DROP,      25, cks_msg_version_drop_t,       "s>s", 0, 0, 0, NOJOB, STATUS_REPLY) \
+    _(OBJECT_DELETE,     26, cks_msg_object_stat_t,        "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
+    _(AUTH,              27, cks_msg_auth_t,               "c>s", 0, 0, 0, NOJOB, AUTH_REPLY) \
+    _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c", 0, 0, 0, OPEN,  NONE) \
+    _(MEM_MAP,           29, cks_msg_mem_map_t,            "c>s", 0, 1, 0, OPEN,  STATUS_REPLY) \
+    _(VERSION_HOLD,      30, cks_msg_version_hold_t,       "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
+    _(VERSION_CLAIM,     31, cks_msg_version_claim_t,      "s>s", 0, 0, 0, NOJOB, STATUS_REPLY) \
+    _(SYNC_LIST,         40, cks_msg_sync_list_t,          "s>s", 0, 0, 0, NOJOB, SYNC_REPLY) \
+    _(SYNC_REPLY,        41, cks_msg_sync_reply_t,         "s>c", 1, 0, 0, OPEN,  NONE) \
+    _(REPAIR_CHECK,      42, cks_msg_version_ref_t,        "s>s", 0, 0, 0, NOJOB, STATUS_REPLY) \
+    _(REPAIR_STATUS,     43, cks_msg_repair_status_t,      "c>s", 0, 0, 0, NOJOB, REPAIR_STATUS_REPLY) \
+    _(REPAIR_STATUS_REPLY, 44, cks_msg_repair_status_reply_t, "s>c", 0, 0, 0, OPEN, NONE) \
+    _(FLUSH_CHUNKS,      60, cks_msg_flush_t,              "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
+    _(FLUSH_PUBLISH,     61, cks_msg_flush_t,              "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
+    _(FLUSH_VERSION,     62, cks_msg_flush_t,              "c>s", 0, 0, 0, JOB,   STATUS_REPLY)
+
+/* What cks_msg_flags() says of a message (0 for an unknown type). */
+#define CKS_MSG_F_REPLY       0x01u /* answers a request (matched by req_id): reply NONE */
+#define CKS_MSG_F_SERVER_ONLY 0x02u /* direction "s>s" */
+#define CKS_MSG_F_PAYLOAD     0x04u /* the payload column */
+#define CKS_MSG_F_RMA         0x08u /* the rma column */
+#define CKS_MSG_F_DATA        0x10u /* the data column */
+#define CKS_MSG_F_SCOPED      0x20u /* scope JOB or NOJOB: the job-scope check applies */
 
 /** Nonzero for message types that answer a request (matched by req_id). */
-#define CKS_MSG_IS_REPLY(t) \
-    ((t) == CKS_MSG_HELLO_REPLY || (t) == CKS_MSG_STATUS_REPLY || \
-     (t) == CKS_MSG_SEAL_REPLY || (t) == CKS_MSG_GET_REPLY || \
-     (t) == CKS_MSG_VERSION_STAT_REPLY || (t) == CKS_MSG_LIST_REPLY || \
-     (t) == CKS_MSG_OBJECT_STAT_REPLY || (t) == CKS_MSG_CHUNK_GET_REPLY || \
-     (t) == CKS_MSG_AUTH_REPLY || (t) == CKS_MSG_SYNC_REPLY || \
-     (t) == CKS_MSG_REPAIR_STATUS_REPLY)
+#define CKS_MSG_IS_REPLY(t) ((cks_msg_flags(t) & CKS_MSG_F_REPLY) != 0)
 
 typedef enum {
     CKS_MSG_NONE = 0,
-#define CKS_MSG_ENUM_(name, id, type, dir) CKS_MSG_##name = id,
+#define CKS_MSG_ENUM_(name, id, ...) CKS_MSG_##name = id,
     CKS_MSG_LIST(CKS_MSG_ENUM_)
 #undef CKS_MSG_ENUM_
     CKS_MSG_LAST
@@ -545,13 +563,19 @@ typedef enum {
 
 /** A union big enough for any body; what cks_wire_unpack() fills. */
 typedef union {
-#define CKS_MSG_UNION_(name, id, type, dir) type m_##name;
+#define CKS_MSG_UNION_(name, id, type, ...) type m_##name;
     CKS_MSG_LIST(CKS_MSG_UNION_)
 #undef CKS_MSG_UNION_
 } cks_msg_any_t;
 
 /** Name of a message type ("PUT"); "UNKNOWN" for others. */
 const char *cks_msg_name(unsigned type);
+/** The CKS_MSG_F_ flags of a message type (its row of the table); 0 for
+ *  an unknown type. */
+unsigned cks_msg_flags(unsigned type);
+/** The message that answers `type` when it succeeds (the reply column);
+ *  CKS_MSG_NONE for replies and unknown types. */
+unsigned cks_msg_reply(unsigned type);
 /** 1 for the messages only servers send each other (the "s>s" rows of the
  *  table: CHUNK_PUT, OBJECT_DONE, VERSION_COMMIT, VERSION_DROP, VERSION_CLAIM,
  *  SYNC_LIST, REPAIR_CHECK), else 0. */
@@ -762,9 +786,9 @@ typedef struct {
  *  only (mode & 077 == 0). Errors name the problem. `peer` is 0 (set it for
  *  the peer secret). */
 cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p);
-/** The job whose field names the job a client request is about, or NULL
- *  for types that name none (HELLO, JOB_LIST, AUTH, replies, server-to-server
- *  messages). */
+/** The job a client request is about (the body's `job`, for the rows of
+ *  scope JOB of the message table), or NULL for types that name none (HELLO,
+ *  JOB_LIST, AUTH, replies, server-to-server messages). */
 const cks_wire_str_t *cks_msg_client_job(unsigned type, const cks_msg_any_t *body);
 /** Random nonce. */
 cks_status_t cks_tp_nonce(uint8_t nonce[CKS_WIRE_NONCE_LEN]);

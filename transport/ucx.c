@@ -146,15 +146,15 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
         conn->overrun = 1;
         return UCS_OK;
     }
-    /* descriptors come with PUT (its payload), GET and CHUNK_GET (where the
-     * reply's payload goes) and MEM_MAP (the region to map); the replies of
-     * GET and CHUNK_GET say the bytes went there */
+    /* descriptors come with the requests of the table's rma column (PUT's
+     * payload, where GET's and CHUNK_GET's reply goes, MEM_MAP's region);
+     * its replies (of GET and CHUNK_GET) say the bytes went there */
+    unsigned mf = cks_msg_flags(hdr.type);
     if ((hdr.flags & CKS_WIRE_F_RMA) &&
-        (length > 0 ? (hdr.type != CKS_MSG_PUT && hdr.type != CKS_MSG_GET &&
-                       hdr.type != CKS_MSG_CHUNK_GET && hdr.type != CKS_MSG_MEM_MAP) ||
-                          d.is_rndv ||
-                          cks_tp_rma_parse(data, length, &d) != CKS_OK
-                    : hdr.type != CKS_MSG_GET_REPLY && hdr.type != CKS_MSG_CHUNK_GET_REPLY)) {
+        (!(mf & CKS_MSG_F_RMA) ||
+         (length > 0 ? (mf & CKS_MSG_F_REPLY) || d.is_rndv ||
+                           cks_tp_rma_parse(data, length, &d) != CKS_OK
+                     : !(mf & CKS_MSG_F_REPLY)))) {
         cks_warn("%s: message %s from %s: bad RMA descriptor", w->name,
                  cks_msg_name(hdr.type), conn->peer);
         if (w->params.on_bad_msg != NULL) {

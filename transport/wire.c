@@ -260,7 +260,7 @@ static const cks_wire_desc_t cks_wire_entry_desc[] = {
 const char *cks_msg_name(unsigned type)
 {
     switch (type) {
-#define CKS_MSG_NAME_(name, id, type, dir) \
+#define CKS_MSG_NAME_(name, id, ...) \
     case id: \
         return #name;
         CKS_MSG_LIST(CKS_MSG_NAME_)
@@ -269,16 +269,44 @@ const char *cks_msg_name(unsigned type)
     return "UNKNOWN";
 }
 
-int cks_msg_server_only(unsigned type)
+/* the scope column as flags, and as the body's job field */
+#define CKS_MSG_SCOPE_OPEN     0u
+#define CKS_MSG_SCOPE_JOB      CKS_MSG_F_SCOPED
+#define CKS_MSG_SCOPE_NOJOB    CKS_MSG_F_SCOPED
+#define CKS_MSG_JOB_OPEN(b, name)  NULL
+#define CKS_MSG_JOB_JOB(b, name)   (&(b)->m_##name.job)
+#define CKS_MSG_JOB_NOJOB(b, name) NULL
+
+unsigned cks_msg_flags(unsigned type)
 {
     switch (type) {
-#define CKS_MSG_S2S_(name, id, type, dir) \
+#define CKS_MSG_FLAGS_(name, id, type, dir, payload, rma, data, scope, reply) \
     case id: \
-        return strcmp(dir, "s>s") == 0;
-        CKS_MSG_LIST(CKS_MSG_S2S_)
-#undef CKS_MSG_S2S_
+        return (CKS_MSG_##reply == CKS_MSG_NONE ? CKS_MSG_F_REPLY : 0u) | \
+               (dir[0] == 's' && dir[2] == 's' ? CKS_MSG_F_SERVER_ONLY : 0u) | \
+               ((payload) ? CKS_MSG_F_PAYLOAD : 0u) | ((rma) ? CKS_MSG_F_RMA : 0u) | \
+               ((data) ? CKS_MSG_F_DATA : 0u) | CKS_MSG_SCOPE_##scope;
+        CKS_MSG_LIST(CKS_MSG_FLAGS_)
+#undef CKS_MSG_FLAGS_
     }
     return 0;
+}
+
+unsigned cks_msg_reply(unsigned type)
+{
+    switch (type) {
+#define CKS_MSG_REPLY_(name, id, type, dir, payload, rma, data, scope, reply) \
+    case id: \
+        return CKS_MSG_##reply;
+        CKS_MSG_LIST(CKS_MSG_REPLY_)
+#undef CKS_MSG_REPLY_
+    }
+    return CKS_MSG_NONE;
+}
+
+int cks_msg_server_only(unsigned type)
+{
+    return (cks_msg_flags(type) & CKS_MSG_F_SERVER_ONLY) != 0;
 }
 
 cks_wire_str_t cks_wire_cstr(const char *s)
@@ -663,22 +691,11 @@ cks_status_t cks_wire_entry_unpack(cks_wire_entry_t entry, const void *buf, size
 const cks_wire_str_t *cks_msg_client_job(unsigned type, const cks_msg_any_t *b)
 {
     switch (type) {
-        case CKS_MSG_VERSION_BEGIN: return &b->m_VERSION_BEGIN.job;
-        case CKS_MSG_VERSION_SEAL: return &b->m_VERSION_SEAL.job;
-        case CKS_MSG_VERSION_ABORT: return &b->m_VERSION_ABORT.job;
-        case CKS_MSG_VERSION_DELETE: return &b->m_VERSION_DELETE.job;
-        case CKS_MSG_PUT: return &b->m_PUT.job;
-        case CKS_MSG_GET: return &b->m_GET.job;
-        case CKS_MSG_VERSION_STAT: return &b->m_VERSION_STAT.job;
-        case CKS_MSG_VERSION_LIST: return &b->m_VERSION_LIST.job;
-        case CKS_MSG_OBJECT_STAT: return &b->m_OBJECT_STAT.job;
-        case CKS_MSG_OBJECT_LIST: return &b->m_OBJECT_LIST.job;
-        case CKS_MSG_CHUNK_GET: return &b->m_CHUNK_GET.job;
-        case CKS_MSG_OBJECT_DELETE: return &b->m_OBJECT_DELETE.job;
-        case CKS_MSG_VERSION_HOLD: return &b->m_VERSION_HOLD.job;
-        case CKS_MSG_FLUSH_CHUNKS: return &b->m_FLUSH_CHUNKS.job;
-        case CKS_MSG_FLUSH_PUBLISH: return &b->m_FLUSH_PUBLISH.job;
-        case CKS_MSG_FLUSH_VERSION: return &b->m_FLUSH_VERSION.job;
-        default: return NULL;
+#define CKS_MSG_CLIENT_JOB_(name, id, type, dir, payload, rma, data, scope, reply) \
+    case id: \
+        return CKS_MSG_JOB_##scope(b, name);
+        CKS_MSG_LIST(CKS_MSG_CLIENT_JOB_)
+#undef CKS_MSG_CLIENT_JOB_
     }
+    return NULL;
 }

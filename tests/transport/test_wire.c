@@ -57,7 +57,7 @@
 #define TW_INTS    (TW_K(WM_U32) | TW_K(WM_I32) | TW_K(WM_U64))
 
 static const unsigned tw_types[] = {
-#define TW_TYPE_(msg, id, type, dir) CKS_MSG_##msg,
+#define TW_TYPE_(msg, id, ...) CKS_MSG_##msg,
     CKS_MSG_LIST(TW_TYPE_)
 #undef TW_TYPE_
 };
@@ -412,7 +412,7 @@ Test(wire_table, model_matches_message_table, .timeout = 30)
 {
     unsigned n = 0, modeled = 0;
 
-#define TW_CHECK_TYPE_(msg, id, type, dir) \
+#define TW_CHECK_TYPE_(msg, id, type, ...) \
     cr_assert_eq(wm_msgs[id].size, sizeof(type), "%s: model size", #msg); \
     cr_assert_str_eq(wm_msgs[id].name, #type, "%s: model type", #msg); \
     cr_assert_str_eq(cks_msg_name(id), #msg); \
