@@ -190,6 +190,15 @@ static cks_status_t cks_sv_claim_check(cks_server_h s, const cks_wire_str_t *job
     if (st == CKS_OK) {
         snprintf(why, why_len, "version %llu of '%.*s' already exists",
                  (unsigned long long)version, (int)job->len, job->ptr);
+        if (rec.state == CKS_VSTATE_ABORTED && coord != s->self &&
+            coord < cks_cluster_nservers(s->map)) {
+            /* a coordinator that holds the version OPEN claims it again (it
+             * was cut off or stopped while a takeover aborted it, and missed
+             * the drop, which its sender may have forgotten in a restart):
+             * the abort recorded here is the outcome (no two are recorded),
+             * so it is told, until it takes it */
+            cks_sv_owe(s, coord, job->ptr, job->len, version, CKS_VSTATE_ABORTED);
+        }
         return CKS_ERR_VERSION_EXISTS;
     }
     if (st != CKS_ERR_NO_SUCH_VERSION && st != CKS_ERR_NO_SUCH_JOB) {

@@ -14,8 +14,8 @@
 /* ---- drops a peer missed ------------------------------------------------------------ */
 
 
-static void cks_sv_owe(cks_server_h s, size_t pos, const char *job, size_t job_len,
-                       uint64_t version, uint32_t state)
+void cks_sv_owe(cks_server_h s, size_t pos, const char *job, size_t job_len,
+                uint64_t version, uint32_t state)
 {
     cks_sv_owed_t **pp = &s->owed, *o;
     for (; *pp != NULL; pp = &(*pp)->next) {

@@ -633,4 +633,9 @@ void cks_sv_version_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 void cks_sv_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                        const cks_msg_get_t *m, const cks_tp_data_t *dest, int checked);
 
+/* Owe server `pos` the drop of (job, version) in `state`: sent again until it
+ * takes it, in memory only (outcome.c). */
+void cks_sv_owe(cks_server_h s, size_t pos, const char *job, size_t job_len,
+                uint64_t version, uint32_t state);
+
 #endif
