@@ -19,12 +19,9 @@
 
 /* ---- calls ------------------------------------------------------------------ */
 
-static void cks_tp_call_try_complete(cks_tp_worker_h w, cks_tp_call_req_t *c)
+/* Take c off the worker's list of calls, wherever it is in it. */
+static void cks_tp_call_unlink(cks_tp_worker_h w, cks_tp_call_req_t *c)
 {
-    if (c->sending || !c->replied) {
-        return;
-    }
-    cks_hmap_del(w->calls, &c->req_id, sizeof(c->req_id));
     if (c->prev != NULL) {
         c->prev->next = c->next;
     } else {
@@ -35,6 +32,16 @@ static void cks_tp_call_try_complete(cks_tp_worker_h w, cks_tp_call_req_t *c)
     } else {
         w->calls_tail = c->prev;
     }
+    c->prev = c->next = NULL;
+}
+
+static void cks_tp_call_try_complete(cks_tp_worker_h w, cks_tp_call_req_t *c)
+{
+    if (c->sending || !c->replied) {
+        return;
+    }
+    cks_hmap_del(w->calls, &c->req_id, sizeof(c->req_id));
+    cks_tp_call_unlink(w, c);
     cks_tp_conn_h conn = c->conn;
     c->cb(c->arg, c->status, c->msg);
     cks_tp_conn_put(conn);
@@ -233,17 +240,14 @@ cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flag
     status = cks_tp_send(conn, type, flags, c->req_id, body, payload, payload_len,
                          CKS_MEM_HOST, payload_memh, cks_tp_call_sent, c);
     if (status != CKS_INPROGRESS) {
-        /* unlink without a callback: the caller gets the error */
+        /* unlink without a callback: the caller gets the error. Not
+         * necessarily the last call any more: the send may have run other
+         * completions, whose callbacks made calls */
         c->cb      = NULL;
         c->sending = 0;
         c->replied = 1;
         cks_hmap_del(w->calls, &c->req_id, sizeof(c->req_id));
-        if (c->prev != NULL) {
-            c->prev->next = NULL;
-        } else {
-            w->calls_head = NULL;
-        }
-        w->calls_tail = c->prev;
+        cks_tp_call_unlink(w, c);
         cks_tp_conn_put(conn);
         free(c);
         return status;
@@ -350,6 +354,10 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
     if (abandoned > 0) {
         cks_warn("%s: %u sends UCX still held 5 s after their connection closed: given up",
                  w->name, abandoned);
+    }
+    int recv_ms = cks_tp_recvs_expire(w);
+    if (recv_ms >= 0) {
+        next = CKS_MIN(next, now + (uint64_t)recv_ms * 1000000ull);
     }
     if (next == UINT64_MAX) {
         return -1;
