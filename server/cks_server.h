@@ -39,6 +39,9 @@ typedef struct {
                                messages */
     unsigned auth_timeout_s;/* with a secret: close a connection that has not
                                authenticated this long; 0: 10 */
+    unsigned recv_timeout_s;/* close a connection whose payload (a put's or a
+                               chunk's bytes) has not come this long, plus
+                               its length at 16 MiB/s; 0: 30 */
     const char *flush_dir;  /* durable tier: where flushes that name no
                                directory write; when set, the only directory
                                this server flushes to (NULL: none) */

@@ -39,6 +39,10 @@ static void usage(FILE *out)
             "                         replies is disconnected (default 4096)\n"
             "      --reply-timeout S  disconnect a peer that takes none of its pending\n"
             "                         replies for S seconds (default 60)\n"
+            "      --recv-timeout S   disconnect a peer whose payload (a put's or a\n"
+            "                         chunk's bytes) has not arrived after S seconds\n"
+            "                         plus 1 s per 16 MiB of it (default 30): its\n"
+            "                         space is freed, the request fails\n"
             "  -S, --secret FILE      cluster secret (mode 0600): every client and peer\n"
             "                         must prove it before anything else (SECURITY.md)\n"
             "  -J, --job-secrets DIR  job secrets, one file per job name (mode 0600): a\n"
@@ -122,6 +126,7 @@ int main(int argc, char **argv)
         {"flush-age", required_argument, NULL, 1011},
         {"repair-idle-rate", required_argument, NULL, 1020},
         {"copy-threads", required_argument, NULL, 1021},
+        {"recv-timeout", required_argument, NULL, 1022},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -172,6 +177,7 @@ int main(int argc, char **argv)
             case 1001: p.max_conns = (unsigned)atoi(optarg); break;
             case 1002: p.max_pending = (unsigned)atoi(optarg); break;
             case 1003: p.reply_timeout_s = (unsigned)atoi(optarg); break;
+            case 1022: p.recv_timeout_s = (unsigned)atoi(optarg); break;
             case 'S': p.secret_file = optarg; break;
             case 'J': p.job_secrets = optarg; break;
             case 1004: p.peer_secret_file = optarg; break;

@@ -366,6 +366,13 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
     wp.max_pending = params->max_pending ? params->max_pending : 4096;
     wp.stall_ms    = (params->reply_timeout_s ? params->reply_timeout_s : 60) * 1000u;
     wp.auth_timeout_ms = (params->auth_timeout_s ? params->auth_timeout_s : 10) * 1000u;
+    /* a put's or a chunk's bytes that stop coming (the sender cut off in
+     * the middle, or gone while TCP still retries) hold their arena space:
+     * after --recv-timeout (30 s), plus 16 MiB/s of their length, the
+     * connection is closed */
+    wp.recv_timeout_ms = params->recv_timeout_s ? params->recv_timeout_s * 1000u
+                                                : CKS_SV_RECV_TIMEOUT_MS;
+    wp.recv_min_rate   = CKS_SV_RECV_MIN_RATE;
     status         = cks_tp_worker_create(&wp, &s->tp);
     if (status != CKS_OK) {
         goto err_arena;

@@ -204,6 +204,11 @@ typedef struct cks_mdq_job cks_mdq_job_t;
 /* The most versions of one job that restore leases keep from retention at
  * once (hold.c; more are left to their per-read holds). */
 #define CKS_SV_HELD_MAX 16
+/* A payload being received (a put's or a chunk's bytes) that has not come
+ * after this, plus its length at CKS_SV_RECV_MIN_RATE, closes its
+ * connection (cks_tp_worker_params_t.recv_timeout_ms). */
+#define CKS_SV_RECV_TIMEOUT_MS 30000u
+#define CKS_SV_RECV_MIN_RATE   (16ull << 20)
 typedef struct cks_sv_hold cks_sv_hold_t;
 
 struct cks_mdq_job {

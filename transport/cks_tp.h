@@ -676,6 +676,13 @@ typedef struct {
                                     accepted connection that has not
                                     authenticated this long is closed
                                     (0: 10000) */
+    unsigned recv_timeout_ms;    /* a payload being received with
+                                    cks_tp_data_recv() (a rendezvous) that
+                                    has not arrived this long, plus its
+                                    length at recv_min_rate, closes its
+                                    connection: the receive then fails
+                                    (default: never) */
+    uint64_t recv_min_rate;      /* bytes/s; 0: the length adds nothing */
 } cks_tp_worker_params_t;
 
 /** Create a UCX context and worker (single-threaded, with a wake-up fd). */
@@ -861,7 +868,8 @@ cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
 /** Enforce the per-connection limits, outside any UCX callback: close the
  *  connections that stopped reading their replies (more than max_pending
  *  sends in flight when a request came, or no send completed for stall_ms),
- *  failing them as by a transport error (on_conn_err with CKS_ERR_TIMEOUT).
+ *  and those a payload being received stalls on (recv_timeout_ms), failing
+ *  them as by a transport error (on_conn_err with CKS_ERR_TIMEOUT).
  *  Returns the milliseconds until the next check is due, or -1. */
 int cks_tp_worker_sweep(cks_tp_worker_h worker);
 

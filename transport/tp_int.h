@@ -35,10 +35,13 @@ struct cks_tp_send_req {
     uint8_t hdr[CKS_TP_SEND_BUF];
 };
 
-typedef struct {
+typedef struct cks_tp_recv_req {
     cks_tp_worker_h worker;
     cks_tp_done_cb_t cb;
     void *arg;
+    cks_tp_conn_h conn;     /* held while the payload comes */
+    uint64_t deadline_ns;   /* see recv_timeout_ms; UINT64_MAX: none */
+    struct cks_tp_recv_req *prev, *next; /* the worker's receives */
 } cks_tp_recv_req_t;
 
 /* A peer's memory region, unpacked once and kept while the connection lives:
@@ -149,6 +152,7 @@ struct cks_tp_worker {
     cks_tp_worker_params_t params;
     char name[64];
     uint64_t abandon_check_ns; /* next look for sends held on closed connections */
+    struct cks_tp_recv_req *recvs; /* payloads being received (rendezvous) */
     ucp_context_h context;
     ucp_worker_h worker;
     int efd;
@@ -254,6 +258,9 @@ void cks_tp_copy_stop(cks_tp_worker_h w);
  * their deadlines) and handshake.c (the client side of the handshake) ---- */
 
 void cks_tp_held_release(cks_tp_conn_h conn, cks_status_t status);
+/* Payloads late past recv_timeout_ms close their connections (ucx.c, from
+ * cks_tp_worker_sweep()); returns ms until the next is due, or -1. */
+int cks_tp_recvs_expire(cks_tp_worker_h w);
 
 cks_tp_conn_h cks_tp_slot_find(cks_tp_worker_h w, ucp_ep_h ep);
 

@@ -172,10 +172,71 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
 static void cks_tp_recv_done(void *request, ucs_status_t st, size_t length, void *arg)
 {
     cks_tp_recv_req_t *r = arg;
+    cks_tp_worker_h w    = r->worker;
     cks_status_t status  = cks_tp_status(st, "receive payload");
-    r->cb(r->arg, status);
+    (void)length;
+    if (r->prev != NULL) {
+        r->prev->next = r->next;
+    } else {
+        w->recvs = r->next;
+    }
+    if (r->next != NULL) {
+        r->next->prev = r->prev;
+    }
+    if (r->cb != NULL) {
+        r->cb(r->arg, status);
+    }
+    if (r->conn != NULL) {
+        cks_tp_conn_put(r->conn);
+    }
     free(r);
     ucp_request_free(request);
+}
+
+/* When a payload of `length` bytes being received now is late: the
+ * worker's recv_timeout_ms, plus its length at recv_min_rate. */
+static uint64_t cks_tp_recv_deadline(cks_tp_worker_h w, size_t length)
+{
+    if (w->params.recv_timeout_ms == 0) {
+        return UINT64_MAX;
+    }
+    uint64_t ns = (uint64_t)w->params.recv_timeout_ms * 1000000ull;
+    if (w->params.recv_min_rate > 0) {
+        ns += (uint64_t)((double)length / (double)w->params.recv_min_rate * 1e9);
+    }
+    return cks_time_ns() + ns;
+}
+
+int cks_tp_recvs_expire(cks_tp_worker_h w)
+{
+    uint64_t now = cks_time_ns(), next = UINT64_MAX;
+    /* closing a connection completes its receives (failed), which unlinks
+     * them and may free others: look again from the head after each */
+    for (int again = 1; again;) {
+        again = 0;
+        for (cks_tp_recv_req_t *r = w->recvs; r != NULL; r = r->next) {
+            if (r->deadline_ns > now || r->conn->failed || r->conn->closed) {
+                continue;
+            }
+            cks_tp_conn_h conn = r->conn;
+            cks_warn("%s: a payload from %s did not arrive in %llu ms: closing the "
+                     "connection", w->name, conn->peer,
+                     (unsigned long long)((now - r->deadline_ns) / 1000000ull +
+                                          w->params.recv_timeout_ms));
+            r->deadline_ns = UINT64_MAX;
+            cks_tp_conn_get(conn);
+            cks_tp_conn_fail(conn, 1, CKS_ERR_TIMEOUT); /* r may be gone */
+            cks_tp_conn_put(conn);
+            again = 1;
+            break;
+        }
+    }
+    for (cks_tp_recv_req_t *r = w->recvs; r != NULL; r = r->next) {
+        if (!r->conn->failed && !r->conn->closed) {
+            next = CKS_MIN(next, r->deadline_ns);
+        }
+    }
+    return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
 }
 
 static ucs_memory_type_t cks_tp_mem_type(cks_mem_type_t t)
@@ -201,9 +262,12 @@ cks_status_t cks_tp_data_recv(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
     if (r == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    r->worker = w;
-    r->cb     = cb;
-    r->arg    = arg;
+    r->worker      = w;
+    r->cb          = cb;
+    r->arg         = arg;
+    r->conn        = data->conn;
+    r->deadline_ns = cks_tp_recv_deadline(w, data->length);
+    r->prev        = NULL;
     memset(&p, 0, sizeof(p));
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                      UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -214,9 +278,21 @@ cks_status_t cks_tp_data_recv(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = buf_memh->memh;
     }
+    /* linked (and its connection held) before UCX may complete it */
+    cks_tp_conn_get(r->conn);
+    r->next = w->recvs;
+    if (w->recvs != NULL) {
+        w->recvs->prev = r;
+    }
+    w->recvs   = r;
     req        = ucp_am_recv_data_nbx(w->worker, data->desc, buf, data->length, &p);
     data->desc = NULL;
     if (UCS_PTR_IS_ERR(req)) {
+        w->recvs = r->next;
+        if (w->recvs != NULL) {
+            w->recvs->prev = NULL;
+        }
+        cks_tp_conn_put(r->conn);
         free(r);
         return cks_tp_status(UCS_PTR_STATUS(req), "receive payload");
     }
@@ -742,6 +818,15 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     }
     cks_tp_worker_quiesce(w);
     w->destroying = 1; /* sends UCX completes from here on touch nothing */
+    /* receives UCX still holds: their completions, if any, touch nothing
+     * (their connections are freed below) */
+    for (cks_tp_recv_req_t *r = w->recvs, *nx; r != NULL; r = nx) {
+        nx      = r->next;
+        r->cb   = NULL;
+        r->conn = NULL;
+        r->prev = r->next = NULL;
+    }
+    w->recvs = NULL;
     while (w->conns != NULL) { /* still referenced: their keys go before the worker */
         cks_tp_conn_h c = w->conns;
         w->conns        = c->next;

@@ -469,9 +469,24 @@ Test(partition, data_flows_over_tcp_and_a_cut_client_gets_clear_errors)
  * the middle of the puts: that put fails with a clear error in bounded time,
  * the trainer aborts, the version is never restorable, the previous version
  * restores bit-exact from parity while the server is cut off and after. */
+/* Arena bytes in use on server i, asked directly (bounded). */
+static uint64_t server_usage(size_t i)
+{
+    cks_client_h one = NULL;
+    uint64_t used    = UINT64_MAX;
+    cr_assert_eq(cks_test_connect(&cl.srv[i], 5000, &one), CKS_OK);
+    cr_assert_eq(cks_cluster_usage(one, &used, NULL), CKS_OK);
+    cks_client_destroy(one);
+    return used;
+}
+
 Test(partition, snapshot_cut_from_a_primary_mid_put)
 {
+    /* a payload that stops coming frees its space after 3 s (+ 1 s per
+     * 16 MiB), not when TCP gives up on the cut-off sender */
+    cks_test_set_server_flags("--recv-timeout 3");
     bring_up();
+    cks_test_set_server_flags(NULL);
     uint64_t seed = cks_test_seed(32);
     const size_t n = 4;
     const uint64_t size = 4 * MiB;
@@ -487,6 +502,7 @@ Test(partition, snapshot_cut_from_a_primary_mid_put)
     fprintf(stderr, "coordinator of version 2: server %zu; cut: server %zu\n", coord, victim);
     cr_assert_neq(victim, coord, "names give a victim that is the coordinator; change them");
 
+    uint64_t victim_before = server_usage(victim);
     /* 40 Mbit/s: the 16 MiB take about 3.4 s, all puts at once */
     cr_assert_eq(cks_test_netns_shape(&net, CKS_TEST_NETNS_CLIENT, 40), 0);
     cks_version_params_t vp = {.job = JOB, .version = 2};
@@ -550,10 +566,29 @@ Test(partition, snapshot_cut_from_a_primary_mid_put)
     /* the previous version, with the server still cut off: from parity */
     cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
 
+    /* the cut primary, alone, gave up on the bytes that stopped coming
+     * (before, they held its space until the heal let TCP fail them) */
+    cr_assert(cks_test_log_has(cl.srv[victim].log, "did not arrive", BOUND_MS),
+              "server %zu still waits for the payload of a put cut off %llu ms ago", victim,
+              (unsigned long long)(now_ms() - cut_at));
     /* healed: version 2 stays unrestorable, the cluster takes a new version */
     cr_assert_eq(cks_test_netns_heal(&net, (int)victim), 0);
     assert_not_restorable(cli, 2);
     cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
+    /* the cut primary holds version 1's chunks again and nothing of
+     * version 2: the put whose bytes stopped coming let go of its space
+     * (its connection closed after --recv-timeout), and the abort's drop
+     * reached it after the heal */
+    uint64_t t2 = now_ms(), victim_after = server_usage(victim);
+    while (victim_after != victim_before && now_ms() - t2 < BOUND_MS) {
+        pause_ms(200);
+        victim_after = server_usage(victim);
+    }
+    fprintf(stderr, "server %zu: %llu bytes in use %llu ms after the heal (%llu before "
+                    "version 2)\n", victim, (unsigned long long)victim_after,
+            (unsigned long long)(now_ms() - t2), (unsigned long long)victim_before);
+    cr_assert_eq(victim_after, victim_before, "server %zu still holds %llu bytes of version 2",
+                 victim, (unsigned long long)(victim_after - victim_before));
     write_after_heal(cli, 3, seed);
 }
 
