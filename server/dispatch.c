@@ -73,6 +73,7 @@ static void cks_sv_h_mem_map(cks_server_h s, cks_tp_conn_h conn, const cks_wire_
 
 CKS_SV_HANDLER(cks_sv_h_hello, cks_sv_hello(s, conn, hdr->req_id, &b->m_HELLO))
 CKS_SV_HANDLER(cks_sv_h_auth, cks_sv_auth(s, conn, hdr->req_id, &b->m_AUTH))
+CKS_SV_HANDLER(cks_sv_h_stats, cks_sv_stats(s, conn, hdr->req_id))
 CKS_SV_HANDLER(cks_sv_h_version_begin,
                cks_sv_version_begin(s, conn, hdr->req_id, &b->m_VERSION_BEGIN))
 CKS_SV_HANDLER(cks_sv_h_put, cks_sv_put(s, conn, hdr->req_id, &b->m_PUT, data))
@@ -116,6 +117,7 @@ void cks_sv_handlers_standalone(cks_server_h s)
     memset(s->handlers, 0, sizeof(s->handlers)); /* replies: not requests */
     h[CKS_MSG_HELLO]          = cks_sv_h_hello;
     h[CKS_MSG_AUTH]           = cks_sv_h_auth;
+    h[CKS_MSG_STATS]          = cks_sv_h_stats;
     h[CKS_MSG_VERSION_BEGIN]  = cks_sv_h_version_begin;
     h[CKS_MSG_PUT]            = cks_sv_h_put;
     h[CKS_MSG_VERSION_SEAL]   = cks_sv_h_version_seal;
