@@ -186,8 +186,8 @@ void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
     }
     if (cks_tp_conn_auth(conn)->scoped && (cks_msg_flags(hdr->type) & CKS_MSG_F_SCOPED)) {
         /* a job's secret opens that job and nothing else (the scope column
-         * of the message table: HELLO and MEM_MAP, which names only the
-         * client's own memory, are not checked) */
+         * of the message table: HELLO, STATS and MEM_MAP, which names only
+         * the client's own memory, are not checked) */
         const cks_tp_auth_t *a   = cks_tp_conn_auth(conn);
         const cks_wire_str_t *job = cks_msg_client_job(hdr->type, b);
         if (job == NULL || job->len != strlen(a->job) ||
