@@ -212,7 +212,8 @@ void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 
     cks_tp_worker_address(s->tp, &addr, &addr_len);
     if (s->has_secret && !a->authed) {
-        /* challenge: our nonce now; our proof and address after AUTH */
+        /* challenge: our nonce now; our proof and address after AUTH, and
+         * nothing about the arena before it */
         if (m->nonce.len != CKS_WIRE_NONCE_LEN) {
             cks_sv_auth_refuse(s, conn, req_id, "this server requires a cluster secret");
             return;
@@ -250,6 +251,15 @@ void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.msg        = cks_wire_cstr(NULL);
     r.name       = cks_wire_cstr(s->name);
     r.addr       = (cks_wire_str_t){addr, (uint32_t)addr_len};
+    r.arena_size = cks_arena_size(s->arena);
+    r.arena_used = cks_arena_used(s->arena);
+    if (s->enc.threads != NULL) {
+        pthread_mutex_lock(&s->enc.lock);
+        r.enc_bytes  = s->enc.st_bytes;
+        r.enc_ns     = s->enc.st_encode_ns;
+        r.enc_job_ns = s->enc.st_job_ns;
+        pthread_mutex_unlock(&s->enc.lock);
+    }
     cks_debug("hello from %.*s at %s", (int)m->name.len, m->name.ptr,
               cks_tp_conn_peer(conn));
     /* the reply goes on the listener's endpoint; then the connection moves

@@ -108,7 +108,12 @@ typedef struct {
     cks_wire_str_t addr;  /* server's UCX worker address; empty when the
                              server requires authentication (AUTH_REPLY has it) */
     cks_wire_str_t nonce; /* server's challenge (when it requires a secret) */
-} cks_msg_hello_reply_t; /* the handshake only: a server's usage is STATS_REPLY's */
+    uint64_t arena_size;
+    uint64_t arena_used;
+    uint64_t enc_bytes;   /* object bytes the encoder threads protected since start */
+    uint64_t enc_ns;      /* their CPU time in ISA-L encode calls */
+    uint64_t enc_job_ns;  /* their CPU time in whole jobs (CRCs, padding) */
+} cks_msg_hello_reply_t;
 
 typedef struct {
     cks_wire_str_t job;

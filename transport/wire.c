@@ -69,7 +69,12 @@ static const cks_wire_field_t fd_hello_reply[] = {
     FD_REPLY(cks_msg_hello_reply_t),
     FD_STR(cks_msg_hello_reply_t, name, CKS_WIRE_MAX_NAME),
     FD_BIN(cks_msg_hello_reply_t, addr, CKS_WIRE_MAX_ADDR),
-    FD_BIN(cks_msg_hello_reply_t, nonce, CKS_WIRE_NONCE_LEN)};
+    FD_BIN(cks_msg_hello_reply_t, nonce, CKS_WIRE_NONCE_LEN),
+    FD_U64(cks_msg_hello_reply_t, arena_size),
+    FD_U64(cks_msg_hello_reply_t, arena_used),
+    FD_U64(cks_msg_hello_reply_t, enc_bytes),
+    FD_U64(cks_msg_hello_reply_t, enc_ns),
+    FD_U64(cks_msg_hello_reply_t, enc_job_ns)};
 static const cks_wire_field_t fd_version_begin[] = {
     FD_STR(cks_msg_version_begin_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_begin_t, version), FD_U64(cks_msg_version_begin_t, parent),

@@ -74,7 +74,12 @@ static const wm_field_t wm_f_hello_reply[] = {
     WM_REPLY_(cks_msg_hello_reply_t),
     WM_STR_(cks_msg_hello_reply_t, name, CKS_WIRE_MAX_NAME),
     WM_BIN_(cks_msg_hello_reply_t, addr, CKS_WIRE_MAX_ADDR),
-    WM_BIN_(cks_msg_hello_reply_t, nonce, CKS_WIRE_NONCE_LEN)};
+    WM_BIN_(cks_msg_hello_reply_t, nonce, CKS_WIRE_NONCE_LEN),
+    WM_U64_(cks_msg_hello_reply_t, arena_size),
+    WM_U64_(cks_msg_hello_reply_t, arena_used),
+    WM_U64_(cks_msg_hello_reply_t, enc_bytes),
+    WM_U64_(cks_msg_hello_reply_t, enc_ns),
+    WM_U64_(cks_msg_hello_reply_t, enc_job_ns)};
 static const wm_field_t wm_f_status[] = {WM_REPLY_(cks_msg_status_t)};
 static const wm_field_t wm_f_version_begin[] = {
     WM_STR_(cks_msg_version_begin_t, job, CKS_JOB_MAX_LEN),
