@@ -57,7 +57,17 @@ typedef enum {
     CKS_OP_AUTH,         /* AUTH_REPLY */
     CKS_OP_MEM_MAP,      /* MEM_MAP of a cks_mem_alloc() region (buf) + STATUS_REPLY */
     CKS_OP_REPAIR_STATUS, /* REPAIR_STATUS_REPLY */
+    CKS_OP_STATS,        /* STATS_REPLY, into a cks_cl_stats_t */
 } cks_op_kind_t;
+
+/* One server's usage figures (STATS_REPLY): what CKS_OP_STATS fills. */
+typedef struct {
+    uint64_t arena_used;
+    uint64_t arena_size;
+    uint64_t enc_bytes;  /* object bytes its encoder threads protected */
+    uint64_t enc_ns;     /* their CPU time in encode calls */
+    uint64_t enc_job_ns; /* their CPU time in whole jobs */
+} cks_cl_stats_t;
 
 /* Where an op may go. */
 typedef enum {

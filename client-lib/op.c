@@ -590,7 +590,7 @@ void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
         return;
     }
     if (sv->state == CKS_SRV_UP) {
-        if (op->kind == CKS_OP_HELLO && op->out == NULL) { /* a connect request: it is up */
+        if (op->kind == CKS_OP_HELLO) { /* a connect request: it is up */
             op->replied = 1;
             cks_cl_op_try_complete(c, op);
         } else if (sv->inflight >= CKS_CL_WINDOW) {

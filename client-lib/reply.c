@@ -212,14 +212,7 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
                 cks_cl_reply_error(c, op, b->m_HELLO_REPLY.status, &b->m_HELLO_REPLY.msg);
                 return;
             }
-            if (op->out != NULL) { /* a usage query, not a handshake */
-                uint64_t *usage = op->out;
-                usage[0]        = b->m_HELLO_REPLY.arena_used;
-                usage[1]        = b->m_HELLO_REPLY.arena_size;
-                usage[2]        = b->m_HELLO_REPLY.enc_bytes;
-                usage[3]        = b->m_HELLO_REPLY.enc_ns;
-                usage[4]        = b->m_HELLO_REPLY.enc_job_ns;
-            } else if (c->has_secret) {
+            if (c->has_secret) {
                 cks_status_t status = cks_cl_auth(c, op, &b->m_HELLO_REPLY);
                 if (status != CKS_OK) {
                     cks_cl_op_fail(c, op, status);
@@ -277,6 +270,21 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
             info->bytes_done  = r->bytes_done;
             info->rate        = r->rate;
             info->rate_cap    = r->rate_cap;
+            cks_cl_op_try_complete(c, op);
+            return;
+        }
+        case CKS_OP_STATS: {
+            const cks_msg_stats_reply_t *r = &b->m_STATS_REPLY;
+            if (r->status != CKS_OK) {
+                cks_cl_reply_error(c, op, r->status, &r->msg);
+                return;
+            }
+            cks_cl_stats_t *st = op->out;
+            st->arena_used     = r->arena_used;
+            st->arena_size     = r->arena_size;
+            st->enc_bytes      = r->enc_bytes;
+            st->enc_ns         = r->enc_ns;
+            st->enc_job_ns     = r->enc_job_ns;
             cks_cl_op_try_complete(c, op);
             return;
         }

@@ -561,7 +561,7 @@ cks_status_t cks_put(cks_client_h c, const cks_put_params_t *p)
 
 typedef struct {
     cks_waiter_t w;
-    uint64_t usage[5]; /* arena used, size, encoded bytes, encode ns, job ns */
+    cks_cl_stats_t st;
 } cks_usage_t;
 
 cks_status_t cks_cluster_stats(cks_client_h c, cks_cluster_stats_t *stats_p)
@@ -579,28 +579,25 @@ cks_status_t cks_cluster_stats(cks_client_h c, cks_cluster_stats_t *stats_p)
     /* ask every server at once, then collect */
     cks_status_t *st = calloc(c->nsrv, sizeof(*st));
     for (size_t i = 0; st != NULL && i < c->nsrv; i++) {
-        cks_op_t *op = cks_op_new(CKS_OP_HELLO, CKS_MSG_HELLO);
+        cks_op_t *op = cks_op_new(CKS_OP_STATS, CKS_MSG_STATS);
         cks_waiter_init(&u[i].w);
         if (op == NULL) {
             st[i] = CKS_ERR_NO_MEMORY;
             continue;
         }
-        op->body.m_HELLO.name = cks_wire_cstr(c->name);
-        op->body.m_HELLO.addr = cks_wire_cstr(NULL);
-        op->out               = u[i].usage;
-        op->srv               = i;
-        op->kind              = CKS_OP_HELLO;
-        op->target            = CKS_TARGET_FIXED;
-        op->deadline_ns       = 0;
-        st[i]                 = cks_cl_submit(c, op, cks_waiter_cb, &u[i].w);
+        op->body.m_STATS.flags = 0;
+        op->out                = &u[i].st;
+        op->srv                = i;
+        op->target             = CKS_TARGET_FIXED;
+        st[i]                  = cks_cl_submit(c, op, cks_waiter_cb, &u[i].w);
     }
     for (size_t i = 0; st != NULL && i < c->nsrv; i++) {
         if (cks_waiter_wait(&u[i].w, st[i]) == CKS_OK) {
-            t.arena_used += u[i].usage[0];
-            t.arena_capacity += u[i].usage[1];
-            t.encoded_bytes += u[i].usage[2];
-            t.encode_cpu_ns += u[i].usage[3];
-            t.encoder_cpu_ns += u[i].usage[4];
+            t.arena_used += u[i].st.arena_used;
+            t.arena_capacity += u[i].st.arena_size;
+            t.encoded_bytes += u[i].st.enc_bytes;
+            t.encode_cpu_ns += u[i].st.enc_ns;
+            t.encoder_cpu_ns += u[i].st.enc_job_ns;
             t.answered++;
         }
     }

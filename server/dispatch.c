@@ -73,6 +73,7 @@ static void cks_sv_h_mem_map(cks_server_h s, cks_tp_conn_h conn, const cks_wire_
 
 CKS_SV_HANDLER(cks_sv_h_hello, cks_sv_hello(s, conn, hdr->req_id, &b->m_HELLO))
 CKS_SV_HANDLER(cks_sv_h_auth, cks_sv_auth(s, conn, hdr->req_id, &b->m_AUTH))
+CKS_SV_HANDLER(cks_sv_h_stats, cks_sv_stats(s, conn, hdr->req_id))
 CKS_SV_HANDLER(cks_sv_h_version_begin,
                cks_sv_version_begin(s, conn, hdr->req_id, &b->m_VERSION_BEGIN))
 CKS_SV_HANDLER(cks_sv_h_put, cks_sv_put(s, conn, hdr->req_id, &b->m_PUT, data))
@@ -116,6 +117,7 @@ void cks_sv_handlers_standalone(cks_server_h s)
     memset(s->handlers, 0, sizeof(s->handlers)); /* replies: not requests */
     h[CKS_MSG_HELLO]          = cks_sv_h_hello;
     h[CKS_MSG_AUTH]           = cks_sv_h_auth;
+    h[CKS_MSG_STATS]          = cks_sv_h_stats;
     h[CKS_MSG_VERSION_BEGIN]  = cks_sv_h_version_begin;
     h[CKS_MSG_PUT]            = cks_sv_h_put;
     h[CKS_MSG_VERSION_SEAL]   = cks_sv_h_version_seal;
@@ -184,8 +186,8 @@ void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
     }
     if (cks_tp_conn_auth(conn)->scoped && (cks_msg_flags(hdr->type) & CKS_MSG_F_SCOPED)) {
         /* a job's secret opens that job and nothing else (the scope column
-         * of the message table: HELLO and MEM_MAP, which names only the
-         * client's own memory, are not checked) */
+         * of the message table: HELLO, STATS and MEM_MAP, which names only
+         * the client's own memory, are not checked) */
         const cks_tp_auth_t *a   = cks_tp_conn_auth(conn);
         const cks_wire_str_t *job = cks_msg_client_job(hdr->type, b);
         if (job == NULL || job->len != strlen(a->job) ||

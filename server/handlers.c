@@ -274,6 +274,25 @@ void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     }
 }
 
+/* STATS: the arena's size and use, and what the encoder threads did */
+void cks_sv_stats(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id)
+{
+    cks_msg_stats_reply_t r = {0};
+
+    r.status     = CKS_OK;
+    r.msg        = cks_wire_cstr(NULL);
+    r.arena_size = cks_arena_size(s->arena);
+    r.arena_used = cks_arena_used(s->arena);
+    if (s->enc.threads != NULL) {
+        pthread_mutex_lock(&s->enc.lock);
+        r.enc_bytes  = s->enc.st_bytes;
+        r.enc_ns     = s->enc.st_encode_ns;
+        r.enc_job_ns = s->enc.st_job_ns;
+        pthread_mutex_unlock(&s->enc.lock);
+    }
+    cks_sv_reply(conn, CKS_MSG_STATS_REPLY, req_id, &r);
+}
+
 static void cks_sv_version_open(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                 const cks_msg_version_begin_t *m, cks_status_t status,
                                 const char *why);

@@ -626,6 +626,8 @@ void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                          const cks_msg_hello_t *m);
 
+void cks_sv_stats(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id);
+
 void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                  const cks_msg_version_begin_t *m);
 

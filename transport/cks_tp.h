@@ -474,6 +474,20 @@ typedef struct {
     uint64_t rate_cap;    /* the pacing cap, bytes/s (0: none) */
 } cks_msg_repair_status_reply_t;
 
+/** Any -> server: its usage (STATS_REPLY). */
+typedef struct {
+    uint32_t flags; /* 0 */
+} cks_msg_stats_t;
+
+typedef struct {
+    CKS_MSG_REPLY_FIELDS;
+    uint64_t arena_size;
+    uint64_t arena_used;
+    uint64_t enc_bytes;  /* object bytes the encoder threads protected since start */
+    uint64_t enc_ns;     /* their CPU time in ISA-L encode calls */
+    uint64_t enc_job_ns; /* their CPU time in whole jobs (CRCs, padding) */
+} cks_msg_stats_reply_t;
+
 /*
  * The message table: the one place that lists every message, and all that
  * the code knows about each.
@@ -531,6 +545,8 @@ typedef struct {
     _(REPAIR_CHECK,      42, cks_msg_version_ref_t,        "s>s", 0, 0, 0, NOJOB, STATUS_REPLY) \
     _(REPAIR_STATUS,     43, cks_msg_repair_status_t,      "c>s", 0, 0, 0, NOJOB, REPAIR_STATUS_REPLY) \
     _(REPAIR_STATUS_REPLY, 44, cks_msg_repair_status_reply_t, "s>c", 0, 0, 0, OPEN, NONE) \
+    _(STATS,             45, cks_msg_stats_t,              "c>s", 0, 0, 0, OPEN,  STATS_REPLY) \
+    _(STATS_REPLY,       46, cks_msg_stats_reply_t,        "s>c", 0, 0, 0, OPEN,  NONE) \
     _(FLUSH_CHUNKS,      60, cks_msg_flush_t,              "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
     _(FLUSH_PUBLISH,     61, cks_msg_flush_t,              "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
     _(FLUSH_VERSION,     62, cks_msg_flush_t,              "c>s", 0, 0, 0, JOB,   STATUS_REPLY)

@@ -198,6 +198,11 @@ static const cks_wire_field_t fd_repair_status_reply[] = {
     FD_U64(cks_msg_repair_status_reply_t, bytes_done),
     FD_U64(cks_msg_repair_status_reply_t, rate),
     FD_U64(cks_msg_repair_status_reply_t, rate_cap)};
+static const cks_wire_field_t fd_stats[] = {FD_U32(cks_msg_stats_t, flags)};
+static const cks_wire_field_t fd_stats_reply[] = {
+    FD_REPLY(cks_msg_stats_reply_t), FD_U64(cks_msg_stats_reply_t, arena_size),
+    FD_U64(cks_msg_stats_reply_t, arena_used), FD_U64(cks_msg_stats_reply_t, enc_bytes),
+    FD_U64(cks_msg_stats_reply_t, enc_ns), FD_U64(cks_msg_stats_reply_t, enc_job_ns)};
 
 /* page entries */
 static const cks_wire_field_t fd_version_entry[] = {
@@ -249,6 +254,8 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_REPAIR_CHECK]       = FD_TABLE(fd_version_ref),
     [CKS_MSG_REPAIR_STATUS]      = FD_TABLE(fd_repair_status),
     [CKS_MSG_REPAIR_STATUS_REPLY] = FD_TABLE(fd_repair_status_reply),
+    [CKS_MSG_STATS]              = FD_TABLE(fd_stats),
+    [CKS_MSG_STATS_REPLY]        = FD_TABLE(fd_stats_reply),
 };
 
 static const cks_wire_desc_t cks_wire_entry_desc[] = {

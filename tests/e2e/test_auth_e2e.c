@@ -688,6 +688,7 @@ static void send_s2s_expect_refused(cks_tp_worker_h w, cks_tp_conn_h conn, raw_c
 Test(auth, a_job_secret_cannot_send_server_to_server_messages, .timeout = 300)
 {
     cks_test_cluster_t cl;
+    cks_cluster_stats_t cs;
     cks_client_h admin, a;
     cks_version_info_t vi;
     raw_ctx_t ctx = {0};
@@ -713,6 +714,10 @@ Test(auth, a_job_secret_cannot_send_server_to_server_messages, .timeout = 300)
 
     cr_assert_eq(connect_job(NULL, cl.map, alpha, "alpha", &a), CKS_OK);
     cr_assert_eq(write_version(a, "alpha", 1, buf, size, 2), CKS_OK);
+    /* the servers' usage (STATS names no job) is open to it, as to any client */
+    cr_assert_eq(cks_cluster_stats(a, &cs), CKS_OK);
+    cr_assert_eq(cs.answered, cl.n, "%u of %zu servers answered STATS", cs.answered, cl.n);
+    cr_assert_gt(cs.arena_used, 0);
     cks_client_destroy(a);
     cr_assert_eq(connect_to(NULL, cl.map, good, &admin), CKS_OK);
     cr_assert_eq(cks_cluster_usage(admin, &used0, NULL), CKS_OK);

@@ -212,6 +212,11 @@ static const wm_field_t wm_f_repair_status_reply[] = {
     WM_U64_(cks_msg_repair_status_reply_t, bytes_done),
     WM_U64_(cks_msg_repair_status_reply_t, rate),
     WM_U64_(cks_msg_repair_status_reply_t, rate_cap)};
+static const wm_field_t wm_f_stats[] = {WM_U32_(cks_msg_stats_t, flags)};
+static const wm_field_t wm_f_stats_reply[] = {
+    WM_REPLY_(cks_msg_stats_reply_t), WM_U64_(cks_msg_stats_reply_t, arena_size),
+    WM_U64_(cks_msg_stats_reply_t, arena_used), WM_U64_(cks_msg_stats_reply_t, enc_bytes),
+    WM_U64_(cks_msg_stats_reply_t, enc_ns), WM_U64_(cks_msg_stats_reply_t, enc_job_ns)};
 
 static const wm_field_t wm_f_version_entry[] = {WM_VENTRY_(cks_msg_version_entry_t, )};
 static const wm_field_t wm_f_object_entry[]  = {WM_OENTRY_(cks_msg_object_entry_t, )};
@@ -264,6 +269,8 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_REPAIR_STATUS] = WM_MSG_(cks_msg_repair_status_t, wm_f_repair_status),
     [CKS_MSG_REPAIR_STATUS_REPLY] =
         WM_MSG_(cks_msg_repair_status_reply_t, wm_f_repair_status_reply),
+    [CKS_MSG_STATS] = WM_MSG_(cks_msg_stats_t, wm_f_stats),
+    [CKS_MSG_STATS_REPLY] = WM_MSG_(cks_msg_stats_reply_t, wm_f_stats_reply),
 };
 
 /** Indexed by cks_wire_entry_t. */
