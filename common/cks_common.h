@@ -124,7 +124,9 @@ static inline size_t cks_vkey(uint8_t *buf, const char *job, size_t job_len, uin
  * 1 s after its check),
  * arena_alloc, encoder, crc_check, flush_die (a server writing a flush is
  * SIGKILLed halfway through its chunks), flush_publish_die (the server
- * publishing a flush is SIGKILLed after its manifest, before the rename).
+ * publishing a flush is SIGKILLed after its manifest, before the rename),
+ * report_lost (a takeover's request to report objects again is answered
+ * and not acted on).
  */
 typedef enum {
     CKS_FAULT_OFF    = 0,

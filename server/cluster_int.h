@@ -43,6 +43,9 @@
 /* Objects a primary owes the coordinator (objects.c): see there. */
 #define CKS_SV_OWED_EVERY_NS (250ull * 1000000ull) /* how often a debtor is asked */
 #define CKS_SV_OWED_ASK_MS   2000                   /* how long an answer may take */
+/* A takeover asks the primaries that still owe objects to report them
+ * again this often (objects.c). */
+#define CKS_SV_REPORT_AGAIN_NS (1000ull * 1000000ull)
 #define CKS_SV_OWED_GONE     2                      /* failed questions in a row: gone */
 
 /* Broadcasts to every other server: a manifest in pages, or a drop. */

@@ -7,6 +7,7 @@
  * Never: count an object twice, or one no rank of the version put.
  */
 #include "cluster_int.h"
+#include "coord_int.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,12 +139,41 @@ static void cks_sv_owed_probe(cks_server_h s, size_t pos, uint64_t now)
  * it objects? Then it fails (its abort runs from cks_sv_cv_kick()); else
  * every primary that owes objects is asked whether it is alive. Returns 1
  * while one owes objects. */
+/* A takeover asks every server once to report its objects again; one that
+ * did not get the question (its connection broke, or the reports went to a
+ * server that no longer coordinates) still owes them: asked again. */
+static void cks_sv_cv_report_ask(cks_server_h s, cks_sv_version_t *v, size_t pos,
+                                 uint64_t now)
+{
+    uint64_t left_s = v->open_deadline_ns > now ? (v->open_deadline_ns - now) / 1000000000ull
+                                                : 0;
+    cks_msg_version_claim_t cm = {{v->job, v->job_len}, v->version, (uint32_t)s->self,
+                                  CKS_CLAIM_OP_REPORT, (uint32_t)left_s + CKS_SV_CLAIM_MARGIN_S,
+                                  v->round, 0, 0, 0, 0, 0, 0};
+    cks_tp_conn_h pc = cks_sv_peer(s, pos);
+    if (pc != NULL) {
+        cks_debug("version %llu of '%s': server %zu still owes objects; asking it to report "
+                  "them again", (unsigned long long)v->version, v->job, pos);
+        cks_tp_call(pc, CKS_MSG_VERSION_CLAIM, 0, &cm, NULL, 0, NULL, CKS_SV_CLAIM_TIMEOUT_MS,
+                    cks_sv_claim_noop, NULL);
+    }
+}
+
 static int cks_sv_cv_owed(cks_server_h s, cks_sv_version_t *v, uint64_t now)
 {
-    int owing = 0;
+    int owing = 0, ask = 0;
     if (!cks_sv_cv_open(v) || v->failed != CKS_OK || v->stored_on == NULL ||
         now < v->owed_after_ns) {
         return 0;
+    }
+    if (v->round > 0 && v->claimed) {
+        /* a takeover's: its first question may not have reached them */
+        if (v->report_again_ns == 0) {
+            v->report_again_ns = now + CKS_SV_REPORT_AGAIN_NS;
+        } else if (now >= v->report_again_ns) {
+            v->report_again_ns = now + CKS_SV_REPORT_AGAIN_NS;
+            ask                = 1;
+        }
     }
     for (size_t pos = 0; pos < cks_cluster_nservers(s->map); pos++) {
         uint64_t reported = v->reported_by != NULL ? v->reported_by[pos] : 0;
@@ -175,6 +205,9 @@ static int cks_sv_cv_owed(cks_server_h s, cks_sv_version_t *v, uint64_t now)
             return 0;
         }
         cks_sv_owed_probe(s, pos, now);
+        if (ask) {
+            cks_sv_cv_report_ask(s, v, pos, now);
+        }
         owing = 1;
     }
     return owing;

@@ -81,6 +81,8 @@ struct cks_sv_version {
     uint32_t round;        /* the ballot is (round, this server) */
     int fence_ok;          /* a majority fenced the ballot: record the outcome */
     uint64_t owed_after_ns; /* a takeover: primaries are not asked before this */
+    uint64_t report_again_ns; /* a takeover: when those that still owe objects
+                                 are asked again to report them (objects.c) */
     int gone_holder;       /* a takeover: the coordinator that did not answer (-1:
                               none); objects it owes after owed_after_ns are lost */
     int disowned;          /* its fence failed here: another server coordinates it

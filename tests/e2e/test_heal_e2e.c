@@ -1575,6 +1575,63 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
     ch_random(CH_ROUNDS, CH_BOUND_MS);
 }
 
+/*
+ * A takeover asks every server once to report its objects again; when that
+ * question is lost (fault report_lost: each server answers its first one
+ * and does nothing), the primaries that still owe objects are asked again
+ * every second. Before, the takeover waited for the reports until the
+ * version's deadline, and the ranks' finishes failed (seen in the partition
+ * test, after connections broke under the takeover).
+ */
+static void setup_report_lost(void)
+{
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 256 * MiB, CKS_TEST_ALL,
+                                        "report_lost:once"),
+                 0);
+}
+
+TestSuite(heal_report, .init = setup_report_lost, .fini = teardown, .timeout = 240);
+
+Test(heal_report, takeover_whose_request_for_reports_is_lost_commits)
+{
+    if (!cks_fault_points_built()) {
+        cr_skip_test("this build has no fault points (configure with -DCKS_FAULT_POINTS=ON, "
+                     "as scripts/test does)");
+    }
+    uint64_t seed = cks_test_seed(65);
+    int down[NSRV] = {0};
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    char why[512] = "";
+    cr_assert(buf != NULL && want != NULL);
+    cks_client_h c0 = connect_cluster(5000), c1 = connect_cluster(5000);
+    uint64_t v  = ch_version_led_by_live(1, down);
+    int co      = cks_test_coordinator(cl.map, "chaos", v);
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = "chaos", .version = v, .nranks = 2, .timeout_s = 60};
+    ch_begin_put_spread(c0, c1, seed, &vp, buf);
+    cks_test_cluster_kill(&cl, (size_t)co);
+    uint64_t t0    = ch_ms();
+    ch_finish_t f1 = {c1, v, CKS_OK};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+    cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
+    cks_client_last_error(c0, why, sizeof(why));
+    pthread_join(th, NULL);
+    uint64_t took = ch_ms() - t0;
+    fprintf(stderr, "version %llu, coordinator %d killed, the takeover's first request for "
+                    "reports lost: %s, %s after %llu ms (%s)\n",
+            (unsigned long long)v, co, cks_status_name(st), cks_status_name(f1.st),
+            (unsigned long long)took, why);
+    cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
+    cr_assert_eq(f1.st, CKS_OK, "rank 1's finish: %s", cks_status_name(f1.st));
+    ch_wait_committed(c0, v);
+    cr_assert_eq(ch_verify(c0, seed, v, buf, want), CKS_OK);
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
+}
+
 /* ---- the same with partitions: servers on hosts of their own ---------------- */
 
 static void setup_net(void)
