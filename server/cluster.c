@@ -564,6 +564,10 @@ int cks_sv_cluster_progress(cks_server_h s)
     }
     int rp_timeout = cks_rp_progress(s);
     int timeout    = cks_tp_worker_expire(s->tp);
+    int reads_ms   = cks_sv_reads_expire(s);
+    if (reads_ms >= 0 && (timeout < 0 || reads_ms < timeout)) {
+        timeout = reads_ms;
+    }
     if (rp_timeout >= 0 && (timeout < 0 || rp_timeout < timeout)) {
         timeout = rp_timeout;
     }

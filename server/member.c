@@ -17,7 +17,12 @@
 
 void cks_sv_read_begin(cks_server_h s, cks_sv_read_t *r)
 {
-    r->seq  = ++s->read_seq;
+    r->seq      = ++s->read_seq;
+    r->began_ns = cks_time_ns();
+    r->closing  = 0;
+    if (r->conn != NULL) {
+        cks_tp_conn_get(r->conn);
+    }
     r->next = NULL;
     r->prev = s->reads_tail;
     if (s->reads_tail != NULL) {
@@ -56,9 +61,36 @@ void cks_sv_read_end(cks_server_h s, cks_sv_read_t *r)
     } else {
         s->reads_tail = r->prev;
     }
+    if (r->conn != NULL) {
+        cks_tp_conn_put(r->conn);
+        r->conn = NULL;
+    }
     if (s->ndeferred > 0) {
         cks_sv_deferred_release(s);
     }
+}
+
+int cks_sv_reads_expire(cks_server_h s)
+{
+    uint64_t now = cks_time_ns(), next = UINT64_MAX;
+    /* oldest first; a close fails the reply at once or 5 s later (the
+     * transport gives up on sends UCX holds), which ends the read */
+    for (cks_sv_read_t *r = s->reads_head; r != NULL; r = r->next) {
+        if (r->conn == NULL || r->closing) {
+            continue;
+        }
+        if (now - r->began_ns < CKS_SV_READ_HOLD_NS) {
+            next = CKS_MIN(next, r->began_ns + CKS_SV_READ_HOLD_NS);
+            continue;
+        }
+        r->closing = 1;
+        cks_warn("a chunk's reply to %s has not gone out in %llu s: closing the connection "
+                 "(arena space freed meanwhile waits for it)",
+                 cks_tp_conn_peer(r->conn), (unsigned long long)(CKS_SV_READ_HOLD_NS / 1000000000ull));
+        cks_tp_conn_close(r->conn); /* r may end here: look again next time */
+        return 0;
+    }
+    return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
 }
 
 void cks_sv_free_after_reads(cks_server_h s, uint64_t off, uint64_t len)
@@ -315,8 +347,8 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
     }
-    *o = (cks_chunk_out_t){s, v, {NULL, NULL, 0}, m->stripe, m->idx, (uint32_t)m->key.len,
-                           {0}};
+    *o = (cks_chunk_out_t){s, v, {NULL, NULL, 0, 0, conn, 0}, m->stripe, m->idx,
+                           (uint32_t)m->key.len, {0}};
     memcpy(o->key, m->key.ptr, m->key.len); /* checked: at most CKS_KEY_MAX_LEN */
     v->readers++;
     cks_sv_read_begin(s, &o->read); /* from the check until the bytes are sent */

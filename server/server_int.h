@@ -95,7 +95,18 @@ struct cks_sv_version {
 typedef struct cks_sv_read {
     struct cks_sv_read *prev, *next;
     uint64_t seq;
+    uint64_t began_ns;  /* cks_sv_read_begin() */
+    cks_tp_conn_h conn; /* a chunk's reply: the reader's connection (held), closed
+                           when the reply has not gone out after
+                           CKS_SV_READ_HOLD_NS; NULL: a flush's read */
+    int closing;        /* that close was asked for */
 } cks_sv_read_t;
+
+/* A chunk read's reply that has not gone out this long (its reader cut off,
+ * or gone while TCP retries) closes the reader's connection: the reply then
+ * fails, and the arena space freed meanwhile, which waits for the reads in
+ * flight, is returned. */
+#define CKS_SV_READ_HOLD_NS (30ull * 1000000000ull)
 
 /* Arena space freed while reads were in flight: returned after them. */
 typedef struct {
@@ -514,6 +525,9 @@ void cks_sv_free_after_reads(struct cks_server *s, uint64_t off, uint64_t len);
  *  between is returned to the arena only after it ends. */
 void cks_sv_read_begin(struct cks_server *s, cks_sv_read_t *r);
 void cks_sv_read_end(struct cks_server *s, cks_sv_read_t *r);
+/** Close the connections of chunk reads held past CKS_SV_READ_HOLD_NS;
+ *  returns ms until the next is due, or -1 (member.c). */
+int cks_sv_reads_expire(struct cks_server *s);
 
 /* flush.c: the durable tier */
 /** FLUSH_CHUNKS or FLUSH_PUBLISH (progress thread): validated and queued to
