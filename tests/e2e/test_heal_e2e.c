@@ -726,6 +726,25 @@ static void *ch_finish1(void *arg)
     return NULL;
 }
 
+/* Both ranks finish version v at once (rank 1 from a thread: a finish
+ * waits for the other's): rank 0's status, rank 1's in *st1_p, rank 0's
+ * error text in why, and the milliseconds both took in *took_p. */
+static cks_status_t ch_finish_both(cks_client_h c0, cks_client_h c1, uint64_t v,
+                                   cks_status_t *st1_p, char *why, size_t why_len,
+                                   uint64_t *took_p)
+{
+    uint64_t t0    = ch_ms();
+    ch_finish_t f1 = {c1, v, CKS_OK};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+    cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
+    cks_client_last_error(c0, why, why_len);
+    pthread_join(th, NULL);
+    *st1_p  = f1.st;
+    *took_p = ch_ms() - t0;
+    return st;
+}
+
 /* Version vp->version by two ranks: rank 0 begins it and puts its objects,
  * `between` runs (may be NULL), rank 1 puts its own, and both finish at
  * once (rank 1 from a thread: a finish waits for the other's). The first
@@ -970,23 +989,19 @@ Test(heal, coordinator_killed_between_begin_and_finish_is_taken_over, .timeout =
     ch_pause_ms(500); /* spread and reported: what a primary holds unspread dies with it */
     cks_test_cluster_kill(&cl, (size_t)co2);
     down[co2] = 1;
-    uint64_t t0    = ch_ms();
-    ch_finish_t f1 = {c1, v2, CKS_OK};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
-    cks_status_t st = cks_version_finish(c0, "chaos", v2, 0);
-    cks_client_last_error(c0, why, sizeof(why));
-    pthread_join(th, NULL);
+    cks_status_t st1 = CKS_OK;
+    uint64_t took    = 0;
+    cks_status_t st  = ch_finish_both(c0, c1, v2, &st1, why, sizeof(why), &took);
     fprintf(stderr, "version %llu, coordinator %d killed before the finish: %s, %s after %llu ms "
                     "(%s)\n",
-            (unsigned long long)v2, co2, cks_status_name(st), cks_status_name(f1.st),
-            (unsigned long long)(ch_ms() - t0), why);
-    if (st != CKS_OK || f1.st != CKS_OK) {
+            (unsigned long long)v2, co2, cks_status_name(st), cks_status_name(st1),
+            (unsigned long long)took, why);
+    if (st != CKS_OK || st1 != CKS_OK) {
         dump_logs();
     }
     cr_assert_eq(st, CKS_OK, "rank 0's finish of version %llu: %s (%s)", (unsigned long long)v2,
                  cks_status_name(st), why);
-    cr_assert_eq(f1.st, CKS_OK, "rank 1's finish: %s", cks_status_name(f1.st));
+    cr_assert_eq(st1, CKS_OK, "rank 1's finish: %s", cks_status_name(st1));
     ch_wait_committed(c0, v2);
     cr_assert_eq(ch_verify(c0, seed, v2, buf, want), CKS_OK);
 
@@ -999,12 +1014,13 @@ Test(heal, coordinator_killed_between_begin_and_finish_is_taken_over, .timeout =
     cr_assert_eq(ch_put_rank(c1, seed, v3, 1, buf), CKS_OK);
     ch_pause_ms(500);
     ch_finish_t f0 = {c0, v3, CKS_OK};
+    pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, ch_finish0, &f0), 0);
     ch_pause_ms(300); /* rank 0's seal waits at the coordinator */
     cks_test_cluster_kill(&cl, (size_t)co3);
     down[co3] = 1;
-    t0        = ch_ms();
-    st        = cks_version_finish(c1, "chaos", v3, 1);
+    uint64_t t0 = ch_ms();
+    st          = cks_version_finish(c1, "chaos", v3, 1);
     cks_client_last_error(c1, why, sizeof(why));
     pthread_join(th, NULL);
     fprintf(stderr, "version %llu, coordinator %d killed between the finishes: %s, %s after "
@@ -1076,22 +1092,18 @@ Test(heal, stopped_coordinator_resumes_fenced_after_a_takeover, .timeout = 240)
     cr_assert_eq(ch_put_rank(c1, seed, v, 1, buf), CKS_OK);
     ch_pause_ms(500); /* spread, reported, and the coordinator's own objects copied */
     kill(cl.srv[coord].pid, SIGSTOP);
-    uint64_t t0    = ch_ms();
-    ch_finish_t f1 = {c1, v, CKS_OK};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
-    cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
-    cks_client_last_error(c0, why, sizeof(why));
-    pthread_join(th, NULL);
+    cks_status_t st1 = CKS_OK;
+    uint64_t took    = 0;
+    cks_status_t st  = ch_finish_both(c0, c1, v, &st1, why, sizeof(why), &took);
     fprintf(stderr, "version %llu, coordinator %d stopped: %s, %s after %llu ms (%s)\n",
-            (unsigned long long)v, coord, cks_status_name(st), cks_status_name(f1.st),
-            (unsigned long long)(ch_ms() - t0), why);
+            (unsigned long long)v, coord, cks_status_name(st), cks_status_name(st1),
+            (unsigned long long)took, why);
     kill(cl.srv[coord].pid, SIGCONT);
-    if (st != CKS_OK || f1.st != CKS_OK) {
+    if (st != CKS_OK || st1 != CKS_OK) {
         dump_logs();
     }
     cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
-    cr_assert_eq(f1.st, CKS_OK, "rank 1's finish: %s", cks_status_name(f1.st));
+    cr_assert_eq(st1, CKS_OK, "rank 1's finish: %s", cks_status_name(st1));
     /* resumed, it takes the seals it had been sent and tries to commit: it
      * logs either outcome within a few seconds */
     char fenced[128];
@@ -1211,21 +1223,16 @@ Test(heal, seal_that_outlasts_the_client_timeout_is_answered, .timeout = 240)
                                .job = "chaos", .version = v, .nranks = 2, .timeout_s = 60};
     ch_begin_put_spread(c0, c1, seed, &vp, buf);
     kill(cl.srv[member].pid, SIGSTOP);
-    uint64_t t0    = ch_ms();
-    ch_finish_t f1 = {c1, v, CKS_OK};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
-    cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
-    cks_client_last_error(c0, why, sizeof(why));
-    pthread_join(th, NULL);
-    uint64_t took = ch_ms() - t0;
+    cks_status_t st1 = CKS_OK;
+    uint64_t took    = 0;
+    cks_status_t st  = ch_finish_both(c0, c1, v, &st1, why, sizeof(why), &took);
     kill(cl.srv[member].pid, SIGCONT);
     fprintf(stderr, "version %llu, member %d stopped during the finish: %s, %s after %llu ms "
                     "(%s)\n",
-            (unsigned long long)v, member, cks_status_name(st), cks_status_name(f1.st),
+            (unsigned long long)v, member, cks_status_name(st), cks_status_name(st1),
             (unsigned long long)took, why);
     cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
-    cr_assert_eq(f1.st, CKS_OK, "rank 1's finish: %s", cks_status_name(f1.st));
+    cr_assert_eq(st1, CKS_OK, "rank 1's finish: %s", cks_status_name(st1));
     cr_assert_gt(took, 2000, "the finish took %llu ms: the stop did not hold the commit "
                              "past the client's timeout", (unsigned long long)took);
     ch_wait_committed(c0, v);
@@ -1610,20 +1617,15 @@ Test(heal_report, takeover_whose_request_for_reports_is_lost_commits)
                                .job = "chaos", .version = v, .nranks = 2, .timeout_s = 60};
     ch_begin_put_spread(c0, c1, seed, &vp, buf);
     cks_test_cluster_kill(&cl, (size_t)co);
-    uint64_t t0    = ch_ms();
-    ch_finish_t f1 = {c1, v, CKS_OK};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
-    cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
-    cks_client_last_error(c0, why, sizeof(why));
-    pthread_join(th, NULL);
-    uint64_t took = ch_ms() - t0;
+    cks_status_t st1 = CKS_OK;
+    uint64_t took    = 0;
+    cks_status_t st  = ch_finish_both(c0, c1, v, &st1, why, sizeof(why), &took);
     fprintf(stderr, "version %llu, coordinator %d killed, the takeover's first request for "
                     "reports lost: %s, %s after %llu ms (%s)\n",
-            (unsigned long long)v, co, cks_status_name(st), cks_status_name(f1.st),
+            (unsigned long long)v, co, cks_status_name(st), cks_status_name(st1),
             (unsigned long long)took, why);
     cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
-    cr_assert_eq(f1.st, CKS_OK, "rank 1's finish: %s", cks_status_name(f1.st));
+    cr_assert_eq(st1, CKS_OK, "rank 1's finish: %s", cks_status_name(st1));
     ch_wait_committed(c0, v);
     cr_assert_eq(ch_verify(c0, seed, v, buf, want), CKS_OK);
     cks_client_destroy(c0);
