@@ -202,6 +202,21 @@ void cks_sv_auth(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     }
 }
 
+/* The usage figures of STATS_REPLY (and of HELLO_REPLY, for clients before
+ * STATS): the arena's size and use, what the encoder threads did. */
+static void cks_sv_usage(cks_server_h s, cks_msg_stats_reply_t *r)
+{
+    r->arena_size = cks_arena_size(s->arena);
+    r->arena_used = cks_arena_used(s->arena);
+    if (s->enc.threads != NULL) {
+        pthread_mutex_lock(&s->enc.lock);
+        r->enc_bytes  = s->enc.st_bytes;
+        r->enc_ns     = s->enc.st_encode_ns;
+        r->enc_job_ns = s->enc.st_job_ns;
+        pthread_mutex_unlock(&s->enc.lock);
+    }
+}
+
 void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                          const cks_msg_hello_t *m)
 {
@@ -251,15 +266,13 @@ void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.msg        = cks_wire_cstr(NULL);
     r.name       = cks_wire_cstr(s->name);
     r.addr       = (cks_wire_str_t){addr, (uint32_t)addr_len};
-    r.arena_size = cks_arena_size(s->arena);
-    r.arena_used = cks_arena_used(s->arena);
-    if (s->enc.threads != NULL) {
-        pthread_mutex_lock(&s->enc.lock);
-        r.enc_bytes  = s->enc.st_bytes;
-        r.enc_ns     = s->enc.st_encode_ns;
-        r.enc_job_ns = s->enc.st_job_ns;
-        pthread_mutex_unlock(&s->enc.lock);
-    }
+    cks_msg_stats_reply_t u = {0};
+    cks_sv_usage(s, &u); /* for clients before STATS */
+    r.arena_size = u.arena_size;
+    r.arena_used = u.arena_used;
+    r.enc_bytes  = u.enc_bytes;
+    r.enc_ns     = u.enc_ns;
+    r.enc_job_ns = u.enc_job_ns;
     cks_debug("hello from %.*s at %s", (int)m->name.len, m->name.ptr,
               cks_tp_conn_peer(conn));
     /* the reply goes on the listener's endpoint; then the connection moves
@@ -279,17 +292,9 @@ void cks_sv_stats(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id)
 {
     cks_msg_stats_reply_t r = {0};
 
-    r.status     = CKS_OK;
-    r.msg        = cks_wire_cstr(NULL);
-    r.arena_size = cks_arena_size(s->arena);
-    r.arena_used = cks_arena_used(s->arena);
-    if (s->enc.threads != NULL) {
-        pthread_mutex_lock(&s->enc.lock);
-        r.enc_bytes  = s->enc.st_bytes;
-        r.enc_ns     = s->enc.st_encode_ns;
-        r.enc_job_ns = s->enc.st_job_ns;
-        pthread_mutex_unlock(&s->enc.lock);
-    }
+    r.status = CKS_OK;
+    r.msg    = cks_wire_cstr(NULL);
+    cks_sv_usage(s, &r);
     cks_sv_reply(conn, CKS_MSG_STATS_REPLY, req_id, &r);
 }
 
