@@ -73,15 +73,16 @@ void cks_sv_read_end(cks_server_h s, cks_sv_read_t *r)
 int cks_sv_reads_expire(cks_server_h s)
 {
     uint64_t now = cks_time_ns(), next = UINT64_MAX;
-    /* oldest first; a close fails the reply at once or 5 s later (the
+    /* oldest first (the list is in the order reads began: the first young
+     * one ends the walk); a close fails the reply at once or 5 s later (the
      * transport gives up on sends UCX holds), which ends the read */
     for (cks_sv_read_t *r = s->reads_head; r != NULL; r = r->next) {
         if (r->conn == NULL || r->closing) {
             continue;
         }
         if (now - r->began_ns < CKS_SV_READ_HOLD_NS) {
-            next = CKS_MIN(next, r->began_ns + CKS_SV_READ_HOLD_NS);
-            continue;
+            next = r->began_ns + CKS_SV_READ_HOLD_NS;
+            break;
         }
         r->closing = 1;
         cks_warn("a chunk's reply to %s has not gone out in %llu s: closing the connection "
