@@ -168,9 +168,11 @@ void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
     }
     cks_trace("%s from %s (req %llu)", cks_msg_name(hdr->type), cks_tp_conn_peer(conn),
               (unsigned long long)hdr->req_id);
-    if (s->has_secret && !cks_tp_conn_auth(conn)->authed && hdr->type != CKS_MSG_HELLO &&
-        hdr->type != CKS_MSG_AUTH) {
-        /* nothing is read or written before authentication: a payload is dropped */
+    if (s->has_secret && !cks_tp_conn_auth(conn)->authed &&
+        !(cks_msg_flags(hdr->type) & CKS_MSG_F_PREAUTH)) {
+        /* nothing is read or written before authentication (the auth column
+         * of the message table: only the handshake's HELLO and AUTH); a
+         * payload is dropped */
         cks_sv_auth_refuse(s, conn, hdr->req_id, "authenticate first");
         return;
     }

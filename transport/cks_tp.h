@@ -491,7 +491,7 @@ typedef struct {
 /*
  * The message table: the one place that lists every message, and all that
  * the code knows about each.
- * _(NAME, id, body type, direction, payload, rma, data, scope, reply)
+ * _(NAME, id, body type, direction, payload, rma, data, scope, auth, reply)
  *   direction: "c>s" a request clients (and servers) send, "s>s" one only
  *              servers send each other (cks_msg_server_only()), "s>c" a reply
  *   payload:   1: may carry raw payload bytes or a page as AM data
@@ -505,51 +505,55 @@ typedef struct {
  *   scope:     the job-scope check on a connection whose secret opens one job:
  *              OPEN not checked, JOB the body's `job` must be that job,
  *              NOJOB checked and refused (names no client job)
+ *   auth:      PRE: a server with a secret takes it before the connection
+ *              has authenticated (the handshake: HELLO, AUTH; and the
+ *              replies), AUTHED: only after (refused with "authenticate
+ *              first"; a client's transport holds it until then)
  *   reply:     the message that answers it when it succeeds (any request may
  *              be answered by STATUS_REPLY instead); NONE for the replies
  */
 #define CKS_MSG_LIST(_) \
-    _(HELLO,              1, cks_msg_hello_t,              "c>s", 0, 0, 0, OPEN,  HELLO_REPLY) \
-    _(HELLO_REPLY,        2, cks_msg_hello_reply_t,        "s>c", 0, 0, 0, OPEN,  NONE) \
-    _(STATUS_REPLY,       3, cks_msg_status_t,             "s>c", 0, 0, 0, OPEN,  NONE) \
-    _(VERSION_BEGIN,      4, cks_msg_version_begin_t,      "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
-    _(VERSION_SEAL,       5, cks_msg_version_seal_t,       "c>s", 0, 0, 0, JOB,   SEAL_REPLY) \
-    _(SEAL_REPLY,         6, cks_msg_seal_reply_t,         "s>c", 0, 0, 0, OPEN,  NONE) \
-    _(VERSION_ABORT,      7, cks_msg_version_ref_t,        "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
-    _(VERSION_DELETE,     8, cks_msg_version_ref_t,        "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
-    _(PUT,                9, cks_msg_put_t,                "c>s", 1, 1, 1, JOB,   STATUS_REPLY) \
-    _(GET,               10, cks_msg_get_t,                "c>s", 0, 1, 1, JOB,   GET_REPLY) \
-    _(GET_REPLY,         11, cks_msg_get_reply_t,          "s>c", 1, 1, 0, OPEN,  NONE) \
-    _(VERSION_STAT,      12, cks_msg_version_stat_t,       "c>s", 0, 0, 0, JOB,   VERSION_STAT_REPLY) \
-    _(VERSION_STAT_REPLY,13, cks_msg_version_stat_reply_t, "s>c", 0, 0, 0, OPEN,  NONE) \
-    _(VERSION_LIST,      14, cks_msg_version_list_t,       "c>s", 0, 0, 0, JOB,   LIST_REPLY) \
-    _(LIST_REPLY,        15, cks_msg_list_reply_t,         "s>c", 1, 0, 0, OPEN,  NONE) \
-    _(OBJECT_STAT,       16, cks_msg_object_stat_t,        "c>s", 0, 0, 0, JOB,   OBJECT_STAT_REPLY) \
-    _(OBJECT_STAT_REPLY, 17, cks_msg_object_stat_reply_t,  "s>c", 0, 0, 0, OPEN,  NONE) \
-    _(OBJECT_LIST,       18, cks_msg_object_list_t,        "c>s", 0, 0, 0, JOB,   LIST_REPLY) \
-    _(JOB_LIST,          19, cks_msg_job_list_t,           "c>s", 0, 0, 0, NOJOB, LIST_REPLY) \
-    _(CHUNK_PUT,         20, cks_msg_chunk_put_t,          "s>s", 1, 0, 1, NOJOB, STATUS_REPLY) \
-    _(CHUNK_GET,         21, cks_msg_chunk_get_t,          "c>s", 0, 1, 1, JOB,   CHUNK_GET_REPLY) \
-    _(CHUNK_GET_REPLY,   22, cks_msg_chunk_get_reply_t,    "s>c", 1, 1, 0, OPEN,  NONE) \
-    _(OBJECT_DONE,       23, cks_msg_object_done_t,        "s>s", 0, 0, 0, NOJOB, STATUS_REPLY) \
-    _(VERSION_COMMIT,    24, cks_msg_version_commit_t,     "s>s", 1, 0, 0, NOJOB, STATUS_REPLY) \
-    _(VERSION_DROP,      25, cks_msg_version_drop_t,       "s>s", 0, 0, 0, NOJOB, STATUS_REPLY) \
-    _(OBJECT_DELETE,     26, cks_msg_object_stat_t,        "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
-    _(AUTH,              27, cks_msg_auth_t,               "c>s", 0, 0, 0, NOJOB, AUTH_REPLY) \
-    _(AUTH_REPLY,        28, cks_msg_auth_reply_t,         "s>c", 0, 0, 0, OPEN,  NONE) \
-    _(MEM_MAP,           29, cks_msg_mem_map_t,            "c>s", 0, 1, 0, OPEN,  STATUS_REPLY) \
-    _(VERSION_HOLD,      30, cks_msg_version_hold_t,       "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
-    _(VERSION_CLAIM,     31, cks_msg_version_claim_t,      "s>s", 0, 0, 0, NOJOB, STATUS_REPLY) \
-    _(SYNC_LIST,         40, cks_msg_sync_list_t,          "s>s", 0, 0, 0, NOJOB, SYNC_REPLY) \
-    _(SYNC_REPLY,        41, cks_msg_sync_reply_t,         "s>c", 1, 0, 0, OPEN,  NONE) \
-    _(REPAIR_CHECK,      42, cks_msg_version_ref_t,        "s>s", 0, 0, 0, NOJOB, STATUS_REPLY) \
-    _(REPAIR_STATUS,     43, cks_msg_repair_status_t,      "c>s", 0, 0, 0, NOJOB, REPAIR_STATUS_REPLY) \
-    _(REPAIR_STATUS_REPLY, 44, cks_msg_repair_status_reply_t, "s>c", 0, 0, 0, OPEN, NONE) \
-    _(STATS,             45, cks_msg_stats_t,              "c>s", 0, 0, 0, OPEN,  STATS_REPLY) \
-    _(STATS_REPLY,       46, cks_msg_stats_reply_t,        "s>c", 0, 0, 0, OPEN,  NONE) \
-    _(FLUSH_CHUNKS,      60, cks_msg_flush_t,              "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
-    _(FLUSH_PUBLISH,     61, cks_msg_flush_t,              "c>s", 0, 0, 0, JOB,   STATUS_REPLY) \
-    _(FLUSH_VERSION,     62, cks_msg_flush_t,              "c>s", 0, 0, 0, JOB,   STATUS_REPLY)
+    _(HELLO,              1, cks_msg_hello_t,                "c>s", 0, 0, 0, OPEN,  PRE,    HELLO_REPLY) \
+    _(HELLO_REPLY,        2, cks_msg_hello_reply_t,          "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
+    _(STATUS_REPLY,       3, cks_msg_status_t,               "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
+    _(VERSION_BEGIN,      4, cks_msg_version_begin_t,        "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY) \
+    _(VERSION_SEAL,       5, cks_msg_version_seal_t,         "c>s", 0, 0, 0, JOB,   AUTHED, SEAL_REPLY) \
+    _(SEAL_REPLY,         6, cks_msg_seal_reply_t,           "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
+    _(VERSION_ABORT,      7, cks_msg_version_ref_t,          "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY) \
+    _(VERSION_DELETE,     8, cks_msg_version_ref_t,          "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY) \
+    _(PUT,                9, cks_msg_put_t,                  "c>s", 1, 1, 1, JOB,   AUTHED, STATUS_REPLY) \
+    _(GET,               10, cks_msg_get_t,                  "c>s", 0, 1, 1, JOB,   AUTHED, GET_REPLY) \
+    _(GET_REPLY,         11, cks_msg_get_reply_t,            "s>c", 1, 1, 0, OPEN,  PRE,    NONE) \
+    _(VERSION_STAT,      12, cks_msg_version_stat_t,         "c>s", 0, 0, 0, JOB,   AUTHED, VERSION_STAT_REPLY) \
+    _(VERSION_STAT_REPLY,13, cks_msg_version_stat_reply_t,   "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
+    _(VERSION_LIST,      14, cks_msg_version_list_t,         "c>s", 0, 0, 0, JOB,   AUTHED, LIST_REPLY) \
+    _(LIST_REPLY,        15, cks_msg_list_reply_t,           "s>c", 1, 0, 0, OPEN,  PRE,    NONE) \
+    _(OBJECT_STAT,       16, cks_msg_object_stat_t,          "c>s", 0, 0, 0, JOB,   AUTHED, OBJECT_STAT_REPLY) \
+    _(OBJECT_STAT_REPLY, 17, cks_msg_object_stat_reply_t,    "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
+    _(OBJECT_LIST,       18, cks_msg_object_list_t,          "c>s", 0, 0, 0, JOB,   AUTHED, LIST_REPLY) \
+    _(JOB_LIST,          19, cks_msg_job_list_t,             "c>s", 0, 0, 0, NOJOB, AUTHED, LIST_REPLY) \
+    _(CHUNK_PUT,         20, cks_msg_chunk_put_t,            "s>s", 1, 0, 1, NOJOB, AUTHED, STATUS_REPLY) \
+    _(CHUNK_GET,         21, cks_msg_chunk_get_t,            "c>s", 0, 1, 1, JOB,   AUTHED, CHUNK_GET_REPLY) \
+    _(CHUNK_GET_REPLY,   22, cks_msg_chunk_get_reply_t,      "s>c", 1, 1, 0, OPEN,  PRE,    NONE) \
+    _(OBJECT_DONE,       23, cks_msg_object_done_t,          "s>s", 0, 0, 0, NOJOB, AUTHED, STATUS_REPLY) \
+    _(VERSION_COMMIT,    24, cks_msg_version_commit_t,       "s>s", 1, 0, 0, NOJOB, AUTHED, STATUS_REPLY) \
+    _(VERSION_DROP,      25, cks_msg_version_drop_t,         "s>s", 0, 0, 0, NOJOB, AUTHED, STATUS_REPLY) \
+    _(OBJECT_DELETE,     26, cks_msg_object_stat_t,          "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY) \
+    _(AUTH,              27, cks_msg_auth_t,                 "c>s", 0, 0, 0, NOJOB, PRE,    AUTH_REPLY) \
+    _(AUTH_REPLY,        28, cks_msg_auth_reply_t,           "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
+    _(MEM_MAP,           29, cks_msg_mem_map_t,              "c>s", 0, 1, 0, OPEN,  AUTHED, STATUS_REPLY) \
+    _(VERSION_HOLD,      30, cks_msg_version_hold_t,         "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY) \
+    _(VERSION_CLAIM,     31, cks_msg_version_claim_t,        "s>s", 0, 0, 0, NOJOB, AUTHED, STATUS_REPLY) \
+    _(SYNC_LIST,         40, cks_msg_sync_list_t,            "s>s", 0, 0, 0, NOJOB, AUTHED, SYNC_REPLY) \
+    _(SYNC_REPLY,        41, cks_msg_sync_reply_t,           "s>c", 1, 0, 0, OPEN,  PRE,    NONE) \
+    _(REPAIR_CHECK,      42, cks_msg_version_ref_t,          "s>s", 0, 0, 0, NOJOB, AUTHED, STATUS_REPLY) \
+    _(REPAIR_STATUS,     43, cks_msg_repair_status_t,        "c>s", 0, 0, 0, NOJOB, AUTHED, REPAIR_STATUS_REPLY) \
+    _(REPAIR_STATUS_REPLY,44, cks_msg_repair_status_reply_t,  "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
+    _(STATS,             45, cks_msg_stats_t,                "c>s", 0, 0, 0, OPEN,  AUTHED, STATS_REPLY) \
+    _(STATS_REPLY,       46, cks_msg_stats_reply_t,          "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
+    _(FLUSH_CHUNKS,      60, cks_msg_flush_t,                "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY) \
+    _(FLUSH_PUBLISH,     61, cks_msg_flush_t,                "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY) \
+    _(FLUSH_VERSION,     62, cks_msg_flush_t,                "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY)
 
 /* What cks_msg_flags() says of a message (0 for an unknown type). */
 #define CKS_MSG_F_REPLY       0x01u /* answers a request (matched by req_id): reply NONE */
@@ -558,6 +562,7 @@ typedef struct {
 #define CKS_MSG_F_RMA         0x08u /* the rma column */
 #define CKS_MSG_F_DATA        0x10u /* the data column */
 #define CKS_MSG_F_SCOPED      0x20u /* scope JOB or NOJOB: the job-scope check applies */
+#define CKS_MSG_F_PREAUTH     0x40u /* auth PRE: taken before authentication */
 
 /** Nonzero for message types that answer a request (matched by req_id). */
 #define CKS_MSG_IS_REPLY(t) ((cks_msg_flags(t) & CKS_MSG_F_REPLY) != 0)

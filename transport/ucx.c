@@ -487,7 +487,7 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
         cks_tp_send_req_put(w, s);
         return status;
     }
-    if (conn->handshaking && type != CKS_MSG_HELLO && type != CKS_MSG_AUTH) {
+    if (conn->handshaking && !(cks_msg_flags(type) & CKS_MSG_F_PREAUTH)) {
         /* a server with a secret serves nothing before AUTH: hold it */
         return cks_tp_send_hold(conn, s, hdr_len, payload, payload_len, mem_type,
                                 payload_memh, cb, arg);

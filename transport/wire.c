@@ -280,6 +280,8 @@ const char *cks_msg_name(unsigned type)
 #define CKS_MSG_SCOPE_OPEN     0u
 #define CKS_MSG_SCOPE_JOB      CKS_MSG_F_SCOPED
 #define CKS_MSG_SCOPE_NOJOB    CKS_MSG_F_SCOPED
+#define CKS_MSG_GATE_PRE       CKS_MSG_F_PREAUTH
+#define CKS_MSG_GATE_AUTHED    0u
 #define CKS_MSG_JOB_OPEN(b, name)  NULL
 #define CKS_MSG_JOB_JOB(b, name)   (&(b)->m_##name.job)
 #define CKS_MSG_JOB_NOJOB(b, name) NULL
@@ -287,12 +289,12 @@ const char *cks_msg_name(unsigned type)
 unsigned cks_msg_flags(unsigned type)
 {
     switch (type) {
-#define CKS_MSG_FLAGS_(name, id, type, dir, payload, rma, data, scope, reply) \
+#define CKS_MSG_FLAGS_(name, id, type, dir, payload, rma, data, scope, auth, reply) \
     case id: \
         return (CKS_MSG_##reply == CKS_MSG_NONE ? CKS_MSG_F_REPLY : 0u) | \
                (dir[0] == 's' && dir[2] == 's' ? CKS_MSG_F_SERVER_ONLY : 0u) | \
                ((payload) ? CKS_MSG_F_PAYLOAD : 0u) | ((rma) ? CKS_MSG_F_RMA : 0u) | \
-               ((data) ? CKS_MSG_F_DATA : 0u) | CKS_MSG_SCOPE_##scope;
+               ((data) ? CKS_MSG_F_DATA : 0u) | CKS_MSG_SCOPE_##scope | CKS_MSG_GATE_##auth;
         CKS_MSG_LIST(CKS_MSG_FLAGS_)
 #undef CKS_MSG_FLAGS_
     }
@@ -302,7 +304,7 @@ unsigned cks_msg_flags(unsigned type)
 unsigned cks_msg_reply(unsigned type)
 {
     switch (type) {
-#define CKS_MSG_REPLY_(name, id, type, dir, payload, rma, data, scope, reply) \
+#define CKS_MSG_REPLY_(name, id, type, dir, payload, rma, data, scope, auth, reply) \
     case id: \
         return CKS_MSG_##reply;
         CKS_MSG_LIST(CKS_MSG_REPLY_)
@@ -698,7 +700,7 @@ cks_status_t cks_wire_entry_unpack(cks_wire_entry_t entry, const void *buf, size
 const cks_wire_str_t *cks_msg_client_job(unsigned type, const cks_msg_any_t *b)
 {
     switch (type) {
-#define CKS_MSG_CLIENT_JOB_(name, id, type, dir, payload, rma, data, scope, reply) \
+#define CKS_MSG_CLIENT_JOB_(name, id, type, dir, payload, rma, data, scope, auth, reply) \
     case id: \
         return CKS_MSG_JOB_##scope(b, name);
         CKS_MSG_LIST(CKS_MSG_CLIENT_JOB_)

@@ -436,6 +436,16 @@ Test(auth, raw_requests_before_authenticating_are_refused)
     cr_assert_eq(ctx.got, 1);
     cr_assert_eq(ctx.status, CKS_ERR_AUTH);
     cks_tp_conn_put(conn);
+
+    /* usage figures are not for strangers either */
+    ctx = (raw_ctx_t){0};
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn), CKS_OK);
+    cks_msg_stats_t stats = {0};
+    raw_send(w, conn, &ctx, CKS_MSG_STATS, &stats, NULL, 0);
+    cr_assert_eq(ctx.got, 1);
+    cr_assert_eq(ctx.status, CKS_ERR_AUTH, "STATS before authentication: %d (%s)", ctx.status,
+                 ctx.msg);
+    cks_tp_conn_put(conn);
     cks_tp_worker_destroy(w);
 
     /* nothing was written: an authenticated client sees no such job */

@@ -436,6 +436,23 @@ Test(wire_table, model_matches_message_table, .timeout = 30)
     }
 }
 
+/* The auth column: a server with a secret takes only the handshake's
+ * requests before authentication (dispatch.c's gate and the transport's
+ * hold both read it). */
+Test(wire_table, only_the_handshake_precedes_authentication, .timeout = 30)
+{
+    for (size_t i = 0; i < TW_NTYPES; i++) {
+        unsigned t = tw_types[i], f = cks_msg_flags(t);
+        int handshake = t == CKS_MSG_HELLO || t == CKS_MSG_AUTH;
+        if (!(f & CKS_MSG_F_REPLY)) {
+            cr_assert_eq(!!(f & CKS_MSG_F_PREAUTH), handshake, "%s: auth column",
+                         cks_msg_name(t));
+        }
+    }
+    cr_assert_eq(cks_msg_flags(0) & CKS_MSG_F_PREAUTH, 0u);
+    cr_assert_eq(cks_msg_flags(CKS_MSG_LAST) & CKS_MSG_F_PREAUTH, 0u);
+}
+
 Test(wire_table, msg_names, .timeout = 30)
 {
     cr_assert_str_eq(cks_msg_name(CKS_MSG_PUT), "PUT");
