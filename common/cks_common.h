@@ -126,7 +126,8 @@ static inline size_t cks_vkey(uint8_t *buf, const char *job, size_t job_len, uin
  * SIGKILLed halfway through its chunks), flush_publish_die (the server
  * publishing a flush is SIGKILLed after its manifest, before the rename),
  * report_lost (a takeover's request to report objects again is answered
- * and not acted on).
+ * and not acted on), catchup_hold (a catch-up round waits 4 s between its
+ * lists and its comparison).
  */
 typedef enum {
     CKS_FAULT_OFF    = 0,

@@ -44,6 +44,8 @@ void cks_rp_round_begin(cks_server_h s)
     }
     memset(rp->answered, 0, cks_cluster_nservers(s->map));
     rp->round   = 1;
+    rp->round_real_ns = cks_sv_realtime_ns();
+    rp->round_held = 0;
     rp->peer    = 0;
     rp->phase   = 0;
     rp->learned = rp->dropped = 0;
@@ -393,7 +395,10 @@ static cks_status_t cks_rp_cmp_local(const char *job, size_t job_len, const cks_
         free(sn);
         return c->status;
     }
-    if (cks_rp_restorable(v->state) && coord != s->self && rp->answered[coord] == 1) {
+    /* committed while the lists were being taken: in none of those taken
+     * before, and not deleted for that (CKS_RP_SETTLED_NS) */
+    if (cks_rp_restorable(v->state) && coord != s->self && rp->answered[coord] == 1 &&
+        v->sealed_ns != 0 && v->sealed_ns + CKS_RP_SETTLED_NS <= rp->round_real_ns) {
         c->status = cks_rp_act_add(rp, CKS_RP_ACT_DROP, job, job_len, v, coord);
     }
     return c->status;
@@ -549,6 +554,19 @@ void cks_rp_round_step(cks_server_h s)
         cks_rp_next_peer(rp);
     }
     if (rp->peer == n) {
+        if (!rp->round_held && cks_fault_fire("catchup_hold")) { /* test builds */
+            rp->round_held    = 1;
+            rp->hold_until_ns = cks_time_ns() + CKS_RP_HOLD_NS;
+            cks_info("catch-up: every list taken; comparing in %llu ms (fault catchup_hold)",
+                     (unsigned long long)(CKS_RP_HOLD_NS / 1000000));
+        }
+        if (rp->hold_until_ns != 0 && cks_time_ns() < rp->hold_until_ns) {
+            return; /* cks_rp_progress() steps again */
+        }
+        if (rp->hold_until_ns != 0) {
+            rp->hold_until_ns = 0;
+            cks_info("catch-up: comparing after the hold");
+        }
         rp->peer++; /* listed: compare once */
         cks_rp_compare(s);
     }

@@ -18,6 +18,16 @@
  * holds may not be the truth yet (its drops in particular). */
 #define CKS_RP_FIRST_WAIT_NS  (3ull * 1000000000ull)
 #define CKS_RP_AGAIN_NS       (200ull * 1000000ull)
+/* A version held here and listed by no server that answered a round is
+ * dropped only when it was committed this long before the round began:
+ * lists are taken one server after another, over seconds when one does not
+ * answer, and a version committed meanwhile is in none of those taken
+ * before it (the margin covers the servers' clocks: sealed_ns is the
+ * coordinator's). The next round drops a version deleted while away. */
+#define CKS_RP_SETTLED_NS     (2ull * 1000000000ull)
+/* test builds, fault catchup_hold: a round waits this long between its
+ * lists and its comparison */
+#define CKS_RP_HOLD_NS        (4ull * 1000000000ull)
 #define CKS_RP_SCAN_EVERY_NS  (60ull * 1000000000ull)
 #define CKS_RP_RESCAN_NS      (5ull * 1000000000ull) /* after tasks failed */
 #define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)
@@ -131,6 +141,9 @@ struct cks_rp {
     /* the round */
     int round;             /* a round is running */
     uint64_t next_round_ns;
+    uint64_t round_real_ns; /* when it began (CLOCK_REALTIME) */
+    uint64_t hold_until_ns; /* fault catchup_hold: compare from then on */
+    int round_held;         /* ... and this round was held */
     size_t peer;           /* the server being listed */
     int phase;             /* 0: its jobs, 1: versions of jobs[jobi] */
     char (*jobs)[CKS_JOB_MAX_LEN + 1];
