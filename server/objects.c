@@ -24,8 +24,9 @@
  * questions in a row sent after the last seal that named it fail - its
  * connection refused or lost, or no answer within CKS_SV_OWED_ASK_MS - the
  * version fails at once with CKS_ERR_DATA_LOST, naming it. A report counts
- * for the server that sends it (a put retried on another member may be
- * reported by both: counted for both, which can only delay a failure). A
+ * for the server that sends it, once per object (a put retried on another
+ * member may be reported by both: counted for both, which can only delay a
+ * failure; a kept report sent again counts once). A
  * primary killed and started again before it is asked answers: its objects
  * are then waited for until the version's deadline, as before. */
 
@@ -37,11 +38,27 @@ static uint64_t *cks_sv_owed_row(cks_server_h s, uint64_t **row)
     return *row;
 }
 
-/* A report of an object of v, from the primary with id `primary`. */
-static void cks_sv_owed_reported(cks_server_h s, cks_sv_version_t *v, uint32_t primary)
+/* A report of object `key` of v, from the primary with id `primary`:
+ * counted once per primary and object (a kept report sent again when the
+ * coordinator asks for it is not a second object). */
+static void cks_sv_owed_reported(cks_server_h s, cks_sv_version_t *v, uint32_t primary,
+                                 const cks_wire_str_t *key)
 {
+    uint8_t rk[8 + CKS_KEY_MAX_LEN];
     size_t pos;
-    if (primary <= UINT16_MAX && cks_cluster_find(s->map, (uint16_t)primary, &pos) == CKS_OK &&
+    if (key->len > CKS_KEY_MAX_LEN || primary > UINT16_MAX ||
+        cks_cluster_find(s->map, (uint16_t)primary, &pos) != CKS_OK) {
+        return;
+    }
+    cks_put_be64(rk, primary);
+    memcpy(rk + 8, key->ptr, key->len);
+    if (v->reporters == NULL && cks_hmap_create(&v->reporters) != CKS_OK) {
+        return;
+    }
+    if (cks_hmap_get(v->reporters, rk, 8 + key->len) != NULL) {
+        return; /* counted already */
+    }
+    if (cks_hmap_put(v->reporters, rk, 8 + key->len, (void *)1) == CKS_OK &&
         cks_sv_owed_row(s, &v->reported_by) != NULL) {
         v->reported_by[pos]++;
     }
@@ -139,9 +156,10 @@ static void cks_sv_owed_probe(cks_server_h s, size_t pos, uint64_t now)
  * it objects? Then it fails (its abort runs from cks_sv_cv_kick()); else
  * every primary that owes objects is asked whether it is alive. Returns 1
  * while one owes objects. */
-/* A takeover asks every server once to report its objects again; one that
- * did not get the question (its connection broke, or the reports went to a
- * server that no longer coordinates) still owes them: asked again. */
+/* A primary that still owes objects a second after the seals named them
+ * (its report was lost: its connection broke; or a takeover's question, or
+ * the reports it sent after it, went to a server that no longer
+ * coordinates) is asked to send its kept reports again. */
 static void cks_sv_cv_report_ask(cks_server_h s, cks_sv_version_t *v, size_t pos,
                                  uint64_t now)
 {
@@ -166,8 +184,10 @@ static int cks_sv_cv_owed(cks_server_h s, cks_sv_version_t *v, uint64_t now)
         now < v->owed_after_ns) {
         return 0;
     }
-    if (v->round > 0 && v->claimed) {
-        /* a takeover's: its first question may not have reached them */
+    if (v->claimed) {
+        /* a report lost on the way (a connection that broke, a takeover's
+         * question that did not arrive): the primary keeps its reports
+         * until the version ends and sends them again */
         if (v->report_again_ns == 0) {
             v->report_again_ns = now + CKS_SV_REPORT_AGAIN_NS;
         } else if (now >= v->report_again_ns) {
@@ -299,7 +319,7 @@ void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
         /* the same object again: its put was retried on the next member of
          * its group while the first primary did not answer, and both stored
          * it (the same chunks, in the same places) */
-        cks_sv_owed_reported(s, v, m->primary);
+        cks_sv_owed_reported(s, v, m->primary, &m->o.key);
         *status_p = CKS_OK;
         return;
     }
@@ -343,7 +363,7 @@ void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
     v->nobjects++;
     v->bytes += m->o.size;
     v->digest ^= cks_sv_object_digest(o->key, o->key_len, o->size);
-    cks_sv_owed_reported(s, v, m->primary);
+    cks_sv_owed_reported(s, v, m->primary, &m->o.key);
     *status_p = CKS_OK;
     cks_sv_cv_check(s, v);
 }

@@ -302,6 +302,8 @@ void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
     v->deleted = NULL;
     cks_hmap_destroy(v->reported);
     v->reported = NULL;
+    cks_hmap_destroy(v->reporters);
+    v->reporters = NULL;
     free(v->stored_on);
     free(v->reported_by);
     v->stored_on = v->reported_by = NULL;
@@ -481,6 +483,8 @@ static void cks_sv_cv_disown(cks_server_h s, cks_sv_version_t *v, cks_status_t s
     v->deleted = NULL;
     cks_hmap_destroy(v->reported);
     v->reported = NULL;
+    cks_hmap_destroy(v->reporters);
+    v->reporters = NULL;
     free(v->stored_on);
     free(v->reported_by);
     v->stored_on = v->reported_by = NULL;

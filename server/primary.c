@@ -229,6 +229,10 @@ static void cks_cput_report_to(cks_cput_t *p)
         cks_cput_reported(p, st, why);
         return;
     }
+    if (cks_fault_fire("report_drop")) { /* test builds: lost on its way */
+        cks_cput_reported(p, CKS_ERR_CANCELED, "(fault report_drop)");
+        return;
+    }
     cks_tp_conn_h conn = cks_sv_peer(s, coord);
     if (conn == NULL || cks_tp_call(conn, CKS_MSG_OBJECT_DONE, 0, &m, NULL, 0, NULL,
                                     CKS_SV_CALL_TIMEOUT_MS, cks_cput_reported,

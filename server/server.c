@@ -103,6 +103,7 @@ void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
     cks_hmap_destroy(v->keys);
     cks_hmap_destroy(v->deleted);
     cks_hmap_destroy(v->reported);
+    cks_hmap_destroy(v->reporters);
     free(v->objs);
     free(v->ranks_done);
     free(v->waiters);
@@ -520,6 +521,7 @@ static void cks_sv_free_version(const void *key, size_t len, void *value, void *
     cks_hmap_destroy(v->keys);
     cks_hmap_destroy(v->deleted);
     cks_hmap_destroy(v->reported);
+    cks_hmap_destroy(v->reporters);
     free(v->objs);
     free(v->ranks_done);
     free(v->waiters);

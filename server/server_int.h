@@ -75,14 +75,17 @@ struct cks_sv_version {
      * reported; a gone server that stored more than it reported fails the
      * version at once (cluster.c, cks_sv_cv_owed()) */
     uint64_t *stored_on, *reported_by;
+    cks_hmap_t *reporters; /* be64(primary id) + key -> 1: each primary's report of an
+                              object counts once in reported_by (a kept report is
+                              sent again when asked) */
     /* coordinator: the ballot it coordinates with (coord.c): its outcome is
      * recorded only once a majority fenced it */
     int claimed;           /* begun or taken over with a majority of grants */
     uint32_t round;        /* the ballot is (round, this server) */
     int fence_ok;          /* a majority fenced the ballot: record the outcome */
     uint64_t owed_after_ns; /* a takeover: primaries are not asked before this */
-    uint64_t report_again_ns; /* a takeover: when those that still owe objects
-                                 are asked again to report them (objects.c) */
+    uint64_t report_again_ns; /* when those that still owe objects are asked
+                                 again to report them (objects.c) */
     int gone_holder;       /* a takeover: the coordinator that did not answer (-1:
                               none); objects it owes after owed_after_ns are lost */
     int disowned;          /* its fence failed here: another server coordinates it

@@ -32,6 +32,9 @@
  * fails with DATA_LOST, never other bytes), and arena use is back to its
  * baseline once all are deleted.
  *
+ * A report of an object lost between a primary and the coordinator is asked
+ * for again, and the version commits (heal_report_drop).
+ *
  * heal_partition/random_cuts_kills_and_stops: 25 more (6 under ASan) with the
  * six servers on hosts of their own (network namespaces, UCX over TCP, the
  * client on a host of its own), where a disruption may also cut a server
@@ -1628,6 +1631,57 @@ Test(heal_report, takeover_whose_request_for_reports_is_lost_commits)
     cr_assert_eq(st1, CKS_OK, "rank 1's finish: %s", cks_status_name(st1));
     ch_wait_committed(c0, v);
     cr_assert_eq(ch_verify(c0, seed, v, buf, want), CKS_OK);
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
+}
+
+/*
+ * A primary's report of an object to the version's coordinator that is lost
+ * on its way (fault report_drop: the first report each server sends to a
+ * coordinator elsewhere; seen in the partition test, where a restarted
+ * primary's connection to the coordinator broke under its first report):
+ * the coordinator, whose seals say that primary stored the object, asks it
+ * a second later to send its kept reports again. Before, only a takeover
+ * asked again, and the version waited for the report until its deadline,
+ * then aborted (the ranks' finishes: VERSION_NOT_OPEN).
+ */
+static void setup_report_drop(void)
+{
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 256 * MiB, CKS_TEST_ALL,
+                                        "report_drop:once"),
+                 0);
+}
+
+TestSuite(heal_report_drop, .init = setup_report_drop, .fini = teardown, .timeout = 120);
+
+Test(heal_report_drop, version_whose_report_is_lost_commits)
+{
+    if (!cks_fault_points_built()) {
+        cr_skip_test("this build has no fault points (configure with -DCKS_FAULT_POINTS=ON, "
+                     "as scripts/test does)");
+    }
+    uint64_t seed = cks_test_seed(66);
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    char why[512] = "";
+    cr_assert(buf != NULL && want != NULL);
+    cks_client_h c0 = connect_cluster(5000), c1 = connect_cluster(5000);
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = "chaos", .version = 1, .nranks = 2, .timeout_s = 20};
+    uint64_t t0     = ch_ms();
+    cks_status_t st = ch_write(c0, c1, seed, &vp, buf, NULL, NULL);
+    cks_client_last_error(c0, why, sizeof(why));
+    int lost = 0;
+    for (size_t i = 0; i < NSRV; i++) {
+        lost += cks_test_log_count(cl.srv[i].log, "(fault report_drop)");
+    }
+    fprintf(stderr, "version 1 with %d reports lost: %s after %llu ms (%s)\n", lost,
+            cks_status_name(st), (unsigned long long)(ch_ms() - t0), why);
+    cr_assert_gt(lost, 0, "no report was lost: nothing shown");
+    cr_assert_eq(st, CKS_OK, "version 1: %s (%s)", cks_status_name(st), why);
+    ch_wait_committed(c0, 1);
+    cr_assert_eq(ch_verify(c0, seed, 1, buf, want), CKS_OK);
     cks_client_destroy(c0);
     cks_client_destroy(c1);
     free(buf);
