@@ -99,12 +99,12 @@ static void cks_sv_mdq_done(cks_server_h s, cks_mdq_job_t *j)
 /* Finish what the metadata writer finished; returns how many jobs. */
 size_t cks_sv_drain_done(cks_server_h s)
 {
-    size_t n         = 0;
-    cks_mdq_job_t *j = cks_mdq_take_done(&s->mdq);
-    while (j != NULL) {
-        cks_mdq_job_t *next = j->next;
+    size_t n           = 0;
+    cks_workq_job_t *l = cks_mdq_take_done(&s->mdq);
+    while (l != NULL) {
+        cks_mdq_job_t *j = CKS_CONTAINER_OF(l, cks_mdq_job_t, wq);
+        l                = l->next;
         cks_sv_mdq_done(s, j);
-        j = next;
         n++;
     }
     return n;

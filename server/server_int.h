@@ -225,7 +225,7 @@ typedef struct cks_mdq_job cks_mdq_job_t;
 typedef struct cks_sv_hold cks_sv_hold_t;
 
 struct cks_mdq_job {
-    cks_mdq_job_t *next;
+    cks_workq_job_t wq;     /* the writer's queue link (mdq.c) */
     cks_mdq_type_t type;
     cks_sv_version_t *v;    /* standalone jobs: the version entry (may be NULL) */
     char job[CKS_JOB_MAX_LEN + 1];
@@ -268,14 +268,7 @@ struct cks_mdq_job {
 };
 
 typedef struct {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    cks_mdq_job_t *head, *tail; /* to the writer */
-    cks_mdq_job_t *done_head, *done_tail; /* back to the progress thread */
-    int stop;
-    int started;
-    int stopped;  /* the thread is gone: jobs pushed now complete as canceled */
+    cks_workq_t *wq;    /* its one thread, batch mode; NULL: not started */
     cks_md_h md;
     cks_tp_worker_h tp; /* signalled when jobs are done */
 } cks_mdq_t;
@@ -384,11 +377,14 @@ cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
  *  run: they go to the finished list with status CKS_ERR_CANCELED, so that
  *  their done callbacks still run (shutdown). */
 void cks_mdq_stop(cks_mdq_t *q);
-/** Free the queue's lock (after cks_mdq_stop() and the last take). */
+/** Free the queue (after cks_mdq_stop() and the last take). */
 void cks_mdq_fini(cks_mdq_t *q);
+/** Queue a job (between cks_mdq_start() and cks_mdq_fini()); it always
+ *  comes back through cks_mdq_take_done(). */
 void cks_mdq_push(cks_mdq_t *q, cks_mdq_job_t *job);
-/** Take every finished job (a list, oldest first). */
-cks_mdq_job_t *cks_mdq_take_done(cks_mdq_t *q);
+/** Take every finished job: a list, oldest first, linked by `wq.next`
+ *  (CKS_CONTAINER_OF(link, cks_mdq_job_t, wq) is the job). */
+cks_workq_job_t *cks_mdq_take_done(cks_mdq_t *q);
 
 /** Collect the arena extents of every object of a version (for freeing).
  *  Runs inside the caller's transaction. */
