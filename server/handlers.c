@@ -208,13 +208,7 @@ static void cks_sv_usage(cks_server_h s, cks_msg_stats_reply_t *r)
 {
     r->arena_size = cks_arena_size(s->arena);
     r->arena_used = cks_arena_used(s->arena);
-    if (s->enc.threads != NULL) {
-        pthread_mutex_lock(&s->enc.lock);
-        r->enc_bytes  = s->enc.st_bytes;
-        r->enc_ns     = s->enc.st_encode_ns;
-        r->enc_job_ns = s->enc.st_job_ns;
-        pthread_mutex_unlock(&s->enc.lock);
-    }
+    cks_enc_stats(&s->enc, &r->enc_bytes, &r->enc_ns, &r->enc_job_ns);
 }
 
 void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
