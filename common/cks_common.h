@@ -1,6 +1,7 @@
 /*
  * common: what every ckstore library shares: status codes and their strings,
- * logging, monotonic time, small helpers. Depends on nothing but libc.
+ * logging, monotonic time, small helpers, the one background-work queue.
+ * Depends on nothing but libc (and pthreads).
  */
 #ifndef CKS_COMMON_H
 #define CKS_COMMON_H
@@ -19,6 +20,9 @@
 #define CKS_MAX(a, b)     ((a) > (b) ? (a) : (b))
 #define CKS_ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
 #define CKS_UNLIKELY(x)   __builtin_expect(!!(x), 0)
+/** The struct of type `type` whose member `member` is at `ptr`. */
+#define CKS_CONTAINER_OF(ptr, type, member) \
+    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 /* Limits shared by client, server and the wire codec. */
 #define CKS_JOB_MAX_LEN 128  /* bytes of a job name */
@@ -176,5 +180,80 @@ size_t cks_hmap_count(const cks_hmap_t *map);
 void cks_hmap_foreach(const cks_hmap_t *map,
                       void (*cb)(const void *key, size_t len, void *value, void *arg),
                       void *arg);
+
+/* ---- a background-work queue (workq.c) -------------------------------------
+ * A FIFO of jobs run by N threads of its own, for work that must stay off an
+ * owner's thread (LMDB writes, encoding, page faults). The owner pushes jobs;
+ * a thread takes the oldest one (or, in batch mode, every job queued) and
+ * calls `run` outside the queue's lock; finished jobs go on a done list,
+ * oldest first, and `wake` is called so that the owner comes to take them.
+ * The queue knows nothing of what it wakes (a UCX worker, a condition):
+ * `wake` is the owner's. Any thread may push; one owner takes and stops.
+ */
+
+/** The link a job embeds (anywhere in its own struct; CKS_CONTAINER_OF()
+ *  gets the job back). A job is its owner's memory: the queue never
+ *  allocates or frees one. From a push that returns CKS_OK until the job is
+ *  taken back (cks_workq_take_done(), or the list cks_workq_stop() returns)
+ *  the queue owns the link, and `run` may use the rest; the owner must not
+ *  touch it meanwhile. Once taken back the job is the owner's again, to
+ *  finish and free; a push that fails leaves it with the caller. */
+typedef struct cks_workq_job {
+    struct cks_workq_job *next;
+} cks_workq_job_t;
+
+typedef struct cks_workq cks_workq_t;
+
+/** Run `jobs` (a list linked by `next`: one job, or in batch mode every job
+ *  that was queued, oldest first), on a queue thread. It must not change
+ *  the links: the list goes on the done list as it is. `q` is for
+ *  cks_workq_stopping(). */
+typedef void (*cks_workq_run_cb_t)(cks_workq_t *q, cks_workq_job_t *jobs, void *arg);
+/** Tell the owner that jobs are done; called from a queue thread, outside
+ *  the queue's lock, after each job (or batch) is on the done list. */
+typedef void (*cks_workq_wake_cb_t)(void *arg);
+/** A job pushed after the stop, before it goes on the done list without
+ *  being run (the owner marks it canceled); on the pushing thread. */
+typedef void (*cks_workq_late_cb_t)(cks_workq_job_t *job, void *arg);
+
+typedef enum {
+    CKS_WORKQ_BATCH = 1u << 0, /* `run` gets every queued job at once */
+    CKS_WORKQ_DRAIN = 1u << 1, /* the stop runs what is queued first */
+} cks_workq_flags_t;
+
+typedef struct {
+    unsigned nthreads;        /* at least 1 */
+    unsigned flags;           /* cks_workq_flags_t bits */
+    cks_workq_run_cb_t run;   /* required */
+    cks_workq_wake_cb_t wake; /* NULL: the owner polls */
+    cks_workq_late_cb_t late; /* NULL: a push after the stop fails */
+    void *arg;                /* passed to the three callbacks */
+} cks_workq_params_t;
+
+/** Start the queue's threads. CKS_ERR_INVALID_PARAM for a bad params,
+ *  CKS_ERR_NO_MEMORY when memory or a thread is missing (then nothing is
+ *  left running). */
+cks_status_t cks_workq_create(const cks_workq_params_t *params, cks_workq_t **q_p);
+/** Queue `job` (its link is overwritten). CKS_OK: it comes back on the done
+ *  list - run, or, pushed after cks_workq_stop() began while `late` is set,
+ *  not run (`late` was called on it; `wake` is not: the owner takes after
+ *  its stop). CKS_ERR_CANCELED: pushed after the stop began without
+ *  `late`: not queued, the job is the caller's. In drain mode a push while
+ *  the stop waits for the threads is still run. */
+cks_status_t cks_workq_push(cks_workq_t *q, cks_workq_job_t *job);
+/** Take every finished job: a list, oldest first (NULL: none). */
+cks_workq_job_t *cks_workq_take_done(cks_workq_t *q);
+/** 1 once cks_workq_stop() has begun: a long job checks it between slices
+ *  and gives up. Any thread. */
+int cks_workq_stopping(const cks_workq_t *q);
+/** Stop the threads and wait for them: a running job finishes; with
+ *  CKS_WORKQ_DRAIN every queued job is run first, else the jobs never
+ *  started are returned (a list, oldest first), not run, for the owner to
+ *  cancel. The done list stays for cks_workq_take_done(). A second call
+ *  returns NULL. */
+cks_workq_job_t *cks_workq_stop(cks_workq_t *q);
+/** Free the queue, after cks_workq_stop() (NULL: nothing). Jobs still on
+ *  the done list are not touched: take them first. */
+void cks_workq_destroy(cks_workq_t *q);
 
 #endif

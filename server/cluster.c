@@ -507,9 +507,19 @@ void cks_sv_cv_kick(const void *key, size_t len, void *value, void *arg)
     }
 }
 
+/* Spread the puts whose encoding finished (a list of the encoders'
+ * links, oldest first). */
+static void cks_sv_enc_spread(cks_workq_job_t *l)
+{
+    while (l != NULL) {
+        cks_enc_job_t *e = CKS_CONTAINER_OF(l, cks_enc_job_t, wq);
+        l                = l->next;
+        cks_cput_spread(e->arg);
+    }
+}
+
 int cks_sv_cluster_progress(cks_server_h s)
 {
-    cks_enc_job_t *e;
     uint64_t now = cks_time_ns();
 
     if (s->map == NULL) {
@@ -545,12 +555,7 @@ int cks_sv_cluster_progress(cks_server_h s)
         cks_sv_claims_expire(s);
     }
     int probing = cks_sv_peers_probe(s);
-    e = cks_enc_take_done(&s->enc);
-    while (e != NULL) {
-        cks_enc_job_t *next = e->next;
-        cks_cput_spread(e->arg);
-        e = next;
-    }
+    cks_sv_enc_spread(cks_enc_take_done(&s->enc));
     /* seals past their deadline fail (one per pass: checking changes the table) */
     cks_hmap_foreach(s->versions, cks_sv_cv_expire, &now);
     /* and those owed objects by a primary that is gone */
@@ -617,12 +622,7 @@ void cks_sv_cluster_quiesce(cks_server_h s)
     /* What the encoders finished is spread now: with the transport
      * quiesced, its chunk sends are refused at once and the objects fail
      * (their callbacks run, so nothing they own is left behind). */
-    cks_enc_job_t *e = cks_enc_stop(&s->enc);
-    while (e != NULL) {
-        cks_enc_job_t *next = e->next;
-        cks_cput_spread(e->arg);
-        e = next;
-    }
+    cks_sv_enc_spread(cks_enc_stop(&s->enc));
     cks_sv_slow_sends(s, 1); /* test builds: sends held back end now */
     cks_sv_owed_send(s, 1);  /* what was owed is forgotten (in memory only) */
 }

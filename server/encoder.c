@@ -2,10 +2,12 @@
  * DESIGN: the encoder threads. They take objects that a primary holds in its
  * arena, zero the padding of the last stripe, compute the parity of every
  * stripe with ISA-L, and the CRC of every chunk and of the object, each byte
- * touched while it is still in cache (stripe by stripe). Finished jobs go
- * back through a done queue, waking the progress thread with
- * cks_tp_worker_signal(). Never: touch UCX (but the signal), LMDB or the
- * arena allocator; the progress thread owns those.
+ * touched while it is still in cache (stripe by stripe). They are the
+ * threads of a background-work queue (common/workq.c), one job each at a
+ * time; finished jobs go back through its done list, waking the progress
+ * thread with cks_tp_worker_signal(); the stop runs every queued job.
+ * Never: touch UCX (but the signal), LMDB or the arena allocator; the
+ * progress thread owns those.
  */
 #include "server_int.h"
 
@@ -55,111 +57,88 @@ static void cks_enc_run(cks_enc_job_t *j)
     }
 }
 
-static void *cks_enc_thread(void *arg)
+/* One job, on an encoder thread; its figures are counted before the queue
+ * puts it on the done list, so a job taken back is always counted. */
+static void cks_enc_work(cks_workq_t *wq, cks_workq_job_t *l, void *arg)
 {
-    cks_enc_t *e = arg;
-    pthread_mutex_lock(&e->lock);
-    for (;;) {
-        while (e->head == NULL && !e->stop) {
-            pthread_cond_wait(&e->cond, &e->lock);
-        }
-        if (e->head == NULL) {
-            break;
-        }
-        cks_enc_job_t *j = e->head;
-        e->head          = j->next;
-        if (e->head == NULL) {
-            e->tail = NULL;
-        }
-        pthread_mutex_unlock(&e->lock);
+    cks_enc_t *e     = arg;
+    cks_enc_job_t *j = CKS_CONTAINER_OF(l, cks_enc_job_t, wq);
 
-        uint64_t t0  = cks_enc_cpu_ns();
-        j->encode_ns = 0;
-        cks_enc_run(j);
-        uint64_t job_ns = cks_enc_cpu_ns() - t0;
+    (void)wq;
+    uint64_t t0  = cks_enc_cpu_ns();
+    j->encode_ns = 0;
+    cks_enc_run(j);
+    uint64_t job_ns = cks_enc_cpu_ns() - t0;
 
-        pthread_mutex_lock(&e->lock);
-        if (j->status == CKS_OK) {
-            e->st_bytes += j->size;
-            e->st_encode_ns += j->encode_ns;
-            e->st_job_ns += job_ns;
-        }
-        j->next = NULL;
-        if (e->done_tail != NULL) {
-            e->done_tail->next = j;
-        } else {
-            e->done_head = j;
-        }
-        e->done_tail = j;
-        cks_tp_worker_signal(e->tp);
+    if (j->status == CKS_OK) {
+        pthread_mutex_lock(&e->st_lock);
+        e->st_bytes += j->size;
+        e->st_encode_ns += j->encode_ns;
+        e->st_job_ns += job_ns;
+        pthread_mutex_unlock(&e->st_lock);
     }
-    pthread_mutex_unlock(&e->lock);
-    return NULL;
+}
+
+/* A job is on the done list: wake the progress thread. */
+static void cks_enc_wake(void *arg)
+{
+    cks_tp_worker_signal(((cks_enc_t *)arg)->tp);
 }
 
 cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, cks_tp_worker_h tp)
 {
+    cks_workq_params_t p = {.nthreads = nthreads,
+                            .flags    = CKS_WORKQ_DRAIN,
+                            .run      = cks_enc_work,
+                            .wake     = cks_enc_wake,
+                            .arg      = e};
+    cks_status_t status;
+
     memset(e, 0, sizeof(*e));
-    e->tp      = tp;
-    e->threads = calloc(nthreads, sizeof(*e->threads));
-    if (e->threads == NULL) {
-        return CKS_ERR_NO_MEMORY;
+    e->tp = tp;
+    pthread_mutex_init(&e->st_lock, NULL);
+    status = cks_workq_create(&p, &e->wq);
+    if (status != CKS_OK) {
+        pthread_mutex_destroy(&e->st_lock);
     }
-    pthread_mutex_init(&e->lock, NULL);
-    pthread_cond_init(&e->cond, NULL);
-    for (unsigned i = 0; i < nthreads; i++) {
-        if (pthread_create(&e->threads[i], NULL, cks_enc_thread, e) != 0) {
-            (void)cks_enc_stop(e); /* nothing was queued yet */
-            return CKS_ERR_NO_MEMORY;
-        }
-        e->nthreads++;
-    }
-    return CKS_OK;
+    return status;
 }
 
-cks_enc_job_t *cks_enc_stop(cks_enc_t *e)
+cks_workq_job_t *cks_enc_stop(cks_enc_t *e)
 {
-    if (e->threads == NULL) {
+    cks_workq_job_t *done;
+
+    if (e->wq == NULL) {
         return NULL;
     }
-    pthread_mutex_lock(&e->lock);
-    e->stop = 1;
-    pthread_cond_broadcast(&e->cond);
-    pthread_mutex_unlock(&e->lock);
-    for (unsigned i = 0; i < e->nthreads; i++) {
-        pthread_join(e->threads[i], NULL);
-    }
-    cks_enc_job_t *done = e->done_head; /* the threads ran every queued job */
-    e->done_head = e->done_tail = NULL;
-    free(e->threads);
-    e->threads = NULL;
-    pthread_cond_destroy(&e->cond);
-    pthread_mutex_destroy(&e->lock);
+    (void)cks_workq_stop(e->wq); /* drains: the threads ran every queued job */
+    done = cks_workq_take_done(e->wq);
+    cks_workq_destroy(e->wq);
+    e->wq = NULL;
+    pthread_mutex_destroy(&e->st_lock);
     return done;
 }
 
-void cks_enc_push(cks_enc_t *e, cks_enc_job_t *job)
+cks_status_t cks_enc_push(cks_enc_t *e, cks_enc_job_t *job)
 {
-    job->next = NULL;
-    pthread_mutex_lock(&e->lock);
-    if (e->tail != NULL) {
-        e->tail->next = job;
-    } else {
-        e->head = job;
-    }
-    e->tail = job;
-    pthread_cond_signal(&e->cond);
-    pthread_mutex_unlock(&e->lock);
+    return e->wq != NULL ? cks_workq_push(e->wq, &job->wq) : CKS_ERR_CANCELED;
 }
 
-cks_enc_job_t *cks_enc_take_done(cks_enc_t *e)
+cks_workq_job_t *cks_enc_take_done(cks_enc_t *e)
 {
-    if (e->threads == NULL) {
-        return NULL;
+    return e->wq != NULL ? cks_workq_take_done(e->wq) : NULL;
+}
+
+void cks_enc_stats(cks_enc_t *e, uint64_t *bytes_p, uint64_t *encode_ns_p,
+                   uint64_t *job_ns_p)
+{
+    *bytes_p = *encode_ns_p = *job_ns_p = 0;
+    if (e->wq == NULL) {
+        return;
     }
-    pthread_mutex_lock(&e->lock);
-    cks_enc_job_t *list = e->done_head;
-    e->done_head = e->done_tail = NULL;
-    pthread_mutex_unlock(&e->lock);
-    return list;
+    pthread_mutex_lock(&e->st_lock);
+    *bytes_p     = e->st_bytes;
+    *encode_ns_p = e->st_encode_ns;
+    *job_ns_p    = e->st_job_ns;
+    pthread_mutex_unlock(&e->st_lock);
 }

@@ -99,12 +99,12 @@ static void cks_sv_mdq_done(cks_server_h s, cks_mdq_job_t *j)
 /* Finish what the metadata writer finished; returns how many jobs. */
 size_t cks_sv_drain_done(cks_server_h s)
 {
-    size_t n         = 0;
-    cks_mdq_job_t *j = cks_mdq_take_done(&s->mdq);
-    while (j != NULL) {
-        cks_mdq_job_t *next = j->next;
+    size_t n           = 0;
+    cks_workq_job_t *l = cks_mdq_take_done(&s->mdq);
+    while (l != NULL) {
+        cks_mdq_job_t *j = CKS_CONTAINER_OF(l, cks_mdq_job_t, wq);
+        l                = l->next;
         cks_sv_mdq_done(s, j);
-        j = next;
         n++;
     }
     return n;
@@ -208,13 +208,7 @@ static void cks_sv_usage(cks_server_h s, cks_msg_stats_reply_t *r)
 {
     r->arena_size = cks_arena_size(s->arena);
     r->arena_used = cks_arena_used(s->arena);
-    if (s->enc.threads != NULL) {
-        pthread_mutex_lock(&s->enc.lock);
-        r->enc_bytes  = s->enc.st_bytes;
-        r->enc_ns     = s->enc.st_encode_ns;
-        r->enc_job_ns = s->enc.st_job_ns;
-        pthread_mutex_unlock(&s->enc.lock);
-    }
+    cks_enc_stats(&s->enc, &r->enc_bytes, &r->enc_ns, &r->enc_job_ns);
 }
 
 void cks_sv_hello(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,

@@ -3,12 +3,15 @@
  * the server (one writer, as LMDB wants) and the CRC of every stored object
  * (ISA-L, off the progress thread).
  *
- * It takes all queued jobs at once, computes the CRCs of new objects outside
- * any transaction, then applies the batch in one write transaction (group
- * commit), and hands the jobs back through the done queue, waking the
- * progress thread with cks_tp_worker_signal(). Jobs are applied in the order
- * they were queued, so a version record is always written before the
- * objects that follow it, and a seal after every put queued before it.
+ * It is the one thread of a background-work queue (common/workq.c) in batch
+ * mode: it takes all queued jobs at once, computes the CRCs of new objects
+ * outside any transaction, then applies the batch in one write transaction
+ * (group commit), and hands the jobs back through the queue's done list,
+ * waking the progress thread with cks_tp_worker_signal(). Jobs are applied
+ * in the order they were queued, so a version record is always written
+ * before the objects that follow it, and a seal after every put queued
+ * before it. The stop runs what is queued; a job pushed after it is not
+ * run and finishes as CKS_ERR_CANCELED.
  * Never: touch UCX (other than the thread-safe signal), or hold a write
  * transaction while waiting for anything but LMDB itself.
  */
@@ -464,15 +467,18 @@ static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
     return CKS_ERR_INTERNAL;
 }
 
-static void cks_mdq_run_batch(cks_mdq_t *q, cks_mdq_job_t *batch)
+static void cks_mdq_run_batch(cks_workq_t *wq, cks_workq_job_t *batch, void *arg)
 {
+    cks_mdq_t *q = arg;
     cks_md_txn_h txn;
     cks_status_t status;
 
+    (void)wq;
     /* CRCs first, outside the transaction: of new objects, and of chunks
      * received from a primary (a chunk that does not match the CRC its
      * primary computed is refused, never recorded) */
-    for (cks_mdq_job_t *j = batch; j != NULL; j = j->next) {
+    for (cks_workq_job_t *l = batch; l != NULL; l = l->next) {
+        cks_mdq_job_t *j = CKS_CONTAINER_OF(l, cks_mdq_job_t, wq);
         if (j->type == CKS_MDQ_PUT) {
             j->obj.crc64 = cks_crc64(0, j->data, j->obj.size);
         } else if (j->type == CKS_MDQ_CHUNKS && j->data != NULL && j->nchunks == 1 &&
@@ -485,7 +491,8 @@ static void cks_mdq_run_batch(cks_mdq_t *q, cks_mdq_job_t *batch)
         /* each job in its own nested transaction: a job that fails halfway
          * (a duplicate chunk, a full map) leaves nothing of itself behind,
          * so no record points at space its caller frees on the failure */
-        for (cks_mdq_job_t *j = batch; j != NULL; j = j->next) {
+        for (cks_workq_job_t *l = batch; l != NULL; l = l->next) {
+            cks_mdq_job_t *j = CKS_CONTAINER_OF(l, cks_mdq_job_t, wq);
             cks_md_txn_h child;
             if (j->status != CKS_OK) {
                 continue; /* refused before the transaction */
@@ -514,7 +521,8 @@ static void cks_mdq_run_batch(cks_mdq_t *q, cks_mdq_job_t *batch)
     }
     if (status != CKS_OK) {
         cks_error("metadata commit of a batch failed: %s", cks_status_string(status));
-        for (cks_mdq_job_t *j = batch; j != NULL; j = j->next) {
+        for (cks_workq_job_t *l = batch; l != NULL; l = l->next) {
+            cks_mdq_job_t *j = CKS_CONTAINER_OF(l, cks_mdq_job_t, wq);
             if (j->status == CKS_OK) {
                 j->status = status;
             }
@@ -525,107 +533,53 @@ static void cks_mdq_run_batch(cks_mdq_t *q, cks_mdq_job_t *batch)
     }
 }
 
-static void *cks_mdq_thread(void *arg)
+/* The batch is on the done list: wake the progress thread. */
+static void cks_mdq_wake(void *arg)
 {
-    cks_mdq_t *q = arg;
-    pthread_mutex_lock(&q->lock);
-    for (;;) {
-        while (q->head == NULL && !q->stop) {
-            pthread_cond_wait(&q->cond, &q->lock);
-        }
-        if (q->head == NULL) {
-            break;
-        }
-        cks_mdq_job_t *batch = q->head, *last = q->tail;
-        q->head = q->tail = NULL;
-        pthread_mutex_unlock(&q->lock);
+    cks_tp_worker_signal(((cks_mdq_t *)arg)->tp);
+}
 
-        cks_mdq_run_batch(q, batch);
-
-        pthread_mutex_lock(&q->lock);
-        if (q->done_tail != NULL) {
-            q->done_tail->next = batch;
-        } else {
-            q->done_head = batch;
-        }
-        q->done_tail = last;
-        cks_tp_worker_signal(q->tp);
-    }
-    pthread_mutex_unlock(&q->lock);
-    return NULL;
+/* Pushed after the stop: not run, but its callback runs. */
+static void cks_mdq_late(cks_workq_job_t *job, void *arg)
+{
+    (void)arg;
+    CKS_CONTAINER_OF(job, cks_mdq_job_t, wq)->status = CKS_ERR_CANCELED;
 }
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp)
 {
+    cks_workq_params_t p = {.nthreads = 1,
+                            .flags    = CKS_WORKQ_BATCH | CKS_WORKQ_DRAIN,
+                            .run      = cks_mdq_run_batch,
+                            .wake     = cks_mdq_wake,
+                            .late     = cks_mdq_late,
+                            .arg      = q};
+
     memset(q, 0, sizeof(*q));
     q->md = md;
     q->tp = tp;
-    pthread_mutex_init(&q->lock, NULL);
-    pthread_cond_init(&q->cond, NULL);
-    if (pthread_create(&q->thread, NULL, cks_mdq_thread, q) != 0) {
-        pthread_cond_destroy(&q->cond);
-        pthread_mutex_destroy(&q->lock);
-        return CKS_ERR_NO_MEMORY;
-    }
-    q->started = 1;
-    return CKS_OK;
+    return cks_workq_create(&p, &q->wq);
 }
 
 void cks_mdq_stop(cks_mdq_t *q)
 {
-    if (!q->started) {
-        return;
+    if (q->wq != NULL) {
+        (void)cks_workq_stop(q->wq); /* drains: nothing is handed back */
     }
-    pthread_mutex_lock(&q->lock);
-    q->stop = 1;
-    pthread_cond_signal(&q->cond);
-    pthread_mutex_unlock(&q->lock);
-    pthread_join(q->thread, NULL);
-    pthread_mutex_lock(&q->lock);
-    q->stopped = 1;
-    pthread_mutex_unlock(&q->lock);
 }
 
 void cks_mdq_fini(cks_mdq_t *q)
 {
-    if (!q->started) {
-        return;
-    }
-    pthread_cond_destroy(&q->cond);
-    pthread_mutex_destroy(&q->lock);
-    q->started = 0;
+    cks_workq_destroy(q->wq);
+    q->wq = NULL;
 }
 
 void cks_mdq_push(cks_mdq_t *q, cks_mdq_job_t *job)
 {
-    job->next = NULL;
-    pthread_mutex_lock(&q->lock);
-    if (q->stopped) { /* shutting down: not run, but its callback runs */
-        job->status = CKS_ERR_CANCELED;
-        if (q->done_tail != NULL) {
-            q->done_tail->next = job;
-        } else {
-            q->done_head = job;
-        }
-        q->done_tail = job;
-        pthread_mutex_unlock(&q->lock);
-        return;
-    }
-    if (q->tail != NULL) {
-        q->tail->next = job;
-    } else {
-        q->head = job;
-    }
-    q->tail = job;
-    pthread_cond_signal(&q->cond);
-    pthread_mutex_unlock(&q->lock);
+    (void)cks_workq_push(q->wq, &job->wq); /* never refused: `late` is set */
 }
 
-cks_mdq_job_t *cks_mdq_take_done(cks_mdq_t *q)
+cks_workq_job_t *cks_mdq_take_done(cks_mdq_t *q)
 {
-    pthread_mutex_lock(&q->lock);
-    cks_mdq_job_t *list = q->done_head;
-    q->done_head = q->done_tail = NULL;
-    pthread_mutex_unlock(&q->lock);
-    return list;
+    return cks_workq_take_done(q->wq);
 }

@@ -647,7 +647,10 @@ static void cks_cput_received(void *arg, cks_status_t status)
     } else {
         cks_cput_answer(p, CKS_OK);
     }
-    cks_enc_push(&s->enc, &p->enc); /* STORED: now protect it */
+    if (cks_enc_push(&s->enc, &p->enc) != CKS_OK) { /* STORED: now protect it */
+        p->enc.status = CKS_ERR_CANCELED; /* the encoders stopped: it fails */
+        cks_cput_spread(p);
+    }
 }
 
 void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,

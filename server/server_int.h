@@ -119,7 +119,7 @@ typedef struct {
 
 /* Encoding work, on the encoder threads (encoder.c). */
 typedef struct cks_enc_job {
-    struct cks_enc_job *next;
+    cks_workq_job_t wq;     /* the encoders' queue link (encoder.c) */
     cks_ec_h ec;
     uint8_t *base;          /* data (stripes x k chunks) then parity (stripes x m) */
     uint64_t size;          /* object bytes at base */
@@ -133,24 +133,29 @@ typedef struct cks_enc_job {
 } cks_enc_job_t;
 
 typedef struct {
-    pthread_t *threads;
-    unsigned nthreads;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    cks_enc_job_t *head, *tail, *done_head, *done_tail;
-    int stop;
+    cks_workq_t *wq; /* the encoder threads; NULL: not running */
     cks_tp_worker_h tp;
-    /* since start, under lock: object bytes encoded, and the encoder threads'
-     * CPU time in ISA-L's encode calls and in whole jobs (CRCs included) */
+    /* since start, under st_lock: object bytes encoded, and the encoder
+     * threads' CPU time in ISA-L's encode calls and in whole jobs (CRCs
+     * included); a job is counted before it is on the done list */
+    pthread_mutex_t st_lock;
     uint64_t st_bytes, st_encode_ns, st_job_ns;
 } cks_enc_t;
 
 cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, cks_tp_worker_h tp);
 /** Run every queued job, stop the threads, and return the finished jobs not
- *  taken yet (a list, for the caller to complete). */
-cks_enc_job_t *cks_enc_stop(cks_enc_t *e);
-void cks_enc_push(cks_enc_t *e, cks_enc_job_t *job);
-cks_enc_job_t *cks_enc_take_done(cks_enc_t *e);
+ *  taken yet (a list linked by `wq.next`, for the caller to complete). */
+cks_workq_job_t *cks_enc_stop(cks_enc_t *e);
+/** Queue a job. CKS_ERR_CANCELED when the encoders are not running (after
+ *  cks_enc_stop()): not queued, the job stays the caller's. */
+cks_status_t cks_enc_push(cks_enc_t *e, cks_enc_job_t *job);
+/** Take every finished job: a list, oldest first, linked by `wq.next`
+ *  (CKS_CONTAINER_OF(link, cks_enc_job_t, wq) is the job); NULL when none
+ *  or not running. */
+cks_workq_job_t *cks_enc_take_done(cks_enc_t *e);
+/** The figures since start (all zero when the encoders are not running). */
+void cks_enc_stats(cks_enc_t *e, uint64_t *bytes_p, uint64_t *encode_ns_p,
+                   uint64_t *job_ns_p);
 
 /* A server of the cluster as this server sees it (cluster.c). */
 typedef struct {
@@ -228,7 +233,7 @@ typedef struct cks_mdq_job cks_mdq_job_t;
 typedef struct cks_sv_hold cks_sv_hold_t;
 
 struct cks_mdq_job {
-    cks_mdq_job_t *next;
+    cks_workq_job_t wq;     /* the writer's queue link (mdq.c) */
     cks_mdq_type_t type;
     cks_sv_version_t *v;    /* standalone jobs: the version entry (may be NULL) */
     char job[CKS_JOB_MAX_LEN + 1];
@@ -271,14 +276,7 @@ struct cks_mdq_job {
 };
 
 typedef struct {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    cks_mdq_job_t *head, *tail; /* to the writer */
-    cks_mdq_job_t *done_head, *done_tail; /* back to the progress thread */
-    int stop;
-    int started;
-    int stopped;  /* the thread is gone: jobs pushed now complete as canceled */
+    cks_workq_t *wq;    /* its one thread, batch mode; NULL: not started */
     cks_md_h md;
     cks_tp_worker_h tp; /* signalled when jobs are done */
 } cks_mdq_t;
@@ -387,11 +385,14 @@ cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
  *  run: they go to the finished list with status CKS_ERR_CANCELED, so that
  *  their done callbacks still run (shutdown). */
 void cks_mdq_stop(cks_mdq_t *q);
-/** Free the queue's lock (after cks_mdq_stop() and the last take). */
+/** Free the queue (after cks_mdq_stop() and the last take). */
 void cks_mdq_fini(cks_mdq_t *q);
+/** Queue a job (between cks_mdq_start() and cks_mdq_fini()); it always
+ *  comes back through cks_mdq_take_done(). */
 void cks_mdq_push(cks_mdq_t *q, cks_mdq_job_t *job);
-/** Take every finished job (a list, oldest first). */
-cks_mdq_job_t *cks_mdq_take_done(cks_mdq_t *q);
+/** Take every finished job: a list, oldest first, linked by `wq.next`
+ *  (CKS_CONTAINER_OF(link, cks_mdq_job_t, wq) is the job). */
+cks_workq_job_t *cks_mdq_take_done(cks_mdq_t *q);
 
 /** Collect the arena extents of every object of a version (for freeing).
  *  Runs inside the caller's transaction. */

@@ -4,6 +4,11 @@
  * pay the page faults on the progress thread. See rma.c for the whole
  * design.
  *
+ * The helper thread is the one thread of a background-work queue
+ * (common/workq.c) that does not drain: at the stop, the region being
+ * faulted in gives up between slices and the regions not started are
+ * called back with CKS_ERR_CANCELED, on the worker's thread.
+ *
  * Never: touch a region after it was unmapped.
  */
 #include "tp_int.h"
@@ -12,7 +17,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <openssl/crypto.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +33,8 @@
 
 #define CKS_TP_PF_SLICE (32u << 20) /* faulted in per call; the stop is checked between */
 
-typedef struct cks_tp_pf_job {
-    struct cks_tp_pf_job *next;
+typedef struct {
+    cks_workq_job_t wq; /* the prefault queue's link */
     cks_tp_conn_h conn; /* one reference */
     cks_tp_rkey_t *rk;  /* held (refs) */
     uint8_t *addr;      /* the region as mapped here */
@@ -40,50 +44,28 @@ typedef struct cks_tp_pf_job {
     void *arg;
 } cks_tp_pf_job_t;
 
-struct cks_tp_pf {
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    cks_tp_pf_job_t *head, *tail; /* queued, oldest first */
-    cks_tp_pf_job_t *done;        /* finished, for the worker's thread */
-    int stop;
-    cks_tp_worker_h w;
-};
-
-static void *cks_tp_pf_thread(void *arg)
+/* One region, on the prefault thread: faulted in slice by slice, giving up
+ * between slices once the queue stops. */
+static void cks_tp_pf_run(cks_workq_t *q, cks_workq_job_t *l, void *arg)
 {
-    struct cks_tp_pf *pf = arg;
+    cks_tp_pf_job_t *j = CKS_CONTAINER_OF(l, cks_tp_pf_job_t, wq);
 
-    pthread_mutex_lock(&pf->lock);
-    for (;;) {
-        while (pf->head == NULL && !pf->stop) {
-            pthread_cond_wait(&pf->cond, &pf->lock);
+    (void)arg;
+    j->err = 0;
+    for (size_t off = 0; off < j->len && j->err == 0; off += CKS_TP_PF_SLICE) {
+        size_t n = CKS_MIN((size_t)CKS_TP_PF_SLICE, j->len - off);
+        if (madvise(j->addr + off, n, MADV_POPULATE_WRITE) != 0) {
+            j->err = errno != 0 ? errno : EIO;
+        } else if (cks_workq_stopping(q)) {
+            j->err = -1;
         }
-        if (pf->stop) {
-            break; /* the rest is called back as canceled */
-        }
-        cks_tp_pf_job_t *j = pf->head;
-        pf->head           = j->next;
-        if (pf->head == NULL) {
-            pf->tail = NULL;
-        }
-        pthread_mutex_unlock(&pf->lock);
-        j->err = 0;
-        for (size_t off = 0; off < j->len && j->err == 0; off += CKS_TP_PF_SLICE) {
-            size_t n = CKS_MIN((size_t)CKS_TP_PF_SLICE, j->len - off);
-            if (madvise(j->addr + off, n, MADV_POPULATE_WRITE) != 0) {
-                j->err = errno != 0 ? errno : EIO;
-            } else if (__atomic_load_n(&pf->stop, __ATOMIC_RELAXED)) {
-                j->err = -1;
-            }
-        }
-        pthread_mutex_lock(&pf->lock);
-        j->next  = pf->done;
-        pf->done = j;
-        ucp_worker_signal(pf->w->worker); /* thread-safe: wakes the worker's thread */
     }
-    pthread_mutex_unlock(&pf->lock);
-    return NULL;
+}
+
+static void cks_tp_pf_wake(void *arg)
+{
+    cks_tp_worker_h w = arg;
+    ucp_worker_signal(w->worker); /* thread-safe: wakes the worker's thread */
 }
 
 static void cks_tp_pf_finish(cks_tp_pf_job_t *j)
@@ -107,80 +89,62 @@ static void cks_tp_pf_finish(cks_tp_pf_job_t *j)
     free(j);
 }
 
-unsigned cks_tp_rma_pf_poll(cks_tp_worker_h w)
+/* Call back a list of jobs, oldest first; returns how many. */
+static unsigned cks_tp_pf_finish_list(cks_workq_job_t *l)
 {
-    struct cks_tp_pf *pf = w->pf;
-    cks_tp_pf_job_t *list;
     unsigned n = 0;
 
-    pthread_mutex_lock(&pf->lock);
-    list     = pf->done;
-    pf->done = NULL;
-    pthread_mutex_unlock(&pf->lock);
-    while (list != NULL) {
-        cks_tp_pf_job_t *next = list->next;
-        cks_tp_pf_finish(list);
-        list = next;
+    while (l != NULL) {
+        cks_tp_pf_job_t *j = CKS_CONTAINER_OF(l, cks_tp_pf_job_t, wq);
+        l                  = l->next;
+        cks_tp_pf_finish(j);
         n++;
     }
     return n;
 }
 
+unsigned cks_tp_rma_pf_poll(cks_tp_worker_h w)
+{
+    return cks_tp_pf_finish_list(cks_workq_take_done(w->pf));
+}
+
 void cks_tp_rma_pf_stop(cks_tp_worker_h w)
 {
-    struct cks_tp_pf *pf = w->pf;
+    cks_workq_job_t *left;
 
-    if (pf == NULL) {
+    if (w->pf == NULL) {
         return;
     }
-    pthread_mutex_lock(&pf->lock);
-    __atomic_store_n(&pf->stop, 1, __ATOMIC_RELAXED);
-    pthread_cond_signal(&pf->cond);
-    pthread_mutex_unlock(&pf->lock);
-    pthread_join(pf->thread, NULL);
-    for (cks_tp_pf_job_t *j = pf->head; j != NULL; j = j->next) {
-        j->err = -1;
+    left = cks_workq_stop(w->pf); /* the running job gives up between slices */
+    for (cks_workq_job_t *l = left; l != NULL; l = l->next) {
+        CKS_CONTAINER_OF(l, cks_tp_pf_job_t, wq)->err = -1; /* never started */
     }
-    if (pf->tail != NULL) {
-        pf->tail->next = pf->done;
-        pf->done       = pf->head;
-        pf->head = pf->tail = NULL;
-    }
-    cks_tp_rma_pf_poll(w);
-    pthread_cond_destroy(&pf->cond);
-    pthread_mutex_destroy(&pf->lock);
-    free(pf);
+    cks_tp_rma_pf_poll(w); /* what finished, then what never started */
+    cks_tp_pf_finish_list(left);
+    cks_workq_destroy(w->pf);
     w->pf = NULL;
 }
 
-static struct cks_tp_pf *cks_tp_pf_get(cks_tp_worker_h w)
+/* The worker's prefault queue, started at its first use. */
+static cks_status_t cks_tp_pf_get(cks_tp_worker_h w, cks_workq_t **q_p)
 {
-    struct cks_tp_pf *pf = w->pf;
+    cks_workq_params_t p = {.nthreads = 1,
+                            .flags    = 0, /* at stop, what is queued is canceled */
+                            .run      = cks_tp_pf_run,
+                            .wake     = cks_tp_pf_wake,
+                            .arg      = w};
+    cks_status_t status = w->pf != NULL ? CKS_OK : cks_workq_create(&p, &w->pf);
 
-    if (pf != NULL) {
-        return pf;
+    if (status == CKS_OK) {
+        *q_p = w->pf;
     }
-    pf = calloc(1, sizeof(*pf));
-    if (pf == NULL) {
-        return NULL;
-    }
-    pf->w = w;
-    pthread_mutex_init(&pf->lock, NULL);
-    pthread_cond_init(&pf->cond, NULL);
-    if (pthread_create(&pf->thread, NULL, cks_tp_pf_thread, pf) != 0) {
-        pthread_cond_destroy(&pf->cond);
-        pthread_mutex_destroy(&pf->lock);
-        free(pf);
-        return NULL;
-    }
-    w->pf = pf;
-    return pf;
+    return status;
 }
 
 cks_status_t cks_tp_rma_prefault(cks_tp_conn_h conn, const cks_tp_data_t *data,
                                  cks_tp_done_cb_t cb, void *arg)
 {
-    struct cks_tp_pf *pf;
+    cks_workq_t *q;
     cks_tp_pf_job_t *j;
     cks_tp_rkey_t *rk;
     cks_status_t status;
@@ -204,7 +168,11 @@ cks_status_t cks_tp_rma_prefault(cks_tp_conn_h conn, const cks_tp_data_t *data,
     if (all) {
         return CKS_OK;
     }
-    if ((pf = cks_tp_pf_get(conn->worker)) == NULL || (j = calloc(1, sizeof(*j))) == NULL) {
+    status = cks_tp_pf_get(conn->worker, &q);
+    if (status != CKS_OK) {
+        return status;
+    }
+    if ((j = calloc(1, sizeof(*j))) == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
     j->conn = conn;
@@ -215,14 +183,12 @@ cks_status_t cks_tp_rma_prefault(cks_tp_conn_h conn, const cks_tp_data_t *data,
     j->arg  = arg;
     rk->refs++;
     cks_tp_conn_get(conn);
-    pthread_mutex_lock(&pf->lock);
-    if (pf->tail != NULL) {
-        pf->tail->next = j;
-    } else {
-        pf->head = j;
+    status = cks_workq_push(q, &j->wq);
+    if (status != CKS_OK) { /* its thread was stopped: no callback */
+        rk->refs--;
+        cks_tp_conn_put(conn);
+        free(j);
+        return status;
     }
-    pf->tail = j;
-    pthread_cond_signal(&pf->cond);
-    pthread_mutex_unlock(&pf->lock);
     return CKS_INPROGRESS;
 }

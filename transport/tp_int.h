@@ -188,7 +188,7 @@ struct cks_tp_worker {
      * domain that is (CKS_TP_SEG_*, rma.c; 0: none found) */
     size_t key_seg_off;
     int key_seg_kind;
-    struct cks_tp_pf *pf;  /* rma.c: the prefault thread (NULL until first needed) */
+    cks_workq_t *pf;       /* prefault.c: the prefault queue (NULL until first needed) */
     struct cks_tp_copy *copy; /* copy.c: copy threads (NULL: none, UCX copies) */
     int require_auth;      /* see cks_tp_worker_require_auth() */
     unsigned nguests;      /* accepted connections not authenticated as peers */
