@@ -46,6 +46,7 @@
 /* A takeover asks the primaries that still owe objects to report them
  * again this often (objects.c). */
 #define CKS_SV_REPORT_AGAIN_NS (1000ull * 1000000ull)
+#define CKS_SV_WAITLOG_NS      (2000ull * 1000000ull) /* objects.c's debug line */
 #define CKS_SV_OWED_GONE     2                      /* failed questions in a row: gone */
 
 /* Broadcasts to every other server: a manifest in pages, or a drop. */

@@ -177,9 +177,38 @@ static void cks_sv_cv_report_ask(cks_server_h s, cks_sv_version_t *v, size_t pos
     }
 }
 
+/* At log level debug: what an open version this server coordinates
+ * still waits for, every CKS_SV_WAITLOG_NS (a version that stalls says why). */
+static void cks_sv_cv_waitlog(cks_server_h s, cks_sv_version_t *v, uint64_t now)
+{
+    char owed[256];
+    size_t off = 0;
+    if (CKS_LOG_DEBUG > cks_log_threshold || !v->cluster || !v->open || v->objs == NULL ||
+        now - v->waitlog_ns < CKS_SV_WAITLOG_NS) {
+        return;
+    }
+    v->waitlog_ns = now;
+    owed[0]       = '\0';
+    for (size_t pos = 0; v->stored_on != NULL && pos < cks_cluster_nservers(s->map); pos++) {
+        uint64_t rep = v->reported_by != NULL ? v->reported_by[pos] : 0;
+        if (v->stored_on[pos] > rep && off < sizeof(owed) - 32) {
+            off += (size_t)snprintf(owed + off, sizeof(owed) - off, " %zu:%llu/%llu", pos,
+                                    (unsigned long long)rep,
+                                    (unsigned long long)v->stored_on[pos]);
+        }
+    }
+    cks_debug("version %llu of '%s' (ballot %u, claimed %d, fence %d): %u of %u ranks "
+              "sealed, %zu objects reported, broadcast %u, failed %s; primaries owing "
+              "(reported/stored):%s",
+              (unsigned long long)v->version, v->job, v->round, v->claimed, v->fence_ok,
+              v->nranks_done, v->rec.nranks, v->nobjs, v->bcast, cks_status_name(v->failed),
+              off > 0 ? owed : (v->stored_on != NULL ? " none" : " no seal yet"));
+}
+
 static int cks_sv_cv_owed(cks_server_h s, cks_sv_version_t *v, uint64_t now)
 {
     int owing = 0, ask = 0;
+    cks_sv_cv_waitlog(s, v, now);
     if (!cks_sv_cv_open(v) || v->failed != CKS_OK || v->stored_on == NULL ||
         now < v->owed_after_ns) {
         return 0;

@@ -86,6 +86,7 @@ struct cks_sv_version {
     uint64_t owed_after_ns; /* a takeover: primaries are not asked before this */
     uint64_t report_again_ns; /* when those that still owe objects are asked
                                  again to report them (objects.c) */
+    uint64_t waitlog_ns;   /* its last debug line on what it waits for (objects.c) */
     int gone_holder;       /* a takeover: the coordinator that did not answer (-1:
                               none); objects it owes after owed_after_ns are lost */
     int disowned;          /* its fence failed here: another server coordinates it
