@@ -1604,10 +1604,7 @@ TestSuite(heal_report, .init = setup_report_lost, .fini = teardown, .timeout = 2
 
 Test(heal_report, takeover_whose_request_for_reports_is_lost_commits)
 {
-    if (!cks_fault_points_built()) {
-        cr_skip_test("this build has no fault points (configure with -DCKS_FAULT_POINTS=ON, "
-                     "as scripts/test does)");
-    }
+    CKS_TEST_NEEDS_FAULT_POINTS();
     uint64_t seed = cks_test_seed(65);
     int down[NSRV] = {0};
     uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
@@ -1658,10 +1655,7 @@ TestSuite(heal_report_drop, .init = setup_report_drop, .fini = teardown, .timeou
 
 Test(heal_report_drop, version_whose_report_is_lost_commits)
 {
-    if (!cks_fault_points_built()) {
-        cr_skip_test("this build has no fault points (configure with -DCKS_FAULT_POINTS=ON, "
-                     "as scripts/test does)");
-    }
+    CKS_TEST_NEEDS_FAULT_POINTS();
     uint64_t seed = cks_test_seed(66);
     uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
     char why[512] = "";

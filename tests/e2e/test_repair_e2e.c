@@ -711,10 +711,7 @@ TestSuite(repair_race, .init = setup_hold, .fini = teardown, .timeout = 120);
  * one more server down, the version restores only with the holder's chunks. */
 Test(repair_race, version_committed_while_a_round_lists_is_kept)
 {
-    if (!cks_fault_points_built()) {
-        cr_skip_test("this build has no fault points (configure with -DCKS_FAULT_POINTS=ON, "
-                     "as scripts/test does)");
-    }
+    CKS_TEST_NEEDS_FAULT_POINTS();
     make_data(cks_test_seed(cks_test_seed_fresh()));
     const char *log = cl.srv[HOLDER].log;
     cks_client_h c  = connect_cluster(5000);
