@@ -521,7 +521,9 @@ int cks_spawn_stop(cks_spawn_t *sp, int sig, int timeout_ms)
     if (sp->pid <= 0) {
         return -1;
     }
-    kill(sp->pid, sig);
+    if (sig != 0) {
+        kill(sp->pid, sig);
+    }
     if (!reap_within(sp->pid, timeout_ms, &wstatus)) {
         kill(sp->pid, SIGKILL);
         if (!reap_within(sp->pid, timeout_ms, &wstatus)) {

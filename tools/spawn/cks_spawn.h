@@ -100,10 +100,10 @@ cks_spawn_status_t cks_spawn_start(const cks_spawn_params_t *p, cks_spawn_t *sp_
  *  stops one that failed. Bytes after the line are consumed. */
 cks_spawn_status_t cks_spawn_wait_listening(int fd, int timeout_ms, uint16_t *port_p);
 
-/** Stop a child cks_spawn_start() made: send `sig`, wait for it to end (at
- *  most timeout_ms), SIGKILL after that, reap it, close out_fd; *sp is
- *  cleared (pid 0, out_fd -1). Its wait status, or -1 when it could not be
- *  reaped. */
+/** Stop a child cks_spawn_start() made: send `sig` (0: none, to let one
+ *  that ends by itself end), wait for it to end (at most timeout_ms),
+ *  SIGKILL after that, reap it, close out_fd; *sp is cleared (pid 0,
+ *  out_fd -1). Its wait status, or -1 when it could not be reaped. */
 int cks_spawn_stop(cks_spawn_t *sp, int sig, int timeout_ms);
 
 #endif
