@@ -1,26 +1,25 @@
 /*
  * DESIGN: the local cluster's processes and files: N ckstore-server processes
- * (fork + exec of the binary next to ours) on 127.0.0.1, ports picked at run
- * time, N nodes in 3 racks, arenas in /dev/shm named after our pid, LMDB in a
- * mkdtemp directory; started by waiting for each one's "listening" line on a
- * pipe, killed by pid (SIGKILL) to measure degraded restores, restarted on
- * the same arena and metadata, stopped by pid (SIGTERM, then SIGKILL) and
- * their files removed, whatever happens: also from the signal handler,
- * which stops every process of the run and removes the namespaces.
+ * (the binary next to ours, started by cks_spawn of tools/spawn) on
+ * 127.0.0.1, ports picked at run time, N nodes in 3 racks, arenas in
+ * /dev/shm named after our pid, LMDB in a mkdtemp directory; started by
+ * waiting for each one's "listening" line on a pipe, killed by pid
+ * (SIGKILL) to measure degraded restores, restarted on the same arena and
+ * metadata, stopped by pid (SIGTERM, then SIGKILL) and their files removed,
+ * whatever happens: also from the signal handler, which stops every process
+ * of the run and removes the namespaces.
  * Never: leave a process we started running, or a file of ours in /dev/shm.
  */
 #include "cluster_int.h"
+#include "cks_spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <sched.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -173,12 +172,13 @@ static void cl_print_log(const cl_server_t *s)
     fclose(f);
 }
 
-/* fork + exec one server; its stdout comes back on a pipe, its stderr goes to
- * its log file (ours with --verbose). Also used to restart a killed server:
- * the same command line, the same arena file and data dir. */
+/* Start one server (cks_spawn, tools/spawn); its stdout comes back on a
+ * pipe, its stderr goes to its log file (ours with --verbose). Also used to
+ * restart a killed server: the same command line, the same arena file and
+ * data dir. */
 int cl_server_spawn(cl_ctx_t *x, cl_server_t *s, uint64_t arena)
 {
-    char id[16], asize[32], enc[16];
+    char id[16], asize[32], enc[16], why[256];
     char *argv[24] = {x->bin,
                       "--cluster",
                       x->map,
@@ -194,8 +194,8 @@ int cl_server_spawn(cl_ctx_t *x, cl_server_t *s, uint64_t arena)
                       enc,
                       "--log-level",
                       x->o.verbose ? "info" : "warn"};
-    int out[2], logfd, n = 15;
-    pid_t parent = getpid();
+    int logfd, n = 15;
+    cks_spawn_t sp;
 
     snprintf(id, sizeof(id), "%u", s->id);
     snprintf(asize, sizeof(asize), "%lluM", (unsigned long long)(arena >> 20));
@@ -210,99 +210,55 @@ int cl_server_spawn(cl_ctx_t *x, cl_server_t *s, uint64_t arena)
     }
     argv[n] = NULL;
 
-    if (pipe2(out, O_CLOEXEC) != 0) {
-        fprintf(stderr, "ckstore-bench: pipe: %s\n", strerror(errno));
-        return -1;
-    }
     logfd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (logfd < 0) {
         fprintf(stderr, "ckstore-bench: %s: %s\n", s->log, strerror(errno));
-        close(out[0]);
-        close(out[1]);
         return -1;
     }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "ckstore-bench: fork: %s\n", strerror(errno));
-        close(out[0]);
-        close(out[1]);
-        close(logfd);
-        return -1;
+    cks_spawn_params_t p = {.field_mask = CKS_SPAWN_FIELD_STDOUT,
+                            .argv = argv,
+                            .stdout_fd = CKS_SPAWN_PIPE};
+    if (!x->o.verbose) {
+        p.field_mask |= CKS_SPAWN_FIELD_STDERR;
+        p.stderr_fd = logfd;
     }
-    if (pid == 0) {
-        /* only async-signal-safe calls until exec */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) {
-            _exit(127);
-        }
-        dup2(out[1], STDOUT_FILENO);
-        if (!x->o.verbose) {
-            dup2(logfd, STDERR_FILENO);
-        }
-        syscall(SYS_close_range, 3u, ~0u, 0u); /* UCX's and our descriptors */
-        if (s->netns_path[0] != '\0') {
-            /* its "host" (--hosts): a network namespace of its own */
-            int nsfd = open(s->netns_path, O_RDONLY | O_CLOEXEC);
-            if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0) {
-                static const char msg[] =
-                    "ckstore-bench: cannot enter the server's network "
-                    "namespace\n";
-                ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
-                (void)w;
-                _exit(126);
-            }
-            close(nsfd);
-        }
-        signal(SIGPIPE, SIG_DFL);
-        execv(x->bin, argv);
-        _exit(127);
+    if (s->netns_path[0] != '\0') { /* its "host" (--hosts): a namespace of its own */
+        p.field_mask |= CKS_SPAWN_FIELD_NETNS;
+        p.netns_path = s->netns_path;
     }
-    close(out[1]);
+    cks_spawn_status_t st = cks_spawn_start(&p, &sp, why, sizeof(why));
     close(logfd);
-    s->out_fd = out[0];
-    s->pid = pid;
+    if (st != CKS_SPAWN_OK) {
+        fprintf(stderr, "ckstore-bench: cannot start server %u: %s\n", s->id, why);
+        return -1;
+    }
+    s->out_fd = sp.out_fd;
+    s->pid = sp.pid;
     return 0;
 }
 
 /* Wait for the server's "listening" line (before the deadline). */
 int cl_server_wait(const cl_server_t *s, double deadline)
 {
-    char buf[512];
-    size_t used = 0;
-    while (used < sizeof(buf) - 1) {
-        double left = deadline - bench_now();
-        struct pollfd pf = {.fd = s->out_fd, .events = POLLIN};
-        int r = left > 0 ? poll(&pf, 1, (int)(left * 1000) + 1) : 0;
-        if (r < 0 && errno == EINTR) {
-            continue;
-        }
-        if (r <= 0) {
-            fprintf(stderr,
-                    "ckstore-bench: server %u (pid %d) did not say \"listening\" in "
-                    "time\n",
-                    s->id, (int)s->pid);
-            cl_print_log(s);
-            return -1;
-        }
-        ssize_t got = read(s->out_fd, buf + used, sizeof(buf) - 1 - used);
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got <= 0) {
-            fprintf(stderr,
-                    "ckstore-bench: server %u (pid %d) ended before it listened\n", s->id,
-                    (int)s->pid);
-            cl_print_log(s);
-            return -1;
-        }
-        used += (size_t)got;
-        buf[used] = '\0';
-        if (strstr(buf, "listening") != NULL) {
-            return 0;
-        }
+    double left = deadline - bench_now();
+    int ms = left <= 0 ? 0 : left < INT_MAX / 1000 ? (int)(left * 1000) + 1 : INT_MAX;
+    cks_spawn_status_t st = cks_spawn_wait_listening(s->out_fd, ms, NULL);
+    if (st == CKS_SPAWN_OK) {
+        return 0;
     }
-    fprintf(stderr, "ckstore-bench: server %u: unexpected output: %s\n", s->id, buf);
+    if (st == CKS_SPAWN_ERR_TIMEOUT) {
+        fprintf(stderr,
+                "ckstore-bench: server %u (pid %d) did not say \"listening\" in "
+                "time\n",
+                s->id, (int)s->pid);
+    } else if (st == CKS_SPAWN_ERR_ENDED) {
+        fprintf(stderr, "ckstore-bench: server %u (pid %d) ended before it listened\n",
+                s->id, (int)s->pid);
+    } else {
+        fprintf(stderr, "ckstore-bench: server %u (pid %d): %s\n", s->id, (int)s->pid,
+                cks_spawn_status_string(st));
+    }
+    cl_print_log(s);
     return -1;
 }
 

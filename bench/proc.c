@@ -1,17 +1,17 @@
 /*
  * DESIGN: process plumbing of ckstore-bench (proc.h): pipes with deadlines,
- * waiting for and stopping pids, free ports, fork + exec of the programs
- * the bench starts (ckstore servers, memcached, redis-server), /proc
- * figures of a process, the progress line. Runs on the caller's thread;
- * bench_spawn's child makes only async-signal-safe calls before exec.
+ * waiting for and stopping pids, free ports, starting the programs the
+ * bench runs (memcached, redis-server, gnuplot, the flush bench's servers;
+ * with cks_spawn of tools/spawn, as the cluster's servers are), /proc
+ * figures of a process, the progress line. Runs on the caller's thread.
  * Never: wait without a deadline; kill anything but the pid it is given.
  */
 #include "proc.h"
 #include "bench.h"
+#include "cks_spawn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -235,34 +234,21 @@ int bench_which(const char *name, char *path, size_t len)
 
 pid_t bench_spawn(char *const argv[], int log_fd)
 {
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "ckstore-bench: fork: %s\n", strerror(errno));
+    char why[256];
+    cks_spawn_t sp;
+    cks_spawn_params_t p = {.field_mask = CKS_SPAWN_FIELD_FLAGS,
+                            .argv = argv,
+                            .flags = CKS_SPAWN_IGNORE_SIGINT}; /* a ^C is for the bench */
+    if (log_fd >= 0) {
+        p.field_mask |= CKS_SPAWN_FIELD_STDOUT | CKS_SPAWN_FIELD_STDERR;
+        p.stdout_fd = log_fd;
+        p.stderr_fd = log_fd;
+    }
+    if (cks_spawn_start(&p, &sp, why, sizeof(why)) != CKS_SPAWN_OK) {
+        fprintf(stderr, "ckstore-bench: cannot start %s: %s\n", argv[0], why);
         return -1;
     }
-    if (pid == 0) {
-        /* only async-signal-safe calls until exec */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) {
-            _exit(127);
-        }
-        if (log_fd >= 0) {
-            dup2(log_fd, STDOUT_FILENO);
-            dup2(log_fd, STDERR_FILENO);
-        }
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0) {
-            dup2(nul, STDIN_FILENO);
-        }
-        syscall(SYS_close_range, 3u, ~0u, 0u); /* UCX's and our descriptors */
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGINT, SIG_IGN); /* a ^C is for the bench, which stops us */
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
+    return sp.pid;
 }
 
 double bench_proc_cpu_s(pid_t pid)

@@ -39,10 +39,11 @@ int bench_free_ports(unsigned n, uint16_t *ports);
  *  process `pid` ends (0: not watched). 0 when it accepted. */
 int bench_wait_port(uint16_t port, pid_t pid, double deadline);
 
-/** fork + exec argv[0] (a path, or a name looked up in PATH) with stdout and
- *  stderr to log_fd (-1: ours); the child dies with this process
- *  (PR_SET_PDEATHSIG) and keeps no descriptor of ours above 2. Returns the
- *  pid, or -1. */
+/** Start argv[0] (a path: bench_which() finds one) with cks_spawn, stdout
+ *  and stderr to log_fd (-1: ours), stdin from /dev/null, SIGINT ignored;
+ *  the child dies with this process (PR_SET_PDEATHSIG) and keeps no
+ *  descriptor of ours above 2. Returns the pid once it exec'd, or -1 (the
+ *  reason on stderr). */
 pid_t bench_spawn(char *const argv[], int log_fd);
 /** The full path of a program in PATH (or argv0 itself when it has a '/'),
  *  into path; 0 when found and executable. */

@@ -1,14 +1,16 @@
 /*
  * DESIGN: test support (see cks_test.h). Servers are children of the test
- * process, die with it (PR_SET_PDEATHSIG), and are waited for through a pipe
- * on which they announce that they serve (no sleeps), with a deadline. A
- * server given a network namespace enters it (setns) between fork and exec.
+ * process started with cks_spawn (tools/spawn): they die with it
+ * (PR_SET_PDEATHSIG), and are waited for through a pipe on which they
+ * announce that they serve (no sleeps), with a deadline. A server given a
+ * network namespace enters it (setns) between fork and exec.
  * Seeds: the test's seed (cks_test_seed()) and every server's CKS_FAULT_SEED,
  * derived from it, are printed, so that a run can be replayed.
  */
 #include "cks_test.h"
 
 #include "cks_md.h"
+#include "cks_spawn.h"
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
@@ -17,14 +19,12 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
@@ -107,144 +107,138 @@ static uint64_t server_fault_seed(const cks_test_server_t *s)
     return mix64(base_seed() ^ mix64(((uint64_t)(uint32_t)s->id << 32) | s->starts)) >> 1;
 }
 
-/* Fork and exec server s; *rfd: the read end of its stdout, which
- * spawn_wait() reads its address from. */
+/* A server's command line and environment, made before it starts. */
+typedef struct {
+    char *argv[40];
+    char *env[3];       /* CKS_FAULTS and CKS_FAULT_SEED with faults */
+    char size[32];
+    char id[16];
+    char peer[320];
+    char flags[sizeof(test_flags)];
+    char faults[160];
+    char seed[48];
+} server_cmd_t;
+
+/* The arguments and environment of server s's next run. */
+static void server_cmd(const cks_test_server_t *s, server_cmd_t *cmd)
+{
+    const char *log = getenv("CKS_TEST_SERVER_LOG");
+    char **argv     = cmd->argv;
+    int a           = 0;
+
+    log = log != NULL ? log : "info";
+    snprintf(cmd->size, sizeof(cmd->size), "%llu", (unsigned long long)s->arena_size);
+    argv[a++] = "ckstore-server";
+    if (s->map != NULL) {
+        snprintf(cmd->id, sizeof(cmd->id), "%d", s->id);
+        argv[a++] = "--cluster";
+        argv[a++] = (char *)s->map;
+        argv[a++] = "--id";
+        argv[a++] = cmd->id;
+    } else {
+        argv[a++] = "--listen";
+        argv[a++] = "127.0.0.1";
+        argv[a++] = "--port";
+        argv[a++] = "0";
+    }
+    if (test_secret[0] != '\0') {
+        argv[a++] = "--secret";
+        argv[a++] = test_secret;
+    }
+    if (test_secret[0] != '\0' && s->cluster != NULL) { /* servers prove their role */
+        snprintf(cmd->peer, sizeof(cmd->peer), "%s/peer.key", s->cluster->dir);
+        argv[a++] = "--peer-secret";
+        argv[a++] = test_peer_secret[0] != '\0' ? test_peer_secret : cmd->peer;
+    }
+    snprintf(cmd->flags, sizeof(cmd->flags), "%s", test_flags);
+    for (char *save = NULL, *f = strtok_r(cmd->flags, " ", &save); f != NULL && a < 28;
+         f = strtok_r(NULL, " ", &save)) {
+        argv[a++] = f;
+    }
+    argv[a++] = "--arena-size";
+    argv[a++] = cmd->size;
+    argv[a++] = "--arena-file";
+    argv[a++] = (char *)s->arena;
+    argv[a++] = "--data-dir";
+    argv[a++] = (char *)s->data;
+    argv[a++] = "--log-level";
+    argv[a++] = (char *)log;
+    argv[a]   = NULL;
+
+    cmd->env[0] = NULL;
+    if (s->faults[0] != '\0') {
+        snprintf(cmd->faults, sizeof(cmd->faults), "CKS_FAULTS=%s", s->faults);
+        snprintf(cmd->seed, sizeof(cmd->seed), "CKS_FAULT_SEED=%llu",
+                 (unsigned long long)s->fault_seed);
+        cmd->env[0] = cmd->faults;
+        cmd->env[1] = cmd->seed;
+        cmd->env[2] = NULL;
+    }
+}
+
+/* Start server s (cks_spawn: stdout on a pipe, stderr appended to its log,
+ * in its network namespace if it has one); *rfd: the read end of its
+ * stdout, which spawn_wait() reads its address from. */
 static int spawn_begin(cks_test_server_t *s, int *rfd)
 {
-    char size[32];
-    int pfd[2];
-    pid_t parent = getpid();
+    server_cmd_t cmd;
+    char ns[128], why[256];
+    cks_spawn_t sp;
 
-    snprintf(size, sizeof(size), "%llu", (unsigned long long)s->arena_size);
     if (s->faults[0] != '\0') {
         s->fault_seed = server_fault_seed(s);
         fprintf(stderr, "server %d: CKS_FAULTS=%s CKS_FAULT_SEED=%llu (start %u, test seed %llu)\n",
                 s->id, s->faults, (unsigned long long)s->fault_seed, s->starts + 1,
                 (unsigned long long)base_seed());
     }
-    if (pipe(pfd) != 0) {
+    server_cmd(s, &cmd);
+    cks_spawn_params_t p = {.field_mask = CKS_SPAWN_FIELD_PATH | CKS_SPAWN_FIELD_ENV |
+                                          CKS_SPAWN_FIELD_STDOUT,
+                            .argv       = cmd.argv,
+                            .path       = CKS_SERVER_BIN,
+                            .env        = cmd.env,
+                            .stdout_fd  = CKS_SPAWN_PIPE};
+    int logfd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (logfd >= 0) { /* else its stderr is ours */
+        p.field_mask |= CKS_SPAWN_FIELD_STDERR;
+        p.stderr_fd = logfd;
+    }
+    if (s->netns[0] != '\0') {
+        snprintf(ns, sizeof(ns), "/run/netns/%s", s->netns);
+        p.field_mask |= CKS_SPAWN_FIELD_NETNS;
+        p.netns_path = ns;
+    }
+    cks_spawn_status_t st = cks_spawn_start(&p, &sp, why, sizeof(why));
+    if (logfd >= 0) {
+        close(logfd);
+    }
+    if (st != CKS_SPAWN_OK) {
+        fprintf(stderr, "server %d: cannot start %s: %s\n", s->id, CKS_SERVER_BIN, why);
         return -1;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(pfd[0]);
-        close(pfd[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) {
-            _exit(1);
-        }
-        int logfd = open(s->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(pfd[1], STDOUT_FILENO);
-        if (logfd >= 0) {
-            dup2(logfd, STDERR_FILENO);
-        }
-        close(pfd[0]);
-        if (s->netns[0] != '\0') {
-            char path[128];
-            snprintf(path, sizeof(path), "/run/netns/%s", s->netns);
-            int nsfd = open(path, O_RDONLY | O_CLOEXEC);
-            if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) != 0) {
-                fprintf(stderr, "cannot enter network namespace %s: %s\n", s->netns,
-                        strerror(errno));
-                _exit(126);
-            }
-            close(nsfd);
-        }
-        const char *log = getenv("CKS_TEST_SERVER_LOG") ? getenv("CKS_TEST_SERVER_LOG")
-                                                          : "info";
-        if (s->faults[0] != '\0') {
-            char seed[32];
-            snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->fault_seed);
-            setenv("CKS_FAULTS", s->faults, 1);
-            setenv("CKS_FAULT_SEED", seed, 1);
-        }
-        const char *argv[40];
-        char flags[sizeof(test_flags)];
-        char id[16];
-        int a     = 0;
-        argv[a++] = "ckstore-server";
-        if (s->map != NULL) {
-            snprintf(id, sizeof(id), "%d", s->id);
-            argv[a++] = "--cluster";
-            argv[a++] = s->map;
-            argv[a++] = "--id";
-            argv[a++] = id;
-        } else {
-            argv[a++] = "--listen";
-            argv[a++] = "127.0.0.1";
-            argv[a++] = "--port";
-            argv[a++] = "0";
-        }
-        char peer[320];
-        if (test_secret[0] != '\0') {
-            argv[a++] = "--secret";
-            argv[a++] = test_secret;
-        }
-        if (test_secret[0] != '\0' && s->cluster != NULL) { /* servers prove their role */
-            snprintf(peer, sizeof(peer), "%s/peer.key", s->cluster->dir);
-            argv[a++] = "--peer-secret";
-            argv[a++] = test_peer_secret[0] != '\0' ? test_peer_secret : peer;
-        }
-        snprintf(flags, sizeof(flags), "%s", test_flags);
-        for (char *save = NULL, *f = strtok_r(flags, " ", &save); f != NULL && a < 28;
-             f = strtok_r(NULL, " ", &save)) {
-            argv[a++] = f;
-        }
-        argv[a++] = "--arena-size";
-        argv[a++] = size;
-        argv[a++] = "--arena-file";
-        argv[a++] = s->arena;
-        argv[a++] = "--data-dir";
-        argv[a++] = s->data;
-        argv[a++] = "--log-level";
-        argv[a++] = log;
-        argv[a]   = NULL;
-        execv(CKS_SERVER_BIN, (char *const *)argv);
-        _exit(127);
-    }
-    close(pfd[1]);
-    s->pid = pid;
-    *rfd   = pfd[0];
+    s->pid = sp.pid;
+    *rfd   = sp.out_fd;
     return 0;
 }
 
-/* Wait for a server spawn_begin() started to say where it listens; closes fd. */
+/* Wait (30 s at most) for a server spawn_begin() started to say where it
+ * listens: the line "ckstore-server listening on 127.0.0.1:PORT" (other
+ * lines, e.g. UCX's own log, may come first). Closes fd; kills the server
+ * when it fails. */
 static int spawn_wait(cks_test_server_t *s, int fd)
 {
-    int pfd[1] = {fd};
-    /* wait for the line "ckstore-server listening on 127.0.0.1:PORT" (other
-     * lines, e.g. UCX's own log, may come first) */
-    static const char tag[] = "ckstore-server listening on ";
-    char buf[8192];
-    size_t got     = 0;
-    uint64_t until = now_ms() + 30000;
-    while (now_ms() < until && got < sizeof(buf) - 1) {
-        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
-        if (poll(&p, 1, (int)(until - now_ms())) <= 0) {
-            continue;
-        }
-        ssize_t r = read(pfd[0], buf + got, sizeof(buf) - 1 - got);
-        if (r <= 0) {
-            break; /* the server exited */
-        }
-        got += (size_t)r;
-        buf[got]   = '\0';
-        char *line = strstr(buf, tag);
-        char *nl   = line ? strchr(line, '\n') : NULL;
-        char *colon = line ? strrchr(line, ':') : NULL;
-        if (nl != NULL && colon != NULL && colon < nl) {
-            s->port = (uint16_t)atoi(colon + 1);
-            snprintf(s->addr, sizeof(s->addr), "%s:%u", s->host[0] ? s->host : "127.0.0.1",
-                     s->port);
-            s->starts++;
-            close(pfd[0]);
-            return 0;
-        }
+    uint16_t port         = 0;
+    cks_spawn_status_t st = cks_spawn_wait_listening(fd, 30000, &port);
+    close(fd);
+    if (st == CKS_SPAWN_OK) {
+        s->port = port;
+        snprintf(s->addr, sizeof(s->addr), "%s:%u", s->host[0] ? s->host : "127.0.0.1",
+                 s->port);
+        s->starts++;
+        return 0;
     }
-    close(pfd[0]);
+    fprintf(stderr, "server %d (pid %d) %s\n", s->id, (int)s->pid,
+            cks_spawn_status_string(st));
     fprintf(stderr, "server did not start; log in %s\n", s->log);
     cks_test_server_stop(s, SIGKILL);
     return -1;
