@@ -378,16 +378,7 @@ cks_status_t cks_sv_takeover_open(cks_server_h s, const cks_msg_version_begin_t 
         snprintf(why, why_len, "server out of memory");
         return CKS_ERR_NO_MEMORY;
     }
-    memset(&v->rec, 0, sizeof(v->rec));
-    v->rec.version     = m->version;
-    v->rec.parent      = m->parent;
-    v->rec.state       = CKS_VSTATE_OPEN;
-    v->rec.nranks      = m->nranks;
-    v->rec.created_ns  = cks_sv_realtime_ns();
-    v->rec.ec_k        = m->k;
-    v->rec.ec_m        = m->m;
-    v->rec.chunk_size  = m->chunk_size;
-    v->rec.redundancy  = m->m;
+    cks_sv_rec_open(&v->rec, m);
     v->cluster         = 1;
     v->open            = 1;
     v->failed          = CKS_OK;

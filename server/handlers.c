@@ -296,6 +296,22 @@ static void cks_sv_version_open(cks_server_h s, cks_tp_conn_h conn, uint64_t req
                                 const cks_msg_version_begin_t *m, cks_status_t status,
                                 const char *why);
 
+/* The OPEN record of a version begun (or taken over) with the begin's
+ * parameters, created now. */
+void cks_sv_rec_open(cks_md_version_t *rec, const cks_msg_version_begin_t *m)
+{
+    memset(rec, 0, sizeof(*rec));
+    rec->version    = m->version;
+    rec->parent     = m->parent;
+    rec->state      = CKS_VSTATE_OPEN;
+    rec->nranks     = m->nranks;
+    rec->created_ns = cks_sv_realtime_ns();
+    rec->ec_k       = m->k;
+    rec->ec_m       = m->m;
+    rec->chunk_size = m->chunk_size;
+    rec->redundancy = m->m; /* less if objects are stored DEGRADED */
+}
+
 void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                  const cks_msg_version_begin_t *m)
 {
@@ -400,16 +416,7 @@ static void cks_sv_version_open(cks_server_h s, cks_tp_conn_h conn, uint64_t req
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
     }
-    memset(&v->rec, 0, sizeof(v->rec));
-    v->rec.version    = m->version;
-    v->rec.parent     = m->parent;
-    v->rec.state      = CKS_VSTATE_OPEN;
-    v->rec.nranks     = m->nranks;
-    v->rec.created_ns = cks_sv_realtime_ns();
-    v->rec.ec_k       = m->k;
-    v->rec.ec_m       = m->m;
-    v->rec.chunk_size = m->chunk_size;
-    v->rec.redundancy = m->m; /* less if objects are stored DEGRADED */
+    cks_sv_rec_open(&v->rec, m);
     v->open           = 1;
     v->pending        = 0;
     if (s->map != NULL) { /* this server coordinates the version */

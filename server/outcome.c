@@ -265,6 +265,27 @@ const cks_sv_aborted_t *cks_sv_aborted_find(cks_server_h s, const cks_wire_str_t
     return NULL;
 }
 
+/* What only the coordinator of an open version holds (its objects, the
+ * ranks that finished, the keys deleted, the reports and the primaries'
+ * tallies): freed once the outcome is decided or disowned. */
+static void cks_sv_cv_coord_free(cks_sv_version_t *v)
+{
+    free(v->objs);
+    v->objs  = NULL;
+    v->nobjs = v->capobjs = 0;
+    free(v->ranks_done);
+    v->ranks_done = NULL;
+    cks_hmap_destroy(v->deleted);
+    v->deleted = NULL;
+    cks_hmap_destroy(v->reported);
+    v->reported = NULL;
+    cks_hmap_destroy(v->reporters);
+    v->reporters = NULL;
+    free(v->stored_on);
+    free(v->reported_by);
+    v->stored_on = v->reported_by = NULL;
+}
+
 /* The version's outcome is known everywhere: answer everyone who waits. */
 void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
 {
@@ -293,20 +314,7 @@ void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
     if (committed) {
         cks_sv_flush_committed(s, v->job, v->job_len, v->version); /* --flush-every */
     }
-    free(v->objs);
-    v->objs  = NULL;
-    v->nobjs = v->capobjs = 0;
-    free(v->ranks_done);
-    v->ranks_done = NULL;
-    cks_hmap_destroy(v->deleted);
-    v->deleted = NULL;
-    cks_hmap_destroy(v->reported);
-    v->reported = NULL;
-    cks_hmap_destroy(v->reporters);
-    v->reporters = NULL;
-    free(v->stored_on);
-    free(v->reported_by);
-    v->stored_on = v->reported_by = NULL;
+    cks_sv_cv_coord_free(v);
     v->pending--;
     if (v->redrop && v->failed != CKS_OK) {
         /* objects came in while the drop was sent: drop once more */
@@ -474,20 +482,7 @@ static void cks_sv_cv_disown(cks_server_h s, cks_sv_version_t *v, cks_status_t s
     free(v->waiters);
     v->waiters  = NULL;
     v->nwaiters = v->capwaiters = 0;
-    free(v->objs);
-    v->objs  = NULL;
-    v->nobjs = v->capobjs = 0;
-    free(v->ranks_done);
-    v->ranks_done = NULL;
-    cks_hmap_destroy(v->deleted);
-    v->deleted = NULL;
-    cks_hmap_destroy(v->reported);
-    v->reported = NULL;
-    cks_hmap_destroy(v->reporters);
-    v->reporters = NULL;
-    free(v->stored_on);
-    free(v->reported_by);
-    v->stored_on = v->reported_by = NULL;
+    cks_sv_cv_coord_free(v);
     v->claimed  = 0;
     v->fence_ok = 0;
     v->disowned = 1;

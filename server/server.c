@@ -96,10 +96,9 @@ cks_sv_version_t *cks_sv_version_new(cks_server_h s, const cks_wire_str_t *job,
     return v;
 }
 
-void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
+/* An entry and all it owns (its waiters' connections are the caller's). */
+static void cks_sv_version_free_all(cks_sv_version_t *v)
 {
-    uint8_t key[CKS_JOB_MAX_LEN + 9];
-    cks_hmap_del(s->versions, key, cks_vkey(key, v->job, v->job_len, v->version));
     cks_hmap_destroy(v->keys);
     cks_hmap_destroy(v->deleted);
     cks_hmap_destroy(v->reported);
@@ -110,6 +109,13 @@ void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
     free(v->stored_on);
     free(v->reported_by);
     free(v);
+}
+
+void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + 9];
+    cks_hmap_del(s->versions, key, cks_vkey(key, v->job, v->job_len, v->version));
+    cks_sv_version_free_all(v);
 }
 
 /* Drop the entry when nothing needs it any more. */
@@ -518,16 +524,7 @@ static void cks_sv_free_version(const void *key, size_t len, void *value, void *
     for (size_t i = 0; i < v->nwaiters; i++) {
         cks_tp_conn_put(v->waiters[i].conn);
     }
-    cks_hmap_destroy(v->keys);
-    cks_hmap_destroy(v->deleted);
-    cks_hmap_destroy(v->reported);
-    cks_hmap_destroy(v->reporters);
-    free(v->objs);
-    free(v->ranks_done);
-    free(v->waiters);
-    free(v->stored_on);
-    free(v->reported_by);
-    free(v);
+    cks_sv_version_free_all(v);
 }
 
 void cks_server_destroy(cks_server_h s)

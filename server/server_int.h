@@ -494,6 +494,9 @@ cks_status_t cks_sv_version_lookup(struct cks_server *s, const cks_wire_str_t *j
                                    uint64_t version, cks_md_version_t *rec_p);
 cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key);
 uint64_t cks_sv_realtime_ns(void);
+/* The OPEN record of a version begun (or taken over) with the begin's
+ * parameters, created now (handlers.c). */
+void cks_sv_rec_open(cks_md_version_t *rec, const cks_msg_version_begin_t *m);
 
 /* (job, version)'s record when it can be read from: CKS_ERR_NO_SUCH_JOB,
  * _NO_SUCH_VERSION or _NOT_RESTORABLE otherwise (server.c) */
