@@ -531,8 +531,13 @@ Test(partition, snapshot_cut_from_a_primary_mid_put)
         p.size    = size;
         cr_assert_eq(cks_put_nb(cli, &p, slot_done, &slots[i]), CKS_INPROGRESS);
     }
-    /* a quarter of the bytes are out: cut */
+    /* a quarter of the bytes are out: cut. Has the victim begun to receive
+     * a put (the header came, its extent is taken, the payload comes)? Not
+     * always: the client's connection to it may still be in its handshake
+     * (seen under ASan: the put then goes to the next member after the
+     * client's timeout, and the victim has nothing to time out) */
     cr_assert(wait_bytes(0, tx0, n * size / 4, &w, n), "the puts ended before the cut");
+    uint64_t victim_mid = server_usage(victim);
     cr_assert_eq(cks_test_netns_cut(&net, (int)victim), 0);
     uint64_t cut_at = now_ms();
     fprintf(stderr, "cut server %zu %llu ms into the puts, %u of %zu done\n", victim,
@@ -568,9 +573,16 @@ Test(partition, snapshot_cut_from_a_primary_mid_put)
 
     /* the cut primary, alone, gave up on the bytes that stopped coming
      * (before, they held its space until the heal let TCP fail them) */
-    cr_assert(cks_test_log_has(cl.srv[victim].log, "did not arrive", BOUND_MS),
-              "server %zu still waits for the payload of a put cut off %llu ms ago", victim,
-              (unsigned long long)(now_ms() - cut_at));
+    fprintf(stderr, "server %zu: %llu bytes in use before version 2, %llu at the cut\n",
+            victim, (unsigned long long)victim_before, (unsigned long long)victim_mid);
+    if (victim_mid > victim_before) {
+        cr_assert(cks_test_log_has(cl.srv[victim].log, "did not arrive", BOUND_MS),
+                  "server %zu still waits for the payload of a put cut off %llu ms ago",
+                  victim, (unsigned long long)(now_ms() - cut_at));
+    } else {
+        fprintf(stderr, "server %zu had received no put of version 2 before the cut: no "
+                        "payload to give up on\n", victim);
+    }
     /* healed: version 2 stays unrestorable, the cluster takes a new version */
     cr_assert_eq(cks_test_netns_heal(&net, (int)victim), 0);
     assert_not_restorable(cli, 2);
