@@ -1,7 +1,8 @@
 /*
  * DESIGN: gets through the staging ring into device memory: the server's
  * bytes land in ring slots, the stage thread copies each slice to the
- * device and checks the CRC. See stage.c for the whole design.
+ * device and checks the CRC while that copy runs (one copy in flight beside
+ * the next slice). See stage.c for the whole design.
  *
  * Never: report CKS_OK for bytes that did not come from the server.
  */
@@ -106,7 +107,9 @@ static cks_status_t cks_stage_read_start(cks_stage_t *st, cks_stage_job_t *j, ui
 void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
 {
     cks_object_info_t info;
-    uint64_t issued = 0, done = 0, crc = 0;
+    uint64_t issued = 0, done = 0, freed = 0, crc = 0;
+    int copying        = 0; /* slice done - 1's copy is in flight, in copy_slot */
+    unsigned copy_slot = 0;
     struct timespec dl;
     cks_status_t status;
 
@@ -134,9 +137,14 @@ void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
      * the slices as they pass. Chunks of a cluster carry their own CRCs. */
     j->chain = !j->range && ((j->flags & CKS_GET_VERIFY) || j->r->info.ec_k == 0);
     cks_stage_drain(st); /* earlier puts' slots */
+    /* In order, slice by slice: wait for its bytes, start its copy to the
+     * device, CRC it on the host while the copy engine reads it too, then
+     * wait for the previous slice's copy and free that slot. So one copy is
+     * in flight beside the next slice's CRC and receive, and a slot is read
+     * again (a new range get) only once its copy is done (`freed`). */
     while (done < j->nslices) {
         /* keep the ring full of reads */
-        while (j->status == CKS_OK && issued < j->nslices && issued < done + st->nslots) {
+        while (j->status == CKS_OK && issued < j->nslices && issued < freed + st->nslots) {
             status = cks_stage_read_start(st, j, issued);
             if (status != CKS_OK) {
                 j->status = status;
@@ -147,8 +155,24 @@ void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
         if (j->status != CKS_OK) {
             break;
         }
-        /* the oldest slice, in order: wait for it, then copy it to the device
-         * while the later ones are still being received */
+        if (done >= issued && copying) {
+            /* its slot still holds the slice before, whose copy runs (a
+             * ring of one slot): that copy first, then its read */
+            uint64_t ns = 0;
+            pthread_mutex_unlock(&st->lock);
+            cks_status_t wst = cks_stage_copy_wait(st, j, copy_slot, &ns);
+            pthread_mutex_lock(&st->lock);
+            st->copy_ns += ns;
+            st->state[copy_slot] = CKS_SLOT_FREE;
+            freed++;
+            copying = 0;
+            if (wst != CKS_OK) {
+                j->status = wst;
+                break;
+            }
+            continue;
+        }
+        /* the oldest slice, in order: wait for it */
         unsigned slot = cks_stage_slot(st, j, done);
         cks_stage_deadline(&dl, st->c->timeout_ms * 2);
         while (st->state[slot] != CKS_SLOT_READY) {
@@ -164,26 +188,53 @@ void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
             j->status = st->slot_status[slot] != CKS_OK ? st->slot_status[slot]
                                                         : CKS_ERR_INTERNAL;
             st->state[slot] = CKS_SLOT_FREE;
+            freed++;
             break;
         }
         pthread_mutex_unlock(&st->lock);
-        if (j->chain) {
+        uint64_t ns = 0;
+        cks_status_t wst = CKS_OK;
+        status = cks_stage_copy_start(st, j, done, slot);
+        if (status == CKS_OK && j->chain) {
             crc = cks_crc64(crc, st->ring + (uint64_t)slot * st->slice, (size_t)want);
         }
-        uint64_t ns = 0;
-        status = cks_stage_copy_start(st, j, done, slot);
-        if (status == CKS_OK) {
-            status = cks_stage_copy_wait(st, j, slot, &ns);
+        if (copying) {
+            wst = cks_stage_copy_wait(st, j, copy_slot, &ns);
         }
         pthread_mutex_lock(&st->lock);
-        st->copy_ns += ns;
-        st->staged_bytes += want;
-        st->state[slot] = CKS_SLOT_FREE;
+        if (copying) {
+            st->copy_ns += ns;
+            st->state[copy_slot] = CKS_SLOT_FREE;
+            freed++;
+            copying = 0;
+            if (wst != CKS_OK && j->status == CKS_OK) {
+                j->status = wst;
+            }
+        }
         if (status != CKS_OK) {
+            st->state[slot] = CKS_SLOT_FREE;
+            freed++;
             j->status = status;
             break;
         }
+        st->staged_bytes += want;
+        copying   = 1;
+        copy_slot = slot;
         done++;
+        if (j->status != CKS_OK) {
+            break;
+        }
+    }
+    if (copying) { /* the last slice's copy */
+        uint64_t ns = 0;
+        pthread_mutex_unlock(&st->lock);
+        cks_status_t wst = cks_stage_copy_wait(st, j, copy_slot, &ns);
+        pthread_mutex_lock(&st->lock);
+        st->copy_ns += ns;
+        st->state[copy_slot] = CKS_SLOT_FREE;
+        if (wst != CKS_OK && j->status == CKS_OK) {
+            j->status = wst;
+        }
     }
     /* reads still in flight write into the ring: wait for every callback */
     while (j->reads > 0) {
