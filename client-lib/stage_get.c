@@ -103,6 +103,22 @@ static cks_status_t cks_stage_read_start(cks_stage_t *st, cks_stage_job_t *j, ui
     return CKS_OK;
 }
 
+/* Wait for the copy in flight (slot copy_slot) and free its slot (stage
+ * thread, lock held on entry and exit; released while it waits): its
+ * status. */
+static cks_status_t cks_stage_get_copied(cks_stage_t *st, const cks_stage_job_t *j,
+                                         unsigned copy_slot, uint64_t *freed_p)
+{
+    uint64_t ns = 0;
+    pthread_mutex_unlock(&st->lock);
+    cks_status_t status = cks_stage_copy_wait(st, j, copy_slot, &ns);
+    pthread_mutex_lock(&st->lock);
+    st->copy_ns += ns;
+    st->state[copy_slot] = CKS_SLOT_FREE;
+    (*freed_p)++;
+    return status;
+}
+
 /* Run a staged get (stage thread, lock held on entry and exit). */
 void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
 {
@@ -158,16 +174,10 @@ void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
         if (done >= issued && copying) {
             /* its slot still holds the slice before, whose copy runs (a
              * ring of one slot): that copy first, then its read */
-            uint64_t ns = 0;
-            pthread_mutex_unlock(&st->lock);
-            cks_status_t wst = cks_stage_copy_wait(st, j, copy_slot, &ns);
-            pthread_mutex_lock(&st->lock);
-            st->copy_ns += ns;
-            st->state[copy_slot] = CKS_SLOT_FREE;
-            freed++;
             copying = 0;
-            if (wst != CKS_OK) {
-                j->status = wst;
+            status  = cks_stage_get_copied(st, j, copy_slot, &freed);
+            if (status != CKS_OK) {
+                j->status = status;
                 break;
             }
             continue;
@@ -192,21 +202,14 @@ void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
             break;
         }
         pthread_mutex_unlock(&st->lock);
-        uint64_t ns = 0;
-        cks_status_t wst = CKS_OK;
         status = cks_stage_copy_start(st, j, done, slot);
         if (status == CKS_OK && j->chain) {
             crc = cks_crc64(crc, st->ring + (uint64_t)slot * st->slice, (size_t)want);
         }
-        if (copying) {
-            wst = cks_stage_copy_wait(st, j, copy_slot, &ns);
-        }
         pthread_mutex_lock(&st->lock);
-        if (copying) {
-            st->copy_ns += ns;
-            st->state[copy_slot] = CKS_SLOT_FREE;
-            freed++;
-            copying = 0;
+        if (copying) { /* the slice before's copy, begun one slice ago */
+            cks_status_t wst = cks_stage_get_copied(st, j, copy_slot, &freed);
+            copying          = 0;
             if (wst != CKS_OK && j->status == CKS_OK) {
                 j->status = wst;
             }
@@ -226,12 +229,7 @@ void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
         }
     }
     if (copying) { /* the last slice's copy */
-        uint64_t ns = 0;
-        pthread_mutex_unlock(&st->lock);
-        cks_status_t wst = cks_stage_copy_wait(st, j, copy_slot, &ns);
-        pthread_mutex_lock(&st->lock);
-        st->copy_ns += ns;
-        st->state[copy_slot] = CKS_SLOT_FREE;
+        cks_status_t wst = cks_stage_get_copied(st, j, copy_slot, &freed);
         if (wst != CKS_OK && j->status == CKS_OK) {
             j->status = wst;
         }
