@@ -839,6 +839,7 @@ static int ch_lost_to_transport(const int *down)
             fprintf(stderr, "  server %zu %s (log %s): started again\n", i, what,
                     cl.srv[i].log);
             if (cl.srv[i].pid > 0) {
+                cks_test_server_stacks(&cl.srv[i]); /* what it is stuck in */
                 cks_test_cluster_kill(&cl, i);
             }
             cr_assert_eq(cks_test_server_restart(&cl.srv[i]), 0, "restart of server %zu", i);

@@ -514,6 +514,27 @@ int cks_test_primary(const char *map, const char *job, const char *key, unsigned
     return st == CKS_OK ? (int)group[0] : -1;
 }
 
+void cks_test_server_stacks(const cks_test_server_t *s)
+{
+    char cmd[256];
+    if (s->pid <= 0 || kill(s->pid, 0) != 0) {
+        fprintf(stderr, "server %d: not running: no stacks\n", s->id);
+        return;
+    }
+    if (system("command -v gdb >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "server %d (pid %d): no gdb here: no stacks\n", s->id, (int)s->pid);
+        return;
+    }
+    fprintf(stderr, "server %d (pid %d): every thread's stack:\n", s->id, (int)s->pid);
+    fflush(stderr);
+    snprintf(cmd, sizeof(cmd),
+             "timeout 20 gdb -p %d -batch -nx -ex 'thread apply all bt' </dev/null 1>&2",
+             (int)s->pid);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "server %d: gdb did not finish cleanly\n", s->id);
+    }
+}
+
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i)
 {
     cks_test_server_stop(&c->srv[i], SIGKILL);

@@ -74,6 +74,10 @@ int cks_test_primary(const char *map, const char *job, const char *key, unsigned
                      unsigned m);
 /** SIGKILL server i (and reap it). */
 void cks_test_cluster_kill(cks_test_cluster_t *c, size_t i);
+/** Print every thread's stack of a running server to stderr (gdb, at most
+ *  20 s; a line saying why not when gdb is missing or the server is not
+ *  running): for a server that answers nothing, before it is killed. */
+void cks_test_server_stacks(const cks_test_server_t *s);
 /** Stop every server and remove the files. */
 void cks_test_cluster_cleanup(cks_test_cluster_t *c);
 
