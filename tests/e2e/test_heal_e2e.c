@@ -1689,7 +1689,7 @@ static void setup_net(void)
 {
     char why[256] = "";
     /* Not yet reliable, so not run by default (the suite lists it as
-     * skipped, with this reason): 10 of its last 12 runs passed; one failed
+     * skipped, with this reason): 15 of its last 17 runs passed; one failed
      * on a takeover that stalled 20 s, one on a server that stopped
      * answering in the middle of a put's spread (docs/ARCHITECTURE.md,
      * Known limits: neither explained yet). CKS_TEST_PARTITIONS=1 runs it. */
