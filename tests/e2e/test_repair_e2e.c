@@ -736,18 +736,18 @@ Test(repair_race, version_committed_while_a_round_lists_is_kept)
          * version v) and holds them: each hold line has its comparing line
          * once the hold ends */
         int held     = cks_test_log_count(log, "every list taken");
-        int compared = 0;
+        int compared = -1;
         uint64_t t0  = now_ms();
-        for (;;) {
-            int h    = cks_test_log_count(log, "every list taken");
-            compared = cks_test_log_count(log, "comparing after the hold");
-            if ((h > held && h == compared + 1) || now_ms() - t0 > 30000) {
-                break;
+        while (compared < 0 && now_ms() - t0 < 30000) {
+            int h   = cks_test_log_wait_count(log, "every list taken", held,
+                                              (int)(30000 - (now_ms() - t0)));
+            int cmp = cks_test_log_count(log, "comparing after the hold");
+            if (h > held && h == cmp + 1) {
+                compared = cmp; /* holding now */
             }
-            usleep(20 * 1000);
+            held = h;
         }
-        cr_assert_eq(cks_test_log_count(log, "every list taken"), compared + 1,
-                     "no round held its lists within 30 s");
+        cr_assert_geq(compared, 0, "no round held its lists within 30 s");
         uint64_t t1 = now_ms();
         cks_test_cluster_kill(&cl, c0);
         cr_assert_eq(write_version(c, v), CKS_OK);
@@ -756,18 +756,25 @@ Test(repair_race, version_committed_while_a_round_lists_is_kept)
                         "server %d's round held its lists: %s\n",
                 (unsigned long long)v, (unsigned long long)(now_ms() - t1), c0, HOLDER,
                 shown ? "committed during the hold" : "the round compared first: again");
-        if (shown) {
-            /* the round compares, and acts */
-            t0 = now_ms();
-            while (cks_test_log_count(log, "comparing after the hold") == compared &&
-                   now_ms() - t0 < 20000) {
-                usleep(20 * 1000);
-            }
-            cr_assert_gt(cks_test_log_count(log, "comparing after the hold"), compared);
+        if (shown) { /* the round compares, and acts */
+            cr_assert_gt(cks_test_log_wait_count(log, "comparing after the hold", compared,
+                                                 20000),
+                         compared);
         }
     }
     cr_assert(shown, "no round held its lists while a version committed, in 3 tries");
-    usleep(1000 * 1000); /* a drop would be written by the metadata writer right after */
+    /* a round ends only once the metadata writer has done what it decided
+     * (a drop among them): the next round's lists say it ended */
+    int lists = cks_test_log_count(log, "every list taken");
+    cr_assert_gt(cks_test_log_wait_count(log, "every list taken", lists, 20000), lists,
+                 "server %d began no round after the held one", HOLDER);
+    cks_version_info_t list[8];
+    size_t n  = versions_on(HOLDER, list, 8);
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        found |= list[i].version == v;
+    }
+    cr_assert(found, "server %d does not list version %llu", HOLDER, (unsigned long long)v);
     char dropped[128];
     snprintf(dropped, sizeof(dropped), "version %llu of '%s' was dropped while this server",
              (unsigned long long)v, JOB);

@@ -787,24 +787,20 @@ void cks_test_fill(void *buf, size_t len, uint64_t seed)
     }
 }
 
-int cks_test_log_has(const char *path, const char *text, int wait_ms)
+int cks_test_log_wait_count(const char *path, const char *text, int above, int wait_ms)
 {
     uint64_t until = now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
-    for (;;) {
-        FILE *f = fopen(path, "r");
-        char line[1024];
-        int found = 0;
-        while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL) {
-            found = strstr(line, text) != NULL;
-        }
-        if (f != NULL) {
-            fclose(f);
-        }
-        if (found || now_ms() >= until) {
-            return found;
-        }
+    int n          = cks_test_log_count(path, text);
+    while (n <= above && now_ms() < until) {
         usleep(50000);
+        n = cks_test_log_count(path, text);
     }
+    return n;
+}
+
+int cks_test_log_has(const char *path, const char *text, int wait_ms)
+{
+    return cks_test_log_wait_count(path, text, 0, wait_ms) > 0;
 }
 
 cks_status_t cks_test_connect(const cks_test_server_t *s, int timeout_ms, cks_client_h *c_p)

@@ -136,6 +136,10 @@ uint64_t cks_test_seed(uint64_t dflt);
 uint64_t cks_test_seed_fresh(void);
 /** Lines of the file (a server's log) that contain `text`. */
 int cks_test_log_count(const char *path, const char *text);
+/** cks_test_log_count(), looked at again every 50 ms until it is above
+ *  `above` or `wait_ms` passed (another process writes the log: there is no
+ *  event to wait on); the last count. */
+int cks_test_log_wait_count(const char *path, const char *text, int above, int wait_ms);
 /** Deterministic bytes (xorshift) for seed and offset. */
 void cks_test_fill(void *buf, size_t len, uint64_t seed);
 /** Flip a bit of byte 100 in every copy of the 256 bytes at `needle` in the
