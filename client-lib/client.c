@@ -333,7 +333,7 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
             if (strlen(params->secret_job) > CKS_JOB_MAX_LEN) {
                 status = CKS_ERR_INVALID_PARAM;
             } else {
-                snprintf(c->secret_job, sizeof(c->secret_job), "%s", params->secret_job);
+                snprintf(c->secret.job, sizeof(c->secret.job), "%s", params->secret_job);
             }
         }
     }
@@ -362,7 +362,7 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
         return CKS_ERR_NO_MEMORY;
     }
     /* a server must answer: the first that does (any, for a cluster) */
-    op = cks_op_new(CKS_OP_HELLO, CKS_MSG_HELLO);
+    op = cks_op_new(CKS_OP_CONNECT, CKS_MSG_HELLO);
     if (op == NULL) {
         status = CKS_ERR_NO_MEMORY;
     } else {

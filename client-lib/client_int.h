@@ -53,8 +53,7 @@ typedef enum {
     CKS_OP_VERSION_STAT, /* VERSION_STAT_REPLY */
     CKS_OP_OBJECT_STAT,  /* OBJECT_STAT_REPLY */
     CKS_OP_LIST,         /* LIST_REPLY + page */
-    CKS_OP_HELLO,        /* HELLO_REPLY */
-    CKS_OP_AUTH,         /* AUTH_REPLY */
+    CKS_OP_CONNECT,      /* never sent: done once its server is up */
     CKS_OP_MEM_MAP,      /* MEM_MAP of a cks_mem_alloc() region (buf) + STATUS_REPLY */
     CKS_OP_REPAIR_STATUS, /* REPAIR_STATUS_REPLY */
     CKS_OP_STATS,        /* STATS_REPLY, into a cks_cl_stats_t */
@@ -89,12 +88,12 @@ typedef struct {
 } cks_waiter_t;
 
 struct cks_op {
-    cks_op_t *next, *prev;  /* submit queue, then in-flight list or a server's wait list */
+    cks_op_t *next, *prev;  /* submit queue, or a server's wait list */
+    cks_dl_t dl;            /* in flight: the client's deadline list (c->fl) */
     cks_client_h client;
     cks_op_kind_t kind;
     unsigned type;          /* request message type */
     uint64_t req_id;
-    uint64_t deadline_ns;
     int timeout_ms;         /* 0: the client's; more for long requests (a flush) */
     size_t srv;             /* target server position */
     cks_target_t target;
@@ -197,10 +196,6 @@ typedef struct {
     cks_op_t *wait_head, *wait_tail; /* waiting for the connection or the window */
     unsigned inflight;       /* requests sent and not finished (the window) */
     int no_rma;              /* it refused our memory descriptors: send the bytes */
-    /* the handshake in flight (with a cluster secret) */
-    uint8_t nonce[CKS_WIRE_NONCE_LEN];  /* our challenge */
-    uint8_t snonce[CKS_WIRE_NONCE_LEN]; /* the server's */
-    uint8_t proof[CKS_WIRE_NONCE_LEN];  /* our answer to it */
 } cks_cl_srv_t;
 
 struct cks_client {
@@ -225,16 +220,16 @@ struct cks_client {
     struct cks_cl_scratch *scratch; /* read.c: degraded reads' chunk buffers
                                        (progress thread; NULL until needed) */
     uint64_t scratch_size;    /* its size (CKS_CLIENT_FIELD_SCRATCH) */
-    cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET */
+    cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET (and the job
+                                 of a job's own secret) */
     int has_secret;
-    char secret_job[CKS_JOB_MAX_LEN + 1]; /* "" for the cluster secret */
     /* stage.c: device memory (NULL until the first device transfer) */
     struct cks_stage *stage;
     uint64_t stage_slice;     /* bytes per slice of its ring */
     unsigned stage_slices;    /* slices in the ring */
     /* progress thread only */
     cks_hmap_t *inflight;     /* req_id -> op */
-    cks_op_t *fl_head, *fl_tail; /* in flight, oldest first */
+    cks_dl_list_t fl;         /* in flight, in deadline order (op->dl) */
 };
 
 struct cks_restore {
@@ -355,10 +350,8 @@ void cks_cl_mem_announce(cks_client_h c, size_t pos);
 
 void cks_cl_srv_connect(cks_client_h c, size_t pos);
 
-cks_status_t cks_cl_auth(cks_client_h c, cks_op_t *hello, const cks_msg_hello_reply_t *r);
-
-cks_status_t cks_cl_auth_reply(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn,
-                               const cks_msg_auth_reply_t *r);
+/* The op of an entry of c->fl (its requests in flight). */
+cks_op_t *cks_cl_fl_op(cks_dl_t *e);
 
 cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr);
 

@@ -1,7 +1,8 @@
 /*
- * DESIGN: the client's connection to each server: connect, HELLO and (with
- * a secret) AUTH, the ops that wait for it, its loss (every op on it fails
- * and may move on), and telling a new connection of the registered regions.
+ * DESIGN: the client's connection to each server: connect and the
+ * transport's handshake (HELLO, and AUTH with a secret), the ops that wait
+ * for it, its loss (every op on it fails and may move on), and telling a
+ * new connection of the registered regions.
  *
  * Never: use a connection before the server proved the secret.
  */
@@ -18,14 +19,7 @@
 void cks_cl_srv_wait(cks_cl_srv_t *sv, cks_op_t *op)
 {
     op->queued = 1;
-    op->next   = NULL;
-    op->prev   = sv->wait_tail;
-    if (sv->wait_tail != NULL) {
-        sv->wait_tail->next = op;
-    } else {
-        sv->wait_head = op;
-    }
-    sv->wait_tail = op;
+    CKS_LIST_PUSH(sv->wait_head, sv->wait_tail, op);
 }
 
 /* The server's connection came up (status OK) or could not: run or fail
@@ -67,12 +61,13 @@ void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status)
     sv->failed_ns      = cks_time_ns();
     /* fail its ops with this status first: closing makes UCX complete their
      * transfers at once, as "canceled", which would be the status they keep */
-    for (cks_op_t *op = c->fl_head; op != NULL;) {
-        cks_op_t *next = op->next;
+    for (cks_dl_t *e = c->fl.head; e != NULL;) {
+        cks_dl_t *next = e->next;
+        cks_op_t *op   = cks_cl_fl_op(e);
         if (op->srv == pos && !op->replied) {
             cks_cl_op_fail(c, op, status);
         }
-        op = next;
+        e = next;
     }
     cks_tp_conn_close(conn); /* UCX fails what is still in flight on it */
     cks_cl_srv_settle(c, pos, status);
@@ -143,33 +138,47 @@ void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m)
     }
 }
 
-static void cks_cl_hello_done(void *arg, cks_status_t status)
+/* The transport's handshake with a server ended (progress thread). arg is
+ * the connection it ran on: the outcome of one the client dropped since
+ * (cks_cl_srv_down()) is old news. */
+static void cks_cl_handshake_done(void *arg, cks_status_t status)
 {
-    cks_cl_srv_t *sv = arg;
-    cks_client_h c   = sv->client;
-    size_t pos       = (size_t)(sv - c->srv);
-    if (status == CKS_OK && sv->conn != NULL) {
-        sv->state = CKS_SRV_UP;
+    cks_tp_conn_h conn = arg;
+    cks_cl_srv_t *sv   = cks_tp_conn_user(conn);
+    if (sv == NULL || sv->conn != conn) {
+        return;
+    }
+    cks_client_h c = sv->client;
+    size_t pos     = (size_t)(sv - c->srv);
+    if (status == CKS_OK) {
+        sv->silent_ns = 0; /* it answers */
+        sv->state     = CKS_SRV_UP;
         cks_cl_srv_settle(c, pos, CKS_OK);
         if (sv->state == CKS_SRV_UP) {
             cks_cl_mem_announce(c, pos);
         }
-    } else if (sv->conn != NULL) {
-        cks_cl_srv_down(c, pos, status == CKS_ERR_CONN_LOST ? CKS_ERR_UNREACHABLE : status);
+        return;
     }
+    const char *why = cks_tp_conn_handshake_error(conn);
+    cks_log(status == CKS_ERR_TIMEOUT || status == CKS_ERR_CONN_LOST ? CKS_LOG_DEBUG
+                                                                      : CKS_LOG_INFO,
+            "handshake with %s:%u: %s (%s)", sv->addr, sv->port, cks_status_string(status), why);
+    if (status != CKS_ERR_CONN_LOST) {
+        cks_cl_set_errorf(c, status, "%s", why);
+    }
+    if (status == CKS_ERR_TIMEOUT) {
+        /* silent: requests that can go elsewhere skip it a while */
+        sv->silent_ns = cks_time_ns();
+    }
+    cks_cl_srv_down(c, pos, status == CKS_ERR_CONN_LOST ? CKS_ERR_UNREACHABLE : status);
 }
 
-/* Connect to a server and say HELLO, which moves the connection to a
- * worker-address endpoint; ops wait on the server until it answers. With a
- * secret, HELLO carries our challenge and its reply the server's; AUTH
- * (cks_cl_auth()) then carries our proof and address, and its reply the
- * server's proof and address (cks_cl_auth_reply()). */
+/* Connect to a server and run the transport's handshake (HELLO, and AUTH
+ * with a secret; cks_tp_conn_handshake()), which ends on a worker-address
+ * endpoint; ops wait on the server until it is over. */
 void cks_cl_srv_connect(cks_client_h c, size_t pos)
 {
     cks_cl_srv_t *sv = &c->srv[pos];
-    const void *addr;
-    size_t addr_len;
-    cks_op_t *op;
     cks_status_t status;
 
     status = cks_tp_conn_connect(c->tp, sv->addr, sv->port, &sv->conn);
@@ -182,76 +191,9 @@ void cks_cl_srv_connect(cks_client_h c, size_t pos)
     }
     cks_tp_conn_set_user(sv->conn, sv);
     sv->state = CKS_SRV_CONNECTING;
-    op        = cks_op_new(CKS_OP_HELLO, CKS_MSG_HELLO);
-    if (op == NULL || (c->has_secret && cks_tp_nonce(sv->nonce) != CKS_OK)) {
-        free(op);
-        cks_cl_srv_down(c, pos, CKS_ERR_NO_MEMORY);
-        return;
+    status    = cks_tp_conn_handshake(sv->conn, c->name, c->has_secret ? &c->secret : NULL,
+                                      c->timeout_ms, cks_cl_handshake_done, sv->conn);
+    if (status != CKS_INPROGRESS) {
+        cks_cl_srv_down(c, pos, status == CKS_OK ? CKS_ERR_INTERNAL : status);
     }
-    cks_tp_worker_address(c->tp, &addr, &addr_len);
-    op->body.m_HELLO.name = cks_wire_cstr(c->name);
-    if (c->has_secret) { /* our address only after the server proved the secret */
-        op->body.m_HELLO.addr  = cks_wire_cstr(NULL);
-        op->body.m_HELLO.nonce = (cks_wire_str_t){(const char *)sv->nonce, CKS_WIRE_NONCE_LEN};
-        op->body.m_HELLO.job   = cks_wire_cstr(c->secret_job);
-    } else {
-        op->body.m_HELLO.addr  = (cks_wire_str_t){addr, (uint32_t)addr_len};
-        op->body.m_HELLO.nonce = cks_wire_cstr(NULL);
-        op->body.m_HELLO.job   = cks_wire_cstr(NULL);
-    }
-    op->client = c;
-    op->srv    = pos;
-    op->cb     = cks_cl_hello_done;
-    op->arg    = sv;
-    cks_cl_send_op(c, op);
-}
-
-/* The server sent its challenge (HELLO_REPLY): answer it with AUTH, which
- * carries our proof and address; the handshake's outcome moves to the AUTH
- * op, whose reply must carry the server's proof (cks_cl_auth_reply()). */
-cks_status_t cks_cl_auth(cks_client_h c, cks_op_t *hello,
-                                const cks_msg_hello_reply_t *r)
-{
-    cks_cl_srv_t *sv = &c->srv[hello->srv];
-    const void *addr;
-    size_t addr_len;
-    cks_op_t *op;
-
-    if (r->nonce.len != CKS_WIRE_NONCE_LEN) {
-        cks_error("server %s:%u does not ask for the cluster secret", sv->addr, sv->port);
-        cks_cl_set_errorf(c, CKS_ERR_AUTH, "the server does not know the cluster secret");
-        return CKS_ERR_AUTH;
-    }
-    memcpy(sv->snonce, r->nonce.ptr, CKS_WIRE_NONCE_LEN);
-    op = cks_op_new(CKS_OP_AUTH, CKS_MSG_AUTH);
-    if (op == NULL || cks_tp_proof(&c->secret, CKS_TP_LABEL_CLIENT, sv->snonce,
-                                   CKS_WIRE_NONCE_LEN, sv->nonce, CKS_WIRE_NONCE_LEN,
-                                   sv->proof) != CKS_OK) {
-        free(op);
-        return CKS_ERR_NO_MEMORY;
-    }
-    cks_tp_worker_address(c->tp, &addr, &addr_len);
-    op->body.m_AUTH.proof = (cks_wire_str_t){(const char *)sv->proof, CKS_WIRE_NONCE_LEN};
-    op->body.m_AUTH.addr  = (cks_wire_str_t){addr, (uint32_t)addr_len};
-    op->client            = c;
-    op->srv               = hello->srv;
-    op->cb                = hello->cb;
-    op->arg               = hello->arg;
-    hello->cb             = cks_cl_noop_done;
-    cks_cl_send_op(c, op);
-    return CKS_OK;
-}
-
-/* AUTH_REPLY: the server proves the secret; only then its address is used. */
-cks_status_t cks_cl_auth_reply(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn,
-                                      const cks_msg_auth_reply_t *r)
-{
-    cks_cl_srv_t *sv = &c->srv[op->srv];
-    if (cks_tp_proof_check(&c->secret, CKS_TP_LABEL_SERVER, sv->nonce, CKS_WIRE_NONCE_LEN,
-                           sv->snonce, CKS_WIRE_NONCE_LEN, &r->proof) != CKS_OK) {
-        cks_error("server %s:%u did not prove the cluster secret", sv->addr, sv->port);
-        cks_cl_set_errorf(c, CKS_ERR_AUTH, "the server did not prove the cluster secret");
-        return CKS_ERR_AUTH;
-    }
-    return r->addr.len > 0 ? cks_tp_conn_upgrade(conn, r->addr.ptr, r->addr.len) : CKS_OK;
 }

@@ -21,43 +21,23 @@
 /* ---- progress thread: ops and servers ---------------------------------------- */
 
 
-/* In flight, in deadline order (the timeout sweep stops at the first op not
- * due): most ops share the client's timeout and go last; an op with a longer
- * one of its own, or one that timed out while UCX still holds its buffer
- * (deadline UINT64_MAX), stays behind those due before it. */
-static void cks_cl_fl_link(cks_client_h c, cks_op_t *op)
+/* In flight, in deadline order (common's deadline engine): most ops share
+ * the client's timeout and go last; an op with a longer one of its own, or
+ * one that timed out while UCX still holds its buffer (parked), stays
+ * behind those due before it. */
+static void cks_cl_fl_link(cks_client_h c, cks_op_t *op, uint64_t due_ns)
 {
-    cks_op_t *after = c->fl_tail;
-    while (after != NULL && after->deadline_ns > op->deadline_ns) {
-        after = after->prev;
-    }
-    op->prev = after;
-    op->next = after != NULL ? after->next : c->fl_head;
-    if (op->next != NULL) {
-        op->next->prev = op;
-    } else {
-        c->fl_tail = op;
-    }
-    if (after != NULL) {
-        after->next = op;
-    } else {
-        c->fl_head = op;
-    }
+    cks_dl_add(&c->fl, &op->dl, due_ns);
 }
 
 static void cks_cl_fl_unlink(cks_client_h c, cks_op_t *op)
 {
-    if (op->prev != NULL) {
-        op->prev->next = op->next;
-    } else {
-        c->fl_head = op->next;
-    }
-    if (op->next != NULL) {
-        op->next->prev = op->prev;
-    } else {
-        c->fl_tail = op->prev;
-    }
-    op->next = op->prev = NULL;
+    cks_dl_del(&c->fl, &op->dl);
+}
+
+cks_op_t *cks_cl_fl_op(cks_dl_t *e)
+{
+    return CKS_CONTAINER_OF(e, cks_op_t, dl);
 }
 
 /* The next server a CKS_TARGET_ANY op asks (op->tries already counts it):
@@ -91,8 +71,6 @@ int cks_cl_retryable(cks_status_t st)
            st == CKS_ERR_TRANSPORT || st == CKS_ERR_SHUTTING_DOWN;
 }
 
-/* Finish an op when nothing of UCX uses its buffers any more: run its
- * callback, or send it to the next server when another may answer. */
 /* Send op again from the progress loop's next pass, not from inside the
  * failure being handled: that may be walking the lists a dispatch changes
  * (a server going down fails its ops one by one, and a retry sent at once
@@ -103,13 +81,7 @@ static int cks_cl_requeue(cks_client_h c, cks_op_t *op)
     pthread_mutex_lock(&c->lock);
     int ok = !c->stop;
     if (ok) {
-        op->next = NULL;
-        if (c->sub_tail != NULL) {
-            c->sub_tail->next = op;
-        } else {
-            c->sub_head = op;
-        }
-        c->sub_tail = op;
+        CKS_QUEUE_PUSH(c->sub_head, c->sub_tail, op);
     }
     pthread_mutex_unlock(&c->lock);
     if (ok) {
@@ -181,6 +153,8 @@ static size_t cks_cl_highest_bit(uint32_t mask)
     return 31u - (size_t)__builtin_clz(mask);
 }
 
+/* Finish an op when nothing of UCX uses its buffers any more: run its
+ * callback, or send it to the next server when another may answer. */
 void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
 {
     if (op->sending || op->receiving || !op->replied) {
@@ -488,10 +462,10 @@ void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     do {
         op->req_id = cks_tp_random_id();
     } while (cks_hmap_get(c->inflight, &op->req_id, sizeof(op->req_id)) != NULL);
-    op->deadline_ns = cks_time_ns() +
-                      (uint64_t)(op->timeout_ms > 0 ? op->timeout_ms : c->timeout_ms) *
-                          1000000ull;
-    cks_cl_fl_link(c, op); /* in flight from now on, in deadline order */
+    cks_cl_fl_link(c, op, /* in flight from now on, in deadline order */
+                   cks_time_ns() +
+                       (uint64_t)(op->timeout_ms > 0 ? op->timeout_ms : c->timeout_ms) *
+                           1000000ull);
     if (cks_hmap_put(c->inflight, &op->req_id, sizeof(op->req_id), op) != CKS_OK) {
         cks_cl_fl_unlink(c, op);
         op->req_id = 0;
@@ -567,7 +541,7 @@ void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
     cks_cl_srv_t *sv = &c->srv[op->srv];
 
     uint64_t now = cks_time_ns();
-    if (sv->silent_ns != 0 && op->kind != CKS_OP_HELLO && op->kind != CKS_OP_AUTH &&
+    if (sv->silent_ns != 0 && op->kind != CKS_OP_CONNECT &&
         (sv->state != CKS_SRV_UP || now - sv->silent_ns < CKS_CL_SILENT_NS) &&
         cks_cl_has_alternative(c, op)) {
         /* it let a request time out: this one goes elsewhere at once; a new
@@ -590,7 +564,7 @@ void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
         return;
     }
     if (sv->state == CKS_SRV_UP) {
-        if (op->kind == CKS_OP_HELLO) { /* a connect request: it is up */
+        if (op->kind == CKS_OP_CONNECT) { /* it is up */
             op->replied = 1;
             cks_cl_op_try_complete(c, op);
         } else if (sv->inflight >= CKS_CL_WINDOW) {
@@ -636,10 +610,15 @@ static void cks_cl_check_timeouts(cks_client_h c)
     /* Ops that failed while UCX held their send, and UCX still holds it
      * long after their connection was closed (UCX 1.13, a server killed on
      * this host): the caller gets the failure now instead of waiting for
-     * good. They wait at the end of the list (deadline UINT64_MAX). */
-    for (cks_op_t *op = c->fl_tail; op != NULL && op->deadline_ns == UINT64_MAX;) {
-        cks_op_t *prev = op->prev;
-        if (op->sending && !op->receiving && op->abandon_ns != 0 && op->abandon_ns <= now) {
+     * good. They are parked at the end of the list. A completion may free
+     * any op: after each, look again from the tail (each is given up once). */
+    for (int again = 1; again;) {
+        again = 0;
+        for (cks_dl_t *e = c->fl.tail; e != NULL && e->due_ns == CKS_DL_NEVER; e = e->prev) {
+            cks_op_t *op = cks_cl_fl_op(e);
+            if (!op->sending || op->receiving || op->abandon_ns == 0 || op->abandon_ns > now) {
+                continue;
+            }
             cks_warn("request %llu (%s) to %s:%u: UCX still held its send %llu s after it "
                      "failed: given up", (unsigned long long)op->req_id,
                      cks_msg_name(op->type), c->srv[op->srv].addr, c->srv[op->srv].port,
@@ -647,48 +626,44 @@ static void cks_cl_check_timeouts(cks_client_h c)
             cks_tp_send_abandon(c->tp, cks_cl_send_done, op);
             op->sending = 0;
             cks_cl_op_try_complete(c, op); /* may free op */
+            again = 1;
+            break;
         }
-        op = prev;
     }
-    for (cks_op_t *op = c->fl_head; op != NULL && op->deadline_ns <= now;) {
-        cks_op_t *next = op->next;
-        if (!op->replied || op->sending || op->receiving) {
-            size_t pos = op->srv;
-            int busy   = op->sending || op->receiving;
-            cks_log(op->background ? CKS_LOG_INFO : CKS_LOG_WARN,
-                    "request %llu (%s) to %s:%u timed out after %d ms",
-                    (unsigned long long)op->req_id, cks_msg_name(op->type), c->srv[pos].addr,
-                    c->srv[pos].port, c->timeout_ms);
-            if (!op->background) {
-                cks_cl_set_errorf(c, CKS_ERR_TIMEOUT, "no answer from the server in time");
-            }
-            /* an op UCX still holds stays in flight until it lets go: it
-             * moves behind every op with a deadline, or the sweep would stop
-             * at it and never time those out */
-            op->deadline_ns = UINT64_MAX;
-            if (busy) {
-                cks_cl_fl_unlink(c, op);
-                cks_cl_fl_link(c, op);
-            }
-            /* a request the server answers at once (not a seal, which waits
-             * there for the other ranks, nor a long one): the server is
-             * silent - requests that can go elsewhere skip it a while */
-            int prompt = op->type != CKS_MSG_VERSION_SEAL && op->timeout_ms == 0;
-            int handshake = op->kind == CKS_OP_HELLO || op->kind == CKS_OP_AUTH;
-            if (prompt) {
-                c->srv[pos].silent_ns = now;
-            }
-            cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT); /* may free op */
-            if (busy || (prompt && !handshake && c->srv[pos].inflight == 0 &&
-                         c->srv[pos].conn != NULL)) {
-                /* UCX still holds a caller's buffer: only closing releases it;
-                 * or nothing else waits there: a new connection's handshake
-                 * is the cheapest way to learn when it answers again */
-                cks_cl_srv_down(c, pos, CKS_ERR_TIMEOUT);
-                next = c->fl_head; /* the list changed under us */
-            }
+    /* Each op taken here leaves the head: completed, or parked first. */
+    for (cks_dl_t *e; (e = cks_dl_due(&c->fl, now)) != NULL;) {
+        cks_op_t *op = cks_cl_fl_op(e);
+        /* an op UCX still holds stays in flight until it lets go: parked
+         * behind every op with a deadline, or the sweep would stop at it
+         * and never time those out */
+        cks_dl_move(&c->fl, e, CKS_DL_NEVER);
+        if (op->replied && !op->sending && !op->receiving) {
+            cks_cl_op_try_complete(c, op); /* over already: it leaves */
+            continue;
         }
-        op = next;
+        size_t pos = op->srv;
+        int busy   = op->sending || op->receiving;
+        cks_log(op->background ? CKS_LOG_INFO : CKS_LOG_WARN,
+                "request %llu (%s) to %s:%u timed out after %d ms",
+                (unsigned long long)op->req_id, cks_msg_name(op->type), c->srv[pos].addr,
+                c->srv[pos].port, c->timeout_ms);
+        if (!op->background) {
+            cks_cl_set_errorf(c, CKS_ERR_TIMEOUT, "no answer from the server in time");
+        }
+        /* a request the server answers at once (not a seal, which waits
+         * there for the other ranks, nor a long one): the server is
+         * silent - requests that can go elsewhere skip it a while */
+        int prompt = op->type != CKS_MSG_VERSION_SEAL && op->timeout_ms == 0;
+        if (prompt) {
+            c->srv[pos].silent_ns = now;
+        }
+        cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT); /* may free op */
+        if (busy || (prompt && c->srv[pos].inflight == 0 && c->srv[pos].conn != NULL)) {
+            /* UCX still holds a caller's buffer: only closing releases it;
+             * or nothing else waits there: a new connection's handshake
+             * is the cheapest way to learn when it answers again */
+            cks_cl_srv_down(c, pos, CKS_ERR_TIMEOUT);
+        }
     }
 }
 
@@ -715,6 +690,7 @@ void *cks_cl_thread(void *arg)
         }
         cks_cl_check_timeouts(c);
         int later_ms = cks_cl_later_run(c);
+        int calls_ms = cks_tp_worker_expire(c->tp); /* the handshakes */
         if (stop) {
             break;
         }
@@ -727,15 +703,8 @@ void *cks_cl_thread(void *arg)
         if (queued) {
             continue;
         }
-        int timeout = -1;
-        if (c->fl_head != NULL) {
-            uint64_t now = cks_time_ns();
-            uint64_t dl  = c->fl_head->deadline_ns;
-            timeout      = dl <= now ? 0 : (int)CKS_MIN((dl - now) / 1000000 + 1, 1000);
-        }
-        if (later_ms >= 0 && (timeout < 0 || later_ms < timeout)) {
-            timeout = later_ms;
-        }
+        int timeout = cks_dl_sooner(cks_dl_wait_ms(&c->fl, cks_time_ns(), 1000),
+                                    cks_dl_sooner(later_ms, calls_ms));
         if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
             cks_error("poll: %s", strerror(errno));
         }
@@ -752,7 +721,7 @@ void *cks_cl_thread(void *arg)
         cks_cl_srv_down(c, i, CKS_ERR_CANCELED);
     }
     uint64_t until = cks_time_ns() + 2000000000ull;
-    while (c->fl_head != NULL && cks_time_ns() < until) {
+    while (c->fl.head != NULL && cks_time_ns() < until) {
         cks_tp_worker_progress(c->tp);
     }
     return NULL;
@@ -764,21 +733,10 @@ cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void 
     op->client = c;
     op->cb     = cb;
     op->arg    = arg;
-    op->next   = NULL;
-    pthread_mutex_lock(&c->lock);
-    if (c->stop) {
-        pthread_mutex_unlock(&c->lock);
+    if (!cks_cl_requeue(c, op)) {
         free(op);
         return CKS_ERR_CANCELED;
     }
-    if (c->sub_tail != NULL) {
-        c->sub_tail->next = op;
-    } else {
-        c->sub_head = op;
-    }
-    c->sub_tail = op;
-    pthread_mutex_unlock(&c->lock);
-    cks_tp_worker_signal(c->tp);
     return CKS_INPROGRESS;
 }
 

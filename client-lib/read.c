@@ -505,13 +505,7 @@ static void cks_read_stripe_next(cks_read_stripe_t *bs)
     int room = cks_read_slots_take(bs, slots);
     if (room == 0) {
         struct cks_cl_scratch *sc = rd->c->scratch;
-        bs->next = NULL;
-        if (sc->wait_tail != NULL) {
-            sc->wait_tail->next = bs;
-        } else {
-            sc->wait_head = bs;
-        }
-        sc->wait_tail = bs;
+        CKS_QUEUE_PUSH(sc->wait_head, sc->wait_tail, bs);
         rd->pending++; /* held while it waits */
         return;
     }

@@ -148,8 +148,8 @@ static uint64_t cks_cl_reply_bytes(const cks_op_t *op, const cks_wire_hdr_t *hdr
 }
 
 /* The op a reply answers: the one in flight with its id, sent on this very
- * connection, which must have authenticated unless the op is a step of the
- * handshake. NULL for anything else: a reply on another server's connection,
+ * connection, whose handshake is over (the transport's calls took its
+ * replies). NULL for anything else: a reply on another server's connection,
  * on an endpoint UCX made by itself, or from a server that has not proved
  * the secret yet must not complete an op (#15 item 8). */
 cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr)
@@ -162,18 +162,190 @@ cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_wire_hdr
         sv = &c->srv[op->srv];
         conn = sv->conn;
     }
-    if (op == NULL || sv != &c->srv[op->srv] || sv->conn != conn) {
-        return NULL;
-    }
-    if (sv->state != CKS_SRV_UP && op->kind != CKS_OP_HELLO && op->kind != CKS_OP_AUTH) {
+    if (op == NULL || sv != &c->srv[op->srv] || sv->conn != conn || sv->state != CKS_SRV_UP) {
         return NULL;
     }
     sv->silent_ns = 0; /* it answers */
     return op;
 }
 
+/* ---- one function per reply type ------------------------------------------
+ * Each takes a reply of its type, whose status is CKS_OK, for the op it
+ * answers (the message table names that type as the reply of op->type):
+ * it completes the op, fails it, or starts receiving its payload, and
+ * returns 1; 0 when the reply makes no sense for the op (it is then failed
+ * as unexpected). */
+typedef int (*cks_cl_reply_fn)(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                               const cks_msg_any_t *b, cks_tp_data_t *data);
+
+/* A reply that carries nothing more than its status (STATUS_REPLY of a
+ * request that expects one, SEAL_REPLY). */
+static int cks_cl_reply_done(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                             const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    (void)hdr, (void)b, (void)data;
+    cks_cl_op_try_complete(c, op);
+    return 1;
+}
+
+static int cks_cl_reply_repair(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                               const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    const cks_msg_repair_status_reply_t *r = &b->m_REPAIR_STATUS_REPLY;
+    cks_repair_info_t *info                = op->out;
+    (void)hdr, (void)data;
+    info->server_id   = r->id;
+    info->caught_up   = r->synced != 0;
+    info->chunks_left = r->chunks_left;
+    info->bytes_left  = r->bytes_left;
+    info->chunks_done = r->chunks_done;
+    info->bytes_done  = r->bytes_done;
+    info->rate        = r->rate;
+    info->rate_cap    = r->rate_cap;
+    cks_cl_op_try_complete(c, op);
+    return 1;
+}
+
+static int cks_cl_reply_stats(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                              const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    const cks_msg_stats_reply_t *r = &b->m_STATS_REPLY;
+    cks_cl_stats_t *st             = op->out;
+    (void)hdr, (void)data;
+    st->arena_used = r->arena_used;
+    st->arena_size = r->arena_size;
+    st->enc_bytes  = r->enc_bytes;
+    st->enc_ns     = r->enc_ns;
+    st->enc_job_ns = r->enc_job_ns;
+    cks_cl_op_try_complete(c, op);
+    return 1;
+}
+
+static int cks_cl_reply_version_stat(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                                     const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    (void)hdr, (void)data;
+    cks_cl_version_info(op->out, &b->m_VERSION_STAT_REPLY.v);
+    cks_cl_op_try_complete(c, op);
+    return 1;
+}
+
+static int cks_cl_reply_object_stat(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                                    const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    const cks_msg_object_entry_t *o = &b->m_OBJECT_STAT_REPLY.o;
+    (void)hdr, (void)data;
+    if (cks_name_check(o->key.ptr, o->key.len, CKS_KEY_MAX_LEN) != CKS_OK) {
+        return 0;
+    }
+    cks_cl_object_info(op->out, o);
+    cks_cl_op_try_complete(c, op);
+    return 1;
+}
+
+static int cks_cl_reply_list(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                             const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    const cks_msg_list_reply_t *m = &b->m_LIST_REPLY;
+    (void)hdr;
+    if (m->count > op->out_max || (m->count > 0) != (data != NULL) ||
+        (data != NULL && data->length > CKS_WIRE_MAX_PAGE)) {
+        return 0;
+    }
+    *op->count_p = m->count;
+    *op->more_p  = m->more != 0;
+    if (data == NULL) {
+        cks_cl_op_try_complete(c, op);
+        return 1;
+    }
+    op->page     = malloc(data->length);
+    op->page_len = data->length;
+    if (op->page == NULL) {
+        cks_cl_op_fail(c, op, CKS_ERR_NO_MEMORY);
+        return 1;
+    }
+    cks_cl_take_payload(c, op, data, op->page, CKS_MEM_HOST);
+    return 1;
+}
+
+/* The bytes of a get or a chunk get: written into the caller's memory by
+ * the server (RMA), or a payload to receive, or none. */
+static void cks_cl_reply_bytes_in(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                                  cks_tp_data_t *data)
+{
+    if (hdr->flags & CKS_WIRE_F_RMA) {
+        cks_cl_recv_done(op, CKS_OK); /* the server wrote the bytes into buf */
+    } else if (data == NULL) {
+        cks_cl_op_try_complete(c, op);
+    } else {
+        cks_cl_take_payload(c, op, data, op->buf, op->mem_type);
+    }
+}
+
+static int cks_cl_reply_get(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                            const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    const cks_msg_get_reply_t *m = &b->m_GET_REPLY;
+    if (cks_cl_reply_bytes(op, hdr, data, m->length) != m->length ||
+        m->offset != op->body.m_GET.offset ||
+        (op->body.m_GET.length != UINT64_MAX && m->length != op->body.m_GET.length)) {
+        return 0;
+    }
+    if (m->length > op->buf_size) {
+        cks_cl_set_errorf(c, CKS_ERR_INVALID_PARAM, "buffer of %llu bytes too small for %llu bytes",
+                          (unsigned long long)op->buf_size, (unsigned long long)m->length);
+        cks_cl_op_fail(c, op, CKS_ERR_INVALID_PARAM);
+        return 1;
+    }
+    if (op->length_p != NULL) {
+        *op->length_p = m->length;
+    }
+    op->crc64    = m->crc64;
+    op->obj_size = m->size;
+    if (m->length != m->size) {
+        op->flags &= ~CKS_GET_VERIFY; /* a range: the server checked the object */
+    } else if (!(hdr->flags & CKS_WIRE_F_RMA)) {
+        op->flags |= CKS_GET_VERIFY; /* a whole payload: always checked here */
+    }
+    cks_cl_reply_bytes_in(c, op, hdr, data);
+    return 1;
+}
+
+static int cks_cl_reply_chunk_get(cks_client_h c, cks_op_t *op, const cks_wire_hdr_t *hdr,
+                                  const cks_msg_any_t *b, cks_tp_data_t *data)
+{
+    const cks_msg_chunk_get_reply_t *m = &b->m_CHUNK_GET_REPLY;
+    const cks_msg_chunk_get_t *q       = &op->body.m_CHUNK_GET;
+    if (cks_cl_reply_bytes(op, hdr, data, m->length) != m->length || m->offset != q->offset ||
+        m->length != q->length || m->length > op->buf_size) {
+        return 0;
+    }
+    /* a whole chunk is checked here; a part of one, or one the server
+     * wrote into our memory, by the server */
+    if (m->offset == 0 && m->length == m->chunk_len && !(hdr->flags & CKS_WIRE_F_RMA)) {
+        op->flags |= CKS_GET_VERIFY;
+    }
+    op->crc64    = m->crc64;
+    op->obj_size = m->length;
+    cks_cl_reply_bytes_in(c, op, hdr, data);
+    return 1;
+}
+
+/* The client's column of the message table: what each reply type does. */
+static const cks_cl_reply_fn cks_cl_replies[CKS_MSG_LAST] = {
+    [CKS_MSG_STATUS_REPLY]        = cks_cl_reply_done,
+    [CKS_MSG_SEAL_REPLY]          = cks_cl_reply_done,
+    [CKS_MSG_REPAIR_STATUS_REPLY] = cks_cl_reply_repair,
+    [CKS_MSG_STATS_REPLY]         = cks_cl_reply_stats,
+    [CKS_MSG_VERSION_STAT_REPLY]  = cks_cl_reply_version_stat,
+    [CKS_MSG_OBJECT_STAT_REPLY]   = cks_cl_reply_object_stat,
+    [CKS_MSG_LIST_REPLY]          = cks_cl_reply_list,
+    [CKS_MSG_GET_REPLY]           = cks_cl_reply_get,
+    [CKS_MSG_CHUNK_GET_REPLY]     = cks_cl_reply_chunk_get,
+};
+
 void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
-                          const cks_msg_any_t *b, cks_tp_data_t *data)
+                   const cks_msg_any_t *b, cks_tp_data_t *data)
 {
     cks_client_h c = arg;
     cks_op_t *op   = cks_cl_reply_op(c, conn, hdr);
@@ -183,236 +355,26 @@ void cks_cl_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
                   (unsigned long long)hdr->req_id);
         return;
     }
-    if (hdr->type == CKS_MSG_STATUS_REPLY) {
-        /* any request may be answered by a plain status (errors, STORED) */
-        const cks_msg_status_t *m = &b->m_STATUS_REPLY;
-        if (m->status != CKS_OK) {
-            cks_cl_reply_error(c, op, m->status, &m->msg);
-            return;
-        }
-        if (op->kind != CKS_OP_STATUS && op->kind != CKS_OP_PUT &&
-            op->kind != CKS_OP_MEM_MAP) {
-            cks_cl_op_fail(c, op, CKS_ERR_BAD_MESSAGE);
-            return;
-        }
-        op->replied = 1;
-        cks_cl_op_try_complete(c, op);
+    /* every reply body starts with status and msg: any request may be
+     * answered by a failed STATUS_REPLY (and a failed reply of its own type) */
+    const cks_msg_status_t *rs = &b->m_STATUS_REPLY;
+    if (CKS_MSG_IS_REPLY(hdr->type) && rs->status != CKS_OK &&
+        (hdr->type == CKS_MSG_STATUS_REPLY || hdr->type == cks_msg_reply(op->type))) {
+        cks_cl_reply_error(c, op, rs->status, &rs->msg);
         return;
     }
     op->replied = 1;
-    /* the reply the message table names for the request, with a payload
-     * only where its row allows one */
-    if (hdr->type != cks_msg_reply(op->type) ||
-        (data != NULL && !(cks_msg_flags(hdr->type) & CKS_MSG_F_PAYLOAD))) {
-        goto unexpected;
+    /* else the reply the message table names for the request, with a
+     * payload only where its row allows one */
+    cks_cl_reply_fn fn = hdr->type < CKS_MSG_LAST ? cks_cl_replies[hdr->type] : NULL;
+    if (hdr->type != cks_msg_reply(op->type) || fn == NULL ||
+        (data != NULL && !(cks_msg_flags(hdr->type) & CKS_MSG_F_PAYLOAD)) ||
+        !fn(c, op, hdr, b, data)) {
+        cks_warn("unexpected %s for request %llu", cks_msg_name(hdr->type),
+                 (unsigned long long)hdr->req_id);
+        cks_cl_set_errorf(c, CKS_ERR_BAD_MESSAGE, "unexpected reply");
+        cks_cl_op_fail(c, op, CKS_ERR_BAD_MESSAGE);
     }
-    switch (op->kind) {
-        case CKS_OP_HELLO:
-            if (b->m_HELLO_REPLY.status != CKS_OK) {
-                cks_cl_reply_error(c, op, b->m_HELLO_REPLY.status, &b->m_HELLO_REPLY.msg);
-                return;
-            }
-            if (c->has_secret) {
-                cks_status_t status = cks_cl_auth(c, op, &b->m_HELLO_REPLY);
-                if (status != CKS_OK) {
-                    cks_cl_op_fail(c, op, status);
-                    return;
-                }
-            } else if (b->m_HELLO_REPLY.nonce.len > 0) {
-                /* the server wants a secret: it sent a challenge, no address */
-                cks_cl_set_errorf(c, CKS_ERR_AUTH, "the server requires a cluster secret");
-                cks_cl_op_fail(c, op, CKS_ERR_AUTH);
-                return;
-            } else if (b->m_HELLO_REPLY.addr.len > 0) {
-                /* move to an endpoint made from the server's worker address */
-                cks_status_t status = cks_tp_conn_upgrade(conn, b->m_HELLO_REPLY.addr.ptr,
-                                                          b->m_HELLO_REPLY.addr.len);
-                if (status != CKS_OK) {
-                    cks_cl_op_fail(c, op, status);
-                    return;
-                }
-            }
-            cks_cl_op_try_complete(c, op);
-            return;
-        case CKS_OP_AUTH:
-            if (b->m_AUTH_REPLY.status != CKS_OK) {
-                cks_cl_reply_error(c, op, b->m_AUTH_REPLY.status, &b->m_AUTH_REPLY.msg);
-                return;
-            }
-            if (c->has_secret) {
-                cks_status_t status = cks_cl_auth_reply(c, op, conn, &b->m_AUTH_REPLY);
-                if (status != CKS_OK) {
-                    cks_cl_op_fail(c, op, status);
-                    return;
-                }
-            }
-            cks_cl_op_try_complete(c, op);
-            return;
-        case CKS_OP_SEAL:
-            if (b->m_SEAL_REPLY.status != CKS_OK) {
-                cks_cl_reply_error(c, op, b->m_SEAL_REPLY.status, &b->m_SEAL_REPLY.msg);
-                return;
-            }
-            cks_cl_op_try_complete(c, op);
-            return;
-        case CKS_OP_REPAIR_STATUS: {
-            const cks_msg_repair_status_reply_t *r = &b->m_REPAIR_STATUS_REPLY;
-            if (r->status != CKS_OK) {
-                cks_cl_reply_error(c, op, r->status, &r->msg);
-                return;
-            }
-            cks_repair_info_t *info = op->out;
-            info->server_id   = r->id;
-            info->caught_up   = r->synced != 0;
-            info->chunks_left = r->chunks_left;
-            info->bytes_left  = r->bytes_left;
-            info->chunks_done = r->chunks_done;
-            info->bytes_done  = r->bytes_done;
-            info->rate        = r->rate;
-            info->rate_cap    = r->rate_cap;
-            cks_cl_op_try_complete(c, op);
-            return;
-        }
-        case CKS_OP_STATS: {
-            const cks_msg_stats_reply_t *r = &b->m_STATS_REPLY;
-            if (r->status != CKS_OK) {
-                cks_cl_reply_error(c, op, r->status, &r->msg);
-                return;
-            }
-            cks_cl_stats_t *st = op->out;
-            st->arena_used     = r->arena_used;
-            st->arena_size     = r->arena_size;
-            st->enc_bytes      = r->enc_bytes;
-            st->enc_ns         = r->enc_ns;
-            st->enc_job_ns     = r->enc_job_ns;
-            cks_cl_op_try_complete(c, op);
-            return;
-        }
-        case CKS_OP_VERSION_STAT:
-            if (b->m_VERSION_STAT_REPLY.status != CKS_OK) {
-                cks_cl_reply_error(c, op, b->m_VERSION_STAT_REPLY.status,
-                                   &b->m_VERSION_STAT_REPLY.msg);
-                return;
-            }
-            cks_cl_version_info(op->out, &b->m_VERSION_STAT_REPLY.v);
-            cks_cl_op_try_complete(c, op);
-            return;
-        case CKS_OP_OBJECT_STAT:
-            if (b->m_OBJECT_STAT_REPLY.status == CKS_OK &&
-                cks_name_check(b->m_OBJECT_STAT_REPLY.o.key.ptr,
-                               b->m_OBJECT_STAT_REPLY.o.key.len, CKS_KEY_MAX_LEN) != CKS_OK) {
-                break;
-            }
-            if (b->m_OBJECT_STAT_REPLY.status != CKS_OK) {
-                cks_cl_reply_error(c, op, b->m_OBJECT_STAT_REPLY.status,
-                                   &b->m_OBJECT_STAT_REPLY.msg);
-                return;
-            }
-            cks_cl_object_info(op->out, &b->m_OBJECT_STAT_REPLY.o);
-            cks_cl_op_try_complete(c, op);
-            return;
-        case CKS_OP_LIST: {
-            const cks_msg_list_reply_t *m = &b->m_LIST_REPLY;
-            if (m->status != CKS_OK) {
-                cks_cl_reply_error(c, op, m->status, &m->msg);
-                return;
-            }
-            if (m->count > op->out_max || (m->count > 0) != (data != NULL) ||
-                (data != NULL && data->length > CKS_WIRE_MAX_PAGE)) {
-                break;
-            }
-            *op->count_p = m->count;
-            *op->more_p  = m->more != 0;
-            if (data == NULL) {
-                cks_cl_op_try_complete(c, op);
-                return;
-            }
-            op->page     = malloc(data->length);
-            op->page_len = data->length;
-            if (op->page == NULL) {
-                cks_cl_op_fail(c, op, CKS_ERR_NO_MEMORY);
-                return;
-            }
-            cks_cl_take_payload(c, op, data, op->page, CKS_MEM_HOST);
-            return;
-        }
-        case CKS_OP_GET: {
-            const cks_msg_get_reply_t *m = &b->m_GET_REPLY;
-            if (m->status != CKS_OK) {
-                cks_cl_reply_error(c, op, m->status, &m->msg);
-                return;
-            }
-            if (cks_cl_reply_bytes(op, hdr, data, m->length) != m->length ||
-                m->offset != op->body.m_GET.offset ||
-                (op->body.m_GET.length != UINT64_MAX && m->length != op->body.m_GET.length)) {
-                break;
-            }
-            if (m->length > op->buf_size) {
-                cks_cl_set_errorf(c, CKS_ERR_INVALID_PARAM,
-                                  "buffer of %llu bytes too small for %llu bytes",
-                                  (unsigned long long)op->buf_size,
-                                  (unsigned long long)m->length);
-                cks_cl_op_fail(c, op, CKS_ERR_INVALID_PARAM);
-                return;
-            }
-            if (op->length_p != NULL) {
-                *op->length_p = m->length;
-            }
-            op->crc64    = m->crc64;
-            op->obj_size = m->size;
-            if (m->length != m->size) {
-                op->flags &= ~CKS_GET_VERIFY; /* a range: the server checked the object */
-            } else if (!(hdr->flags & CKS_WIRE_F_RMA)) {
-                op->flags |= CKS_GET_VERIFY; /* a whole payload: always checked here */
-            }
-            if (hdr->flags & CKS_WIRE_F_RMA) {
-                cks_cl_recv_done(op, CKS_OK); /* the server wrote the bytes into buf */
-                return;
-            }
-            if (data == NULL) {
-                cks_cl_op_try_complete(c, op);
-                return;
-            }
-            cks_cl_take_payload(c, op, data, op->buf, op->mem_type);
-            return;
-        }
-        case CKS_OP_CHUNK_GET: {
-            const cks_msg_chunk_get_reply_t *m = &b->m_CHUNK_GET_REPLY;
-            const cks_msg_chunk_get_t *q       = &op->body.m_CHUNK_GET;
-            if (m->status != CKS_OK) {
-                cks_cl_reply_error(c, op, m->status, &m->msg);
-                return;
-            }
-            if (cks_cl_reply_bytes(op, hdr, data, m->length) != m->length || m->offset != q->offset ||
-                m->length != q->length || m->length > op->buf_size) {
-                break;
-            }
-            /* a whole chunk is checked here; a part of one, or one the
-             * server wrote into our memory, by the server */
-            if (m->offset == 0 && m->length == m->chunk_len && !(hdr->flags & CKS_WIRE_F_RMA)) {
-                op->flags |= CKS_GET_VERIFY;
-            }
-            op->crc64    = m->crc64;
-            op->obj_size = m->length;
-            if (hdr->flags & CKS_WIRE_F_RMA) {
-                cks_cl_recv_done(op, CKS_OK); /* the server wrote the bytes into buf */
-                return;
-            }
-            if (data == NULL) {
-                cks_cl_op_try_complete(c, op);
-                return;
-            }
-            cks_cl_take_payload(c, op, data, op->buf, op->mem_type);
-            return;
-        }
-        default:
-            break;
-    }
-unexpected:
-    cks_warn("unexpected %s for request %llu", cks_msg_name(hdr->type),
-             (unsigned long long)hdr->req_id);
-    cks_cl_set_errorf(c, CKS_ERR_BAD_MESSAGE, "unexpected reply");
-    cks_cl_op_fail(c, op, CKS_ERR_BAD_MESSAGE);
 }
 
 void cks_cl_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,

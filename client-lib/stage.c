@@ -381,13 +381,7 @@ cks_status_t cks_stage_classify(cks_client_h c, const void *ptr, cks_mem_type_t 
 void cks_stage_enqueue(cks_stage_t *st, cks_stage_job_t *j)
 {
     pthread_mutex_lock(&st->lock);
-    j->next = NULL;
-    if (st->tail != NULL) {
-        st->tail->next = j;
-    } else {
-        st->head = j;
-    }
-    st->tail = j;
+    CKS_QUEUE_PUSH(st->head, st->tail, j);
     pthread_cond_broadcast(&st->cond);
     pthread_mutex_unlock(&st->lock);
 }

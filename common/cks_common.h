@@ -23,6 +23,24 @@
 /** The struct of type `type` whose member `member` is at `ptr`. */
 #define CKS_CONTAINER_OF(ptr, type, member) \
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+/** Append `item` to the queue head..tail of structs linked by `next`
+ *  (oldest first; item->next becomes NULL). */
+#define CKS_QUEUE_PUSH(head, tail, item)   \
+    do {                                   \
+        (item)->next = NULL;               \
+        if ((tail) != NULL) {              \
+            (tail)->next = (item);         \
+        } else {                           \
+            (head) = (item);               \
+        }                                  \
+        (tail) = (item);                   \
+    } while (0)
+/** The same for a list linked both ways (`prev` too). */
+#define CKS_LIST_PUSH(head, tail, item) \
+    do {                                \
+        (item)->prev = (tail);          \
+        CKS_QUEUE_PUSH(head, tail, item); \
+    } while (0)
 
 /* Limits shared by client, server and the wire codec. */
 #define CKS_JOB_MAX_LEN 128  /* bytes of a job name */
@@ -255,5 +273,46 @@ cks_workq_job_t *cks_workq_stop(cks_workq_t *q);
 /** Free the queue, after cks_workq_stop() (NULL: nothing). Jobs still on
  *  the done list are not touched: take them first. */
 void cks_workq_destroy(cks_workq_t *q);
+
+/* ---- deadlines (deadline.c) -------------------------------------------------
+ * The one deadline engine: an intrusive list of the owner's entries kept in
+ * deadline order, so that a sweep looks only at what is due (the head) and
+ * the wait until the next one is the head's. The transport's calls and
+ * payload receives and the client's requests in flight each keep one. An
+ * entry that waits for something without a deadline (UCX still holds its
+ * buffer) is parked: it stays in the list, behind every deadline, until its
+ * owner moves or removes it. One thread (the owner's) uses a list.
+ */
+#define CKS_DL_NEVER UINT64_MAX /* a parked entry's due time */
+
+/** The link an entry embeds (CKS_CONTAINER_OF() gets the entry back). From
+ *  cks_dl_add() to cks_dl_del() the list owns the links; due_ns may be read
+ *  and changes only through cks_dl_move(). */
+typedef struct cks_dl {
+    struct cks_dl *prev, *next;
+    uint64_t due_ns;
+} cks_dl_t;
+
+typedef struct {
+    cks_dl_t *head, *tail; /* earliest first; parked entries last */
+} cks_dl_list_t;
+
+/** Add e, due at due_ns (CKS_DL_NEVER: parked), behind the entries due no
+ *  later (most entries share one timeout: it looks from the tail). */
+void cks_dl_add(cks_dl_list_t *l, cks_dl_t *e, uint64_t due_ns);
+/** Take e out of l (it must be in it). */
+void cks_dl_del(cks_dl_list_t *l, cks_dl_t *e);
+/** Give e (in l) a new due time. */
+void cks_dl_move(cks_dl_list_t *l, cks_dl_t *e, uint64_t due_ns);
+/** The earliest entry when it is due at `now`, else NULL. A sweep takes it
+ *  until NULL; each one taken must be removed or moved later (or parked)
+ *  before the next call, or the sweep would not end. */
+cks_dl_t *cks_dl_due(const cks_dl_list_t *l, uint64_t now);
+/** Milliseconds from now until the earliest deadline (rounded up; 0 when
+ *  one is due), at most cap_ms when cap_ms >= 0; -1 when none (empty, or
+ *  only parked entries). */
+int cks_dl_wait_ms(const cks_dl_list_t *l, uint64_t now, int cap_ms);
+/** The earlier of two waits as cks_dl_wait_ms() gives them (-1: none). */
+int cks_dl_sooner(int a_ms, int b_ms);
 
 #endif

@@ -52,6 +52,7 @@ cks_status_t cks_tp_secret_load(const char *path, cks_tp_secret_t *secret_p)
     }
     s.len     = (size_t)n;
     s.peer    = 0;
+    s.job[0]  = '\0';
     *secret_p = s;
     return CKS_OK;
 }

@@ -19,20 +19,9 @@
 
 /* ---- calls ------------------------------------------------------------------ */
 
-/* Take c off the worker's list of calls, wherever it is in it. */
-static void cks_tp_call_unlink(cks_tp_worker_h w, cks_tp_call_req_t *c)
+static cks_tp_call_req_t *cks_tp_call_of(cks_dl_t *e)
 {
-    if (c->prev != NULL) {
-        c->prev->next = c->next;
-    } else {
-        w->calls_head = c->next;
-    }
-    if (c->next != NULL) {
-        c->next->prev = c->prev;
-    } else {
-        w->calls_tail = c->prev;
-    }
-    c->prev = c->next = NULL;
+    return CKS_CONTAINER_OF(e, cks_tp_call_req_t, dl);
 }
 
 static void cks_tp_call_try_complete(cks_tp_worker_h w, cks_tp_call_req_t *c)
@@ -41,7 +30,7 @@ static void cks_tp_call_try_complete(cks_tp_worker_h w, cks_tp_call_req_t *c)
         return;
     }
     cks_hmap_del(w->calls, &c->req_id, sizeof(c->req_id));
-    cks_tp_call_unlink(w, c);
+    cks_dl_del(&w->calls_dl, &c->dl);
     cks_tp_conn_h conn = c->conn;
     c->cb(c->arg, c->status, c->msg);
     cks_tp_conn_put(conn);
@@ -58,7 +47,9 @@ static void cks_tp_call_fail(cks_tp_worker_h w, cks_tp_call_req_t *c, cks_status
     c->status  = status;
     snprintf(c->msg, sizeof(c->msg), "%s", msg);
     if (c->sending && c->abandon_ns == 0) {
+        /* no reply is awaited now: what is left is UCX's hold of the send */
         c->abandon_ns = cks_time_ns() + CKS_TP_ABANDON_NS;
+        cks_dl_move(&w->calls_dl, &c->dl, c->abandon_ns);
     }
     cks_tp_call_try_complete(w, c);
 }
@@ -161,7 +152,8 @@ void cks_tp_calls_fail_conn(cks_tp_worker_h w, cks_tp_conn_h conn, cks_status_t 
      * each one failed (each is failed once, so this ends) */
     for (int again = 1; again;) {
         again = 0;
-        for (cks_tp_call_req_t *c = w->calls_head; c != NULL; c = c->next) {
+        for (cks_dl_t *e = w->calls_dl.head; e != NULL; e = e->next) {
+            cks_tp_call_req_t *c = cks_tp_call_of(e);
             if (!c->replied && (conn == NULL || c->conn == conn)) {
                 cks_tp_call_fail(w, c, status, "connection failed");
                 again = 1;
@@ -217,7 +209,6 @@ cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flag
     do {
         c->req_id = cks_tp_random_id() | (1ull << 63);
     } while (cks_hmap_get(w->calls, &c->req_id, sizeof(c->req_id)) != NULL);
-    c->deadline_ns = cks_time_ns() + (uint64_t)timeout_ms * 1000000ull;
     c->conn        = conn;
     c->cb          = cb;
     c->arg         = arg;
@@ -229,13 +220,7 @@ cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flag
         free(c);
         return CKS_ERR_NO_MEMORY;
     }
-    c->prev = w->calls_tail;
-    if (w->calls_tail != NULL) {
-        w->calls_tail->next = c;
-    } else {
-        w->calls_head = c;
-    }
-    w->calls_tail = c;
+    cks_dl_add(&w->calls_dl, &c->dl, cks_time_ns() + (uint64_t)timeout_ms * 1000000ull);
     cks_tp_conn_get(conn);
     status = cks_tp_send(conn, type, flags, c->req_id, body, payload, payload_len,
                          CKS_MEM_HOST, payload_memh, cks_tp_call_sent, c);
@@ -247,7 +232,7 @@ cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flag
         c->sending = 0;
         c->replied = 1;
         cks_hmap_del(w->calls, &c->req_id, sizeof(c->req_id));
-        cks_tp_call_unlink(w, c);
+        cks_dl_del(&w->calls_dl, &c->dl);
         cks_tp_conn_put(conn);
         free(c);
         return status;
@@ -403,45 +388,32 @@ static void cks_tp_call_abandon(cks_tp_worker_h w, cks_tp_call_req_t *c)
 int cks_tp_worker_expire(cks_tp_worker_h w)
 {
     uint64_t now = cks_time_ns();
-    cks_tp_call_req_t *c;
     /* Failing a call runs its callback, which may end or free any call (and
-     * its connection): after each one, look again from the head. Each pass
-     * fails one call for good (replied is set), so this ends. */
-    for (int again = 1; again;) {
-        again = 0;
-        for (c = w->calls_head; c != NULL; c = c->next) {
-            if (c->replied && c->sending && c->abandon_ns != 0 && c->abandon_ns <= now) {
+     * its connection): the head is looked at again after each. Each call
+     * taken leaves the head: it ends, waits for UCX's hold of its send
+     * (until abandon_ns), or is parked. */
+    for (cks_dl_t *e; (e = cks_dl_due(&w->calls_dl, now)) != NULL;) {
+        cks_tp_call_req_t *c = cks_tp_call_of(e);
+        if (c->replied) {
+            cks_dl_move(&w->calls_dl, e, CKS_DL_NEVER);
+            if (c->sending && c->abandon_ns != 0 && c->abandon_ns <= now) {
                 cks_tp_call_abandon(w, c); /* c is gone */
-                again = 1;
-                break;
             }
-            if (c->replied || c->deadline_ns > now) {
-                continue;
-            }
-            cks_tp_conn_h conn = c->conn;
-            int in_flight      = c->sending;
-            cks_tp_conn_get(conn); /* the call's reference goes when it ends */
-            cks_warn("%s: %s did not answer in time", w->name, conn->peer);
-            conn->unanswered = conn->outgoing;
-            c->deadline_ns   = UINT64_MAX;
-            cks_tp_call_fail(w, c, CKS_ERR_TIMEOUT, "no answer in time"); /* c may be gone */
-            if (in_flight && !conn->closed) {
-                /* UCX still reads the payload: only closing releases it */
-                cks_tp_conn_close(conn);
-                cks_tp_calls_fail_conn(w, conn, CKS_ERR_TIMEOUT);
-            }
-            cks_tp_conn_put(conn);
-            again = 1;
-            break;
+            continue;
         }
-    }
-    uint64_t next = UINT64_MAX;
-    for (c = w->calls_head; c != NULL; c = c->next) {
-        if (!c->replied) {
-            next = CKS_MIN(next, c->deadline_ns);
-        } else if (c->sending && c->abandon_ns != 0) {
-            next = CKS_MIN(next, c->abandon_ns);
+        cks_tp_conn_h conn = c->conn;
+        int in_flight      = c->sending;
+        cks_tp_conn_get(conn); /* the call's reference goes when it ends */
+        cks_warn("%s: %s did not answer in time", w->name, conn->peer);
+        conn->unanswered = conn->outgoing;
+        cks_dl_move(&w->calls_dl, e, CKS_DL_NEVER);
+        cks_tp_call_fail(w, c, CKS_ERR_TIMEOUT, "no answer in time"); /* c may be gone */
+        if (in_flight && !conn->closed) {
+            /* UCX still reads the payload: only closing releases it */
+            cks_tp_conn_close(conn);
+            cks_tp_calls_fail_conn(w, conn, CKS_ERR_TIMEOUT);
         }
+        cks_tp_conn_put(conn);
     }
-    return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
+    return cks_dl_wait_ms(&w->calls_dl, now, -1);
 }

@@ -801,6 +801,8 @@ typedef struct {
     int peer; /* the servers' own secret (--peer-secret): a handshake with it
                  proves the role of a server of the cluster (the peer labels
                  below), which a client of the cluster secret cannot */
+    char job[CKS_JOB_MAX_LEN + 1]; /* a job's own secret: the job it opens
+                                      (HELLO names it); "": the cluster's */
 } cks_tp_secret_t;
 
 #define CKS_TP_LABEL_SERVER "ckstore-server" /* what the server's proof covers */
@@ -875,16 +877,24 @@ void cks_tp_worker_set_peer_room(cks_tp_worker_h worker, unsigned room);
  *  authenticated (and as a peer) and CKS_OK returned. */
 cks_status_t cks_tp_conn_authenticated(cks_tp_conn_h conn, int peer);
 
-/** Client side of the handshake (a client, or a server opening a peer
- *  connection): HELLO, then - with a secret - send AUTH and check the
- *  server's proof in its reply (with a peer secret, both proofs use the
- *  peer labels, and the connection is marked as one to a peer); finally move the connection to the server's worker-address
- *  endpoint. `secret` may be NULL (no authentication); it must outlive the
- *  handshake. cb runs once with the outcome (CKS_ERR_AUTH when the proofs do
- *  not match or the server wants a secret we do not have). */
+/** The one client side of the handshake (libckstore's connections, and a
+ *  server opening a peer connection): HELLO (naming the secret's job, if
+ *  any), then - with a secret - send AUTH and check the server's proof in
+ *  its reply (with a peer secret, both proofs use the peer labels, and the
+ *  connection is marked as one to a peer); finally move the connection to
+ *  the server's worker-address endpoint. Other sends on the connection are
+ *  held until it ends. `secret` may be NULL (no authentication); it must
+ *  outlive the handshake. cb runs once, on the worker's thread, with the
+ *  outcome: CKS_ERR_AUTH when the proofs do not match or the server wants a
+ *  secret we do not have, CKS_ERR_TIMEOUT without an answer in timeout_ms,
+ *  or the status the server answered with; cks_tp_conn_handshake_error()
+ *  then says why. */
 cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
                                    const cks_tp_secret_t *secret, int timeout_ms,
                                    cks_tp_done_cb_t cb, void *arg);
+/** Why the last handshake on conn failed, in words ("" when it did not);
+ *  the text belongs to conn. */
+const char *cks_tp_conn_handshake_error(cks_tp_conn_h conn);
 
 /** Enforce the per-connection limits, outside any UCX callback: close the
  *  connections that stopped reading their replies (more than max_pending

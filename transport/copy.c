@@ -211,12 +211,7 @@ cks_status_t cks_tp_copy_submit(cks_tp_worker_h w, void *dst, const void *src, s
     pthread_mutex_lock(&cp->lock);
     cp->jobs++;
     cp->bytes += len;
-    if (cp->tail != NULL) {
-        cp->tail->next = j;
-    } else {
-        cp->head = j;
-    }
-    cp->tail = j;
+    CKS_QUEUE_PUSH(cp->head, cp->tail, j);
     pthread_cond_broadcast(&cp->cond);
     pthread_mutex_unlock(&cp->lock);
     return CKS_OK;

@@ -33,9 +33,24 @@ typedef struct {
     void *arg;
 } cks_tp_hs_t;
 
-static void cks_tp_hs_finish(cks_tp_hs_t *hs, cks_status_t status)
+/* Why the handshake failed, for cks_tp_conn_handshake_error() (the first
+ * reason given wins: the one closest to the cause). */
+static void cks_tp_hs_why(cks_tp_conn_h conn, const char *fmt, const char *what)
+{
+    if (conn->hs_error[0] == '\0') {
+        snprintf(conn->hs_error, sizeof(conn->hs_error), fmt, what);
+    }
+}
+
+static void cks_tp_hs_finish(cks_tp_hs_t *hs, cks_status_t status, const char *msg)
 {
     cks_tp_conn_h conn = hs->conn;
+    if (status != CKS_OK) {
+        cks_tp_hs_why(conn, "%s",
+                      msg != NULL && msg[0] != '\0' ? msg
+                      : status == CKS_ERR_TIMEOUT    ? "no answer from the server in time"
+                                                     : cks_status_string(status));
+    }
     if (status != CKS_OK && hs->secret != NULL) {
         /* the peer did not authenticate: nothing more goes on this
          * connection (a send made from a callback below fails, and the
@@ -52,13 +67,28 @@ static void cks_tp_hs_finish(cks_tp_hs_t *hs, cks_status_t status)
     free(hs);
 }
 
+const char *cks_tp_conn_handshake_error(cks_tp_conn_h conn)
+{
+    return conn->hs_error;
+}
+
 /* AUTH_REPLY (or, without a secret, HELLO_REPLY): move to the data endpoint. */
 static void cks_tp_hs_upgrade_hook(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr,
                                    const cks_msg_any_t *body)
 {
+    cks_tp_hs_t *hs = c->hook_arg;
     const cks_wire_str_t *addr = hdr->type == CKS_MSG_AUTH_REPLY ? &body->m_AUTH_REPLY.addr
                                  : hdr->type == CKS_MSG_HELLO_REPLY ? &body->m_HELLO_REPLY.addr
                                                                     : NULL;
+    if (hs->secret == NULL && hdr->type == CKS_MSG_HELLO_REPLY &&
+        body->m_HELLO_REPLY.nonce.len > 0) {
+        /* a challenge and no address: the server wants a secret */
+        cks_error("%s: server %s requires a cluster secret", c->conn->worker->name,
+                  c->conn->peer);
+        cks_tp_hs_why(c->conn, "%s", "the server requires a cluster secret");
+        c->status = CKS_ERR_AUTH;
+        return;
+    }
     if (addr != NULL && addr->len > 0 && c->conn->data_ep == NULL) {
         cks_status_t st = cks_tp_conn_upgrade(c->conn, addr->ptr, addr->len);
         if (st != CKS_OK) {
@@ -76,6 +106,7 @@ static void cks_tp_hs_hello_hook(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr
     if (hdr->type != CKS_MSG_HELLO_REPLY || r->nonce.len != CKS_WIRE_NONCE_LEN) {
         cks_error("%s: server %s does not ask for the cluster secret", c->conn->worker->name,
                   c->conn->peer);
+        cks_tp_hs_why(c->conn, "%s", "the server does not know the cluster secret");
         c->status = CKS_ERR_AUTH;
         return;
     }
@@ -94,6 +125,8 @@ static void cks_tp_hs_auth_hook(cks_tp_call_req_t *c, const cks_wire_hdr_t *hdr,
                            &body->m_AUTH_REPLY.proof) != CKS_OK) {
         cks_error("%s: server %s did not prove the %s secret", c->conn->worker->name,
                   c->conn->peer, hs->secret->peer ? "peer" : "cluster");
+        cks_tp_hs_why(c->conn, "the server did not prove the %s secret",
+                      hs->secret->peer ? "peer" : "cluster");
         c->status = CKS_ERR_AUTH;
         return;
     }
@@ -110,7 +143,7 @@ static void cks_tp_hs_auth_done(void *arg, cks_status_t status, const char *msg)
         hs->conn->auth.authed = 1;
         hs->conn->auth.peer   = hs->secret->peer;
     }
-    cks_tp_hs_finish(hs, status);
+    cks_tp_hs_finish(hs, status, msg);
 }
 
 static void cks_tp_hs_hello_done(void *arg, cks_status_t status, const char *msg)
@@ -122,7 +155,7 @@ static void cks_tp_hs_hello_done(void *arg, cks_status_t status, const char *msg
     size_t addr_len;
 
     if (status != CKS_OK || hs->secret == NULL) {
-        cks_tp_hs_finish(hs, status);
+        cks_tp_hs_finish(hs, status, msg);
         return;
     }
     cks_tp_worker_address(hs->conn->worker, &addr, &addr_len);
@@ -137,7 +170,7 @@ static void cks_tp_hs_hello_done(void *arg, cks_status_t status, const char *msg
                                     cks_tp_hs_auth_hook, hs, NULL);
     }
     if (status != CKS_INPROGRESS) {
-        cks_tp_hs_finish(hs, status == CKS_OK ? CKS_ERR_INTERNAL : status);
+        cks_tp_hs_finish(hs, status == CKS_OK ? CKS_ERR_INTERNAL : status, NULL);
     }
 }
 
@@ -169,7 +202,9 @@ cks_status_t cks_tp_conn_handshake(cks_tp_conn_h conn, const char *name,
     hello.addr  = secret ? cks_wire_cstr(NULL) : (cks_wire_str_t){addr, (uint32_t)addr_len};
     hello.nonce = secret ? (cks_wire_str_t){(const char *)hs->cn, CKS_WIRE_NONCE_LEN}
                          : cks_wire_cstr(NULL);
-    hello.job   = cks_wire_cstr(NULL); /* servers prove the cluster secret */
+    /* a job's own secret: the job it opens (a server proves the cluster's) */
+    hello.job   = cks_wire_cstr(secret != NULL && secret->job[0] != '\0' ? secret->job : NULL);
+    conn->hs_error[0] = '\0';
     cks_tp_conn_get(conn);
     conn->handshaking = secret != NULL; /* without one, the server serves at once */
     status = cks_tp_call_hooked(conn, CKS_MSG_HELLO, 0, &hello, NULL, 0, NULL, timeout_ms,

@@ -40,8 +40,8 @@ typedef struct cks_tp_recv_req {
     cks_tp_done_cb_t cb;
     void *arg;
     cks_tp_conn_h conn;     /* held while the payload comes */
-    uint64_t deadline_ns;   /* see recv_timeout_ms; UINT64_MAX: none */
-    struct cks_tp_recv_req *prev, *next; /* the worker's receives */
+    cks_dl_t dl;            /* the worker's receives, by deadline (see
+                               recv_timeout_ms; CKS_DL_NEVER: none) */
 } cks_tp_recv_req_t;
 
 /* A peer's memory region, unpacked once and kept while the connection lives:
@@ -76,11 +76,11 @@ typedef void (*cks_tp_call_hook_t)(cks_tp_call_req_t *c, const cks_wire_hdr_t *h
                                    const cks_msg_any_t *body);
 
 struct cks_tp_call_req {
-    struct cks_tp_call_req *next, *prev; /* worker's list, oldest first */
+    cks_dl_t dl; /* the worker's calls: due at the reply's deadline, then (failed
+                    while UCX holds its send) at abandon_ns */
     cks_tp_call_hook_t hook;
     void *hook_arg;
     uint64_t req_id;
-    uint64_t deadline_ns;
     cks_tp_conn_h conn;
     int sending, replied;
     uint64_t abandon_ns; /* failed while UCX held its send: given up then */
@@ -111,6 +111,7 @@ struct cks_tp_conn {
     int client;        /* counted in nclients: authenticated, not as a peer */
     uint64_t accepted_ns;
     int handshaking; /* cks_tp_conn_handshake() runs: other sends are held */
+    char hs_error[160]; /* why the last handshake failed ("" if it did not) */
     unsigned sends;       /* sends in flight */
     uint64_t progress_ns; /* when one last completed, or the first began */
     int overrun;          /* a request came with max_pending sends in flight */
@@ -152,7 +153,7 @@ struct cks_tp_worker {
     cks_tp_worker_params_t params;
     char name[64];
     uint64_t abandon_check_ns; /* next look for sends held on closed connections */
-    struct cks_tp_recv_req *recvs; /* payloads being received (rendezvous) */
+    cks_dl_list_t recvs; /* payloads being received (rendezvous) */
     ucp_context_h context;
     ucp_worker_h worker;
     int efd;
@@ -195,7 +196,7 @@ struct cks_tp_worker {
     unsigned nclients;     /* ...of which authenticated (as clients) */
     unsigned peer_room;    /* see cks_tp_worker_set_peer_room() */
     cks_hmap_t *calls;      /* req_id -> cks_tp_call_req_t */
-    cks_tp_call_req_t *calls_head, *calls_tail;
+    cks_dl_list_t calls_dl; /* calls in flight (cks_tp_call_req_t.dl) */
     int progressed;         /* the last cks_tp_worker_progress() did something */
     unsigned stalls;        /* arms refused since, with nothing progressed */
 };

@@ -175,13 +175,8 @@ static void cks_tp_recv_done(void *request, ucs_status_t st, size_t length, void
     cks_tp_worker_h w    = r->worker;
     cks_status_t status  = cks_tp_status(st, "receive payload");
     (void)length;
-    if (r->prev != NULL) {
-        r->prev->next = r->next;
-    } else {
-        w->recvs = r->next;
-    }
-    if (r->next != NULL) {
-        r->next->prev = r->prev;
+    if (!w->destroying) { /* a destroyed worker let go of its list */
+        cks_dl_del(&w->recvs, &r->dl);
     }
     if (r->cb != NULL) {
         r->cb(r->arg, status);
@@ -198,7 +193,7 @@ static void cks_tp_recv_done(void *request, ucs_status_t st, size_t length, void
 static uint64_t cks_tp_recv_deadline(cks_tp_worker_h w, size_t length)
 {
     if (w->params.recv_timeout_ms == 0) {
-        return UINT64_MAX;
+        return CKS_DL_NEVER;
     }
     uint64_t ns = (uint64_t)w->params.recv_timeout_ms * 1000000ull;
     if (w->params.recv_min_rate > 0) {
@@ -209,34 +204,25 @@ static uint64_t cks_tp_recv_deadline(cks_tp_worker_h w, size_t length)
 
 int cks_tp_recvs_expire(cks_tp_worker_h w)
 {
-    uint64_t now = cks_time_ns(), next = UINT64_MAX;
-    /* closing a connection completes its receives (failed), which unlinks
-     * them and may free others: look again from the head after each */
-    for (int again = 1; again;) {
-        again = 0;
-        for (cks_tp_recv_req_t *r = w->recvs; r != NULL; r = r->next) {
-            if (r->deadline_ns > now || r->conn->failed || r->conn->closed) {
-                continue;
-            }
-            cks_tp_conn_h conn = r->conn;
-            cks_warn("%s: a payload from %s did not arrive in %llu ms: closing the "
-                     "connection", w->name, conn->peer,
-                     (unsigned long long)((now - r->deadline_ns) / 1000000ull +
-                                          w->params.recv_timeout_ms));
-            r->deadline_ns = UINT64_MAX;
-            cks_tp_conn_get(conn);
-            cks_tp_conn_fail(conn, 1, CKS_ERR_TIMEOUT); /* r may be gone */
-            cks_tp_conn_put(conn);
-            again = 1;
-            break;
+    uint64_t now = cks_time_ns();
+    /* closing a connection completes its receives (failed), which takes
+     * them out and may free others: each one due is parked first */
+    for (cks_dl_t *e; (e = cks_dl_due(&w->recvs, now)) != NULL;) {
+        cks_tp_recv_req_t *r = CKS_CONTAINER_OF(e, cks_tp_recv_req_t, dl);
+        cks_dl_move(&w->recvs, e, CKS_DL_NEVER);
+        if (r->conn->failed || r->conn->closed) {
+            continue; /* its completion comes with the close */
         }
+        cks_tp_conn_h conn = r->conn;
+        cks_warn("%s: a payload from %s did not arrive in %llu ms: closing the "
+                 "connection", w->name, conn->peer,
+                 (unsigned long long)((now - e->due_ns) / 1000000ull +
+                                      w->params.recv_timeout_ms));
+        cks_tp_conn_get(conn);
+        cks_tp_conn_fail(conn, 1, CKS_ERR_TIMEOUT); /* r may be gone */
+        cks_tp_conn_put(conn);
     }
-    for (cks_tp_recv_req_t *r = w->recvs; r != NULL; r = r->next) {
-        if (!r->conn->failed && !r->conn->closed) {
-            next = CKS_MIN(next, r->deadline_ns);
-        }
-    }
-    return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000 + 1);
+    return cks_dl_wait_ms(&w->recvs, now, -1);
 }
 
 static ucs_memory_type_t cks_tp_mem_type(cks_mem_type_t t)
@@ -266,8 +252,6 @@ cks_status_t cks_tp_data_recv(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
     r->cb          = cb;
     r->arg         = arg;
     r->conn        = data->conn;
-    r->deadline_ns = cks_tp_recv_deadline(w, data->length);
-    r->prev        = NULL;
     memset(&p, 0, sizeof(p));
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                      UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -280,18 +264,11 @@ cks_status_t cks_tp_data_recv(cks_tp_worker_h w, cks_tp_data_t *data, void *buf,
     }
     /* linked (and its connection held) before UCX may complete it */
     cks_tp_conn_get(r->conn);
-    r->next = w->recvs;
-    if (w->recvs != NULL) {
-        w->recvs->prev = r;
-    }
-    w->recvs   = r;
+    cks_dl_add(&w->recvs, &r->dl, cks_tp_recv_deadline(w, data->length));
     req        = ucp_am_recv_data_nbx(w->worker, data->desc, buf, data->length, &p);
     data->desc = NULL;
     if (UCS_PTR_IS_ERR(req)) {
-        w->recvs = r->next;
-        if (w->recvs != NULL) {
-            w->recvs->prev = NULL;
-        }
+        cks_dl_del(&w->recvs, &r->dl);
         cks_tp_conn_put(r->conn);
         free(r);
         return cks_tp_status(UCS_PTR_STATUS(req), "receive payload");
@@ -450,15 +427,36 @@ static cks_status_t cks_tp_send_hold(cks_tp_conn_h conn, cks_tp_send_req_t *s, s
     s->payload_len  = payload_len;
     s->mem_type     = mem_type;
     s->payload_memh = payload_memh;
-    s->next         = NULL;
-    if (conn->held_tail != NULL) {
-        conn->held_tail->next = s;
-    } else {
-        conn->held_head = s;
-    }
-    conn->held_tail = s;
+    CKS_QUEUE_PUSH(conn->held_head, conn->held_tail, s);
     cks_tp_conn_get(conn);
     return CKS_INPROGRESS;
+}
+
+/* Pack the header into s, then send s - or, while the connection's
+ * handshake runs, hold it (a server with a secret serves nothing before
+ * AUTH); s goes back to the pool when packing fails. */
+static cks_status_t cks_tp_send_packed(cks_tp_conn_h conn, cks_tp_send_req_t *s,
+                                       unsigned type, uint32_t flags, uint64_t req_id,
+                                       const void *body, const void *payload,
+                                       size_t payload_len, cks_mem_type_t mem_type,
+                                       cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb,
+                                       void *arg)
+{
+    size_t hdr_len;
+    cks_status_t status = cks_wire_pack(type, flags, req_id, body, s->hdr, sizeof(s->hdr),
+                                        &hdr_len);
+    if (status != CKS_OK) {
+        cks_error("%s: cannot pack %s: %s", conn->worker->name, cks_msg_name(type),
+                  cks_status_string(status));
+        cks_tp_send_req_put(conn->worker, s);
+        return status;
+    }
+    if (conn->handshaking && !(cks_msg_flags(type) & CKS_MSG_F_PREAUTH)) {
+        return cks_tp_send_hold(conn, s, hdr_len, payload, payload_len, mem_type,
+                                payload_memh, cb, arg);
+    }
+    return cks_tp_send_hdr(conn, s, hdr_len, payload, payload_len, mem_type, payload_memh,
+                           cb, arg);
 }
 
 cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
@@ -466,34 +464,19 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
                          size_t payload_len, cks_mem_type_t mem_type,
                          cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb, void *arg)
 {
-    cks_tp_worker_h w = conn->worker;
     cks_tp_send_req_t *s;
-    size_t hdr_len;
-    cks_status_t status;
 
     if (conn->failed || conn->closed) {
         return CKS_ERR_CONN_LOST;
     }
-    if ((s = cks_tp_send_req_get(w)) == NULL) {
+    if ((s = cks_tp_send_req_get(conn->worker)) == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
     if (payload_len > 0 && !(flags & CKS_WIRE_F_PAGE)) {
         flags |= CKS_WIRE_F_PAYLOAD;
     }
-    status = cks_wire_pack(type, flags, req_id, body, s->hdr, sizeof(s->hdr), &hdr_len);
-    if (status != CKS_OK) {
-        cks_error("%s: cannot pack %s: %s", w->name, cks_msg_name(type),
-                  cks_status_string(status));
-        cks_tp_send_req_put(w, s);
-        return status;
-    }
-    if (conn->handshaking && !(cks_msg_flags(type) & CKS_MSG_F_PREAUTH)) {
-        /* a server with a secret serves nothing before AUTH: hold it */
-        return cks_tp_send_hold(conn, s, hdr_len, payload, payload_len, mem_type,
-                                payload_memh, cb, arg);
-    }
-    return cks_tp_send_hdr(conn, s, hdr_len, payload, payload_len, mem_type, payload_memh,
-                           cb, arg);
+    return cks_tp_send_packed(conn, s, type, flags, req_id, body, payload, payload_len,
+                              mem_type, payload_memh, cb, arg);
 }
 
 /* ---- payloads produced while they are sent (generic datatype) ---------------- */
@@ -545,7 +528,6 @@ cks_status_t cks_tp_send_stream(cks_tp_conn_h conn, unsigned type, uint32_t flag
 {
     cks_tp_worker_h w = conn->worker;
     cks_tp_send_req_t *s;
-    size_t hdr_len;
     cks_status_t status;
 
     if (src == NULL || src->len == 0 || src->pack == NULL) {
@@ -565,19 +547,9 @@ cks_status_t cks_tp_send_stream(cks_tp_conn_h conn, unsigned type, uint32_t flag
     if ((s = cks_tp_send_req_get(w)) == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    flags |= CKS_WIRE_F_PAYLOAD;
-    status = cks_wire_pack(type, flags, req_id, body, s->hdr, sizeof(s->hdr), &hdr_len);
-    if (status != CKS_OK) {
-        cks_error("%s: cannot pack %s: %s", w->name, cks_msg_name(type),
-                  cks_status_string(status));
-        cks_tp_send_req_put(w, s);
-        return status;
-    }
     s->src = src;
-    if (conn->handshaking) {
-        return cks_tp_send_hold(conn, s, hdr_len, NULL, src->len, CKS_MEM_HOST, NULL, cb, arg);
-    }
-    return cks_tp_send_hdr(conn, s, hdr_len, NULL, src->len, CKS_MEM_HOST, NULL, cb, arg);
+    return cks_tp_send_packed(conn, s, type, flags | CKS_WIRE_F_PAYLOAD, req_id, body, NULL,
+                              src->len, CKS_MEM_HOST, NULL, cb, arg);
 }
 
 int cks_tp_worker_cuda_direct(cks_tp_worker_h w)
@@ -768,7 +740,7 @@ void cks_tp_worker_quiesce(cks_tp_worker_h w)
     cks_tp_rma_pf_stop(w); /* its jobs hold connections and mappings */
     cks_tp_copy_stop(w);   /* so do the copy threads' */
     unsigned ncalls = 0;
-    for (cks_tp_call_req_t *c = w->calls_head; c != NULL; c = c->next) {
+    for (cks_dl_t *e = w->calls_dl.head; e != NULL; e = e->next) {
         ncalls++;
     }
     if (ncalls > 0) {
@@ -820,13 +792,14 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     w->destroying = 1; /* sends UCX completes from here on touch nothing */
     /* receives UCX still holds: their completions, if any, touch nothing
      * (their connections are freed below) */
-    for (cks_tp_recv_req_t *r = w->recvs, *nx; r != NULL; r = nx) {
-        nx      = r->next;
+    for (cks_dl_t *e = w->recvs.head, *nx; e != NULL; e = nx) {
+        cks_tp_recv_req_t *r = CKS_CONTAINER_OF(e, cks_tp_recv_req_t, dl);
+        nx      = e->next;
         r->cb   = NULL;
         r->conn = NULL;
-        r->prev = r->next = NULL;
+        e->prev = e->next = NULL;
     }
-    w->recvs = NULL;
+    w->recvs.head = w->recvs.tail = NULL;
     while (w->conns != NULL) { /* still referenced: their keys go before the worker */
         cks_tp_conn_h c = w->conns;
         w->conns        = c->next;
