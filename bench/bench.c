@@ -697,20 +697,15 @@ static int bench_results(bench_report_t *rep)
             if (r == NULL) {
                 continue;
             }
-            bench_rec_str(r, "op", bench_dir_name(d));
-            bench_rec_u64(r, "size", opts.sizes[i]);
-            bench_rec_f64(r, "gbps", gbps);
-            bench_rec_f64(r, "raw_gbps", raw);
-            bench_rec_f64(r, "ratio", ratio);
-            bench_rec_f64(r, "min_gbps", f->ok ? f->st.min : NAN);
-            bench_rec_f64(r, "max_gbps", f->ok ? f->st.max : NAN);
-            bench_rec_str(r, "raw_setup", raw_ok ? bench_setup_name(bs) : NULL);
-            bench_rec_str(r, "raw_method", raw_ok ? bench_method_name(bm) : NULL);
-            bench_rec_f64(r, "raw_am_gbps", ram);
-            bench_rec_f64(r, "am_ratio", gbps / ram);
-            bench_rec_str(r, "raw_am_setup", am_ok ? bench_setup_name(as) : NULL);
-            bench_rec_f64(r, "memcpy_gbps", mc->st.median);
-            bench_rec_f64(r, "memcpy_ratio", mratio);
+            bench_rec_kv(r, KS("op", bench_dir_name(d)), KU("size", opts.sizes[i]),
+                         KF("gbps", gbps), KF("raw_gbps", raw), KF("ratio", ratio),
+                         KF("min_gbps", f->ok ? f->st.min : NAN),
+                         KF("max_gbps", f->ok ? f->st.max : NAN),
+                         KS("raw_setup", raw_ok ? bench_setup_name(bs) : NULL),
+                         KS("raw_method", raw_ok ? bench_method_name(bm) : NULL),
+                         KF("raw_am_gbps", ram), KF("am_ratio", gbps / ram),
+                         KS("raw_am_setup", am_ok ? bench_setup_name(as) : NULL),
+                         KF("memcpy_gbps", mc->st.median), KF("memcpy_ratio", mratio));
             if (d == BENCH_DIR_PUT) {
                 bench_rec_f64(r, "seal_ms", f->ok ? figs.seal_ms[i] : NAN);
             }
@@ -731,12 +726,11 @@ static int bench_results(bench_report_t *rep)
     for (unsigned i = 0; i < opts.nsizes; i++) {
         bench_rec_t *r = bench_report_add(rep);
         if (r != NULL && figs.memcpy_fig[i].ok) {
-            bench_rec_str(r, "op", "memcpy");
-            bench_rec_u64(r, "size", opts.sizes[i]);
-            bench_rec_f64(r, "gbps", figs.memcpy_fig[i].st.median);
-            bench_rec_f64(r, "min_gbps", figs.memcpy_fig[i].st.min);
-            bench_rec_f64(r, "max_gbps", figs.memcpy_fig[i].st.max);
-            bench_rec_u64(r, "reps", opts.reps);
+            bench_rec_kv(r, KS("op", "memcpy"), KU("size", opts.sizes[i]),
+                         KF("gbps", figs.memcpy_fig[i].st.median),
+                         KF("min_gbps", figs.memcpy_fig[i].st.min),
+                         KF("max_gbps", figs.memcpy_fig[i].st.max),
+                         KU("reps", opts.reps));
         }
     }
     for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
@@ -748,18 +742,14 @@ static int bench_results(bench_report_t *rep)
                     if (!f->ok || (r = bench_report_add(rep)) == NULL) {
                         continue;
                     }
-                    bench_rec_str(r, "op", "raw");
-                    bench_rec_str(r, "dir", bench_dir_name(d));
-                    bench_rec_str(r, "setup", bench_setup_name(s));
-                    bench_rec_str(r, "method", bench_method_name(m));
-                    bench_rec_u64(r, "size", opts.sizes[i]);
-                    bench_rec_f64(r, "gbps", f->st.median);
-                    bench_rec_f64(r, "min_gbps", f->st.min);
-                    bench_rec_f64(r, "max_gbps", f->st.max);
-                    bench_rec_u64(r, "reps", f->st.n);
-                    bench_rec_str(r, "buffers", figs.raw_desc[s][0]);
-                    bench_rec_str(r, "peer_buffers", figs.raw_desc[s][1]);
-                    bench_rec_str(r, "transports", figs.raw_tls[s]);
+                    bench_rec_kv(r, KS("op", "raw"), KS("dir", bench_dir_name(d)),
+                                 KS("setup", bench_setup_name(s)),
+                                 KS("method", bench_method_name(m)),
+                                 KU("size", opts.sizes[i]), KF("gbps", f->st.median),
+                                 KF("min_gbps", f->st.min), KF("max_gbps", f->st.max),
+                                 KU("reps", f->st.n), KS("buffers", figs.raw_desc[s][0]),
+                                 KS("peer_buffers", figs.raw_desc[s][1]),
+                                 KS("transports", figs.raw_tls[s]));
                 }
             }
         }
@@ -907,20 +897,17 @@ int main(int argc, char **argv)
     say("load average: %.2f at the start, %.2f at the end; target %s\n", load_start,
         load_end, met > 0 ? "met" : met == 0 ? "NOT met" : "not judged");
 
-    bench_rec_str(&rep.run, "command", opts.command);
-    bench_rec_str(&rep.run, "server", figs.server_desc);
-    bench_rec_u64(&rep.run, "reps", opts.reps);
-    bench_rec_u64(&rep.run, "warmup", opts.warmup);
-    bench_rec_f64(&rep.run, "raw_spin_us", opts.spin_s < 0 ? -1 : opts.spin_s * 1e6);
-    bench_rec_f64(&rep.run, "loadavg_start", load_start);
-    bench_rec_f64(&rep.run, "loadavg_end", load_end);
+    bench_rec_kv(&rep.run, KS("command", opts.command), KS("server", figs.server_desc),
+                 KU("reps", opts.reps), KU("warmup", opts.warmup),
+                 KF("raw_spin_us", opts.spin_s < 0 ? -1 : opts.spin_s * 1e6),
+                 KF("loadavg_start", load_start), KF("loadavg_end", load_end));
     if (opts.skipped[0] != '\0') {
         bench_rec_str(&rep.run, "skipped_sizes", opts.skipped);
     }
-    bench_rec_str(&rep.run, "client_buffers", figs.client_desc);
-    bench_rec_str(&rep.run, "server_arena", figs.arena_desc);
-    bench_rec_f64(&rep.run, "target_ratio", BENCH_TARGET_RATIO);
-    bench_rec_u64(&rep.run, "target_min_size", BENCH_TARGET_MIN_SIZE);
+    bench_rec_kv(&rep.run, KS("client_buffers", figs.client_desc),
+                 KS("server_arena", figs.arena_desc),
+                 KF("target_ratio", BENCH_TARGET_RATIO),
+                 KU("target_min_size", BENCH_TARGET_MIN_SIZE));
     if (opts.json != NULL) {
         if (bench_report_write_json(&rep, opts.json) != 0) {
             fprintf(stderr, "ckstore-bench: cannot write %s: %s\n", opts.json, strerror(errno));

@@ -228,6 +228,28 @@ void bench_rec_u64(bench_rec_t *r, const char *key, uint64_t value);
 /** A number; NaN is written as null. */
 void bench_rec_f64(bench_rec_t *r, const char *key, double value);
 
+/** One field of bench_rec_kv(): KS("key", string), KU("key", integer),
+ *  KF("key", number). */
+typedef struct {
+    const char *key;
+    bench_ftype_t type;
+    uint64_t u;
+    double d;
+    const char *s;
+} bench_kv_t;
+bench_kv_t bench_kv_s(const char *key, const char *v);
+bench_kv_t bench_kv_f(const char *key, double v);
+bench_kv_t bench_kv_u(const char *key, uint64_t v);
+#define KS bench_kv_s
+#define KU bench_kv_u
+#define KF bench_kv_f
+bench_rec_t *bench_rec_set(bench_rec_t *r, const bench_kv_t *kv, unsigned n);
+/** Set the fields given (KS, KU, KF ...) in order; r may be NULL (nothing).
+ *  Returns r. */
+#define bench_rec_kv(r, ...)                            \
+    bench_rec_set(r, (const bench_kv_t[]){__VA_ARGS__}, \
+                  sizeof((const bench_kv_t[]){__VA_ARGS__}) / sizeof(bench_kv_t))
+
 typedef struct {
     bench_rec_t machine;
     bench_rec_t run; /* how the figures were made: command, options */
@@ -235,7 +257,10 @@ typedef struct {
     size_t n, cap;
 } bench_report_t;
 
+/** A new record (NULL when out of memory: the record is dropped). */
 bench_rec_t *bench_report_add(bench_report_t *rep);
+/** A new record with these fields (KS, KU, KF ...); NULL as bench_report_add(). */
+#define bench_report_kv(rep, ...) bench_rec_kv(bench_report_add(rep), __VA_ARGS__)
 void bench_report_free(bench_report_t *rep);
 /** The 1-minute load average (-1: unknown). */
 double bench_loadavg(void);

@@ -299,8 +299,7 @@ static void cl_rec_isal(cl_ctx_t *x, bench_report_t *rep, const char *op,
         if (erasures > 0) {
             bench_rec_u64(r, "erasures", erasures);
         }
-        bench_rec_u64(r, "size", x->refs.isal_bytes);
-        bench_rec_u64(r, "threads", 1);
+        bench_rec_kv(r, KU("size", x->refs.isal_bytes), KU("threads", 1));
         cl_rec_ref(r, f);
     }
 }
@@ -345,14 +344,12 @@ void cl_print_refs(cl_ctx_t *x, bench_report_t *rep)
         }
     }
     if ((r = bench_report_add(rep)) != NULL) {
-        bench_rec_str(r, "op", "crc64_raw");
-        bench_rec_u64(r, "size", x->refs.isal_bytes);
-        bench_rec_u64(r, "threads", 1);
+        bench_rec_kv(r, KS("op", "crc64_raw"), KU("size", x->refs.isal_bytes),
+                     KU("threads", 1));
         cl_rec_ref(r, &x->refs.crc);
     }
     if ((r = bench_report_add(rep)) != NULL) {
-        bench_rec_str(r, "op", "memcpy");
-        bench_rec_u64(r, "size", x->o.size);
+        bench_rec_kv(r, KS("op", "memcpy"), KU("size", x->o.size));
         cl_rec_ref(r, &x->refs.memcpy_fig);
     }
 
@@ -387,15 +384,13 @@ void cl_print_refs(cl_ctx_t *x, bench_report_t *rep)
                 if (!f->ok || (r = bench_report_add(rep)) == NULL) {
                     continue;
                 }
-                bench_rec_str(r, "op", "raw");
-                bench_rec_str(r, "dir", bench_dir_name(d));
-                bench_rec_str(r, "setup", bench_setup_name(s));
-                bench_rec_str(r, "method", bench_method_name(m));
-                bench_rec_u64(r, "size", x->o.size);
+                bench_rec_kv(r, KS("op", "raw"), KS("dir", bench_dir_name(d)),
+                             KS("setup", bench_setup_name(s)),
+                             KS("method", bench_method_name(m)), KU("size", x->o.size));
                 cl_rec_ref(r, f);
-                bench_rec_str(r, "buffers", x->refs.raw_desc[s][0]);
-                bench_rec_str(r, "peer_buffers", x->refs.raw_desc[s][1]);
-                bench_rec_str(r, "transports", x->refs.raw_tls[s]);
+                bench_rec_kv(r, KS("buffers", x->refs.raw_desc[s][0]),
+                             KS("peer_buffers", x->refs.raw_desc[s][1]),
+                             KS("transports", x->refs.raw_tls[s]));
             }
         }
     }
@@ -411,11 +406,8 @@ void cl_rec_raw_best(cl_ctx_t *x, bench_report_t *rep)
         if (!isfinite(best) || (r = bench_report_add(rep)) == NULL) {
             continue;
         }
-        bench_rec_str(r, "op", "raw_ucx");
-        bench_rec_str(r, "dir", bench_dir_name(d));
-        bench_rec_u64(r, "size", x->o.size);
-        bench_rec_f64(r, "gbps", best);
-        bench_rec_str(r, "best_of", what);
+        bench_rec_kv(r, KS("op", "raw_ucx"), KS("dir", bench_dir_name(d)),
+                     KU("size", x->o.size), KF("gbps", best), KS("best_of", what));
     }
 }
 

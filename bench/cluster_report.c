@@ -22,25 +22,21 @@ double cl_median(double *v, unsigned n)
 
 void cl_rec_common(const cl_ctx_t *x, bench_rec_t *r, const char *op)
 {
-    bench_rec_str(r, "op", op);
-    bench_rec_u64(r, "k", x->o.k);
-    bench_rec_u64(r, "m", x->o.m);
-    bench_rec_u64(r, "chunk", x->o.chunk);
+    bench_rec_kv(r, KS("op", op), KU("k", x->o.k), KU("m", x->o.m),
+                 KU("chunk", x->o.chunk));
 }
 
 void cl_rec_stats(bench_rec_t *r, const bench_stats_t *st)
 {
-    bench_rec_f64(r, "gbps", st->median);
-    bench_rec_f64(r, "min_gbps", st->min);
-    bench_rec_f64(r, "max_gbps", st->max);
-    bench_rec_u64(r, "reps", st->n);
+    bench_rec_kv(r, KF("gbps", st->median), KF("min_gbps", st->min),
+                 KF("max_gbps", st->max), KU("reps", st->n));
 }
 
 void cl_rec_ref(bench_rec_t *r, const cl_fig_t *f)
 {
     cl_rec_stats(r, &f->st);
-    bench_rec_f64(r, "before_gbps", f->pass_med[0]);
-    bench_rec_f64(r, "after_gbps", f->npass > 1 ? f->pass_med[1] : NAN);
+    bench_rec_kv(r, KF("before_gbps", f->pass_med[0]),
+                 KF("after_gbps", f->npass > 1 ? f->pass_med[1] : NAN));
 }
 
 /* One row of the main table and its record. */
@@ -78,18 +74,14 @@ static void cl_main_row(cl_ctx_t *x, bench_report_t *rep, const char *op, unsign
         return;
     }
     cl_rec_common(x, r, op);
-    bench_rec_u64(r, "servers", x->nmap);
-    bench_rec_u64(r, "clients", x->nworkers);
-    bench_rec_u64(r, "objects", x->o.objects);
-    bench_rec_u64(r, "size", x->o.size);
-    bench_rec_u64(r, "bytes", x->fig.bytes);
+    bench_rec_kv(r, KU("servers", x->nmap), KU("clients", x->nworkers),
+                 KU("objects", x->o.objects), KU("size", x->o.size),
+                 KU("bytes", x->fig.bytes));
     if (strcmp(op, "restore_degraded") == 0) {
         bench_rec_u64(r, "servers_down", down);
     }
     cl_rec_stats(r, &st);
-    bench_rec_f64(r, "ratio", ratio);
-    bench_rec_f64(r, "ref_gbps", ref);
-    bench_rec_str(r, "ref", ref_what);
+    bench_rec_kv(r, KF("ratio", ratio), KF("ref_gbps", ref), KS("ref", ref_what));
     if (isfinite(healthy)) {
         bench_rec_f64(r, "healthy_ratio", st.median / healthy);
     }
@@ -253,14 +245,12 @@ void cl_print_main(cl_ctx_t *x, bench_report_t *rep)
             bench_rec_t *r = bench_report_add(rep);
             if (r != NULL) {
                 cl_rec_common(x, r, "server_encode");
-                bench_rec_u64(r, "size", x->fig.enc_bytes);
-                bench_rec_f64(r, "gbps", enc);
-                bench_rec_f64(r, "raw_gbps", x->refs.encode.st.median);
-                bench_rec_f64(r, "ratio", ratio);
-                bench_rec_f64(r, "job_gbps", job);
-                bench_rec_f64(r, "job_raw_gbps", x->refs.encode_crc.st.median);
-                bench_rec_f64(r, "job_ratio", job / x->refs.encode_crc.st.median);
-                bench_rec_f64(r, "target", CL_TARGET_ENCODE);
+                bench_rec_kv(r, KU("size", x->fig.enc_bytes), KF("gbps", enc),
+                             KF("raw_gbps", x->refs.encode.st.median), KF("ratio", ratio),
+                             KF("job_gbps", job),
+                             KF("job_raw_gbps", x->refs.encode_crc.st.median),
+                             KF("job_ratio", job / x->refs.encode_crc.st.median),
+                             KF("target", CL_TARGET_ENCODE));
             }
         } else {
             cl_say(
@@ -349,9 +339,7 @@ static bench_rec_t *cl_rec_ms(const cl_ctx_t *x, bench_report_t *rep, const char
         cl_rec_common(x, r, op);
         bench_rec_u64(r, "clients", x->o.clients);
         bench_rec_u64(r, bytes_key, bytes); /* a string literal */
-        bench_rec_f64(r, "ms", md);
-        bench_rec_f64(r, "min_ms", mn);
-        bench_rec_f64(r, "max_ms", mx);
+        bench_rec_kv(r, KF("ms", md), KF("min_ms", mn), KF("max_ms", mx));
     }
     return r;
 }
@@ -382,9 +370,8 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
            bench_size_str(x->fig.rank_bytes, sz, sizeof(sz)), mc_ms);
     if ((r = cl_rec_ms(x, rep, "trainer_stall", "rank_bytes", x->fig.rank_bytes, mn, md,
                        mx)) != NULL) {
-        bench_rec_f64(r, "memcpy_ms", mc_ms);
-        bench_rec_f64(r, "ratio", md / mc_ms);
-        bench_rec_u64(r, "reps", x->fig.nsnap);
+        bench_rec_kv(r, KF("memcpy_ms", mc_ms), KF("ratio", md / mc_ms),
+                     KU("reps", x->fig.nsnap));
     }
     for (unsigned i = 0; i < x->fig.nsnap; i++) {
         ms[i] = x->fig.tail[i] * 1e3;
@@ -444,16 +431,13 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
             cl_rec_common(x, r,
                           strcmp(cpu[i].who, "servers") == 0 ? "server_cpu_per_gb"
                                                              : "client_cpu_per_gb");
-            bench_rec_str(r, "phase", cpu[i].phase);
-            bench_rec_u64(r, "servers_down", cpu[i].down);
-            bench_rec_u64(r, "servers", x->nmap);
-            bench_rec_u64(r, "clients",
-                          strcmp(cpu[i].phase, "restore") == 0 ? x->o.readers
-                                                               : x->o.clients);
-            bench_rec_f64(r, "s_per_gb", md);
-            bench_rec_f64(r, "min_s_per_gb", mn);
-            bench_rec_f64(r, "max_s_per_gb", mx);
-            bench_rec_u64(r, "reps", cpu[i].n);
+            bench_rec_kv(r, KS("phase", cpu[i].phase), KU("servers_down", cpu[i].down),
+                         KU("servers", x->nmap),
+                         KU("clients", strcmp(cpu[i].phase, "restore") == 0
+                                           ? x->o.readers
+                                           : x->o.clients),
+                         KF("s_per_gb", md), KF("min_s_per_gb", mn),
+                         KF("max_s_per_gb", mx), KU("reps", cpu[i].n));
         }
     }
     if (x->fig.used_bytes > 0 || x->fig.rss > 0) {
@@ -479,17 +463,16 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
         }
         if ((r = bench_report_add(rep)) != NULL) {
             cl_rec_common(x, r, "memory_per_gb");
-            bench_rec_u64(r, "servers", x->nmap);
-            bench_rec_u64(r, "versions", x->o.versions);
-            bench_rec_u64(r, "logical_bytes", (uint64_t)logical);
-            bench_rec_u64(r, "arena_used_bytes", x->fig.used_bytes);
-            bench_rec_f64(r, "arena_used_per_byte", (double)x->fig.used_bytes / logical);
-            bench_rec_u64(r, "server_rss_bytes", x->fig.rss);
-            bench_rec_f64(r, "server_rss_per_byte",
-                          x->fig.rss > 0 ? (double)x->fig.rss / logical : NAN);
-            bench_rec_u64(r, "server_rss_anon_bytes", x->fig.rss_anon);
-            bench_rec_u64(r, "server_rss_shmem_bytes", x->fig.rss_shmem);
-            bench_rec_u64(r, "arena_bytes_per_server", x->o.arena);
+            bench_rec_kv(r, KU("servers", x->nmap), KU("versions", x->o.versions),
+                         KU("logical_bytes", (uint64_t)logical),
+                         KU("arena_used_bytes", x->fig.used_bytes),
+                         KF("arena_used_per_byte", (double)x->fig.used_bytes / logical),
+                         KU("server_rss_bytes", x->fig.rss),
+                         KF("server_rss_per_byte",
+                            x->fig.rss > 0 ? (double)x->fig.rss / logical : NAN),
+                         KU("server_rss_anon_bytes", x->fig.rss_anon),
+                         KU("server_rss_shmem_bytes", x->fig.rss_shmem),
+                         KU("arena_bytes_per_server", x->o.arena));
         }
     }
 }
@@ -538,22 +521,16 @@ static void cl_cw_row(cl_ctx_t *x, bench_report_t *rep, const char *phase, int m
         return;
     }
     cl_rec_common(x, r, "cold_warm");
-    bench_rec_str(r, "phase", phase);
-    bench_rec_str(r, "unit", ms ? "ms" : "GB/s");
-    bench_rec_f64(r, "cold", cold);
-    bench_rec_f64(r, "warm", warm);
-    bench_rec_f64(r, "cold_warm_ratio", cw);
+    bench_rec_kv(r, KS("phase", phase), KS("unit", ms ? "ms" : "GB/s"), KF("cold", cold),
+                 KF("warm", warm), KF("cold_warm_ratio", cw));
     if (isfinite(cw_target)) {
         bench_rec_f64(r, "cold_warm_target", cw_target);
     }
-    bench_rec_str(r, "ref", ref_what);
-    bench_rec_f64(r, "ref_value", ref);
-    bench_rec_f64(r, "ref_ratio", rr);
+    bench_rec_kv(r, KS("ref", ref_what), KF("ref_value", ref), KF("ref_ratio", rr));
     if (isfinite(ref_target)) {
         bench_rec_f64(r, "ref_target", ref_target);
     }
-    bench_rec_u64(r, "bytes", x->fig.bytes);
-    bench_rec_u64(r, "servers", x->nmap);
+    bench_rec_kv(r, KU("bytes", x->fig.bytes), KU("servers", x->nmap));
 }
 
 void cl_cw_print(cl_ctx_t *x, bench_report_t *rep)
@@ -620,14 +597,10 @@ void cl_cw_print(cl_ctx_t *x, bench_report_t *rep)
         bench_rec_t *r = bench_report_add(rep);
         if (r != NULL) {
             cl_rec_common(x, r, "cold_warm");
-            bench_rec_str(r, "phase", "cks_mem_alloc() of a fresh client, ms/GiB");
-            bench_rec_str(r, "unit", "ms/GiB");
-            bench_rec_f64(r, "cold", a);
-            bench_rec_str(r, "ref", ref);
-            bench_rec_f64(r, "ref_value", t);
-            bench_rec_f64(r, "ref_ratio", a / t);
-            bench_rec_f64(r, "ref_target", 1.0);
-            bench_rec_u64(r, "servers", x->nmap);
+            bench_rec_kv(r, KS("phase", "cks_mem_alloc() of a fresh client, ms/GiB"),
+                         KS("unit", "ms/GiB"), KF("cold", a), KS("ref", ref),
+                         KF("ref_value", t), KF("ref_ratio", a / t),
+                         KF("ref_target", 1.0), KU("servers", x->nmap));
         }
     }
 }
