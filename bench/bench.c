@@ -121,148 +121,48 @@ static void bench_usage(FILE *f)
             "  -h, --help             this text\n");
 }
 
-static int bench_parse_sizes(const char *list)
-{
-    char item[64];
-    opts.nsizes = 0;
-    while (*list != '\0') {
-        size_t len = strcspn(list, ",");
-        if (len >= sizeof(item) || opts.nsizes == BENCH_MAX_SIZES) {
-            return -1;
-        }
-        memcpy(item, list, len);
-        item[len] = '\0';
-        if (bench_size_parse(item, &opts.sizes[opts.nsizes]) != 0) {
-            return -1;
-        }
-        opts.nsizes++;
-        list += len + (list[len] == ',');
-    }
-    return opts.nsizes > 0 ? 0 : -1;
-}
-
 static int bench_parse_opts(int argc, char **argv)
 {
-    enum { OPT_RAW_SETUPS = 256, OPT_RAW_METHODS, OPT_RAW_SPIN, OPT_NO_RAW, OPT_CLIENT_MEM,
-           OPT_COPY_THREADS };
-    static const struct option longopts[] = {
-        {"sizes", required_argument, NULL, 's'},
-        {"max-size", required_argument, NULL, 'm'},
-        {"reps", required_argument, NULL, 'r'},
-        {"warmup", required_argument, NULL, 'w'},
-        {"json", required_argument, NULL, 'j'},
-        {"server", required_argument, NULL, 'S'},
-        {"raw-setups", required_argument, NULL, OPT_RAW_SETUPS},
-        {"raw-methods", required_argument, NULL, OPT_RAW_METHODS},
-        {"raw-spin", required_argument, NULL, OPT_RAW_SPIN},
-        {"no-raw", no_argument, NULL, OPT_NO_RAW},
-        {"copy-threads", required_argument, NULL, OPT_COPY_THREADS},
-        {"client-mem", required_argument, NULL, OPT_CLIENT_MEM},
-        {"timeout", required_argument, NULL, 't'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const char *const mem_names[] = {"malloc", "thp", "shm-thp", "ckstore"};
+    const bench_opt_t t[] = {
+        BOPT("sizes", 's', CALL, opts.sizes, .hi = BENCH_MAX_SIZES, .fn = bench_opt_sizes,
+             .count = &opts.nsizes),
+        BOPT("max-size", 'm', SIZE, &opts.max_size),
+        BOPT("reps", 'r', UINT, &opts.reps, .lo = 1, .hi = BENCH_MAX_REPS),
+        BOPT("warmup", 'w', UINT, &opts.warmup, .hi = BENCH_MAX_REPS),
+        BOPT("json", 'j', STR, &opts.json),
+        BOPT("server", 'S', STR, &opts.server),
+        BOPT("raw-setups", 0, CALL, &opts.setups, .hi = BENCH_NSETUPS,
+             .fn = bench_opt_mask, .names = bench_setup_names),
+        BOPT("raw-methods", 0, CALL, &opts.methods, .hi = BENCH_NMETHODS,
+             .fn = bench_opt_mask, .names = bench_method_names),
+        BOPT("raw-spin", 0, DOUBLE, &opts.spin_s),
+        BOPT("no-raw", 0, FLAG, &opts.no_raw),
+        BOPT("copy-threads", 0, CALL, &opts.copy_threads, .fn = bench_opt_copy_threads),
+        BOPT("client-mem", 0, CALL, &opts.client_mem, .hi = 4, .fn = bench_opt_enum,
+             .names = mem_names),
+        BOPT("timeout", 't', DOUBLE, &opts.timeout_s, .lo = 1),
+        BOPT("verbose", 'v', FLAG, &opts.verbose),
+        BOPT("quiet", 'q', FLAG, &opts.quiet),
+        BOPT("help", 'h', HELP, NULL),
     };
-    char *end;
-    int c;
+    int rc;
 
-    bench_parse_sizes("1M,4M,16M,64M,256M,1G");
+    bench_parse_sizes("1M,4M,16M,64M,256M,1G", opts.sizes, BENCH_MAX_SIZES, &opts.nsizes);
     opts.reps      = 5;
     opts.warmup    = 1;
     opts.timeout_s = 30;
-    opts.spin_s    = 200e-6;
+    opts.spin_s    = 200; /* microseconds until parsed */
     opts.client_mem = BENCH_MEM_CKS;
     opts.setups    = (1u << BENCH_NSETUPS) - 1;
     opts.methods   = (1u << BENCH_NMETHODS) - 1;
-    for (int i = 0, used = 0; i < argc && used < (int)sizeof(opts.command) - 1; i++) {
-        used += snprintf(opts.command + used, sizeof(opts.command) - (size_t)used, "%s%s",
-                         i ? " " : "", argv[i]);
+    bench_join_args(opts.command, sizeof(opts.command), "", argc, argv);
+    rc = bench_opts_parse("ckstore-bench", t, sizeof(t) / sizeof(t[0]), argc, argv);
+    if (rc != 0) {
+        bench_usage(rc > 0 ? stdout : stderr);
+        exit(rc > 0 ? 0 : 2);
     }
-
-    while ((c = getopt_long(argc, argv, "s:m:r:w:j:S:t:vqh", longopts, NULL)) != -1) {
-        switch (c) {
-            case 's':
-                if (bench_parse_sizes(optarg) != 0) {
-                    fprintf(stderr, "ckstore-bench: bad size list '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case 'm':
-                if (bench_size_parse(optarg, &opts.max_size) != 0) {
-                    fprintf(stderr, "ckstore-bench: bad size '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case 'r':
-            case 'w': {
-                errno           = 0;
-                unsigned long v = strtoul(optarg, &end, 10);
-                if (errno != 0 || *end != '\0' || v > BENCH_MAX_REPS || (c == 'r' && v == 0)) {
-                    fprintf(stderr, "ckstore-bench: bad count '%s'\n", optarg);
-                    return -1;
-                }
-                *(c == 'r' ? &opts.reps : &opts.warmup) = (unsigned)v;
-                break;
-            }
-            case 'j': opts.json = optarg; break;
-            case 'S': opts.server = optarg; break;
-            case OPT_RAW_SETUPS:
-                if (bench_setup_mask(optarg, &opts.setups) != 0) {
-                    fprintf(stderr, "ckstore-bench: bad setup list '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case OPT_RAW_METHODS:
-                if (bench_method_mask(optarg, &opts.methods) != 0) {
-                    fprintf(stderr, "ckstore-bench: bad method list '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case OPT_RAW_SPIN:
-                opts.spin_s = strtod(optarg, &end) * 1e-6;
-                if (*end != '\0') {
-                    fprintf(stderr, "ckstore-bench: bad spin time '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case OPT_NO_RAW: opts.no_raw = 1; break;
-            case OPT_COPY_THREADS:
-                if (bench_copy_threads_parse(optarg, &opts.copy_threads) != 0) {
-                    return -1;
-                }
-                break;
-            case OPT_CLIENT_MEM:
-                if (strcmp(optarg, "ckstore") == 0) {
-                    opts.client_mem = BENCH_MEM_CKS;
-                } else if (strcmp(optarg, "thp") == 0) {
-                    opts.client_mem = BENCH_MEM_THP;
-                } else if (strcmp(optarg, "malloc") == 0) {
-                    opts.client_mem = BENCH_MEM_MALLOC;
-                } else if (strcmp(optarg, "shm-thp") == 0) {
-                    opts.client_mem = BENCH_MEM_SHM_THP;
-                } else {
-                    fprintf(stderr, "ckstore-bench: bad client memory '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case 't':
-                opts.timeout_s = strtod(optarg, &end);
-                if (*end != '\0' || !(opts.timeout_s > 0)) {
-                    fprintf(stderr, "ckstore-bench: bad timeout '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case 'v': opts.verbose = 1; break;
-            case 'q': opts.quiet = 1; break;
-            case 'h': bench_usage(stdout); exit(0);
-            default: bench_usage(stderr); return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "ckstore-bench: unexpected argument '%s'\n", argv[optind]);
-        return -1;
-    }
+    opts.spin_s *= 1e-6;
     if (opts.max_size > 0) {
         unsigned n = 0;
         for (unsigned i = 0; i < opts.nsizes; i++) {

@@ -32,6 +32,8 @@ int cks_bench_flush_main(int argc, char **argv);
 
 /** Monotonic clock, seconds. */
 double bench_now(void);
+/** qsort() order of doubles. */
+int bench_cmp_double(const void *a, const void *b);
 
 typedef struct {
     double median, min, max; /* GB/s */
@@ -46,9 +48,60 @@ void bench_stats(uint64_t bytes, double *secs, unsigned n, bench_stats_t *st_p);
 const char *bench_size_str(uint64_t size, char *buf, size_t len);
 /** Parse "4096", "64K", "16M", "1G" (binary units). Returns 0 on success. */
 int bench_size_parse(const char *text, uint64_t *size_p);
+
+/* ---- command lines (opts.c) ------------------------------------------------- */
+
+typedef enum {
+    BENCH_OPT_HELP,   /* bench_opts_parse() returns 1 */
+    BENCH_OPT_FLAG,   /* int dst = 1 */
+    BENCH_OPT_CLEAR,  /* unsigned dst &= ~lo */
+    BENCH_OPT_STR,    /* const char *dst = the argument (kinds from here take one) */
+    BENCH_OPT_UINT,   /* unsigned dst, lo .. hi */
+    BENCH_OPT_SIZE,   /* uint64_t dst, binary units, at least lo */
+    BENCH_OPT_DOUBLE, /* double dst; lo = 1: above 0 */
+    BENCH_OPT_CALL,   /* fn(argument, the entry): 0, or -1 when bad */
+} bench_opt_kind_t;
+
+typedef struct bench_opt bench_opt_t;
+struct bench_opt {
+    const char *name; /* --name */
+    int key;          /* -k, or 0 */
+    bench_opt_kind_t kind;
+    void *dst;
+    unsigned lo, hi;
+    int (*fn)(const char *arg, const bench_opt_t *o);
+    const char *const *names; /* bench_opt_mask / bench_opt_enum: hi names */
+    void *aux;                /* an int set to 1 when the option is given */
+    unsigned *count;          /* bench_opt_uints, bench_opt_size_list: items */
+};
+
+/** A table entry: BOPT("reps", 'r', UINT, &reps, .lo = 1, .hi = 100). */
+#define BOPT(n, k, kd, d, ...) \
+    {.name = (n), .key = (k), .kind = BENCH_OPT_##kd, .dst = (d), __VA_ARGS__}
+/** Parse argv[1..] by the table: 0, 1 for --help, -1 when bad (said on
+ *  stderr, prefixed with prog). */
+int bench_opts_parse(const char *prog, const bench_opt_t *t, unsigned n, int argc,
+                     char **argv);
+/** `first` and argv[0 .. argc) joined by spaces (the command of a record). */
+void bench_join_args(char *buf, size_t len, const char *first, int argc, char **argv);
+/** A comma list of at most max items, each given to one(); the count, or -1. */
+int bench_parse_list(const char *text, unsigned max,
+                     int (*one)(const char *item, unsigned i, void *ctx), void *ctx);
+/** "64M,256M,1G" into v (at most max sizes); 0 or -1. */
+int bench_parse_sizes(const char *text, uint64_t *v, unsigned max, unsigned *n_p);
+/** Index of name[0 .. len) among names (NULL entries skipped); -1: none. */
+int bench_name_index(const char *name, size_t len, const char *const *names, unsigned n);
+/** BENCH_OPT_CALL functions: a comma list of o->names into a bit mask
+ *  (unsigned dst), or one of them into its index. */
+int bench_opt_mask(const char *arg, const bench_opt_t *o);
+int bench_opt_enum(const char *arg, const bench_opt_t *o);
+/** BENCH_OPT_CALL functions: a comma list of numbers (lo .. hi each) or of
+ *  sizes into the array dst, at most hi items for sizes, 16 for numbers. */
+int bench_opt_uints(const char *arg, const bench_opt_t *o);
 /** --copy-threads N (0 to 16) into a cks_server_params_t.copy_threads value
- *  (0 -> UINT_MAX: none); prints the error and returns -1 when bad. */
-int bench_copy_threads_parse(const char *text, unsigned *threads_p);
+ *  (0 -> UINT_MAX: none) (mem.c). */
+int bench_opt_copy_threads(const char *arg, const bench_opt_t *o);
+int bench_opt_sizes(const char *arg, const bench_opt_t *o);
 
 /* ---- buffers (mem.c) -------------------------------------------------------- */
 
@@ -117,9 +170,8 @@ typedef enum {
 const char *bench_setup_name(bench_setup_t s);
 const char *bench_method_name(bench_method_t m);
 const char *bench_dir_name(bench_dir_t d);
-/** Parse a comma list of names into a bit mask; returns -1 on an unknown name. */
-int bench_setup_mask(const char *list, unsigned *mask_p);
-int bench_method_mask(const char *list, unsigned *mask_p);
+extern const char *const bench_setup_names[BENCH_NSETUPS];
+extern const char *const bench_method_names[BENCH_NMETHODS];
 
 typedef struct bench_raw bench_raw_t;
 

@@ -61,12 +61,6 @@ static struct {
 
 #define FB_MAX_REPEAT 16
 
-static int fb_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static struct {
     char root[PATH_MAX - 256]; /* DIR/ckstore-flush-bench-<pid> */
     char map[PATH_MAX];
@@ -81,11 +75,6 @@ static int fb_rm(const char *path, const struct stat *st, int flag, struct FTW *
     (void)flag;
     (void)ftw;
     return remove(path);
-}
-
-static int fb_find_server_bin(void)
-{
-    return bench_find_server_bin(fo.server_bin, fb.bin);
 }
 
 static int fb_start_servers(uint64_t arena)
@@ -389,37 +378,26 @@ int cks_bench_flush_main(int argc, char **argv)
     struct statfs sfs;
     int rc = 1;
 
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
-            fo.dir = argv[++i];
-        } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-            if (bench_size_parse(argv[++i], &fo.size) != 0 || fo.size < FB_OBJ) {
-                fprintf(stderr, "ckstore-bench flush: bad --size (at least 64M)\n");
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-            fo.repeat = (unsigned)atoi(argv[++i]);
-            if (fo.repeat < 1 || fo.repeat > FB_MAX_REPEAT) {
-                fprintf(stderr, "ckstore-bench flush: --repeat 1..%d\n", FB_MAX_REPEAT);
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--flush-rate") == 0 && i + 1 < argc) {
-            fo.flush_rate = argv[++i]; /* the servers check it */
-        } else if (strcmp(argv[i], "--servers") == 0 && i + 1 < argc) {
-            fo.nsrv = (unsigned)atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--server-bin") == 0 && i + 1 < argc) {
-            fo.server_bin = argv[++i];
-        } else {
-            fb_usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
-            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
-        }
+    const bench_opt_t t[] = {
+        BOPT("dir", 0, STR, &fo.dir),
+        BOPT("size", 0, SIZE, &fo.size, .lo = FB_OBJ),
+        BOPT("repeat", 0, UINT, &fo.repeat, .lo = 1, .hi = FB_MAX_REPEAT),
+        BOPT("flush-rate", 0, STR, &fo.flush_rate), /* the servers check it */
+        BOPT("servers", 0, UINT, &fo.nsrv, .lo = fo.k + fo.m, .hi = FB_MAX_SERVERS),
+        BOPT("server-bin", 0, STR, &fo.server_bin),
+        BOPT("help", 0, HELP, NULL),
+    };
+    rc = bench_opts_parse("ckstore-bench flush", t, sizeof(t) / sizeof(t[0]), argc, argv);
+    if (rc != 0) {
+        fb_usage(rc > 0 ? stdout : stderr);
+        return rc > 0 ? 0 : 2;
     }
-    if (fo.dir == NULL || fo.dir[0] != '/' || fo.nsrv < fo.k + fo.m ||
-        fo.nsrv > FB_MAX_SERVERS) {
+    rc = 1;
+    if (fo.dir == NULL || fo.dir[0] != '/') {
         fb_usage(stderr);
         return 2;
     }
-    if (fb_find_server_bin() != 0) {
+    if (bench_find_server_bin(fo.server_bin, fb.bin) != 0) {
         fprintf(stderr, "ckstore-bench flush: no ckstore-server binary; use --server-bin\n");
         return 1;
     }
@@ -607,7 +585,7 @@ int cks_bench_flush_main(int argc, char **argv)
                (double)(nobj * FB_OBJ) / busy_s[rep] / BENCH_GB, ratio[rep], flush4_s[rep],
                ov * 100);
     }
-    qsort(ratio, fo.repeat, sizeof(*ratio), fb_cmp_double);
+    qsort(ratio, fo.repeat, sizeof(*ratio), bench_cmp_double);
     printf("  snapshot with / without    %8.2f (median of %u)\n", ratio[fo.repeat / 2],
            fo.repeat);
     rc = 0;

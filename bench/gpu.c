@@ -18,7 +18,7 @@
 
 #include <pthread.h>
 
-#include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,60 +204,30 @@ out:
 
 int cks_bench_gpu_main(int argc, char **argv, int cluster)
 {
-    static const struct option longopts[] = {
-        {"gpu", no_argument, NULL, 'g'},
-        {"size", required_argument, NULL, 's'},
-        {"reps", required_argument, NULL, 'r'},
-        {"map", required_argument, NULL, 'M'},
-        {"server", required_argument, NULL, 'S'},
-        {"slice", required_argument, NULL, 'l'},
-        {"slices", required_argument, NULL, 'n'},
-        {"copy-threads", required_argument, NULL, 'c'},
-        {NULL, 0, NULL, 0},
-    };
     const char *map = NULL, *server = NULL;
     uint64_t size   = 256ull << 20;
     uint64_t slice  = 0; /* the staging ring: the library's default */
     unsigned slices = 0;
     unsigned reps   = 3;
     unsigned copy_threads = 0; /* the embedded server's default */
+    int gpu = 0;
     char why[256];
-    int c;
+    const bench_opt_t t[] = {
+        BOPT("gpu", 0, FLAG, &gpu),
+        BOPT("size", 0, SIZE, &size),
+        BOPT("reps", 0, UINT, &reps, .lo = 1, .hi = 100),
+        BOPT("map", 0, STR, &map),
+        BOPT("server", 0, STR, &server),
+        BOPT("slice", 0, SIZE, &slice),
+        BOPT("slices", 0, UINT, &slices, .hi = UINT_MAX),
+        BOPT("copy-threads", 0, CALL, &copy_threads, .fn = bench_opt_copy_threads),
+    };
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-            case 'g': break;
-            case 's':
-                if (bench_size_parse(optarg, &size) != 0 || size == 0) {
-                    fprintf(stderr, "ckstore-bench --gpu: bad size '%s'\n", optarg);
-                    return 2;
-                }
-                break;
-            case 'r': reps = (unsigned)strtoul(optarg, NULL, 10); break;
-            case 'l':
-                if (bench_size_parse(optarg, &slice) != 0 || slice == 0) {
-                    fprintf(stderr, "ckstore-bench --gpu: bad slice '%s'\n", optarg);
-                    return 2;
-                }
-                break;
-            case 'n': slices = (unsigned)strtoul(optarg, NULL, 10); break;
-            case 'c':
-                if (bench_copy_threads_parse(optarg, &copy_threads) != 0) {
-                    return 2;
-                }
-                break;
-            case 'M': map = optarg; break;
-            case 'S': server = optarg; break;
-            default:
-                fprintf(stderr, "usage: ckstore-bench [cluster] --gpu [--size S] [--reps N] "
-                                "[--slice S --slices N] [--copy-threads N] "
-                                "[--server IP:PORT | --map FILE (cluster)]\n");
-                return 2;
-        }
-    }
-    if (reps == 0 || reps > 100) {
-        fprintf(stderr, "ckstore-bench --gpu: reps must be 1..100\n");
+    if (bench_opts_parse("ckstore-bench --gpu", t, sizeof(t) / sizeof(t[0]), argc, argv) !=
+        0) {
+        fprintf(stderr, "usage: ckstore-bench [cluster] --gpu [--size S] [--reps N] "
+                        "[--slice S --slices N] [--copy-threads N] "
+                        "[--server IP:PORT | --map FILE (cluster)]\n");
         return 2;
     }
     if (gpu_devices(why, sizeof(why)) == 0) {

@@ -57,32 +57,11 @@ static volatile pid_t peer_pid;            /* the server running now */
 static char peer_files[PEER_MAX_OBJS][64]; /* the /dev/shm peer's files */
 static volatile unsigned peer_nfiles;
 
+const char *const bench_peer_names[BENCH_NPEERS] = {"memcached", "redis", "shm"};
+
 const char *bench_peer_name(bench_peer_t p)
 {
-    static const char *const names[] = {"memcached", "redis", "shm"};
-    return p < BENCH_NPEERS ? names[p] : "?";
-}
-
-int bench_peer_mask(const char *list, unsigned *mask_p)
-{
-    unsigned mask = 0;
-    while (*list != '\0') {
-        size_t n = strcspn(list, ",");
-        unsigned p;
-        for (p = 0; p < BENCH_NPEERS; p++) {
-            if (strlen(bench_peer_name(p)) == n &&
-                strncmp(list, bench_peer_name(p), n) == 0) {
-                break;
-            }
-        }
-        if (p == BENCH_NPEERS) {
-            return -1;
-        }
-        mask |= 1u << p;
-        list += n + (list[n] == ',');
-    }
-    *mask_p = mask;
-    return 0;
+    return p < BENCH_NPEERS ? bench_peer_names[p] : "?";
 }
 
 void bench_peer_kill(void)

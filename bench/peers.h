@@ -43,8 +43,7 @@ typedef struct {
 
 /** "memcached", "redis", "shm". */
 const char *bench_peer_name(bench_peer_t p);
-/** Parse a comma list of peer names into a mask; -1 on an unknown name. */
-int bench_peer_mask(const char *list, unsigned *mask_p);
+extern const char *const bench_peer_names[BENCH_NPEERS];
 /** Start the peer (if it is a server), store and read every object `reps`
  *  times, check the bytes of the first round, stop it. 0 when measured; -1
  *  with res->note set when skipped or failed (the run goes on). */

@@ -82,9 +82,9 @@ struct bench_raw {
     ucs_status_t sink_error;
 };
 
-static const char *const bench_setup_names[BENCH_NSETUPS] = {"malloc", "thp", "shm-thp",
+const char *const bench_setup_names[BENCH_NSETUPS] = {"malloc", "thp", "shm-thp",
                                                               "ucx", "ucx-thp"};
-static const char *const bench_method_names[BENCH_NMETHODS] = {"am", "tag", "rma"};
+const char *const bench_method_names[BENCH_NMETHODS] = {"am", "tag", "rma"};
 
 const char *bench_setup_name(bench_setup_t s)
 {
@@ -99,39 +99,6 @@ const char *bench_method_name(bench_method_t m)
 const char *bench_dir_name(bench_dir_t d)
 {
     return d == BENCH_DIR_PUT ? "put" : "get";
-}
-
-static int bench_mask(const char *list, const char *const *names, unsigned n,
-                      unsigned *mask_p)
-{
-    unsigned mask = 0;
-    const char *p = list;
-    while (*p != '\0') {
-        size_t len = strcspn(p, ",");
-        unsigned i;
-        for (i = 0; i < n; i++) {
-            if (strlen(names[i]) == len && strncmp(p, names[i], len) == 0) {
-                break;
-            }
-        }
-        if (i == n) {
-            return -1;
-        }
-        mask |= 1u << i;
-        p += len + (p[len] == ',');
-    }
-    *mask_p = mask;
-    return mask != 0 ? 0 : -1;
-}
-
-int bench_setup_mask(const char *list, unsigned *mask_p)
-{
-    return bench_mask(list, bench_setup_names, BENCH_NSETUPS, mask_p);
-}
-
-int bench_method_mask(const char *list, unsigned *mask_p)
-{
-    return bench_mask(list, bench_method_names, BENCH_NMETHODS, mask_p);
 }
 
 /* ---- completion plumbing ------------------------------------------------------ */
