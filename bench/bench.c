@@ -257,9 +257,8 @@ static void bench_memcpy_measure(unsigned i, void *dst, const void *src)
  * sides), every method, both directions. */
 static int bench_raw_measure_setup(bench_child_t *child, bench_setup_t s, unsigned i)
 {
-    double secs[BENCH_MAX_REPS], sec;
+    double secs[BENCH_MAX_REPS];
     uint64_t size = opts.sizes[i];
-    bench_raw_session_t sess;
     char err[BENCH_ERR_LEN];
     bench_raw_t *raw;
     int rc = 0;
@@ -277,13 +276,11 @@ static int bench_raw_measure_setup(bench_child_t *child, bench_setup_t s, unsign
                 (double)avail / (1 << 30), (double)shm_free / (1 << 30));
         return -1;
     }
-    if (bench_child_raw_open(child, s, size, opts.spin_s, opts.timeout_s, &raw, &sess, err,
-                             sizeof(err)) != 0) {
+    if (bench_child_raw_open(child, s, size, opts.spin_s, opts.timeout_s, &raw,
+                             figs.raw_desc[s], err, sizeof(err)) != 0) {
         fprintf(stderr, "ckstore-bench: %s\n", err);
         return -1;
     }
-    snprintf(figs.raw_desc[s][0], sizeof(figs.raw_desc[s][0]), "%s", bench_raw_describe(raw));
-    snprintf(figs.raw_desc[s][1], sizeof(figs.raw_desc[s][1]), "%s", sess.child_desc);
     for (unsigned m = 0; m < BENCH_NMETHODS && rc == 0; m++) {
         if (!(opts.methods & (1u << m))) {
             continue;
@@ -300,23 +297,9 @@ static int bench_raw_measure_setup(bench_child_t *child, bench_setup_t s, unsign
         }
         bench_raw_set_spin(raw, child_spin); /* mirrors the child's setting */
         for (unsigned d = 0; d < BENCH_NDIRS && rc == 0; d++) {
-            double start = bench_now();
-            unsigned n   = 0;
-            for (unsigned r = 0; r < opts.warmup + opts.reps; r++) {
-                rc = bench_raw_transfer(raw, m, d, size, opts.timeout_s, &sec, err,
-                                        sizeof(err));
-                if (rc != 0) {
-                    fprintf(stderr, "ckstore-bench: %s (setup %s)\n", err,
-                            bench_setup_name(s));
-                    break;
-                }
-                if (r >= opts.warmup) {
-                    secs[n++] = sec;
-                }
-                if (n > 0 && bench_now() - start > BENCH_RAW_BUDGET_S) {
-                    break;
-                }
-            }
+            unsigned n;
+            rc = bench_raw_sample(raw, m, d, size, opts.warmup, opts.reps,
+                                  BENCH_RAW_BUDGET_S, opts.timeout_s, secs, &n);
             if (rc == 0) {
                 bench_stats(size, secs, n, &figs.raw[s][m][d][i].st);
                 figs.raw[s][m][d][i].ok = 1;

@@ -187,6 +187,7 @@ void bench_raw_address(bench_raw_t *r, const void **addr_p, size_t *len_p);
 int bench_raw_rkey(bench_raw_t *r, uint64_t *addr_p, void **rkey_p, size_t *len_p);
 void bench_raw_rkey_release(void *rkey);
 void *bench_raw_buffer(bench_raw_t *r);
+const char *bench_raw_setup_name(const bench_raw_t *r);
 /** What the buffer turned out to be: "sysv, 4 KiB pages", "thp 100%". */
 const char *bench_raw_describe(bench_raw_t *r);
 /** Endpoint to the peer by its worker address (no peer-failure mode). */
@@ -241,14 +242,17 @@ int bench_child_start(bench_child_t *c, uint64_t arena_size, double timeout_s, c
 void bench_child_stop(bench_child_t *c, double timeout_s);
 
 /** Parent side of one raw session: the child builds a sink of `setup` and
- *  both sides connect; `raw` is the parent's side (created here). */
-typedef struct {
-    char child_desc[64];  /* the child's buffer, as bench_raw_describe() */
-} bench_raw_session_t;
-
+ *  both sides connect; `raw` is the parent's side (created here); desc gets
+ *  what backs each side's buffer (bench_raw_describe(): ours, the child's). */
 int bench_child_raw_open(bench_child_t *c, bench_setup_t setup, size_t buf_size,
                          double spin_s, double timeout_s, bench_raw_t **raw_p,
-                         bench_raw_session_t *sess, char *err, size_t errlen);
+                         char (*desc)[64], char *err, size_t errlen);
+/** warmup + reps timed transfers of one method and direction, sampling for
+ *  at most budget_s seconds (one sample at least): their seconds into secs,
+ *  the count into *n_p. 0, or -1 (said on stderr). */
+int bench_raw_sample(bench_raw_t *raw, bench_method_t m, bench_dir_t d, size_t size,
+                     unsigned warmup, unsigned reps, double budget_s, double timeout_s,
+                     double *secs, unsigned *n_p);
 void bench_child_raw_close(bench_child_t *c, bench_raw_t *raw, double timeout_s);
 /** Change how long the child's side busy-polls before it sleeps (< 0: always). */
 int bench_child_raw_spin(bench_child_t *c, bench_raw_t *raw, double spin_s, double timeout_s);

@@ -217,46 +217,28 @@ int cl_refs_raw(cl_ctx_t *x)
     unsigned reps = cl_ref_reps(x);
 
     for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
-        bench_raw_session_t sess;
         bench_raw_t *raw;
         if (!(x->o.raw_setups & (1u << s))) {
             continue;
         }
         if (bench_child_raw_open(&x->child, s, x->o.size, 200e-6, x->o.timeout_s, &raw,
-                                 &sess, err, sizeof(err)) != 0) {
+                                 x->refs.raw_desc[s], err, sizeof(err)) != 0) {
             fprintf(stderr, "ckstore-bench: %s\n", err);
             return -1;
         }
-        snprintf(x->refs.raw_desc[s][0], sizeof(x->refs.raw_desc[s][0]), "%s",
-                 bench_raw_describe(raw));
-        snprintf(x->refs.raw_desc[s][1], sizeof(x->refs.raw_desc[s][1]), "%s",
-                 sess.child_desc);
         for (unsigned mi = 0; mi < sizeof(methods) / sizeof(methods[0]); mi++) {
-            unsigned m = methods[mi];
+            unsigned m = methods[mi], n;
             for (unsigned d = 0; d < BENCH_NDIRS; d++) {
-                double start = bench_now(), sec;
                 double cpu0 = bench_proc_cpu_s(getpid()) + bench_proc_cpu_s(x->child.pid);
-                unsigned n = 0, done = 0;
-                for (unsigned r = 0; r < reps + 1; r++) {
-                    if (bench_raw_transfer(raw, m, d, x->o.size, x->o.timeout_s, &sec,
-                                           err, sizeof(err)) != 0) {
-                        fprintf(stderr, "ckstore-bench: %s (setup %s)\n", err,
-                                bench_setup_name(s));
-                        bench_child_raw_close(&x->child, raw, x->o.timeout_s);
-                        return -1;
-                    }
-                    done++;
-                    if (r > 0) {
-                        secs[n++] = sec;
-                    }
-                    if (n > 0 && bench_now() - start > CL_RAW_BUDGET_S) {
-                        break;
-                    }
+                if (bench_raw_sample(raw, m, d, x->o.size, 1, reps, CL_RAW_BUDGET_S,
+                                     x->o.timeout_s, secs, &n) != 0) {
+                    bench_child_raw_close(&x->child, raw, x->o.timeout_s);
+                    return -1;
                 }
                 cl_fig_add(&x->refs.raw[s][m][d], x->o.size, secs, n);
                 x->refs.raw_cpu_s[s][m][d] +=
                     bench_proc_cpu_s(getpid()) + bench_proc_cpu_s(x->child.pid) - cpu0;
-                x->refs.raw_cpu_bytes[s][m][d] += (uint64_t)done * x->o.size;
+                x->refs.raw_cpu_bytes[s][m][d] += (uint64_t)(n + 1) * x->o.size;
             }
         }
         snprintf(x->refs.raw_tls[s], sizeof(x->refs.raw_tls[s]), "%s",

@@ -544,7 +544,7 @@ void bench_child_stop(bench_child_t *c, double timeout_s)
 
 int bench_child_raw_open(bench_child_t *c, bench_setup_t setup, size_t buf_size,
                          double spin_s, double timeout_s, bench_raw_t **raw_p,
-                         bench_raw_session_t *sess, char *err, size_t errlen)
+                         char (*desc)[64], char *err, size_t errlen)
 {
     bench_ctl_open_t o = {setup, 0, buf_size, spin_s};
     bench_ctl_open_reply_t rep;
@@ -588,7 +588,8 @@ int bench_child_raw_open(bench_child_t *c, bench_setup_t setup, size_t buf_size,
                              errlen) != 0) {
         goto err_close;
     }
-    snprintf(sess->child_desc, sizeof(sess->child_desc), "%s", rep.desc);
+    snprintf(desc[0], sizeof(desc[0]), "%s", bench_raw_describe(raw));
+    snprintf(desc[1], sizeof(desc[1]), "%s", rep.desc);
     free(msg);
     *raw_p = raw;
     return 0;
@@ -638,4 +639,27 @@ void bench_child_raw_close(bench_child_t *c, bench_raw_t *raw, double timeout_s)
         }
     }
     bench_raw_destroy(raw);
+}
+
+int bench_raw_sample(bench_raw_t *raw, bench_method_t m, bench_dir_t d, size_t size,
+                     unsigned warmup, unsigned reps, double budget_s, double timeout_s,
+                     double *secs, unsigned *n_p)
+{
+    double start = bench_now(), sec;
+    char err[BENCH_ERR_LEN];
+    *n_p = 0;
+    for (unsigned r = 0; r < warmup + reps; r++) {
+        if (bench_raw_transfer(raw, m, d, size, timeout_s, &sec, err, sizeof(err)) != 0) {
+            fprintf(stderr, "ckstore-bench: %s (setup %s)\n", err,
+                    bench_raw_setup_name(raw));
+            return -1;
+        }
+        if (r >= warmup) {
+            secs[(*n_p)++] = sec;
+        }
+        if (*n_p > 0 && bench_now() - start > budget_s) {
+            break;
+        }
+    }
+    return 0;
 }

@@ -96,6 +96,11 @@ const char *bench_method_name(bench_method_t m)
     return m < BENCH_NMETHODS ? bench_method_names[m] : "?";
 }
 
+const char *bench_raw_setup_name(const bench_raw_t *r)
+{
+    return bench_setup_name(r->setup);
+}
+
 const char *bench_dir_name(bench_dir_t d)
 {
     return d == BENCH_DIR_PUT ? "put" : "get";
