@@ -34,7 +34,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -68,14 +67,6 @@ static struct {
     pid_t pid[FB_MAX_SERVERS];
     uint16_t port[FB_MAX_SERVERS];
 } fb;
-
-static int fb_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static int fb_start_servers(uint64_t arena)
 {
@@ -545,7 +536,7 @@ int cks_bench_flush_main(int argc, char **argv)
             goto fail;
         }
         snprintf(vdir, sizeof(vdir), "%s/bench/%020" PRIu64, fb.root, v + 1);
-        nftw(vdir, fb_rm, 16, FTW_DEPTH | FTW_PHYS); /* room on the disk */
+        bench_rm_tree(vdir); /* room on the disk */
         ratio[rep]    = alone_s[rep] / busy_s[rep];
         flush4_s[rep] = fl.t1 - fl.t0;
         overlap[rep]  = ((fl.t1 < snap_t1 ? fl.t1 : snap_t1) - snap_t0) / (snap_t1 - snap_t0);
@@ -601,6 +592,6 @@ out:
         cks_client_destroy(c);
     }
     fb_stop_servers();
-    nftw(fb.root, fb_rm, 16, FTW_DEPTH | FTW_PHYS);
+    bench_rm_tree(fb.root);
     return rc;
 }

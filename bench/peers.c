@@ -221,27 +221,22 @@ static int peer_rounds(const char *name, const bench_peer_params_t *pp, void *ct
 }
 
 #if CKS_BENCH_HAVE_MEMCACHED || CKS_BENCH_HAVE_HIREDIS
-/* writev everything (the socket has a send timeout). */
-static int peer_writev_all(int fd, struct iovec *iov, int n)
+/* A reply line up to its CRLF, a byte at a time (a few bytes: no payload
+ * read by mistake), NUL-terminated. */
+static int peer_read_line(int fd, char *line, size_t cap, double deadline, char *err,
+                          size_t errlen)
 {
-    while (n > 0) {
-        ssize_t w = writev(fd, iov, n);
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w <= 0) {
+    size_t have = 0;
+    while (have < cap - 1) {
+        if (bench_read_full(fd, line + have, 1, deadline) != 0) {
+            snprintf(err, errlen, "read: %s", strerror(errno));
             return -1;
         }
-        while (n > 0 && (size_t)w >= iov->iov_len) {
-            w -= (ssize_t)iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (uint8_t *)iov->iov_base + w;
-            iov->iov_len -= (size_t)w;
+        if (++have >= 2 && line[have - 2] == '\r' && line[have - 1] == '\n') {
+            break;
         }
     }
+    line[have] = '\0';
     return 0;
 }
 #endif
@@ -359,26 +354,18 @@ static int peer_mc_set(void *ctx, const char *key, const uint8_t *src, uint8_t *
 {
     peer_mc_t *c = ctx;
     char head[128], reply[16];
-    size_t have = 0;
     double deadline = bench_now() + c->timeout_s;
     (void)dst;
     int hn = snprintf(head, sizeof(head), "set %s 0 0 %llu\r\n", key,
                       (unsigned long long)size);
     struct iovec iov[3] = {{head, (size_t)hn}, {(void *)src, size}, {"\r\n", 2}};
-    if (peer_writev_all(c->fd, iov, 3) != 0) {
+    if (bench_writev_full(c->fd, iov, 3) != 0) {
         snprintf(err, errlen, "write: %s", strerror(errno));
         return -1;
     }
-    while (have < sizeof(reply) - 1) {
-        if (bench_read_full(c->fd, reply + have, 1, deadline) != 0) {
-            snprintf(err, errlen, "read: %s", strerror(errno));
-            return -1;
-        }
-        if (++have >= 2 && reply[have - 2] == '\r' && reply[have - 1] == '\n') {
-            break;
-        }
+    if (peer_read_line(c->fd, reply, sizeof(reply), deadline, err, errlen) != 0) {
+        return -1;
     }
-    reply[have] = '\0';
     if (strcmp(reply, "STORED\r\n") != 0) {
         snprintf(err, errlen, "memcached answered '%.*s'", (int)strcspn(reply, "\r"),
                  reply);
@@ -418,10 +405,9 @@ static int peer_mc_get(void *ctx, const char *key, const uint8_t *src, uint8_t *
 static int peer_memcached(const bench_peer_params_t *pp, bench_peer_res_t *res)
 {
     char bin[4096], port_s[16], item_s[32], mem_s[32];
-    char *argv[24];
     uint16_t port;
     uint64_t max, total = peer_total(pp, &max);
-    int n = 0, rc = -1;
+    int rc = -1;
     peer_mc_t c = {.fd = -1};
 
     if (bench_which("memcached", bin, sizeof(bin)) != 0) {
@@ -449,23 +435,10 @@ static int peer_memcached(const bench_peer_params_t *pp, bench_peer_res_t *res)
     snprintf(port_s, sizeof(port_s), "%u", port);
     snprintf(item_s, sizeof(item_s), "%llum", (unsigned long long)item_mb);
     snprintf(mem_s, sizeof(mem_s), "%llu", (unsigned long long)mem_mb);
-    argv[n++] = bin;
-    argv[n++] = "-l";
-    argv[n++] = "127.0.0.1";
-    argv[n++] = "-p";
-    argv[n++] = port_s;
-    argv[n++] = "-U";
-    argv[n++] = "0";
-    argv[n++] = "-I";
-    argv[n++] = item_s;
-    argv[n++] = "-m";
-    argv[n++] = mem_s;
-    argv[n++] = "-M"; /* an error when full, never a silent eviction */
-    if (geteuid() == 0) {
-        argv[n++] = "-u"; /* memcached refuses to run as root without it */
-        argv[n++] = "root";
-    }
-    argv[n] = NULL;
+    char *argv[] = {bin, "-l", "127.0.0.1", "-p", port_s, "-U", "0", "-I", item_s, "-m",
+                    mem_s, "-M", /* an error when full, never a silent eviction */
+                    /* memcached refuses to run as root without -u */
+                    geteuid() == 0 ? "-u" : NULL, "root", NULL};
     if (peer_server_start(argv, port, pp->timeout_s, res) != 0) {
         goto out;
     }
@@ -536,7 +509,7 @@ static int peer_redis_set(void *ctx, const char *key, const uint8_t *src, uint8_
     int hn = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%llu\r\n",
                       strlen(key), key, (unsigned long long)size);
     struct iovec iov[3] = {{head, (size_t)hn}, {(void *)src, size}, {"\r\n", 2}};
-    if (peer_writev_all(c->rc->fd, iov, 3) != 0) {
+    if (bench_writev_full(c->rc->fd, iov, 3) != 0) {
         snprintf(err, errlen, "write: %s", strerror(errno));
         return -1;
     }
@@ -561,7 +534,6 @@ static int peer_redis_get(void *ctx, const char *key, const uint8_t *src, uint8_
 {
     peer_redis_t *c = ctx;
     char cmd[128], head[64];
-    size_t have = 0;
     double deadline = bench_now() + c->timeout_s;
     (void)src;
     int n =
@@ -571,16 +543,9 @@ static int peer_redis_get(void *ctx, const char *key, const uint8_t *src, uint8_
         return -1;
     }
     /* the header, a byte at a time (a few bytes: no payload read by mistake) */
-    while (have < sizeof(head) - 1) {
-        if (bench_read_full(c->rc->fd, head + have, 1, deadline) != 0) {
-            snprintf(err, errlen, "read: %s", strerror(errno));
-            return -1;
-        }
-        if (++have >= 2 && head[have - 2] == '\r' && head[have - 1] == '\n') {
-            break;
-        }
+    if (peer_read_line(c->rc->fd, head, sizeof(head), deadline, err, errlen) != 0) {
+        return -1;
     }
-    head[have] = '\0';
     unsigned long long len = 0;
     if (head[0] != '$' || sscanf(head + 1, "%llu", &len) != 1 || len != size) {
         snprintf(err, errlen, "reply '%.40s', expected $%llu", head,
@@ -598,10 +563,9 @@ static int peer_redis_get(void *ctx, const char *key, const uint8_t *src, uint8_
 static int peer_redis(const bench_peer_params_t *pp, bench_peer_res_t *res)
 {
     char bin[4096], port_s[16], bulk_s[32], qbuf_s[32], ver[32] = "?";
-    char *argv[32];
     uint16_t port;
     uint64_t max;
-    int n = 0, rc = -1;
+    int rc = -1;
     peer_redis_t c = {NULL, pp->timeout_s};
 
     peer_total(pp, &max);
@@ -626,26 +590,11 @@ static int peer_redis(const bench_peer_params_t *pp, bench_peer_res_t *res)
     snprintf(port_s, sizeof(port_s), "%u", port);
     snprintf(bulk_s, sizeof(bulk_s), "%llu", (unsigned long long)bulk);
     snprintf(qbuf_s, sizeof(qbuf_s), "%llu", (unsigned long long)qbuf);
-    argv[n++] = bin;
-    argv[n++] = "--bind";
-    argv[n++] = "127.0.0.1";
-    argv[n++] = "--port";
-    argv[n++] = port_s;
-    argv[n++] = "--save";
-    argv[n++] = "";
-    argv[n++] = "--appendonly";
-    argv[n++] = "no";
-    argv[n++] = "--proto-max-bulk-len";
-    argv[n++] = bulk_s;
-    argv[n++] = "--client-query-buffer-limit";
-    argv[n++] = qbuf_s;
-    argv[n++] = "--dir";
-    argv[n++] = "/tmp"; /* nothing is written there: no RDB, no AOF */
-    argv[n++] = "--logfile";
-    argv[n++] = "";
-    argv[n++] = "--daemonize";
-    argv[n++] = "no";
-    argv[n] = NULL;
+    char *argv[] = {bin, "--bind", "127.0.0.1", "--port", port_s, "--save", "",
+                    "--appendonly", "no", "--proto-max-bulk-len", bulk_s,
+                    "--client-query-buffer-limit", qbuf_s,
+                    "--dir", "/tmp", /* nothing is written there: no RDB, no AOF */
+                    "--logfile", "", "--daemonize", "no", NULL};
     if (peer_server_start(argv, port, pp->timeout_s, res) != 0) {
         goto out;
     }
