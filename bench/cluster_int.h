@@ -487,7 +487,7 @@ void cl_peer_targets(cl_ctx_t *x, bench_report_t *rep, double stored, double res
 
 /* ---- cluster_report.c -------------------------------------------------------------- */
 
-double cl_median(double *v, unsigned n);
+double cl_median(const double *v, unsigned n);
 /** GB/s statistics of a list of seconds for `bytes` (the list is kept). */
 void cl_stats_of(uint64_t bytes, const double *secs, unsigned n, bench_stats_t *st);
 /** min / median / max of plain values (the list is kept). */

@@ -38,14 +38,15 @@ static unsigned cl_ref_reps(cl_ctx_t *x)
     return x->o.reps > 5 ? x->o.reps : 5;
 }
 
-/* The server encoder's per-object work (server/encoder.c): CRC-64 of the
- * object, then per stripe encode and CRC-64 of each of the k + m chunks. */
-static void cl_encode_crc(cl_ctx_t *x, cks_ec_h ec, uint8_t *data, uint8_t *parity,
-                          uint64_t stripes, uint64_t size)
+/* Encode every stripe; with crc, the server encoder's per-object work
+ * (server/encoder.c): CRC-64 of the object, then per stripe encode and
+ * CRC-64 of each of the k + m chunks. */
+static void cl_encode(cl_ctx_t *x, cks_ec_h ec, uint8_t *data, uint8_t *parity,
+                      uint64_t stripes, uint64_t size, int crc)
 {
     const unsigned k = x->o.k, m = x->o.m;
     const uint64_t chunk = x->o.chunk;
-    volatile uint64_t sink = cks_crc64(0, data, size);
+    volatile uint64_t sink = crc ? cks_crc64(0, data, size) : 0;
     for (uint64_t s = 0; s < stripes; s++) {
         const uint8_t *d[CKS_EC_MAX_K];
         uint8_t *p[CKS_EC_MAX_M];
@@ -56,11 +57,8 @@ static void cl_encode_crc(cl_ctx_t *x, cks_ec_h ec, uint8_t *data, uint8_t *pari
             p[i] = parity + (s * m + i) * chunk;
         }
         cks_ec_encode(ec, chunk, d, p);
-        for (unsigned i = 0; i < k; i++) {
-            sink ^= cks_crc64(0, d[i], chunk);
-        }
-        for (unsigned i = 0; i < m; i++) {
-            sink ^= cks_crc64(0, p[i], chunk);
+        for (unsigned i = 0; crc && i < k + m; i++) {
+            sink ^= cks_crc64(0, i < k ? d[i] : p[i - k], chunk);
         }
     }
     (void)sink;
@@ -98,34 +96,18 @@ int cl_refs_isal(cl_ctx_t *x)
     bench_fill(data.ptr, dbytes, 99);
     x->refs.isal_bytes = dbytes;
 
-    /* encode: input (data) bytes per second, one thread, data from DRAM */
-    for (unsigned r = 0; r <= reps; r++) {
-        double t0 = bench_now();
-        for (uint64_t s = 0; s < stripes; s++) {
-            const uint8_t *d[CKS_EC_MAX_K];
-            uint8_t *p[CKS_EC_MAX_M];
-            for (unsigned i = 0; i < k; i++) {
-                d[i] = (const uint8_t *)data.ptr + (s * k + i) * chunk;
+    /* encode (input bytes per second, one thread, data from DRAM), alone and
+     * with the CRCs; the first round is the warm-up */
+    for (int crc = 0; crc <= 1; crc++) {
+        for (unsigned r = 0; r <= reps; r++) {
+            double t0 = bench_now();
+            cl_encode(x, ec, data.ptr, parity.ptr, stripes, dbytes, crc);
+            if (r > 0) {
+                secs[r - 1] = bench_now() - t0;
             }
-            for (unsigned i = 0; i < m; i++) {
-                p[i] = (uint8_t *)parity.ptr + (s * m + i) * chunk;
-            }
-            cks_ec_encode(ec, chunk, d, p);
         }
-        if (r > 0) { /* the first is the warm-up */
-            secs[r - 1] = bench_now() - t0;
-        }
+        cl_fig_add(crc ? &x->refs.encode_crc : &x->refs.encode, dbytes, secs, reps);
     }
-    cl_fig_add(&x->refs.encode, dbytes, secs, reps);
-
-    for (unsigned r = 0; r <= reps; r++) {
-        double t0 = bench_now();
-        cl_encode_crc(x, ec, data.ptr, parity.ptr, stripes, dbytes);
-        if (r > 0) {
-            secs[r - 1] = bench_now() - t0;
-        }
-    }
-    cl_fig_add(&x->refs.encode_crc, dbytes, secs, reps);
 
     /* decode with e erasures (data chunks 0 .. e-1 lost, rebuilt into
      * scratch): object bytes rebuilt per second; the check of the first

@@ -6,18 +6,15 @@
 #include "cluster_int.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-double cl_median(double *v, unsigned n)
+double cl_median(const double *v, unsigned n)
 {
-    bench_stats_t st;
-    /* bench_stats gives bytes/s of a time; use 1 GB to get 1/t, then invert */
-    if (n == 0) {
-        return NAN;
-    }
-    bench_stats((uint64_t)BENCH_GB, v, n, &st);
-    return 1.0 / st.median;
+    double mn, md, mx;
+    cl_vstats(v, n, &mn, &md, &mx);
+    return md;
 }
 
 void cl_rec_common(const cl_ctx_t *x, bench_rec_t *r, const char *op)
@@ -170,8 +167,7 @@ void cl_print_main(cl_ctx_t *x, bench_report_t *rep)
 
     /* what the seal costs after STORED: encode + CRC + chunk sends + commit on
      * the servers, overlapped with the puts, so this is not an encode rate */
-    memcpy(tails, x->fig.tail, sizeof(tails));
-    tail_s = cl_median(tails, x->fig.nsnap);
+    tail_s = cl_median(x->fig.tail, x->fig.nsnap);
     if (isfinite(raw_get) && x->fig.nrestore[0] > 0) {
         /* the serving servers copy every chunk into the client's memory and
          * CRC each slice from cache right after its copy (not counted here:
@@ -285,7 +281,7 @@ void cl_stats_of(uint64_t bytes, const double *secs, unsigned n, bench_stats_t *
     bench_stats(bytes, tmp, n, st);
 }
 
-/* min / median / max of plain values. */
+/* min / median / max of plain values (NAN when there are none). */
 void cl_vstats(const double *v, unsigned n, double *min_p, double *med_p, double *max_p)
 {
     double tmp[CL_MAX_SNAPS];
@@ -295,15 +291,7 @@ void cl_vstats(const double *v, unsigned n, double *min_p, double *med_p, double
     }
     n = n > CL_MAX_SNAPS ? CL_MAX_SNAPS : n;
     memcpy(tmp, v, n * sizeof(*tmp));
-    for (unsigned i = 1; i < n; i++) { /* insertion sort: n is small */
-        double x = tmp[i];
-        unsigned j = i;
-        while (j > 0 && tmp[j - 1] > x) {
-            tmp[j] = tmp[j - 1];
-            j--;
-        }
-        tmp[j] = x;
-    }
+    qsort(tmp, n, sizeof(*tmp), bench_cmp_double);
     *min_p = tmp[0];
     *max_p = tmp[n - 1];
     *med_p = n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
@@ -477,15 +465,10 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
     }
 }
 
-/* median of v[first .. n-1] (NAN when empty); v is not reordered */
+/* median of v[first .. n-1] (NAN when empty) */
 double cl_cw_median_from(const double *v, unsigned first, unsigned n)
 {
-    double tmp[CL_MAX_SNAPS];
-    unsigned k = 0;
-    for (unsigned i = first; i < n && k < CL_MAX_SNAPS; i++) {
-        tmp[k++] = v[i];
-    }
-    return k > 0 ? cl_median(tmp, k) : NAN;
+    return first < n ? cl_median(v + first, n - first) : NAN;
 }
 
 double cl_cw_gbps(const cl_ctx_t *x, double secs)

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef CKS_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -47,20 +46,13 @@ static int gpu_devices(char *why, size_t len)
 }
 
 #ifdef CKS_HAVE_CUDA
-static double gpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 typedef struct {
     double t_copied;
 } gpu_copied_t;
 
 static void gpu_copied_cb(void *arg, cks_status_t st)
 {
-    ((gpu_copied_t *)arg)->t_copied = gpu_now();
+    ((gpu_copied_t *)arg)->t_copied = bench_now();
 }
 
 typedef struct {
@@ -101,11 +93,11 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
     memset(host, 0x5a, size);
     cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice);
     for (unsigned r = 0; r < reps; r++) { /* the references: best of reps */
-        double t0 = gpu_now();
+        double t0 = bench_now();
         cudaMemcpy(host, dev, size, cudaMemcpyDeviceToHost);
-        double t1 = gpu_now();
+        double t1 = bench_now();
         cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice);
-        double t2 = gpu_now();
+        double t2 = bench_now();
         d2h = t1 - t0 < d2h ? t1 - t0 : d2h;
         h2d = t2 - t1 < h2d ? t2 - t1 : h2d;
     }
@@ -131,7 +123,7 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
         p.mem_type   = CKS_MEM_CUDA;
         p.copied_cb  = gpu_copied_cb;
         p.copied_arg = &cp;
-        double t0 = gpu_now();
+        double t0 = bench_now();
         cks_status_t st = cks_put_nb(c, &p, gpu_done_cb, &w);
         if (st == CKS_INPROGRESS) {
             pthread_mutex_lock(&w.lock);
@@ -141,7 +133,7 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
             pthread_mutex_unlock(&w.lock);
             st = w.st;
         }
-        double t1 = gpu_now();
+        double t1 = bench_now();
         if (st != CKS_OK) {
             char err[256];
             cks_client_last_error(c, err, sizeof(err));
@@ -165,9 +157,9 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
         g.buffer           = dev;
         g.buffer_size      = size;
         g.mem_type         = CKS_MEM_CUDA;
-        t0 = gpu_now();
+        t0 = bench_now();
         st = cks_get(rh, &g, &len);
-        t1 = gpu_now();
+        t1 = bench_now();
         cks_restore_close(rh);
         (void)cks_version_delete(c, vp.job, vp.version);
         if (st != CKS_OK || len != size) {
