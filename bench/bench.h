@@ -9,6 +9,7 @@
  *   mem.c       buffers (malloc, anonymous THP, shmem THP), page checks, memcpy
  *   raw_ucx.c   the plain UCX loop (one side of it: driver or sink)
  *   embedded.c  the child process: a ckstore server plus the raw UCX sink
+ *   opts.c      the command lines (option tables) of every subcommand
  *
  * Everything here is a tool, not a library: errors are reported once, where
  * they are found, on stderr, and the caller unwinds.

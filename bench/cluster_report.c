@@ -311,12 +311,6 @@ double cl_ck_median(const cl_ctx_t *x, int restore)
     return st.median;
 }
 
-typedef struct {
-    const char *what, *phase, *who;
-    const double *v;
-    unsigned n, down;
-} cl_cpu_row_t;
-
 /* The record of a per-snapshot figure in ms, up to its min / median / max. */
 static bench_rec_t *cl_rec_ms(const cl_ctx_t *x, bench_report_t *rep, const char *op,
                               const char *bytes_key, uint64_t bytes, double mn, double md,
@@ -372,61 +366,31 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
         NULL) {
         bench_rec_u64(r, "reps", x->fig.nsnap);
     }
-    cl_cpu_row_t cpu[2 + 2 * (CL_MAX_DOWN + 1)];
-    unsigned nc = 0;
-    cpu[nc++] = (cl_cpu_row_t){"server CPU s per GB, snapshot",
-                               "snapshot",
-                               "servers",
-                               x->fig.srv_cpu_snap,
-                               x->fig.ncpu_snap,
-                               0};
-    cpu[nc++] = (cl_cpu_row_t){"client CPU s per GB, snapshot",
-                               "snapshot",
-                               "clients",
-                               x->fig.cli_cpu_snap,
-                               x->fig.ncpu_snap,
-                               0};
-    for (unsigned d = 0; d <= x->fig.ndown; d++) {
-        static const char *const sw[] = {"server CPU s per GB, restore",
-                                         "server CPU s per GB, "
-                                         "restore 1 down",
-                                         "server CPU s per GB, restore 2 down"};
-        static const char *const cw[] = {"client CPU s per GB, restore",
-                                         "client CPU s per GB, "
-                                         "restore 1 down",
-                                         "client CPU s per GB, restore 2 down"};
-        cpu[nc++] = (cl_cpu_row_t){sw[d],
-                                   "restore",
-                                   "servers",
-                                   x->fig.srv_cpu_restore[d],
-                                   x->fig.ncpu_restore[d],
-                                   d};
-        cpu[nc++] = (cl_cpu_row_t){cw[d],
-                                   "restore",
-                                   "clients",
-                                   x->fig.cli_cpu_restore[d],
-                                   x->fig.ncpu_restore[d],
-                                   d};
-    }
-    for (unsigned i = 0; i < nc; i++) {
-        if (cpu[i].n == 0) {
+    /* CPU per GB: snapshot, then restore at each level down; servers, clients */
+    for (unsigned i = 0; i < 2 * (x->fig.ndown + 2); i++) {
+        int cli = i % 2, snap = i < 2;
+        unsigned d = snap ? 0 : i / 2 - 1;
+        const double *v = snap ? (cli ? x->fig.cli_cpu_snap : x->fig.srv_cpu_snap)
+                               : (cli ? x->fig.cli_cpu_restore[d] : x->fig.srv_cpu_restore[d]);
+        unsigned n = snap ? x->fig.ncpu_snap : x->fig.ncpu_restore[d];
+        char what[80], down[24] = "";
+        if (n == 0) {
             continue;
         }
-        cl_vstats(cpu[i].v, cpu[i].n, &mn, &md, &mx);
-        cl_say(x, "%-44s %9.3f %9.3f %9.3f  %s\n", cpu[i].what, mn, md, mx,
-               i == 0 ? "utime + stime of every server process, /proc/PID/stat" : "");
-        if ((r = bench_report_add(rep)) != NULL) {
-            cl_rec_common(x, r,
-                          strcmp(cpu[i].who, "servers") == 0 ? "server_cpu_per_gb"
-                                                             : "client_cpu_per_gb");
-            bench_rec_kv(r, KS("phase", cpu[i].phase), KU("servers_down", cpu[i].down),
-                         KU("servers", x->nmap),
-                         KU("clients", strcmp(cpu[i].phase, "restore") == 0
-                                           ? x->o.readers
-                                           : x->o.clients),
-                         KF("s_per_gb", md), KF("min_s_per_gb", mn),
-                         KF("max_s_per_gb", mx), KU("reps", cpu[i].n));
+        if (d > 0) {
+            snprintf(down, sizeof(down), " %u down", d);
         }
+        snprintf(what, sizeof(what), "%s CPU s per GB, %s%s", cli ? "client" : "server",
+                 snap ? "snapshot" : "restore", down);
+        cl_vstats(v, n, &mn, &md, &mx);
+        cl_say(x, "%-44s %9.3f %9.3f %9.3f  %s\n", what, mn, md, mx,
+               i == 0 ? "utime + stime of every server process, /proc/PID/stat" : "");
+        r = bench_report_add(rep);
+        cl_rec_common(x, r, cli ? "client_cpu_per_gb" : "server_cpu_per_gb");
+        bench_rec_kv(r, KS("phase", snap ? "snapshot" : "restore"), KU("servers_down", d),
+                     KU("servers", x->nmap), KU("clients", snap ? x->o.clients : x->o.readers),
+                     KF("s_per_gb", md), KF("min_s_per_gb", mn), KF("max_s_per_gb", mx),
+                     KU("reps", n));
     }
     if (x->fig.used_bytes > 0 || x->fig.rss > 0) {
         double logical = gb * x->o.versions * BENCH_GB;
