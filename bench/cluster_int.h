@@ -358,6 +358,7 @@ typedef struct cl_ctx {
      * workers */
     cks_test_netns_t net;
     volatile int net_up;
+    bench_peer_state_t peer;  /* the peer running now (cluster_peers.c) */
     volatile pid_t sweep_pid; /* the sweep point running now (a child) */
     struct cl_ctx *point;     /* its context, made by this process before the fork */
 

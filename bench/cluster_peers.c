@@ -49,7 +49,7 @@ int cl_measure_peers(cl_ctx_t *x)
             continue;
         }
         x->peer_tried[p] = 1;
-        if (bench_peer_run(p, &pp, &x->peerres[p]) != 0) {
+        if (bench_peer_run(&x->peer, p, &pp, &x->peerres[p]) != 0) {
             cl_say(x, "  peer %s: skipped: %s\n", bench_peer_name(p), x->peerres[p].note);
             continue;
         }
