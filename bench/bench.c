@@ -200,13 +200,14 @@ static uint64_t bench_arena_size(uint64_t max)
 /* Drop the sizes that do not fit in the memory this machine has free now:
  * the client's two buffers, the server's arena, one raw UCX buffer on each
  * side; /dev/shm holds the arena and, for shm-thp, both raw buffers. A
- * benchmark killed by the OOM killer tells nobody anything. */
-static void bench_fit_sizes(bench_ctx_t *x)
+ * benchmark killed by the OOM killer tells nobody anything. Returns the
+ * largest size left (0: none). */
+static uint64_t bench_fit_sizes(bench_ctx_t *x)
 {
     uint64_t avail = bench_mem_available(), shm_free = bench_shm_free();
     char sz[32];
 
-    while (x->o.nsizes > 0 && avail > 0) {
+    while (x->o.nsizes > 0) {
         uint64_t max = 0;
         unsigned at  = 0;
         for (unsigned i = 0; i < x->o.nsizes; i++) {
@@ -222,8 +223,9 @@ static void bench_fit_sizes(bench_ctx_t *x)
         if (raw && (x->o.setups & (1u << BENCH_SETUP_SHM_THP))) {
             shm += 2 * max;
         }
-        if (ram + ram / 8 <= avail && (shm_free == 0 || shm <= shm_free)) {
-            return;
+        if (avail == 0 ||
+            (ram + ram / 8 <= avail && (shm_free == 0 || shm <= shm_free))) {
+            return max;
         }
         fprintf(stderr,
                 "ckstore-bench: NOTE: %s skipped: it needs about %.1f GiB of memory (%.1f GiB "
@@ -238,15 +240,7 @@ static void bench_fit_sizes(bench_ctx_t *x)
                 (x->o.nsizes - at - 1) * sizeof(uint64_t));
         x->o.nsizes--;
     }
-}
-
-static uint64_t bench_max_size(const bench_ctx_t *x)
-{
-    uint64_t m = 0;
-    for (unsigned i = 0; i < x->o.nsizes; i++) {
-        m = x->o.sizes[i] > m ? x->o.sizes[i] : m;
-    }
-    return m;
+    return 0;
 }
 
 /* ---- measurements ------------------------------------------------------------------ */
@@ -688,13 +682,12 @@ static int bench_main(bench_ctx_t *x, int argc, char **argv)
     if (bench_parse_opts(x, argc, argv) != 0) {
         return 2;
     }
-    bench_fit_sizes(x);
-    if (x->o.nsizes == 0) {
+    max = bench_fit_sizes(x);
+    if (max == 0) {
         fprintf(stderr, "ckstore-bench: not enough memory for any size\n");
         return 1;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    max = bench_max_size(x);
     server = x->o.server;
 
     /* the child first: UCX must not be initialised in the parent before fork() */
