@@ -25,6 +25,7 @@
 #include "proc.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -71,16 +72,27 @@ typedef struct {
     char client_desc[64], arena_desc[64], server_desc[128];
 } bench_figs_t;
 
-static bench_opts_t opts;
-static bench_figs_t figs;
+/* One run's state: made in main, passed to every function that needs it. */
+typedef struct {
+    bench_opts_t o;
+    bench_figs_t f;
+    uint64_t version; /* the next version bench_ck_measure writes */
+} bench_ctx_t;
 
-#define say(...) \
-    do { \
-        if (!opts.quiet) { \
-            printf(__VA_ARGS__); \
-            fflush(stdout); \
-        } \
-    } while (0)
+static void say(const bench_ctx_t *x, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void say(const bench_ctx_t *x, const char *fmt, ...)
+{
+    va_list ap;
+    if (x->o.quiet) {
+        return;
+    }
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
 
 /* ---- options ------------------------------------------------------------------- */
 
@@ -121,156 +133,56 @@ static void bench_usage(FILE *f)
             "  -h, --help             this text\n");
 }
 
-static int bench_parse_sizes(const char *list)
+static int bench_parse_opts(bench_ctx_t *x, int argc, char **argv)
 {
-    char item[64];
-    opts.nsizes = 0;
-    while (*list != '\0') {
-        size_t len = strcspn(list, ",");
-        if (len >= sizeof(item) || opts.nsizes == BENCH_MAX_SIZES) {
-            return -1;
-        }
-        memcpy(item, list, len);
-        item[len] = '\0';
-        if (bench_size_parse(item, &opts.sizes[opts.nsizes]) != 0) {
-            return -1;
-        }
-        opts.nsizes++;
-        list += len + (list[len] == ',');
-    }
-    return opts.nsizes > 0 ? 0 : -1;
-}
-
-static int bench_parse_opts(int argc, char **argv)
-{
-    enum { OPT_RAW_SETUPS = 256, OPT_RAW_METHODS, OPT_RAW_SPIN, OPT_NO_RAW, OPT_CLIENT_MEM,
-           OPT_COPY_THREADS };
-    static const struct option longopts[] = {
-        {"sizes", required_argument, NULL, 's'},
-        {"max-size", required_argument, NULL, 'm'},
-        {"reps", required_argument, NULL, 'r'},
-        {"warmup", required_argument, NULL, 'w'},
-        {"json", required_argument, NULL, 'j'},
-        {"server", required_argument, NULL, 'S'},
-        {"raw-setups", required_argument, NULL, OPT_RAW_SETUPS},
-        {"raw-methods", required_argument, NULL, OPT_RAW_METHODS},
-        {"raw-spin", required_argument, NULL, OPT_RAW_SPIN},
-        {"no-raw", no_argument, NULL, OPT_NO_RAW},
-        {"copy-threads", required_argument, NULL, OPT_COPY_THREADS},
-        {"client-mem", required_argument, NULL, OPT_CLIENT_MEM},
-        {"timeout", required_argument, NULL, 't'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const char *const mem_names[] = {"malloc", "thp", "shm-thp", "ckstore"};
+    const bench_opt_t t[] = {
+        BOPT("sizes", 's', CALL, x->o.sizes, .hi = BENCH_MAX_SIZES, .fn = bench_opt_sizes,
+             .count = &x->o.nsizes),
+        BOPT("max-size", 'm', SIZE, &x->o.max_size),
+        BOPT("reps", 'r', UINT, &x->o.reps, .lo = 1, .hi = BENCH_MAX_REPS),
+        BOPT("warmup", 'w', UINT, &x->o.warmup, .hi = BENCH_MAX_REPS),
+        BOPT("json", 'j', STR, &x->o.json),
+        BOPT("server", 'S', STR, &x->o.server),
+        BOPT("raw-setups", 0, CALL, &x->o.setups, .hi = BENCH_NSETUPS,
+             .fn = bench_opt_mask, .names = bench_setup_names),
+        BOPT("raw-methods", 0, CALL, &x->o.methods, .hi = BENCH_NMETHODS,
+             .fn = bench_opt_mask, .names = bench_method_names),
+        BOPT("raw-spin", 0, DOUBLE, &x->o.spin_s),
+        BOPT("no-raw", 0, FLAG, &x->o.no_raw),
+        BOPT("copy-threads", 0, CALL, &x->o.copy_threads, .fn = bench_opt_copy_threads),
+        BOPT("client-mem", 0, CALL, &x->o.client_mem, .hi = 4, .fn = bench_opt_enum,
+             .names = mem_names),
+        BOPT("timeout", 't', DOUBLE, &x->o.timeout_s, .lo = 1),
+        BOPT("verbose", 'v', FLAG, &x->o.verbose),
+        BOPT("quiet", 'q', FLAG, &x->o.quiet),
+        BOPT("help", 'h', HELP, NULL),
     };
-    char *end;
-    int c;
+    int rc;
 
-    bench_parse_sizes("1M,4M,16M,64M,256M,1G");
-    opts.reps      = 5;
-    opts.warmup    = 1;
-    opts.timeout_s = 30;
-    opts.spin_s    = 200e-6;
-    opts.client_mem = BENCH_MEM_CKS;
-    opts.setups    = (1u << BENCH_NSETUPS) - 1;
-    opts.methods   = (1u << BENCH_NMETHODS) - 1;
-    for (int i = 0, used = 0; i < argc && used < (int)sizeof(opts.command) - 1; i++) {
-        used += snprintf(opts.command + used, sizeof(opts.command) - (size_t)used, "%s%s",
-                         i ? " " : "", argv[i]);
+    bench_parse_sizes("1M,4M,16M,64M,256M,1G", x->o.sizes, BENCH_MAX_SIZES, &x->o.nsizes);
+    x->o.reps = 5;
+    x->o.warmup = 1;
+    x->o.timeout_s = 30;
+    x->o.spin_s = 200; /* microseconds until parsed */
+    x->o.client_mem = BENCH_MEM_CKS;
+    x->o.setups = (1u << BENCH_NSETUPS) - 1;
+    x->o.methods = (1u << BENCH_NMETHODS) - 1;
+    bench_join_args(x->o.command, sizeof(x->o.command), "", argc, argv);
+    rc = bench_opts_parse("ckstore-bench", t, sizeof(t) / sizeof(t[0]), argc, argv);
+    if (rc != 0) {
+        bench_usage(rc > 0 ? stdout : stderr);
+        exit(rc > 0 ? 0 : 2);
     }
-
-    while ((c = getopt_long(argc, argv, "s:m:r:w:j:S:t:vqh", longopts, NULL)) != -1) {
-        switch (c) {
-            case 's':
-                if (bench_parse_sizes(optarg) != 0) {
-                    fprintf(stderr, "ckstore-bench: bad size list '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case 'm':
-                if (bench_size_parse(optarg, &opts.max_size) != 0) {
-                    fprintf(stderr, "ckstore-bench: bad size '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case 'r':
-            case 'w': {
-                errno           = 0;
-                unsigned long v = strtoul(optarg, &end, 10);
-                if (errno != 0 || *end != '\0' || v > BENCH_MAX_REPS || (c == 'r' && v == 0)) {
-                    fprintf(stderr, "ckstore-bench: bad count '%s'\n", optarg);
-                    return -1;
-                }
-                *(c == 'r' ? &opts.reps : &opts.warmup) = (unsigned)v;
-                break;
-            }
-            case 'j': opts.json = optarg; break;
-            case 'S': opts.server = optarg; break;
-            case OPT_RAW_SETUPS:
-                if (bench_setup_mask(optarg, &opts.setups) != 0) {
-                    fprintf(stderr, "ckstore-bench: bad setup list '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case OPT_RAW_METHODS:
-                if (bench_method_mask(optarg, &opts.methods) != 0) {
-                    fprintf(stderr, "ckstore-bench: bad method list '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case OPT_RAW_SPIN:
-                opts.spin_s = strtod(optarg, &end) * 1e-6;
-                if (*end != '\0') {
-                    fprintf(stderr, "ckstore-bench: bad spin time '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case OPT_NO_RAW: opts.no_raw = 1; break;
-            case OPT_COPY_THREADS:
-                if (bench_copy_threads_parse(optarg, &opts.copy_threads) != 0) {
-                    return -1;
-                }
-                break;
-            case OPT_CLIENT_MEM:
-                if (strcmp(optarg, "ckstore") == 0) {
-                    opts.client_mem = BENCH_MEM_CKS;
-                } else if (strcmp(optarg, "thp") == 0) {
-                    opts.client_mem = BENCH_MEM_THP;
-                } else if (strcmp(optarg, "malloc") == 0) {
-                    opts.client_mem = BENCH_MEM_MALLOC;
-                } else if (strcmp(optarg, "shm-thp") == 0) {
-                    opts.client_mem = BENCH_MEM_SHM_THP;
-                } else {
-                    fprintf(stderr, "ckstore-bench: bad client memory '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case 't':
-                opts.timeout_s = strtod(optarg, &end);
-                if (*end != '\0' || !(opts.timeout_s > 0)) {
-                    fprintf(stderr, "ckstore-bench: bad timeout '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case 'v': opts.verbose = 1; break;
-            case 'q': opts.quiet = 1; break;
-            case 'h': bench_usage(stdout); exit(0);
-            default: bench_usage(stderr); return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "ckstore-bench: unexpected argument '%s'\n", argv[optind]);
-        return -1;
-    }
-    if (opts.max_size > 0) {
+    x->o.spin_s *= 1e-6;
+    if (x->o.max_size > 0) {
         unsigned n = 0;
-        for (unsigned i = 0; i < opts.nsizes; i++) {
-            if (opts.sizes[i] <= opts.max_size) {
-                opts.sizes[n++] = opts.sizes[i];
+        for (unsigned i = 0; i < x->o.nsizes; i++) {
+            if (x->o.sizes[i] <= x->o.max_size) {
+                x->o.sizes[n++] = x->o.sizes[i];
             }
         }
-        opts.nsizes = n;
+        x->o.nsizes = n;
         if (n == 0) {
             fprintf(stderr, "ckstore-bench: no size left under --max-size\n");
             return -1;
@@ -288,30 +200,32 @@ static uint64_t bench_arena_size(uint64_t max)
 /* Drop the sizes that do not fit in the memory this machine has free now:
  * the client's two buffers, the server's arena, one raw UCX buffer on each
  * side; /dev/shm holds the arena and, for shm-thp, both raw buffers. A
- * benchmark killed by the OOM killer tells nobody anything. */
-static void bench_fit_sizes(void)
+ * benchmark killed by the OOM killer tells nobody anything. Returns the
+ * largest size left (0: none). */
+static uint64_t bench_fit_sizes(bench_ctx_t *x)
 {
     uint64_t avail = bench_mem_available(), shm_free = bench_shm_free();
     char sz[32];
 
-    while (opts.nsizes > 0 && avail > 0) {
+    while (x->o.nsizes > 0) {
         uint64_t max = 0;
         unsigned at  = 0;
-        for (unsigned i = 0; i < opts.nsizes; i++) {
-            if (opts.sizes[i] > max) {
-                max = opts.sizes[i];
+        for (unsigned i = 0; i < x->o.nsizes; i++) {
+            if (x->o.sizes[i] > max) {
+                max = x->o.sizes[i];
                 at  = i;
             }
         }
-        int embedded = opts.server == NULL;
-        int raw      = embedded && !opts.no_raw;
+        int embedded = x->o.server == NULL;
+        int raw = embedded && !x->o.no_raw;
         uint64_t ram = 2 * max + (embedded ? bench_arena_size(max) : 0) + (raw ? 2 * max : 0);
         uint64_t shm = embedded ? bench_arena_size(max) : 0;
-        if (raw && (opts.setups & (1u << BENCH_SETUP_SHM_THP))) {
+        if (raw && (x->o.setups & (1u << BENCH_SETUP_SHM_THP))) {
             shm += 2 * max;
         }
-        if (ram + ram / 8 <= avail && (shm_free == 0 || shm <= shm_free)) {
-            return;
+        if (avail == 0 ||
+            (ram + ram / 8 <= avail && (shm_free == 0 || shm <= shm_free))) {
+            return max;
         }
         fprintf(stderr,
                 "ckstore-bench: NOTE: %s skipped: it needs about %.1f GiB of memory (%.1f GiB "
@@ -319,47 +233,39 @@ static void bench_fit_sizes(void)
                 bench_size_str(max, sz, sizeof(sz)), (double)ram / (1 << 30),
                 (double)shm / (1 << 30), (double)avail / (1 << 30),
                 (double)shm_free / (1 << 30));
-        size_t used = strlen(opts.skipped);
-        snprintf(opts.skipped + used, sizeof(opts.skipped) - used, "%s%s",
+        size_t used = strlen(x->o.skipped);
+        snprintf(x->o.skipped + used, sizeof(x->o.skipped) - used, "%s%s",
                  used ? "," : "", bench_size_str(max, sz, sizeof(sz)));
-        memmove(&opts.sizes[at], &opts.sizes[at + 1],
-                (opts.nsizes - at - 1) * sizeof(uint64_t));
-        opts.nsizes--;
+        memmove(&x->o.sizes[at], &x->o.sizes[at + 1],
+                (x->o.nsizes - at - 1) * sizeof(uint64_t));
+        x->o.nsizes--;
     }
-}
-
-static uint64_t bench_max_size(void)
-{
-    uint64_t m = 0;
-    for (unsigned i = 0; i < opts.nsizes; i++) {
-        m = opts.sizes[i] > m ? opts.sizes[i] : m;
-    }
-    return m;
+    return 0;
 }
 
 /* ---- measurements ------------------------------------------------------------------ */
 
-static void bench_memcpy_measure(unsigned i, void *dst, const void *src)
+static void bench_memcpy_measure(bench_ctx_t *x, unsigned i, void *dst, const void *src)
 {
     double secs[BENCH_MAX_REPS];
-    uint64_t size = opts.sizes[i];
-    for (unsigned w = 0; w < opts.warmup; w++) {
+    uint64_t size = x->o.sizes[i];
+    for (unsigned w = 0; w < x->o.warmup; w++) {
         bench_memcpy_once(dst, src, size);
     }
-    for (unsigned r = 0; r < opts.reps; r++) {
+    for (unsigned r = 0; r < x->o.reps; r++) {
         secs[r] = bench_memcpy_once(dst, src, size);
     }
-    bench_stats(size, secs, opts.reps, &figs.memcpy_fig[i].st);
-    figs.memcpy_fig[i].ok = 1;
+    bench_stats(size, secs, x->o.reps, &x->f.memcpy_fig[i].st);
+    x->f.memcpy_fig[i].ok = 1;
 }
 
 /* One setup at one size: a fresh session (buffers of that size on both
  * sides), every method, both directions. */
-static int bench_raw_measure_setup(bench_child_t *child, bench_setup_t s, unsigned i)
+static int bench_raw_measure_setup(bench_ctx_t *x, bench_child_t *child, bench_setup_t s,
+                                   unsigned i)
 {
-    double secs[BENCH_MAX_REPS], sec;
-    uint64_t size = opts.sizes[i];
-    bench_raw_session_t sess;
+    double secs[BENCH_MAX_REPS];
+    uint64_t size = x->o.sizes[i];
     char err[BENCH_ERR_LEN];
     bench_raw_t *raw;
     int rc = 0;
@@ -377,62 +283,47 @@ static int bench_raw_measure_setup(bench_child_t *child, bench_setup_t s, unsign
                 (double)avail / (1 << 30), (double)shm_free / (1 << 30));
         return -1;
     }
-    if (bench_child_raw_open(child, s, size, opts.spin_s, opts.timeout_s, &raw, &sess, err,
-                             sizeof(err)) != 0) {
+    if (bench_child_raw_open(child, s, size, x->o.spin_s, x->o.timeout_s, &raw,
+                             x->f.raw_desc[s], err, sizeof(err)) != 0) {
         fprintf(stderr, "ckstore-bench: %s\n", err);
         return -1;
     }
-    snprintf(figs.raw_desc[s][0], sizeof(figs.raw_desc[s][0]), "%s", bench_raw_describe(raw));
-    snprintf(figs.raw_desc[s][1], sizeof(figs.raw_desc[s][1]), "%s", sess.child_desc);
     for (unsigned m = 0; m < BENCH_NMETHODS && rc == 0; m++) {
-        if (!(opts.methods & (1u << m))) {
+        if (!(x->o.methods & (1u << m))) {
             continue;
         }
         /* UCX 1.13 has an RMA lane here only for memory its sysv/posix
          * transports allocated (the peer maps it); other memory gets put/get
          * emulated over active messages, which needs the peer to poll: let
          * the child busy-poll while rma runs */
-        double child_spin = m == BENCH_METHOD_RMA ? -1 : opts.spin_s;
+        double child_spin = m == BENCH_METHOD_RMA ? -1 : x->o.spin_s;
         if (child_spin != bench_raw_spin(raw) &&
-            bench_child_raw_spin(child, raw, child_spin, opts.timeout_s) != 0) {
+            bench_child_raw_spin(child, raw, child_spin, x->o.timeout_s) != 0) {
             rc = -1;
             break;
         }
         bench_raw_set_spin(raw, child_spin); /* mirrors the child's setting */
         for (unsigned d = 0; d < BENCH_NDIRS && rc == 0; d++) {
-            double start = bench_now();
-            unsigned n   = 0;
-            for (unsigned r = 0; r < opts.warmup + opts.reps; r++) {
-                rc = bench_raw_transfer(raw, m, d, size, opts.timeout_s, &sec, err,
-                                        sizeof(err));
-                if (rc != 0) {
-                    fprintf(stderr, "ckstore-bench: %s (setup %s)\n", err,
-                            bench_setup_name(s));
-                    break;
-                }
-                if (r >= opts.warmup) {
-                    secs[n++] = sec;
-                }
-                if (n > 0 && bench_now() - start > BENCH_RAW_BUDGET_S) {
-                    break;
-                }
-            }
+            unsigned n;
+            rc = bench_raw_sample(raw, m, d, size, x->o.warmup, x->o.reps,
+                                  BENCH_RAW_BUDGET_S, x->o.timeout_s, secs, &n);
             if (rc == 0) {
-                bench_stats(size, secs, n, &figs.raw[s][m][d][i].st);
-                figs.raw[s][m][d][i].ok = 1;
+                bench_stats(size, secs, n, &x->f.raw[s][m][d][i].st);
+                x->f.raw[s][m][d][i].ok = 1;
             }
         }
     }
-    if (figs.raw_tls[s][0] == '\0') {
+    if (x->f.raw_tls[s][0] == '\0') {
         /* after traffic, so that wireup is complete */
-        snprintf(figs.raw_tls[s], sizeof(figs.raw_tls[s]), "%s", bench_raw_transports(raw));
-        if (opts.verbose) {
+        snprintf(x->f.raw_tls[s], sizeof(x->f.raw_tls[s]), "%s",
+                 bench_raw_transports(raw));
+        if (x->o.verbose) {
             fprintf(stderr, "--- raw UCX endpoint, setup %s (parent side) ---\n",
                     bench_setup_name(s));
             bench_raw_print_ep(raw, stderr);
         }
     }
-    bench_child_raw_close(child, raw, opts.timeout_s);
+    bench_child_raw_close(child, raw, x->o.timeout_s);
     return rc;
 }
 
@@ -449,14 +340,15 @@ static int bench_ck_fail(cks_client_h c, const char *what, uint64_t size, cks_st
     return -1;
 }
 
-static cks_status_t bench_ck_connect(const char *server, cks_client_h *c_p)
+static cks_status_t bench_ck_connect(const bench_ctx_t *x, const char *server,
+                                     cks_client_h *c_p)
 {
     cks_client_params_t cp;
     memset(&cp, 0, sizeof(cp));
     cp.field_mask =
         CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_NAME;
     cp.server     = server;
-    cp.timeout_ms = (int)(opts.timeout_s * 1000);
+    cp.timeout_ms = (int)(x->o.timeout_s * 1000);
     cp.name       = "ckstore-bench";
     cks_status_t st = cks_client_create(&cp, c_p);
     if (st != CKS_OK) {
@@ -467,17 +359,18 @@ static cks_status_t bench_ck_connect(const char *server, cks_client_h *c_p)
 }
 
 /* ckstore at one size: warmup + reps of begin, put, seal, open, get, delete. */
-static int bench_ck_measure(cks_client_h c, unsigned i, uint8_t *src, uint8_t *dst)
+static int bench_ck_measure(bench_ctx_t *x, cks_client_h c, unsigned i, uint8_t *src,
+                            uint8_t *dst)
 {
-    static uint64_t version = 1;
     double put_s[BENCH_MAX_REPS], get_s[BENCH_MAX_REPS], seal_s[BENCH_MAX_REPS];
-    uint64_t size = opts.sizes[i];
+    uint64_t size = x->o.sizes[i];
     cks_status_t st;
     char job[64];
     int rc = 0;
 
     snprintf(job, sizeof(job), "ckstore-bench-%d", (int)getpid());
-    for (unsigned r = 0; r < opts.warmup + opts.reps && rc == 0; r++, version++) {
+    for (unsigned r = 0; r < x->o.warmup + x->o.reps && rc == 0; r++) {
+        uint64_t version = x->version++;
         cks_version_params_t vp = {0};
         cks_put_params_t pp     = {0};
         cks_get_params_t gp     = {0};
@@ -545,19 +438,19 @@ static int bench_ck_measure(cks_client_h c, unsigned i, uint8_t *src, uint8_t *d
             rc = bench_ck_fail(c, "delete", size, st);
             break;
         }
-        if (r >= opts.warmup) {
-            put_s[r - opts.warmup]  = t1 - t0;
-            seal_s[r - opts.warmup] = t2 - t1;
-            get_s[r - opts.warmup]  = t4 - t3;
+        if (r >= x->o.warmup) {
+            put_s[r - x->o.warmup] = t1 - t0;
+            seal_s[r - x->o.warmup] = t2 - t1;
+            get_s[r - x->o.warmup] = t4 - t3;
         }
     }
     if (rc == 0) {
         bench_stats_t seal;
-        bench_stats(size, put_s, opts.reps, &figs.ck[BENCH_DIR_PUT][i].st);
-        bench_stats(size, get_s, opts.reps, &figs.ck[BENCH_DIR_GET][i].st);
-        bench_stats(size, seal_s, opts.reps, &seal);
-        figs.ck[BENCH_DIR_PUT][i].ok = figs.ck[BENCH_DIR_GET][i].ok = 1;
-        figs.seal_ms[i] = (double)size / (seal.median * BENCH_GB) * 1e3;
+        bench_stats(size, put_s, x->o.reps, &x->f.ck[BENCH_DIR_PUT][i].st);
+        bench_stats(size, get_s, x->o.reps, &x->f.ck[BENCH_DIR_GET][i].st);
+        bench_stats(size, seal_s, x->o.reps, &seal);
+        x->f.ck[BENCH_DIR_PUT][i].ok = x->f.ck[BENCH_DIR_GET][i].ok = 1;
+        x->f.seal_ms[i] = (double)size / (seal.median * BENCH_GB) * 1e3;
     }
     return rc;
 }
@@ -566,14 +459,14 @@ static int bench_ck_measure(cks_client_h c, unsigned i, uint8_t *src, uint8_t *d
 
 /* The best raw figure of a direction and size among the methods of `mask`:
  * which setup and method. */
-static int bench_raw_best(unsigned d, unsigned i, unsigned mask, unsigned *s_p,
-                          unsigned *m_p)
+static int bench_raw_best(const bench_ctx_t *x, unsigned d, unsigned i, unsigned mask,
+                          unsigned *s_p, unsigned *m_p)
 {
     double best = 0;
     int found   = 0;
     for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
         for (unsigned m = 0; m < BENCH_NMETHODS; m++) {
-            const bench_fig_t *f = &figs.raw[s][m][d][i];
+            const bench_fig_t *f = &x->f.raw[s][m][d][i];
             if ((mask & (1u << m)) && f->ok && f->st.median > best) {
                 best  = f->st.median;
                 *s_p  = s;
@@ -585,77 +478,80 @@ static int bench_raw_best(unsigned d, unsigned i, unsigned mask, unsigned *s_p,
     return found;
 }
 
-static void bench_print_raw(void)
+static void bench_print_raw(const bench_ctx_t *x)
 {
     int short_runs = 0;
     char sz[32];
     for (unsigned d = 0; d < BENCH_NDIRS; d++) {
-        say("\nraw UCX between the same two processes, %s, GB/s (median of %u)\n",
+        say(x, "\nraw UCX between the same two processes, %s, GB/s (median of %u)\n",
             d == BENCH_DIR_PUT ? "client -> server (put direction)"
                                : "server -> client after a request (get direction)",
-            opts.reps);
-        say("%-16s", "setup/method");
-        for (unsigned i = 0; i < opts.nsizes; i++) {
-            say("%8s ", bench_size_str(opts.sizes[i], sz, sizeof(sz)));
+            x->o.reps);
+        say(x, "%-16s", "setup/method");
+        for (unsigned i = 0; i < x->o.nsizes; i++) {
+            say(x, "%8s ", bench_size_str(x->o.sizes[i], sz, sizeof(sz)));
         }
-        say("\n");
+        say(x, "\n");
         for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
             for (unsigned m = 0; m < BENCH_NMETHODS; m++) {
-                if (!(opts.setups & (1u << s)) || !(opts.methods & (1u << m))) {
+                if (!(x->o.setups & (1u << s)) || !(x->o.methods & (1u << m))) {
                     continue;
                 }
                 char name[32];
                 snprintf(name, sizeof(name), "%s/%s", bench_setup_name(s),
                          bench_method_name(m));
-                say("%-16s", name);
-                for (unsigned i = 0; i < opts.nsizes; i++) {
-                    const bench_fig_t *f = &figs.raw[s][m][d][i];
+                say(x, "%-16s", name);
+                for (unsigned i = 0; i < x->o.nsizes; i++) {
+                    const bench_fig_t *f = &x->f.raw[s][m][d][i];
                     if (f->ok) {
-                        short_runs |= f->st.n < opts.reps;
-                        say("%8.2f%c", f->st.median, f->st.n < opts.reps ? '*' : ' ');
+                        short_runs |= f->st.n < x->o.reps;
+                        say(x, "%8.2f%c", f->st.median, f->st.n < x->o.reps ? '*' : ' ');
                     } else {
-                        say("%8s ", "-");
+                        say(x, "%8s ", "-");
                     }
                 }
-                say("\n");
+                say(x, "\n");
             }
         }
     }
     if (short_runs) {
-        say("* fewer than %u samples: the figure's %.0f s budget ran out\n", opts.reps,
+        say(x, "* fewer than %u samples: the figure's %.0f s budget ran out\n", x->o.reps,
             BENCH_RAW_BUDGET_S);
     }
-    say("\nraw UCX buffers (parent | child) and the parent endpoint's lanes:\n");
+    say(x, "\nraw UCX buffers (parent | child) and the parent endpoint's lanes:\n");
     for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
-        if (opts.setups & (1u << s)) {
-            say("  %-8s %s | %s\n           %s\n", bench_setup_name(s), figs.raw_desc[s][0],
-                figs.raw_desc[s][1], figs.raw_tls[s][0] ? figs.raw_tls[s] : "-");
+        if (x->o.setups & (1u << s)) {
+            say(x, "  %-8s %s | %s\n           %s\n", bench_setup_name(s),
+                x->f.raw_desc[s][0], x->f.raw_desc[s][1],
+                x->f.raw_tls[s][0] ? x->f.raw_tls[s] : "-");
         }
     }
 }
 
 /* Print the main table and fill the records; returns 1 when the target is
  * met, 0 when it is not, -1 when no figure could judge it. */
-static int bench_results(bench_report_t *rep)
+static int bench_results(const bench_ctx_t *x, bench_report_t *rep)
 {
     int have_raw = 0, met = 1, judged = 0;
     double worst = INFINITY;
     char worst_what[64] = "";
     char sz[32];
 
-    say("\nckstore (1 client, 1 server) against the references, GB/s = 10^9 B/s, "
-        "median of %u\n", opts.reps);
-    say("%-4s %9s %6s %6s %6s %6s %-15s %5s %6s %5s %6s %5s\n", "op", "size", "GB/s", "min",
-        "max", "raw", "(best of)", "ratio", "raw am", "/am", "memcpy", "/mcpy");
-    for (unsigned i = 0; i < opts.nsizes; i++) {
+    say(x,
+        "\nckstore (1 client, 1 server) against the references, GB/s = 10^9 B/s, "
+        "median of %u\n",
+        x->o.reps);
+    say(x, "%-4s %9s %6s %6s %6s %6s %-15s %5s %6s %5s %6s %5s\n", "op", "size", "GB/s",
+        "min", "max", "raw", "(best of)", "ratio", "raw am", "/am", "memcpy", "/mcpy");
+    for (unsigned i = 0; i < x->o.nsizes; i++) {
         for (unsigned d = 0; d < BENCH_NDIRS; d++) {
-            const bench_fig_t *f = &figs.ck[d][i];
-            const bench_fig_t *mc = &figs.memcpy_fig[i];
+            const bench_fig_t *f = &x->f.ck[d][i];
+            const bench_fig_t *mc = &x->f.memcpy_fig[i];
             unsigned bs = 0, bm = 0, as = 0, am = 0;
-            int raw_ok  = bench_raw_best(d, i, ~0u, &bs, &bm);
-            int am_ok   = bench_raw_best(d, i, 1u << BENCH_METHOD_AM, &as, &am);
-            double raw  = raw_ok ? figs.raw[bs][bm][d][i].st.median : NAN;
-            double ram  = am_ok ? figs.raw[as][am][d][i].st.median : NAN;
+            int raw_ok = bench_raw_best(x, d, i, ~0u, &bs, &bm);
+            int am_ok = bench_raw_best(x, d, i, 1u << BENCH_METHOD_AM, &as, &am);
+            double raw = raw_ok ? x->f.raw[bs][bm][d][i].st.median : NAN;
+            double ram = am_ok ? x->f.raw[as][am][d][i].st.median : NAN;
             double gbps = f->ok ? f->st.median : NAN;
             double ratio = gbps / raw, mratio = gbps / mc->st.median;
             char best[32] = "-";
@@ -665,30 +561,31 @@ static int bench_results(bench_report_t *rep)
                 snprintf(best, sizeof(best), "%s/%s", bench_setup_name(bs),
                          bench_method_name(bm));
             }
-            say("%-4s %9s ", bench_dir_name(d), bench_size_str(opts.sizes[i], sz, sizeof(sz)));
+            say(x, "%-4s %9s ", bench_dir_name(d),
+                bench_size_str(x->o.sizes[i], sz, sizeof(sz)));
             if (f->ok) {
-                say("%6.2f %6.2f %6.2f ", f->st.median, f->st.min, f->st.max);
+                say(x, "%6.2f %6.2f %6.2f ", f->st.median, f->st.min, f->st.max);
             } else {
-                say("%6s %6s %6s ", "-", "-", "-");
+                say(x, "%6s %6s %6s ", "-", "-", "-");
             }
             if (raw_ok) {
-                say("%6.2f %-15s %5.2f ", raw, best, ratio);
+                say(x, "%6.2f %-15s %5.2f ", raw, best, ratio);
             } else {
-                say("%6s %-15s %5s ", "-", "-", "-");
+                say(x, "%6s %-15s %5s ", "-", "-", "-");
             }
             if (am_ok) {
-                say("%6.2f %5.2f ", ram, gbps / ram);
+                say(x, "%6.2f %5.2f ", ram, gbps / ram);
             } else {
-                say("%6s %5s ", "-", "-");
+                say(x, "%6s %5s ", "-", "-");
             }
-            say("%6.2f %5.2f\n", mc->st.median, mratio);
+            say(x, "%6.2f %5.2f\n", mc->st.median, mratio);
 
-            if (opts.sizes[i] >= BENCH_TARGET_MIN_SIZE && isfinite(ratio)) {
+            if (x->o.sizes[i] >= BENCH_TARGET_MIN_SIZE && isfinite(ratio)) {
                 judged = 1;
                 if (ratio < worst) {
                     worst = ratio;
                     snprintf(worst_what, sizeof(worst_what), "%s %s", bench_dir_name(d),
-                             bench_size_str(opts.sizes[i], sz, sizeof(sz)));
+                             bench_size_str(x->o.sizes[i], sz, sizeof(sz)));
                 }
                 met &= ratio >= BENCH_TARGET_RATIO;
             }
@@ -697,69 +594,60 @@ static int bench_results(bench_report_t *rep)
             if (r == NULL) {
                 continue;
             }
-            bench_rec_str(r, "op", bench_dir_name(d));
-            bench_rec_u64(r, "size", opts.sizes[i]);
-            bench_rec_f64(r, "gbps", gbps);
-            bench_rec_f64(r, "raw_gbps", raw);
-            bench_rec_f64(r, "ratio", ratio);
-            bench_rec_f64(r, "min_gbps", f->ok ? f->st.min : NAN);
-            bench_rec_f64(r, "max_gbps", f->ok ? f->st.max : NAN);
-            bench_rec_str(r, "raw_setup", raw_ok ? bench_setup_name(bs) : NULL);
-            bench_rec_str(r, "raw_method", raw_ok ? bench_method_name(bm) : NULL);
-            bench_rec_f64(r, "raw_am_gbps", ram);
-            bench_rec_f64(r, "am_ratio", gbps / ram);
-            bench_rec_str(r, "raw_am_setup", am_ok ? bench_setup_name(as) : NULL);
-            bench_rec_f64(r, "memcpy_gbps", mc->st.median);
-            bench_rec_f64(r, "memcpy_ratio", mratio);
+            bench_rec_kv(r, KS("op", bench_dir_name(d)), KU("size", x->o.sizes[i]),
+                         KF("gbps", gbps), KF("raw_gbps", raw), KF("ratio", ratio),
+                         KF("min_gbps", f->ok ? f->st.min : NAN),
+                         KF("max_gbps", f->ok ? f->st.max : NAN),
+                         KS("raw_setup", raw_ok ? bench_setup_name(bs) : NULL),
+                         KS("raw_method", raw_ok ? bench_method_name(bm) : NULL),
+                         KF("raw_am_gbps", ram), KF("am_ratio", gbps / ram),
+                         KS("raw_am_setup", am_ok ? bench_setup_name(as) : NULL),
+                         KF("memcpy_gbps", mc->st.median), KF("memcpy_ratio", mratio));
             if (d == BENCH_DIR_PUT) {
-                bench_rec_f64(r, "seal_ms", f->ok ? figs.seal_ms[i] : NAN);
+                bench_rec_f64(r, "seal_ms", f->ok ? x->f.seal_ms[i] : NAN);
             }
-            bench_rec_u64(r, "reps", opts.reps);
+            bench_rec_u64(r, "reps", x->o.reps);
         }
     }
     if (!have_raw) {
-        say("(no raw UCX reference in this run%s)\n",
-            opts.server ? ": --server names a server outside this process tree" : "");
+        say(x, "(no raw UCX reference in this run%s)\n",
+            x->o.server ? ": --server names a server outside this process tree" : "");
     }
     if (judged) {
-        say("\ntarget: put and get >= %.1f x raw UCX at %s and above: %s (lowest ratio "
+        say(x,
+            "\ntarget: put and get >= %.1f x raw UCX at %s and above: %s (lowest ratio "
             "%.2f, %s)\n",
             BENCH_TARGET_RATIO, bench_size_str(BENCH_TARGET_MIN_SIZE, sz, sizeof(sz)),
             met ? "met" : "NOT met", worst, worst_what);
     }
 
-    for (unsigned i = 0; i < opts.nsizes; i++) {
+    for (unsigned i = 0; i < x->o.nsizes; i++) {
         bench_rec_t *r = bench_report_add(rep);
-        if (r != NULL && figs.memcpy_fig[i].ok) {
-            bench_rec_str(r, "op", "memcpy");
-            bench_rec_u64(r, "size", opts.sizes[i]);
-            bench_rec_f64(r, "gbps", figs.memcpy_fig[i].st.median);
-            bench_rec_f64(r, "min_gbps", figs.memcpy_fig[i].st.min);
-            bench_rec_f64(r, "max_gbps", figs.memcpy_fig[i].st.max);
-            bench_rec_u64(r, "reps", opts.reps);
+        if (r != NULL && x->f.memcpy_fig[i].ok) {
+            bench_rec_kv(r, KS("op", "memcpy"), KU("size", x->o.sizes[i]),
+                         KF("gbps", x->f.memcpy_fig[i].st.median),
+                         KF("min_gbps", x->f.memcpy_fig[i].st.min),
+                         KF("max_gbps", x->f.memcpy_fig[i].st.max),
+                         KU("reps", x->o.reps));
         }
     }
     for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
         for (unsigned m = 0; m < BENCH_NMETHODS; m++) {
             for (unsigned d = 0; d < BENCH_NDIRS; d++) {
-                for (unsigned i = 0; i < opts.nsizes; i++) {
-                    const bench_fig_t *f = &figs.raw[s][m][d][i];
+                for (unsigned i = 0; i < x->o.nsizes; i++) {
+                    const bench_fig_t *f = &x->f.raw[s][m][d][i];
                     bench_rec_t *r;
                     if (!f->ok || (r = bench_report_add(rep)) == NULL) {
                         continue;
                     }
-                    bench_rec_str(r, "op", "raw");
-                    bench_rec_str(r, "dir", bench_dir_name(d));
-                    bench_rec_str(r, "setup", bench_setup_name(s));
-                    bench_rec_str(r, "method", bench_method_name(m));
-                    bench_rec_u64(r, "size", opts.sizes[i]);
-                    bench_rec_f64(r, "gbps", f->st.median);
-                    bench_rec_f64(r, "min_gbps", f->st.min);
-                    bench_rec_f64(r, "max_gbps", f->st.max);
-                    bench_rec_u64(r, "reps", f->st.n);
-                    bench_rec_str(r, "buffers", figs.raw_desc[s][0]);
-                    bench_rec_str(r, "peer_buffers", figs.raw_desc[s][1]);
-                    bench_rec_str(r, "transports", figs.raw_tls[s]);
+                    bench_rec_kv(r, KS("op", "raw"), KS("dir", bench_dir_name(d)),
+                                 KS("setup", bench_setup_name(s)),
+                                 KS("method", bench_method_name(m)),
+                                 KU("size", x->o.sizes[i]), KF("gbps", f->st.median),
+                                 KF("min_gbps", f->st.min), KF("max_gbps", f->st.max),
+                                 KU("reps", f->st.n), KS("buffers", x->f.raw_desc[s][0]),
+                                 KS("peer_buffers", x->f.raw_desc[s][1]),
+                                 KS("transports", x->f.raw_tls[s]));
                 }
             }
         }
@@ -769,15 +657,17 @@ static int bench_results(bench_report_t *rep)
 
 /* ---- main --------------------------------------------------------------------------- */
 
-static void bench_describe_buf(const void *p, size_t len, char *buf, size_t buflen)
+static void bench_describe_buf(const bench_ctx_t *x, const void *p, size_t len, char *buf,
+                               size_t buflen)
 {
     static const char *const kind[] = {"malloc", "anon thp", "shm thp",
                                        "cks_mem_alloc (UCX shared memory)"};
-    snprintf(buf, buflen, "%s, %d%% huge", kind[opts.client_mem],
+    snprintf(buf, buflen, "%s, %d%% huge", kind[x->o.client_mem],
              bench_huge_percent(0, p, len, NULL));
 }
 
-int main(int argc, char **argv)
+/* The single-server bench: one client, one server, the references. */
+static int bench_main(bench_ctx_t *x, int argc, char **argv)
 {
     bench_child_t child = {0};
     cks_client_h client = NULL;
@@ -789,108 +679,96 @@ int main(int argc, char **argv)
     double load_start = -1, load_end;
     int rc = 1, met;
 
-    /* servers and clients of this host: UCX's network lanes on the loopback
-     * interface only (left alone, UCX also opens TCP lanes on the host's
-     * own address); set UCX_NET_DEVICES to measure another */
-    setenv("UCX_NET_DEVICES", "lo", 0);
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--gpu") == 0) { /* device memory (gpu.c; docs/BENCHMARKS.md) */
-            int cluster = argc > 1 && strcmp(argv[1], "cluster") == 0;
-            return cks_bench_gpu_main(argc - cluster, argv + cluster, cluster);
-        }
-    }
-    if (argc > 1 && strcmp(argv[1], "cluster") == 0) {
-        return cks_bench_cluster_main(argc - 1, argv + 1); /* docs/BENCHMARKS_CLUSTER.md */
-    }
-    if (argc > 1 && strcmp(argv[1], "flush") == 0) {
-        return cks_bench_flush_main(argc - 1, argv + 1); /* the durable tier (flush.c) */
-    }
-    if (bench_parse_opts(argc, argv) != 0) {
+    if (bench_parse_opts(x, argc, argv) != 0) {
         return 2;
     }
-    bench_fit_sizes();
-    if (opts.nsizes == 0) {
+    max = bench_fit_sizes(x);
+    if (max == 0) {
         fprintf(stderr, "ckstore-bench: not enough memory for any size\n");
         return 1;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    max    = bench_max_size();
-    server = opts.server;
+    server = x->o.server;
 
     /* the child first: UCX must not be initialised in the parent before fork() */
-    if (opts.server == NULL) {
+    if (x->o.server == NULL) {
         uint64_t arena = bench_arena_size(max);
-        child.verbose  = opts.verbose;
-        child.copy_threads = opts.copy_threads;
-        if (bench_child_start(&child, arena, opts.timeout_s, err, sizeof(err)) != 0) {
+        child.verbose = x->o.verbose;
+        child.copy_threads = x->o.copy_threads;
+        if (bench_child_start(&child, arena, x->o.timeout_s, err, sizeof(err)) != 0) {
             fprintf(stderr, "ckstore-bench: %s\n", err);
             return 1;
         }
         snprintf(addr, sizeof(addr), "127.0.0.1:%u", child.port);
         server = addr;
-        snprintf(figs.server_desc, sizeof(figs.server_desc),
+        snprintf(x->f.server_desc, sizeof(x->f.server_desc),
                  "embedded (pid %d, %s, arena %s)", (int)child.pid, addr,
                  bench_size_str(arena, sz, sizeof(sz)));
-        snprintf(figs.arena_desc, sizeof(figs.arena_desc), "shm file, %d%% huge",
+        snprintf(x->f.arena_desc, sizeof(x->f.arena_desc), "shm file, %d%% huge",
                  bench_huge_percent(child.pid, NULL, 0, child.arena));
     } else {
-        snprintf(figs.server_desc, sizeof(figs.server_desc), "%s", opts.server);
-        snprintf(figs.arena_desc, sizeof(figs.arena_desc), "unknown");
+        snprintf(x->f.server_desc, sizeof(x->f.server_desc), "%s", x->o.server);
+        snprintf(x->f.arena_desc, sizeof(x->f.arena_desc), "unknown");
     }
 
-    if (bench_ck_connect(server, &client) != CKS_OK) {
+    if (bench_ck_connect(x, server, &client) != CKS_OK) {
         goto out;
     }
-    if (opts.client_mem == BENCH_MEM_CKS) {
+    if (x->o.client_mem == BENCH_MEM_CKS) {
         if (bench_ck_buf_alloc(client, max, &src) != 0 ||
             bench_ck_buf_alloc(client, max, &dst) != 0) {
             goto out;
         }
-    } else if (bench_buf_alloc(opts.client_mem, max, &src, err, sizeof(err)) != 0 ||
-               bench_buf_alloc(opts.client_mem, max, &dst, err, sizeof(err)) != 0) {
+    } else if (bench_buf_alloc(x->o.client_mem, max, &src, err, sizeof(err)) != 0 ||
+               bench_buf_alloc(x->o.client_mem, max, &dst, err, sizeof(err)) != 0) {
         fprintf(stderr, "ckstore-bench: client buffers: %s\n", err);
         goto out;
     }
     bench_fill(src.ptr, max, 42);
-    bench_describe_buf(src.ptr, max, figs.client_desc, sizeof(figs.client_desc));
+    bench_describe_buf(x, src.ptr, max, x->f.client_desc, sizeof(x->f.client_desc));
 
     bench_machine_describe(&rep.machine);
-    say("ckstore-bench: 1 client -> 1 server %s\n", figs.server_desc);
-    say("machine: %s, %llu cores, %.1f GiB, %s, UCX %s\n",
+    say(x, "ckstore-bench: 1 client -> 1 server %s\n", x->f.server_desc);
+    say(x, "machine: %s, %llu cores, %.1f GiB, %s, UCX %s\n",
         bench_rec_get_str(&rep.machine, "cpu"),
         (unsigned long long)bench_rec_get_u64(&rep.machine, "cores"),
         (double)bench_rec_get_u64(&rep.machine, "memory_bytes") / (1ull << 30),
         bench_rec_get_str(&rep.machine, "kernel"),
         bench_rec_get_str(&rep.machine, "ucx_version"));
-    say("pages: THP %s, shmem THP %s, /dev/shm huge=%s; client buffers %s; server arena %s\n",
+    say(x,
+        "pages: THP %s, shmem THP %s, /dev/shm huge=%s; client buffers %s; server arena "
+        "%s\n",
         bench_rec_get_str(&rep.machine, "thp_enabled"),
         bench_rec_get_str(&rep.machine, "shmem_thp_enabled"),
-        bench_rec_get_str(&rep.machine, "dev_shm_huge"), figs.client_desc, figs.arena_desc);
+        bench_rec_get_str(&rep.machine, "dev_shm_huge"), x->f.client_desc,
+        x->f.arena_desc);
     load_start = bench_loadavg();
     if (load_start >= 0.5 * (double)bench_rec_get_u64(&rep.machine, "cores")) {
-        say("NOTE: load average %.2f on %llu cores: other work is running, the figures will "
+        say(x,
+            "NOTE: load average %.2f on %llu cores: other work is running, the figures "
+            "will "
             "be disturbed\n",
             load_start, (unsigned long long)bench_rec_get_u64(&rep.machine, "cores"));
     }
-    say("sizes:");
-    for (unsigned i = 0; i < opts.nsizes; i++) {
-        say(" %s", bench_size_str(opts.sizes[i], sz, sizeof(sz)));
+    say(x, "sizes:");
+    for (unsigned i = 0; i < x->o.nsizes; i++) {
+        say(x, " %s", bench_size_str(x->o.sizes[i], sz, sizeof(sz)));
     }
-    say("; %u reps after %u warm-up\n\n", opts.reps, opts.warmup);
+    say(x, "; %u reps after %u warm-up\n\n", x->o.reps, x->o.warmup);
 
     /* size by size, so that every figure of a size is taken within seconds of
      * the others: these machines are shared, and their speed drifts */
-    for (unsigned i = 0; i < opts.nsizes; i++) {
-        say("  %-8s memcpy", bench_size_str(opts.sizes[i], sz, sizeof(sz)));
-        bench_memcpy_measure(i, dst.ptr, src.ptr);
+    for (unsigned i = 0; i < x->o.nsizes; i++) {
+        say(x, "  %-8s memcpy", bench_size_str(x->o.sizes[i], sz, sizeof(sz)));
+        bench_memcpy_measure(x, i, dst.ptr, src.ptr);
         for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
-            if (opts.server == NULL && !opts.no_raw && (opts.setups & (1u << s))) {
-                say(", raw %s", bench_setup_name(s));
-                bench_raw_measure_setup(&child, s, i);
+            if (x->o.server == NULL && !x->o.no_raw && (x->o.setups & (1u << s))) {
+                say(x, ", raw %s", bench_setup_name(s));
+                bench_raw_measure_setup(x, &child, s, i);
             }
         }
-        say(", ckstore\n");
-        if (bench_ck_measure(client, i, src.ptr, dst.ptr) != 0) {
+        say(x, ", ckstore\n");
+        if (bench_ck_measure(x, client, i, src.ptr, dst.ptr) != 0) {
             goto out;
         }
     }
@@ -900,33 +778,34 @@ int main(int argc, char **argv)
     client   = NULL;
     load_end = bench_loadavg();
 
-    if (opts.server == NULL && !opts.no_raw) {
-        bench_print_raw();
+    if (x->o.server == NULL && !x->o.no_raw) {
+        bench_print_raw(x);
     }
-    met = bench_results(&rep);
-    say("load average: %.2f at the start, %.2f at the end; target %s\n", load_start,
-        load_end, met > 0 ? "met" : met == 0 ? "NOT met" : "not judged");
+    met = bench_results(x, &rep);
+    say(x, "load average: %.2f at the start, %.2f at the end; target %s\n", load_start,
+        load_end,
+        met > 0    ? "met"
+        : met == 0 ? "NOT met"
+                   : "not judged");
 
-    bench_rec_str(&rep.run, "command", opts.command);
-    bench_rec_str(&rep.run, "server", figs.server_desc);
-    bench_rec_u64(&rep.run, "reps", opts.reps);
-    bench_rec_u64(&rep.run, "warmup", opts.warmup);
-    bench_rec_f64(&rep.run, "raw_spin_us", opts.spin_s < 0 ? -1 : opts.spin_s * 1e6);
-    bench_rec_f64(&rep.run, "loadavg_start", load_start);
-    bench_rec_f64(&rep.run, "loadavg_end", load_end);
-    if (opts.skipped[0] != '\0') {
-        bench_rec_str(&rep.run, "skipped_sizes", opts.skipped);
+    bench_rec_kv(&rep.run, KS("command", x->o.command), KS("server", x->f.server_desc),
+                 KU("reps", x->o.reps), KU("warmup", x->o.warmup),
+                 KF("raw_spin_us", x->o.spin_s < 0 ? -1 : x->o.spin_s * 1e6),
+                 KF("loadavg_start", load_start), KF("loadavg_end", load_end));
+    if (x->o.skipped[0] != '\0') {
+        bench_rec_str(&rep.run, "skipped_sizes", x->o.skipped);
     }
-    bench_rec_str(&rep.run, "client_buffers", figs.client_desc);
-    bench_rec_str(&rep.run, "server_arena", figs.arena_desc);
-    bench_rec_f64(&rep.run, "target_ratio", BENCH_TARGET_RATIO);
-    bench_rec_u64(&rep.run, "target_min_size", BENCH_TARGET_MIN_SIZE);
-    if (opts.json != NULL) {
-        if (bench_report_write_json(&rep, opts.json) != 0) {
-            fprintf(stderr, "ckstore-bench: cannot write %s: %s\n", opts.json, strerror(errno));
+    bench_rec_kv(&rep.run, KS("client_buffers", x->f.client_desc),
+                 KS("server_arena", x->f.arena_desc),
+                 KF("target_ratio", BENCH_TARGET_RATIO),
+                 KU("target_min_size", BENCH_TARGET_MIN_SIZE));
+    if (x->o.json != NULL) {
+        if (bench_report_write_json(&rep, x->o.json) != 0) {
+            fprintf(stderr, "ckstore-bench: cannot write %s: %s\n", x->o.json,
+                    strerror(errno));
             goto out;
         }
-        say("\nresults written to %s\n", opts.json);
+        say(x, "\nresults written to %s\n", x->o.json);
     }
     rc = 0;
 
@@ -938,9 +817,43 @@ out:
     }
     bench_buf_free(&src);
     bench_buf_free(&dst);
-    if (opts.server == NULL) {
-        bench_child_stop(&child, opts.timeout_s);
+    if (x->o.server == NULL) {
+        bench_child_stop(&child, x->o.timeout_s);
     }
     bench_report_free(&rep);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    bench_ctx_t *x;
+    int rc;
+
+    /* servers and clients of this host: UCX's network lanes on the loopback
+     * interface only (left alone, UCX also opens TCP lanes on the host's
+     * own address); set UCX_NET_DEVICES to measure another */
+    setenv("UCX_NET_DEVICES", "lo", 0);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--gpu") ==
+            0) { /* device memory (gpu.c; docs/BENCHMARKS.md) */
+            int cluster = argc > 1 && strcmp(argv[1], "cluster") == 0;
+            return cks_bench_gpu_main(argc - cluster, argv + cluster, cluster);
+        }
+    }
+    if (argc > 1 && strcmp(argv[1], "cluster") == 0) {
+        return cks_bench_cluster_main(argc - 1,
+                                      argv + 1); /* docs/BENCHMARKS_CLUSTER.md */
+    }
+    if (argc > 1 && strcmp(argv[1], "flush") == 0) {
+        return cks_bench_flush_main(argc - 1, argv + 1); /* the durable tier (flush.c) */
+    }
+    x = calloc(1, sizeof(*x));
+    if (x == NULL) {
+        fprintf(stderr, "ckstore-bench: out of memory\n");
+        return 1;
+    }
+    x->version = 1;
+    rc = bench_main(x, argc, argv);
+    free(x);
     return rc;
 }

@@ -9,6 +9,7 @@
  *   mem.c       buffers (malloc, anonymous THP, shmem THP), page checks, memcpy
  *   raw_ucx.c   the plain UCX loop (one side of it: driver or sink)
  *   embedded.c  the child process: a ckstore server plus the raw UCX sink
+ *   opts.c      the command lines (option tables) of every subcommand
  *
  * Everything here is a tool, not a library: errors are reported once, where
  * they are found, on stderr, and the caller unwinds.
@@ -32,6 +33,8 @@ int cks_bench_flush_main(int argc, char **argv);
 
 /** Monotonic clock, seconds. */
 double bench_now(void);
+/** qsort() order of doubles. */
+int bench_cmp_double(const void *a, const void *b);
 
 typedef struct {
     double median, min, max; /* GB/s */
@@ -46,9 +49,60 @@ void bench_stats(uint64_t bytes, double *secs, unsigned n, bench_stats_t *st_p);
 const char *bench_size_str(uint64_t size, char *buf, size_t len);
 /** Parse "4096", "64K", "16M", "1G" (binary units). Returns 0 on success. */
 int bench_size_parse(const char *text, uint64_t *size_p);
+
+/* ---- command lines (opts.c) ------------------------------------------------- */
+
+typedef enum {
+    BENCH_OPT_HELP,   /* bench_opts_parse() returns 1 */
+    BENCH_OPT_FLAG,   /* int dst = 1 */
+    BENCH_OPT_CLEAR,  /* unsigned dst &= ~lo */
+    BENCH_OPT_STR,    /* const char *dst = the argument (kinds from here take one) */
+    BENCH_OPT_UINT,   /* unsigned dst, lo .. hi */
+    BENCH_OPT_SIZE,   /* uint64_t dst, binary units, at least lo */
+    BENCH_OPT_DOUBLE, /* double dst; lo = 1: above 0 */
+    BENCH_OPT_CALL,   /* fn(argument, the entry): 0, or -1 when bad */
+} bench_opt_kind_t;
+
+typedef struct bench_opt bench_opt_t;
+struct bench_opt {
+    const char *name; /* --name */
+    int key;          /* -k, or 0 */
+    bench_opt_kind_t kind;
+    void *dst;
+    unsigned lo, hi;
+    int (*fn)(const char *arg, const bench_opt_t *o);
+    const char *const *names; /* bench_opt_mask / bench_opt_enum: hi names */
+    void *aux;                /* an int set to 1 when the option is given */
+    unsigned *count;          /* bench_opt_uints, bench_opt_size_list: items */
+};
+
+/** A table entry: BOPT("reps", 'r', UINT, &reps, .lo = 1, .hi = 100). */
+#define BOPT(n, k, kd, d, ...) \
+    {.name = (n), .key = (k), .kind = BENCH_OPT_##kd, .dst = (d), __VA_ARGS__}
+/** Parse argv[1..] by the table: 0, 1 for --help, -1 when bad (said on
+ *  stderr, prefixed with prog). */
+int bench_opts_parse(const char *prog, const bench_opt_t *t, unsigned n, int argc,
+                     char **argv);
+/** `first` and argv[0 .. argc) joined by spaces (the command of a record). */
+void bench_join_args(char *buf, size_t len, const char *first, int argc, char **argv);
+/** A comma list of at most max items, each given to one(); the count, or -1. */
+int bench_parse_list(const char *text, unsigned max,
+                     int (*one)(const char *item, unsigned i, void *ctx), void *ctx);
+/** "64M,256M,1G" into v (at most max sizes); 0 or -1. */
+int bench_parse_sizes(const char *text, uint64_t *v, unsigned max, unsigned *n_p);
+/** Index of name[0 .. len) among names (NULL entries skipped); -1: none. */
+int bench_name_index(const char *name, size_t len, const char *const *names, unsigned n);
+/** BENCH_OPT_CALL functions: a comma list of o->names into a bit mask
+ *  (unsigned dst), or one of them into its index. */
+int bench_opt_mask(const char *arg, const bench_opt_t *o);
+int bench_opt_enum(const char *arg, const bench_opt_t *o);
+/** BENCH_OPT_CALL functions: a comma list of numbers (lo .. hi each) or of
+ *  sizes into the array dst, at most hi items for sizes, 16 for numbers. */
+int bench_opt_uints(const char *arg, const bench_opt_t *o);
 /** --copy-threads N (0 to 16) into a cks_server_params_t.copy_threads value
- *  (0 -> UINT_MAX: none); prints the error and returns -1 when bad. */
-int bench_copy_threads_parse(const char *text, unsigned *threads_p);
+ *  (0 -> UINT_MAX: none) (mem.c). */
+int bench_opt_copy_threads(const char *arg, const bench_opt_t *o);
+int bench_opt_sizes(const char *arg, const bench_opt_t *o);
 
 /* ---- buffers (mem.c) -------------------------------------------------------- */
 
@@ -117,9 +171,8 @@ typedef enum {
 const char *bench_setup_name(bench_setup_t s);
 const char *bench_method_name(bench_method_t m);
 const char *bench_dir_name(bench_dir_t d);
-/** Parse a comma list of names into a bit mask; returns -1 on an unknown name. */
-int bench_setup_mask(const char *list, unsigned *mask_p);
-int bench_method_mask(const char *list, unsigned *mask_p);
+extern const char *const bench_setup_names[BENCH_NSETUPS];
+extern const char *const bench_method_names[BENCH_NMETHODS];
 
 typedef struct bench_raw bench_raw_t;
 
@@ -135,6 +188,7 @@ void bench_raw_address(bench_raw_t *r, const void **addr_p, size_t *len_p);
 int bench_raw_rkey(bench_raw_t *r, uint64_t *addr_p, void **rkey_p, size_t *len_p);
 void bench_raw_rkey_release(void *rkey);
 void *bench_raw_buffer(bench_raw_t *r);
+const char *bench_raw_setup_name(const bench_raw_t *r);
 /** What the buffer turned out to be: "sysv, 4 KiB pages", "thp 100%". */
 const char *bench_raw_describe(bench_raw_t *r);
 /** Endpoint to the peer by its worker address (no peer-failure mode). */
@@ -189,14 +243,17 @@ int bench_child_start(bench_child_t *c, uint64_t arena_size, double timeout_s, c
 void bench_child_stop(bench_child_t *c, double timeout_s);
 
 /** Parent side of one raw session: the child builds a sink of `setup` and
- *  both sides connect; `raw` is the parent's side (created here). */
-typedef struct {
-    char child_desc[64];  /* the child's buffer, as bench_raw_describe() */
-} bench_raw_session_t;
-
+ *  both sides connect; `raw` is the parent's side (created here); desc gets
+ *  what backs each side's buffer (bench_raw_describe(): ours, the child's). */
 int bench_child_raw_open(bench_child_t *c, bench_setup_t setup, size_t buf_size,
                          double spin_s, double timeout_s, bench_raw_t **raw_p,
-                         bench_raw_session_t *sess, char *err, size_t errlen);
+                         char (*desc)[64], char *err, size_t errlen);
+/** warmup + reps timed transfers of one method and direction, sampling for
+ *  at most budget_s seconds (one sample at least): their seconds into secs,
+ *  the count into *n_p. 0, or -1 (said on stderr). */
+int bench_raw_sample(bench_raw_t *raw, bench_method_t m, bench_dir_t d, size_t size,
+                     unsigned warmup, unsigned reps, double budget_s, double timeout_s,
+                     double *secs, unsigned *n_p);
 void bench_child_raw_close(bench_child_t *c, bench_raw_t *raw, double timeout_s);
 /** Change how long the child's side busy-polls before it sleeps (< 0: always). */
 int bench_child_raw_spin(bench_child_t *c, bench_raw_t *raw, double spin_s, double timeout_s);
@@ -228,6 +285,28 @@ void bench_rec_u64(bench_rec_t *r, const char *key, uint64_t value);
 /** A number; NaN is written as null. */
 void bench_rec_f64(bench_rec_t *r, const char *key, double value);
 
+/** One field of bench_rec_kv(): KS("key", string), KU("key", integer),
+ *  KF("key", number). */
+typedef struct {
+    const char *key;
+    bench_ftype_t type;
+    uint64_t u;
+    double d;
+    const char *s;
+} bench_kv_t;
+bench_kv_t bench_kv_s(const char *key, const char *v);
+bench_kv_t bench_kv_f(const char *key, double v);
+bench_kv_t bench_kv_u(const char *key, uint64_t v);
+#define KS bench_kv_s
+#define KU bench_kv_u
+#define KF bench_kv_f
+bench_rec_t *bench_rec_set(bench_rec_t *r, const bench_kv_t *kv, unsigned n);
+/** Set the fields given (KS, KU, KF ...) in order; r may be NULL (nothing).
+ *  Returns r. */
+#define bench_rec_kv(r, ...)                            \
+    bench_rec_set(r, (const bench_kv_t[]){__VA_ARGS__}, \
+                  sizeof((const bench_kv_t[]){__VA_ARGS__}) / sizeof(bench_kv_t))
+
 typedef struct {
     bench_rec_t machine;
     bench_rec_t run; /* how the figures were made: command, options */
@@ -235,7 +314,10 @@ typedef struct {
     size_t n, cap;
 } bench_report_t;
 
+/** A new record (NULL when out of memory: the record is dropped). */
 bench_rec_t *bench_report_add(bench_report_t *rep);
+/** A new record with these fields (KS, KU, KF ...); NULL as bench_report_add(). */
+#define bench_report_kv(rep, ...) bench_rec_kv(bench_report_add(rep), __VA_ARGS__)
 void bench_report_free(bench_report_t *rep);
 /** The 1-minute load average (-1: unknown). */
 double bench_loadavg(void);

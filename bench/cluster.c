@@ -179,31 +179,19 @@ static void cl_report(cl_ctx_t *x, bench_report_t *rep)
 static void cl_record_run(const cl_ctx_t *x, bench_rec_t *run, double load_start,
                           double load_end)
 {
-    bench_rec_str(run, "command", x->o.command);
-    bench_rec_str(run, "mode", "cluster");
-    bench_rec_str(run, "cluster",
-                  x->o.local ? (x->o.hosts ? "hosts" : "local") : x->o.map);
-    bench_rec_u64(run, "hosts", (uint64_t)x->o.hosts);
-    bench_rec_u64(run, "servers", x->nmap);
-    bench_rec_u64(run, "racks", x->o.local ? CL_RACKS : 0);
-    bench_rec_u64(run, "k", x->o.k);
-    bench_rec_u64(run, "m", x->o.m);
-    bench_rec_u64(run, "chunk", x->o.chunk);
-    bench_rec_u64(run, "clients", x->o.clients);
-    bench_rec_u64(run, "objects", x->o.objects);
-    bench_rec_str(run, "mix", x->mix.kind);
-    bench_rec_u64(run, "readers", x->o.readers);
-    bench_rec_u64(run, "versions", x->o.versions);
-    bench_rec_u64(run, "size", x->o.size);
-    bench_rec_u64(run, "reps", x->o.reps);
-    bench_rec_u64(run, "window", x->o.window);
-    bench_rec_u64(run, "encoders", x->o.encoders);
-    bench_rec_u64(run, "arena_bytes", x->o.arena);
-    bench_rec_f64(run, "loadavg_start", load_start);
-    bench_rec_f64(run, "loadavg_end", load_end);
+    bench_rec_kv(run, KS("command", x->o.command), KS("mode", "cluster"),
+                 KS("cluster", x->o.local ? (x->o.hosts ? "hosts" : "local") : x->o.map),
+                 KU("hosts", (uint64_t)x->o.hosts), KU("servers", x->nmap),
+                 KU("racks", x->o.local ? CL_RACKS : 0), KU("k", x->o.k), KU("m", x->o.m),
+                 KU("chunk", x->o.chunk), KU("clients", x->o.clients),
+                 KU("objects", x->o.objects), KS("mix", x->mix.kind),
+                 KU("readers", x->o.readers), KU("versions", x->o.versions),
+                 KU("size", x->o.size), KU("reps", x->o.reps), KU("window", x->o.window),
+                 KU("encoders", x->o.encoders), KU("arena_bytes", x->o.arena),
+                 KF("loadavg_start", load_start), KF("loadavg_end", load_end));
     if (x->o.pec) {
-        bench_rec_u64(run, "pec_layers", x->o.pec_layers);
-        bench_rec_u64(run, "pec_unit", x->o.pec_unit);
+        bench_rec_kv(run, KU("pec_layers", x->o.pec_layers),
+                     KU("pec_unit", x->o.pec_unit));
     }
     if (x->fig.ndown > 0) {
         char ids[32];

@@ -168,18 +168,16 @@ void cl_print_hosts(cl_ctx_t *x, bench_report_t *rep)
             continue;
         }
         cl_rec_common(x, r, "hosts_net_bytes");
-        bench_rec_str(r, "phase", cl_net_phase[k]);
-        bench_rec_u64(r, "phases", x->netacc[k].n);
-        bench_rec_u64(r, "object_bytes", x->netacc[k].obj);
-        bench_rec_u64(r, "client_tx_bytes", x->netacc[k].cli_tx);
-        bench_rec_u64(r, "client_rx_bytes", x->netacc[k].cli_rx);
-        bench_rec_u64(r, "servers_tx_bytes", x->netacc[k].srv_tx);
-        bench_rec_u64(r, "servers_rx_bytes", x->netacc[k].srv_rx);
-        bench_rec_f64(r, "client_to_servers_per_byte", c2s);
-        bench_rec_f64(r, "servers_to_servers_per_byte", s2s);
-        bench_rec_f64(r, "servers_to_client_per_byte", s2c);
-        bench_rec_f64(r, "total_per_byte", tot);
-        bench_rec_f64(r, "payload_per_byte", least);
+        bench_rec_kv(r, KS("phase", cl_net_phase[k]), KU("phases", x->netacc[k].n),
+                     KU("object_bytes", x->netacc[k].obj),
+                     KU("client_tx_bytes", x->netacc[k].cli_tx),
+                     KU("client_rx_bytes", x->netacc[k].cli_rx),
+                     KU("servers_tx_bytes", x->netacc[k].srv_tx),
+                     KU("servers_rx_bytes", x->netacc[k].srv_rx),
+                     KF("client_to_servers_per_byte", c2s),
+                     KF("servers_to_servers_per_byte", s2s),
+                     KF("servers_to_client_per_byte", s2c), KF("total_per_byte", tot),
+                     KF("payload_per_byte", least));
     }
     {
         double mn, srv_snap, cli_snap, srv_rest, cli_rest, mx;
@@ -222,15 +220,13 @@ void cl_print_hosts(cl_ctx_t *x, bench_report_t *rep)
         bench_rec_t *r = bench_report_add(rep);
         if (r != NULL) {
             cl_rec_common(x, r, "hosts_raw_ucx");
-            bench_rec_f64(r, "put_gbps", raw_put);
-            bench_rec_str(r, "put_best_of", put_what);
-            bench_rec_f64(r, "get_gbps", raw_get);
-            bench_rec_str(r, "get_best_of", get_what);
-            bench_rec_f64(r, "put_x_k_over_k_plus_m_gbps", raw_put * kfrac);
-            bench_rec_str(r, "ucx_tls", getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
-            bench_rec_str(r, "ucx_net_devices",
-                          getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : "");
-            bench_rec_u64(r, "namespaces", x->net.nhosts + 1);
+            bench_rec_kv(r, KF("put_gbps", raw_put), KS("put_best_of", put_what),
+                         KF("get_gbps", raw_get), KS("get_best_of", get_what),
+                         KF("put_x_k_over_k_plus_m_gbps", raw_put * kfrac),
+                         KS("ucx_tls", getenv("UCX_TLS") ? getenv("UCX_TLS") : ""),
+                         KS("ucx_net_devices",
+                            getenv("UCX_NET_DEVICES") ? getenv("UCX_NET_DEVICES") : ""),
+                         KU("namespaces", x->net.nhosts + 1));
         }
     }
 }

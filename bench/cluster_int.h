@@ -358,6 +358,7 @@ typedef struct cl_ctx {
      * workers */
     cks_test_netns_t net;
     volatile int net_up;
+    bench_peer_state_t peer;  /* the peer running now (cluster_peers.c) */
     volatile pid_t sweep_pid; /* the sweep point running now (a child) */
     struct cl_ctx *point;     /* its context, made by this process before the fork */
 
@@ -487,7 +488,7 @@ void cl_peer_targets(cl_ctx_t *x, bench_report_t *rep, double stored, double res
 
 /* ---- cluster_report.c -------------------------------------------------------------- */
 
-double cl_median(double *v, unsigned n);
+double cl_median(const double *v, unsigned n);
 /** GB/s statistics of a list of seconds for `bytes` (the list is kept). */
 void cl_stats_of(uint64_t bytes, const double *secs, unsigned n, bench_stats_t *st);
 /** min / median / max of plain values (the list is kept). */

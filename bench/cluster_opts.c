@@ -130,425 +130,104 @@ static void cl_usage(FILE *f)
         "  -h, --help             this text\n");
 }
 
-static int cl_parse_uint(const char *text, unsigned lo, unsigned hi, unsigned *v_p)
+static int cl_opt_mix(const char *arg, const bench_opt_t *o)
 {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "ckstore-bench: bad number '%s' (%u .. %u)\n", text, lo, hi);
-        return -1;
-    }
-    *v_p = (unsigned)v;
-    return 0;
-}
-
-/* A comma-separated list of at most CL_MAX_SWEEP items, each parsed by
- * one(item, i, ctx) (which says what is wrong with it); *n_p gets the count. */
-static int cl_parse_items(const char *text,
-                          int (*one)(const char *item, unsigned i, void *ctx), void *ctx,
-                          unsigned *n_p)
-{
-    char item[32];
-    unsigned n = 0;
-    const char *p = text;
-    while (*p != '\0') {
-        size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof(item) || n == CL_MAX_SWEEP) {
-            fprintf(stderr, "ckstore-bench: bad list '%s' (at most %u items)\n", text,
-                    CL_MAX_SWEEP);
-            return -1;
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (one(item, n, ctx) != 0) {
-            return -1;
-        }
-        n++;
-        p += len + (p[len] == ',');
-    }
-    if (n == 0) {
-        fprintf(stderr, "ckstore-bench: empty list\n");
-        return -1;
-    }
-    *n_p = n;
-    return 0;
-}
-
-typedef struct {
-    unsigned lo, hi, *v;
-} cl_uint_items_t;
-
-static int cl_uint_item(const char *item, unsigned i, void *ctx)
-{
-    cl_uint_items_t *u = ctx;
-    return cl_parse_uint(item, u->lo, u->hi, &u->v[i]);
-}
-
-/* "1,2,4,8" within [lo, hi]. */
-static int cl_parse_list(const char *text, unsigned lo, unsigned hi, unsigned *v,
-                         unsigned *n_p)
-{
-    cl_uint_items_t u = {lo, hi, v};
-    return cl_parse_items(text, cl_uint_item, &u, n_p);
-}
-
-static int cl_size_item(const char *item, unsigned i, void *ctx)
-{
-    uint64_t *v = ctx;
-    if (bench_size_parse(item, &v[i]) != 0 || v[i] == 0) {
-        fprintf(stderr, "ckstore-bench: bad size '%s'\n", item);
-        return -1;
-    }
-    return 0;
-}
-
-/* "64M,256M,1G": sizes above 0. */
-static int cl_parse_size_list(const char *text, uint64_t *v, unsigned *n_p)
-{
-    return cl_parse_items(text, cl_size_item, v, n_p);
-}
-
-static int cl_parse_size(const char *text, uint64_t *v_p)
-{
-    if (bench_size_parse(text, v_p) != 0) {
-        fprintf(stderr, "ckstore-bench: bad size '%s'\n", text);
-        return -1;
-    }
-    return 0;
+    static const char *const mixes[] = {"uniform", "moe"};
+    int at = bench_name_index(arg, strlen(arg), mixes, 2);
+    *(const char **)o->dst = at >= 0 ? mixes[at] : NULL;
+    return at >= 0 ? 0 : -1;
 }
 
 int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
 {
-    enum {
-        O_SERVER_BIN = 256,
-        O_CHUNK,
-        O_ARENA,
-        O_NO_DEGRADED,
-        O_REPAIR_RATE,
-        O_COPY_THREADS,
-        O_PEC,
-        O_PEC_ONLY,
-        O_PEC_K,
-        O_PEC_LAYERS,
-        O_PEC_UNIT,
-        O_RAW_SETUPS,
-        O_CLIENT_MEM,
-        O_NO_RAW,
-        O_MIX,
-        O_READERS,
-        O_VERSIONS,
-        O_PEC_FRACTION,
-        O_PEERS,
-        O_NO_PEERS,
-        O_NO_MEMCACHED,
-        O_NO_REDIS,
-        O_NO_SHM,
-        O_PLOT,
-        O_SWEEP_CLIENTS,
-        O_SWEEP_SERVERS,
-        O_SWEEP_SIZES,
-        O_HOSTS,
-        O_STAGE_HOST
+    static const char *const mem_names[] = {NULL, "thp", NULL, "ckstore"};
+    cl_opts_t *o = &x->o;
+    const bench_opt_t t[] = {
+        BOPT("local", 'l', UINT, &o->local, .lo = 1, .hi = CL_MAX_SERVERS),
+        BOPT("cluster", 'c', STR, &o->map),
+        BOPT("server-bin", 0, STR, &o->server_bin),
+        BOPT("k", 'k', UINT, &o->k, .lo = 1, .hi = CKS_EC_MAX_K),
+        BOPT("m", 'M', UINT, &o->m, .lo = 1, .hi = CKS_EC_MAX_M),
+        BOPT("chunk", 0, SIZE, &o->chunk),
+        BOPT("clients", 'C', UINT, &o->clients, .lo = 1, .hi = CL_MAX_CLIENTS),
+        BOPT("size", 's', SIZE, &o->size),
+        BOPT("objects", 'o', UINT, &o->objects, .lo = 1, .hi = CL_MAX_OBJS),
+        BOPT("reps", 'r', UINT, &o->reps, .lo = 1, .hi = CL_MAX_REPS),
+        BOPT("window", 'W', UINT, &o->window, .lo = 1, .hi = 256),
+        BOPT("encoders", 'e', UINT, &o->encoders, .lo = 1, .hi = 64),
+        BOPT("arena", 0, SIZE, &o->arena, .aux = &o->arena_given),
+        BOPT("no-degraded", 0, FLAG, &o->no_degraded),
+        BOPT("repair-rate", 0, STR, &o->repair_rate),   /* the server checks it */
+        BOPT("copy-threads", 0, STR, &o->copy_threads), /* idem */
+        BOPT("pec", 0, FLAG, &o->pec),
+        BOPT("pec-only", 0, FLAG, &o->pec_only, .aux = &o->pec),
+        BOPT("pec-k", 0, UINT, &o->pec_k, .lo = 1, .hi = 16),
+        BOPT("pec-layers", 0, UINT, &o->pec_layers, .lo = 1, .hi = 64),
+        BOPT("pec-unit", 0, SIZE, &o->pec_unit),
+        BOPT("raw-setups", 0, CALL, &o->raw_setups, .hi = BENCH_NSETUPS,
+             .fn = bench_opt_mask, .names = bench_setup_names),
+        BOPT("client-mem", 0, CALL, &o->client_mem, .hi = 4, .fn = bench_opt_enum,
+             .names = mem_names),
+        BOPT("no-raw", 0, FLAG, &o->no_raw),
+        BOPT("mix", 0, CALL, &o->mix, .fn = cl_opt_mix),
+        BOPT("readers", 0, UINT, &o->readers, .lo = 1, .hi = CL_MAX_CLIENTS),
+        BOPT("versions", 0, UINT, &o->versions, .lo = 1, .hi = CL_MAX_VERSIONS),
+        BOPT("pec-fraction", 0, DOUBLE, &o->pec_fraction, .lo = 1),
+        BOPT("peers", 0, CALL, &o->peers, .hi = BENCH_NPEERS, .fn = bench_opt_mask,
+             .names = bench_peer_names),
+        BOPT("no-peers", 0, CLEAR, &o->peers, .lo = ~0u),
+        BOPT("no-memcached", 0, CLEAR, &o->peers, .lo = 1u << BENCH_PEER_MEMCACHED),
+        BOPT("no-redis", 0, CLEAR, &o->peers, .lo = 1u << BENCH_PEER_REDIS),
+        BOPT("no-shm", 0, CLEAR, &o->peers, .lo = 1u << BENCH_PEER_SHM),
+        BOPT("plot", 0, STR, &o->plot),
+        BOPT("sweep-clients", 0, CALL, o->sweep_clients, .lo = 1, .hi = CL_MAX_CLIENTS,
+             .fn = bench_opt_uints, .count = &o->nsweep_clients),
+        BOPT("sweep-servers", 0, CALL, o->sweep_servers, .lo = 1, .hi = CL_MAX_SERVERS,
+             .fn = bench_opt_uints, .count = &o->nsweep_servers),
+        BOPT("sweep-sizes", 0, CALL, o->sweep_sizes, .hi = CL_MAX_SWEEP,
+             .fn = bench_opt_sizes, .count = &o->nsweep_sizes),
+        BOPT("hosts", 0, FLAG, &o->hosts),
+        BOPT("stage-host", 0, FLAG, &o->stage_host),
+        BOPT("json", 'j', STR, &o->json),
+        BOPT("timeout", 't', DOUBLE, &o->timeout_s, .lo = 1),
+        BOPT("verbose", 'v', FLAG, &o->verbose),
+        BOPT("quiet", 'q', FLAG, &o->quiet),
+        BOPT("help", 'h', HELP, NULL),
     };
-    static const struct option longopts[] = {
-        {"local", required_argument, NULL, 'l'},
-        {"cluster", required_argument, NULL, 'c'},
-        {"server-bin", required_argument, NULL, O_SERVER_BIN},
-        {"k", required_argument, NULL, 'k'},
-        {"m", required_argument, NULL, 'M'},
-        {"chunk", required_argument, NULL, O_CHUNK},
-        {"clients", required_argument, NULL, 'C'},
-        {"size", required_argument, NULL, 's'},
-        {"objects", required_argument, NULL, 'o'},
-        {"reps", required_argument, NULL, 'r'},
-        {"window", required_argument, NULL, 'W'},
-        {"encoders", required_argument, NULL, 'e'},
-        {"arena", required_argument, NULL, O_ARENA},
-        {"no-degraded", no_argument, NULL, O_NO_DEGRADED},
-        {"repair-rate", required_argument, NULL, O_REPAIR_RATE},
-        {"copy-threads", required_argument, NULL, O_COPY_THREADS},
-        {"pec", no_argument, NULL, O_PEC},
-        {"pec-only", no_argument, NULL, O_PEC_ONLY},
-        {"pec-k", required_argument, NULL, O_PEC_K},
-        {"pec-layers", required_argument, NULL, O_PEC_LAYERS},
-        {"pec-unit", required_argument, NULL, O_PEC_UNIT},
-        {"raw-setups", required_argument, NULL, O_RAW_SETUPS},
-        {"client-mem", required_argument, NULL, O_CLIENT_MEM},
-        {"no-raw", no_argument, NULL, O_NO_RAW},
-        {"mix", required_argument, NULL, O_MIX},
-        {"readers", required_argument, NULL, O_READERS},
-        {"versions", required_argument, NULL, O_VERSIONS},
-        {"pec-fraction", required_argument, NULL, O_PEC_FRACTION},
-        {"peers", required_argument, NULL, O_PEERS},
-        {"no-peers", no_argument, NULL, O_NO_PEERS},
-        {"no-memcached", no_argument, NULL, O_NO_MEMCACHED},
-        {"no-redis", no_argument, NULL, O_NO_REDIS},
-        {"no-shm", no_argument, NULL, O_NO_SHM},
-        {"plot", required_argument, NULL, O_PLOT},
-        {"sweep-clients", required_argument, NULL, O_SWEEP_CLIENTS},
-        {"sweep-servers", required_argument, NULL, O_SWEEP_SERVERS},
-        {"sweep-sizes", required_argument, NULL, O_SWEEP_SIZES},
-        {"hosts", no_argument, NULL, O_HOSTS},
-        {"stage-host", no_argument, NULL, O_STAGE_HOST},
-        {"json", required_argument, NULL, 'j'},
-        {"timeout", required_argument, NULL, 't'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    char *end;
-    int c;
+    int rc;
 
-    memset(&x->o, 0, sizeof(x->o));
-    x->o.local = 6;
-    x->o.k = 4;
-    x->o.m = 2;
-    x->o.chunk = 1ull << 20;
-    x->o.clients = 1;
-    x->o.size = 64ull << 20;
-    x->o.objects = 8;
-    x->o.reps = 3;
-    x->o.window = 4;
-    x->o.encoders = 1;
-    x->o.pec_layers = 4;
-    x->o.pec_unit = 256ull << 10;
-    x->o.timeout_s = 30;
-    x->o.client_mem = BENCH_MEM_CKS;
-    x->o.raw_setups =
+    memset(o, 0, sizeof(*o));
+    o->local = 6;
+    o->k = 4;
+    o->m = 2;
+    o->chunk = 1ull << 20;
+    o->clients = 1;
+    o->size = 64ull << 20;
+    o->objects = 8;
+    o->reps = 3;
+    o->window = 4;
+    o->encoders = 1;
+    o->pec_layers = 4;
+    o->pec_unit = 256ull << 10;
+    o->timeout_s = 30;
+    o->client_mem = BENCH_MEM_CKS;
+    o->raw_setups =
         (1u << BENCH_SETUP_THP) | (1u << BENCH_SETUP_SHM_THP) | (1u << BENCH_SETUP_UCX);
-    x->o.mix = "uniform";
-    x->o.versions = 1;
-    x->o.peers = (1u << BENCH_NPEERS) - 1;
-    snprintf(x->o.command, sizeof(x->o.command), "ckstore-bench");
-    for (int i = 0, used = (int)strlen(x->o.command);
-         i < argc && used < (int)sizeof(x->o.command) - 1; i++) {
-        used += snprintf(x->o.command + used, sizeof(x->o.command) - (size_t)used, " %s",
-                         argv[i]);
-    }
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "l:c:k:M:C:s:o:r:W:e:j:t:vqh", longopts, NULL)) !=
-           -1) {
-        switch (c) {
-            case 'l':
-                if (cl_parse_uint(optarg, 1, CL_MAX_SERVERS, &x->o.local) != 0) {
-                    return -1;
-                }
-                break;
-            case 'c':
-                x->o.map = optarg;
-                break;
-            case O_SERVER_BIN:
-                x->o.server_bin = optarg;
-                break;
-            case 'k':
-                if (cl_parse_uint(optarg, 1, CKS_EC_MAX_K, &x->o.k) != 0) {
-                    return -1;
-                }
-                break;
-            case 'M':
-                if (cl_parse_uint(optarg, 1, CKS_EC_MAX_M, &x->o.m) != 0) {
-                    return -1;
-                }
-                break;
-            case O_CHUNK:
-                if (cl_parse_size(optarg, &x->o.chunk) != 0) {
-                    return -1;
-                }
-                if (x->o.chunk % 4096 != 0) {
-                    fprintf(stderr,
-                            "ckstore-bench: the chunk size must be a multiple of 4096\n");
-                    return -1;
-                }
-                break;
-            case 'C':
-                if (cl_parse_uint(optarg, 1, CL_MAX_CLIENTS, &x->o.clients) != 0) {
-                    return -1;
-                }
-                break;
-            case 's':
-                if (cl_parse_size(optarg, &x->o.size) != 0) {
-                    return -1;
-                }
-                break;
-            case 'o':
-                if (cl_parse_uint(optarg, 1, 1024, &x->o.objects) != 0) {
-                    return -1;
-                }
-                break;
-            case 'r':
-                if (cl_parse_uint(optarg, 1, CL_MAX_REPS, &x->o.reps) != 0) {
-                    return -1;
-                }
-                break;
-            case 'W':
-                if (cl_parse_uint(optarg, 1, 256, &x->o.window) != 0) {
-                    return -1;
-                }
-                break;
-            case 'e':
-                if (cl_parse_uint(optarg, 1, 64, &x->o.encoders) != 0) {
-                    return -1;
-                }
-                break;
-            case O_ARENA:
-                if (cl_parse_size(optarg, &x->o.arena) != 0) {
-                    return -1;
-                }
-                x->o.arena_given = 1;
-                break;
-            case O_NO_DEGRADED:
-                x->o.no_degraded = 1;
-                break;
-            case O_REPAIR_RATE:
-                x->o.repair_rate = optarg; /* the server checks it */
-                break;
-            case O_COPY_THREADS:
-                x->o.copy_threads = optarg; /* the server checks it */
-                break;
-            case O_PEC:
-                x->o.pec = 1;
-                break;
-            case O_PEC_ONLY:
-                x->o.pec = x->o.pec_only = 1;
-                break;
-            case O_PEC_K:
-                if (cl_parse_uint(optarg, 1, 16, &x->o.pec_k) != 0) {
-                    return -1;
-                }
-                break;
-            case O_PEC_LAYERS:
-                if (cl_parse_uint(optarg, 1, 64, &x->o.pec_layers) != 0) {
-                    return -1;
-                }
-                break;
-            case O_PEC_UNIT:
-                if (cl_parse_size(optarg, &x->o.pec_unit) != 0) {
-                    return -1;
-                }
-                break;
-            case O_RAW_SETUPS:
-                if (bench_setup_mask(optarg, &x->o.raw_setups) != 0) {
-                    fprintf(stderr, "ckstore-bench: bad setup list '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case O_NO_RAW:
-                x->o.no_raw = 1;
-                break;
-            case O_CLIENT_MEM:
-                if (strcmp(optarg, "ckstore") == 0) {
-                    x->o.client_mem = BENCH_MEM_CKS;
-                } else if (strcmp(optarg, "thp") == 0) {
-                    x->o.client_mem = BENCH_MEM_THP;
-                } else {
-                    fprintf(stderr,
-                            "ckstore-bench: bad --client-mem '%s' (ckstore or thp)\n",
-                            optarg);
-                    return -1;
-                }
-                break;
-            case O_MIX:
-                if (strcmp(optarg, "uniform") != 0 && strcmp(optarg, "moe") != 0) {
-                    fprintf(stderr, "ckstore-bench: bad --mix '%s' (uniform or moe)\n",
-                            optarg);
-                    return -1;
-                }
-                x->o.mix = optarg;
-                break;
-            case O_READERS:
-                if (cl_parse_uint(optarg, 1, CL_MAX_CLIENTS, &x->o.readers) != 0) {
-                    return -1;
-                }
-                break;
-            case O_VERSIONS:
-                if (cl_parse_uint(optarg, 1, CL_MAX_VERSIONS, &x->o.versions) != 0) {
-                    return -1;
-                }
-                break;
-            case O_PEC_FRACTION:
-                x->o.pec_fraction = strtod(optarg, &end);
-                if (*end != '\0' || !(x->o.pec_fraction > 0 && x->o.pec_fraction <= 1)) {
-                    fprintf(stderr,
-                            "ckstore-bench: bad --pec-fraction '%s' (0 < F <= 1)\n",
-                            optarg);
-                    return -1;
-                }
-                break;
-            case O_PEERS:
-                if (bench_peer_mask(optarg, &x->o.peers) != 0) {
-                    fprintf(stderr,
-                            "ckstore-bench: bad peer list '%s' (memcached,redis,shm)\n",
-                            optarg);
-                    return -1;
-                }
-                break;
-            case O_NO_PEERS:
-                x->o.peers = 0;
-                break;
-            case O_NO_MEMCACHED:
-                x->o.peers &= ~(1u << BENCH_PEER_MEMCACHED);
-                break;
-            case O_NO_REDIS:
-                x->o.peers &= ~(1u << BENCH_PEER_REDIS);
-                break;
-            case O_NO_SHM:
-                x->o.peers &= ~(1u << BENCH_PEER_SHM);
-                break;
-            case O_PLOT:
-                x->o.plot = optarg;
-                break;
-            case O_SWEEP_CLIENTS:
-                if (cl_parse_list(optarg, 1, CL_MAX_CLIENTS, x->o.sweep_clients,
-                                  &x->o.nsweep_clients) != 0) {
-                    return -1;
-                }
-                break;
-            case O_SWEEP_SERVERS:
-                if (cl_parse_list(optarg, 1, CL_MAX_SERVERS, x->o.sweep_servers,
-                                  &x->o.nsweep_servers) != 0) {
-                    return -1;
-                }
-                break;
-            case O_SWEEP_SIZES:
-                if (cl_parse_size_list(optarg, x->o.sweep_sizes, &x->o.nsweep_sizes) !=
-                    0) {
-                    return -1;
-                }
-                break;
-            case O_HOSTS:
-                x->o.hosts = 1;
-                break;
-            case O_STAGE_HOST:
-                x->o.stage_host = 1;
-                break;
-            case 'j':
-                x->o.json = optarg;
-                break;
-            case 't':
-                x->o.timeout_s = strtod(optarg, &end);
-                if (*end != '\0' || !(x->o.timeout_s > 0)) {
-                    fprintf(stderr, "ckstore-bench: bad timeout '%s'\n", optarg);
-                    return -1;
-                }
-                break;
-            case 'v':
-                x->o.verbose = 1;
-                break;
-            case 'q':
-                x->o.quiet = 1;
-                break;
-            case 'h':
-                cl_usage(stdout);
-                exit(0);
-            default:
-                cl_usage(stderr);
-                return -1;
+    o->mix = "uniform";
+    o->versions = 1;
+    o->peers = (1u << BENCH_NPEERS) - 1;
+    bench_join_args(o->command, sizeof(o->command), "ckstore-bench", argc, argv);
+    rc = bench_opts_parse("ckstore-bench", t, sizeof(t) / sizeof(t[0]), argc, argv);
+    if (rc != 0) {
+        cl_usage(rc > 0 ? stdout : stderr);
+        if (rc > 0) {
+            exit(0);
         }
+        return -1;
     }
-    if (optind < argc) {
-        fprintf(stderr, "ckstore-bench: unexpected argument '%s'\n", argv[optind]);
+    if (x->o.chunk % 4096 != 0 || x->o.pec_fraction > 1) {
+        fprintf(stderr, "ckstore-bench: the chunk size must be a multiple of 4096, "
+                        "--pec-fraction at most 1\n");
         return -1;
     }
     if (x->o.map != NULL) {

@@ -268,16 +268,12 @@ static bench_rec_t *cl_rec_ckpt(cl_ctx_t *x, bench_report_t *rep, const char *op
     bench_rec_t *r = bench_report_add(rep);
     if (r != NULL) {
         cl_rec_common(x, r, op);
-        bench_rec_u64(r, "experts", experts);
-        bench_rec_u64(r, "experts_saved", saved);
-        bench_rec_u64(r, "layers", x->o.pec_layers);
-        bench_rec_u64(r, "ranks", x->o.clients);
-        bench_rec_u64(r, "bytes", bytes);
-        bench_rec_u64(r, "stored_bytes", stored);
-        bench_rec_u64(r, "rank_bytes", rank_max);
-        bench_rec_f64(r, "seconds", secs);
-        bench_rec_f64(r, "stored_seconds", stored_secs);
-        bench_rec_f64(r, "gbps", (double)bytes / secs / BENCH_GB);
+        bench_rec_kv(r, KU("experts", experts), KU("experts_saved", saved),
+                     KU("layers", x->o.pec_layers), KU("ranks", x->o.clients),
+                     KU("bytes", bytes), KU("stored_bytes", stored),
+                     KU("rank_bytes", rank_max), KF("seconds", secs),
+                     KF("stored_seconds", stored_secs),
+                     KF("gbps", (double)bytes / secs / BENCH_GB));
     }
     return r;
 }
@@ -333,11 +329,10 @@ void cl_print_pec(cl_ctx_t *x, bench_report_t *rep)
         if ((r = cl_rec_ckpt(x, rep, "checkpoint_pec", f->experts, f->per_step,
                              f->pec_bytes, f->pec_stored, f->pec_rank_max, pec_s,
                              pec_st)) != NULL) {
-            bench_rec_f64(r, "reduction", red);
-            bench_rec_f64(r, "time_reduction", tred);
-            bench_rec_f64(r, "published_reduction",
-                          f->experts == 8 ? CL_PEC_PUBLISHED_8 : NAN);
-            bench_rec_u64(r, "reps", f->npec);
+            bench_rec_kv(
+                r, KF("reduction", red), KF("time_reduction", tred),
+                KF("published_reduction", f->experts == 8 ? CL_PEC_PUBLISHED_8 : NAN),
+                KU("reps", f->npec));
         }
     }
     cl_say(

@@ -49,7 +49,7 @@ int cl_measure_peers(cl_ctx_t *x)
             continue;
         }
         x->peer_tried[p] = 1;
-        if (bench_peer_run(p, &pp, &x->peerres[p]) != 0) {
+        if (bench_peer_run(&x->peer, p, &pp, &x->peerres[p]) != 0) {
             cl_say(x, "  peer %s: skipped: %s\n", bench_peer_name(p), x->peerres[p].note);
             continue;
         }
@@ -107,19 +107,14 @@ void cl_print_peers(cl_ctx_t *x, bench_report_t *rep)
             if ((r = bench_report_add(rep)) == NULL) {
                 continue;
             }
-            bench_rec_str(r, "op", cl_peer_ops[p][d]);
-            bench_rec_u64(r, "objects", x->mix.n);
-            bench_rec_u64(r, "size", x->mix.max);
-            bench_rec_u64(r, "bytes", pr->bytes);
-            bench_rec_str(r, "mix", x->mix.kind);
+            bench_rec_kv(r, KS("op", cl_peer_ops[p][d]), KU("objects", x->mix.n),
+                         KU("size", x->mix.max), KU("bytes", pr->bytes),
+                         KS("mix", x->mix.kind));
             cl_rec_stats(r, &st);
-            bench_rec_u64(r, "connections", 1);
-            bench_rec_f64(r, "ckstore_gbps", ck);
-            bench_rec_str(r, "ckstore_op", d ? "restore" : "snapshot_stored");
-            bench_rec_f64(r, "ratio", ck / st.median);
-            bench_rec_f64(r, "server_cpu_s_per_gb", cpu);
-            bench_rec_f64(r, "server_rss_per_byte", rss);
-            bench_rec_str(r, "peer", pr->desc);
+            bench_rec_kv(r, KU("connections", 1), KF("ckstore_gbps", ck),
+                         KS("ckstore_op", d ? "restore" : "snapshot_stored"),
+                         KF("ratio", ck / st.median), KF("server_cpu_s_per_gb", cpu),
+                         KF("server_rss_per_byte", rss), KS("peer", pr->desc));
         }
     }
     cl_say(x, "ck/peer: ckstore's figure over the peer's; srv CPU: the peer server's CPU "

@@ -38,14 +38,15 @@ static unsigned cl_ref_reps(cl_ctx_t *x)
     return x->o.reps > 5 ? x->o.reps : 5;
 }
 
-/* The server encoder's per-object work (server/encoder.c): CRC-64 of the
- * object, then per stripe encode and CRC-64 of each of the k + m chunks. */
-static void cl_encode_crc(cl_ctx_t *x, cks_ec_h ec, uint8_t *data, uint8_t *parity,
-                          uint64_t stripes, uint64_t size)
+/* Encode every stripe; with crc, the server encoder's per-object work
+ * (server/encoder.c): CRC-64 of the object, then per stripe encode and
+ * CRC-64 of each of the k + m chunks. */
+static void cl_encode(cl_ctx_t *x, cks_ec_h ec, uint8_t *data, uint8_t *parity,
+                      uint64_t stripes, uint64_t size, int crc)
 {
     const unsigned k = x->o.k, m = x->o.m;
     const uint64_t chunk = x->o.chunk;
-    volatile uint64_t sink = cks_crc64(0, data, size);
+    volatile uint64_t sink = crc ? cks_crc64(0, data, size) : 0;
     for (uint64_t s = 0; s < stripes; s++) {
         const uint8_t *d[CKS_EC_MAX_K];
         uint8_t *p[CKS_EC_MAX_M];
@@ -56,11 +57,8 @@ static void cl_encode_crc(cl_ctx_t *x, cks_ec_h ec, uint8_t *data, uint8_t *pari
             p[i] = parity + (s * m + i) * chunk;
         }
         cks_ec_encode(ec, chunk, d, p);
-        for (unsigned i = 0; i < k; i++) {
-            sink ^= cks_crc64(0, d[i], chunk);
-        }
-        for (unsigned i = 0; i < m; i++) {
-            sink ^= cks_crc64(0, p[i], chunk);
+        for (unsigned i = 0; crc && i < k + m; i++) {
+            sink ^= cks_crc64(0, i < k ? d[i] : p[i - k], chunk);
         }
     }
     (void)sink;
@@ -98,34 +96,18 @@ int cl_refs_isal(cl_ctx_t *x)
     bench_fill(data.ptr, dbytes, 99);
     x->refs.isal_bytes = dbytes;
 
-    /* encode: input (data) bytes per second, one thread, data from DRAM */
-    for (unsigned r = 0; r <= reps; r++) {
-        double t0 = bench_now();
-        for (uint64_t s = 0; s < stripes; s++) {
-            const uint8_t *d[CKS_EC_MAX_K];
-            uint8_t *p[CKS_EC_MAX_M];
-            for (unsigned i = 0; i < k; i++) {
-                d[i] = (const uint8_t *)data.ptr + (s * k + i) * chunk;
+    /* encode (input bytes per second, one thread, data from DRAM), alone and
+     * with the CRCs; the first round is the warm-up */
+    for (int crc = 0; crc <= 1; crc++) {
+        for (unsigned r = 0; r <= reps; r++) {
+            double t0 = bench_now();
+            cl_encode(x, ec, data.ptr, parity.ptr, stripes, dbytes, crc);
+            if (r > 0) {
+                secs[r - 1] = bench_now() - t0;
             }
-            for (unsigned i = 0; i < m; i++) {
-                p[i] = (uint8_t *)parity.ptr + (s * m + i) * chunk;
-            }
-            cks_ec_encode(ec, chunk, d, p);
         }
-        if (r > 0) { /* the first is the warm-up */
-            secs[r - 1] = bench_now() - t0;
-        }
+        cl_fig_add(crc ? &x->refs.encode_crc : &x->refs.encode, dbytes, secs, reps);
     }
-    cl_fig_add(&x->refs.encode, dbytes, secs, reps);
-
-    for (unsigned r = 0; r <= reps; r++) {
-        double t0 = bench_now();
-        cl_encode_crc(x, ec, data.ptr, parity.ptr, stripes, dbytes);
-        if (r > 0) {
-            secs[r - 1] = bench_now() - t0;
-        }
-    }
-    cl_fig_add(&x->refs.encode_crc, dbytes, secs, reps);
 
     /* decode with e erasures (data chunks 0 .. e-1 lost, rebuilt into
      * scratch): object bytes rebuilt per second; the check of the first
@@ -217,46 +199,28 @@ int cl_refs_raw(cl_ctx_t *x)
     unsigned reps = cl_ref_reps(x);
 
     for (unsigned s = 0; s < BENCH_NSETUPS; s++) {
-        bench_raw_session_t sess;
         bench_raw_t *raw;
         if (!(x->o.raw_setups & (1u << s))) {
             continue;
         }
         if (bench_child_raw_open(&x->child, s, x->o.size, 200e-6, x->o.timeout_s, &raw,
-                                 &sess, err, sizeof(err)) != 0) {
+                                 x->refs.raw_desc[s], err, sizeof(err)) != 0) {
             fprintf(stderr, "ckstore-bench: %s\n", err);
             return -1;
         }
-        snprintf(x->refs.raw_desc[s][0], sizeof(x->refs.raw_desc[s][0]), "%s",
-                 bench_raw_describe(raw));
-        snprintf(x->refs.raw_desc[s][1], sizeof(x->refs.raw_desc[s][1]), "%s",
-                 sess.child_desc);
         for (unsigned mi = 0; mi < sizeof(methods) / sizeof(methods[0]); mi++) {
-            unsigned m = methods[mi];
+            unsigned m = methods[mi], n;
             for (unsigned d = 0; d < BENCH_NDIRS; d++) {
-                double start = bench_now(), sec;
                 double cpu0 = bench_proc_cpu_s(getpid()) + bench_proc_cpu_s(x->child.pid);
-                unsigned n = 0, done = 0;
-                for (unsigned r = 0; r < reps + 1; r++) {
-                    if (bench_raw_transfer(raw, m, d, x->o.size, x->o.timeout_s, &sec,
-                                           err, sizeof(err)) != 0) {
-                        fprintf(stderr, "ckstore-bench: %s (setup %s)\n", err,
-                                bench_setup_name(s));
-                        bench_child_raw_close(&x->child, raw, x->o.timeout_s);
-                        return -1;
-                    }
-                    done++;
-                    if (r > 0) {
-                        secs[n++] = sec;
-                    }
-                    if (n > 0 && bench_now() - start > CL_RAW_BUDGET_S) {
-                        break;
-                    }
+                if (bench_raw_sample(raw, m, d, x->o.size, 1, reps, CL_RAW_BUDGET_S,
+                                     x->o.timeout_s, secs, &n) != 0) {
+                    bench_child_raw_close(&x->child, raw, x->o.timeout_s);
+                    return -1;
                 }
                 cl_fig_add(&x->refs.raw[s][m][d], x->o.size, secs, n);
                 x->refs.raw_cpu_s[s][m][d] +=
                     bench_proc_cpu_s(getpid()) + bench_proc_cpu_s(x->child.pid) - cpu0;
-                x->refs.raw_cpu_bytes[s][m][d] += (uint64_t)done * x->o.size;
+                x->refs.raw_cpu_bytes[s][m][d] += (uint64_t)(n + 1) * x->o.size;
             }
         }
         snprintf(x->refs.raw_tls[s], sizeof(x->refs.raw_tls[s]), "%s",
@@ -299,8 +263,7 @@ static void cl_rec_isal(cl_ctx_t *x, bench_report_t *rep, const char *op,
         if (erasures > 0) {
             bench_rec_u64(r, "erasures", erasures);
         }
-        bench_rec_u64(r, "size", x->refs.isal_bytes);
-        bench_rec_u64(r, "threads", 1);
+        bench_rec_kv(r, KU("size", x->refs.isal_bytes), KU("threads", 1));
         cl_rec_ref(r, f);
     }
 }
@@ -345,14 +308,12 @@ void cl_print_refs(cl_ctx_t *x, bench_report_t *rep)
         }
     }
     if ((r = bench_report_add(rep)) != NULL) {
-        bench_rec_str(r, "op", "crc64_raw");
-        bench_rec_u64(r, "size", x->refs.isal_bytes);
-        bench_rec_u64(r, "threads", 1);
+        bench_rec_kv(r, KS("op", "crc64_raw"), KU("size", x->refs.isal_bytes),
+                     KU("threads", 1));
         cl_rec_ref(r, &x->refs.crc);
     }
     if ((r = bench_report_add(rep)) != NULL) {
-        bench_rec_str(r, "op", "memcpy");
-        bench_rec_u64(r, "size", x->o.size);
+        bench_rec_kv(r, KS("op", "memcpy"), KU("size", x->o.size));
         cl_rec_ref(r, &x->refs.memcpy_fig);
     }
 
@@ -387,15 +348,13 @@ void cl_print_refs(cl_ctx_t *x, bench_report_t *rep)
                 if (!f->ok || (r = bench_report_add(rep)) == NULL) {
                     continue;
                 }
-                bench_rec_str(r, "op", "raw");
-                bench_rec_str(r, "dir", bench_dir_name(d));
-                bench_rec_str(r, "setup", bench_setup_name(s));
-                bench_rec_str(r, "method", bench_method_name(m));
-                bench_rec_u64(r, "size", x->o.size);
+                bench_rec_kv(r, KS("op", "raw"), KS("dir", bench_dir_name(d)),
+                             KS("setup", bench_setup_name(s)),
+                             KS("method", bench_method_name(m)), KU("size", x->o.size));
                 cl_rec_ref(r, f);
-                bench_rec_str(r, "buffers", x->refs.raw_desc[s][0]);
-                bench_rec_str(r, "peer_buffers", x->refs.raw_desc[s][1]);
-                bench_rec_str(r, "transports", x->refs.raw_tls[s]);
+                bench_rec_kv(r, KS("buffers", x->refs.raw_desc[s][0]),
+                             KS("peer_buffers", x->refs.raw_desc[s][1]),
+                             KS("transports", x->refs.raw_tls[s]));
             }
         }
     }
@@ -411,11 +370,8 @@ void cl_rec_raw_best(cl_ctx_t *x, bench_report_t *rep)
         if (!isfinite(best) || (r = bench_report_add(rep)) == NULL) {
             continue;
         }
-        bench_rec_str(r, "op", "raw_ucx");
-        bench_rec_str(r, "dir", bench_dir_name(d));
-        bench_rec_u64(r, "size", x->o.size);
-        bench_rec_f64(r, "gbps", best);
-        bench_rec_str(r, "best_of", what);
+        bench_rec_kv(r, KS("op", "raw_ucx"), KS("dir", bench_dir_name(d)),
+                     KU("size", x->o.size), KF("gbps", best), KS("best_of", what));
     }
 }
 

@@ -6,41 +6,34 @@
 #include "cluster_int.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-double cl_median(double *v, unsigned n)
+double cl_median(const double *v, unsigned n)
 {
-    bench_stats_t st;
-    /* bench_stats gives bytes/s of a time; use 1 GB to get 1/t, then invert */
-    if (n == 0) {
-        return NAN;
-    }
-    bench_stats((uint64_t)BENCH_GB, v, n, &st);
-    return 1.0 / st.median;
+    double mn, md, mx;
+    cl_vstats(v, n, &mn, &md, &mx);
+    return md;
 }
 
 void cl_rec_common(const cl_ctx_t *x, bench_rec_t *r, const char *op)
 {
-    bench_rec_str(r, "op", op);
-    bench_rec_u64(r, "k", x->o.k);
-    bench_rec_u64(r, "m", x->o.m);
-    bench_rec_u64(r, "chunk", x->o.chunk);
+    bench_rec_kv(r, KS("op", op), KU("k", x->o.k), KU("m", x->o.m),
+                 KU("chunk", x->o.chunk));
 }
 
 void cl_rec_stats(bench_rec_t *r, const bench_stats_t *st)
 {
-    bench_rec_f64(r, "gbps", st->median);
-    bench_rec_f64(r, "min_gbps", st->min);
-    bench_rec_f64(r, "max_gbps", st->max);
-    bench_rec_u64(r, "reps", st->n);
+    bench_rec_kv(r, KF("gbps", st->median), KF("min_gbps", st->min),
+                 KF("max_gbps", st->max), KU("reps", st->n));
 }
 
 void cl_rec_ref(bench_rec_t *r, const cl_fig_t *f)
 {
     cl_rec_stats(r, &f->st);
-    bench_rec_f64(r, "before_gbps", f->pass_med[0]);
-    bench_rec_f64(r, "after_gbps", f->npass > 1 ? f->pass_med[1] : NAN);
+    bench_rec_kv(r, KF("before_gbps", f->pass_med[0]),
+                 KF("after_gbps", f->npass > 1 ? f->pass_med[1] : NAN));
 }
 
 /* One row of the main table and its record. */
@@ -78,18 +71,14 @@ static void cl_main_row(cl_ctx_t *x, bench_report_t *rep, const char *op, unsign
         return;
     }
     cl_rec_common(x, r, op);
-    bench_rec_u64(r, "servers", x->nmap);
-    bench_rec_u64(r, "clients", x->nworkers);
-    bench_rec_u64(r, "objects", x->o.objects);
-    bench_rec_u64(r, "size", x->o.size);
-    bench_rec_u64(r, "bytes", x->fig.bytes);
+    bench_rec_kv(r, KU("servers", x->nmap), KU("clients", x->nworkers),
+                 KU("objects", x->o.objects), KU("size", x->o.size),
+                 KU("bytes", x->fig.bytes));
     if (strcmp(op, "restore_degraded") == 0) {
         bench_rec_u64(r, "servers_down", down);
     }
     cl_rec_stats(r, &st);
-    bench_rec_f64(r, "ratio", ratio);
-    bench_rec_f64(r, "ref_gbps", ref);
-    bench_rec_str(r, "ref", ref_what);
+    bench_rec_kv(r, KF("ratio", ratio), KF("ref_gbps", ref), KS("ref", ref_what));
     if (isfinite(healthy)) {
         bench_rec_f64(r, "healthy_ratio", st.median / healthy);
     }
@@ -178,8 +167,7 @@ void cl_print_main(cl_ctx_t *x, bench_report_t *rep)
 
     /* what the seal costs after STORED: encode + CRC + chunk sends + commit on
      * the servers, overlapped with the puts, so this is not an encode rate */
-    memcpy(tails, x->fig.tail, sizeof(tails));
-    tail_s = cl_median(tails, x->fig.nsnap);
+    tail_s = cl_median(x->fig.tail, x->fig.nsnap);
     if (isfinite(raw_get) && x->fig.nrestore[0] > 0) {
         /* the serving servers copy every chunk into the client's memory and
          * CRC each slice from cache right after its copy (not counted here:
@@ -253,14 +241,12 @@ void cl_print_main(cl_ctx_t *x, bench_report_t *rep)
             bench_rec_t *r = bench_report_add(rep);
             if (r != NULL) {
                 cl_rec_common(x, r, "server_encode");
-                bench_rec_u64(r, "size", x->fig.enc_bytes);
-                bench_rec_f64(r, "gbps", enc);
-                bench_rec_f64(r, "raw_gbps", x->refs.encode.st.median);
-                bench_rec_f64(r, "ratio", ratio);
-                bench_rec_f64(r, "job_gbps", job);
-                bench_rec_f64(r, "job_raw_gbps", x->refs.encode_crc.st.median);
-                bench_rec_f64(r, "job_ratio", job / x->refs.encode_crc.st.median);
-                bench_rec_f64(r, "target", CL_TARGET_ENCODE);
+                bench_rec_kv(r, KU("size", x->fig.enc_bytes), KF("gbps", enc),
+                             KF("raw_gbps", x->refs.encode.st.median), KF("ratio", ratio),
+                             KF("job_gbps", job),
+                             KF("job_raw_gbps", x->refs.encode_crc.st.median),
+                             KF("job_ratio", job / x->refs.encode_crc.st.median),
+                             KF("target", CL_TARGET_ENCODE));
             }
         } else {
             cl_say(
@@ -295,7 +281,7 @@ void cl_stats_of(uint64_t bytes, const double *secs, unsigned n, bench_stats_t *
     bench_stats(bytes, tmp, n, st);
 }
 
-/* min / median / max of plain values. */
+/* min / median / max of plain values (NAN when there are none). */
 void cl_vstats(const double *v, unsigned n, double *min_p, double *med_p, double *max_p)
 {
     double tmp[CL_MAX_SNAPS];
@@ -305,15 +291,7 @@ void cl_vstats(const double *v, unsigned n, double *min_p, double *med_p, double
     }
     n = n > CL_MAX_SNAPS ? CL_MAX_SNAPS : n;
     memcpy(tmp, v, n * sizeof(*tmp));
-    for (unsigned i = 1; i < n; i++) { /* insertion sort: n is small */
-        double x = tmp[i];
-        unsigned j = i;
-        while (j > 0 && tmp[j - 1] > x) {
-            tmp[j] = tmp[j - 1];
-            j--;
-        }
-        tmp[j] = x;
-    }
+    qsort(tmp, n, sizeof(*tmp), bench_cmp_double);
     *min_p = tmp[0];
     *max_p = tmp[n - 1];
     *med_p = n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
@@ -333,12 +311,6 @@ double cl_ck_median(const cl_ctx_t *x, int restore)
     return st.median;
 }
 
-typedef struct {
-    const char *what, *phase, *who;
-    const double *v;
-    unsigned n, down;
-} cl_cpu_row_t;
-
 /* The record of a per-snapshot figure in ms, up to its min / median / max. */
 static bench_rec_t *cl_rec_ms(const cl_ctx_t *x, bench_report_t *rep, const char *op,
                               const char *bytes_key, uint64_t bytes, double mn, double md,
@@ -349,9 +321,7 @@ static bench_rec_t *cl_rec_ms(const cl_ctx_t *x, bench_report_t *rep, const char
         cl_rec_common(x, r, op);
         bench_rec_u64(r, "clients", x->o.clients);
         bench_rec_u64(r, bytes_key, bytes); /* a string literal */
-        bench_rec_f64(r, "ms", md);
-        bench_rec_f64(r, "min_ms", mn);
-        bench_rec_f64(r, "max_ms", mx);
+        bench_rec_kv(r, KF("ms", md), KF("min_ms", mn), KF("max_ms", mx));
     }
     return r;
 }
@@ -382,9 +352,8 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
            bench_size_str(x->fig.rank_bytes, sz, sizeof(sz)), mc_ms);
     if ((r = cl_rec_ms(x, rep, "trainer_stall", "rank_bytes", x->fig.rank_bytes, mn, md,
                        mx)) != NULL) {
-        bench_rec_f64(r, "memcpy_ms", mc_ms);
-        bench_rec_f64(r, "ratio", md / mc_ms);
-        bench_rec_u64(r, "reps", x->fig.nsnap);
+        bench_rec_kv(r, KF("memcpy_ms", mc_ms), KF("ratio", md / mc_ms),
+                     KU("reps", x->fig.nsnap));
     }
     for (unsigned i = 0; i < x->fig.nsnap; i++) {
         ms[i] = x->fig.tail[i] * 1e3;
@@ -397,64 +366,31 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
         NULL) {
         bench_rec_u64(r, "reps", x->fig.nsnap);
     }
-    cl_cpu_row_t cpu[2 + 2 * (CL_MAX_DOWN + 1)];
-    unsigned nc = 0;
-    cpu[nc++] = (cl_cpu_row_t){"server CPU s per GB, snapshot",
-                               "snapshot",
-                               "servers",
-                               x->fig.srv_cpu_snap,
-                               x->fig.ncpu_snap,
-                               0};
-    cpu[nc++] = (cl_cpu_row_t){"client CPU s per GB, snapshot",
-                               "snapshot",
-                               "clients",
-                               x->fig.cli_cpu_snap,
-                               x->fig.ncpu_snap,
-                               0};
-    for (unsigned d = 0; d <= x->fig.ndown; d++) {
-        static const char *const sw[] = {"server CPU s per GB, restore",
-                                         "server CPU s per GB, "
-                                         "restore 1 down",
-                                         "server CPU s per GB, restore 2 down"};
-        static const char *const cw[] = {"client CPU s per GB, restore",
-                                         "client CPU s per GB, "
-                                         "restore 1 down",
-                                         "client CPU s per GB, restore 2 down"};
-        cpu[nc++] = (cl_cpu_row_t){sw[d],
-                                   "restore",
-                                   "servers",
-                                   x->fig.srv_cpu_restore[d],
-                                   x->fig.ncpu_restore[d],
-                                   d};
-        cpu[nc++] = (cl_cpu_row_t){cw[d],
-                                   "restore",
-                                   "clients",
-                                   x->fig.cli_cpu_restore[d],
-                                   x->fig.ncpu_restore[d],
-                                   d};
-    }
-    for (unsigned i = 0; i < nc; i++) {
-        if (cpu[i].n == 0) {
+    /* CPU per GB: snapshot, then restore at each level down; servers, clients */
+    for (unsigned i = 0; i < 2 * (x->fig.ndown + 2); i++) {
+        int cli = i % 2, snap = i < 2;
+        unsigned d = snap ? 0 : i / 2 - 1;
+        const double *v = snap ? (cli ? x->fig.cli_cpu_snap : x->fig.srv_cpu_snap)
+                               : (cli ? x->fig.cli_cpu_restore[d] : x->fig.srv_cpu_restore[d]);
+        unsigned n = snap ? x->fig.ncpu_snap : x->fig.ncpu_restore[d];
+        char what[80], down[24] = "";
+        if (n == 0) {
             continue;
         }
-        cl_vstats(cpu[i].v, cpu[i].n, &mn, &md, &mx);
-        cl_say(x, "%-44s %9.3f %9.3f %9.3f  %s\n", cpu[i].what, mn, md, mx,
-               i == 0 ? "utime + stime of every server process, /proc/PID/stat" : "");
-        if ((r = bench_report_add(rep)) != NULL) {
-            cl_rec_common(x, r,
-                          strcmp(cpu[i].who, "servers") == 0 ? "server_cpu_per_gb"
-                                                             : "client_cpu_per_gb");
-            bench_rec_str(r, "phase", cpu[i].phase);
-            bench_rec_u64(r, "servers_down", cpu[i].down);
-            bench_rec_u64(r, "servers", x->nmap);
-            bench_rec_u64(r, "clients",
-                          strcmp(cpu[i].phase, "restore") == 0 ? x->o.readers
-                                                               : x->o.clients);
-            bench_rec_f64(r, "s_per_gb", md);
-            bench_rec_f64(r, "min_s_per_gb", mn);
-            bench_rec_f64(r, "max_s_per_gb", mx);
-            bench_rec_u64(r, "reps", cpu[i].n);
+        if (d > 0) {
+            snprintf(down, sizeof(down), " %u down", d);
         }
+        snprintf(what, sizeof(what), "%s CPU s per GB, %s%s", cli ? "client" : "server",
+                 snap ? "snapshot" : "restore", down);
+        cl_vstats(v, n, &mn, &md, &mx);
+        cl_say(x, "%-44s %9.3f %9.3f %9.3f  %s\n", what, mn, md, mx,
+               i == 0 ? "utime + stime of every server process, /proc/PID/stat" : "");
+        r = bench_report_add(rep);
+        cl_rec_common(x, r, cli ? "client_cpu_per_gb" : "server_cpu_per_gb");
+        bench_rec_kv(r, KS("phase", snap ? "snapshot" : "restore"), KU("servers_down", d),
+                     KU("servers", x->nmap), KU("clients", snap ? x->o.clients : x->o.readers),
+                     KF("s_per_gb", md), KF("min_s_per_gb", mn), KF("max_s_per_gb", mx),
+                     KU("reps", n));
     }
     if (x->fig.used_bytes > 0 || x->fig.rss > 0) {
         double logical = gb * x->o.versions * BENCH_GB;
@@ -479,30 +415,24 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
         }
         if ((r = bench_report_add(rep)) != NULL) {
             cl_rec_common(x, r, "memory_per_gb");
-            bench_rec_u64(r, "servers", x->nmap);
-            bench_rec_u64(r, "versions", x->o.versions);
-            bench_rec_u64(r, "logical_bytes", (uint64_t)logical);
-            bench_rec_u64(r, "arena_used_bytes", x->fig.used_bytes);
-            bench_rec_f64(r, "arena_used_per_byte", (double)x->fig.used_bytes / logical);
-            bench_rec_u64(r, "server_rss_bytes", x->fig.rss);
-            bench_rec_f64(r, "server_rss_per_byte",
-                          x->fig.rss > 0 ? (double)x->fig.rss / logical : NAN);
-            bench_rec_u64(r, "server_rss_anon_bytes", x->fig.rss_anon);
-            bench_rec_u64(r, "server_rss_shmem_bytes", x->fig.rss_shmem);
-            bench_rec_u64(r, "arena_bytes_per_server", x->o.arena);
+            bench_rec_kv(r, KU("servers", x->nmap), KU("versions", x->o.versions),
+                         KU("logical_bytes", (uint64_t)logical),
+                         KU("arena_used_bytes", x->fig.used_bytes),
+                         KF("arena_used_per_byte", (double)x->fig.used_bytes / logical),
+                         KU("server_rss_bytes", x->fig.rss),
+                         KF("server_rss_per_byte",
+                            x->fig.rss > 0 ? (double)x->fig.rss / logical : NAN),
+                         KU("server_rss_anon_bytes", x->fig.rss_anon),
+                         KU("server_rss_shmem_bytes", x->fig.rss_shmem),
+                         KU("arena_bytes_per_server", x->o.arena));
         }
     }
 }
 
-/* median of v[first .. n-1] (NAN when empty); v is not reordered */
+/* median of v[first .. n-1] (NAN when empty) */
 double cl_cw_median_from(const double *v, unsigned first, unsigned n)
 {
-    double tmp[CL_MAX_SNAPS];
-    unsigned k = 0;
-    for (unsigned i = first; i < n && k < CL_MAX_SNAPS; i++) {
-        tmp[k++] = v[i];
-    }
-    return k > 0 ? cl_median(tmp, k) : NAN;
+    return first < n ? cl_median(v + first, n - first) : NAN;
 }
 
 double cl_cw_gbps(const cl_ctx_t *x, double secs)
@@ -538,22 +468,16 @@ static void cl_cw_row(cl_ctx_t *x, bench_report_t *rep, const char *phase, int m
         return;
     }
     cl_rec_common(x, r, "cold_warm");
-    bench_rec_str(r, "phase", phase);
-    bench_rec_str(r, "unit", ms ? "ms" : "GB/s");
-    bench_rec_f64(r, "cold", cold);
-    bench_rec_f64(r, "warm", warm);
-    bench_rec_f64(r, "cold_warm_ratio", cw);
+    bench_rec_kv(r, KS("phase", phase), KS("unit", ms ? "ms" : "GB/s"), KF("cold", cold),
+                 KF("warm", warm), KF("cold_warm_ratio", cw));
     if (isfinite(cw_target)) {
         bench_rec_f64(r, "cold_warm_target", cw_target);
     }
-    bench_rec_str(r, "ref", ref_what);
-    bench_rec_f64(r, "ref_value", ref);
-    bench_rec_f64(r, "ref_ratio", rr);
+    bench_rec_kv(r, KS("ref", ref_what), KF("ref_value", ref), KF("ref_ratio", rr));
     if (isfinite(ref_target)) {
         bench_rec_f64(r, "ref_target", ref_target);
     }
-    bench_rec_u64(r, "bytes", x->fig.bytes);
-    bench_rec_u64(r, "servers", x->nmap);
+    bench_rec_kv(r, KU("bytes", x->fig.bytes), KU("servers", x->nmap));
 }
 
 void cl_cw_print(cl_ctx_t *x, bench_report_t *rep)
@@ -620,14 +544,10 @@ void cl_cw_print(cl_ctx_t *x, bench_report_t *rep)
         bench_rec_t *r = bench_report_add(rep);
         if (r != NULL) {
             cl_rec_common(x, r, "cold_warm");
-            bench_rec_str(r, "phase", "cks_mem_alloc() of a fresh client, ms/GiB");
-            bench_rec_str(r, "unit", "ms/GiB");
-            bench_rec_f64(r, "cold", a);
-            bench_rec_str(r, "ref", ref);
-            bench_rec_f64(r, "ref_value", t);
-            bench_rec_f64(r, "ref_ratio", a / t);
-            bench_rec_f64(r, "ref_target", 1.0);
-            bench_rec_u64(r, "servers", x->nmap);
+            bench_rec_kv(r, KS("phase", "cks_mem_alloc() of a fresh client, ms/GiB"),
+                         KS("unit", "ms/GiB"), KF("cold", a), KS("ref", ref),
+                         KF("ref_value", t), KF("ref_ratio", a / t),
+                         KF("ref_target", 1.0), KU("servers", x->nmap));
         }
     }
 }

@@ -81,7 +81,7 @@ static void cl_stop_now(cl_ctx_t *x)
     if (x->have_child && x->child.pid > 0) {
         kill(x->child.pid, SIGKILL);
     }
-    bench_peer_kill(); /* memcached or redis-server, the /dev/shm peer's files */
+    bench_peer_kill(&x->peer); /* memcached or redis-server, the /dev/shm peer's files */
     if (x->sweep_pid > 0) {
         kill(x->sweep_pid, SIGTERM); /* its own handler stops what it started */
         waitpid(x->sweep_pid, NULL, 0);

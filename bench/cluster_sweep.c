@@ -190,15 +190,13 @@ static void cl_print_sweeps(cl_ctx_t *x, bench_report_t *rep)
                     continue;
                 }
                 cl_rec_common(x, r, ops[f]);
-                bench_rec_str(r, "sweep", cl_sweep_names[k]);
-                bench_rec_u64(r, "clients", pt->clients);
-                bench_rec_u64(r, "servers", pt->servers);
-                bench_rec_u64(r, "objects", x->o.objects);
-                bench_rec_u64(r, "size", pt->size);
-                bench_rec_u64(r, "bytes", pt->bytes);
+                bench_rec_kv(r, KS("sweep", cl_sweep_names[k]),
+                             KU("clients", pt->clients), KU("servers", pt->servers),
+                             KU("objects", x->o.objects), KU("size", pt->size),
+                             KU("bytes", pt->bytes));
                 cl_rec_stats(r, &pt->st[f]);
-                bench_rec_f64(r, "per_server_gbps", pt->st[f].median / pt->servers);
-                bench_rec_f64(r, "per_client_gbps", pt->st[f].median / pt->clients);
+                bench_rec_kv(r, KF("per_server_gbps", pt->st[f].median / pt->servers),
+                             KF("per_client_gbps", pt->st[f].median / pt->clients));
             }
         }
     }
@@ -228,16 +226,10 @@ int cl_sweep_main(cl_ctx_t *x, bench_report_t *rep)
         cl_plot_sweeps(x);
     }
     cl_say(x, "load average: %.2f at the start, %.2f at the end\n", load_start, load_end);
-    bench_rec_str(&rep->run, "command", x->o.command);
-    bench_rec_str(&rep->run, "mode", "cluster-sweep");
-    bench_rec_u64(&rep->run, "k", x->o.k);
-    bench_rec_u64(&rep->run, "m", x->o.m);
-    bench_rec_u64(&rep->run, "chunk", x->o.chunk);
-    bench_rec_u64(&rep->run, "objects", x->o.objects);
-    bench_rec_u64(&rep->run, "reps", x->o.reps);
-    bench_rec_u64(&rep->run, "window", x->o.window);
-    bench_rec_u64(&rep->run, "stage_host", (uint64_t)x->o.stage_host);
-    bench_rec_f64(&rep->run, "loadavg_start", load_start);
-    bench_rec_f64(&rep->run, "loadavg_end", load_end);
+    bench_rec_kv(&rep->run, KS("command", x->o.command), KS("mode", "cluster-sweep"),
+                 KU("k", x->o.k), KU("m", x->o.m), KU("chunk", x->o.chunk),
+                 KU("objects", x->o.objects), KU("reps", x->o.reps),
+                 KU("window", x->o.window), KU("stage_host", (uint64_t)x->o.stage_host),
+                 KF("loadavg_start", load_start), KF("loadavg_end", load_end));
     return cl_finish(x, rep, 0);
 }

@@ -33,17 +33,11 @@ void cl_target_row(cl_ctx_t *x, bench_report_t *rep, const char *name, double va
     if ((r = bench_report_add(rep)) == NULL) {
         return;
     }
-    bench_rec_str(r, "op", "target");
-    bench_rec_str(r, "figure", name);
-    bench_rec_f64(r, "value", value);
-    bench_rec_str(r, "unit", unit);
-    bench_rec_f64(r, "ref_value", ref);
-    bench_rec_str(r, "ref", ref_what);
-    bench_rec_f64(r, "ratio", ratio);
-    bench_rec_f64(r, "target", target);
-    bench_rec_str(r, "sense", higher ? ">=" : "<=");
-    bench_rec_u64(r, "met", (uint64_t)met);
-    bench_rec_f64(r, "miss", met ? 0.0 : miss);
+    bench_rec_kv(r, KS("op", "target"), KS("figure", name), KF("value", value),
+                 KS("unit", unit), KF("ref_value", ref), KS("ref", ref_what),
+                 KF("ratio", ratio), KF("target", target),
+                 KS("sense", higher ? ">=" : "<="), KU("met", (uint64_t)met),
+                 KF("miss", met ? 0.0 : miss));
 }
 
 void cl_print_targets(cl_ctx_t *x, bench_report_t *rep)

@@ -17,10 +17,11 @@
  */
 #include "bench.h"
 #include "cks_server.h"
+#include "proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <sys/uio.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -73,27 +74,14 @@ static int bench_ctl_write(int fd, uint32_t type, const void *a, size_t alen, co
                            size_t blen, const void *c, size_t clen)
 {
     bench_ctl_hdr_t h = {type, (uint32_t)(alen + blen + clen)};
-    struct {
-        const void *p;
-        size_t n;
-    } part[] = {{&h, sizeof(h)}, {a, alen}, {b, blen}, {c, clen}};
+    struct iovec iov[] = {{&h, sizeof(h)}, {(void *)a, alen}, {(void *)b, blen},
+                          {(void *)c, clen}};
+    return bench_writev_full(fd, iov, 4);
+}
 
-    for (unsigned i = 0; i < 4; i++) {
-        const char *p = part[i].p;
-        size_t left   = part[i].n;
-        while (left > 0) {
-            ssize_t w = write(fd, p, left);
-            if (w < 0 && errno == EINTR) {
-                continue;
-            }
-            if (w <= 0) {
-                return -1;
-            }
-            p += w;
-            left -= (size_t)w;
-        }
-    }
-    return 0;
+static void bench_ctl_progress(void *raw)
+{
+    bench_raw_progress(raw);
 }
 
 /* Read n bytes before the deadline, progressing `raw` (when set) meanwhile.
@@ -101,37 +89,7 @@ static int bench_ctl_write(int fd, uint32_t type, const void *a, size_t alen, co
 static int bench_ctl_read_exact(int fd, void *buf, size_t n, double deadline,
                                 bench_raw_t *raw)
 {
-    char *p = buf;
-    while (n > 0) {
-        double left = deadline - bench_now();
-        if (left <= 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int wait_ms       = raw != NULL ? 0 : (int)(left * 1000) + 1;
-        if (raw != NULL) {
-            bench_raw_progress(raw);
-        }
-        int rc = poll(&pfd, 1, wait_ms);
-        if (rc < 0 && errno != EINTR) {
-            return -1;
-        }
-        if (rc <= 0) {
-            continue;
-        }
-        ssize_t got = read(fd, p, n);
-        if (got < 0 && errno == EINTR) {
-            continue;
-        }
-        if (got <= 0) {
-            errno = got == 0 ? EPIPE : errno;
-            return -1;
-        }
-        p += got;
-        n -= (size_t)got;
-    }
-    return 0;
+    return bench_read_full_idle(fd, buf, n, deadline, raw ? bench_ctl_progress : NULL, raw);
 }
 
 /* One message into buf (cap bytes, NUL-terminated after the payload). */
@@ -343,14 +301,6 @@ static void bench_remove_files(const bench_child_t *c)
     }
 }
 
-static int bench_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void bench_on_signal(int sig)
 {
     bench_child_t *c = bench_signal_child;
@@ -536,7 +486,7 @@ void bench_child_stop(bench_child_t *c, double timeout_s)
     }
     if (c->dir[0] != '\0') {
         bench_remove_files(c);
-        nftw(c->dir, bench_rm_one, 8, FTW_DEPTH | FTW_PHYS);
+        bench_rm_tree(c->dir);
         c->dir[0] = '\0';
     }
     bench_signal_child = NULL;
@@ -544,7 +494,7 @@ void bench_child_stop(bench_child_t *c, double timeout_s)
 
 int bench_child_raw_open(bench_child_t *c, bench_setup_t setup, size_t buf_size,
                          double spin_s, double timeout_s, bench_raw_t **raw_p,
-                         bench_raw_session_t *sess, char *err, size_t errlen)
+                         char (*desc)[64], char *err, size_t errlen)
 {
     bench_ctl_open_t o = {setup, 0, buf_size, spin_s};
     bench_ctl_open_reply_t rep;
@@ -588,7 +538,8 @@ int bench_child_raw_open(bench_child_t *c, bench_setup_t setup, size_t buf_size,
                              errlen) != 0) {
         goto err_close;
     }
-    snprintf(sess->child_desc, sizeof(sess->child_desc), "%s", rep.desc);
+    snprintf(desc[0], sizeof(desc[0]), "%s", bench_raw_describe(raw));
+    snprintf(desc[1], sizeof(desc[1]), "%s", rep.desc);
     free(msg);
     *raw_p = raw;
     return 0;
@@ -638,4 +589,27 @@ void bench_child_raw_close(bench_child_t *c, bench_raw_t *raw, double timeout_s)
         }
     }
     bench_raw_destroy(raw);
+}
+
+int bench_raw_sample(bench_raw_t *raw, bench_method_t m, bench_dir_t d, size_t size,
+                     unsigned warmup, unsigned reps, double budget_s, double timeout_s,
+                     double *secs, unsigned *n_p)
+{
+    double start = bench_now(), sec;
+    char err[BENCH_ERR_LEN];
+    *n_p = 0;
+    for (unsigned r = 0; r < warmup + reps; r++) {
+        if (bench_raw_transfer(raw, m, d, size, timeout_s, &sec, err, sizeof(err)) != 0) {
+            fprintf(stderr, "ckstore-bench: %s (setup %s)\n", err,
+                    bench_raw_setup_name(raw));
+            return -1;
+        }
+        if (r >= warmup) {
+            secs[(*n_p)++] = sec;
+        }
+        if (*n_p > 0 && bench_now() - start > budget_s) {
+            break;
+        }
+    }
+    return 0;
 }

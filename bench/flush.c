@@ -34,7 +34,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -49,102 +48,83 @@
 #define FB_MAX_SERVERS 16
 #define FB_OBJ         ((uint64_t)64 << 20)
 
-static struct {
-    const char *dir;
-    const char *server_bin;
-    uint64_t size;
-    unsigned nsrv, k, m;
-    uint64_t chunk;
-    const char *flush_rate; /* the servers' --flush-rate */
-    unsigned repeat;        /* pairs of snapshots, alone and during a flush */
-} fo = {NULL, NULL, 1ull << 30, 6, 4, 2, 1ull << 20, "0", 3};
-
 #define FB_MAX_REPEAT 16
 
-static int fb_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static struct {
+/* One run's state: made in cks_bench_flush_main, passed to what needs it. */
+typedef struct {
+    struct {
+        const char *dir;
+        const char *server_bin;
+        uint64_t size;
+        unsigned nsrv, k, m;
+        uint64_t chunk;
+        const char *flush_rate; /* the servers' --flush-rate */
+        unsigned repeat;        /* pairs of snapshots, alone and during a flush */
+    } o;
     char root[PATH_MAX - 256]; /* DIR/ckstore-flush-bench-<pid> */
     char map[PATH_MAX];
     char bin[PATH_MAX];
     pid_t pid[FB_MAX_SERVERS];
     uint16_t port[FB_MAX_SERVERS];
-} fb;
+} fb_ctx_t;
 
-static int fb_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static int fb_find_server_bin(void)
-{
-    return bench_find_server_bin(fo.server_bin, fb.bin);
-}
-
-static int fb_start_servers(uint64_t arena)
+static int fb_start_servers(fb_ctx_t *x, uint64_t arena)
 {
     char path[PATH_MAX];
     FILE *f;
-    if (bench_free_ports(fo.nsrv, fb.port) != 0) {
+    if (bench_free_ports(x->o.nsrv, x->port) != 0) {
         fprintf(stderr, "ckstore-bench flush: no free ports\n");
         return -1;
     }
-    snprintf(fb.map, sizeof(fb.map), "%s/cluster.map", fb.root);
-    f = fopen(fb.map, "w");
+    snprintf(x->map, sizeof(x->map), "%s/cluster.map", x->root);
+    f = fopen(x->map, "w");
     if (f == NULL) {
-        fprintf(stderr, "ckstore-bench flush: %s: %s\n", fb.map, strerror(errno));
+        fprintf(stderr, "ckstore-bench flush: %s: %s\n", x->map, strerror(errno));
         return -1;
     }
     fprintf(f, "epoch 1\n");
-    for (unsigned i = 0; i < fo.nsrv; i++) {
-        fprintf(f, "server %u 127.0.0.1:%u node=n%u rack=r%u\n", i, fb.port[i], i, i % 3);
+    for (unsigned i = 0; i < x->o.nsrv; i++) {
+        fprintf(f, "server %u 127.0.0.1:%u node=n%u rack=r%u\n", i, x->port[i], i, i % 3);
     }
     fclose(f);
-    for (unsigned i = 0; i < fo.nsrv; i++) {
+    for (unsigned i = 0; i < x->o.nsrv; i++) {
         char id[16], asize[32], arena_file[PATH_MAX], ddir[PATH_MAX];
         snprintf(id, sizeof(id), "%u", i);
         snprintf(asize, sizeof(asize), "%lluM", (unsigned long long)(arena >> 20));
         snprintf(arena_file, sizeof(arena_file), "/dev/shm/cks-flushbench-%d-%u.arena",
                  (int)getpid(), i);
-        snprintf(ddir, sizeof(ddir), "%s/data-%u", fb.root, i);
-        snprintf(path, sizeof(path), "%s/server-%u.log", fb.root, i);
-        char *argv[] = {fb.bin,      "--cluster", fb.map, "--id",       id,
-                        "--arena-size", asize,    "--arena-file", arena_file, "--data-dir",
-                        ddir,        "--flush-dir", fb.root, "--flush-rate", (char *)fo.flush_rate,
-                        "--log-level", "warn", NULL};
+        snprintf(ddir, sizeof(ddir), "%s/data-%u", x->root, i);
+        snprintf(path, sizeof(path), "%s/server-%u.log", x->root, i);
+        char *argv[] = {x->bin, "--cluster", x->map, "--id", id, "--arena-size", asize,
+                        "--arena-file", arena_file, "--data-dir", ddir, "--flush-dir",
+                        x->root, "--flush-rate", (char *)x->o.flush_rate, "--log-level",
+                        "warn", NULL};
         int logfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        fb.pid[i] = bench_spawn(argv, logfd);
+        x->pid[i] = bench_spawn(argv, logfd);
         if (logfd >= 0) {
             close(logfd);
         }
-        if (fb.pid[i] < 0) {
+        if (x->pid[i] < 0) {
             return -1;
         }
     }
-    for (unsigned i = 0; i < fo.nsrv; i++) {
-        if (bench_wait_port(fb.port[i], fb.pid[i], bench_now() + 30) != 0) {
-            fprintf(stderr, "ckstore-bench flush: server %u did not start (log in %s)\n", i,
-                    fb.root);
+    for (unsigned i = 0; i < x->o.nsrv; i++) {
+        if (bench_wait_port(x->port[i], x->pid[i], bench_now() + 30) != 0) {
+            fprintf(stderr, "ckstore-bench flush: server %u did not start (log in %s)\n",
+                    i, x->root);
             return -1;
         }
     }
     return 0;
 }
 
-static void fb_stop_servers(void)
+static void fb_stop_servers(fb_ctx_t *x)
 {
-    for (unsigned i = 0; i < fo.nsrv; i++) {
+    for (unsigned i = 0; i < x->o.nsrv; i++) {
         char arena_file[PATH_MAX];
-        if (fb.pid[i] > 0) {
-            bench_stop_pid(fb.pid[i], SIGTERM, 10);
-            fb.pid[i] = 0;
+        if (x->pid[i] > 0) {
+            bench_stop_pid(x->pid[i], SIGTERM, 10);
+            x->pid[i] = 0;
         }
         snprintf(arena_file, sizeof(arena_file), "/dev/shm/cks-flushbench-%d-%u.arena",
                  (int)getpid(), i);
@@ -217,19 +197,19 @@ static void *fb_write_file(void *arg)
 
 /* N threads write and fsync `bytes` in all under dir/tag-<i>; seconds, or -1. */
 static double fb_plain_write(const char *dir, const char *tag, uint64_t bytes,
-                             const uint8_t *src, fb_writer_t *w)
+                             const uint8_t *src, fb_writer_t *w, unsigned n)
 {
     pthread_t th[FB_MAX_SERVERS];
     int failed = 0;
     double t0  = bench_now();
-    for (unsigned i = 0; i < fo.nsrv; i++) {
+    for (unsigned i = 0; i < n; i++) {
         snprintf(w[i].path, sizeof(w[i].path), "%.3900s/%s-%u", dir, tag, i);
-        w[i].bytes  = bytes / fo.nsrv;
+        w[i].bytes = bytes / n;
         w[i].src    = src;
         w[i].failed = 0;
         pthread_create(&th[i], NULL, fb_write_file, &w[i]);
     }
-    for (unsigned i = 0; i < fo.nsrv; i++) {
+    for (unsigned i = 0; i < n; i++) {
         pthread_join(th[i], NULL);
         if (w[i].failed) {
             fprintf(stderr, "ckstore-bench flush: writing %s failed\n", w[i].path);
@@ -348,6 +328,7 @@ static double fb_write_version(cks_client_h c, uint64_t v, uint64_t nobj, uint8_
 
 typedef struct {
     cks_client_h c;
+    const char *root;
     uint64_t version;
     cks_status_t st;
     double t0, t1;
@@ -357,7 +338,7 @@ static void *fb_flush_thread(void *arg)
 {
     fb_flusher_t *f = arg;
     f->t0           = bench_now();
-    f->st           = cks_version_flush(f->c, "bench", f->version, fb.root);
+    f->st           = cks_version_flush(f->c, "bench", f->version, f->root);
     f->t1           = bench_now();
     return NULL;
 }
@@ -378,7 +359,7 @@ static void fb_usage(FILE *f)
             "  --server-bin PATH  ckstore-server (default: next to this binary)\n");
 }
 
-int cks_bench_flush_main(int argc, char **argv)
+static int fb_main(fb_ctx_t *x, int argc, char **argv)
 {
     cks_client_params_t cp = {0};
     cks_client_h c         = NULL;
@@ -389,58 +370,49 @@ int cks_bench_flush_main(int argc, char **argv)
     struct statfs sfs;
     int rc = 1;
 
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
-            fo.dir = argv[++i];
-        } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-            if (bench_size_parse(argv[++i], &fo.size) != 0 || fo.size < FB_OBJ) {
-                fprintf(stderr, "ckstore-bench flush: bad --size (at least 64M)\n");
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-            fo.repeat = (unsigned)atoi(argv[++i]);
-            if (fo.repeat < 1 || fo.repeat > FB_MAX_REPEAT) {
-                fprintf(stderr, "ckstore-bench flush: --repeat 1..%d\n", FB_MAX_REPEAT);
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--flush-rate") == 0 && i + 1 < argc) {
-            fo.flush_rate = argv[++i]; /* the servers check it */
-        } else if (strcmp(argv[i], "--servers") == 0 && i + 1 < argc) {
-            fo.nsrv = (unsigned)atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--server-bin") == 0 && i + 1 < argc) {
-            fo.server_bin = argv[++i];
-        } else {
-            fb_usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
-            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
-        }
+    const bench_opt_t t[] = {
+        BOPT("dir", 0, STR, &x->o.dir),
+        BOPT("size", 0, SIZE, &x->o.size, .lo = FB_OBJ),
+        BOPT("repeat", 0, UINT, &x->o.repeat, .lo = 1, .hi = FB_MAX_REPEAT),
+        BOPT("flush-rate", 0, STR, &x->o.flush_rate), /* the servers check it */
+        BOPT("servers", 0, UINT, &x->o.nsrv, .lo = x->o.k + x->o.m, .hi = FB_MAX_SERVERS),
+        BOPT("server-bin", 0, STR, &x->o.server_bin),
+        BOPT("help", 0, HELP, NULL),
+    };
+    rc = bench_opts_parse("ckstore-bench flush", t, sizeof(t) / sizeof(t[0]), argc, argv);
+    if (rc != 0) {
+        fb_usage(rc > 0 ? stdout : stderr);
+        return rc > 0 ? 0 : 2;
     }
-    if (fo.dir == NULL || fo.dir[0] != '/' || fo.nsrv < fo.k + fo.m ||
-        fo.nsrv > FB_MAX_SERVERS) {
+    rc = 1;
+    if (x->o.dir == NULL || x->o.dir[0] != '/') {
         fb_usage(stderr);
         return 2;
     }
-    if (fb_find_server_bin() != 0) {
+    if (bench_find_server_bin(x->o.server_bin, x->bin) != 0) {
         fprintf(stderr, "ckstore-bench flush: no ckstore-server binary; use --server-bin\n");
         return 1;
     }
-    snprintf(fb.root, sizeof(fb.root), "%.3000s/ckstore-flush-bench-%d", fo.dir, (int)getpid());
-    if (mkdir(fb.root, 0700) != 0) {
-        fprintf(stderr, "ckstore-bench flush: %s: %s\n", fb.root, strerror(errno));
+    snprintf(x->root, sizeof(x->root), "%.3000s/ckstore-flush-bench-%d", x->o.dir,
+             (int)getpid());
+    if (mkdir(x->root, 0700) != 0) {
+        fprintf(stderr, "ckstore-bench flush: %s: %s\n", x->root, strerror(errno));
         return 1;
     }
-    nobj = fo.size / FB_OBJ;
+    nobj = x->o.size / FB_OBJ;
     /* each server holds (k + m) / k of its share; twice that, and room */
-    uint64_t arena = (2 * fo.size * (fo.k + fo.m) / fo.k / fo.nsrv + (256ull << 20)) &
-                     ~((1ull << 20) - 1);
-    if (fb_start_servers(arena) != 0) {
+    uint64_t arena =
+        (2 * x->o.size * (x->o.k + x->o.m) / x->o.k / x->o.nsrv + (256ull << 20)) &
+        ~((1ull << 20) - 1);
+    if (fb_start_servers(x, arena) != 0) {
         goto out;
     }
     cp.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
                     CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_NAME;
-    cp.cluster    = fb.map;
-    cp.ec_k       = fo.k;
-    cp.ec_m       = fo.m;
-    cp.chunk_size = fo.chunk;
+    cp.cluster    = x->map;
+    cp.ec_k       = x->o.k;
+    cp.ec_m       = x->o.m;
+    cp.chunk_size = x->o.chunk;
     cp.timeout_ms = 120000;
     cp.name       = "ckstore-bench-flush";
     if (cks_client_create(&cp, &c) != CKS_OK) {
@@ -460,14 +432,14 @@ int cks_bench_flush_main(int argc, char **argv)
     }
 
     /* the plain reference first (the same bytes the flush will write) */
-    snprintf(plain, sizeof(plain), "%s/plain", fb.root);
+    snprintf(plain, sizeof(plain), "%s/plain", x->root);
     mkdir(plain, 0700);
-    w = calloc(fo.nsrv, sizeof(*w));
+    w = calloc(x->o.nsrv, sizeof(*w));
     if (w == NULL) {
         goto out;
     }
-    uint64_t expect = nobj * FB_OBJ / fo.k * (fo.k + fo.m);
-    double plain0_s = fb_plain_write(plain, "before", expect, buf, w);
+    uint64_t expect = nobj * FB_OBJ / x->o.k * (x->o.k + x->o.m);
+    double plain0_s = fb_plain_write(plain, "before", expect, buf, w, x->o.nsrv);
     if (plain0_s < 0) {
         goto out;
     }
@@ -475,16 +447,16 @@ int cks_bench_flush_main(int argc, char **argv)
 
     /* 1. flush */
     double t0        = bench_now();
-    cks_status_t fst = cks_version_flush(c, "bench", 1, fb.root);
+    cks_status_t fst = cks_version_flush(c, "bench", 1, x->root);
     double flush_s   = bench_now() - t0;
     if (fst != CKS_OK) {
         goto fail;
     }
-    snprintf(vdir, sizeof(vdir), "%s/bench/%020u", fb.root, 1u);
+    snprintf(vdir, sizeof(vdir), "%s/bench/%020u", x->root, 1u);
     disk_bytes = fb_dir_bytes(vdir, ".chunks", 1);
 
     /* 2. plain parallel write of the same bytes, again */
-    double plain_s = fb_plain_write(plain, "after", disk_bytes, buf, w);
+    double plain_s = fb_plain_write(plain, "after", disk_bytes, buf, w, x->o.nsrv);
     if (plain_s < 0) {
         goto out;
     }
@@ -499,7 +471,7 @@ int cks_bench_flush_main(int argc, char **argv)
     rp.job        = "bench";
     rp.version    = 1;
     rp.flags      = CKS_RESTORE_DURABLE;
-    rp.flush_dir  = fb.root;
+    rp.flush_dir  = x->root;
     t0            = bench_now();
     if (cks_restore_open_ex(c, &rp, &r) != CKS_OK) {
         goto fail;
@@ -519,9 +491,10 @@ int cks_bench_flush_main(int argc, char **argv)
     double restore_s = bench_now() - t0;
     cks_restore_close(r);
     uint64_t read_bytes = 0;
-    double read_s       = fb_plain_read(w, fo.nsrv, nobj * FB_OBJ, FB_READERS, &read_bytes);
+    double read_s       = fb_plain_read(w, x->o.nsrv, nobj * FB_OBJ, FB_READERS, &read_bytes);
     fb_dir_bytes(plain, "after-", 1);
-    double read_few_s = fb_plain_read(w, fo.nsrv, nobj * FB_OBJ, FB_READERS_FEW, &read_bytes);
+    double read_few_s =
+        fb_plain_read(w, x->o.nsrv, nobj * FB_OBJ, FB_READERS_FEW, &read_bytes);
     if (read_s < 0 || read_few_s < 0) {
         fprintf(stderr, "ckstore-bench flush: the plain read failed\n");
         goto fail;
@@ -534,14 +507,14 @@ int cks_bench_flush_main(int argc, char **argv)
     }
     double alone_s[FB_MAX_REPEAT], busy_s[FB_MAX_REPEAT], ratio[FB_MAX_REPEAT];
     double flush4_s[FB_MAX_REPEAT], overlap[FB_MAX_REPEAT];
-    for (unsigned rep = 0; rep < fo.repeat; rep++) {
+    for (unsigned rep = 0; rep < x->o.repeat; rep++) {
         uint64_t v = 10 + 3 * (uint64_t)rep; /* alone: v; flushed: v + 1; during: v + 2 */
         alone_s[rep] = fb_write_version(c, v, nobj, buf);
         if (alone_s[rep] < 0 || cks_version_delete(c, "bench", v) != CKS_OK ||
             fb_write_version(c, v + 1, nobj, buf) < 0) {
             goto fail;
         }
-        fb_flusher_t fl = {c, v + 1, CKS_OK, 0, 0};
+        fb_flusher_t fl = {c, x->root, v + 1, CKS_OK, 0, 0};
         pthread_t flt;
         if (pthread_create(&flt, NULL, fb_flush_thread, &fl) != 0) {
             goto out;
@@ -551,7 +524,7 @@ int cks_bench_flush_main(int argc, char **argv)
         double wait_end = bench_now() + 10;
         while (bench_now() < wait_end) {
             cks_flush_progress_t fp;
-            if (cks_flushed_progress(fb.root, "bench", v + 1, &fp) == CKS_OK &&
+            if (cks_flushed_progress(x->root, "bench", v + 1, &fp) == CKS_OK &&
                 (fp.published || fp.bytes_written > 0)) {
                 break;
             }
@@ -566,17 +539,17 @@ int cks_bench_flush_main(int argc, char **argv)
             cks_version_delete(c, "bench", v + 2) != CKS_OK) {
             goto fail;
         }
-        snprintf(vdir, sizeof(vdir), "%s/bench/%020" PRIu64, fb.root, v + 1);
-        nftw(vdir, fb_rm, 16, FTW_DEPTH | FTW_PHYS); /* room on the disk */
+        snprintf(vdir, sizeof(vdir), "%s/bench/%020" PRIu64, x->root, v + 1);
+        bench_rm_tree(vdir); /* room on the disk */
         ratio[rep]    = alone_s[rep] / busy_s[rep];
         flush4_s[rep] = fl.t1 - fl.t0;
         overlap[rep]  = ((fl.t1 < snap_t1 ? fl.t1 : snap_t1) - snap_t0) / (snap_t1 - snap_t0);
     }
 
-    statfs(fo.dir, &sfs);
+    statfs(x->o.dir, &sfs);
     printf("ckstore-bench flush: %s (file system type 0x%lx), %u servers, RS(%u,%u), "
            "%" PRIu64 " objects of 64 MiB\n",
-           fo.dir, (unsigned long)sfs.f_type, fo.nsrv, fo.k, fo.m, nobj);
+           x->o.dir, (unsigned long)sfs.f_type, x->o.nsrv, x->o.k, x->o.m, nobj);
     printf("  version bytes              %12" PRIu64 "\n", nobj * FB_OBJ);
     printf("  bytes on disk (chunks)     %12" PRIu64 "  ((k+m)/k = %.2f)\n", disk_bytes,
            (double)disk_bytes / (double)(nobj * FB_OBJ));
@@ -584,9 +557,9 @@ int cks_bench_flush_main(int argc, char **argv)
            flush_s, (double)disk_bytes / flush_s / BENCH_GB,
            (double)(nobj * FB_OBJ) / flush_s / BENCH_GB);
     printf("  plain write before, %2u thr %7.3f s  %6.2f GB/s on disk  (same bytes, fsync)\n",
-           fo.nsrv, plain0_s, (double)(expect / fo.nsrv * fo.nsrv) / plain0_s / BENCH_GB);
-    printf("  plain write after, %2u thr  %7.3f s  %6.2f GB/s on disk\n", fo.nsrv, plain_s,
-           (double)(disk_bytes / fo.nsrv * fo.nsrv) / plain_s / BENCH_GB);
+           x->o.nsrv, plain0_s, (double)(expect / x->o.nsrv * x->o.nsrv) / plain0_s / BENCH_GB);
+    printf("  plain write after, %2u thr  %7.3f s  %6.2f GB/s on disk\n", x->o.nsrv,
+           plain_s, (double)(disk_bytes / x->o.nsrv * x->o.nsrv) / plain_s / BENCH_GB);
     printf("  flush / plain write        %8.2f (before)  %.2f (after)\n",
            plain0_s / flush_s * (double)disk_bytes / (double)expect, plain_s / flush_s);
     printf("  restore from disk, 1 client %7.3f s  %6.2f GB/s of version (cache evicted)\n",
@@ -598,8 +571,8 @@ int cks_bench_flush_main(int argc, char **argv)
     printf("  restore / plain read       %8.2f  (against the faster plain read)\n",
            (read_s < read_few_s ? read_s : read_few_s) / restore_s);
     printf("  snapshot while a flush runs (--flush-rate %s; put + seal, one client):\n",
-           fo.flush_rate);
-    for (unsigned rep = 0; rep < fo.repeat; rep++) {
+           x->o.flush_rate);
+    for (unsigned rep = 0; rep < x->o.repeat; rep++) {
         double ov = overlap[rep] < 0 ? 0 : overlap[rep] > 1 ? 1 : overlap[rep];
         printf("    alone %6.2f GB/s, during a flush %6.2f GB/s: %.2f (the flush took "
                "%.3f s, overlapped %.0f%% of it)\n",
@@ -607,9 +580,9 @@ int cks_bench_flush_main(int argc, char **argv)
                (double)(nobj * FB_OBJ) / busy_s[rep] / BENCH_GB, ratio[rep], flush4_s[rep],
                ov * 100);
     }
-    qsort(ratio, fo.repeat, sizeof(*ratio), fb_cmp_double);
-    printf("  snapshot with / without    %8.2f (median of %u)\n", ratio[fo.repeat / 2],
-           fo.repeat);
+    qsort(ratio, x->o.repeat, sizeof(*ratio), bench_cmp_double);
+    printf("  snapshot with / without    %8.2f (median of %u)\n", ratio[x->o.repeat / 2],
+           x->o.repeat);
     rc = 0;
     goto out;
 fail:
@@ -622,7 +595,27 @@ out:
     if (c != NULL) {
         cks_client_destroy(c);
     }
-    fb_stop_servers();
-    nftw(fb.root, fb_rm, 16, FTW_DEPTH | FTW_PHYS);
+    fb_stop_servers(x);
+    bench_rm_tree(x->root);
+    return rc;
+}
+
+int cks_bench_flush_main(int argc, char **argv)
+{
+    fb_ctx_t *x = calloc(1, sizeof(*x));
+    int rc;
+    if (x == NULL) {
+        fprintf(stderr, "ckstore-bench flush: out of memory\n");
+        return 1;
+    }
+    x->o.size = 1ull << 30;
+    x->o.nsrv = 6;
+    x->o.k = 4;
+    x->o.m = 2;
+    x->o.chunk = 1ull << 20;
+    x->o.flush_rate = "0";
+    x->o.repeat = 3;
+    rc = fb_main(x, argc, argv);
+    free(x);
     return rc;
 }

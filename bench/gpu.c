@@ -18,11 +18,10 @@
 
 #include <pthread.h>
 
-#include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef CKS_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -47,20 +46,13 @@ static int gpu_devices(char *why, size_t len)
 }
 
 #ifdef CKS_HAVE_CUDA
-static double gpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 typedef struct {
     double t_copied;
 } gpu_copied_t;
 
 static void gpu_copied_cb(void *arg, cks_status_t st)
 {
-    ((gpu_copied_t *)arg)->t_copied = gpu_now();
+    ((gpu_copied_t *)arg)->t_copied = bench_now();
 }
 
 typedef struct {
@@ -101,11 +93,11 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
     memset(host, 0x5a, size);
     cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice);
     for (unsigned r = 0; r < reps; r++) { /* the references: best of reps */
-        double t0 = gpu_now();
+        double t0 = bench_now();
         cudaMemcpy(host, dev, size, cudaMemcpyDeviceToHost);
-        double t1 = gpu_now();
+        double t1 = bench_now();
         cudaMemcpy(dev, host, size, cudaMemcpyHostToDevice);
-        double t2 = gpu_now();
+        double t2 = bench_now();
         d2h = t1 - t0 < d2h ? t1 - t0 : d2h;
         h2d = t2 - t1 < h2d ? t2 - t1 : h2d;
     }
@@ -131,7 +123,7 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
         p.mem_type   = CKS_MEM_CUDA;
         p.copied_cb  = gpu_copied_cb;
         p.copied_arg = &cp;
-        double t0 = gpu_now();
+        double t0 = bench_now();
         cks_status_t st = cks_put_nb(c, &p, gpu_done_cb, &w);
         if (st == CKS_INPROGRESS) {
             pthread_mutex_lock(&w.lock);
@@ -141,7 +133,7 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
             pthread_mutex_unlock(&w.lock);
             st = w.st;
         }
-        double t1 = gpu_now();
+        double t1 = bench_now();
         if (st != CKS_OK) {
             char err[256];
             cks_client_last_error(c, err, sizeof(err));
@@ -165,9 +157,9 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
         g.buffer           = dev;
         g.buffer_size      = size;
         g.mem_type         = CKS_MEM_CUDA;
-        t0 = gpu_now();
+        t0 = bench_now();
         st = cks_get(rh, &g, &len);
-        t1 = gpu_now();
+        t1 = bench_now();
         cks_restore_close(rh);
         (void)cks_version_delete(c, vp.job, vp.version);
         if (st != CKS_OK || len != size) {
@@ -204,60 +196,30 @@ out:
 
 int cks_bench_gpu_main(int argc, char **argv, int cluster)
 {
-    static const struct option longopts[] = {
-        {"gpu", no_argument, NULL, 'g'},
-        {"size", required_argument, NULL, 's'},
-        {"reps", required_argument, NULL, 'r'},
-        {"map", required_argument, NULL, 'M'},
-        {"server", required_argument, NULL, 'S'},
-        {"slice", required_argument, NULL, 'l'},
-        {"slices", required_argument, NULL, 'n'},
-        {"copy-threads", required_argument, NULL, 'c'},
-        {NULL, 0, NULL, 0},
-    };
     const char *map = NULL, *server = NULL;
     uint64_t size   = 256ull << 20;
     uint64_t slice  = 0; /* the staging ring: the library's default */
     unsigned slices = 0;
     unsigned reps   = 3;
     unsigned copy_threads = 0; /* the embedded server's default */
+    int gpu = 0;
     char why[256];
-    int c;
+    const bench_opt_t t[] = {
+        BOPT("gpu", 0, FLAG, &gpu),
+        BOPT("size", 0, SIZE, &size),
+        BOPT("reps", 0, UINT, &reps, .lo = 1, .hi = 100),
+        BOPT("map", 0, STR, &map),
+        BOPT("server", 0, STR, &server),
+        BOPT("slice", 0, SIZE, &slice),
+        BOPT("slices", 0, UINT, &slices, .hi = UINT_MAX),
+        BOPT("copy-threads", 0, CALL, &copy_threads, .fn = bench_opt_copy_threads),
+    };
 
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-            case 'g': break;
-            case 's':
-                if (bench_size_parse(optarg, &size) != 0 || size == 0) {
-                    fprintf(stderr, "ckstore-bench --gpu: bad size '%s'\n", optarg);
-                    return 2;
-                }
-                break;
-            case 'r': reps = (unsigned)strtoul(optarg, NULL, 10); break;
-            case 'l':
-                if (bench_size_parse(optarg, &slice) != 0 || slice == 0) {
-                    fprintf(stderr, "ckstore-bench --gpu: bad slice '%s'\n", optarg);
-                    return 2;
-                }
-                break;
-            case 'n': slices = (unsigned)strtoul(optarg, NULL, 10); break;
-            case 'c':
-                if (bench_copy_threads_parse(optarg, &copy_threads) != 0) {
-                    return 2;
-                }
-                break;
-            case 'M': map = optarg; break;
-            case 'S': server = optarg; break;
-            default:
-                fprintf(stderr, "usage: ckstore-bench [cluster] --gpu [--size S] [--reps N] "
-                                "[--slice S --slices N] [--copy-threads N] "
-                                "[--server IP:PORT | --map FILE (cluster)]\n");
-                return 2;
-        }
-    }
-    if (reps == 0 || reps > 100) {
-        fprintf(stderr, "ckstore-bench --gpu: reps must be 1..100\n");
+    if (bench_opts_parse("ckstore-bench --gpu", t, sizeof(t) / sizeof(t[0]), argc, argv) !=
+        0) {
+        fprintf(stderr, "usage: ckstore-bench [cluster] --gpu [--size S] [--reps N] "
+                        "[--slice S --slices N] [--copy-threads N] "
+                        "[--server IP:PORT | --map FILE (cluster)]\n");
         return 2;
     }
     if (gpu_devices(why, sizeof(why)) == 0) {

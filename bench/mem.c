@@ -34,7 +34,7 @@ double bench_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int bench_cmp_double(const void *a, const void *b)
+int bench_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -76,15 +76,14 @@ int bench_size_parse(const char *text, uint64_t *size_p)
     return 0;
 }
 
-int bench_copy_threads_parse(const char *text, unsigned *threads_p)
+int bench_opt_copy_threads(const char *arg, const bench_opt_t *o)
 {
     char *end;
-    unsigned long v = strtoul(text, &end, 10);
-    if (text[0] < '0' || text[0] > '9' || *end != '\0' || v > 16) {
-        fprintf(stderr, "ckstore-bench: bad --copy-threads '%s' (0 to 16)\n", text);
+    unsigned long v = strtoul(arg, &end, 10);
+    if (arg[0] < '0' || arg[0] > '9' || *end != '\0' || v > 16) {
         return -1;
     }
-    *threads_p = v == 0 ? UINT_MAX : (unsigned)v;
+    *(unsigned *)o->dst = v == 0 ? UINT_MAX : (unsigned)v;
     return 0;
 }
 

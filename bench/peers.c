@@ -5,7 +5,8 @@
  * its pid with SIGTERM and SIGKILL after the timeout), its log (an unlinked
  * temporary file, printed when the peer fails), its client connection and,
  * for the /dev/shm peer, its files (removed after each round and on every
- * exit path, also from the signal handler through bench_peer_kill()).
+ * exit path, also from the signal handler through bench_peer_kill()). What
+ * is open now lives in the caller's bench_peer_state_t, not in this file.
  *
  * Clients: libmemcached and hiredis, the Debian client libraries, used so
  * that a value travels as a careful application would move it, never
@@ -51,48 +52,21 @@
 #include <hiredis.h>
 #endif
 
-#define PEER_MAX_OBJS 1024
-
-static volatile pid_t peer_pid;            /* the server running now */
-static char peer_files[PEER_MAX_OBJS][64]; /* the /dev/shm peer's files */
-static volatile unsigned peer_nfiles;
+const char *const bench_peer_names[BENCH_NPEERS] = {"memcached", "redis", "shm"};
 
 const char *bench_peer_name(bench_peer_t p)
 {
-    static const char *const names[] = {"memcached", "redis", "shm"};
-    return p < BENCH_NPEERS ? names[p] : "?";
+    return p < BENCH_NPEERS ? bench_peer_names[p] : "?";
 }
 
-int bench_peer_mask(const char *list, unsigned *mask_p)
+void bench_peer_kill(const bench_peer_state_t *ps)
 {
-    unsigned mask = 0;
-    while (*list != '\0') {
-        size_t n = strcspn(list, ",");
-        unsigned p;
-        for (p = 0; p < BENCH_NPEERS; p++) {
-            if (strlen(bench_peer_name(p)) == n &&
-                strncmp(list, bench_peer_name(p), n) == 0) {
-                break;
-            }
-        }
-        if (p == BENCH_NPEERS) {
-            return -1;
-        }
-        mask |= 1u << p;
-        list += n + (list[n] == ',');
+    if (ps->pid > 0) {
+        kill(ps->pid, SIGKILL);
+        waitpid(ps->pid, NULL, 0);
     }
-    *mask_p = mask;
-    return 0;
-}
-
-void bench_peer_kill(void)
-{
-    if (peer_pid > 0) {
-        kill(peer_pid, SIGKILL);
-        waitpid(peer_pid, NULL, 0);
-    }
-    for (unsigned i = 0; i < peer_nfiles; i++) {
-        unlink(peer_files[i]);
+    for (unsigned i = 0; i < ps->nfiles; i++) {
+        unlink(ps->files[i]);
     }
 }
 
@@ -123,52 +97,50 @@ static uint64_t peer_total(const bench_peer_params_t *pp, uint64_t *max_p)
 /* Only the memcached and Redis peers start a server process; without either
  * client library (both optional) none of this is compiled. */
 #if CKS_BENCH_HAVE_MEMCACHED || CKS_BENCH_HAVE_HIREDIS
-static int peer_log_fd = -1;
-
-static void peer_print_log(const char *what)
+static void peer_print_log(const bench_peer_state_t *ps, const char *what)
 {
     char buf[4096];
     ssize_t n;
-    if (peer_log_fd < 0 || lseek(peer_log_fd, 0, SEEK_SET) != 0) {
+    if (ps->log_fd < 0 || lseek(ps->log_fd, 0, SEEK_SET) != 0) {
         return;
     }
     fprintf(stderr, "--- %s's output ---\n", what);
-    while ((n = read(peer_log_fd, buf, sizeof(buf))) > 0) {
+    while ((n = read(ps->log_fd, buf, sizeof(buf))) > 0) {
         fwrite(buf, 1, (size_t)n, stderr);
     }
 }
 
 /* Start argv and wait until it accepts on `port`; 0 or -1 with a note. */
-static int peer_server_start(char *const argv[], uint16_t port, double timeout_s,
-                             bench_peer_res_t *res)
+static int peer_server_start(bench_peer_state_t *ps, char *const argv[], uint16_t port,
+                             double timeout_s, bench_peer_res_t *res)
 {
-    peer_log_fd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    pid_t pid = bench_spawn(argv, peer_log_fd);
+    ps->log_fd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    pid_t pid  = bench_spawn(argv, ps->log_fd);
     if (pid < 0) {
         snprintf(res->note, sizeof(res->note), "cannot start %s", argv[0]);
         return -1;
     }
-    peer_pid = pid;
+    ps->pid = pid;
     if (bench_wait_port(port, pid, bench_now() + timeout_s) != 0) {
         snprintf(res->note, sizeof(res->note),
                  "%s (pid %d) did not accept on port %u "
                  "within %.0f s",
                  argv[0], (int)pid, port, timeout_s);
-        peer_print_log(argv[0]);
+        peer_print_log(ps, argv[0]);
         return -1;
     }
     return 0;
 }
 
-static void peer_server_stop(double timeout_s)
+static void peer_server_stop(bench_peer_state_t *ps, double timeout_s)
 {
-    if (peer_pid > 0) {
-        bench_stop_pid(peer_pid, SIGTERM, timeout_s);
-        peer_pid = 0;
+    if (ps->pid > 0) {
+        bench_stop_pid(ps->pid, SIGTERM, timeout_s);
+        ps->pid = 0;
     }
-    if (peer_log_fd >= 0) {
-        close(peer_log_fd);
-        peer_log_fd = -1;
+    if (ps->log_fd >= 0) {
+        close(ps->log_fd);
+        ps->log_fd = -1;
     }
 }
 #endif /* CKS_BENCH_HAVE_MEMCACHED || CKS_BENCH_HAVE_HIREDIS */
@@ -180,21 +152,22 @@ typedef int (*peer_op_fn)(void *ctx, const char *key, const uint8_t *src, uint8_
 
 /* warm-up + reps rounds of: store every object (timed), read every object
  * (timed; the first round's bytes are compared, outside the timing). */
-static void peer_shm_remove(void);
+static void peer_shm_remove(const bench_peer_state_t *ps);
 
-static int peer_rounds(const char *name, const bench_peer_params_t *pp, void *ctx,
-                       peer_op_fn set, peer_op_fn get, pid_t server,
-                       bench_peer_res_t *res)
+static int peer_rounds(bench_peer_state_t *ps, const char *name,
+                       const bench_peer_params_t *pp, void *ctx, peer_op_fn set,
+                       peer_op_fn get, bench_peer_res_t *res)
 {
     char err[256] = "", key[32];
-    double cpu0 = -1;
+    double cpu0  = -1;
+    pid_t server = ps->pid;
     res->bytes = peer_total(pp, NULL);
     for (unsigned r = 0; r <= pp->reps; r++) {
         double set_s = 0, get_s = 0;
         if (r == 1 && server > 0) {
             cpu0 = bench_proc_cpu_s(server);
         }
-        peer_shm_remove(); /* the /dev/shm peer's files of the round before (untimed) */
+        peer_shm_remove(ps); /* the /dev/shm peer's files of the round before (untimed) */
         for (unsigned o = 0; o < pp->nobj; o++) {
             snprintf(key, sizeof(key), "object%04u", o);
             bench_progress("peer %s: round %u of %u (the first untimed): object %u/%u",
@@ -242,27 +215,22 @@ static int peer_rounds(const char *name, const bench_peer_params_t *pp, void *ct
 }
 
 #if CKS_BENCH_HAVE_MEMCACHED || CKS_BENCH_HAVE_HIREDIS
-/* writev everything (the socket has a send timeout). */
-static int peer_writev_all(int fd, struct iovec *iov, int n)
+/* A reply line up to its CRLF, a byte at a time (a few bytes: no payload
+ * read by mistake), NUL-terminated. */
+static int peer_read_line(int fd, char *line, size_t cap, double deadline, char *err,
+                          size_t errlen)
 {
-    while (n > 0) {
-        ssize_t w = writev(fd, iov, n);
-        if (w < 0 && errno == EINTR) {
-            continue;
-        }
-        if (w <= 0) {
+    size_t have = 0;
+    while (have < cap - 1) {
+        if (bench_read_full(fd, line + have, 1, deadline) != 0) {
+            snprintf(err, errlen, "read: %s", strerror(errno));
             return -1;
         }
-        while (n > 0 && (size_t)w >= iov->iov_len) {
-            w -= (ssize_t)iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (uint8_t *)iov->iov_base + w;
-            iov->iov_len -= (size_t)w;
+        if (++have >= 2 && line[have - 2] == '\r' && line[have - 1] == '\n') {
+            break;
         }
     }
+    line[have] = '\0';
     return 0;
 }
 #endif
@@ -380,26 +348,18 @@ static int peer_mc_set(void *ctx, const char *key, const uint8_t *src, uint8_t *
 {
     peer_mc_t *c = ctx;
     char head[128], reply[16];
-    size_t have = 0;
     double deadline = bench_now() + c->timeout_s;
     (void)dst;
     int hn = snprintf(head, sizeof(head), "set %s 0 0 %llu\r\n", key,
                       (unsigned long long)size);
     struct iovec iov[3] = {{head, (size_t)hn}, {(void *)src, size}, {"\r\n", 2}};
-    if (peer_writev_all(c->fd, iov, 3) != 0) {
+    if (bench_writev_full(c->fd, iov, 3) != 0) {
         snprintf(err, errlen, "write: %s", strerror(errno));
         return -1;
     }
-    while (have < sizeof(reply) - 1) {
-        if (bench_read_full(c->fd, reply + have, 1, deadline) != 0) {
-            snprintf(err, errlen, "read: %s", strerror(errno));
-            return -1;
-        }
-        if (++have >= 2 && reply[have - 2] == '\r' && reply[have - 1] == '\n') {
-            break;
-        }
+    if (peer_read_line(c->fd, reply, sizeof(reply), deadline, err, errlen) != 0) {
+        return -1;
     }
-    reply[have] = '\0';
     if (strcmp(reply, "STORED\r\n") != 0) {
         snprintf(err, errlen, "memcached answered '%.*s'", (int)strcspn(reply, "\r"),
                  reply);
@@ -436,13 +396,13 @@ static int peer_mc_get(void *ctx, const char *key, const uint8_t *src, uint8_t *
     return 0;
 }
 
-static int peer_memcached(const bench_peer_params_t *pp, bench_peer_res_t *res)
+static int peer_memcached(bench_peer_state_t *ps, const bench_peer_params_t *pp,
+                          bench_peer_res_t *res)
 {
     char bin[4096], port_s[16], item_s[32], mem_s[32];
-    char *argv[24];
     uint16_t port;
     uint64_t max, total = peer_total(pp, &max);
-    int n = 0, rc = -1;
+    int rc = -1;
     peer_mc_t c = {.fd = -1};
 
     if (bench_which("memcached", bin, sizeof(bin)) != 0) {
@@ -470,31 +430,18 @@ static int peer_memcached(const bench_peer_params_t *pp, bench_peer_res_t *res)
     snprintf(port_s, sizeof(port_s), "%u", port);
     snprintf(item_s, sizeof(item_s), "%llum", (unsigned long long)item_mb);
     snprintf(mem_s, sizeof(mem_s), "%llu", (unsigned long long)mem_mb);
-    argv[n++] = bin;
-    argv[n++] = "-l";
-    argv[n++] = "127.0.0.1";
-    argv[n++] = "-p";
-    argv[n++] = port_s;
-    argv[n++] = "-U";
-    argv[n++] = "0";
-    argv[n++] = "-I";
-    argv[n++] = item_s;
-    argv[n++] = "-m";
-    argv[n++] = mem_s;
-    argv[n++] = "-M"; /* an error when full, never a silent eviction */
-    if (geteuid() == 0) {
-        argv[n++] = "-u"; /* memcached refuses to run as root without it */
-        argv[n++] = "root";
-    }
-    argv[n] = NULL;
-    if (peer_server_start(argv, port, pp->timeout_s, res) != 0) {
+    char *argv[] = {bin, "-l", "127.0.0.1", "-p", port_s, "-U", "0", "-I", item_s, "-m",
+                    mem_s, "-M", /* an error when full, never a silent eviction */
+                    /* memcached refuses to run as root without -u */
+                    geteuid() == 0 ? "-u" : NULL, "root", NULL};
+    if (peer_server_start(ps, argv, port, pp->timeout_s, res) != 0) {
         goto out;
     }
     snprintf(
         res->desc, sizeof(res->desc),
         "memcached (pid %d, 127.0.0.1:%u, -I %s -m %s -M); GET: libmemcached %s, SET: "
         "one writev",
-        (int)peer_pid, port, item_s, mem_s, LIBMEMCACHED_VERSION_STRING);
+        (int)ps->pid, port, item_s, mem_s, LIBMEMCACHED_VERSION_STRING);
 
     c.alloc.buf = pp->dst;
     c.alloc.len = pp->dst_len;
@@ -522,9 +469,9 @@ static int peer_memcached(const bench_peer_params_t *pp, bench_peer_res_t *res)
         snprintf(res->note, sizeof(res->note), "connect: %s", strerror(errno));
         goto out;
     }
-    rc = peer_rounds("memcached", pp, &c, peer_mc_set, peer_mc_get, peer_pid, res);
+    rc = peer_rounds(ps, "memcached", pp, &c, peer_mc_set, peer_mc_get, res);
     if (rc != 0) {
-        peer_print_log("memcached");
+        peer_print_log(ps, "memcached");
     }
 
 out:
@@ -534,7 +481,7 @@ out:
     if (c.mc != NULL) {
         memcached_free(c.mc);
     }
-    peer_server_stop(pp->timeout_s);
+    peer_server_stop(ps, pp->timeout_s);
     return rc;
 }
 #endif
@@ -557,7 +504,7 @@ static int peer_redis_set(void *ctx, const char *key, const uint8_t *src, uint8_
     int hn = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%llu\r\n",
                       strlen(key), key, (unsigned long long)size);
     struct iovec iov[3] = {{head, (size_t)hn}, {(void *)src, size}, {"\r\n", 2}};
-    if (peer_writev_all(c->rc->fd, iov, 3) != 0) {
+    if (bench_writev_full(c->rc->fd, iov, 3) != 0) {
         snprintf(err, errlen, "write: %s", strerror(errno));
         return -1;
     }
@@ -582,7 +529,6 @@ static int peer_redis_get(void *ctx, const char *key, const uint8_t *src, uint8_
 {
     peer_redis_t *c = ctx;
     char cmd[128], head[64];
-    size_t have = 0;
     double deadline = bench_now() + c->timeout_s;
     (void)src;
     int n =
@@ -592,16 +538,9 @@ static int peer_redis_get(void *ctx, const char *key, const uint8_t *src, uint8_
         return -1;
     }
     /* the header, a byte at a time (a few bytes: no payload read by mistake) */
-    while (have < sizeof(head) - 1) {
-        if (bench_read_full(c->rc->fd, head + have, 1, deadline) != 0) {
-            snprintf(err, errlen, "read: %s", strerror(errno));
-            return -1;
-        }
-        if (++have >= 2 && head[have - 2] == '\r' && head[have - 1] == '\n') {
-            break;
-        }
+    if (peer_read_line(c->rc->fd, head, sizeof(head), deadline, err, errlen) != 0) {
+        return -1;
     }
-    head[have] = '\0';
     unsigned long long len = 0;
     if (head[0] != '$' || sscanf(head + 1, "%llu", &len) != 1 || len != size) {
         snprintf(err, errlen, "reply '%.40s', expected $%llu", head,
@@ -616,13 +555,13 @@ static int peer_redis_get(void *ctx, const char *key, const uint8_t *src, uint8_
     return 0;
 }
 
-static int peer_redis(const bench_peer_params_t *pp, bench_peer_res_t *res)
+static int peer_redis(bench_peer_state_t *ps, const bench_peer_params_t *pp,
+                      bench_peer_res_t *res)
 {
     char bin[4096], port_s[16], bulk_s[32], qbuf_s[32], ver[32] = "?";
-    char *argv[32];
     uint16_t port;
     uint64_t max;
-    int n = 0, rc = -1;
+    int rc = -1;
     peer_redis_t c = {NULL, pp->timeout_s};
 
     peer_total(pp, &max);
@@ -647,27 +586,12 @@ static int peer_redis(const bench_peer_params_t *pp, bench_peer_res_t *res)
     snprintf(port_s, sizeof(port_s), "%u", port);
     snprintf(bulk_s, sizeof(bulk_s), "%llu", (unsigned long long)bulk);
     snprintf(qbuf_s, sizeof(qbuf_s), "%llu", (unsigned long long)qbuf);
-    argv[n++] = bin;
-    argv[n++] = "--bind";
-    argv[n++] = "127.0.0.1";
-    argv[n++] = "--port";
-    argv[n++] = port_s;
-    argv[n++] = "--save";
-    argv[n++] = "";
-    argv[n++] = "--appendonly";
-    argv[n++] = "no";
-    argv[n++] = "--proto-max-bulk-len";
-    argv[n++] = bulk_s;
-    argv[n++] = "--client-query-buffer-limit";
-    argv[n++] = qbuf_s;
-    argv[n++] = "--dir";
-    argv[n++] = "/tmp"; /* nothing is written there: no RDB, no AOF */
-    argv[n++] = "--logfile";
-    argv[n++] = "";
-    argv[n++] = "--daemonize";
-    argv[n++] = "no";
-    argv[n] = NULL;
-    if (peer_server_start(argv, port, pp->timeout_s, res) != 0) {
+    char *argv[] = {bin, "--bind", "127.0.0.1", "--port", port_s, "--save", "",
+                    "--appendonly", "no", "--proto-max-bulk-len", bulk_s,
+                    "--client-query-buffer-limit", qbuf_s,
+                    "--dir", "/tmp", /* nothing is written there: no RDB, no AOF */
+                    "--logfile", "", "--daemonize", "no", NULL};
+    if (peer_server_start(ps, argv, port, pp->timeout_s, res) != 0) {
         goto out;
     }
     struct timeval tv = {
@@ -693,18 +617,18 @@ static int peer_redis(const bench_peer_params_t *pp, bench_peer_res_t *res)
     snprintf(res->desc, sizeof(res->desc),
              "Redis %s (pid %d, 127.0.0.1:%u, no persistence, proto-max-bulk-len %s), "
              "hiredis %d.%d.%d",
-             ver, (int)peer_pid, port, bulk_s, HIREDIS_MAJOR, HIREDIS_MINOR,
+             ver, (int)ps->pid, port, bulk_s, HIREDIS_MAJOR, HIREDIS_MINOR,
              HIREDIS_PATCH);
-    rc = peer_rounds("redis", pp, &c, peer_redis_set, peer_redis_get, peer_pid, res);
+    rc = peer_rounds(ps, "redis", pp, &c, peer_redis_set, peer_redis_get, res);
     if (rc != 0) {
-        peer_print_log("redis-server");
+        peer_print_log(ps, "redis-server");
     }
 
 out:
     if (c.rc != NULL) {
         redisFree(c.rc);
     }
-    peer_server_stop(pp->timeout_s);
+    peer_server_stop(ps, pp->timeout_s);
     return rc;
 }
 #endif
@@ -715,11 +639,11 @@ static int peer_shm_write(void *ctx, const char *key, const uint8_t *src, uint8_
                           uint64_t size, char *err, size_t errlen)
 {
     unsigned o = (unsigned)strtoul(key + strlen("object"), NULL, 10);
-    (void)ctx;
+    const bench_peer_state_t *ps = ctx;
     (void)dst;
-    int fd = open(peer_files[o], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = open(ps->files[o], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || bench_write_full(fd, src, size) != 0 || close(fd) != 0) {
-        snprintf(err, errlen, "%s: %s", peer_files[o], strerror(errno));
+        snprintf(err, errlen, "%s: %s", ps->files[o], strerror(errno));
         if (fd >= 0) {
             close(fd);
         }
@@ -732,11 +656,11 @@ static int peer_shm_read(void *ctx, const char *key, const uint8_t *src, uint8_t
                          uint64_t size, char *err, size_t errlen)
 {
     unsigned o = (unsigned)strtoul(key + strlen("object"), NULL, 10);
-    (void)ctx;
+    const bench_peer_state_t *ps = ctx;
     (void)src;
-    int fd = open(peer_files[o], O_RDONLY | O_CLOEXEC);
+    int fd = open(ps->files[o], O_RDONLY | O_CLOEXEC);
     if (fd < 0 || bench_read_full(fd, dst, size, bench_now() + 3600) != 0) {
-        snprintf(err, errlen, "%s: %s", peer_files[o], strerror(errno));
+        snprintf(err, errlen, "%s: %s", ps->files[o], strerror(errno));
         if (fd >= 0) {
             close(fd);
         }
@@ -747,34 +671,40 @@ static int peer_shm_read(void *ctx, const char *key, const uint8_t *src, uint8_t
 }
 
 /* A checkpoint is written as new files: the round before's go first. */
-static void peer_shm_remove(void)
+static void peer_shm_remove(const bench_peer_state_t *ps)
 {
-    for (unsigned i = 0; i < peer_nfiles; i++) {
-        unlink(peer_files[i]);
+    for (unsigned i = 0; i < ps->nfiles; i++) {
+        unlink(ps->files[i]);
     }
 }
 
-static int peer_shm(const bench_peer_params_t *pp, bench_peer_res_t *res)
+static int peer_shm(bench_peer_state_t *ps, const bench_peer_params_t *pp,
+                    bench_peer_res_t *res)
 {
-    if (pp->nobj > PEER_MAX_OBJS) {
-        snprintf(res->note, sizeof(res->note), "more than %u objects", PEER_MAX_OBJS);
+    if (pp->nobj > BENCH_PEER_MAX_OBJS) {
+        snprintf(res->note, sizeof(res->note), "more than %u objects",
+                 BENCH_PEER_MAX_OBJS);
         return -1;
     }
     for (unsigned o = 0; o < pp->nobj; o++) {
-        snprintf(peer_files[o], sizeof(peer_files[o]), "/dev/shm/ckstore-bench-%d-peer%u",
+        snprintf(ps->files[o], sizeof(ps->files[o]), "/dev/shm/ckstore-bench-%d-peer%u",
                  (int)getpid(), o);
     }
-    peer_nfiles = pp->nobj;
+    ps->nfiles = pp->nobj;
     snprintf(res->desc, sizeof(res->desc),
              "files in /dev/shm: open, write (read), close; new files each round");
-    int rc = peer_rounds("shm", pp, NULL, peer_shm_write, peer_shm_read, 0, res);
-    peer_shm_remove();
-    peer_nfiles = 0;
+    int rc = peer_rounds(ps, "shm", pp, ps, peer_shm_write, peer_shm_read, res);
+    peer_shm_remove(ps);
+    ps->nfiles = 0;
     return rc;
 }
 
-int bench_peer_run(bench_peer_t p, const bench_peer_params_t *pp, bench_peer_res_t *res)
+int bench_peer_run(bench_peer_state_t *ps, bench_peer_t p, const bench_peer_params_t *pp,
+                   bench_peer_res_t *res)
 {
+    ps->pid    = 0;
+    ps->log_fd = -1;
+    ps->nfiles = 0;
     memset(res, 0, sizeof(*res));
     res->server_cpu_s = -1;
     if (pp->reps == 0 || pp->reps > BENCH_PEER_MAX_REPS || pp->nobj == 0) {
@@ -785,7 +715,7 @@ int bench_peer_run(bench_peer_t p, const bench_peer_params_t *pp, bench_peer_res
     switch (p) {
         case BENCH_PEER_MEMCACHED:
 #if CKS_BENCH_HAVE_MEMCACHED
-            rc = peer_memcached(pp, res);
+            rc = peer_memcached(ps, pp, res);
 #else
             snprintf(res->note, sizeof(res->note),
                      "built without libmemcached (Debian "
@@ -794,7 +724,7 @@ int bench_peer_run(bench_peer_t p, const bench_peer_params_t *pp, bench_peer_res
             break;
         case BENCH_PEER_REDIS:
 #if CKS_BENCH_HAVE_HIREDIS
-            rc = peer_redis(pp, res);
+            rc = peer_redis(ps, pp, res);
 #else
             snprintf(res->note, sizeof(res->note),
                      "built without hiredis (Debian package "
@@ -802,7 +732,7 @@ int bench_peer_run(bench_peer_t p, const bench_peer_params_t *pp, bench_peer_res
 #endif
             break;
         case BENCH_PEER_SHM:
-            rc = peer_shm(pp, res);
+            rc = peer_shm(ps, pp, res);
             break;
         default:
             snprintf(res->note, sizeof(res->note), "unknown peer");

@@ -11,6 +11,19 @@
 #include <stdint.h>
 
 #define BENCH_PEER_MAX_REPS 100
+#define BENCH_PEER_MAX_OBJS 1024
+
+#include <sys/types.h>
+
+/* What a peer run has open now: its server process and log, the /dev/shm
+ * peer's files. The caller's (in its context), so that its signal handler
+ * can stop and remove them through bench_peer_kill(). */
+typedef struct {
+    volatile pid_t pid; /* the server running now */
+    int log_fd;         /* its output (an unlinked temporary file) */
+    char files[BENCH_PEER_MAX_OBJS][64];
+    volatile unsigned nfiles;
+} bench_peer_state_t;
 
 typedef enum {
     BENCH_PEER_MEMCACHED,
@@ -43,14 +56,14 @@ typedef struct {
 
 /** "memcached", "redis", "shm". */
 const char *bench_peer_name(bench_peer_t p);
-/** Parse a comma list of peer names into a mask; -1 on an unknown name. */
-int bench_peer_mask(const char *list, unsigned *mask_p);
+extern const char *const bench_peer_names[BENCH_NPEERS];
 /** Start the peer (if it is a server), store and read every object `reps`
  *  times, check the bytes of the first round, stop it. 0 when measured; -1
  *  with res->note set when skipped or failed (the run goes on). */
-int bench_peer_run(bench_peer_t p, const bench_peer_params_t *pp, bench_peer_res_t *res);
+int bench_peer_run(bench_peer_state_t *ps, bench_peer_t p, const bench_peer_params_t *pp,
+                   bench_peer_res_t *res);
 /** For a signal handler: SIGKILL the peer server that runs now, remove the
  *  peer's files. Async-signal-safe. */
-void bench_peer_kill(void);
+void bench_peer_kill(const bench_peer_state_t *ps);
 
 #endif

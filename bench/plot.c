@@ -16,16 +16,17 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-static int plot_open(const char *dir, const char *name, const char *ext, FILE **f_p,
-                     char *path, size_t len)
+/* DIR/NAME.EXT for writing (DIR made first); NULL, said on stderr. */
+static FILE *plot_open(const char *dir, const char *name, const char *ext)
 {
-    snprintf(path, len, "%s/%s.%s", dir, name, ext);
-    *f_p = fopen(path, "w");
-    if (*f_p == NULL) {
+    char path[4096];
+    FILE *f;
+    mkdir(dir, 0755);
+    snprintf(path, sizeof(path), "%s/%s.%s", dir, name, ext);
+    if ((f = fopen(path, "w")) == NULL) {
         fprintf(stderr, "ckstore-bench: %s: %s\n", path, strerror(errno));
-        return -1;
     }
-    return 0;
+    return f;
 }
 
 /* Run gnuplot on DIR/NAME.gp (in DIR, so that the script's file names are
@@ -82,13 +83,11 @@ int bench_plot_bars(const char *dir, const char *name, const char *title,
                     double timeout_s)
 {
     static const char *const colors[] = {"#1f77b4", "#7f7f7f", "#ff7f0e"};
-    char path[4096];
     FILE *f;
     if (n == 0) {
         return 0;
     }
-    mkdir(dir, 0755);
-    if (plot_open(dir, name, "dat", &f, path, sizeof(path)) != 0) {
+    if ((f = plot_open(dir, name, "dat")) == NULL) {
         return -1;
     }
     fprintf(f, "# label GB/s group (0 ckstore, 1 limit, 2 peer)\n");
@@ -97,7 +96,7 @@ int bench_plot_bars(const char *dir, const char *name, const char *title,
         fprintf(f, " %.4f %u\n", bars[i].value, bars[i].group);
     }
     fclose(f);
-    if (plot_open(dir, name, "gp", &f, path, sizeof(path)) != 0) {
+    if ((f = plot_open(dir, name, "gp")) == NULL) {
         return -1;
     }
     fprintf(f, "set terminal pngcairo size 1200,640 font 'Sans,10'\n");
@@ -129,13 +128,11 @@ int bench_plot_lines(const char *dir, const char *name, const char *title,
                      const char *xlabel, const char *ylabel, int logscale_x,
                      const bench_series_t *s, unsigned n, double timeout_s)
 {
-    char path[4096];
     FILE *f;
     if (n == 0) {
         return 0;
     }
-    mkdir(dir, 0755);
-    if (plot_open(dir, name, "dat", &f, path, sizeof(path)) != 0) {
+    if ((f = plot_open(dir, name, "dat")) == NULL) {
         return -1;
     }
     /* one block per series, separated by two blank lines (gnuplot's index) */
@@ -148,7 +145,7 @@ int bench_plot_lines(const char *dir, const char *name, const char *title,
         fprintf(f, "\n\n");
     }
     fclose(f);
-    if (plot_open(dir, name, "gp", &f, path, sizeof(path)) != 0) {
+    if ((f = plot_open(dir, name, "gp")) == NULL) {
         return -1;
     }
     fprintf(f, "set terminal pngcairo size 900,560 font 'Sans,10'\ncd ");

@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -23,11 +24,13 @@
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-int bench_read_full(int fd, void *buf, size_t n, double deadline)
+int bench_read_full_idle(int fd, void *buf, size_t n, double deadline,
+                         void (*idle)(void *), void *arg)
 {
     uint8_t *p = buf;
     while (n > 0) {
@@ -36,14 +39,20 @@ int bench_read_full(int fd, void *buf, size_t n, double deadline)
             errno = ETIMEDOUT;
             return -1;
         }
+        if (idle != NULL) {
+            idle(arg);
+        }
         struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int r = poll(&pf, 1, (int)(left * 1000) + 1);
+        int r = poll(&pf, 1, idle != NULL ? 0 : (int)(left * 1000) + 1);
         if (r < 0 && errno == EINTR) {
             continue;
         }
-        if (r <= 0) {
+        if (r < 0 || (r == 0 && idle == NULL)) {
             errno = r == 0 ? ETIMEDOUT : errno;
             return -1;
+        }
+        if (r == 0) {
+            continue;
         }
         ssize_t got = read(fd, p, n);
         if (got < 0 && (errno == EINTR || errno == EAGAIN)) {
@@ -59,21 +68,51 @@ int bench_read_full(int fd, void *buf, size_t n, double deadline)
     return 0;
 }
 
-int bench_write_full(int fd, const void *buf, size_t n)
+int bench_read_full(int fd, void *buf, size_t n, double deadline)
 {
-    const uint8_t *p = buf;
+    return bench_read_full_idle(fd, buf, n, deadline, NULL, NULL);
+}
+
+int bench_writev_full(int fd, struct iovec *iov, int n)
+{
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = writev(fd, iov, n);
         if (w < 0 && errno == EINTR) {
             continue;
         }
         if (w <= 0) {
             return -1;
         }
-        p += w;
-        n -= (size_t)w;
+        while (n > 0 && (size_t)w >= iov->iov_len) {
+            w -= (ssize_t)iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + w;
+            iov->iov_len -= (size_t)w;
+        }
     }
     return 0;
+}
+
+int bench_write_full(int fd, const void *buf, size_t n)
+{
+    struct iovec iov = {(void *)buf, n};
+    return bench_writev_full(fd, &iov, 1);
+}
+
+static int bench_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void bench_rm_tree(const char *path)
+{
+    nftw(path, bench_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int bench_wait_pid(pid_t pid, double timeout_s, int *wstatus_p)

@@ -19,8 +19,15 @@
 /** Read exactly n bytes before the deadline (bench_now() seconds). 0, or -1
  *  with errno (ETIMEDOUT, EPIPE at end of file). */
 int bench_read_full(int fd, void *buf, size_t n, double deadline);
-/** Write all n bytes; 0 or -1 with errno. */
+/** The same, calling idle(arg) between polls that do not wait. */
+int bench_read_full_idle(int fd, void *buf, size_t n, double deadline,
+                         void (*idle)(void *), void *arg);
+/** Write all n bytes (of the n iovecs, which it changes); 0 or -1 with errno. */
 int bench_write_full(int fd, const void *buf, size_t n);
+struct iovec;
+int bench_writev_full(int fd, struct iovec *iov, int n);
+/** Remove a directory tree (nftw, no links followed). */
+void bench_rm_tree(const char *path);
 /** Wait for a child to end within timeout_s; 1 when it ended (reaped, its
  *  status in *wstatus_p when not NULL), 0 when it is still running. */
 int bench_wait_pid(pid_t pid, double timeout_s, int *wstatus_p);

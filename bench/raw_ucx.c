@@ -82,9 +82,9 @@ struct bench_raw {
     ucs_status_t sink_error;
 };
 
-static const char *const bench_setup_names[BENCH_NSETUPS] = {"malloc", "thp", "shm-thp",
+const char *const bench_setup_names[BENCH_NSETUPS] = {"malloc", "thp", "shm-thp",
                                                               "ucx", "ucx-thp"};
-static const char *const bench_method_names[BENCH_NMETHODS] = {"am", "tag", "rma"};
+const char *const bench_method_names[BENCH_NMETHODS] = {"am", "tag", "rma"};
 
 const char *bench_setup_name(bench_setup_t s)
 {
@@ -96,42 +96,14 @@ const char *bench_method_name(bench_method_t m)
     return m < BENCH_NMETHODS ? bench_method_names[m] : "?";
 }
 
+const char *bench_raw_setup_name(const bench_raw_t *r)
+{
+    return bench_setup_name(r->setup);
+}
+
 const char *bench_dir_name(bench_dir_t d)
 {
     return d == BENCH_DIR_PUT ? "put" : "get";
-}
-
-static int bench_mask(const char *list, const char *const *names, unsigned n,
-                      unsigned *mask_p)
-{
-    unsigned mask = 0;
-    const char *p = list;
-    while (*p != '\0') {
-        size_t len = strcspn(p, ",");
-        unsigned i;
-        for (i = 0; i < n; i++) {
-            if (strlen(names[i]) == len && strncmp(p, names[i], len) == 0) {
-                break;
-            }
-        }
-        if (i == n) {
-            return -1;
-        }
-        mask |= 1u << i;
-        p += len + (p[len] == ',');
-    }
-    *mask_p = mask;
-    return mask != 0 ? 0 : -1;
-}
-
-int bench_setup_mask(const char *list, unsigned *mask_p)
-{
-    return bench_mask(list, bench_setup_names, BENCH_NSETUPS, mask_p);
-}
-
-int bench_method_mask(const char *list, unsigned *mask_p)
-{
-    return bench_mask(list, bench_method_names, BENCH_NMETHODS, mask_p);
 }
 
 /* ---- completion plumbing ------------------------------------------------------ */
@@ -146,19 +118,13 @@ static void bench_send_cb(void *request, ucs_status_t st, void *arg)
 
 static void bench_am_recv_cb(void *request, ucs_status_t st, size_t length, void *arg)
 {
-    bench_flag_t *f = arg;
-    f->status       = st;
-    f->done         = 1;
-    ucp_request_free(request);
+    bench_send_cb(request, st, arg);
 }
 
 static void bench_tag_recv_cb(void *request, ucs_status_t st,
                               const ucp_tag_recv_info_t *info, void *arg)
 {
-    bench_flag_t *f = arg;
-    f->status       = st;
-    f->done         = 1;
-    ucp_request_free(request);
+    bench_send_cb(request, st, arg);
 }
 
 /* The request of an *_nbx call: NULL (done now), an error, or in progress. */
@@ -269,19 +235,9 @@ static ucs_status_t bench_am_cb(void *arg, const void *header, size_t header_len
         }
         return UCS_OK;
     }
-    memset(&p, 0, sizeof(p));
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    if (r->memh != NULL) {
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = r->memh;
-    }
-    if (f != NULL) {
-        p.cb.recv_am = bench_am_recv_cb;
-        p.user_data  = f;
-    } else {
-        p.cb.recv_am = bench_sink_recv_cb;
-        p.user_data  = r;
-    }
+    bench_param(&p, r, f != NULL ? (void *)f : (void *)r);
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK;
+    p.cb.recv_am = f != NULL ? bench_am_recv_cb : bench_sink_recv_cb;
     req = ucp_am_recv_data_nbx(r->worker, data, r->ptr, length, &p);
     if (f != NULL) {
         bench_req_start(req, f);
@@ -366,14 +322,9 @@ static void bench_sink_answer(bench_raw_t *r)
     if (r->pending_get == 0 || r->ep == NULL) {
         return;
     }
-    memset(&p, 0, sizeof(p));
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send      = bench_sink_send_cb;
-    p.user_data    = r;
-    if (r->memh != NULL) {
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = r->memh;
-    }
+    bench_param(&p, r, r);
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK;
+    p.cb.send = bench_sink_send_cb;
     if (r->pending_method == BENCH_METHOD_AM) {
         req = ucp_am_send_nbx(r->ep, BENCH_AM_GET, NULL, 0, r->ptr, r->pending_get, &p);
     } else {

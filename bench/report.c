@@ -60,6 +60,39 @@ void bench_rec_f64(bench_rec_t *r, const char *key, double value)
     }
 }
 
+bench_kv_t bench_kv_s(const char *key, const char *v)
+{
+    return (bench_kv_t){key, v != NULL ? BENCH_F_STR : BENCH_F_NULL, 0, 0, v};
+}
+
+bench_kv_t bench_kv_f(const char *key, double v)
+{
+    return (bench_kv_t){key, BENCH_F_F64, 0, v, NULL};
+}
+
+bench_kv_t bench_kv_u(const char *key, uint64_t v)
+{
+    return (bench_kv_t){key, BENCH_F_U64, v, 0, NULL};
+}
+
+bench_rec_t *bench_rec_set(bench_rec_t *r, const bench_kv_t *kv, unsigned n)
+{
+    for (unsigned i = 0; i < n && r != NULL; i++) {
+        switch (kv[i].type) {
+            case BENCH_F_U64:
+                bench_rec_u64(r, kv[i].key, kv[i].u);
+                break;
+            case BENCH_F_F64:
+                bench_rec_f64(r, kv[i].key, kv[i].d);
+                break;
+            default:
+                bench_rec_str(r, kv[i].key, kv[i].s);
+                break;
+        }
+    }
+    return r;
+}
+
 double bench_loadavg(void)
 {
     double l = -1;
@@ -189,10 +222,10 @@ void bench_machine_describe(bench_rec_t *m)
         }
         fclose(f);
     }
-    bench_rec_str(m, "cpu", value[0] ? value : "unknown");
-    bench_rec_u64(m, "cores", (uint64_t)sysconf(_SC_NPROCESSORS_ONLN));
-    bench_rec_u64(m, "memory_bytes",
-                  (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE));
+    bench_rec_kv(m, KS("cpu", value[0] ? value : "unknown"),
+                 KU("cores", (uint64_t)sysconf(_SC_NPROCESSORS_ONLN)),
+                 KU("memory_bytes",
+                    (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE)));
     if (uname(&u) == 0) {
         snprintf(value, sizeof(value), "%s %s", u.sysname, u.release);
         bench_rec_str(m, "kernel", value);
