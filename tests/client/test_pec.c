@@ -10,7 +10,7 @@
  * CKS_TEST_SEED=<n> to replay or vary it.
  */
 #include "ckstore.h"
-#include "cks_test_rng.h"
+#include "cks_test_unit.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -21,7 +21,7 @@
 
 /* ---- seeds --------------------------------------------------------------------- */
 
-/* The test's seed, printed: see cks_test_rng.h. */
+/* The test's seed, printed: see cks_test_unit.h. */
 static uint64_t test_seed(const char *name, uint64_t dflt)
 {
     return cks_test_named_seed("pec", name, dflt);

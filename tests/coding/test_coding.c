@@ -13,7 +13,7 @@
 
 #include "cks_common.h"
 
-#include "cks_test_rng.h"
+#include "cks_test_unit.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -42,7 +42,7 @@
 
 /* ---- seeds and random data ----------------------------------------------- */
 
-/* The test's seed, printed: see cks_test_rng.h. */
+/* The test's seed, printed: see cks_test_unit.h. */
 static uint64_t test_seed(const char *name, uint64_t dflt)
 {
     return cks_test_named_seed("coding", name, dflt);

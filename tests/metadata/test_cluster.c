@@ -20,7 +20,7 @@
 
 #include "cks_common.h"
 
-#include "cks_test_rng.h"
+#include "cks_test_unit.h"
 
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -29,18 +29,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ST_EQ(expr, expected)                                          \
-    do {                                                               \
-        cks_status_t st_ = (expr);                                     \
-        cr_assert_eq(st_, (expected), "%s: got %s, want %s", #expr,    \
-                     cks_status_name(st_), cks_status_name(expected)); \
-    } while (0)
-#define ST_OK(expr) ST_EQ(expr, CKS_OK)
+#define ST_EQ CKS_TEST_ST_EQ /* cks_test_unit.h */
+#define ST_OK CKS_TEST_ST_OK
 
 #define JOB  "job-0"
 #define J(s) (s), strlen(s)
 
-/* The test's seed, printed: see cks_test_rng.h. */
+/* The test's seed, printed: see cks_test_unit.h. */
 static uint64_t test_seed(const char *name, uint64_t dflt)
 {
     return cks_test_named_seed("cluster", name, dflt);

@@ -1,10 +1,13 @@
 /*
- * Test support without servers: a seed that is printed (so that a failure
- * can be replayed) and a splitmix64 generator, for unit tests that link
- * nothing of the test support libraries (header only).
+ * Test support without servers, for unit tests that link nothing of the
+ * test support libraries (header only): a seed that is printed (so that a
+ * failure can be replayed), a splitmix64 generator, and an assertion on a
+ * status that names both statuses.
  */
-#ifndef CKS_TEST_RNG_H
-#define CKS_TEST_RNG_H
+#ifndef CKS_TEST_UNIT_H
+#define CKS_TEST_UNIT_H
+
+#include "ckstore_defs.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -38,5 +41,15 @@ static inline uint64_t cks_test_rng_next(uint64_t *state)
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
+
+/** Assert that `expr` (a call that returns a cks_status_t) returns
+ *  `expected`; the message names the call and both statuses. */
+#define CKS_TEST_ST_EQ(expr, expected)                                  \
+    do {                                                               \
+        cks_status_t st_ = (expr);                                     \
+        cr_assert_eq(st_, (expected), "%s: got %s, want %s", #expr,    \
+                     cks_status_name(st_), cks_status_name(expected)); \
+    } while (0)
+#define CKS_TEST_ST_OK(expr) CKS_TEST_ST_EQ(expr, CKS_OK)
 
 #endif
