@@ -129,20 +129,11 @@ static void write_version(cks_client_h c, uint64_t v, uint64_t parent, unsigned 
         if (!(which & (1u << i))) {
             continue;
         }
-        cks_put_params_t p = {0};
         key_of(i, key, sizeof(key));
         fill(i, v);
-        p.field_mask  = CKS_PUT_FIELD_TAGS;
-        p.job         = JOB;
-        p.version     = v;
-        p.key         = key;
-        p.buffer      = src[i];
-        p.size        = sizes[i];
-        p.tags.kind   = CKS_KIND_EXPERT;
-        p.tags.layer  = (int32_t)i;
-        p.tags.expert = (int32_t)(i * 3);
-        p.tags.rank   = 0;
-        cr_assert_eq(cks_put(c, &p), CKS_OK, "put %s", key);
+        cks_tags_t tags = {CKS_KIND_EXPERT, (int32_t)i, (int32_t)(i * 3), 0};
+        cr_assert_eq(cks_test_put_tagged(c, JOB, v, key, src[i], sizes[i], tags), CKS_OK,
+                     "put %s", key);
     }
     cr_assert_eq(cks_version_seal(c, JOB, v), CKS_OK);
 }
@@ -177,7 +168,6 @@ static cks_restore_h open_durable(cks_client_h c, uint64_t v, uint32_t flags)
  * with its source version. */
 static void check_object(cks_restore_h r, size_t i, uint64_t written)
 {
-    cks_get_params_t g = {0};
     cks_object_info_t o;
     uint64_t got = 0;
     char key[64];
@@ -190,12 +180,7 @@ static void check_object(cks_restore_h r, size_t i, uint64_t written)
     cr_assert_eq(o.source_version, written, "%s from version %" PRIu64 ", not %" PRIu64, key,
                  o.source_version, written);
     cr_assert_eq(o.tags.expert, (int32_t)(i * 3));
-    g.field_mask  = CKS_GET_FIELD_FLAGS;
-    g.key         = key;
-    g.buffer      = dst;
-    g.buffer_size = sizes[i];
-    g.flags       = CKS_GET_VERIFY;
-    cr_assert_eq(cks_get(r, &g, &got), CKS_OK, "get %s", key);
+    cr_assert_eq(cks_test_get_whole(r, key, dst, sizes[i], &got), CKS_OK, "get %s", key);
     cr_assert_eq(got, sizes[i]);
     cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "%s is not bit-exact", key);
     free(dst);
@@ -214,19 +199,16 @@ static void check_durable(cks_client_h c, uint64_t v)
 static void check_range(cks_restore_h r, size_t i, uint64_t written, uint64_t off,
                         uint64_t len)
 {
-    cks_get_params_t g = {0};
-    uint64_t got       = 0;
+    uint64_t got = 0;
     char key[64];
     uint8_t *dst = malloc(len + 1);
     cr_assert_not_null(dst);
     key_of(i, key, sizeof(key));
     fill(i, written);
-    g.field_mask  = CKS_GET_FIELD_RANGE;
-    g.key         = key;
-    g.buffer      = dst;
-    g.buffer_size = len;
-    g.offset      = off;
-    g.length      = len;
+    cks_get_params_t g = cks_test_get_params(key, dst, len);
+    g.field_mask       = CKS_GET_FIELD_RANGE;
+    g.offset           = off;
+    g.length           = len;
     cr_assert_eq(cks_get(r, &g, &got), CKS_OK);
     cr_assert_eq(got, len);
     cr_assert(memcmp(dst, src[i] + off, len) == 0, "range of %s is not bit-exact", key);
