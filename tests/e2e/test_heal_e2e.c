@@ -162,23 +162,11 @@ static void verify_version(cks_client_h c, uint64_t v, const char *when)
     cr_assert_eq(st, CKS_OK, "%s: open version %llu: %s", when, (unsigned long long)v,
                  cks_status_name(st));
     for (size_t i = 0; i < NOBJ; i++) {
-        cks_get_params_t g = {0};
-        uint64_t got       = UINT64_MAX;
         snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 5);
         fill(i, v);
-        memset(dst, 0xEE, sizes[i] + 1);
-        g.field_mask  = CKS_GET_FIELD_FLAGS;
-        g.key         = key;
-        g.buffer      = dst;
-        g.buffer_size = 4 * MiB;
-        g.flags       = CKS_GET_VERIFY;
-        st            = cks_get(r, &g, &got);
+        st = cks_test_get_check(r, key, src[i], sizes[i], dst, 4 * MiB, when);
         cr_assert_eq(st, CKS_OK, "%s: version %llu '%s': %s", when, (unsigned long long)v, key,
                      cks_status_name(st));
-        cr_assert_eq(got, sizes[i], "%s: '%s': %llu bytes", when, key,
-                     (unsigned long long)got);
-        cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "%s: '%s': bytes differ", when, key);
-        cr_assert_eq(dst[sizes[i]], 0xEE, "%s: '%s': written past the end", when, key);
     }
     cks_restore_close(r);
     free(dst);
@@ -716,19 +704,6 @@ static cks_status_t ch_verify(cks_client_h c, uint64_t seed, uint64_t v, uint8_t
     return st;
 }
 
-typedef struct {
-    cks_client_h c;
-    uint64_t v;
-    cks_status_t st;
-} ch_finish_t;
-
-static void *ch_finish1(void *arg)
-{
-    ch_finish_t *f = arg;
-    f->st          = cks_version_finish(f->c, "chaos", f->v, 1);
-    return NULL;
-}
-
 /* Both ranks finish version v at once (rank 1 from a thread: a finish
  * waits for the other's): rank 0's status, rank 1's in *st1_p, rank 0's
  * error text in why, and the milliseconds both took in *took_p. */
@@ -736,14 +711,12 @@ static cks_status_t ch_finish_both(cks_client_h c0, cks_client_h c1, uint64_t v,
                                    cks_status_t *st1_p, char *why, size_t why_len,
                                    uint64_t *took_p)
 {
-    uint64_t t0    = ch_ms();
-    ch_finish_t f1 = {c1, v, CKS_OK};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+    uint64_t t0 = ch_ms();
+    cks_test_finish_t f1;
+    cks_test_finish_start(&f1, c1, "chaos", v, 1);
     cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
     cks_client_last_error(c0, why, why_len);
-    pthread_join(th, NULL);
-    *st1_p  = f1.st;
+    *st1_p  = cks_test_finish_join(&f1);
     *took_p = ch_ms() - t0;
     return st;
 }
@@ -763,13 +736,12 @@ static cks_status_t ch_write(cks_client_h c0, cks_client_h c1, uint64_t seed,
         between(arg);
     }
     cks_status_t st1 = st == CKS_OK ? ch_put_rank(c1, seed, v, 1, buf) : st;
-    ch_finish_t f1   = {c1, v, st1};
-    pthread_t th;
     if (st == CKS_OK) {
-        cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
-        st = cks_version_finish(c0, "chaos", v, 0);
-        pthread_join(th, NULL);
-        st = st == CKS_OK ? f1.st : st;
+        cks_test_finish_t f1;
+        cks_test_finish_start(&f1, c1, "chaos", v, 1);
+        st                = cks_version_finish(c0, "chaos", v, 0);
+        cks_status_t fin1 = cks_test_finish_join(&f1);
+        st                = st == CKS_OK ? fin1 : st;
     }
     if (st == CKS_OK && (st0 != CKS_OK || st1 != CKS_OK)) {
         st = st0 != CKS_OK ? st0 : st1;
@@ -917,13 +889,6 @@ static void ch_during(void *arg)
     ch_disrupt(d->down, d->stopper, d->stopping, d->stop, d->what, d->what_len, d->killed_p);
 }
 
-static void *ch_finish0(void *arg)
-{
-    ch_finish_t *f = arg;
-    f->st          = cks_version_finish(f->c, "chaos", f->v, 0);
-    return NULL;
-}
-
 /* The first version from `from` on whose first coordinator candidate is up. */
 static uint64_t ch_version_led_by_live(uint64_t from, const int *down)
 {
@@ -1017,16 +982,15 @@ Test(heal, coordinator_killed_between_begin_and_finish_is_taken_over, .timeout =
     cr_assert_eq(ch_put_rank(c0, seed, v3, 0, buf), CKS_OK);
     cr_assert_eq(ch_put_rank(c1, seed, v3, 1, buf), CKS_OK);
     ch_pause_ms(500);
-    ch_finish_t f0 = {c0, v3, CKS_OK};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, ch_finish0, &f0), 0);
+    cks_test_finish_t f0;
+    cks_test_finish_start(&f0, c0, "chaos", v3, 0);
     ch_pause_ms(300); /* rank 0's seal waits at the coordinator */
     cks_test_cluster_kill(&cl, (size_t)co3);
     down[co3] = 1;
     uint64_t t0 = ch_ms();
     st          = cks_version_finish(c1, "chaos", v3, 1);
     cks_client_last_error(c1, why, sizeof(why));
-    pthread_join(th, NULL);
+    cks_test_finish_join(&f0);
     fprintf(stderr, "version %llu, coordinator %d killed between the finishes: %s, %s after "
                     "%llu ms (%s)\n",
             (unsigned long long)v3, co3, cks_status_name(f0.st), cks_status_name(st),
