@@ -1241,16 +1241,8 @@ Test(auth, forged_replies_to_a_client_are_ignored, .timeout = 300)
     cks_test_cluster_kill(&cl, r);
     fake_start_mode(&f, wrong, cl.srv[r].port, 1);
 
-    cks_client_params_t p = {0};
-    p.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_CLUSTER |
-                   CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_SECRET;
-    p.timeout_ms = 4000; /* how long the fake holds its HELLO */
-    p.cluster    = cl.map;
-    p.ec_k       = 4;
-    p.ec_m       = 2;
-    p.chunk_size = 64 * 1024;
-    p.secret     = good;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    /* 4 s: how long the fake holds its HELLO */
+    cr_assert_eq(cks_test_connect_secret(cl.map, good, 4000, &c), CKS_OK);
     cr_assert_eq(cks_job_list(c, NULL, names, 4, &count, &more), CKS_OK);
     /* every server's usage: its HELLO to the fake waits, unanswered */
     sc.c = c;

@@ -869,16 +869,7 @@ Test(limits, peers_have_room_when_clients_fill_the_cap, .timeout = 300)
     cks_test_set_server_flags(NULL);
     cks_test_set_secret(NULL);
 
-    cks_client_params_t p = {0};
-    p.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_CLUSTER |
-                   CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_SECRET;
-    p.timeout_ms = GOOD_TIMEOUT_MS;
-    p.cluster    = cl.map;
-    p.ec_k       = 4;
-    p.ec_m       = 2;
-    p.chunk_size = 64 * 1024;
-    p.secret     = key;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    cr_assert_eq(cks_test_connect_secret(cl.map, key, GOOD_TIMEOUT_MS, &c), CKS_OK);
     cr_assert_eq(cks_cluster_stats(c, &st), CKS_OK);
     cr_assert_eq(st.answered, cl.n, "%u servers answered", st.answered);
 

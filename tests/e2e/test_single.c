@@ -120,23 +120,7 @@ Test(single, byte_ranges)
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(cl, "job", 5, &r), CKS_OK);
 
-    static const uint64_t offs[] = {0, 1, 7, 4095, 4097, MiB - 3, 2 * MiB + 1};
-    static const uint64_t lens[] = {1, 3, 4096, 65537, MiB + 7};
-    for (size_t i = 0; i < CKS_ARRAY_SIZE(offs); i++) {
-        for (size_t j = 0; j < CKS_ARRAY_SIZE(lens); j++) {
-            uint64_t len = CKS_MIN(lens[j], size - offs[i]);
-            cr_assert_eq(cks_test_get_range(r, "tensor", dst, offs[i], len), CKS_OK);
-            cr_assert(memcmp(dst, src + offs[i], len) == 0, "range %llu+%llu",
-                      (unsigned long long)offs[i], (unsigned long long)len);
-        }
-    }
-    /* the last byte, and an empty range at the very end */
-    cr_assert_eq(cks_test_get_range(r, "tensor", dst, size - 1, 1), CKS_OK);
-    cr_assert_eq(dst[0], src[size - 1]);
-    cr_assert_eq(cks_test_get_range(r, "tensor", dst, size, 0), CKS_OK);
-    /* past the end */
-    cr_assert_eq(cks_test_get_range(r, "tensor", dst, size - 10, 11), CKS_ERR_OUT_OF_RANGE);
-    cr_assert_eq(cks_test_get_range(r, "tensor", dst, size + 1, 0), CKS_ERR_OUT_OF_RANGE);
+    cks_test_check_ranges(r, "tensor", src, size, dst, NULL, 0);
     char text[256];
     cks_client_last_error(cl, text, sizeof(text));
     cr_expect(strstr(text, "past the end") != NULL, "message: %s", text);

@@ -43,6 +43,10 @@ static void teardown(void)
 
 TestSuite(versions, .init = setup, .fini = teardown, .timeout = 300);
 
+/* Tags of an RNG state, and of an object of no particular kind. */
+static const cks_tags_t rng_tags   = {CKS_KIND_RNG, -1, -1, 0};
+static const cks_tags_t other_tags = {CKS_KIND_OTHER, -1, -1, 0};
+
 /* Bytes of expert e of layer l as saved at step t (so every save differs). */
 static void expert_bytes(uint8_t *b, size_t n, int l, int e, uint64_t t)
 {
@@ -149,12 +153,8 @@ Test(versions, delete_marker_and_parent_rules)
     cks_client_h c = connect_cluster();
     cks_version_params_t vp = {.job = "j", .version = 1};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(cks_test_put_tagged(c, "j", 1, "a", b, 100,
-                                     (cks_tags_t){CKS_KIND_OTHER, -1, -1, 0}),
-                 CKS_OK);
-    cr_assert_eq(cks_test_put_tagged(c, "j", 1, "b", b, 50,
-                                     (cks_tags_t){CKS_KIND_OTHER, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "j", 1, "a", b, 100, other_tags), CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "j", 1, "b", b, 50, other_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "j", 1), CKS_OK);
     /* a parent that does not exist, or is not restorable, is refused */
     vp = (cks_version_params_t){.field_mask = CKS_VERSION_FIELD_PARENT, .job = "j",
@@ -231,16 +231,12 @@ Test(versions, rank_that_never_finishes_is_aborted)
     cks_client_h c = connect_cluster();
     cks_version_params_t vp = {.job = "t", .version = 1};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(cks_test_put_tagged(c, "t", 1, "x", b, sizeof(b),
-                                     (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "t", 1, "x", b, sizeof(b), rng_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "t", 1), CKS_OK);
     vp = (cks_version_params_t){.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
                                 .job = "t", .version = 2, .nranks = 2, .timeout_s = 2};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(cks_test_put_tagged(c, "t", 2, "x", b, sizeof(b),
-                                     (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "t", 2, "x", b, sizeof(b), rng_tags), CKS_OK);
     /* rank 0 finishes; rank 1 "died": the deadline aborts the version */
     cks_status_t st = cks_version_finish(c, "t", 2, 0);
     cr_assert_eq(st, CKS_ERR_TIMEOUT, "got %s", cks_status_name(st));
@@ -363,9 +359,7 @@ Test(versions, writers_race_for_one_version)
         cr_assert_eq(cks_version_stat(c, "race", v, &vi), CKS_OK);
         cr_assert_eq(vi.state, CKS_VSTATE_OPEN);
         memset(b, round, sizeof(b));
-        cr_assert_eq(cks_test_put_tagged(c, "race", v, "x", b, sizeof(b),
-                                         (cks_tags_t){CKS_KIND_OTHER, -1, -1, 0}),
-                     CKS_OK);
+        cr_assert_eq(cks_test_put_tagged(c, "race", v, "x", b, sizeof(b), other_tags), CKS_OK);
         cr_assert_eq(cks_version_seal(c, "race", v), CKS_OK);
         cks_client_destroy(c);
     }
@@ -420,18 +414,14 @@ Test(versions, coordinator_killed_mid_version)
     cr_assert_not_null(c);
     cks_version_params_t vp = {.job = "co", .version = 1};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(cks_test_put_tagged(c, "co", 1, "x", x, sizeof(x),
-                                     (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "co", 1, "x", x, sizeof(x), rng_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "co", 1), CKS_OK);
 
     int coord = cks_test_coordinator(cl.map, "co", 2);
     cr_assert_geq(coord, 0);
     vp.version = 2;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(cks_test_put_tagged(c, "co", 2, "x", x, sizeof(x),
-                                     (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "co", 2, "x", x, sizeof(x), rng_tags), CKS_OK);
     /* the open version lives on its coordinator only */
     for (size_t i = 0; i < NSRV; i++) {
         cks_client_params_t p = {.field_mask = CKS_CLIENT_FIELD_SERVER,
@@ -493,14 +483,11 @@ Test(versions, coordinator_killed_mid_version)
                                 .version = v_dead, .parent = 1};
     /* its first candidate is dead: the next one coordinates it (failover) */
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(cks_test_put_tagged(c, "co", v_dead, "y", y, sizeof(y),
-                                     (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "co", v_dead, "y", y, sizeof(y), rng_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "co", v_dead), CKS_OK);
     vp.version = v_live;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(cks_test_put_tagged(c, "co", v_live, "y", y, sizeof(y),
-                                     (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
+    cr_assert_eq(cks_test_put_tagged(c, "co", v_live, "y", y, sizeof(y), rng_tags),
                  CKS_OK, "stored on its primary");
     cr_assert_eq(cks_version_seal(c, "co", v_live), CKS_OK,
                  "with one server down the object is stored without its chunk there");
@@ -550,9 +537,7 @@ Test(versions, coordinator_killed_mid_version)
     }
     vp.version = v;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(cks_test_put_tagged(c, "co", v, "y", y, sizeof(y),
-                                     (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "co", v, "y", y, sizeof(y), rng_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "co", v), CKS_OK);
     cr_assert_eq(cks_version_latest(c, "co", &vi), CKS_OK);
     cr_assert_eq(vi.version, v);

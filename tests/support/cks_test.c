@@ -840,6 +840,22 @@ cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
     return cks_client_create(&p, c_p);
 }
 
+cks_status_t cks_test_connect_secret(const char *map, const char *secret, int timeout_ms,
+                                     cks_client_h *c_p)
+{
+    cks_client_params_t p = {0};
+    p.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_CLUSTER |
+                   CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_SECRET;
+    p.timeout_ms = timeout_ms;
+    p.cluster    = map;
+    p.ec_k       = 4;
+    p.ec_m       = 2;
+    p.chunk_size = 64 * 1024;
+    p.secret     = secret;
+    *c_p         = NULL;
+    return cks_client_create(&p, c_p);
+}
+
 int cks_test_rot(const char *path, const uint8_t *needle)
 {
     struct stat st;
@@ -967,6 +983,41 @@ cks_status_t cks_test_get_range(cks_restore_h r, const char *key, void *buf, uin
     g.offset           = off;
     g.length           = len;
     return cks_get(r, &g, NULL);
+}
+
+void cks_test_check_ranges(cks_restore_h r, const char *key, const uint8_t *ref, uint64_t size,
+                           uint8_t *dst, const size_t *douts, size_t n_douts)
+{
+    static const uint64_t offs[] = {0, 1, 7, 4095, 4097, (1u << 20) - 3, (2u << 20) + 1};
+    static const uint64_t lens[] = {1, 3, 4096, 65537, (1u << 20) + 7};
+    const size_t noffs = sizeof(offs) / sizeof(offs[0]), nlens = sizeof(lens) / sizeof(lens[0]);
+    cr_assert_gt(size, offs[noffs - 1], "'%s': %llu bytes are too few", key,
+                 (unsigned long long)size);
+    for (size_t i = 0; i < noffs; i++) {
+        for (size_t j = 0; j < nlens; j++) {
+            size_t d     = n_douts > 0 ? douts[(i + j) % n_douts] : 0;
+            uint64_t len = lens[j] < size - offs[i] ? lens[j] : size - offs[i];
+            memset(dst, 0x5C, len + d + 32);
+            cr_assert_eq(cks_test_get_range(r, key, dst + d, offs[i], len), CKS_OK,
+                         "range %llu+%llu", (unsigned long long)offs[i],
+                         (unsigned long long)len);
+            cr_assert(memcmp(dst + d, ref + offs[i], len) == 0, "range %llu+%llu at +%zu",
+                      (unsigned long long)offs[i], (unsigned long long)len, d);
+            for (size_t b = 0; b < d; b++) {
+                cr_assert_eq(dst[b], 0x5C, "written before the destination");
+            }
+            for (size_t b = 0; b < 32; b++) {
+                cr_assert_eq(dst[d + len + b], 0x5C, "written past the range");
+            }
+        }
+    }
+    /* the last byte, and an empty range at the very end */
+    cr_assert_eq(cks_test_get_range(r, key, dst, size - 1, 1), CKS_OK);
+    cr_assert_eq(dst[0], ref[size - 1]);
+    cr_assert_eq(cks_test_get_range(r, key, dst, size, 0), CKS_OK);
+    /* past the end */
+    cr_assert_eq(cks_test_get_range(r, key, dst, size - 10, 11), CKS_ERR_OUT_OF_RANGE);
+    cr_assert_eq(cks_test_get_range(r, key, dst, size + 1, 0), CKS_ERR_OUT_OF_RANGE);
 }
 
 void cks_test_begin(cks_client_h c, const char *job, uint64_t version)

@@ -112,6 +112,11 @@ cks_client_h cks_test_client(const cks_test_server_t *s, int timeout_ms);
 cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
                                       uint64_t chunk_size, int timeout_ms, cks_client_h *c_p);
 
+/** A client of the cluster in map file `map` (RS(4, 2), 64 KiB chunks) that
+ *  authenticates with the cluster secret in file `secret`. */
+cks_status_t cks_test_connect_secret(const char *map, const char *secret, int timeout_ms,
+                                     cks_client_h *c_p);
+
 /** Servers started from now on (in this process) get `--secret path`;
  *  NULL or "" for none. */
 void cks_test_set_secret(const char *path);
@@ -192,6 +197,15 @@ cks_status_t cks_test_get_whole(cks_restore_h r, const char *key, void *buf, uin
 /** cks_get() of the bytes [off, off + len) of `key` into buf. */
 cks_status_t cks_test_get_range(cks_restore_h r, const char *key, void *buf, uint64_t off,
                                 uint64_t len);
+/** Ranged gets of `key` of r, an object of `size` bytes (more than 2 MiB)
+ *  that must equal `ref`: offsets and lengths across page and MiB borders,
+ *  each into dst + douts[k] (taking the n_douts destinations in turn; dst
+ *  itself when n_douts is 0; dst holds 2 MiB + 64 bytes at least). Asserts
+ *  each is exact and writes nothing before its destination or in the 32
+ *  bytes past it; then the last byte, an empty range at the end, and two
+ *  ranges past the end (CKS_ERR_OUT_OF_RANGE, the last call made). */
+void cks_test_check_ranges(cks_restore_h r, const char *key, const uint8_t *ref, uint64_t size,
+                           uint8_t *dst, const size_t *douts, size_t n_douts);
 /** Begin (job, version) with no other field; asserts that it is CKS_OK. */
 void cks_test_begin(cks_client_h c, const char *job, uint64_t version);
 /** Get `key` of r (CKS_GET_VERIFY) into dst, dst_size bytes (more than
