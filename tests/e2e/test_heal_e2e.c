@@ -65,9 +65,7 @@
 #define NOBJ 8
 
 static cks_test_cluster_t cl;
-static uint8_t *src[NOBJ];
-static uint64_t sizes[NOBJ];
-static uint64_t g_seed;
+static cks_test_objs_t objs;
 
 static void setup(void)
 {
@@ -77,10 +75,7 @@ static void setup(void)
 static void teardown(void)
 {
     cks_test_cluster_cleanup(&cl);
-    for (size_t i = 0; i < NOBJ; i++) {
-        free(src[i]);
-        src[i] = NULL;
-    }
+    cks_test_objs_free(&objs);
 }
 
 TestSuite(heal, .init = setup, .fini = teardown, .timeout = 300);
@@ -92,27 +87,13 @@ static void make_data(uint64_t seed)
 {
     static const uint64_t base[NOBJ] = {0,       1,           4097,    K * CHUNK,
                                         3 * MiB + 12345, 1 * MiB, 700001, 2 * MiB + 3};
-    g_seed = seed;
-    for (size_t i = 0; i < NOBJ; i++) {
-        sizes[i] = base[i];
-        free(src[i]);
-        src[i] = malloc(sizes[i] + 1);
-        cr_assert_not_null(src[i]);
-    }
+    cks_test_objs_init(&objs, base, NOBJ, seed);
 }
 
 /* The bytes of object i of version v. */
-static void fill(size_t i, uint64_t v)
-{
-    cks_test_fill(src[i], sizes[i], g_seed * 1000003 + v * 131 + i);
-}
-
 static cks_client_h connect_cluster(int timeout_ms)
 {
-    cks_client_h c = NULL;
-    cr_assert_eq(cks_test_connect_cluster(cl.map, K, M, CHUNK, timeout_ms, &c), CKS_OK,
-                 "connect to the cluster in %s", cl.map);
-    return c;
+    return cks_test_cluster_client(cl.map, K, M, CHUNK, timeout_ms);
 }
 
 /* Write version v (every object); the first failure, with its text in why. */
@@ -127,15 +108,9 @@ static cks_status_t write_version(cks_client_h c, uint64_t v, char *why, size_t 
     vp.version = v;
     st         = cks_version_begin(c, &vp);
     for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
-        cks_put_params_t p = {0};
         snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 5);
-        fill(i, v);
-        p.job     = "heal";
-        p.version = v;
-        p.key     = key;
-        p.buffer  = src[i];
-        p.size    = sizes[i];
-        st        = cks_put(c, &p);
+        cks_test_objs_fill(&objs, i, v);
+        st = cks_test_put(c, "heal", v, key, objs.src[i], objs.size[i]);
     }
     if (st == CKS_OK) {
         st = cks_version_seal(c, "heal", v);
@@ -163,8 +138,8 @@ static void verify_version(cks_client_h c, uint64_t v, const char *when)
                  cks_status_name(st));
     for (size_t i = 0; i < NOBJ; i++) {
         snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 5);
-        fill(i, v);
-        st = cks_test_get_check(r, key, src[i], sizes[i], dst, 4 * MiB, when);
+        cks_test_objs_fill(&objs, i, v);
+        st = cks_test_get_check(r, key, objs.src[i], objs.size[i], dst, 4 * MiB, when);
         cr_assert_eq(st, CKS_OK, "%s: version %llu '%s': %s", when, (unsigned long long)v, key,
                      cks_status_name(st));
     }
@@ -175,18 +150,8 @@ static void verify_version(cks_client_h c, uint64_t v, const char *when)
 /* On a failure: the servers' warnings and errors, for the reader. */
 static void dump_logs(void)
 {
-    char line[1024];
-    for (size_t i = 0; i < cl.n; i++) {
-        FILE *f = fopen(cl.srv[i].log, "r");
-        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-            if (strstr(line, " warn ") != NULL || strstr(line, " error ") != NULL) {
-                fprintf(stderr, "  server %zu: %s", i, line);
-            }
-        }
-        if (f != NULL) {
-            fclose(f);
-        }
-    }
+    static const char *const words[] = {" warn ", " error ", NULL};
+    cks_test_cluster_dump_logs(&cl, words);
 }
 
 /* The first version from `from` on whose coordinator is not in down[]. */
@@ -252,7 +217,7 @@ Test(heal, degraded_writes_with_one_and_two_servers_down)
     expect_state(c, v1, CKS_VSTATE_PROTECTED, M);
 
     uint64_t v2 = version_with_live_coordinator(v1 + 1, down);
-    size_t a    = pick_victim(v2, down, (size_t)g_seed % NSRV);
+    size_t a    = pick_victim(v2, down, (size_t)objs.seed % NSRV);
     fprintf(stderr, "version %llu: server %zu killed\n", (unsigned long long)v2, a);
     cks_test_cluster_kill(&cl, a);
     down[a] = 1;
@@ -303,7 +268,7 @@ Test(heal, a_restarted_server_takes_the_next_checkpoint_whole)
     cks_client_h c = connect_cluster(20000);
 
     uint64_t v1 = version_with_live_coordinator(1, down);
-    size_t a    = pick_victim(v1, down, (size_t)g_seed % NSRV);
+    size_t a    = pick_victim(v1, down, (size_t)objs.seed % NSRV);
     cks_test_cluster_kill(&cl, a);
     uint64_t t_kill = cks_time_ns();
     cr_assert_eq(write_version(c, v1, why, sizeof(why)), CKS_OK, "write with %zu down: %s", a,
@@ -452,7 +417,7 @@ Test(heal, version_with_its_coordinator_down_is_coordinated_by_the_next)
 
 static uint64_t st_size(int i)
 {
-    return sizes[i % NOBJ];
+    return objs.size[i % NOBJ];
 }
 
 static void st_key(char *key, size_t len, int i)
@@ -462,7 +427,7 @@ static void st_key(char *key, size_t len, int i)
 
 static void st_fill(uint8_t *buf, uint64_t v, int i)
 {
-    cks_test_fill(buf, st_size(i), g_seed * 7919 + v * 131 + (uint64_t)i);
+    cks_test_fill(buf, st_size(i), objs.seed * 7919 + v * 131 + (uint64_t)i);
 }
 
 static cks_status_t st_put(cks_client_h c, uint64_t v, int i, uint8_t *buf)
@@ -524,7 +489,7 @@ Test(heal, primary_killed_after_stored_fails_the_finish_at_once, .timeout = 240)
     make_data(cks_test_seed(cks_test_seed_fresh()));
 
     uint64_t v = version_with_live_coordinator(1, down);
-    size_t x   = pick_victim(v, down, (size_t)g_seed % NSRV);
+    size_t x   = pick_victim(v, down, (size_t)objs.seed % NSRV);
     snprintf(cl.srv[x].faults, sizeof(cl.srv[x].faults), "put_stall:always");
     cks_test_server_stop(&cl.srv[x], SIGTERM);
     cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0, "restart of server %zu", x);

@@ -840,6 +840,35 @@ cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
     return cks_client_create(&p, c_p);
 }
 
+cks_client_h cks_test_cluster_client(const char *map, unsigned k, unsigned m,
+                                     uint64_t chunk_size, int timeout_ms)
+{
+    cks_client_h c = NULL;
+    cr_assert_eq(cks_test_connect_cluster(map, k, m, chunk_size, timeout_ms, &c), CKS_OK,
+                 "connect to the cluster in %s (RS(%u,%u), %llu-byte chunks)", map, k, m,
+                 (unsigned long long)chunk_size);
+    return c;
+}
+
+void cks_test_cluster_dump_logs(const cks_test_cluster_t *c, const char *const *words)
+{
+    char line[1024];
+    for (size_t i = 0; i < c->n; i++) {
+        FILE *f = fopen(c->srv[i].log, "r");
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+            for (const char *const *w = words; *w != NULL; w++) {
+                if (strstr(line, *w) != NULL) {
+                    fprintf(stderr, "  server %zu: %s", i, line);
+                    break;
+                }
+            }
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
+}
+
 cks_status_t cks_test_connect_secret(const char *map, const char *secret, int timeout_ms,
                                      cks_client_h *c_p)
 {
@@ -1080,6 +1109,34 @@ void cks_test_verify_objs(cks_client_h c, const char *job, uint64_t version, con
     }
     cks_restore_close(r);
     free(dst);
+}
+
+void cks_test_objs_init(cks_test_objs_t *o, const uint64_t *sizes, size_t n, uint64_t seed)
+{
+    cr_assert_leq(n, CKS_TEST_MAX_OBJS, "%zu objects, at most %d", n, CKS_TEST_MAX_OBJS);
+    cks_test_objs_free(o);
+    o->n    = n;
+    o->seed = seed;
+    for (size_t i = 0; i < n; i++) {
+        o->size[i] = sizes[i];
+        o->src[i]  = malloc(sizes[i] + 1);
+        cr_assert_not_null(o->src[i], "%llu bytes for object %zu",
+                           (unsigned long long)sizes[i] + 1, i);
+    }
+}
+
+void cks_test_objs_fill(cks_test_objs_t *o, size_t i, uint64_t version)
+{
+    cks_test_fill(o->src[i], o->size[i], o->seed * 1000003 + version * 131 + i);
+}
+
+void cks_test_objs_free(cks_test_objs_t *o)
+{
+    for (size_t i = 0; i < CKS_TEST_MAX_OBJS; i++) {
+        free(o->src[i]);
+        o->src[i] = NULL;
+    }
+    o->n = 0;
 }
 
 static void *finish_main(void *arg)

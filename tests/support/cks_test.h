@@ -117,6 +117,13 @@ cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
 cks_status_t cks_test_connect_secret(const char *map, const char *secret, int timeout_ms,
                                      cks_client_h *c_p);
 
+/** cks_test_connect_cluster() that must succeed: asserts that it did. */
+cks_client_h cks_test_cluster_client(const char *map, unsigned k, unsigned m,
+                                     uint64_t chunk_size, int timeout_ms);
+/** Print to stderr, with its server's index, each line of the logs of c's
+ *  servers that contains one of `words` (a NULL-terminated list). */
+void cks_test_cluster_dump_logs(const cks_test_cluster_t *c, const char *const *words);
+
 /** Servers started from now on (in this process) get `--secret path`;
  *  NULL or "" for none. */
 void cks_test_set_secret(const char *path);
@@ -224,6 +231,25 @@ cks_status_t cks_test_write_objs(cks_client_h c, const char *job, uint64_t versi
  *  asserts that each is exactly its bytes. */
 void cks_test_verify_objs(cks_client_h c, const char *job, uint64_t version, const uint8_t *buf,
                           uint64_t size, int n);
+
+#define CKS_TEST_MAX_OBJS 16
+
+/** Objects that a test writes version after version: object i is size[i]
+ *  bytes; cks_test_objs_fill() puts its bytes for a version in src[i]
+ *  (size[i] + 1 bytes: room for a byte past the end). */
+typedef struct {
+    size_t n;
+    uint64_t seed;
+    uint64_t size[CKS_TEST_MAX_OBJS];
+    uint8_t *src[CKS_TEST_MAX_OBJS];
+} cks_test_objs_t;
+/** n objects of these sizes, their bytes drawn from `seed`: allocates (or
+ *  allocates again) their buffers; asserts. */
+void cks_test_objs_init(cks_test_objs_t *o, const uint64_t *sizes, size_t n, uint64_t seed);
+/** The bytes of object i in version v into o->src[i] (from the seed, v, i). */
+void cks_test_objs_fill(cks_test_objs_t *o, size_t i, uint64_t version);
+/** Free the buffers (a second call frees nothing). */
+void cks_test_objs_free(cks_test_objs_t *o);
 
 /** cks_version_finish() of one rank on a thread of its own, so that the
  *  ranks of a version can finish together: start, then join for its status. */
