@@ -10,6 +10,7 @@
  * CKS_TEST_SEED=<n> to replay or vary it.
  */
 #include "ckstore.h"
+#include "cks_test_unit.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -20,33 +21,15 @@
 
 /* ---- seeds --------------------------------------------------------------------- */
 
+/* The test's seed, printed: see cks_test_unit.h. */
 static uint64_t test_seed(const char *name, uint64_t dflt)
 {
-    const char *env = getenv("CKS_TEST_SEED");
-    uint64_t seed = dflt;
-
-    if ((env != NULL) && (*env != '\0')) {
-        seed = strtoull(env, NULL, 0);
-    }
-    fprintf(stderr, "[pec::%s] seed %" PRIu64 " (set CKS_TEST_SEED to change)\n", name,
-            seed);
-    cr_log_info("seed %" PRIu64, seed);
-    return seed;
-}
-
-/* splitmix64 */
-static uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return cks_test_named_seed("pec", name, dflt);
 }
 
 static uint64_t rng_below(uint64_t *state, uint64_t n)
 {
-    return rng_next(state) % n;
+    return cks_test_rng_next(state) % n;
 }
 
 /* ---- helpers ------------------------------------------------------------------- */
@@ -608,7 +591,7 @@ Test(pec, la_matches_reference_random, .timeout = 120)
             rng_below(&st, 3) == 0 ? 3 : (rng_below(&st, 2) ? 1000 : UINT64_MAX);
 
         for (i = 0; i < n; i++) {
-            tokens[i] = range == UINT64_MAX ? rng_next(&st) : rng_below(&st, range);
+            tokens[i] = range == UINT64_MAX ? cks_test_rng_next(&st) : rng_below(&st, range);
             if (rng_below(&st, 8) == 0) {
                 last[i] = CKS_PEC_NEVER;
             } else if (rng_below(&st, 2)) {

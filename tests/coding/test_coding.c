@@ -13,6 +13,8 @@
 
 #include "cks_common.h"
 
+#include "cks_test_unit.h"
+
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <inttypes.h>
@@ -40,33 +42,15 @@
 
 /* ---- seeds and random data ----------------------------------------------- */
 
+/* The test's seed, printed: see cks_test_unit.h. */
 static uint64_t test_seed(const char *name, uint64_t dflt)
 {
-    const char *env = getenv("CKS_TEST_SEED");
-    uint64_t seed = dflt;
-
-    if ((env != NULL) && (*env != '\0')) {
-        seed = strtoull(env, NULL, 0);
-    }
-    fprintf(stderr, "[coding::%s] seed %" PRIu64 " (set CKS_TEST_SEED to change)\n", name,
-            seed);
-    cr_log_info("seed %" PRIu64, seed);
-    return seed;
-}
-
-/* splitmix64 */
-static uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return cks_test_named_seed("coding", name, dflt);
 }
 
 static unsigned rng_below(uint64_t *state, unsigned n)
 {
-    return (unsigned)(rng_next(state) % n);
+    return (unsigned)(cks_test_rng_next(state) % n);
 }
 
 static void rng_fill(uint64_t *state, void *buf, size_t len)
@@ -75,12 +59,12 @@ static void rng_fill(uint64_t *state, void *buf, size_t len)
     uint64_t v;
 
     while (len >= 8) {
-        v = rng_next(state);
+        v = cks_test_rng_next(state);
         memcpy(p, &v, 8);
         p += 8;
         len -= 8;
     }
-    v = rng_next(state);
+    v = cks_test_rng_next(state);
     memcpy(p, &v, len);
 }
 
@@ -288,7 +272,7 @@ Test(coding, crc_vs_references, .timeout = 60)
             const uint8_t *p = buf + off;
             size_t len = lens[l];
 
-            seed64 = (l & 1) ? rng_next(&rng) : 0;
+            seed64 = (l & 1) ? cks_test_rng_next(&rng) : 0;
             seed32 = (uint32_t)seed64;
             cr_assert_eq(cks_crc64(seed64, p, len), ref_crc64(seed64, p, len),
                          "crc64 len %zu off %u", len, off);
@@ -324,8 +308,8 @@ Test(coding, crc_chaining, .timeout = 60)
 
     for (unsigned iter = 0; iter < 200; iter++) {
         /* three pieces at random cuts, any of them possibly empty */
-        a = rng_next(&rng) % (len + 1);
-        b = rng_next(&rng) % (len + 1);
+        a = cks_test_rng_next(&rng) % (len + 1);
+        b = cks_test_rng_next(&rng) % (len + 1);
         if (a > b) {
             size_t t = a;
             a = b;
@@ -360,7 +344,7 @@ Test(coding, crc64_combine_matches_isal, .timeout = 60)
     rng_fill(&rng, buf, len);
     const uint64_t whole = crc64_ecma_refl_base(0, buf, len);
     for (unsigned iter = 0; iter < 300; iter++) {
-        size_t a = rng_next(&rng) % (len + 1);
+        size_t a = cks_test_rng_next(&rng) % (len + 1);
         uint64_t ca = cks_crc64(0, buf, a), cb = cks_crc64(0, buf + a, len - a);
         cr_assert_eq(cks_crc64_combine(ca, cb, len - a), whole, "cut at %zu", a);
     }
@@ -639,7 +623,7 @@ static void check_all_patterns(unsigned k, unsigned m, size_t len, int all_subse
                 check_decode(ec, &orig, &work, erased, erased, rng);
             }
         } else if (erased != 0) {
-            check_decode(ec, &orig, &work, erased, erased & (uint32_t)rng_next(rng), rng);
+            check_decode(ec, &orig, &work, erased, erased & (uint32_t)cks_test_rng_next(rng), rng);
         }
     }
     /* sum_{j <= m} C(n, j) patterns, so the loop did not skip any */
@@ -708,7 +692,7 @@ Test(coding, decode_random_16_4, .timeout = 60)
         for (unsigned p = 0; p < 5; p++) {
             erased = random_erasures(&rng, 20, rng_below(&rng, 5));
             check_decode(ec, &orig, &work, erased,
-                         (p & 1) ? (erased & (uint32_t)rng_next(&rng)) : 0, &rng);
+                         (p & 1) ? (erased & (uint32_t)cks_test_rng_next(&rng)) : 0, &rng);
         }
         stripe_free(&work);
         stripe_free(&orig);

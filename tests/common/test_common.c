@@ -162,20 +162,6 @@ static cks_status_t put_one(void)
     return cks_put(cl, &p);
 }
 
-/* lines of the file that contain text */
-static int count_lines(const char *path, const char *text)
-{
-    char line[2048];
-    int n   = 0;
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "cannot read %s", path);
-    while (fgets(line, sizeof(line), f) != NULL) {
-        n += strstr(line, text) != NULL;
-    }
-    fclose(f);
-    return n;
-}
-
 TestSuite(fault_points_server, .fini = server_teardown, .timeout = 120);
 
 Test(fault_points_server, armed_point_fires_in_a_test_build)
@@ -186,7 +172,7 @@ Test(fault_points_server, armed_point_fires_in_a_test_build)
     cr_assert_neq(status, CKS_OK, "a put succeeded with arena_alloc:always armed");
     cr_assert(cks_test_log_has(srv.log, "fault point 'arena_alloc' fired", 5000),
               "the server never logged the fault (log in %s)", srv.log);
-    cr_assert_eq(count_lines(srv.log, ignored_warning), 0,
+    cr_assert_eq(cks_test_log_lines(srv.log, ignored_warning), 0,
                  "a build with fault points said it ignores CKS_FAULTS");
 }
 
@@ -198,9 +184,9 @@ Test(fault_points_server, release_server_ignores_cks_faults_and_says_so)
     cr_assert_eq(status, CKS_OK, "put: %s (a fault fired in a build without fault points?)",
                  cks_status_name(status));
     cr_assert_eq(cks_version_seal(cl, "faults", 1), CKS_OK);
-    cr_assert_eq(count_lines(srv.log, ignored_warning), 1,
+    cr_assert_eq(cks_test_log_lines(srv.log, ignored_warning), 1,
                  "the warning is not in the log exactly once (log in %s)", srv.log);
-    cr_assert_eq(count_lines(srv.log, "fault point '"), 0, "a fault point fired");
+    cr_assert_eq(cks_test_log_lines(srv.log, "fault point '"), 0, "a fault point fired");
 }
 
 /* ---- unit: the one size parser (server, demo and bench options) ---------- */

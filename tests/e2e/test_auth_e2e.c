@@ -19,6 +19,7 @@
 #include "ckstore.h"
 #include "cks_md.h"
 #include "cks_test.h"
+#include "cks_test_raw.h"
 #include "cks_tp.h"
 
 #include <criterion/criterion.h>
@@ -102,51 +103,6 @@ static cks_status_t connect_to(const char *server, const char *cluster, const ch
     return connect_job(server, cluster, secret, NULL, c_p);
 }
 
-/* Write one version of `n` objects of `size` bytes; seal it. */
-static cks_status_t write_version(cks_client_h c, const char *job, uint64_t version,
-                                  const uint8_t *buf, uint64_t size, int n)
-{
-    cks_version_params_t vp = {0};
-    cks_status_t st;
-    char key[32];
-    vp.job     = job;
-    vp.version = version;
-    st         = cks_version_begin(c, &vp);
-    for (int i = 0; st == CKS_OK && i < n; i++) {
-        cks_put_params_t p = {0};
-        snprintf(key, sizeof(key), "obj%d", i);
-        p.job     = job;
-        p.version = version;
-        p.key     = key;
-        p.buffer  = buf + i;
-        p.size    = size;
-        st        = cks_put(c, &p);
-    }
-    return st == CKS_OK ? cks_version_seal(c, job, version) : st;
-}
-
-static void verify_version(cks_client_h c, const char *job, uint64_t version,
-                           const uint8_t *buf, uint64_t size, int n)
-{
-    cks_restore_h r;
-    uint8_t *dst = malloc(size);
-    char key[32];
-    cr_assert_eq(cks_restore_open(c, job, version, &r), CKS_OK);
-    for (int i = 0; i < n; i++) {
-        cks_get_params_t g = {0};
-        uint64_t got       = 0;
-        snprintf(key, sizeof(key), "obj%d", i);
-        g.key         = key;
-        g.buffer      = dst;
-        g.buffer_size = size;
-        cr_assert_eq(cks_get(r, &g, &got), CKS_OK, "%s", key);
-        cr_assert_eq(got, size);
-        cr_assert(memcmp(dst, buf + i, size) == 0, "%s: bytes differ", key);
-    }
-    cks_restore_close(r);
-    free(dst);
-}
-
 Test(auth, standalone_right_wrong_and_missing_secret)
 {
     cks_test_server_t srv = {0};
@@ -159,8 +115,8 @@ Test(auth, standalone_right_wrong_and_missing_secret)
 
     /* the right secret: a full round trip */
     cr_assert_eq(connect_to(srv.addr, NULL, good, &c), CKS_OK);
-    cr_assert_eq(write_version(c, "job", 1, buf, size, 2), CKS_OK);
-    verify_version(c, "job", 1, buf, size, 2);
+    cr_assert_eq(cks_test_write_objs(c, "job", 1, buf, size, 2), CKS_OK);
+    cks_test_verify_objs(c, "job", 1, buf, size, 2);
     cks_client_destroy(c);
 
     /* no secret, a wrong one: refused with CKS_ERR_AUTH, and logged */
@@ -177,7 +133,7 @@ Test(auth, standalone_right_wrong_and_missing_secret)
 
     /* the server still serves the right client, and the data is intact */
     cr_assert_eq(connect_to(srv.addr, NULL, good, &c), CKS_OK);
-    verify_version(c, "job", 1, buf, size, 2);
+    cks_test_verify_objs(c, "job", 1, buf, size, 2);
     cks_client_last_error(c, err, sizeof(err));
     cks_client_destroy(c);
     cks_test_server_cleanup(&srv);
@@ -226,12 +182,12 @@ Test(auth, a_job_secret_opens_its_job_only)
 
     /* the cluster secret opens every job */
     cr_assert_eq(connect_to(srv.addr, NULL, good, &admin), CKS_OK);
-    cr_assert_eq(write_version(admin, "beta", 1, buf, size, 1), CKS_OK);
+    cr_assert_eq(cks_test_write_objs(admin, "beta", 1, buf, size, 1), CKS_OK);
 
     /* alpha's secret: alpha works, bit-exact */
     cr_assert_eq(connect_job(srv.addr, NULL, alpha, "alpha", &a), CKS_OK);
-    cr_assert_eq(write_version(a, "alpha", 1, buf, size, 2), CKS_OK);
-    verify_version(a, "alpha", 1, buf, size, 2);
+    cr_assert_eq(cks_test_write_objs(a, "alpha", 1, buf, size, 2), CKS_OK);
+    cks_test_verify_objs(a, "alpha", 1, buf, size, 2);
     /* ...and nothing of beta: no stat, no restore, no delete, no job list */
     cr_assert_eq(cks_version_stat(a, "beta", 1, &vi), CKS_ERR_AUTH);
     cks_restore_h r;
@@ -255,7 +211,7 @@ Test(auth, a_job_secret_opens_its_job_only)
     cr_assert(cks_test_log_has(srv.log, "wrong secret for the job", 0));
 
     /* beta is intact */
-    verify_version(admin, "beta", 1, buf, size, 1);
+    cks_test_verify_objs(admin, "beta", 1, buf, size, 1);
     cks_client_destroy(admin);
     cks_test_server_cleanup(&srv);
     unlink(alpha);
@@ -593,7 +549,7 @@ Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
 
     /* chunks spread to peers and manifests broadcast: all authenticated */
     cr_assert_eq(connect_to(NULL, cl.map, good, &c), CKS_OK);
-    cks_status_t wst = write_version(c, "moe", 1, buf, size, 3);
+    cks_status_t wst = cks_test_write_objs(c, "moe", 1, buf, size, 3);
     char err[256];
     cks_client_last_error(c, err, sizeof(err));
     cr_assert_eq(wst, CKS_OK, "write: %s", err);
@@ -609,7 +565,7 @@ Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
     /* a job's own secret works across the cluster too (its chunk reads and
      * writes name the job), and opens nothing else */
     cr_assert_eq(connect_job(NULL, cl.map, alpha, "alpha", &c), CKS_OK);
-    cr_assert_eq(write_version(c, "alpha", 1, buf, size, 2), CKS_OK);
+    cr_assert_eq(cks_test_write_objs(c, "alpha", 1, buf, size, 2), CKS_OK);
     cr_assert_eq(cks_version_stat(c, "moe", 1, &vi), CKS_ERR_AUTH);
     cks_client_destroy(c);
 
@@ -617,10 +573,10 @@ Test(auth, cluster_servers_authenticate_each_other, .timeout = 300)
     cks_test_cluster_kill(&cl, 1);
     cks_test_cluster_kill(&cl, 4);
     cr_assert_eq(connect_to(NULL, cl.map, good, &c), CKS_OK);
-    verify_version(c, "moe", 1, buf, size, 3);
+    cks_test_verify_objs(c, "moe", 1, buf, size, 3);
     cks_client_destroy(c);
     cr_assert_eq(connect_job(NULL, cl.map, alpha, "alpha", &c), CKS_OK);
-    verify_version(c, "alpha", 1, buf, size, 2); /* degraded: decoded from parity */
+    cks_test_verify_objs(c, "alpha", 1, buf, size, 2); /* degraded: decoded from parity */
     cks_client_destroy(c);
 
     /* no secret: refused by every server */
@@ -723,7 +679,7 @@ Test(auth, a_job_secret_cannot_send_server_to_server_messages, .timeout = 300)
     cks_test_set_server_flags(NULL);
 
     cr_assert_eq(connect_job(NULL, cl.map, alpha, "alpha", &a), CKS_OK);
-    cr_assert_eq(write_version(a, "alpha", 1, buf, size, 2), CKS_OK);
+    cr_assert_eq(cks_test_write_objs(a, "alpha", 1, buf, size, 2), CKS_OK);
     /* the servers' usage (STATS names no job) is open to it, as to any client */
     cr_assert_eq(cks_cluster_stats(a, &cs), CKS_OK);
     cr_assert_eq(cs.answered, cl.n, "%u of %zu servers answered STATS", cs.answered, cl.n);
@@ -762,7 +718,7 @@ Test(auth, a_job_secret_cannot_send_server_to_server_messages, .timeout = 300)
     cr_assert_eq(cks_version_stat(admin, "alpha", 9, &vi), CKS_ERR_NO_SUCH_VERSION);
     cr_assert_eq(cks_version_stat(admin, "alpha", 1, &vi), CKS_OK);
     cr_assert_eq(vi.state, CKS_VSTATE_PROTECTED);
-    verify_version(admin, "alpha", 1, buf, size, 2);
+    cks_test_verify_objs(admin, "alpha", 1, buf, size, 2);
     cks_client_destroy(admin);
     cks_test_cluster_cleanup(&cl);
     unlink(alpha);
@@ -772,18 +728,6 @@ Test(auth, a_job_secret_cannot_send_server_to_server_messages, .timeout = 300)
 }
 
 /* ---- a server with a wrong secret ----------------------------------------- */
-
-typedef struct {
-    int done;
-    cks_status_t status;
-} hs_wait_t;
-
-static void hs_done(void *arg, cks_status_t status)
-{
-    hs_wait_t *h = arg;
-    h->status    = status;
-    h->done      = 1;
-}
 
 /* A cluster server restarted with another secret and another peer secret
  * (same id, same port). Its
@@ -802,7 +746,6 @@ Test(auth, a_server_with_a_wrong_secret_is_refused_by_its_peers, .timeout = 300)
     cks_tp_worker_h w;
     cks_tp_conn_h conn;
     cks_tp_secret_t rogue_secret;
-    hs_wait_t hs  = {0};
     const size_t r = 5;
     uint64_t size  = 256 * 1024;
     uint8_t *buf   = malloc(size);
@@ -823,15 +766,9 @@ Test(auth, a_server_with_a_wrong_secret_is_refused_by_its_peers, .timeout = 300)
     /* the rogue's client authenticates with the rogue's secret */
     cr_assert_eq(cks_tp_secret_load(wrong, &rogue_secret), CKS_OK);
     cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
-    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", cl.srv[r].port, &conn), CKS_OK);
-    cr_assert_eq(cks_tp_conn_handshake(conn, "rogue-client", &rogue_secret, 10000, hs_done, &hs),
-                 CKS_INPROGRESS);
-    uint64_t until = cks_time_ns() + 15ull * 1000000000ull;
-    while (!hs.done && cks_time_ns() < until) {
-        cks_tp_worker_wait(w, 100);
-    }
-    cr_assert(hs.done, "no handshake");
-    cr_assert_eq(hs.status, CKS_OK, "handshake with the rogue: %d", hs.status);
+    cks_status_t hst =
+        cks_test_raw_handshake(w, cl.srv[r].port, "rogue-client", &rogue_secret, &conn);
+    cr_assert_eq(hst, CKS_OK, "handshake with the rogue: %d", hst);
 
     /* a put makes it a primary: RS(4,2) over six servers puts a chunk on each */
     cks_msg_put_t put = {0};
@@ -1105,19 +1042,10 @@ Test(auth, servers_send_nothing_to_a_peer_that_proves_a_wrong_secret, .timeout =
     fake_start(&f, wrong, cl.srv[r].port);
 
     cr_assert_eq(connect_to(NULL, cl.map, good, &c), CKS_OK);
-    cks_version_params_t vp = {0};
-    vp.job     = "moe";
-    vp.version = 1;
-    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cks_test_begin(c, "moe", 1);
     for (int i = 0; i < 8; i++) { /* a put whose primary is the fake fails at the client */
-        cks_put_params_t p = {0};
         snprintf(key, sizeof(key), "obj%d", i);
-        p.job     = "moe";
-        p.version = 1;
-        p.key     = key;
-        p.buffer  = buf + i;
-        p.size    = size;
-        stored += cks_put(c, &p) == CKS_OK;
+        stored += cks_test_put(c, "moe", 1, key, buf + i, size) == CKS_OK;
     }
     cr_assert_geq(stored, 1, "no put reached a primary other than the fake");
     cr_assert_neq(cks_version_seal(c, "moe", 1), CKS_OK, "sealed with chunks on the fake");
@@ -1144,16 +1072,8 @@ static cks_tp_conn_h raw_open_authed(cks_tp_worker_h w, uint16_t port, const cha
                                      const cks_tp_secret_t *secret)
 {
     cks_tp_conn_h conn;
-    hs_wait_t hs = {0};
-    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", port, &conn), CKS_OK);
-    cr_assert_eq(cks_tp_conn_handshake(conn, name, secret, 10000, hs_done, &hs),
-                 CKS_INPROGRESS);
-    uint64_t until = cks_time_ns() + 15ull * 1000000000ull;
-    while (!hs.done && cks_time_ns() < until) {
-        cks_tp_worker_wait(w, 50);
-    }
-    cr_assert(hs.done, "no handshake with port %u", port);
-    cr_assert_eq(hs.status, CKS_OK, "handshake with port %u: %d", port, hs.status);
+    cks_status_t st = cks_test_raw_handshake(w, port, name, secret, &conn);
+    cr_assert_eq(st, CKS_OK, "handshake with port %u: %d", port, st);
     return conn;
 }
 
@@ -1321,16 +1241,8 @@ Test(auth, forged_replies_to_a_client_are_ignored, .timeout = 300)
     cks_test_cluster_kill(&cl, r);
     fake_start_mode(&f, wrong, cl.srv[r].port, 1);
 
-    cks_client_params_t p = {0};
-    p.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_CLUSTER |
-                   CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_SECRET;
-    p.timeout_ms = 4000; /* how long the fake holds its HELLO */
-    p.cluster    = cl.map;
-    p.ec_k       = 4;
-    p.ec_m       = 2;
-    p.chunk_size = 64 * 1024;
-    p.secret     = good;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    /* 4 s: how long the fake holds its HELLO */
+    cr_assert_eq(cks_test_connect_secret(cl.map, good, 4000, &c), CKS_OK);
     cr_assert_eq(cks_job_list(c, NULL, names, 4, &count, &more), CKS_OK);
     /* every server's usage: its HELLO to the fake waits, unanswered */
     sc.c = c;
@@ -1382,7 +1294,7 @@ Test(auth, a_cluster_secret_client_cannot_send_server_to_server_messages, .timeo
 
     cr_assert_eq(cks_test_cluster_start(&cl, 6, 3, 64 * MiB, -1, NULL), 0);
     cr_assert_eq(connect_to(NULL, cl.map, good, &admin), CKS_OK);
-    cr_assert_eq(write_version(admin, "alpha", 1, buf, size, 2), CKS_OK);
+    cr_assert_eq(cks_test_write_objs(admin, "alpha", 1, buf, size, 2), CKS_OK);
     cr_assert_eq(cks_cluster_usage(admin, &used0, NULL), CKS_OK);
 
     cr_assert_eq(cks_tp_secret_load(good, &secret), CKS_OK);
@@ -1410,7 +1322,7 @@ Test(auth, a_cluster_secret_client_cannot_send_server_to_server_messages, .timeo
     cr_assert_eq(cks_version_stat(admin, "alpha", 9, &vi), CKS_ERR_NO_SUCH_VERSION);
     cr_assert_eq(cks_version_stat(admin, "alpha", 1, &vi), CKS_OK);
     cr_assert_eq(vi.state, CKS_VSTATE_PROTECTED);
-    verify_version(admin, "alpha", 1, buf, size, 2);
+    cks_test_verify_objs(admin, "alpha", 1, buf, size, 2);
     cks_client_destroy(admin);
     cks_test_cluster_cleanup(&cl);
     free(chunk);

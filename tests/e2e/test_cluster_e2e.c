@@ -105,16 +105,9 @@ static cks_status_t write_version(cks_client_h c, const char *job, uint64_t vers
     vp.version = version;
     st         = cks_version_begin(c, &vp);
     for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
-        cks_put_params_t p = {0};
         snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 3);
-        p.field_mask = CKS_PUT_FIELD_TAGS;
-        p.job        = job;
-        p.version    = version;
-        p.key        = key;
-        p.buffer     = src[i];
-        p.size       = sizes[i];
-        p.tags       = (cks_tags_t){CKS_KIND_EXPERT, (int32_t)i, (int32_t)(i * 3), 0};
-        st           = cks_put(c, &p);
+        st = cks_test_put_tagged(c, job, version, key, src[i], sizes[i],
+                                 (cks_tags_t){CKS_KIND_EXPERT, (int32_t)i, (int32_t)(i * 3), 0});
     }
     return st == CKS_OK ? cks_version_seal(c, job, version) : st;
 }
@@ -126,34 +119,19 @@ static cks_status_t verify_version(cks_client_h c, const char *job, uint64_t ver
     cks_restore_h r = NULL;
     cks_status_t st = cks_restore_open(c, job, version, &r);
     uint8_t *dst    = malloc(6 * MiB);
-    char key[64];
+    char key[64], what[96];
 
+    snprintf(what, sizeof(what), "%s/%llu", job, (unsigned long long)version);
     for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
-        cks_get_params_t g = {0};
-        uint64_t got       = UINT64_MAX;
         snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 3);
-        memset(dst, 0xEE, sizes[i] + 1);
-        g.field_mask  = CKS_GET_FIELD_FLAGS;
-        g.key         = key;
-        g.buffer      = dst;
-        g.buffer_size = 6 * MiB;
-        g.flags       = CKS_GET_VERIFY;
-        st            = cks_get(r, &g, &got);
-        if (st == CKS_OK) {
-            cr_assert_eq(got, sizes[i], "%s: %llu bytes", key, (unsigned long long)got);
-            cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "%s: bytes differ", key);
-            cr_assert_eq(dst[sizes[i]], 0xEE, "%s: written past the end", key);
-        } else if (bad_key != NULL) {
+        st = cks_test_get_check(r, key, src[i], sizes[i], dst, 6 * MiB, what);
+        if (st != CKS_OK && bad_key != NULL) {
             snprintf(bad_key, bad_len, "%s", key);
         }
         /* an unaligned range that crosses chunk and stripe borders */
         if (st == CKS_OK && sizes[i] > 300000) {
             uint64_t off = 65536 * 3 + 77, len = sizes[i] - off - 3;
-            g.field_mask = CKS_GET_FIELD_RANGE;
-            g.offset     = off;
-            g.length     = len;
-            g.buffer_size = len;
-            st           = cks_get(r, &g, NULL);
+            st           = cks_test_get_range(r, key, dst, off, len);
             cr_assert(st != CKS_OK || memcmp(dst, src[i] + off, len) == 0, "%s: range", key);
         }
     }
@@ -396,15 +374,9 @@ Test(cluster, server_killed_during_write)
         cr_assert_eq(cks_restore_open(c, "moe", 2, &r), CKS_OK);
         for (size_t i = 0; i < NOBJ; i++) {
             char key[64];
-            uint64_t got       = 0;
-            cks_get_params_t g = {0};
+            uint64_t got = 0;
             snprintf(key, sizeof(key), "v2/obj%zu", i);
-            g.field_mask    = CKS_GET_FIELD_FLAGS;
-            g.key           = key;
-            g.buffer        = dst;
-            g.buffer_size   = 6 * MiB;
-            g.flags         = CKS_GET_VERIFY;
-            cks_status_t gst = cks_get(r, &g, &got);
+            cks_status_t gst = cks_test_get_whole(r, key, dst, 6 * MiB, &got);
             if (!put_ok[i]) {
                 cr_assert_eq(gst, CKS_ERR_NO_SUCH_KEY, "%s was not stored: %s", key,
                              cks_status_name(gst));

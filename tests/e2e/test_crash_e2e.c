@@ -44,45 +44,6 @@
 static cks_test_server_t srv;
 static cks_client_h cl;
 
-/* The server is running: not gone, and not a zombie (one that died is
- * reaped here and its pid forgotten). */
-static int alive(cks_test_server_t *s)
-{
-    int st;
-    if (s->pid <= 0) {
-        return 0;
-    }
-    if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-        fprintf(stderr, "server %d is gone: %s %d\n", (int)s->pid,
-                WIFSIGNALED(st) ? "signal" : "exit status",
-                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-        s->pid = 0;
-        return 0;
-    }
-    return kill(s->pid, 0) == 0;
-}
-
-static cks_status_t put_obj(cks_client_h c, const char *job, uint64_t version,
-                            const char *key, const void *buf, uint64_t size)
-{
-    cks_put_params_t p = {0};
-    p.job              = job;
-    p.version          = version;
-    p.key              = key;
-    p.buffer           = buf;
-    p.size             = size;
-    return cks_put(c, &p);
-}
-
-static void begin(cks_client_h c, const char *job, uint64_t version)
-{
-    cks_version_params_t vp = {0};
-    vp.job                  = job;
-    vp.version              = version;
-    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK, "begin %s/%llu", job,
-                 (unsigned long long)version);
-}
-
 /* ---- a raw transport client: tests/support/cks_test_raw.h ------------------- */
 
 static cks_test_raw_t raw;
@@ -103,7 +64,7 @@ static void setup(void)
 {
     cr_assert_eq(cks_test_server_start(&srv, 128 * MiB), 0);
     cr_assert_eq(cks_test_connect(&srv, 30000, &cl), CKS_OK, "connect to %s", srv.addr);
-    begin(cl, "crash", 1);
+    cks_test_begin(cl, "crash", 1);
     cks_test_raw_open(&raw, srv.port, "crash-raw");
 }
 
@@ -124,13 +85,7 @@ TestSuite(crash, .init = setup, .fini = teardown, .timeout = 180);
 /* A one-copy PUT into ("crash", 1) of [addr, addr + size) named by d. */
 static int put_rma(uint64_t req_id, const char *key, uint64_t size, const desc_t *d)
 {
-    cks_msg_put_t m = {0};
-    m.job           = cks_wire_cstr("crash");
-    m.version       = 1;
-    m.key           = cks_wire_cstr(key);
-    m.kind          = CKS_KIND_OTHER;
-    m.size          = size;
-    return raw_request(CKS_MSG_PUT, req_id, &m, d->b, d->len, 10000);
+    return cks_test_raw_put(&raw, req_id, "crash", 1, key, size, d->b, d->len, 10000);
 }
 
 Test(crash, dead_segment_keys_are_refused)
@@ -163,7 +118,7 @@ Test(crash, dead_segment_keys_are_refused)
         cr_assert_lt(raw.status, 0, "round %d: a freed region's descriptor was accepted (%s)",
                      round, raw.msg);
         cr_log_info("round %d: %s: %s", round, cks_status_name(raw.status), raw.msg);
-        cr_assert(alive(&srv), "round %d: the server died", round);
+        cr_assert(cks_test_server_alive(&srv), "round %d: the server died", round);
     }
 
     /* still serving: a live region on the same connection ... */
@@ -184,7 +139,7 @@ Test(crash, dead_segment_keys_are_refused)
     cr_assert_not_null(back);
     memset(back, 1, 64 * KiB);
     cr_assert_eq(cks_test_connect(&srv, 30000, &c), CKS_OK);
-    cr_assert_eq(put_obj(c, "crash", 1, "plain", back, 1000), CKS_OK);
+    cr_assert_eq(cks_test_put(c, "crash", 1, "plain", back, 1000), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "crash", 1), CKS_OK);
     cr_assert_eq(cks_restore_open(c, "crash", 1, &r), CKS_OK);
     cks_get_params_t g = {.key = "live", .buffer = back, .buffer_size = 64 * KiB};
@@ -195,7 +150,7 @@ Test(crash, dead_segment_keys_are_refused)
     cks_client_destroy(c);
     cks_tp_mem_unmap(m);
     free(back);
-    cr_assert(alive(&srv), "the server died");
+    cr_assert(cks_test_server_alive(&srv), "the server died");
 }
 
 /* ---- a server stopped while its calls to a peer are outstanding -------------- */
@@ -261,14 +216,14 @@ Test(crash_stop, sigterm_with_calls_to_a_stopped_peer_exits_cleanly)
     cr_assert_geq(co, 0);
     size_t victim = (size_t)(co + 1) % 6;
     cr_assert_eq(cks_test_connect_cluster(stop_cl.map, 4, 2, 64 * KiB, 3000, &c), CKS_OK);
-    begin(c, "stop", 1);
+    cks_test_begin(c, "stop", 1);
     cr_assert_eq(kill(stop_cl.srv[victim].pid, SIGSTOP), 0);
 
     int stored = 0;
     for (int i = 0; i < NOBJ; i++) {
         char key[16];
         snprintf(key, sizeof(key), "o%d", i);
-        cks_status_t st = put_obj(c, "stop", 1, key, buf, len);
+        cks_status_t st = cks_test_put(c, "stop", 1, key, buf, len);
         stored += st == CKS_OK;
         cr_log_info("put %s: %s", key, cks_status_name(st));
     }

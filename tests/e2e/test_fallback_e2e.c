@@ -216,20 +216,10 @@ static void restore_exact(cks_restore_h r, unsigned mask, const uint64_t *src)
         cr_assert(mask & (1u << i), "unexpected object %s", list[j].key);
         cr_assert_eq(list[j].source_version, src[i], "%s from version %llu", list[j].key,
                      (unsigned long long)list[j].source_version);
-        uint8_t *want      = obj_bytes(i, src[i]);
-        cks_get_params_t g = {0};
-        uint64_t got       = UINT64_MAX;
-        memset(dst, 0xEE, objs[i].size + 1);
-        g.field_mask  = CKS_GET_FIELD_FLAGS;
-        g.key         = list[j].key;
-        g.buffer      = dst;
-        g.buffer_size = MiB;
-        g.flags       = CKS_GET_VERIFY;
-        cks_status_t st = cks_get(r, &g, &got);
+        uint8_t *want   = obj_bytes(i, src[i]);
+        cks_status_t st = cks_test_get_check(r, list[j].key, want, objs[i].size, dst, MiB,
+                                             "restore");
         cr_assert_eq(st, CKS_OK, "get %s: %s", list[j].key, cks_status_name(st));
-        cr_assert_eq(got, objs[i].size);
-        cr_assert(memcmp(dst, want, objs[i].size) == 0, "%s: bytes differ", list[j].key);
-        cr_assert_eq(dst[objs[i].size], 0xEE, "%s: written past the end", list[j].key);
         free(want);
     }
     free(dst);
@@ -317,21 +307,13 @@ Test(fallback, corrupt_latest_falls_back_to_the_previous_version)
     char cmd[1024], out[4096] = "";
     snprintf(cmd, sizeof(cmd), "%s --cluster %s restore-check %s latest --fallback 2>&1",
              CKS_CLI_BIN, cl.map, JOB);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    size_t n = fread(out, 1, sizeof(out) - 1, f);
-    out[n]   = '\0';
-    cr_assert_eq(pclose(f), 0, "%s", out);
+    cr_assert_eq(cks_test_run(cmd, out, sizeof(out)), 0, "%s", out);
     printf("  ckstore restore-check --fallback:\n%s", out);
     cr_assert(strstr(out, "skip 2 CKS_ERR_DATA_LOST: object 'expert.1'") != NULL, "%s", out);
     cr_assert(strstr(out, "restorable 1 ") != NULL, "%s", out);
     snprintf(cmd, sizeof(cmd), "%s --cluster %s restore-check %s latest 2>&1", CKS_CLI_BIN,
              cl.map, JOB);
-    f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    n      = fread(out, 1, sizeof(out) - 1, f);
-    out[n] = '\0';
-    cr_assert_eq(WEXITSTATUS(pclose(f)), 1, "%s", out);
+    cr_assert_eq(cks_test_run(cmd, out, sizeof(out)), 1, "%s", out);
     cr_assert(strstr(out, "'expert.1'") != NULL, "%s", out);
 }
 

@@ -396,16 +396,10 @@ Test(faults, corrupted_chunks_are_decoded_around)
         cks_restore_h r;
         cr_assert_eq(cks_restore_open(c, "cor", v, &r), CKS_OK);
         for (int i = 0; i < COBJ; i++) {
-            cks_get_params_t g = {0};
             uint64_t got = 0, size = csize(seed, v, i);
             cname(key, sizeof(key), v, i);
             memset(dst, 0xA5, CMAX);
-            g.field_mask    = CKS_GET_FIELD_FLAGS;
-            g.key           = key;
-            g.buffer        = dst;
-            g.buffer_size   = CMAX;
-            g.flags         = CKS_GET_VERIFY;
-            cks_status_t st = cks_get(r, &g, &got);
+            cks_status_t st = cks_test_get_whole(r, key, dst, CMAX, &got);
             cr_assert_eq(st, CKS_OK, "%s with %s: %s", key,
                          v <= PHASE_A ? "all servers up" : "one server down",
                          cks_status_name(st));

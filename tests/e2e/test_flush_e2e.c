@@ -49,9 +49,8 @@
 
 static cks_test_cluster_t cl, cl2;
 static char fdir[256];
-static uint8_t *src[NOBJ];
-static const uint64_t sizes[NOBJ] = {0, 1, 4097, K * CHUNK, 3 * MiB + 12345, 700001};
-static uint64_t g_seed;
+static const uint64_t obj_sizes[NOBJ] = {0, 1, 4097, K * CHUNK, 3 * MiB + 12345, 700001};
+static cks_test_objs_t objs;
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -75,11 +74,7 @@ static void setup(void)
     snprintf(fdir, sizeof(fdir), "/tmp/cks-test-flush-XXXXXX");
     cr_assert_not_null(mkdtemp(fdir));
     server_flags(NULL);
-    g_seed = cks_test_seed(20261124);
-    for (size_t i = 0; i < NOBJ; i++) {
-        src[i] = malloc(sizes[i] + 1);
-        cr_assert_not_null(src[i]);
-    }
+    cks_test_objs_init(&objs, obj_sizes, NOBJ, cks_test_seed(20261124));
 }
 
 static void teardown(void)
@@ -89,18 +84,10 @@ static void teardown(void)
     if (getenv("CKS_TEST_KEEP") == NULL && fdir[0] != '\0') {
         nftw(fdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     }
-    for (size_t i = 0; i < NOBJ; i++) {
-        free(src[i]);
-        src[i] = NULL;
-    }
+    cks_test_objs_free(&objs);
 }
 
 TestSuite(flush, .init = setup, .fini = teardown, .timeout = 60);
-
-static void fill(size_t i, uint64_t v)
-{
-    cks_test_fill(src[i], sizes[i], g_seed * 1000003 + v * 131 + i);
-}
 
 static void key_of(size_t i, char *key, size_t len)
 {
@@ -129,20 +116,11 @@ static void write_version(cks_client_h c, uint64_t v, uint64_t parent, unsigned 
         if (!(which & (1u << i))) {
             continue;
         }
-        cks_put_params_t p = {0};
         key_of(i, key, sizeof(key));
-        fill(i, v);
-        p.field_mask  = CKS_PUT_FIELD_TAGS;
-        p.job         = JOB;
-        p.version     = v;
-        p.key         = key;
-        p.buffer      = src[i];
-        p.size        = sizes[i];
-        p.tags.kind   = CKS_KIND_EXPERT;
-        p.tags.layer  = (int32_t)i;
-        p.tags.expert = (int32_t)(i * 3);
-        p.tags.rank   = 0;
-        cr_assert_eq(cks_put(c, &p), CKS_OK, "put %s", key);
+        cks_test_objs_fill(&objs, i, v);
+        cks_tags_t tags = {CKS_KIND_EXPERT, (int32_t)i, (int32_t)(i * 3), 0};
+        cr_assert_eq(cks_test_put_tagged(c, JOB, v, key, objs.src[i], objs.size[i], tags),
+                     CKS_OK, "put %s", key);
     }
     cr_assert_eq(cks_version_seal(c, JOB, v), CKS_OK);
 }
@@ -177,27 +155,21 @@ static cks_restore_h open_durable(cks_client_h c, uint64_t v, uint32_t flags)
  * with its source version. */
 static void check_object(cks_restore_h r, size_t i, uint64_t written)
 {
-    cks_get_params_t g = {0};
     cks_object_info_t o;
     uint64_t got = 0;
     char key[64];
-    uint8_t *dst = malloc(sizes[i] + 1);
+    uint8_t *dst = malloc(objs.size[i] + 1);
     cr_assert_not_null(dst);
     key_of(i, key, sizeof(key));
-    fill(i, written);
+    cks_test_objs_fill(&objs, i, written);
     cr_assert_eq(cks_object_stat(r, key, &o), CKS_OK, "stat %s", key);
-    cr_assert_eq(o.size, sizes[i]);
+    cr_assert_eq(o.size, objs.size[i]);
     cr_assert_eq(o.source_version, written, "%s from version %" PRIu64 ", not %" PRIu64, key,
                  o.source_version, written);
     cr_assert_eq(o.tags.expert, (int32_t)(i * 3));
-    g.field_mask  = CKS_GET_FIELD_FLAGS;
-    g.key         = key;
-    g.buffer      = dst;
-    g.buffer_size = sizes[i];
-    g.flags       = CKS_GET_VERIFY;
-    cr_assert_eq(cks_get(r, &g, &got), CKS_OK, "get %s", key);
-    cr_assert_eq(got, sizes[i]);
-    cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "%s is not bit-exact", key);
+    cr_assert_eq(cks_test_get_whole(r, key, dst, objs.size[i], &got), CKS_OK, "get %s", key);
+    cr_assert_eq(got, objs.size[i]);
+    cr_assert(memcmp(dst, objs.src[i], objs.size[i]) == 0, "%s is not bit-exact", key);
     free(dst);
 }
 
@@ -214,22 +186,19 @@ static void check_durable(cks_client_h c, uint64_t v)
 static void check_range(cks_restore_h r, size_t i, uint64_t written, uint64_t off,
                         uint64_t len)
 {
-    cks_get_params_t g = {0};
-    uint64_t got       = 0;
+    uint64_t got = 0;
     char key[64];
     uint8_t *dst = malloc(len + 1);
     cr_assert_not_null(dst);
     key_of(i, key, sizeof(key));
-    fill(i, written);
-    g.field_mask  = CKS_GET_FIELD_RANGE;
-    g.key         = key;
-    g.buffer      = dst;
-    g.buffer_size = len;
-    g.offset      = off;
-    g.length      = len;
+    cks_test_objs_fill(&objs, i, written);
+    cks_get_params_t g = cks_test_get_params(key, dst, len);
+    g.field_mask       = CKS_GET_FIELD_RANGE;
+    g.offset           = off;
+    g.length           = len;
     cr_assert_eq(cks_get(r, &g, &got), CKS_OK);
     cr_assert_eq(got, len);
-    cr_assert(memcmp(dst, src[i] + off, len) == 0, "range of %s is not bit-exact", key);
+    cr_assert(memcmp(dst, objs.src[i] + off, len) == 0, "range of %s is not bit-exact", key);
     free(dst);
 }
 
@@ -427,10 +396,10 @@ Test(flush, corrupted_file_is_found_by_its_crc)
     /* three bad chunks of one stripe (more than m = 2): the object fails, named */
     cr_assert(corrupt_chunk(1, 4, 1, 1));
     cr_assert(corrupt_chunk(1, 4, 1, 2));
-    uint8_t *dst  = malloc(sizes[4]);
+    uint8_t *dst  = malloc(objs.size[4]);
     g.key         = "layer4/expert12";
     g.buffer      = dst;
-    g.buffer_size = sizes[4];
+    g.buffer_size = objs.size[4];
     cks_status_t st = cks_get(r, &g, NULL);
     cks_client_last_error(c, err, sizeof(err));
     cr_assert_eq(st, CKS_ERR_CRC_MISMATCH, "get: %s (%s)", cks_status_string(st), err);

@@ -83,14 +83,6 @@ static void teardown_cluster(void)
     cks_test_cluster_cleanup(&clu);
 }
 
-static void begin(cks_client_h c, const char *job, uint64_t v)
-{
-    cks_version_params_t vp = {0};
-    vp.job     = job;
-    vp.version = v;
-    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-}
-
 /* The order callbacks ran in, as the tests see it. */
 typedef struct {
     pthread_mutex_t lock;
@@ -133,27 +125,19 @@ static void done_cb(void *arg, cks_status_t st)
 static cks_status_t put_dev(cks_client_h c, const char *job, uint64_t v, const char *key,
                             const void *buf, uint64_t size, cks_mem_type_t type)
 {
-    cks_put_params_t p = {0};
-    p.field_mask = CKS_PUT_FIELD_MEM_TYPE;
-    p.job        = job;
-    p.version    = v;
-    p.key        = key;
-    p.buffer     = buf;
-    p.size       = size;
-    p.mem_type   = type;
+    cks_put_params_t p = cks_test_put_params(job, v, key, buf, size);
+    p.field_mask       = CKS_PUT_FIELD_MEM_TYPE;
+    p.mem_type         = type;
     return cks_put(c, &p);
 }
 
 static cks_status_t get_dev(cks_restore_h r, const char *key, void *buf, uint64_t size,
                             uint64_t *len_p, uint32_t flags)
 {
-    cks_get_params_t g = {0};
-    g.field_mask  = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_FLAGS;
-    g.key         = key;
-    g.buffer      = buf;
-    g.buffer_size = size;
-    g.mem_type    = CKS_MEM_CUDA;
-    g.flags       = flags;
+    cks_get_params_t g = cks_test_get_params(key, buf, size);
+    g.field_mask       = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_FLAGS;
+    g.mem_type         = CKS_MEM_CUDA;
+    g.flags            = flags;
     return cks_get(r, &g, len_p);
 }
 
@@ -192,7 +176,7 @@ static void roundtrip(void)
     CKS_TEST_NEEDS_FAULT_POINTS();
     stage_env(NULL);
     c = connect_staged(SLICE, SLICES);
-    begin(c, "gpu", 1);
+    cks_test_begin(c, "gpu", 1);
     for (size_t i = 0; i < NSIZES; i++) {
         src[i] = malloc(sizes[i] + 1);
         cks_test_fill(src[i], sizes[i], seed + i);
@@ -285,7 +269,7 @@ static void order_overlap(void)
     CKS_TEST_NEEDS_FAULT_POINTS();
     stage_env(NULL);
     c = connect_staged(SLICE, SLICES);
-    begin(c, "ord", 7);
+    cks_test_begin(c, "ord", 7);
     for (int i = 0; i < N; i++) {
         size[i] = (uint64_t)(SLICES + 2 + i) * SLICE + (uint64_t)i * 511 + 1;
         src[i]  = malloc(size[i]);
@@ -356,7 +340,7 @@ static void small_objects(void)
     CKS_TEST_NEEDS_FAULT_POINTS();
     stage_env(NULL);
     c = connect_staged(SLICE, SLICES);
-    begin(c, "small", 2);
+    cks_test_begin(c, "small", 2);
     for (int i = 0; i < N; i++) {
         size[i] = (uint64_t)(i % SLICES) * SLICE + 1 + (uint64_t)i * 97;
         src[i]  = malloc(size[i]);
@@ -446,7 +430,7 @@ Test(stage_single, destroy_with_puts_in_flight, .init = setup_single,
     stage_env(NULL);
     cks_test_fill(src, size, cks_test_seed(0xde57));
     c = connect_staged(SLICE, SLICES);
-    begin(c, "bye", 1);
+    cks_test_begin(c, "bye", 1);
     for (int i = 0; i < N; i++) {
         snprintf(key[i], sizeof(key[i]), "b%d", i);
         args[i].t  = &t;
@@ -513,7 +497,7 @@ static void error_mid_object(void)
 
     stage_env("1"); /* copies of this client: put "a" 0..1 (fails), put "b" 2..8 */
     c = connect_staged(SLICE, SLICES);
-    begin(c, "err", 3);
+    cks_test_begin(c, "err", 3);
     cr_assert_eq(put_dev(c, "err", 3, "a", a, small, CKS_MEM_CUDA), CKS_ERR_INTERNAL);
     cks_client_last_error(c, err, sizeof(err));
     cr_assert(strstr(err, "was not stored") != NULL, "last error: %s", err);
@@ -530,7 +514,7 @@ static void error_mid_object(void)
 
     stage_env("2"); /* put "c" (7 slices) fails at its slice 2 */
     c = connect_staged(SLICE, SLICES);
-    begin(c, "err", 4);
+    cks_test_begin(c, "err", 4);
     cr_assert_eq(put_dev(c, "err", 4, "c", a, size, CKS_MEM_CUDA), CKS_ERR_INTERNAL);
     cks_client_last_error(c, err, sizeof(err));
     cr_assert(strstr(err, "staged copy") != NULL, "last error: %s", err);
@@ -542,7 +526,7 @@ static void error_mid_object(void)
     cr_assert_eq(vi.state, CKS_VSTATE_ABORTED, "state %s", cks_vstate_string(vi.state));
     cr_assert_neq(cks_version_seal(c, "err", 4), CKS_OK);
     /* the ring serves the next object */
-    begin(c, "err", 5);
+    cks_test_begin(c, "err", 5);
     cr_assert_eq(put_dev(c, "err", 5, "d", b, size, CKS_MEM_CUDA), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "err", 5), CKS_OK);
     cr_assert_eq(cks_restore_open(c, "err", 5, &r), CKS_OK);
@@ -612,7 +596,7 @@ Test(stage_single, rotted_object_is_an_error_not_other_bytes, .init = setup_sing
     stage_env(NULL);
     cks_test_fill(src, size, cks_test_seed(0x707));
     c = connect_staged(SLICE, SLICES);
-    begin(c, "rot", 1);
+    cks_test_begin(c, "rot", 1);
     cr_assert_eq(put_dev(c, "rot", 1, "obj", src, size, CKS_MEM_CUDA), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "rot", 1), CKS_OK);
     cr_assert_eq(cks_restore_open(c, "rot", 1, &r), CKS_OK);
@@ -655,7 +639,7 @@ Test(no_device, cuda_is_unsupported_auto_is_host, .init = setup_single,
     unsetenv("CKS_STAGE_HOST");
     c = connect_staged(SLICE, SLICES);
     cks_test_fill(buf, sizeof(buf), 5);
-    begin(c, "nodev", 1);
+    cks_test_begin(c, "nodev", 1);
     cr_assert_eq(put_dev(c, "nodev", 1, "x", buf, sizeof(buf), CKS_MEM_CUDA),
                  CKS_ERR_UNSUPPORTED);
     cks_client_last_error(c, err, sizeof(err));
@@ -717,7 +701,7 @@ static void host_staged(void)
     cks_client_h c = connect_staged(SLICE, SLICES);
     cr_assert_eq(cks_stage_prepare(NULL), CKS_ERR_INVALID_PARAM);
     cr_assert_eq(cks_stage_prepare(c), CKS_OK, "the ring, set up before the first put");
-    begin(c, "hs", 1);
+    cks_test_begin(c, "hs", 1);
     for (size_t i = 0; i < NSIZES; i++) {
         buf[i]  = malloc(sizes[i] + 1);
         orig[i] = malloc(sizes[i] + 1);
@@ -778,15 +762,9 @@ static void host_staged(void)
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(c, "hs", 1, &r), CKS_OK);
     for (size_t i = 0; i < NSIZES; i++) {
-        cks_get_params_t g = {0};
-        uint64_t len       = UINT64_MAX;
+        uint64_t len = UINT64_MAX;
         snprintf(key, sizeof(key), "obj%zu", i);
-        g.field_mask  = CKS_GET_FIELD_FLAGS;
-        g.key         = key;
-        g.buffer      = dst;
-        g.buffer_size = 25 * MiB;
-        g.flags       = CKS_GET_VERIFY;
-        cr_assert_eq(cks_get(r, &g, &len), CKS_OK, "get %s", key);
+        cr_assert_eq(cks_test_get_whole(r, key, dst, 25 * MiB, &len), CKS_OK, "get %s", key);
         cr_assert_eq(len, sizes[i]);
         cr_assert(memcmp(dst, orig[i], sizes[i]) == 0, "bytes of %s (%llu)", key,
                   (unsigned long long)sizes[i]);
@@ -826,7 +804,7 @@ Test(cuda, device_roundtrip, .fini = teardown_single, .timeout = 120)
     uint64_t seed = cks_test_seed(0xc0da);
     unsetenv("CKS_STAGE_HOST");
     cks_client_h c = connect_staged(64 * KiB, 4);
-    begin(c, "dev", 1);
+    cks_test_begin(c, "dev", 1);
     for (size_t i = 0; i < NSIZES; i++) {
         uint8_t *h = malloc(sizes[i] + 1), *back = malloc(sizes[i] + 1);
         void *d = NULL;

@@ -65,9 +65,7 @@
 #define NOBJ 8
 
 static cks_test_cluster_t cl;
-static uint8_t *src[NOBJ];
-static uint64_t sizes[NOBJ];
-static uint64_t g_seed;
+static cks_test_objs_t objs;
 
 static void setup(void)
 {
@@ -77,10 +75,7 @@ static void setup(void)
 static void teardown(void)
 {
     cks_test_cluster_cleanup(&cl);
-    for (size_t i = 0; i < NOBJ; i++) {
-        free(src[i]);
-        src[i] = NULL;
-    }
+    cks_test_objs_free(&objs);
 }
 
 TestSuite(heal, .init = setup, .fini = teardown, .timeout = 300);
@@ -92,27 +87,13 @@ static void make_data(uint64_t seed)
 {
     static const uint64_t base[NOBJ] = {0,       1,           4097,    K * CHUNK,
                                         3 * MiB + 12345, 1 * MiB, 700001, 2 * MiB + 3};
-    g_seed = seed;
-    for (size_t i = 0; i < NOBJ; i++) {
-        sizes[i] = base[i];
-        free(src[i]);
-        src[i] = malloc(sizes[i] + 1);
-        cr_assert_not_null(src[i]);
-    }
+    cks_test_objs_init(&objs, base, NOBJ, seed);
 }
 
 /* The bytes of object i of version v. */
-static void fill(size_t i, uint64_t v)
-{
-    cks_test_fill(src[i], sizes[i], g_seed * 1000003 + v * 131 + i);
-}
-
 static cks_client_h connect_cluster(int timeout_ms)
 {
-    cks_client_h c = NULL;
-    cr_assert_eq(cks_test_connect_cluster(cl.map, K, M, CHUNK, timeout_ms, &c), CKS_OK,
-                 "connect to the cluster in %s", cl.map);
-    return c;
+    return cks_test_cluster_client(cl.map, K, M, CHUNK, timeout_ms);
 }
 
 /* Write version v (every object); the first failure, with its text in why. */
@@ -127,15 +108,9 @@ static cks_status_t write_version(cks_client_h c, uint64_t v, char *why, size_t 
     vp.version = v;
     st         = cks_version_begin(c, &vp);
     for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
-        cks_put_params_t p = {0};
         snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 5);
-        fill(i, v);
-        p.job     = "heal";
-        p.version = v;
-        p.key     = key;
-        p.buffer  = src[i];
-        p.size    = sizes[i];
-        st        = cks_put(c, &p);
+        cks_test_objs_fill(&objs, i, v);
+        st = cks_test_put(c, "heal", v, key, objs.src[i], objs.size[i]);
     }
     if (st == CKS_OK) {
         st = cks_version_seal(c, "heal", v);
@@ -162,23 +137,11 @@ static void verify_version(cks_client_h c, uint64_t v, const char *when)
     cr_assert_eq(st, CKS_OK, "%s: open version %llu: %s", when, (unsigned long long)v,
                  cks_status_name(st));
     for (size_t i = 0; i < NOBJ; i++) {
-        cks_get_params_t g = {0};
-        uint64_t got       = UINT64_MAX;
         snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 5);
-        fill(i, v);
-        memset(dst, 0xEE, sizes[i] + 1);
-        g.field_mask  = CKS_GET_FIELD_FLAGS;
-        g.key         = key;
-        g.buffer      = dst;
-        g.buffer_size = 4 * MiB;
-        g.flags       = CKS_GET_VERIFY;
-        st            = cks_get(r, &g, &got);
+        cks_test_objs_fill(&objs, i, v);
+        st = cks_test_get_check(r, key, objs.src[i], objs.size[i], dst, 4 * MiB, when);
         cr_assert_eq(st, CKS_OK, "%s: version %llu '%s': %s", when, (unsigned long long)v, key,
                      cks_status_name(st));
-        cr_assert_eq(got, sizes[i], "%s: '%s': %llu bytes", when, key,
-                     (unsigned long long)got);
-        cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "%s: '%s': bytes differ", when, key);
-        cr_assert_eq(dst[sizes[i]], 0xEE, "%s: '%s': written past the end", when, key);
     }
     cks_restore_close(r);
     free(dst);
@@ -187,18 +150,8 @@ static void verify_version(cks_client_h c, uint64_t v, const char *when)
 /* On a failure: the servers' warnings and errors, for the reader. */
 static void dump_logs(void)
 {
-    char line[1024];
-    for (size_t i = 0; i < cl.n; i++) {
-        FILE *f = fopen(cl.srv[i].log, "r");
-        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-            if (strstr(line, " warn ") != NULL || strstr(line, " error ") != NULL) {
-                fprintf(stderr, "  server %zu: %s", i, line);
-            }
-        }
-        if (f != NULL) {
-            fclose(f);
-        }
-    }
+    static const char *const words[] = {" warn ", " error ", NULL};
+    cks_test_cluster_dump_logs(&cl, words);
 }
 
 /* The first version from `from` on whose coordinator is not in down[]. */
@@ -264,7 +217,7 @@ Test(heal, degraded_writes_with_one_and_two_servers_down)
     expect_state(c, v1, CKS_VSTATE_PROTECTED, M);
 
     uint64_t v2 = version_with_live_coordinator(v1 + 1, down);
-    size_t a    = pick_victim(v2, down, (size_t)g_seed % NSRV);
+    size_t a    = pick_victim(v2, down, (size_t)objs.seed % NSRV);
     fprintf(stderr, "version %llu: server %zu killed\n", (unsigned long long)v2, a);
     cks_test_cluster_kill(&cl, a);
     down[a] = 1;
@@ -315,7 +268,7 @@ Test(heal, a_restarted_server_takes_the_next_checkpoint_whole)
     cks_client_h c = connect_cluster(20000);
 
     uint64_t v1 = version_with_live_coordinator(1, down);
-    size_t a    = pick_victim(v1, down, (size_t)g_seed % NSRV);
+    size_t a    = pick_victim(v1, down, (size_t)objs.seed % NSRV);
     cks_test_cluster_kill(&cl, a);
     uint64_t t_kill = cks_time_ns();
     cr_assert_eq(write_version(c, v1, why, sizeof(why)), CKS_OK, "write with %zu down: %s", a,
@@ -464,7 +417,7 @@ Test(heal, version_with_its_coordinator_down_is_coordinated_by_the_next)
 
 static uint64_t st_size(int i)
 {
-    return sizes[i % NOBJ];
+    return objs.size[i % NOBJ];
 }
 
 static void st_key(char *key, size_t len, int i)
@@ -474,7 +427,7 @@ static void st_key(char *key, size_t len, int i)
 
 static void st_fill(uint8_t *buf, uint64_t v, int i)
 {
-    cks_test_fill(buf, st_size(i), g_seed * 7919 + v * 131 + (uint64_t)i);
+    cks_test_fill(buf, st_size(i), objs.seed * 7919 + v * 131 + (uint64_t)i);
 }
 
 static cks_status_t st_put(cks_client_h c, uint64_t v, int i, uint8_t *buf)
@@ -536,7 +489,7 @@ Test(heal, primary_killed_after_stored_fails_the_finish_at_once, .timeout = 240)
     make_data(cks_test_seed(cks_test_seed_fresh()));
 
     uint64_t v = version_with_live_coordinator(1, down);
-    size_t x   = pick_victim(v, down, (size_t)g_seed % NSRV);
+    size_t x   = pick_victim(v, down, (size_t)objs.seed % NSRV);
     snprintf(cl.srv[x].faults, sizeof(cl.srv[x].faults), "put_stall:always");
     cks_test_server_stop(&cl.srv[x], SIGTERM);
     cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0, "restart of server %zu", x);
@@ -716,19 +669,6 @@ static cks_status_t ch_verify(cks_client_h c, uint64_t seed, uint64_t v, uint8_t
     return st;
 }
 
-typedef struct {
-    cks_client_h c;
-    uint64_t v;
-    cks_status_t st;
-} ch_finish_t;
-
-static void *ch_finish1(void *arg)
-{
-    ch_finish_t *f = arg;
-    f->st          = cks_version_finish(f->c, "chaos", f->v, 1);
-    return NULL;
-}
-
 /* Both ranks finish version v at once (rank 1 from a thread: a finish
  * waits for the other's): rank 0's status, rank 1's in *st1_p, rank 0's
  * error text in why, and the milliseconds both took in *took_p. */
@@ -736,14 +676,12 @@ static cks_status_t ch_finish_both(cks_client_h c0, cks_client_h c1, uint64_t v,
                                    cks_status_t *st1_p, char *why, size_t why_len,
                                    uint64_t *took_p)
 {
-    uint64_t t0    = ch_ms();
-    ch_finish_t f1 = {c1, v, CKS_OK};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
+    uint64_t t0 = ch_ms();
+    cks_test_finish_t f1;
+    cks_test_finish_start(&f1, c1, "chaos", v, 1);
     cks_status_t st = cks_version_finish(c0, "chaos", v, 0);
     cks_client_last_error(c0, why, why_len);
-    pthread_join(th, NULL);
-    *st1_p  = f1.st;
+    *st1_p  = cks_test_finish_join(&f1);
     *took_p = ch_ms() - t0;
     return st;
 }
@@ -763,13 +701,12 @@ static cks_status_t ch_write(cks_client_h c0, cks_client_h c1, uint64_t seed,
         between(arg);
     }
     cks_status_t st1 = st == CKS_OK ? ch_put_rank(c1, seed, v, 1, buf) : st;
-    ch_finish_t f1   = {c1, v, st1};
-    pthread_t th;
     if (st == CKS_OK) {
-        cr_assert_eq(pthread_create(&th, NULL, ch_finish1, &f1), 0);
-        st = cks_version_finish(c0, "chaos", v, 0);
-        pthread_join(th, NULL);
-        st = st == CKS_OK ? f1.st : st;
+        cks_test_finish_t f1;
+        cks_test_finish_start(&f1, c1, "chaos", v, 1);
+        st                = cks_version_finish(c0, "chaos", v, 0);
+        cks_status_t fin1 = cks_test_finish_join(&f1);
+        st                = st == CKS_OK ? fin1 : st;
     }
     if (st == CKS_OK && (st0 != CKS_OK || st1 != CKS_OK)) {
         st = st0 != CKS_OK ? st0 : st1;
@@ -917,13 +854,6 @@ static void ch_during(void *arg)
     ch_disrupt(d->down, d->stopper, d->stopping, d->stop, d->what, d->what_len, d->killed_p);
 }
 
-static void *ch_finish0(void *arg)
-{
-    ch_finish_t *f = arg;
-    f->st          = cks_version_finish(f->c, "chaos", f->v, 0);
-    return NULL;
-}
-
 /* The first version from `from` on whose first coordinator candidate is up. */
 static uint64_t ch_version_led_by_live(uint64_t from, const int *down)
 {
@@ -1017,16 +947,15 @@ Test(heal, coordinator_killed_between_begin_and_finish_is_taken_over, .timeout =
     cr_assert_eq(ch_put_rank(c0, seed, v3, 0, buf), CKS_OK);
     cr_assert_eq(ch_put_rank(c1, seed, v3, 1, buf), CKS_OK);
     ch_pause_ms(500);
-    ch_finish_t f0 = {c0, v3, CKS_OK};
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, ch_finish0, &f0), 0);
+    cks_test_finish_t f0;
+    cks_test_finish_start(&f0, c0, "chaos", v3, 0);
     ch_pause_ms(300); /* rank 0's seal waits at the coordinator */
     cks_test_cluster_kill(&cl, (size_t)co3);
     down[co3] = 1;
     uint64_t t0 = ch_ms();
     st          = cks_version_finish(c1, "chaos", v3, 1);
     cks_client_last_error(c1, why, sizeof(why));
-    pthread_join(th, NULL);
+    cks_test_finish_join(&f0);
     fprintf(stderr, "version %llu, coordinator %d killed between the finishes: %s, %s after "
                     "%llu ms (%s)\n",
             (unsigned long long)v3, co3, cks_status_name(f0.st), cks_status_name(st),

@@ -54,18 +54,6 @@ static void teardown(void)
 
 TestSuite(integrity, .init = setup, .fini = teardown, .timeout = 300);
 
-static cks_status_t put_obj(cks_client_h c, const char *job, uint64_t v, const char *key,
-                            const void *buf, uint64_t size)
-{
-    cks_put_params_t p = {0};
-    p.job              = job;
-    p.version          = v;
-    p.key              = key;
-    p.buffer           = buf;
-    p.size             = size;
-    return cks_put(c, &p);
-}
-
 static uint64_t usage(cks_client_h c)
 {
     uint64_t used = 0;
@@ -120,21 +108,6 @@ static void assert_geometry_refusal(cks_client_h c, cks_status_t st, const char 
               what, msg);
 }
 
-typedef struct {
-    cks_client_h c;
-    const char *job;
-    uint64_t version;
-    uint32_t rank;
-    cks_status_t st;
-} finish_arg_t;
-
-static void *finish_thread(void *arg)
-{
-    finish_arg_t *f = arg;
-    f->st           = cks_version_finish(f->c, f->job, f->version, f->rank);
-    return NULL;
-}
-
 /* #15 item 1: a version begun with RS(4,2) and 4 KiB chunks; rank 0 writes
  * with that geometry, rank 1 from a client with another one. The outcome is
  * a refusal naming the geometry (of the put or of the version), or both
@@ -165,16 +138,15 @@ Test(integrity, put_with_other_geometry_is_refused_or_exact)
         cr_assert_eq(cks_version_begin(ca, &vp), CKS_OK);
         cks_test_fill(a, size, 100 + v);
         cks_test_fill(b, size, 200 + v);
-        cr_assert_eq(put_obj(ca, "geo", v, "a", a, size), CKS_OK);
-        cks_status_t put_b = put_obj(cb, "geo", v, "b", b, size);
+        cr_assert_eq(cks_test_put(ca, "geo", v, "a", a, size), CKS_OK);
+        cks_status_t put_b = cks_test_put(cb, "geo", v, "b", b, size);
         if (put_b != CKS_OK) {
             assert_geometry_refusal(cb, put_b, what);
         }
-        finish_arg_t f0 = {ca, "geo", v, 0, CKS_OK};
-        pthread_t t;
-        cr_assert_eq(pthread_create(&t, NULL, finish_thread, &f0), 0);
+        cks_test_finish_t f0;
+        cks_test_finish_start(&f0, ca, "geo", v, 0);
         cks_status_t fin1 = cks_version_finish(cb, "geo", v, 1);
-        pthread_join(t, NULL);
+        cks_test_finish_join(&f0);
         if (fin1 != CKS_OK || f0.st != CKS_OK) {
             /* refused: both ranks learn why; nothing of it is restorable */
             assert_geometry_refusal(cb, fin1, what);
@@ -219,7 +191,7 @@ Test(integrity, child_with_other_geometry_is_refused_or_exact)
     vp.job     = "child";
     vp.version = 1;
     cr_assert_eq(cks_version_begin(cp, &vp), CKS_OK);
-    cr_assert_eq(put_obj(cp, "child", 1, "x", x, size), CKS_OK);
+    cr_assert_eq(cks_test_put(cp, "child", 1, "x", x, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cp, "child", 1), CKS_OK);
 
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
@@ -237,7 +209,7 @@ Test(integrity, child_with_other_geometry_is_refused_or_exact)
         if (st != CKS_OK) {
             assert_geometry_refusal(cc, st, what);
         } else {
-            cr_assert_eq(put_obj(cc, "child", v, "y", y, size), CKS_OK, "%s", what);
+            cr_assert_eq(cks_test_put(cc, "child", v, "y", y, size), CKS_OK, "%s", what);
             cr_assert_eq(cks_version_seal(cc, "child", v), CKS_OK, "%s", what);
             cr_assert_eq(check_object(cc, "child", v, "y", y, size), CKS_OK, "%s", what);
             st = check_object(cc, "child", v, "x", x, size);
@@ -252,7 +224,7 @@ Test(integrity, child_with_other_geometry_is_refused_or_exact)
     vp.version    = 10;
     vp.parent     = 1;
     cr_assert_eq(cks_version_begin(cp, &vp), CKS_OK);
-    cr_assert_eq(put_obj(cp, "child", 10, "y", y, size), CKS_OK);
+    cr_assert_eq(cks_test_put(cp, "child", 10, "y", y, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cp, "child", 10), CKS_OK);
     cr_assert_eq(check_object(cp, "child", 10, "x", x, size), CKS_OK);
     cr_assert_eq(check_object(cp, "child", 10, "y", y, size), CKS_OK);
@@ -287,7 +259,7 @@ static void write_version(cks_client_h c, uint64_t v, uint64_t p, unsigned mask)
         if (mask & (1u << i)) {
             snprintf(key, sizeof(key), "o%d", i);
             obj_bytes(b, i, v);
-            cr_assert_eq(put_obj(c, "share", v, key, b, obj_size[i]), CKS_OK);
+            cr_assert_eq(cks_test_put(c, "share", v, key, b, obj_size[i]), CKS_OK);
         }
     }
     cr_assert_eq(cks_version_seal(c, "share", v), CKS_OK, "seal %llu", (unsigned long long)v);
@@ -389,7 +361,7 @@ static size_t primary_of(cks_client_h c, const char *job, uint64_t scratch, cons
     vp.job     = job;
     vp.version = scratch;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, job, scratch, key, b, sizeof(b)), CKS_OK);
+    cr_assert_eq(cks_test_put(c, job, scratch, key, b, sizeof(b)), CKS_OK);
     cr_assert_eq(cks_version_seal(c, job, scratch), CKS_OK);
     for (size_t i = 0; i < NSRV; i++) {
         if (encoded_by(i) - before[i] >= sizeof(b)) {
@@ -438,7 +410,7 @@ Test(integrity, stray_put_never_commits_a_version_early)
     vp.job     = job;
     vp.version = 1;
     cr_assert_eq(cks_version_begin(cr, &vp), CKS_OK);
-    cr_assert_eq(put_obj(cr, job, 1, "K", old_k, size), CKS_OK);
+    cr_assert_eq(cks_test_put(cr, job, 1, "K", old_k, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cr, job, 1), CKS_OK);
     const size_t pk = primary_of(cr, job, 100, "K");
 
@@ -473,13 +445,12 @@ Test(integrity, stray_put_never_commits_a_version_early)
         printf("%s writer's put: %s\n", stray, cks_status_string(put_j));
 
         cr_assert_eq(kill(cl.srv[held].pid, SIGSTOP), 0);
-        cr_assert_eq(put_obj(cr, job, v, "K", new_k, size), CKS_OK);
-        finish_arg_t f = {cr, job, v, 0, CKS_INPROGRESS};
-        pthread_t t;
-        cr_assert_eq(pthread_create(&t, NULL, finish_thread, &f), 0);
+        cr_assert_eq(cks_test_put(cr, job, v, "K", new_k, size), CKS_OK);
+        cks_test_finish_t f;
+        cks_test_finish_start(&f, cr, job, v, 0);
         cks_vstate_t state = wait_not_open(cs, job, v);
         cr_assert_eq(kill(cl.srv[held].pid, SIGCONT), 0);
-        pthread_join(t, NULL);
+        cks_test_finish_join(&f);
 
         char msg[512];
         cks_client_last_error(cr, msg, sizeof(msg));
@@ -521,7 +492,7 @@ Test(integrity, stray_put_never_commits_a_version_early)
         cr_assert_eq(put_f, CKS_ERR_INVALID_PARAM);
         cr_assert(strstr(msg, "tagged rank 1") != NULL, "message '%s'", msg);
     }
-    cr_assert_eq(put_obj(cr, job, 4, "K", new_k, size), CKS_OK);
+    cr_assert_eq(cks_test_put(cr, job, 4, "K", new_k, size), CKS_OK);
     cks_status_t fin = cks_version_finish(cr, job, 4, 0);
     cks_client_last_error(cr, msg, sizeof(msg));
     printf("version 4: finish %s: %s\n", cks_status_string(fin), fin == CKS_OK ? "" : msg);

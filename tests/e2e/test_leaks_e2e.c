@@ -93,18 +93,6 @@ static uint64_t usage_settles_at(cks_client_h c, uint64_t want)
     return used;
 }
 
-static cks_status_t put_obj(cks_client_h c, const char *job, uint64_t v, const char *key,
-                            const void *buf, uint64_t size)
-{
-    cks_put_params_t p = {0};
-    p.job              = job;
-    p.version          = v;
-    p.key              = key;
-    p.buffer           = buf;
-    p.size             = size;
-    return cks_put(c, &p);
-}
-
 static void begin(cks_client_h c, const char *job, uint64_t v, uint32_t nranks)
 {
     cks_version_params_t vp = {0};
@@ -123,7 +111,7 @@ static cks_status_t put_all(cks_client_h c, const char *job, uint64_t v, uint8_t
         char key[16];
         snprintf(key, sizeof(key), "o%d", i);
         cks_test_fill(buf, OBJ, v << 8 | (uint64_t)i);
-        cks_status_t st = put_obj(c, job, v, key, buf, OBJ);
+        cks_status_t st = cks_test_put(c, job, v, key, buf, OBJ);
         first           = first == CKS_OK ? st : first;
     }
     return first;
@@ -364,7 +352,7 @@ Test(leaks, put_into_a_version_never_begun_leaves_nothing)
     const uint64_t base = usage(c);
 
     begin(c, "orph", 1, 1); /* the job exists; version 7 never begins */
-    cr_assert_eq(put_obj(c, "orph", 1, "o", buf, 4096), CKS_OK);
+    cr_assert_eq(cks_test_put(c, "orph", 1, "o", buf, 4096), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "orph", 1), CKS_OK);
     const uint64_t with1 = usage(c);
     cks_status_t st = put_all(c, "orph", 7, buf);
@@ -638,7 +626,7 @@ static cks_status_t press_write(cks_client_h c, uint64_t v, uint8_t *buf, char *
         char key[16];
         snprintf(key, sizeof(key), "o%d", i);
         cks_test_fill(buf, PRESS_OBJ, v << 8 | (uint64_t)i);
-        st = put_obj(c, "press", v, key, buf, PRESS_OBJ);
+        st = cks_test_put(c, "press", v, key, buf, PRESS_OBJ);
     }
     /* as a trainer does: finish the rank (the version's outcome and its
      * reason come back) */
@@ -762,7 +750,7 @@ Test(leaks, latest_is_the_newest_after_server_0_missed_commits)
         begin(c, "late", vs[i], 1);
         key_avoiding(map, 0, i * 100, key, sizeof(key));
         cks_test_fill(buf, sizeof(buf), vs[i]);
-        cr_assert_eq(put_obj(c, "late", vs[i], key, buf, sizeof(buf)), CKS_OK);
+        cr_assert_eq(cks_test_put(c, "late", vs[i], key, buf, sizeof(buf)), CKS_OK);
         cr_assert_eq(cks_version_seal(c, "late", vs[i]), CKS_OK, "seal %llu",
                      (unsigned long long)vs[i]);
     }
@@ -862,7 +850,7 @@ Test(crc_default, standalone_reads_refuse_rotted_bytes_without_verify)
     cr_assert_eq(cks_test_connect(&single, 20000, &c), CKS_OK);
     cks_test_fill(want, size, 77);
     begin(c, "rot", 1, 1);
-    cr_assert_eq(put_obj(c, "rot", 1, "obj", want, size), CKS_OK);
+    cr_assert_eq(cks_test_put(c, "rot", 1, "obj", want, size), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "rot", 1), CKS_OK);
     cr_assert_eq(cks_restore_open(c, "rot", 1, &r), CKS_OK);
     cr_assert_eq(get_into(r, got, size, 0, 0), CKS_OK);

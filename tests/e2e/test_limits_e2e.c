@@ -13,6 +13,7 @@
  */
 #include "ckstore.h"
 #include "cks_test.h"
+#include "cks_test_raw.h"
 #include "cks_tp.h"
 
 #include <criterion/criterion.h>
@@ -778,32 +779,11 @@ static void secret_file(char *path, size_t len, const char *dir, const char *nam
     cr_assert_eq(fclose(f), 0);
 }
 
-typedef struct {
-    int done;
-    cks_status_t status;
-} hs_t;
-
-static void hs_cb(void *arg, cks_status_t status)
-{
-    hs_t *h   = arg;
-    h->status = status;
-    h->done   = 1;
-}
-
 /* The transport's handshake on a new connection to port, bounded; its status. */
 static cks_status_t handshake(cks_tp_worker_h w, uint16_t port, const cks_tp_secret_t *secret,
                               cks_tp_conn_h *conn_p)
 {
-    hs_t h = {0};
-    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", port, conn_p), CKS_OK);
-    cr_assert_eq(cks_tp_conn_handshake(*conn_p, "filler", secret, 10000, hs_cb, &h),
-                 CKS_INPROGRESS);
-    uint64_t until = cks_time_ns() + 15ull * 1000000000ull;
-    while (!h.done && cks_time_ns() < until) {
-        cks_tp_worker_wait(w, 20);
-    }
-    cr_assert(h.done, "no end to the handshake with port %u", port);
-    return h.status;
+    return cks_test_raw_handshake(w, port, "filler", secret, conn_p);
 }
 
 /* With a secret and --auth-timeout 1: a connection that sends nothing, and
@@ -878,7 +858,7 @@ Test(limits, peers_have_room_when_clients_fill_the_cap, .timeout = 300)
     cks_tp_conn_h fill[CKS_TEST_MAX_SERVERS][3] = {{0}};
     cks_tp_conn_h extra;
     uint64_t size = 1 * MiB + 11;
-    uint8_t *buf  = malloc(size + 8), *dst = malloc(size);
+    uint8_t *buf  = malloc(size + 8);
     char text[256];
     cks_test_fill(buf, size + 8, cks_test_seed(41));
     cr_assert_not_null(mkdtemp(dir));
@@ -889,16 +869,7 @@ Test(limits, peers_have_room_when_clients_fill_the_cap, .timeout = 300)
     cks_test_set_server_flags(NULL);
     cks_test_set_secret(NULL);
 
-    cks_client_params_t p = {0};
-    p.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_CLUSTER |
-                   CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_SECRET;
-    p.timeout_ms = GOOD_TIMEOUT_MS;
-    p.cluster    = cl.map;
-    p.ec_k       = 4;
-    p.ec_m       = 2;
-    p.chunk_size = 64 * 1024;
-    p.secret     = key;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    cr_assert_eq(cks_test_connect_secret(cl.map, key, GOOD_TIMEOUT_MS, &c), CKS_OK);
     cr_assert_eq(cks_cluster_stats(c, &st), CKS_OK);
     cr_assert_eq(st.answered, cl.n, "%u servers answered", st.answered);
 
@@ -918,40 +889,17 @@ Test(limits, peers_have_room_when_clients_fill_the_cap, .timeout = 300)
     }
 
     /* the version needs every server to reach every other */
-    cks_version_params_t vp = {0};
-    vp.job     = "room";
-    vp.version = 1;
-    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cks_test_begin(c, "room", 1);
     for (int i = 0; i < 3; i++) {
-        cks_put_params_t pp = {0};
         char k[16];
         snprintf(k, sizeof(k), "obj%d", i);
-        pp.job     = "room";
-        pp.version = 1;
-        pp.key     = k;
-        pp.buffer  = buf + i;
-        pp.size    = size;
-        cr_assert_eq(cks_put(c, &pp), CKS_OK, "%s", k);
+        cr_assert_eq(cks_test_put(c, "room", 1, k, buf + i, size), CKS_OK, "%s", k);
     }
     cks_status_t sealed = cks_version_seal(c, "room", 1);
     cks_client_last_error(c, text, sizeof(text));
     cr_assert_eq(sealed, CKS_OK, "seal with the client slots full: %s (%s)",
                  cks_status_string(sealed), text);
-    cks_restore_h rs;
-    cr_assert_eq(cks_restore_open(c, "room", 1, &rs), CKS_OK);
-    for (int i = 0; i < 3; i++) {
-        cks_get_params_t g = {0};
-        uint64_t got       = 0;
-        char k[16];
-        snprintf(k, sizeof(k), "obj%d", i);
-        g.key         = k;
-        g.buffer      = dst;
-        g.buffer_size = size;
-        cr_assert_eq(cks_get(rs, &g, &got), CKS_OK, "%s", k);
-        cr_assert_eq(got, size);
-        cr_assert(memcmp(dst, buf + i, size) == 0, "%s: bytes differ", k);
-    }
-    cks_restore_close(rs);
+    cks_test_verify_objs(c, "room", 1, buf, size, 3);
     size_t as_peer = 0;
     for (size_t i = 0; i < cl.n; i++) {
         as_peer += cks_test_log_has(cl.srv[i].log, "authenticated as a server of the cluster", 0);
@@ -968,6 +916,5 @@ Test(limits, peers_have_room_when_clients_fill_the_cap, .timeout = 300)
     cks_test_cluster_cleanup(&cl);
     unlink(key);
     rmdir(dir);
-    free(dst);
     free(buf);
 }

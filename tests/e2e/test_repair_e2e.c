@@ -40,9 +40,7 @@
 #define WAIT_MS 40000 /* the longest a test waits for catch-up and repair */
 
 static cks_test_cluster_t cl;
-static uint8_t *src[NOBJ];
-static uint64_t sizes[NOBJ];
-static uint64_t g_seed;
+static cks_test_objs_t objs;
 
 static void setup(void)
 {
@@ -52,10 +50,7 @@ static void setup(void)
 static void teardown(void)
 {
     cks_test_cluster_cleanup(&cl);
-    for (size_t i = 0; i < NOBJ; i++) {
-        free(src[i]);
-        src[i] = NULL;
-    }
+    cks_test_objs_free(&objs);
 }
 
 TestSuite(repair, .init = setup, .fini = teardown, .timeout = 120);
@@ -71,43 +66,19 @@ static void make_data(uint64_t seed)
 {
     /* empty, tiny, a padded stripe, several stripes with a padded tail */
     static const uint64_t base[NOBJ] = {0, 1, 4097, K * CHUNK, 3 * MiB + 12345, 700001};
-    g_seed = seed;
-    for (size_t i = 0; i < NOBJ; i++) {
-        sizes[i] = base[i];
-        free(src[i]);
-        src[i] = malloc(sizes[i] + 1);
-        cr_assert_not_null(src[i]);
-    }
-}
-
-static void fill(size_t i, uint64_t v)
-{
-    cks_test_fill(src[i], sizes[i], g_seed * 1000003 + v * 131 + i);
+    cks_test_objs_init(&objs, base, NOBJ, seed);
 }
 
 static cks_client_h connect_cluster(int timeout_ms)
 {
-    cks_client_h c = NULL;
-    cr_assert_eq(cks_test_connect_cluster(cl.map, K, M, CHUNK, timeout_ms, &c), CKS_OK);
-    return c;
+    return cks_test_cluster_client(cl.map, K, M, CHUNK, timeout_ms);
 }
 
 static void dump_logs(void)
 {
-    char line[1024];
-    for (size_t i = 0; i < cl.n; i++) {
-        FILE *f = fopen(cl.srv[i].log, "r");
-        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-            if (strstr(line, " warn ") != NULL || strstr(line, " error ") != NULL ||
-                strstr(line, "repair") != NULL || strstr(line, "caught up") != NULL ||
-                strstr(line, "catch-up") != NULL || strstr(line, "PROTECTED") != NULL) {
-                fprintf(stderr, "  server %zu: %s", i, line);
-            }
-        }
-        if (f != NULL) {
-            fclose(f);
-        }
-    }
+    static const char *const words[] = {" warn ",   " error ",  "repair",
+                                        "caught up", "catch-up", "PROTECTED", NULL};
+    cks_test_cluster_dump_logs(&cl, words);
 }
 
 static cks_status_t write_version(cks_client_h c, uint64_t v)
@@ -118,15 +89,9 @@ static cks_status_t write_version(cks_client_h c, uint64_t v)
     vp.version      = v;
     cks_status_t st = cks_version_begin(c, &vp);
     for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
-        cks_put_params_t p = {0};
         snprintf(key, sizeof(key), "layer%zu", i);
-        fill(i, v);
-        p.job     = JOB;
-        p.version = v;
-        p.key     = key;
-        p.buffer  = src[i];
-        p.size    = sizes[i];
-        st        = cks_put(c, &p);
+        cks_test_objs_fill(&objs, i, v);
+        st = cks_test_put(c, JOB, v, key, objs.src[i], objs.size[i]);
     }
     if (st == CKS_OK) {
         st = cks_version_seal(c, JOB, v);
@@ -155,17 +120,9 @@ static void verify_version(cks_client_h c, uint64_t v, const char *when)
     cr_assert_eq(st, CKS_OK, "%s: open version %llu: %s", when, (unsigned long long)v,
                  cks_status_name(st));
     for (size_t i = 0; i < NOBJ; i++) {
-        cks_get_params_t g = {0};
-        uint64_t got       = UINT64_MAX;
         snprintf(key, sizeof(key), "layer%zu", i);
-        fill(i, v);
-        memset(dst, 0xEE, sizes[i] + 1);
-        g.field_mask  = CKS_GET_FIELD_FLAGS;
-        g.key         = key;
-        g.buffer      = dst;
-        g.buffer_size = 4 * MiB;
-        g.flags       = CKS_GET_VERIFY;
-        st            = cks_get(r, &g, &got);
+        cks_test_objs_fill(&objs, i, v);
+        st = cks_test_get_check(r, key, objs.src[i], objs.size[i], dst, 4 * MiB, when);
         if (st != CKS_OK) {
             char why[512];
             cks_client_last_error(c, why, sizeof(why));
@@ -174,9 +131,6 @@ static void verify_version(cks_client_h c, uint64_t v, const char *when)
         }
         cr_assert_eq(st, CKS_OK, "%s: version %llu '%s': %s", when, (unsigned long long)v, key,
                      cks_status_name(st));
-        cr_assert_eq(got, sizes[i], "%s: '%s': %llu bytes", when, key, (unsigned long long)got);
-        cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "%s: '%s': bytes differ", when, key);
-        cr_assert_eq(dst[sizes[i]], 0xEE, "%s: '%s': written past the end", when, key);
     }
     cks_restore_close(r);
     free(dst);
@@ -311,15 +265,7 @@ static int cli_repair_status(char *out, size_t len)
 {
     char cmd[1024];
     snprintf(cmd, sizeof(cmd), "%s --cluster %s repair status 2>&1", CKS_CLI_BIN, cl.map);
-    FILE *f  = popen(cmd, "r");
-    size_t n = 0;
-    cr_assert_not_null(f);
-    while (n + 1 < len && fgets(out + n, (int)(len - n), f) != NULL) {
-        n += strlen(out + n);
-    }
-    out[n]  = '\0';
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return cks_test_run(cmd, out, len);
 }
 
 /* (a) One server down while a version commits DEGRADED; it comes back,
@@ -329,7 +275,7 @@ Test(repair, returning_server_rebuilds_and_version_survives_m_other_losses)
 {
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(g_seed % NSRV);
+    size_t x       = (size_t)(objs.seed % NSRV);
 
     uint64_t v1, v2;
     write_then_without(c, x, &v1, &v2);
@@ -377,7 +323,7 @@ Test(repair, replacement_server_catches_up_and_rebuilds)
 {
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
-    uint64_t v1    = 1 + g_seed % 50;
+    uint64_t v1    = 1 + objs.seed % 50;
     size_t x       = (size_t)cks_test_coordinator(cl.map, JOB, v1);
     uint64_t v2    = version_with_coordinator_not(v1 + 1, x);
     cr_assert_eq(write_version(c, v1), CKS_OK);
@@ -457,7 +403,7 @@ Test(repair, paced_while_clients_read_and_not_while_idle)
 {
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(g_seed % NSRV);
+    size_t x       = (size_t)(objs.seed % NSRV);
     uint64_t v1, v2;
     write_then_without(c, x, &v1, &v2);
 
@@ -524,7 +470,7 @@ Test(repair, latest_on_a_server_that_missed_commits_is_never_older)
 {
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(g_seed % NSRV);
+    size_t x       = (size_t)(objs.seed % NSRV);
     uint64_t v1    = version_with_coordinator_not(1, x);
     cr_assert_eq(write_version(c, v1), CKS_OK);
     cks_test_cluster_kill(&cl, x);
@@ -618,7 +564,7 @@ Test(repair, delete_missed_while_down_is_applied_by_catch_up)
 {
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(g_seed % NSRV);
+    size_t x       = (size_t)(objs.seed % NSRV);
     uint64_t v1, v2;
     delete_while_down(c, x, &v1, &v2);
     cks_client_destroy(c);
@@ -651,7 +597,7 @@ Test(repair, deleted_version_is_never_learned_back)
 {
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(g_seed % NSRV);
+    size_t x       = (size_t)(objs.seed % NSRV);
     uint64_t v1, v2;
     delete_while_down(c, x, &v1, &v2);
     size_t c1 = (size_t)cks_test_coordinator(cl.map, JOB, v1);

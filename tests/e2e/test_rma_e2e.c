@@ -55,91 +55,12 @@
 
 /* ---- helpers shared by every suite ------------------------------------------ */
 
-static cks_status_t put_obj(cks_client_h c, const char *job, uint64_t version,
-                            const char *key, const void *buf, uint64_t size)
-{
-    cks_put_params_t p = {0};
-    p.job              = job;
-    p.version          = version;
-    p.key              = key;
-    p.buffer           = buf;
-    p.size             = size;
-    return cks_put(c, &p);
-}
-
-static cks_status_t get_whole(cks_restore_h r, const char *key, void *buf, uint64_t cap,
-                              uint64_t *len_p)
-{
-    cks_get_params_t g = {0};
-    g.field_mask       = CKS_GET_FIELD_FLAGS;
-    g.key              = key;
-    g.buffer           = buf;
-    g.buffer_size      = cap;
-    g.flags            = CKS_GET_VERIFY;
-    return cks_get(r, &g, len_p);
-}
-
-static cks_status_t get_range(cks_restore_h r, const char *key, void *buf, uint64_t off,
-                              uint64_t len)
-{
-    cks_get_params_t g = {0};
-    g.field_mask       = CKS_GET_FIELD_RANGE;
-    g.key              = key;
-    g.buffer           = buf;
-    g.buffer_size      = len;
-    g.offset           = off;
-    g.length           = len;
-    return cks_get(r, &g, NULL);
-}
-
-static void begin(cks_client_h c, const char *job, uint64_t version)
-{
-    cks_version_params_t vp = {0};
-    vp.job                  = job;
-    vp.version              = version;
-    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK, "begin %s/%llu", job,
-                 (unsigned long long)version);
-}
-
 static void *shm_alloc(cks_client_h c, size_t size)
 {
     void *p = NULL;
     cr_assert_eq(cks_mem_alloc(c, size, &p), CKS_OK, "cks_mem_alloc(%zu)", size);
     cr_assert_not_null(p);
     return p;
-}
-
-/* The server is running: not gone, and not a zombie (it is our child; one
- * that died is reaped here, and its pid forgotten so that nothing signals a
- * pid that may be reused). */
-static int alive(cks_test_server_t *s)
-{
-    int st;
-    if (s->pid <= 0) {
-        return 0;
-    }
-    if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-        fprintf(stderr, "server %d is gone: %s %d\n", (int)s->pid,
-                WIFSIGNALED(st) ? "signal" : "exit status",
-                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-        s->pid = 0;
-        return 0;
-    }
-    return kill(s->pid, 0) == 0;
-}
-
-/* Lines of a (server's) log that contain text. */
-static size_t log_count(const char *path, const char *text)
-{
-    char line[1024];
-    size_t n = 0;
-    FILE *f  = fopen(path, "r");
-    cr_assert_not_null(f, "open %s", path);
-    while (fgets(line, sizeof(line), f) != NULL) {
-        n += strstr(line, text) != NULL;
-    }
-    fclose(f);
-    return n;
 }
 
 /* ---- /proc/PID/maps: which segments a process maps --------------------------- */
@@ -225,17 +146,10 @@ static size_t shared_segments(pid_t pid, char (*out)[40], size_t max)
 static cks_test_server_t srv;
 static cks_client_h cl;
 
-static cks_client_h connect_client(const cks_test_server_t *s)
-{
-    cks_client_h c;
-    cr_assert_eq(cks_test_connect(s, 30000, &c), CKS_OK, "connect to %s", s->addr);
-    return c;
-}
-
 static void setup(void)
 {
     cr_assert_eq(cks_test_server_start(&srv, 256 * MiB), 0);
-    cl = connect_client(&srv);
+    cl = cks_test_client(&srv, 30000);
 }
 
 static void teardown(void)
@@ -261,10 +175,10 @@ Test(rma_single, round_trip_sizes)
     cks_test_fill(ref, 64 * MiB, seed);
     memcpy(src, ref, 64 * MiB);
 
-    begin(cl, "rt", 1);
+    cks_test_begin(cl, "rt", 1);
     for (size_t i = 0; i < CKS_ARRAY_SIZE(sizes); i++) {
         snprintf(key, sizeof(key), "obj-%zu", i);
-        cr_assert_eq(put_obj(cl, "rt", 1, key, src, sizes[i]), CKS_OK, "put %llu",
+        cr_assert_eq(cks_test_put(cl, "rt", 1, key, src, sizes[i]), CKS_OK, "put %llu",
                      (unsigned long long)sizes[i]);
     }
     cr_assert_eq(cks_version_seal(cl, "rt", 1), CKS_OK);
@@ -277,7 +191,7 @@ Test(rma_single, round_trip_sizes)
         uint64_t len = UINT64_MAX;
         snprintf(key, sizeof(key), "obj-%zu", i);
         memset(dst, 0xA5, sizes[i] + 4096);
-        cr_assert_eq(get_whole(r, key, dst, cap, &len), CKS_OK, "get %s", key);
+        cr_assert_eq(cks_test_get_whole(r, key, dst, cap, &len), CKS_OK, "get %s", key);
         cr_assert_eq(len, sizes[i]);
         cr_assert(memcmp(dst, ref, sizes[i]) == 0, "bytes of %s differ", key);
         for (size_t j = 0; j < 4096; j++) {
@@ -291,7 +205,7 @@ Test(rma_single, round_trip_sizes)
     }
     /* a whole get into a buffer exactly the object's size */
     memset(dst, 0, MiB + 1);
-    cr_assert_eq(get_whole(r, "obj-3", dst, MiB + 1, NULL), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "obj-3", dst, MiB + 1, NULL), CKS_OK);
     cr_assert(memcmp(dst, ref, MiB + 1) == 0);
     cks_restore_close(r);
     cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
@@ -310,45 +224,20 @@ Test(rma_single, byte_ranges_into_shared_memory)
     uint8_t *dst = shm_alloc(cl, 2 * MiB + 64);
     memcpy(src, ref, size);
 
-    begin(cl, "ranges", 1);
-    cr_assert_eq(put_obj(cl, "ranges", 1, "tensor", src, size), CKS_OK);
+    cks_test_begin(cl, "ranges", 1);
+    cr_assert_eq(cks_test_put(cl, "ranges", 1, "tensor", src, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "ranges", 1), CKS_OK);
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(cl, "ranges", 1, &r), CKS_OK);
 
-    static const uint64_t offs[] = {0, 1, 7, 4095, 4097, MiB - 3, 2 * MiB + 1};
-    static const uint64_t lens[] = {1, 3, 4096, 65537, MiB + 7};
     /* destinations: the start of the allocation and odd places inside it */
     static const size_t douts[] = {0, 1, 13, 4099};
-    for (size_t i = 0; i < CKS_ARRAY_SIZE(offs); i++) {
-        for (size_t j = 0; j < CKS_ARRAY_SIZE(lens); j++) {
-            size_t d     = douts[(i + j) % CKS_ARRAY_SIZE(douts)];
-            uint64_t len = CKS_MIN(lens[j], size - offs[i]);
-            memset(dst, 0x5C, len + d + 32);
-            cr_assert_eq(get_range(r, "tensor", dst + d, offs[i], len), CKS_OK,
-                         "range %llu+%llu", (unsigned long long)offs[i],
-                         (unsigned long long)len);
-            cr_assert(memcmp(dst + d, ref + offs[i], len) == 0, "range %llu+%llu at +%zu",
-                      (unsigned long long)offs[i], (unsigned long long)len, d);
-            for (size_t b = 0; b < d; b++) {
-                cr_assert_eq(dst[b], 0x5C, "written before the destination");
-            }
-            for (size_t b = 0; b < 32; b++) {
-                cr_assert_eq(dst[d + len + b], 0x5C, "written past the range");
-            }
-        }
-    }
-    /* the tail: the last bytes, the last byte, an empty range at the end */
-    cr_assert_eq(get_range(r, "tensor", dst + 3, size - 100001, 100001), CKS_OK);
+    cks_test_check_ranges(r, "tensor", ref, size, dst, douts, CKS_ARRAY_SIZE(douts));
+    /* the tail: the last bytes */
+    cr_assert_eq(cks_test_get_range(r, "tensor", dst + 3, size - 100001, 100001), CKS_OK);
     cr_assert(memcmp(dst + 3, ref + size - 100001, 100001) == 0);
-    cr_assert_eq(get_range(r, "tensor", dst, size - 1, 1), CKS_OK);
-    cr_assert_eq(dst[0], ref[size - 1]);
-    cr_assert_eq(get_range(r, "tensor", dst, size, 0), CKS_OK);
-    /* past the end */
-    cr_assert_eq(get_range(r, "tensor", dst, size - 10, 11), CKS_ERR_OUT_OF_RANGE);
-    cr_assert_eq(get_range(r, "tensor", dst, size + 1, 0), CKS_ERR_OUT_OF_RANGE);
     /* a range whose destination ends exactly at the end of the allocation */
-    cr_assert_eq(get_range(r, "tensor", dst + 64, 5, 2 * MiB), CKS_OK);
+    cr_assert_eq(cks_test_get_range(r, "tensor", dst + 64, 5, 2 * MiB), CKS_OK);
     cr_assert(memcmp(dst + 64, ref + 5, 2 * MiB) == 0);
     cks_restore_close(r);
     cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
@@ -366,12 +255,12 @@ Test(rma_single, shared_and_malloc_memory_mixed)
     cks_test_fill(ref, size, seed);
     uint8_t *sbuf = shm_alloc(cl, size);
 
-    begin(cl, "mixed", 1);
+    cks_test_begin(cl, "mixed", 1);
     memcpy(sbuf, ref, size);
-    cr_assert_eq(put_obj(cl, "mixed", 1, "from-shm", sbuf, size), CKS_OK);
+    cr_assert_eq(cks_test_put(cl, "mixed", 1, "from-shm", sbuf, size), CKS_OK);
     memcpy(mbuf, ref, size);
     mbuf[0] ^= 0xff; /* a different object, so that a mix-up shows */
-    cr_assert_eq(put_obj(cl, "mixed", 1, "from-malloc", mbuf, size), CKS_OK);
+    cr_assert_eq(cks_test_put(cl, "mixed", 1, "from-malloc", mbuf, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "mixed", 1), CKS_OK);
 
     cks_restore_h r;
@@ -379,18 +268,18 @@ Test(rma_single, shared_and_malloc_memory_mixed)
     cr_assert_eq(cks_restore_open(cl, "mixed", 1, &r), CKS_OK);
     /* put from shared memory, get into malloc memory */
     memset(mbuf, 0, size);
-    cr_assert_eq(get_whole(r, "from-shm", mbuf, size, &len), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "from-shm", mbuf, size, &len), CKS_OK);
     cr_assert(len == size && memcmp(mbuf, ref, size) == 0, "from-shm into malloc memory");
     /* put from malloc memory, get into shared memory */
     memset(sbuf, 0, size);
-    cr_assert_eq(get_whole(r, "from-malloc", sbuf, size, &len), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "from-malloc", sbuf, size, &len), CKS_OK);
     cr_assert_eq(len, size);
     cr_assert_eq(sbuf[0], (uint8_t)(ref[0] ^ 0xff));
     cr_assert(memcmp(sbuf + 1, ref + 1, size - 1) == 0, "from-malloc into shared memory");
     /* and each into the other kind, ranges too */
-    cr_assert_eq(get_whole(r, "from-shm", sbuf, size, &len), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "from-shm", sbuf, size, &len), CKS_OK);
     cr_assert(memcmp(sbuf, ref, size) == 0);
-    cr_assert_eq(get_range(r, "from-malloc", mbuf, 1, size - 2), CKS_OK);
+    cr_assert_eq(cks_test_get_range(r, "from-malloc", mbuf, 1, size - 2), CKS_OK);
     cr_assert(memcmp(mbuf, ref + 1, size - 2) == 0);
     cks_restore_close(r);
     cr_assert_eq(cks_mem_free(cl, sbuf), CKS_OK);
@@ -410,9 +299,9 @@ Test(rma_single, buffers_inside_a_larger_allocation)
     memcpy(big, ref, alloc);
 
     /* a put from an offset pointer, one ending at the allocation's end */
-    begin(cl, "sub", 1);
-    cr_assert_eq(put_obj(cl, "sub", 1, "mid", big + 4097, MiB + 3), CKS_OK);
-    cr_assert_eq(put_obj(cl, "sub", 1, "tail", big + alloc - 777, 777), CKS_OK);
+    cks_test_begin(cl, "sub", 1);
+    cr_assert_eq(cks_test_put(cl, "sub", 1, "mid", big + 4097, MiB + 3), CKS_OK);
+    cr_assert_eq(cks_test_put(cl, "sub", 1, "tail", big + alloc - 777, 777), CKS_OK);
 
     /* 200 small objects from slices of the one allocation */
     enum { N = 200 };
@@ -422,7 +311,7 @@ Test(rma_single, buffers_inside_a_larger_allocation)
         off[i] = (uint64_t)i * 20000 + (uint64_t)(i % 7);
         len[i] = 1 + ((uint64_t)i * 37) % 5000;
         snprintf(key, sizeof(key), "small-%03d", i);
-        cr_assert_eq(put_obj(cl, "sub", 1, key, big + off[i], len[i]), CKS_OK, "put %s",
+        cr_assert_eq(cks_test_put(cl, "sub", 1, key, big + off[i], len[i]), CKS_OK, "put %s",
                      key);
     }
     cr_assert_eq(cks_version_seal(cl, "sub", 1), CKS_OK);
@@ -431,19 +320,19 @@ Test(rma_single, buffers_inside_a_larger_allocation)
     uint64_t got;
     cr_assert_eq(cks_restore_open(cl, "sub", 1, &r), CKS_OK);
     memset(out, 0x11, alloc);
-    cr_assert_eq(get_whole(r, "mid", out + 3 * MiB + 1, MiB + 3, &got), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "mid", out + 3 * MiB + 1, MiB + 3, &got), CKS_OK);
     cr_assert(got == MiB + 3 && memcmp(out + 3 * MiB + 1, ref + 4097, MiB + 3) == 0);
     cr_assert_eq(out[3 * MiB], 0x11);
     cr_assert_eq(out[4 * MiB + 4], 0x11);
     /* into the very end of the allocation */
-    cr_assert_eq(get_whole(r, "tail", out + alloc - 777, 777, &got), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "tail", out + alloc - 777, 777, &got), CKS_OK);
     cr_assert(got == 777 && memcmp(out + alloc - 777, ref + alloc - 777, 777) == 0);
     /* the 200 small objects, each into its own slice of the second allocation */
     memset(out, 0x22, alloc);
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof(key), "small-%03d", i);
         uint64_t o = alloc - off[i] - len[i]; /* a different place from the put's */
-        cr_assert_eq(get_whole(r, key, out + o, len[i], &got), CKS_OK, "get %s", key);
+        cr_assert_eq(cks_test_get_whole(r, key, out + o, len[i], &got), CKS_OK, "get %s", key);
         cr_assert(got == len[i] && memcmp(out + o, ref + off[i], len[i]) == 0,
                   "bytes of %s", key);
     }
@@ -476,14 +365,7 @@ static void nb_done(void *arg, cks_status_t status)
 /* Wait (bounded) until all n are done. */
 static void nb_wait(nb_t *nb, size_t n, int ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = cks_test_deadline(ms);
     pthread_mutex_lock(&nb_lock);
     for (size_t i = 0; i < n; i++) {
         while (!nb[i].done && pthread_cond_timedwait(&nb_cond, &nb_lock, &until) == 0) {
@@ -512,11 +394,11 @@ Test(rma_single, more_allocations_than_the_server_caches)
         a[i] = shm_alloc(cl, SZ);
         memcpy(a[i], ref + (size_t)i * SZ, SZ);
     }
-    begin(cl, "many-allocs", 1);
+    cks_test_begin(cl, "many-allocs", 1);
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < NA; i++) {
             snprintf(key, sizeof(key), "r%d-a%02d", round, i);
-            cr_assert_eq(put_obj(cl, "many-allocs", 1, key, a[i] + round, SZ - round),
+            cr_assert_eq(cks_test_put(cl, "many-allocs", 1, key, a[i] + round, SZ - round),
                          CKS_OK, "put %s", key);
         }
     }
@@ -529,7 +411,7 @@ Test(rma_single, more_allocations_than_the_server_caches)
             uint64_t got;
             snprintf(key, sizeof(key), "r%d-a%02d", round, i);
             memset(a[t], 0, SZ);
-            cr_assert_eq(get_whole(r, key, a[t], SZ, &got), CKS_OK, "get %s", key);
+            cr_assert_eq(cks_test_get_whole(r, key, a[t], SZ, &got), CKS_OK, "get %s", key);
             cr_assert(got == (uint64_t)(SZ - round) &&
                           memcmp(a[t], ref + (size_t)i * SZ + round, SZ - round) == 0,
                       "bytes of %s", key);
@@ -538,7 +420,7 @@ Test(rma_single, more_allocations_than_the_server_caches)
     cks_restore_close(r);
 
     /* all of them at once: puts, then gets, each from (into) its own allocation */
-    begin(cl, "many-allocs", 2);
+    cks_test_begin(cl, "many-allocs", 2);
     nb_t nb[NA];
     for (int i = 0; i < NA; i++) {
         memcpy(a[i], ref + (size_t)i * SZ, SZ);
@@ -610,7 +492,7 @@ Test(rma_single, mem_alloc_and_free_errors)
     cr_assert_eq(cks_mem_free(cl, q), CKS_OK);
     cr_assert_eq(cks_mem_free(cl, q), CKS_ERR_INVALID_PARAM, "freed twice");
     /* memory of another client is not this client's to free */
-    cks_client_h other = connect_client(&srv);
+    cks_client_h other = cks_test_client(&srv, 30000);
     cr_assert_eq(cks_mem_free(other, p), CKS_ERR_INVALID_PARAM,
                  "another client's memory");
     cks_client_destroy(other);
@@ -656,9 +538,9 @@ Test(rma_single, the_server_maps_the_clients_segment_at_allocation)
     memcpy(mbuf, ref, size);
 
     /* malloc memory: no new shared mapping in the server */
-    begin(cl, "proof", 1);
+    cks_test_begin(cl, "proof", 1);
     size_t nb = shared_segments(srv.pid, before, 512);
-    cr_assert_eq(put_obj(cl, "proof", 1, "plain", mbuf, size), CKS_OK);
+    cr_assert_eq(cks_test_put(cl, "proof", 1, "plain", mbuf, size), CKS_OK);
     size_t na = shared_segments(srv.pid, after, 512);
     cr_assert_eq(na, nb, "a put from malloc memory made the server map a shared segment");
     for (size_t i = 0; i < na; i++) {
@@ -679,17 +561,17 @@ Test(rma_single, the_server_maps_the_clients_segment_at_allocation)
               src_kb, dst_kb, (unsigned long long)size);
 
     memcpy(src, ref, size);
-    cr_assert_eq(put_obj(cl, "proof", 1, "shared", src, size), CKS_OK);
+    cr_assert_eq(cks_test_put(cl, "proof", 1, "shared", src, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "proof", 1), CKS_OK);
 
     cks_restore_h r;
     uint64_t got;
     cr_assert_eq(cks_restore_open(cl, "proof", 1, &r), CKS_OK);
     memset(mbuf, 0, size);
-    cr_assert_eq(get_whole(r, "shared", mbuf, size, &got), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "shared", mbuf, size, &got), CKS_OK);
     cr_assert(got == size && memcmp(mbuf, ref, size) == 0);
     memset(dst, 0, size);
-    cr_assert_eq(get_whole(r, "plain", dst, size, &got), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "plain", dst, size, &got), CKS_OK);
     cr_assert(got == size && memcmp(dst, ref, size) == 0);
     cks_restore_close(r);
     cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
@@ -778,10 +660,10 @@ static void raw_setup(void)
     cr_assert_not_null(ref);
     cks_test_fill(ref, obj_size, seed);
     obj_ref = ref;
-    begin(cl, "src", 1);
-    cr_assert_eq(put_obj(cl, "src", 1, "obj", ref, obj_size), CKS_OK);
+    cks_test_begin(cl, "src", 1);
+    cr_assert_eq(cks_test_put(cl, "src", 1, "obj", ref, obj_size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "src", 1), CKS_OK);
-    begin(cl, "raw", 1);
+    cks_test_begin(cl, "raw", 1);
     cks_test_raw_open(&raw, srv.port, "rma-raw");
     void *base = NULL;
     cr_assert_eq(cks_tp_mem_alloc(raw.w, raw_len, &raw_mem, &base), CKS_OK);
@@ -807,14 +689,7 @@ static uint64_t raw_req_id = 100;
  * fills raw.status / raw.msg when a reply came. */
 static int raw_put(const char *key, uint64_t size, const desc_t *d, int wait_ms)
 {
-    cks_msg_put_t m = {0};
-    m.job           = cks_wire_cstr("raw");
-    m.version       = 1;
-    m.key           = cks_wire_cstr(key);
-    m.kind          = CKS_KIND_OTHER;
-    m.size          = size;
-    return cks_test_raw_request(&raw, CKS_MSG_PUT, CKS_WIRE_F_RMA, ++raw_req_id, &m, d->b, d->len,
-                       wait_ms);
+    return cks_test_raw_put(&raw, ++raw_req_id, "raw", 1, key, size, d->b, d->len, wait_ms);
 }
 
 /* GET of ("src", 1, "obj") [off, off + len) into the described memory. */
@@ -844,7 +719,7 @@ static int raw_get(uint64_t off, uint64_t len, const desc_t *d, int wait_ms)
 static void still_serving(const char *tag)
 {
     char key[64];
-    cr_assert(alive(&srv), "the server died (%s)", tag);
+    cr_assert(cks_test_server_alive(&srv), "the server died (%s)", tag);
 
     /* an honest descriptor on the same raw connection */
     snprintf(key, sizeof(key), "honest-%s", tag);
@@ -861,21 +736,21 @@ static void still_serving(const char *tag)
               "the server did not write the object into the described memory");
 
     /* a normal client on a new connection */
-    cks_client_h c = connect_client(&srv);
+    cks_client_h c = cks_test_client(&srv, 30000);
     uint8_t buf[5000], back[5000];
     cks_test_fill(buf, sizeof(buf), 77);
     char job[64];
     snprintf(job, sizeof(job), "after-%s", tag);
-    begin(c, job, 1);
-    cr_assert_eq(put_obj(c, job, 1, "k", buf, sizeof(buf)), CKS_OK);
+    cks_test_begin(c, job, 1);
+    cr_assert_eq(cks_test_put(c, job, 1, "k", buf, sizeof(buf)), CKS_OK);
     cr_assert_eq(cks_version_seal(c, job, 1), CKS_OK);
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(c, job, 1, &r), CKS_OK);
-    cr_assert_eq(get_whole(r, "k", back, sizeof(back), NULL), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "k", back, sizeof(back), NULL), CKS_OK);
     cr_assert(memcmp(buf, back, sizeof(buf)) == 0);
     cks_restore_close(r);
     cks_client_destroy(c);
-    cr_assert(alive(&srv), "the server died (%s)", tag);
+    cr_assert(cks_test_server_alive(&srv), "the server died (%s)", tag);
 }
 
 TestSuite(rma_raw, .init = raw_setup, .fini = raw_teardown, .timeout = 180);
@@ -889,7 +764,7 @@ Test(rma_raw, honest_descriptors_work)
     cks_restore_h r;
     uint8_t *back = malloc(70000);
     cr_assert_eq(cks_restore_open(cl, "raw", 1, &r), CKS_OK);
-    cr_assert_eq(get_whole(r, "honest-baseline", back, 70000, NULL), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "honest-baseline", back, 70000, NULL), CKS_OK);
     cr_assert(memcmp(back, raw_base + 1000, 70000) == 0, "the put stored other bytes");
     cks_restore_close(r);
     free(back);
@@ -923,7 +798,7 @@ Test(rma_raw, malformed_descriptors_are_refused)
         d = good;                                                           \
         edit;                                                               \
         EXPECT_REFUSED(raw_get(0, 4096, &d, 10000), "get, " what);          \
-        cr_assert(alive(&srv), "the server died: " what);                   \
+        cr_assert(cks_test_server_alive(&srv), "the server died: " what);                   \
     } while (0)
 
     CASE("bad magic", d.b[0] ^= 0x20);
@@ -973,7 +848,7 @@ Test(rma_raw, malformed_descriptors_are_refused)
     /* none of the refused puts left a key behind */
     for (int i = 0; i < n; i++) {
         snprintf(key, sizeof(key), "bad-%d", i);
-        cr_assert_eq(put_obj(cl, "raw", 1, key, "x", 1), CKS_OK, "key %s was kept", key);
+        cr_assert_eq(cks_test_put(cl, "raw", 1, key, "x", 1), CKS_OK, "key %s was kept", key);
     }
 }
 
@@ -1030,7 +905,7 @@ Test(rma_raw, a_lying_region_is_refused)
         snprintf(key, sizeof(key), "lie-%zu", i);
         snprintf(what, sizeof(what), "put, %s", lies[i].what);
         int replied = raw_put(key, 4096, &d, 10000);
-        cr_assert(alive(&srv), "the server died: %s", what);
+        cr_assert(cks_test_server_alive(&srv), "the server died: %s", what);
         EXPECT_REFUSED(replied, what);
 
         /* a get: refused and answered; the server must not write and must
@@ -1038,20 +913,21 @@ Test(rma_raw, a_lying_region_is_refused)
         d = lie_desc(&lies[i]);
         snprintf(what, sizeof(what), "get, %s", lies[i].what);
         replied = raw_get(0, 4096, &d, 2000);
-        cr_assert(alive(&srv), "the server died: %s", what);
+        cr_assert(cks_test_server_alive(&srv), "the server died: %s", what);
         EXPECT_REFUSED(replied, what);
     }
     /* each put and each get was refused: by the check of the mapping, or
      * (a range in the region's header) already by the descriptor's bounds */
-    size_t logged = log_count(srv.log, "sent a descriptor that does not match its memory") +
-                    log_count(srv.log, "bad RMA descriptor");
+    size_t logged =
+        (size_t)cks_test_log_lines(srv.log, "sent a descriptor that does not match its memory") +
+        (size_t)cks_test_log_lines(srv.log, "bad RMA descriptor");
     cr_assert_geq(logged, 2 * n, "the server logged %zu refused descriptors of %zu", logged,
                   2 * n);
     still_serving("lies");
     /* no refused put left a key (or bytes from the server's memory) behind */
     for (size_t i = 0; i < n; i++) {
         snprintf(key, sizeof(key), "lie-%zu", i);
-        cr_assert_eq(put_obj(cl, "raw", 1, key, "x", 1), CKS_OK, "key %s was kept", key);
+        cr_assert_eq(cks_test_put(cl, "raw", 1, key, "x", 1), CKS_OK, "key %s was kept", key);
     }
 }
 
@@ -1127,14 +1003,14 @@ static void write_cversion(cks_client_h c, const char *job, uint64_t version)
         total += csizes[i] + 64;
     }
     uint8_t *buf = shm_alloc(c, total);
-    begin(c, job, version);
+    cks_test_begin(c, job, version);
     uint64_t off = 0;
     for (size_t i = 0; i < CNOBJ; i++) {
         char key[64];
         ckey(key, sizeof(key), i);
         off += i; /* unaligned */
         memcpy(buf + off, cref[i], csizes[i]);
-        cr_assert_eq(put_obj(c, job, version, key, buf + off, csizes[i]), CKS_OK,
+        cr_assert_eq(cks_test_put(c, job, version, key, buf + off, csizes[i]), CKS_OK,
                      "put %s", key);
         off += csizes[i];
     }
@@ -1161,7 +1037,7 @@ static void verify_cversion(cks_client_h c, const char *job, uint64_t version,
         uint64_t got = UINT64_MAX;
         ckey(key, sizeof(key), i);
         memset(dst, 0xEE, csizes[i] + 4096);
-        cks_status_t st = get_whole(r, key, dst, CMAX + 4096, &got);
+        cks_status_t st = cks_test_get_whole(r, key, dst, CMAX + 4096, &got);
         cr_assert_eq(st, CKS_OK, "%s: get %s: %s", tag, key, cks_status_name(st));
         cr_assert_eq(got, csizes[i], "%s: %s: %llu bytes", tag, key,
                      (unsigned long long)got);
@@ -1172,7 +1048,7 @@ static void verify_cversion(cks_client_h c, const char *job, uint64_t version,
         }
         if (csizes[i] > 300000) {
             uint64_t off = CHUNK * 3 + 77, len = csizes[i] - off - 3;
-            st = get_range(r, key, dst + 1, off, len);
+            st = cks_test_get_range(r, key, dst + 1, off, len);
             cr_assert_eq(st, CKS_OK, "%s: range of %s: %s", tag, key,
                          cks_status_name(st));
             cr_assert(memcmp(dst + 1, cref[i] + off, len) == 0, "%s: range of %s", tag,
@@ -1198,7 +1074,7 @@ Test(rma_cluster, restores_into_shared_memory_with_two_servers_down)
     cr_assert_eq(cks_restore_open(c, "moe", 1, &r), CKS_OK);
     char key[64];
     ckey(key, sizeof(key), 4); /* 8 stripes: every server serves chunks of it */
-    cr_assert_eq(get_range(r, key, probe, STRIPE, 2 * STRIPE), CKS_OK);
+    cr_assert_eq(cks_test_get_range(r, key, probe, STRIPE, 2 * STRIPE), CKS_OK);
     cr_assert(memcmp(probe, cref[4] + STRIPE, 2 * STRIPE) == 0);
     cks_restore_close(r);
     int mapped = 0;
@@ -1255,7 +1131,7 @@ Test(rma_cluster, ranges_across_stripes_with_one_server_down)
     };
     for (size_t i = 0; i < CKS_ARRAY_SIZE(rg); i++) {
         memset(dst, 0x3C, 2 * MiB + 64);
-        cks_status_t st = get_range(r, key, dst + rg[i].at, rg[i].off, rg[i].len);
+        cks_status_t st = cks_test_get_range(r, key, dst + rg[i].at, rg[i].off, rg[i].len);
         cr_assert_eq(st, CKS_OK, "range %llu+%llu: %s", (unsigned long long)rg[i].off,
                      (unsigned long long)rg[i].len, cks_status_name(st));
         cr_assert(memcmp(dst + rg[i].at, cref[big] + rg[i].off, rg[i].len) == 0,
@@ -1303,13 +1179,13 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
     cr_assert_eq(cks_restore_open(c, "moe", 3, &r), CKS_OK);
 
     uint8_t *mdst = malloc(size);
-    cr_assert_eq(get_whole(r, key, mdst, size, &got), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, key, mdst, size, &got), CKS_OK);
     cr_assert(got == size && memcmp(mdst, cref[aligned], size) == 0);
     cr_assert(!cks_test_log_has(ccl.srv[3].log, fired, 0),
               "whole chunks read into malloc memory were checked by the server");
 
     uint8_t *sdst = shm_alloc(c, size);
-    cks_status_t st = get_whole(r, key, sdst, size, &got);
+    cks_status_t st = cks_test_get_whole(r, key, sdst, size, &got);
     cr_assert_eq(st, CKS_OK, "a chunk failing its CRC is decoded around: %s",
                  cks_status_name(st));
     cr_assert(got == size && memcmp(sdst, cref[aligned], size) == 0,
@@ -1429,7 +1305,7 @@ Test(rma_known_bugs, garbage_keys_are_refused)
         snprintf(key, sizeof(key), "garbage-%d", v);
         snprintf(what, sizeof(what), "put, garbage key %d", v);
         int replied = raw_put(key, 8192, &d, 5000);
-        cr_assert(alive(&srv), "the server died of %s", what);
+        cr_assert(cks_test_server_alive(&srv), "the server died of %s", what);
         cr_assert(replied, "%s: no reply", what);
         accepted[v] = raw.status == CKS_OK;
         if (!accepted[v]) {
@@ -1441,7 +1317,7 @@ Test(rma_known_bugs, garbage_keys_are_refused)
         memset(raw_base + 65536, 0x77, 8192);
         snprintf(what, sizeof(what), "get, garbage key %d", v);
         replied = raw_get(0, 8192, &d, 5000);
-        cr_assert(alive(&srv), "the server died of %s", what);
+        cr_assert(cks_test_server_alive(&srv), "the server died of %s", what);
         cr_assert(replied, "%s: no reply", what);
         if (raw.status == CKS_OK) {
             cr_assert(memcmp(raw_base + 65536, obj_ref, 8192) == 0,
@@ -1460,7 +1336,7 @@ Test(rma_known_bugs, garbage_keys_are_refused)
     for (int v = 0; v < NV; v++) {
         if (accepted[v]) {
             snprintf(key, sizeof(key), "garbage-%d", v);
-            cr_assert_eq(get_whole(r, key, back, sizeof(back), NULL), CKS_OK);
+            cr_assert_eq(cks_test_get_whole(r, key, back, sizeof(back), NULL), CKS_OK);
             cr_assert(memcmp(back, raw_base, 8192) == 0, "%s stored other bytes", key);
         }
     }
@@ -1482,7 +1358,7 @@ Test(rma_known_bugs, get_refusals_are_answered)
         desc_t d = lie_desc(&lies[i]);
         snprintf(what, sizeof(what), "get, %s", lies[i].what);
         int replied = raw_get(0, 4096, &d, 5000);
-        cr_assert(alive(&srv), "the server died: %s", what);
+        cr_assert(cks_test_server_alive(&srv), "the server died: %s", what);
         EXPECT_REFUSED(replied, what);
     }
     /* an honest descriptor of less memory than the reply needs */
@@ -1508,17 +1384,17 @@ Test(rma_known_bugs, too_small_shared_buffer_is_invalid_param)
     const uint64_t size = 64 * KiB;
     uint8_t *ref = malloc(size), *m = malloc(size);
     cks_test_fill(ref, size, 5);
-    begin(cl, "small", 1);
-    cr_assert_eq(put_obj(cl, "small", 1, "k", ref, size), CKS_OK);
+    cks_test_begin(cl, "small", 1);
+    cr_assert_eq(cks_test_put(cl, "small", 1, "k", ref, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "small", 1), CKS_OK);
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(cl, "small", 1, &r), CKS_OK);
-    cr_assert_eq(get_whole(r, "k", m, size - 1, NULL), CKS_ERR_INVALID_PARAM,
+    cr_assert_eq(cks_test_get_whole(r, "k", m, size - 1, NULL), CKS_ERR_INVALID_PARAM,
                  "malloc memory");
     uint8_t *s = shm_alloc(cl, 2 * size);
     memset(s, 0x33, 2 * size);
     uint64_t t0     = cks_time_ns();
-    cks_status_t st = get_whole(r, "k", s, size - 1, NULL);
+    cks_status_t st = cks_test_get_whole(r, "k", s, size - 1, NULL);
     double secs     = (double)(cks_time_ns() - t0) / 1e9;
     for (uint64_t b = size - 1; b < 2 * size; b++) {
         cr_assert_eq(s[b], 0x33, "written past the buffer");
@@ -1608,7 +1484,7 @@ Test(rma_known_bugs, another_processs_region_is_refused)
     snprintf(put_msg, sizeof(put_msg), "%s", raw.msg);
     int get_replied    = raw_get(0, 8192, &vd, 5000);
     int32_t get_status = raw.status;
-    cr_assert(alive(&srv));
+    cr_assert(cks_test_server_alive(&srv));
 
     /* what the victim saw */
     cr_assert_eq(write(to_child[1], "x", 1), 1);
@@ -1633,7 +1509,7 @@ Test(rma_known_bugs, another_processs_region_is_refused)
         uint8_t back[8192];
         cr_assert_eq(cks_version_seal(cl, "raw", 1), CKS_OK);
         cr_assert_eq(cks_restore_open(cl, "raw", 1, &r), CKS_OK);
-        if (get_whole(r, "stolen", back, sizeof(back), NULL) == CKS_OK) {
+        if (cks_test_get_whole(r, "stolen", back, sizeof(back), NULL) == CKS_OK) {
             stolen = 1;
             for (size_t i = 0; i < sizeof(back); i++) {
                 stolen &= back[i] == 0x42;
@@ -1710,10 +1586,11 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
     uint8_t *dst = shm_alloc(cl, big + 65536);
     memcpy(src, ref, big + 4096);
 
-    begin(cl, "copy", 1);
+    cks_test_begin(cl, "copy", 1);
     for (size_t i = 0; i < CKS_ARRAY_SIZE(sizes); i++) {
         snprintf(key, sizeof(key), "obj-%zu", i);
-        cr_assert_eq(put_obj(cl, "copy", 1, key, src + 7 * i, sizes[i]), CKS_OK, "put %s", key);
+        cr_assert_eq(cks_test_put(cl, "copy", 1, key, src + 7 * i, sizes[i]), CKS_OK,
+                     "put %s", key);
     }
     cr_assert_eq(cks_version_seal(cl, "copy", 1), CKS_OK);
     cr_assert(memcmp(src, ref, big + 4096) == 0, "the source buffer changed");
@@ -1725,7 +1602,7 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
         snprintf(key, sizeof(key), "obj-%zu", i);
         /* whole (checked as written, by the progress thread) */
         memset(dst, 0xA5, sizes[i] + 4096);
-        cr_assert_eq(get_whole(r, key, dst, big + 65536, &len), CKS_OK, "get %s", key);
+        cr_assert_eq(cks_test_get_whole(r, key, dst, big + 65536, &len), CKS_OK, "get %s", key);
         cr_assert_eq(len, sizes[i]);
         cr_assert(memcmp(dst, ref + 7 * i, sizes[i]) == 0, "bytes of %s differ", key);
         /* ranges of 2 MiB and more (unchecked: the copy threads) at odd
@@ -1734,7 +1611,7 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
         uint64_t n   = sizes[i] - 1; /* never the whole object: unchecked */
         size_t d     = 13 + 4096 * i;
         memset(dst, 0x5C, n + d + 64);
-        cr_assert_eq(get_range(r, key, dst + d, off, n), CKS_OK, "range of %s", key);
+        cr_assert_eq(cks_test_get_range(r, key, dst + d, off, n), CKS_OK, "range of %s", key);
         cr_assert(memcmp(dst + d, ref + 7 * i + off, n) == 0, "range of %s differs", key);
         for (size_t b = 0; b < d; b++) {
             cr_assert_eq(dst[b], 0x5C, "written before the range of %s", key);
@@ -1771,7 +1648,7 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
 
     /* non-blocking puts, all in flight together: the threads take their
      * parts job after job */
-    begin(cl, "burst", 1);
+    cks_test_begin(cl, "burst", 1);
     cks_test_count_init(&b, N);
     for (unsigned i = 0; i < N; i++) {
         char key[32];
@@ -1828,19 +1705,19 @@ Test(rma_copy, a_rotted_object_fails_its_whole_get_on_the_copy_threads)
     uint64_t len        = 0;
 
     cks_test_fill(src, size, seed);
-    begin(cl, "rot", 1);
-    cr_assert_eq(put_obj(cl, "rot", 1, "obj", src, size), CKS_OK);
+    cks_test_begin(cl, "rot", 1);
+    cr_assert_eq(cks_test_put(cl, "rot", 1, "obj", src, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "rot", 1), CKS_OK);
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(cl, "rot", 1, &r), CKS_OK);
     /* whole gets are checked (each part as written, then combined) */
-    cr_assert_eq(get_whole(r, "obj", dst, size, &len), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "obj", dst, size, &len), CKS_OK);
     cr_assert(len == size && memcmp(dst, src, size) == 0, "the bytes before the rot");
 
     /* the arena's copy rots after its CRC was recorded: near the end, in a
      * part that one of the other threads copies */
     cr_assert_eq(cks_test_rot(srv.arena, src + size - 3 * MiB + 5), 1);
-    cr_assert_eq(get_whole(r, "obj", dst, size, &len), CKS_ERR_CRC_MISMATCH,
+    cr_assert_eq(cks_test_get_whole(r, "obj", dst, size, &len), CKS_ERR_CRC_MISMATCH,
                  "a whole get of a rotted object");
     cks_restore_close(r);
     cr_assert_eq(cks_mem_free(cl, src), CKS_OK);

@@ -22,13 +22,6 @@
 static cks_test_server_t srv;
 static cks_client_h cl;
 
-static cks_client_h connect_client(const cks_test_server_t *s)
-{
-    cks_client_h c;
-    cr_assert_eq(cks_test_connect(s, 60000, &c), CKS_OK, "connect to %s", s->addr);
-    return c;
-}
-
 static void setup_server(uint64_t arena)
 {
     /* Criterion runs the suite's .init before a test's own: a test that asks
@@ -39,7 +32,7 @@ static void setup_server(uint64_t arena)
         cks_test_server_cleanup(&srv);
     }
     cr_assert_eq(cks_test_server_start(&srv, arena), 0);
-    cl = connect_client(&srv);
+    cl = cks_test_client(&srv, 60000);
 }
 
 static void setup(void)
@@ -59,55 +52,11 @@ static void teardown(void)
     cks_test_server_cleanup(&srv);
 }
 
-static void begin(const char *job, uint64_t version)
-{
-    cks_version_params_t vp = {0};
-    vp.job                  = job;
-    vp.version              = version;
-    cr_assert_eq(cks_version_begin(cl, &vp), CKS_OK, "begin %s/%llu", job,
-                 (unsigned long long)version);
-}
-
 static cks_status_t put(cks_client_h c, const char *job, uint64_t version, const char *key,
                         const void *buf, uint64_t size)
 {
-    cks_put_params_t p = {0};
-    p.field_mask       = CKS_PUT_FIELD_TAGS;
-    p.job              = job;
-    p.version          = version;
-    p.key              = key;
-    p.buffer           = buf;
-    p.size             = size;
-    p.tags.kind        = CKS_KIND_EXPERT;
-    p.tags.layer       = 3;
-    p.tags.expert      = 7;
-    p.tags.rank        = 1;
-    return cks_put(c, &p);
-}
-
-static cks_status_t get_range(cks_restore_h r, const char *key, void *buf, uint64_t off,
-                              uint64_t len)
-{
-    cks_get_params_t g = {0};
-    g.field_mask       = CKS_GET_FIELD_RANGE;
-    g.key              = key;
-    g.buffer           = buf;
-    g.buffer_size      = len;
-    g.offset           = off;
-    g.length           = len;
-    return cks_get(r, &g, NULL);
-}
-
-static cks_status_t get_whole(cks_restore_h r, const char *key, void *buf, uint64_t cap,
-                              uint64_t *len_p)
-{
-    cks_get_params_t g = {0};
-    g.field_mask       = CKS_GET_FIELD_FLAGS;
-    g.key              = key;
-    g.buffer           = buf;
-    g.buffer_size      = cap;
-    g.flags            = CKS_GET_VERIFY;
-    return cks_get(r, &g, len_p);
+    return cks_test_put_tagged(c, job, version, key, buf, size,
+                               (cks_tags_t){CKS_KIND_EXPERT, 3, 7, 1});
 }
 
 TestSuite(single, .init = setup, .fini = teardown, .timeout = 120);
@@ -118,7 +67,7 @@ Test(single, round_trip_sizes, .init = setup_big, .timeout = 300)
     uint64_t seed = cks_test_seed(42);
     char key[32];
 
-    begin("job", 1);
+    cks_test_begin(cl, "job", 1);
     uint8_t *src = malloc(256 * MiB), *dst = malloc(256 * MiB);
     cr_assert(src && dst);
     cks_test_fill(src, 256 * MiB, seed);
@@ -140,7 +89,7 @@ Test(single, round_trip_sizes, .init = setup_big, .timeout = 300)
         uint64_t len = UINT64_MAX;
         snprintf(key, sizeof(key), "obj-%zu", i);
         memset(dst, 0xA5, sizes[i] + (sizes[i] < 256 * MiB));
-        cr_assert_eq(get_whole(r, key, dst, 256 * MiB, &len), CKS_OK, "get %s", key);
+        cr_assert_eq(cks_test_get_whole(r, key, dst, 256 * MiB, &len), CKS_OK, "get %s", key);
         cr_assert_eq(len, sizes[i]);
         cr_assert(memcmp(src, dst, sizes[i]) == 0, "bytes of %s differ", key);
         if (sizes[i] < 256 * MiB) {
@@ -165,29 +114,13 @@ Test(single, byte_ranges)
     const uint64_t size = 3 * MiB + 12345;
     uint8_t *src = malloc(size), *dst = malloc(size);
     cks_test_fill(src, size, cks_test_seed(7));
-    begin("job", 5);
+    cks_test_begin(cl, "job", 5);
     cr_assert_eq(put(cl, "job", 5, "tensor", src, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "job", 5), CKS_OK);
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(cl, "job", 5, &r), CKS_OK);
 
-    static const uint64_t offs[] = {0, 1, 7, 4095, 4097, MiB - 3, 2 * MiB + 1};
-    static const uint64_t lens[] = {1, 3, 4096, 65537, MiB + 7};
-    for (size_t i = 0; i < CKS_ARRAY_SIZE(offs); i++) {
-        for (size_t j = 0; j < CKS_ARRAY_SIZE(lens); j++) {
-            uint64_t len = CKS_MIN(lens[j], size - offs[i]);
-            cr_assert_eq(get_range(r, "tensor", dst, offs[i], len), CKS_OK);
-            cr_assert(memcmp(dst, src + offs[i], len) == 0, "range %llu+%llu",
-                      (unsigned long long)offs[i], (unsigned long long)len);
-        }
-    }
-    /* the last byte, and an empty range at the very end */
-    cr_assert_eq(get_range(r, "tensor", dst, size - 1, 1), CKS_OK);
-    cr_assert_eq(dst[0], src[size - 1]);
-    cr_assert_eq(get_range(r, "tensor", dst, size, 0), CKS_OK);
-    /* past the end */
-    cr_assert_eq(get_range(r, "tensor", dst, size - 10, 11), CKS_ERR_OUT_OF_RANGE);
-    cr_assert_eq(get_range(r, "tensor", dst, size + 1, 0), CKS_ERR_OUT_OF_RANGE);
+    cks_test_check_ranges(r, "tensor", src, size, dst, NULL, 0);
     char text[256];
     cks_client_last_error(cl, text, sizeof(text));
     cr_expect(strstr(text, "past the end") != NULL, "message: %s", text);
@@ -230,7 +163,7 @@ Test(single, ten_thousand_small_objects, .timeout = 300)
     int outstanding      = 0;
     char key[64];
 
-    begin("many", 1);
+    cks_test_begin(cl, "many", 1);
     for (int i = 0; i < N; i++) {
         vals[i] = (uint64_t)i * 2654435761u;
         pthread_mutex_lock(&lock);
@@ -303,7 +236,7 @@ Test(single, ten_thousand_small_objects, .timeout = 300)
     for (int i = 0; i < N; i += 997) {
         uint64_t v = 0;
         snprintf(key, sizeof(key), "layer%02d/expert%03d/shard%05d", i % 24, i % 128, i);
-        cr_assert_eq(get_whole(r, key, &v, sizeof(v), NULL), CKS_OK);
+        cr_assert_eq(cks_test_get_whole(r, key, &v, sizeof(v), NULL), CKS_OK);
         cr_assert_eq(v, vals[i]);
     }
     cks_restore_close(r);
@@ -350,7 +283,7 @@ static void *client_worker(void *arg)
         uint64_t len;
         snprintf(key, sizeof(key), "k%d", k);
         src[0] = (uint8_t)(3 * 10 + k);
-        ok &= get_whole(r, key, dst, size, &len) == CKS_OK && len == size &&
+        ok &= cks_test_get_whole(r, key, dst, size, &len) == CKS_OK && len == size &&
               memcmp(src, dst, size) == 0;
     }
     if (ok) {
@@ -391,7 +324,7 @@ Test(single, restart_persistence)
     uint8_t *src = malloc(size), *dst = malloc(size);
     cks_test_fill(src, size, cks_test_seed(9));
 
-    begin("persist", 10);
+    cks_test_begin(cl, "persist", 10);
     cr_assert_eq(put(cl, "persist", 10, "a", src, size), CKS_OK);
     cr_assert_eq(put(cl, "persist", 10, "b", src + 1, size - 1), CKS_OK);
     cr_assert_eq(put(cl, "persist", 10, "empty", src, 0), CKS_OK); /* no arena space */
@@ -406,7 +339,7 @@ Test(single, restart_persistence)
     cks_client_destroy(cl);
     cl = NULL;
     cr_assert_eq(cks_test_server_restart(&srv), 0); /* SIGKILL, then start again */
-    cl = connect_client(&srv);
+    cl = cks_test_client(&srv, 60000);
 
     cks_restore_h r;
     cr_assert_eq(cks_restore_open(cl, "persist", CKS_VERSION_LATEST, &r), CKS_OK);
@@ -414,12 +347,12 @@ Test(single, restart_persistence)
     cks_restore_info(r, &vi);
     cr_assert_eq(vi.version, 10, "latest restorable is the sealed one");
     uint64_t len;
-    cr_assert_eq(get_whole(r, "a", dst, size, &len), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "a", dst, size, &len), CKS_OK);
     cr_assert(len == size && memcmp(dst, src, size) == 0);
-    cr_assert_eq(get_whole(r, "b", dst, size, &len), CKS_OK);
+    cr_assert_eq(cks_test_get_whole(r, "b", dst, size, &len), CKS_OK);
     cr_assert(len == size - 1 && memcmp(dst, src + 1, size - 1) == 0);
     len = 1;
-    cr_assert_eq(get_whole(r, "empty", dst, size, &len), CKS_OK,
+    cr_assert_eq(cks_test_get_whole(r, "empty", dst, size, &len), CKS_OK,
                  "a 0-byte object survives the restart");
     cr_assert_eq(len, 0);
     cks_restore_close(r);
@@ -451,7 +384,7 @@ Test(single, bad_input_gets_clear_errors)
     cr_assert_eq(cks_restore_open(cl, "nojob", 1, &r), CKS_ERR_NO_SUCH_JOB);
     cr_assert_eq(cks_version_stat(cl, "nojob", 1, &vi), CKS_ERR_NO_SUCH_JOB);
 
-    begin("bad", 1);
+    cks_test_begin(cl, "bad", 1);
     cr_assert_eq(put(cl, "bad", 1, "x", buf, sizeof(buf)), CKS_OK);
     cr_assert_eq(put(cl, "bad", 1, "x", buf, 10), CKS_ERR_DUPLICATE_KEY);
     cr_assert_eq(put(cl, "bad", 2, "x", buf, 10), CKS_ERR_NO_SUCH_VERSION);
@@ -468,14 +401,14 @@ Test(single, bad_input_gets_clear_errors)
     cr_assert_eq(cks_restore_open(cl, "bad", 1, &r), CKS_OK);
     cks_object_info_t oi;
     cr_assert_eq(cks_object_stat(r, "nokey", &oi), CKS_ERR_NO_SUCH_KEY);
-    cr_assert_eq(get_range(r, "nokey", buf, 0, 1), CKS_ERR_NO_SUCH_KEY);
-    cr_assert_eq(get_range(r, "x", buf, 4000, 97), CKS_ERR_OUT_OF_RANGE);
+    cr_assert_eq(cks_test_get_range(r, "nokey", buf, 0, 1), CKS_ERR_NO_SUCH_KEY);
+    cr_assert_eq(cks_test_get_range(r, "x", buf, 4000, 97), CKS_ERR_OUT_OF_RANGE);
     /* a buffer too small for the whole object */
-    cr_assert_eq(get_whole(r, "x", buf, 100, NULL), CKS_ERR_INVALID_PARAM);
+    cr_assert_eq(cks_test_get_whole(r, "x", buf, 100, NULL), CKS_ERR_INVALID_PARAM);
     cks_restore_close(r);
 
     /* arena full: the put is refused, and space is there again after a delete */
-    begin("bad", 3);
+    cks_test_begin(cl, "bad", 3);
     uint64_t big = 40 * MiB;
     uint8_t *blob = calloc(1, big);
     cr_assert_eq(put(cl, "bad", 3, "big1", blob, big), CKS_OK);
@@ -486,7 +419,7 @@ Test(single, bad_input_gets_clear_errors)
     cr_assert_eq(cks_version_abort(cl, "bad", 3), CKS_OK);
     cr_assert_eq(cks_version_stat(cl, "bad", 3, &vi), CKS_OK);
     cr_assert_eq(vi.state, CKS_VSTATE_ABORTED);
-    begin("bad", 4);
+    cks_test_begin(cl, "bad", 4);
     cr_assert_eq(put(cl, "bad", 4, "big2", blob, big), CKS_OK, "space freed by abort");
     cr_assert_eq(cks_version_seal(cl, "bad", 4), CKS_OK);
     cr_assert_eq(cks_version_delete(cl, "bad", 4), CKS_OK);
@@ -495,7 +428,7 @@ Test(single, bad_input_gets_clear_errors)
 
     /* the server still serves */
     cr_assert_eq(cks_restore_open(cl, "bad", 1, &r), CKS_OK);
-    cr_assert_eq(get_range(r, "x", buf, 0, 3), CKS_OK);
+    cr_assert_eq(cks_test_get_range(r, "x", buf, 0, 3), CKS_OK);
     cr_assert(buf[0] == 1 && buf[1] == 2 && buf[2] == 3);
     cks_restore_close(r);
 }

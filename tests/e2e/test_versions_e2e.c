@@ -43,19 +43,9 @@ static void teardown(void)
 
 TestSuite(versions, .init = setup, .fini = teardown, .timeout = 300);
 
-static cks_status_t put_obj(cks_client_h c, const char *job, uint64_t v, const char *key,
-                            const void *buf, uint64_t size, cks_tags_t tags)
-{
-    cks_put_params_t p = {0};
-    p.field_mask       = CKS_PUT_FIELD_TAGS;
-    p.job              = job;
-    p.version          = v;
-    p.key              = key;
-    p.buffer           = buf;
-    p.size             = size;
-    p.tags             = tags;
-    return cks_put(c, &p);
-}
+/* Tags of an RNG state, and of an object of no particular kind. */
+static const cks_tags_t rng_tags   = {CKS_KIND_RNG, -1, -1, 0};
+static const cks_tags_t other_tags = {CKS_KIND_OTHER, -1, -1, 0};
 
 /* Bytes of expert e of layer l as saved at step t (so every save differs). */
 static void expert_bytes(uint8_t *b, size_t n, int l, int e, uint64_t t)
@@ -86,16 +76,16 @@ Test(versions, partial_experts_with_retention, .timeout = 600)
         for (int l = 0; l < LAYERS; l++) {
             snprintf(key, sizeof(key), "layer%d/dense", l);
             cks_test_fill(buf, dsz, t * 100 + (uint64_t)l);
-            cr_assert_eq(put_obj(c, "moe", t, key, buf, dsz,
-                                 (cks_tags_t){CKS_KIND_DENSE, l, CKS_TAG_NONE, 0}),
+            cr_assert_eq(cks_test_put_tagged(c, "moe", t, key, buf, dsz,
+                                             (cks_tags_t){CKS_KIND_DENSE, l, CKS_TAG_NONE, 0}),
                          CKS_OK);
             for (int j = 0; j < PER_STEP; j++) {
                 /* interleaved across layers: layer l is l steps ahead */
                 int e = (int)(((t - 1 + (uint64_t)l) * PER_STEP + (uint64_t)j) % EXPERTS);
                 snprintf(key, sizeof(key), "layer%d/expert%02d", l, e);
                 expert_bytes(buf, esz, l, e, t);
-                cr_assert_eq(put_obj(c, "moe", t, key, buf, esz,
-                                     (cks_tags_t){CKS_KIND_EXPERT, l, e, 0}),
+                cr_assert_eq(cks_test_put_tagged(c, "moe", t, key, buf, esz,
+                                                 (cks_tags_t){CKS_KIND_EXPERT, l, e, 0}),
                              CKS_OK);
                 newest[l][e] = t;
             }
@@ -163,10 +153,8 @@ Test(versions, delete_marker_and_parent_rules)
     cks_client_h c = connect_cluster();
     cks_version_params_t vp = {.job = "j", .version = 1};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "j", 1, "a", b, 100, (cks_tags_t){CKS_KIND_OTHER, -1, -1, 0}),
-                 CKS_OK);
-    cr_assert_eq(put_obj(c, "j", 1, "b", b, 50, (cks_tags_t){CKS_KIND_OTHER, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "j", 1, "a", b, 100, other_tags), CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "j", 1, "b", b, 50, other_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "j", 1), CKS_OK);
     /* a parent that does not exist, or is not restorable, is refused */
     vp = (cks_version_params_t){.field_mask = CKS_VERSION_FIELD_PARENT, .job = "j",
@@ -187,19 +175,6 @@ Test(versions, delete_marker_and_parent_rules)
     cks_client_destroy(c);
 }
 
-typedef struct {
-    cks_client_h c;
-    uint32_t rank;
-    cks_status_t st;
-} finish_arg_t;
-
-static void *finish_thread(void *arg)
-{
-    finish_arg_t *f = arg;
-    f->st           = cks_version_finish(f->c, "mr", 5, f->rank);
-    return NULL;
-}
-
 Test(versions, ranks_finish_then_commit)
 {
     enum { RANKS = 3 };
@@ -217,8 +192,8 @@ Test(versions, ranks_finish_then_commit)
         for (int k = 0; k < 2; k++) {
             memset(b, i * 2 + k, sizeof(b));
             snprintf(key, sizeof(key), "rank%d/part%d", i, k);
-            cr_assert_eq(put_obj(c[i], "mr", 5, key, b, sizeof(b),
-                                 (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, i}),
+            cr_assert_eq(cks_test_put_tagged(c[i], "mr", 5, key, b, sizeof(b),
+                                             (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, i}),
                          CKS_OK);
         }
     }
@@ -228,18 +203,16 @@ Test(versions, ranks_finish_then_commit)
     }
     cks_version_info_t vi;
     /* ranks 0 and 1 finish from threads of their own (each waits for the outcome) */
-    finish_arg_t fa[2];
-    pthread_t th[2];
+    cks_test_finish_t fa[2];
     for (int i = 0; i < 2; i++) {
-        fa[i] = (finish_arg_t){c[i], (uint32_t)i, CKS_INPROGRESS};
-        cr_assert_eq(pthread_create(&th[i], NULL, finish_thread, &fa[i]), 0);
+        cks_test_finish_start(&fa[i], c[i], "mr", 5, (uint32_t)i);
     }
     /* not restorable before the last rank finishes (rank 2 has not yet) */
     cr_assert_eq(cks_version_stat(c[2], "mr", 5, &vi), CKS_OK);
     cr_assert_eq(vi.state, CKS_VSTATE_OPEN);
     cr_assert_eq(cks_version_finish(c[2], "mr", 5, 2), CKS_OK);
     for (int i = 0; i < 2; i++) {
-        pthread_join(th[i], NULL);
+        cks_test_finish_join(&fa[i]);
         cr_assert_eq(fa[i].st, CKS_OK, "rank %d's finish: %s", i, cks_status_name(fa[i].st));
     }
     cr_assert_eq(cks_version_stat(c[2], "mr", 5, &vi), CKS_OK);
@@ -258,14 +231,12 @@ Test(versions, rank_that_never_finishes_is_aborted)
     cks_client_h c = connect_cluster();
     cks_version_params_t vp = {.job = "t", .version = 1};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "t", 1, "x", b, sizeof(b), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "t", 1, "x", b, sizeof(b), rng_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "t", 1), CKS_OK);
     vp = (cks_version_params_t){.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
                                 .job = "t", .version = 2, .nranks = 2, .timeout_s = 2};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "t", 2, "x", b, sizeof(b), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "t", 2, "x", b, sizeof(b), rng_tags), CKS_OK);
     /* rank 0 finishes; rank 1 "died": the deadline aborts the version */
     cks_status_t st = cks_version_finish(c, "t", 2, 0);
     cr_assert_eq(st, CKS_ERR_TIMEOUT, "got %s", cks_status_name(st));
@@ -388,9 +359,7 @@ Test(versions, writers_race_for_one_version)
         cr_assert_eq(cks_version_stat(c, "race", v, &vi), CKS_OK);
         cr_assert_eq(vi.state, CKS_VSTATE_OPEN);
         memset(b, round, sizeof(b));
-        cr_assert_eq(put_obj(c, "race", v, "x", b, sizeof(b),
-                             (cks_tags_t){CKS_KIND_OTHER, -1, -1, 0}),
-                     CKS_OK);
+        cr_assert_eq(cks_test_put_tagged(c, "race", v, "x", b, sizeof(b), other_tags), CKS_OK);
         cr_assert_eq(cks_version_seal(c, "race", v), CKS_OK);
         cks_client_destroy(c);
     }
@@ -445,16 +414,14 @@ Test(versions, coordinator_killed_mid_version)
     cr_assert_not_null(c);
     cks_version_params_t vp = {.job = "co", .version = 1};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "co", 1, "x", x, sizeof(x), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "co", 1, "x", x, sizeof(x), rng_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "co", 1), CKS_OK);
 
     int coord = cks_test_coordinator(cl.map, "co", 2);
     cr_assert_geq(coord, 0);
     vp.version = 2;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "co", 2, "x", x, sizeof(x), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "co", 2, "x", x, sizeof(x), rng_tags), CKS_OK);
     /* the open version lives on its coordinator only */
     for (size_t i = 0; i < NSRV; i++) {
         cks_client_params_t p = {.field_mask = CKS_CLIENT_FIELD_SERVER,
@@ -516,14 +483,11 @@ Test(versions, coordinator_killed_mid_version)
                                 .version = v_dead, .parent = 1};
     /* its first candidate is dead: the next one coordinates it (failover) */
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "co", v_dead, "y", y, sizeof(y),
-                         (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "co", v_dead, "y", y, sizeof(y), rng_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "co", v_dead), CKS_OK);
     vp.version = v_live;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "co", v_live, "y", y, sizeof(y),
-                         (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
+    cr_assert_eq(cks_test_put_tagged(c, "co", v_live, "y", y, sizeof(y), rng_tags),
                  CKS_OK, "stored on its primary");
     cr_assert_eq(cks_version_seal(c, "co", v_live), CKS_OK,
                  "with one server down the object is stored without its chunk there");
@@ -573,8 +537,7 @@ Test(versions, coordinator_killed_mid_version)
     }
     vp.version = v;
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "co", v, "y", y, sizeof(y), (cks_tags_t){CKS_KIND_RNG, -1, -1, 0}),
-                 CKS_OK);
+    cr_assert_eq(cks_test_put_tagged(c, "co", v, "y", y, sizeof(y), rng_tags), CKS_OK);
     cr_assert_eq(cks_version_seal(c, "co", v), CKS_OK);
     cr_assert_eq(cks_version_latest(c, "co", &vi), CKS_OK);
     cr_assert_eq(vi.version, v);
@@ -610,8 +573,8 @@ static int writer(int rank, int nranks)
     }
     tensor_bytes(b, lo, hi - lo);
     snprintf(key, sizeof(key), "dense/shard%d", rank);
-    int rc = put_obj(c, "reshard", 1, key, b, hi - lo,
-                     (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, rank}) != CKS_OK ||
+    int rc = cks_test_put_tagged(c, "reshard", 1, key, b, hi - lo,
+                                 (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, rank}) != CKS_OK ||
              cks_version_finish(c, "reshard", 1, (uint32_t)rank) != CKS_OK;
     cks_client_destroy(c);
     free(b);
@@ -700,15 +663,7 @@ static int cli(char *out, size_t len, const char *args)
 {
     char cmd[1024];
     snprintf(cmd, sizeof(cmd), "%s --cluster %s %s 2>&1", CKS_CLI_BIN, cl.map, args);
-    FILE *f = popen(cmd, "r");
-    size_t n = 0;
-    cr_assert_not_null(f);
-    while (n + 1 < len && fgets(out + n, (int)(len - n), f) != NULL) {
-        n += strlen(out + n);
-    }
-    out[n] = '\0';
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return cks_test_run(cmd, out, len);
 }
 
 Test(versions, command_line)
@@ -719,14 +674,15 @@ Test(versions, command_line)
     cks_version_params_t vp = {.job = "cli", .version = 4};
     memset(b, 9, sizeof(b));
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "cli", 4, "layer1/expert3", b, sizeof(b),
-                         (cks_tags_t){CKS_KIND_EXPERT, 1, 3, 0}),
+    cr_assert_eq(cks_test_put_tagged(c, "cli", 4, "layer1/expert3", b, sizeof(b),
+                                     (cks_tags_t){CKS_KIND_EXPERT, 1, 3, 0}),
                  CKS_OK);
     cr_assert_eq(cks_version_seal(c, "cli", 4), CKS_OK);
     vp = (cks_version_params_t){.field_mask = CKS_VERSION_FIELD_PARENT, .job = "cli",
                                 .version = 5, .parent = 4};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    cr_assert_eq(put_obj(c, "cli", 5, "dense", b, 100, (cks_tags_t){CKS_KIND_DENSE, 0, -1, 0}),
+    cr_assert_eq(cks_test_put_tagged(c, "cli", 5, "dense", b, 100,
+                                     (cks_tags_t){CKS_KIND_DENSE, 0, -1, 0}),
                  CKS_OK);
     cr_assert_eq(cks_version_seal(c, "cli", 5), CKS_OK);
     cks_client_destroy(c);

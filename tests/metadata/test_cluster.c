@@ -20,6 +20,8 @@
 
 #include "cks_common.h"
 
+#include "cks_test_unit.h"
+
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,42 +29,21 @@
 #include <string.h>
 #include <unistd.h>
 
-#define ST_EQ(expr, expected)                                          \
-    do {                                                               \
-        cks_status_t st_ = (expr);                                     \
-        cr_assert_eq(st_, (expected), "%s: got %s, want %s", #expr,    \
-                     cks_status_name(st_), cks_status_name(expected)); \
-    } while (0)
-#define ST_OK(expr) ST_EQ(expr, CKS_OK)
+#define ST_EQ CKS_TEST_ST_EQ /* cks_test_unit.h */
+#define ST_OK CKS_TEST_ST_OK
 
 #define JOB  "job-0"
 #define J(s) (s), strlen(s)
 
+/* The test's seed, printed: see cks_test_unit.h. */
 static uint64_t test_seed(const char *name, uint64_t dflt)
 {
-    const char *env = getenv("CKS_TEST_SEED");
-    uint64_t seed = dflt;
-
-    if ((env != NULL) && (*env != '\0')) {
-        seed = strtoull(env, NULL, 0);
-    }
-    fprintf(stderr, "[cluster::%s] seed %" PRIu64 " (set CKS_TEST_SEED to change)\n",
-            name, seed);
-    return seed;
-}
-
-static uint64_t rnd_next(uint64_t *s) /* splitmix64 */
-{
-    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return cks_test_named_seed("cluster", name, dflt);
 }
 
 static unsigned rnd_below(uint64_t *s, unsigned n)
 {
-    return (unsigned)(rnd_next(s) % n);
+    return (unsigned)(cks_test_rng_next(s) % n);
 }
 
 /* ---- building maps --------------------------------------------------------- */
@@ -278,7 +259,7 @@ Test(cluster_map, serialize_round_trip, .timeout = 20)
     for (int iter = 0; iter < 50; iter++) {
         tsrv_t s[64];
         size_t n = random_layout(&rs, s, 64);
-        uint64_t epoch = (iter == 0) ? UINT64_MAX : rnd_next(&rs);
+        uint64_t epoch = (iter == 0) ? UINT64_MAX : cks_test_rng_next(&rs);
         char *t = map_text(epoch, s, n), *c1, *c2;
         size_t l1, l2;
         cks_cluster_h m1 = parse_ok(t), m2, m3;
@@ -708,7 +689,7 @@ Test(placement, matches_reference, .timeout = 120)
         for (int obj = 0; obj < 20; obj++) {
             unsigned m = 1 + rnd_below(&rs, CKS_MIN(4u, (unsigned)nn - 1));
             unsigned k = 1 + rnd_below(&rs, CKS_MIN(16u, (unsigned)nn - m));
-            uint64_t stripe = rnd_next(&rs) % 4;
+            uint64_t stripe = cks_test_rng_next(&rs) % 4;
             const uint8_t *dp = NULL;
             uint16_t a[CKS_PLACE_WIDTH_MAX], b[CKS_PLACE_WIDTH_MAX];
             char key[80];

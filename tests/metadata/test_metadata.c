@@ -12,6 +12,8 @@
 
 #include "cks_common.h"
 
+#include "cks_test_unit.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <ftw.h>
@@ -25,13 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ST_EQ(expr, expected)                                          \
-    do {                                                               \
-        cks_status_t st_ = (expr);                                     \
-        cr_assert_eq(st_, (expected), "%s: got %s, want %s", #expr,    \
-                     cks_status_name(st_), cks_status_name(expected)); \
-    } while (0)
-#define ST_OK(expr) ST_EQ(expr, CKS_OK)
+#define ST_EQ CKS_TEST_ST_EQ /* cks_test_unit.h */
+#define ST_OK CKS_TEST_ST_OK
 
 /* ---- fixture ------------------------------------------------------------- */
 
@@ -59,26 +56,10 @@ static void teardown(void)
     }
 }
 
+/* The test's seed, printed: see cks_test_unit.h. */
 static uint64_t test_seed(const char *name, uint64_t dflt)
 {
-    const char *env = getenv("CKS_TEST_SEED");
-    uint64_t seed = dflt;
-
-    if ((env != NULL) && (*env != '\0')) {
-        seed = strtoull(env, NULL, 0);
-    }
-    fprintf(stderr, "[metadata::%s] seed %" PRIu64 " (set CKS_TEST_SEED to change)\n",
-            name, seed);
-    return seed;
-}
-
-static uint64_t rnd_next(uint64_t *s) /* splitmix64 */
-{
-    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return cks_test_named_seed("metadata", name, dflt);
 }
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -654,7 +635,7 @@ Test(metadata, object_list_10000_ordered_and_paginated)
      * from numeric order of i */
     for (size_t i = 0; i < N; i++) {
         char buf[64];
-        uint64_t r = rnd_next(&seed);
+        uint64_t r = cks_test_rng_next(&seed);
 
         snprintf(buf, sizeof(buf), "layer.%" PRIu64 ".%s.%zu", r % 97,
                  (r & 1) ? "w" : "bias", i);
@@ -663,7 +644,7 @@ Test(metadata, object_list_10000_ordered_and_paginated)
         order[i] = i;
     }
     for (size_t i = N - 1; i > 0; i--) { /* shuffle the insertion order */
-        size_t j = rnd_next(&seed) % (i + 1), t = order[i];
+        size_t j = cks_test_rng_next(&seed) % (i + 1), t = order[i];
         order[i] = order[j];
         order[j] = t;
     }
@@ -1366,7 +1347,7 @@ Test(metadata, mutated_records_never_crash)
     cr_assert_eq(mdb_txn_begin(env, NULL, 0, &rtxn), 0);
     cr_assert_eq(mdb_dbi_open(rtxn, "objects", 0, &dbi), 0);
     for (int i = 0; i < N; i++) {
-        uint64_t r = rnd_next(&seed);
+        uint64_t r = cks_test_rng_next(&seed);
         size_t blen = glen;
         MDB_val mk, mv;
 
@@ -1382,7 +1363,7 @@ Test(metadata, mutated_records_never_crash)
             default: /* random tail */
                 blen = glen + 1 + (r >> 8) % 16;
                 for (size_t j = glen; j < blen; j++) {
-                    bad[j] = (uint8_t)rnd_next(&seed);
+                    bad[j] = (uint8_t)cks_test_rng_next(&seed);
                 }
                 break;
         }

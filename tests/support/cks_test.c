@@ -768,6 +768,12 @@ int cks_test_log_count(const char *path, const char *text)
     return n;
 }
 
+int cks_test_log_lines(const char *path, const char *text)
+{
+    cr_assert_eq(access(path, R_OK), 0, "cannot read %s", path);
+    return cks_test_log_count(path, text);
+}
+
 void cks_test_fill(void *buf, size_t len, uint64_t seed)
 {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -813,6 +819,13 @@ cks_status_t cks_test_connect(const cks_test_server_t *s, int timeout_ms, cks_cl
     return cks_client_create(&p, c_p);
 }
 
+cks_client_h cks_test_client(const cks_test_server_t *s, int timeout_ms)
+{
+    cks_client_h c;
+    cr_assert_eq(cks_test_connect(s, timeout_ms, &c), CKS_OK, "connect to %s", s->addr);
+    return c;
+}
+
 cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
                                       uint64_t chunk_size, int timeout_ms, cks_client_h *c_p)
 {
@@ -823,6 +836,51 @@ cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
     p.ec_m       = m;
     p.chunk_size = chunk_size;
     p.timeout_ms = timeout_ms;
+    *c_p         = NULL;
+    return cks_client_create(&p, c_p);
+}
+
+cks_client_h cks_test_cluster_client(const char *map, unsigned k, unsigned m,
+                                     uint64_t chunk_size, int timeout_ms)
+{
+    cks_client_h c = NULL;
+    cr_assert_eq(cks_test_connect_cluster(map, k, m, chunk_size, timeout_ms, &c), CKS_OK,
+                 "connect to the cluster in %s (RS(%u,%u), %llu-byte chunks)", map, k, m,
+                 (unsigned long long)chunk_size);
+    return c;
+}
+
+void cks_test_cluster_dump_logs(const cks_test_cluster_t *c, const char *const *words)
+{
+    char line[1024];
+    for (size_t i = 0; i < c->n; i++) {
+        FILE *f = fopen(c->srv[i].log, "r");
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+            for (const char *const *w = words; *w != NULL; w++) {
+                if (strstr(line, *w) != NULL) {
+                    fprintf(stderr, "  server %zu: %s", i, line);
+                    break;
+                }
+            }
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
+}
+
+cks_status_t cks_test_connect_secret(const char *map, const char *secret, int timeout_ms,
+                                     cks_client_h *c_p)
+{
+    cks_client_params_t p = {0};
+    p.field_mask = CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_CLUSTER |
+                   CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_SECRET;
+    p.timeout_ms = timeout_ms;
+    p.cluster    = map;
+    p.ec_k       = 4;
+    p.ec_m       = 2;
+    p.chunk_size = 64 * 1024;
+    p.secret     = secret;
     *c_p         = NULL;
     return cks_client_create(&p, c_p);
 }
@@ -871,19 +929,25 @@ void cks_test_count_done(void *arg, cks_status_t status)
     pthread_mutex_unlock(&c->lock);
 }
 
-cks_status_t cks_test_count_wait(cks_test_count_t *c, int timeout_ms)
+struct timespec cks_test_deadline(int ms)
 {
     struct timespec until;
-    cks_status_t status;
-    int rc = 0;
-
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) {
         until.tv_sec++;
         until.tv_nsec -= 1000000000L;
     }
+    return until;
+}
+
+cks_status_t cks_test_count_wait(cks_test_count_t *c, int timeout_ms)
+{
+    struct timespec until = cks_test_deadline(timeout_ms);
+    cks_status_t status;
+    int rc = 0;
+
     pthread_mutex_lock(&c->lock);
     while (c->left > 0 && rc == 0) {
         rc = pthread_cond_timedwait(&c->cond, &c->lock, &until);
@@ -891,4 +955,241 @@ cks_status_t cks_test_count_wait(cks_test_count_t *c, int timeout_ms)
     status = c->left > 0 ? CKS_ERR_TIMEOUT : c->first;
     pthread_mutex_unlock(&c->lock);
     return status;
+}
+
+cks_put_params_t cks_test_put_params(const char *job, uint64_t version, const char *key,
+                                     const void *buf, uint64_t size)
+{
+    cks_put_params_t p = {0};
+    p.job              = job;
+    p.version          = version;
+    p.key              = key;
+    p.buffer           = buf;
+    p.size             = size;
+    return p;
+}
+
+cks_status_t cks_test_put(cks_client_h c, const char *job, uint64_t version, const char *key,
+                          const void *buf, uint64_t size)
+{
+    cks_put_params_t p = cks_test_put_params(job, version, key, buf, size);
+    return cks_put(c, &p);
+}
+
+cks_status_t cks_test_put_tagged(cks_client_h c, const char *job, uint64_t version,
+                                 const char *key, const void *buf, uint64_t size,
+                                 cks_tags_t tags)
+{
+    cks_put_params_t p = cks_test_put_params(job, version, key, buf, size);
+    p.field_mask       = CKS_PUT_FIELD_TAGS;
+    p.tags             = tags;
+    return cks_put(c, &p);
+}
+
+cks_get_params_t cks_test_get_params(const char *key, void *buf, uint64_t buffer_size)
+{
+    cks_get_params_t g = {0};
+    g.key              = key;
+    g.buffer           = buf;
+    g.buffer_size      = buffer_size;
+    return g;
+}
+
+cks_status_t cks_test_get_whole(cks_restore_h r, const char *key, void *buf, uint64_t cap,
+                                uint64_t *len_p)
+{
+    cks_get_params_t g = cks_test_get_params(key, buf, cap);
+    g.field_mask       = CKS_GET_FIELD_FLAGS;
+    g.flags            = CKS_GET_VERIFY;
+    return cks_get(r, &g, len_p);
+}
+
+cks_status_t cks_test_get_range(cks_restore_h r, const char *key, void *buf, uint64_t off,
+                                uint64_t len)
+{
+    cks_get_params_t g = cks_test_get_params(key, buf, len);
+    g.field_mask       = CKS_GET_FIELD_RANGE;
+    g.offset           = off;
+    g.length           = len;
+    return cks_get(r, &g, NULL);
+}
+
+void cks_test_check_ranges(cks_restore_h r, const char *key, const uint8_t *ref, uint64_t size,
+                           uint8_t *dst, const size_t *douts, size_t n_douts)
+{
+    static const uint64_t offs[] = {0, 1, 7, 4095, 4097, (1u << 20) - 3, (2u << 20) + 1};
+    static const uint64_t lens[] = {1, 3, 4096, 65537, (1u << 20) + 7};
+    const size_t noffs = sizeof(offs) / sizeof(offs[0]), nlens = sizeof(lens) / sizeof(lens[0]);
+    cr_assert_gt(size, offs[noffs - 1], "'%s': %llu bytes are too few", key,
+                 (unsigned long long)size);
+    for (size_t i = 0; i < noffs; i++) {
+        for (size_t j = 0; j < nlens; j++) {
+            size_t d     = n_douts > 0 ? douts[(i + j) % n_douts] : 0;
+            uint64_t len = lens[j] < size - offs[i] ? lens[j] : size - offs[i];
+            memset(dst, 0x5C, len + d + 32);
+            cr_assert_eq(cks_test_get_range(r, key, dst + d, offs[i], len), CKS_OK,
+                         "range %llu+%llu", (unsigned long long)offs[i],
+                         (unsigned long long)len);
+            cr_assert(memcmp(dst + d, ref + offs[i], len) == 0, "range %llu+%llu at +%zu",
+                      (unsigned long long)offs[i], (unsigned long long)len, d);
+            for (size_t b = 0; b < d; b++) {
+                cr_assert_eq(dst[b], 0x5C, "written before the destination");
+            }
+            for (size_t b = 0; b < 32; b++) {
+                cr_assert_eq(dst[d + len + b], 0x5C, "written past the range");
+            }
+        }
+    }
+    /* the last byte, and an empty range at the very end */
+    cr_assert_eq(cks_test_get_range(r, key, dst, size - 1, 1), CKS_OK);
+    cr_assert_eq(dst[0], ref[size - 1]);
+    cr_assert_eq(cks_test_get_range(r, key, dst, size, 0), CKS_OK);
+    /* past the end */
+    cr_assert_eq(cks_test_get_range(r, key, dst, size - 10, 11), CKS_ERR_OUT_OF_RANGE);
+    cr_assert_eq(cks_test_get_range(r, key, dst, size + 1, 0), CKS_ERR_OUT_OF_RANGE);
+}
+
+void cks_test_begin(cks_client_h c, const char *job, uint64_t version)
+{
+    cks_version_params_t vp = {0};
+    vp.job                  = job;
+    vp.version              = version;
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK, "begin %s/%llu", job,
+                 (unsigned long long)version);
+}
+
+cks_status_t cks_test_get_check(cks_restore_h r, const char *key, const uint8_t *want,
+                                uint64_t size, uint8_t *dst, uint64_t dst_size,
+                                const char *what)
+{
+    uint64_t got = UINT64_MAX;
+    cr_assert_gt(dst_size, size, "%s: '%s': a %llu-byte buffer for %llu bytes", what, key,
+                 (unsigned long long)dst_size, (unsigned long long)size);
+    memset(dst, 0xEE, size + 1);
+    cks_status_t st = cks_test_get_whole(r, key, dst, dst_size, &got);
+    if (st == CKS_OK) {
+        cr_assert_eq(got, size, "%s: '%s': %llu bytes", what, key, (unsigned long long)got);
+        cr_assert(memcmp(dst, want, size) == 0, "%s: '%s': bytes differ", what, key);
+        cr_assert_eq(dst[size], 0xEE, "%s: '%s': written past the end", what, key);
+    }
+    return st;
+}
+
+cks_status_t cks_test_write_objs(cks_client_h c, const char *job, uint64_t version,
+                                 const uint8_t *buf, uint64_t size, int n)
+{
+    cks_version_params_t vp = {0};
+    char key[32];
+    vp.job          = job;
+    vp.version      = version;
+    cks_status_t st = cks_version_begin(c, &vp);
+    for (int i = 0; st == CKS_OK && i < n; i++) {
+        snprintf(key, sizeof(key), "obj%d", i);
+        st = cks_test_put(c, job, version, key, buf + i, size);
+    }
+    return st == CKS_OK ? cks_version_seal(c, job, version) : st;
+}
+
+void cks_test_verify_objs(cks_client_h c, const char *job, uint64_t version, const uint8_t *buf,
+                          uint64_t size, int n)
+{
+    cks_restore_h r;
+    uint8_t *dst = malloc(size);
+    char key[32];
+    cr_assert(dst != NULL || size == 0);
+    cr_assert_eq(cks_restore_open(c, job, version, &r), CKS_OK, "open %s/%llu", job,
+                 (unsigned long long)version);
+    for (int i = 0; i < n; i++) {
+        cks_get_params_t g = cks_test_get_params(key, dst, size);
+        uint64_t got       = 0;
+        snprintf(key, sizeof(key), "obj%d", i);
+        cr_assert_eq(cks_get(r, &g, &got), CKS_OK, "%s", key);
+        cr_assert_eq(got, size, "%s: %llu bytes", key, (unsigned long long)got);
+        cr_assert(memcmp(dst, buf + i, size) == 0, "%s: bytes differ", key);
+    }
+    cks_restore_close(r);
+    free(dst);
+}
+
+void cks_test_objs_init(cks_test_objs_t *o, const uint64_t *sizes, size_t n, uint64_t seed)
+{
+    cr_assert_leq(n, CKS_TEST_MAX_OBJS, "%zu objects, at most %d", n, CKS_TEST_MAX_OBJS);
+    cks_test_objs_free(o);
+    o->n    = n;
+    o->seed = seed;
+    for (size_t i = 0; i < n; i++) {
+        o->size[i] = sizes[i];
+        o->src[i]  = malloc(sizes[i] + 1);
+        cr_assert_not_null(o->src[i], "%llu bytes for object %zu",
+                           (unsigned long long)sizes[i] + 1, i);
+    }
+}
+
+void cks_test_objs_fill(cks_test_objs_t *o, size_t i, uint64_t version)
+{
+    cks_test_fill(o->src[i], o->size[i], o->seed * 1000003 + version * 131 + i);
+}
+
+void cks_test_objs_free(cks_test_objs_t *o)
+{
+    for (size_t i = 0; i < CKS_TEST_MAX_OBJS; i++) {
+        free(o->src[i]);
+        o->src[i] = NULL;
+    }
+    o->n = 0;
+}
+
+static void *finish_main(void *arg)
+{
+    cks_test_finish_t *f = arg;
+    f->st                = cks_version_finish(f->c, f->job, f->version, f->rank);
+    return NULL;
+}
+
+void cks_test_finish_start(cks_test_finish_t *f, cks_client_h c, const char *job,
+                           uint64_t version, uint32_t rank)
+{
+    f->c       = c;
+    f->job     = job;
+    f->version = version;
+    f->rank    = rank;
+    f->st      = CKS_OK;
+    cr_assert_eq(pthread_create(&f->thread, NULL, finish_main, f), 0,
+                 "a thread to finish rank %u of %s/%llu", rank, job,
+                 (unsigned long long)version);
+}
+
+cks_status_t cks_test_finish_join(cks_test_finish_t *f)
+{
+    pthread_join(f->thread, NULL);
+    return f->st;
+}
+
+int cks_test_server_alive(cks_test_server_t *s)
+{
+    int st;
+    if (s->pid <= 0) {
+        return 0;
+    }
+    if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+        fprintf(stderr, "server %d is gone: %s %d\n", (int)s->pid,
+                WIFSIGNALED(st) ? "signal" : "exit status",
+                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        s->pid = 0;
+        return 0;
+    }
+    return kill(s->pid, 0) == 0;
+}
+
+int cks_test_run(const char *cmd, char *out, size_t len)
+{
+    FILE *f  = popen(cmd, "r");
+    size_t n = 0;
+    cr_assert_not_null(f, "run %s", cmd);
+    while (n + 1 < len && fgets(out + n, (int)(len - n), f) != NULL) {
+        n += strlen(out + n);
+    }
+    out[n] = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 typedef struct {
     pid_t pid;            /* 0 when not running */
@@ -104,10 +105,24 @@ void cks_test_server_cleanup(cks_test_server_t *s);
 
 /** A client of the standalone server `s` with this request timeout. */
 cks_status_t cks_test_connect(const cks_test_server_t *s, int timeout_ms, cks_client_h *c_p);
+/** cks_test_connect() that must succeed: asserts that it did. */
+cks_client_h cks_test_client(const cks_test_server_t *s, int timeout_ms);
 /** A client of the cluster in map file `map`: RS(k, m) with this chunk
  *  size and request timeout. */
 cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
                                       uint64_t chunk_size, int timeout_ms, cks_client_h *c_p);
+
+/** A client of the cluster in map file `map` (RS(4, 2), 64 KiB chunks) that
+ *  authenticates with the cluster secret in file `secret`. */
+cks_status_t cks_test_connect_secret(const char *map, const char *secret, int timeout_ms,
+                                     cks_client_h *c_p);
+
+/** cks_test_connect_cluster() that must succeed: asserts that it did. */
+cks_client_h cks_test_cluster_client(const char *map, unsigned k, unsigned m,
+                                     uint64_t chunk_size, int timeout_ms);
+/** Print to stderr, with its server's index, each line of the logs of c's
+ *  servers that contains one of `words` (a NULL-terminated list). */
+void cks_test_cluster_dump_logs(const cks_test_cluster_t *c, const char *const *words);
 
 /** Servers started from now on (in this process) get `--secret path`;
  *  NULL or "" for none. */
@@ -136,6 +151,9 @@ uint64_t cks_test_seed(uint64_t dflt);
 uint64_t cks_test_seed_fresh(void);
 /** Lines of the file (a server's log) that contain `text`. */
 int cks_test_log_count(const char *path, const char *text);
+/** cks_test_log_count() of a file that must be there: asserts that it can
+ *  be read (a log that is missing fails the test instead of counting 0). */
+int cks_test_log_lines(const char *path, const char *text);
 /** cks_test_log_count(), looked at again every 50 ms until it is above
  *  `above` or `wait_ms` passed (another process writes the log: there is no
  *  event to wait on); the last count. */
@@ -156,10 +174,103 @@ typedef struct {
     unsigned left;
     cks_status_t first; /* the first error, or CKS_OK */
 } cks_test_count_t;
+/** The CLOCK_REALTIME time `ms` milliseconds from now: the deadline of a
+ *  pthread_cond_timedwait(). */
+struct timespec cks_test_deadline(int ms);
 void cks_test_count_init(cks_test_count_t *c, unsigned n);
 void cks_test_count_done(void *arg, cks_status_t status);
 /** Wait until every call completed (at most timeout_ms): their first error,
  *  CKS_OK, or CKS_ERR_TIMEOUT. Then the count may be initialised again. */
 cks_status_t cks_test_count_wait(cks_test_count_t *c, int timeout_ms);
+
+/* ---- client calls as the tests make them ----------------------------------- */
+
+/** Put params for (job, version, key) of the bytes [buf, buf + size), no
+ *  other field: a test sets field_mask and whatever else it needs. */
+cks_put_params_t cks_test_put_params(const char *job, uint64_t version, const char *key,
+                                     const void *buf, uint64_t size);
+/** cks_put() of cks_test_put_params(). */
+cks_status_t cks_test_put(cks_client_h c, const char *job, uint64_t version, const char *key,
+                          const void *buf, uint64_t size);
+/** cks_put() of cks_test_put_params() with these tags. */
+cks_status_t cks_test_put_tagged(cks_client_h c, const char *job, uint64_t version,
+                                 const char *key, const void *buf, uint64_t size,
+                                 cks_tags_t tags);
+/** Get params for `key` into [buf, buf + buffer_size), no other field. */
+cks_get_params_t cks_test_get_params(const char *key, void *buf, uint64_t buffer_size);
+/** cks_get() of all of `key` into [buf, buf + cap), checked (CKS_GET_VERIFY). */
+cks_status_t cks_test_get_whole(cks_restore_h r, const char *key, void *buf, uint64_t cap,
+                                uint64_t *len_p);
+/** cks_get() of the bytes [off, off + len) of `key` into buf. */
+cks_status_t cks_test_get_range(cks_restore_h r, const char *key, void *buf, uint64_t off,
+                                uint64_t len);
+/** Ranged gets of `key` of r, an object of `size` bytes (more than 2 MiB)
+ *  that must equal `ref`: offsets and lengths across page and MiB borders,
+ *  each into dst + douts[k] (taking the n_douts destinations in turn; dst
+ *  itself when n_douts is 0; dst holds 2 MiB + 64 bytes at least). Asserts
+ *  each is exact and writes nothing before its destination or in the 32
+ *  bytes past it; then the last byte, an empty range at the end, and two
+ *  ranges past the end (CKS_ERR_OUT_OF_RANGE, the last call made). */
+void cks_test_check_ranges(cks_restore_h r, const char *key, const uint8_t *ref, uint64_t size,
+                           uint8_t *dst, const size_t *douts, size_t n_douts);
+/** Begin (job, version) with no other field; asserts that it is CKS_OK. */
+void cks_test_begin(cks_client_h c, const char *job, uint64_t version);
+/** Get `key` of r (CKS_GET_VERIFY) into dst, dst_size bytes (more than
+ *  size; poisoned first), and assert that it is exactly the `size` bytes of
+ *  `want`, with nothing written past them; each message starts with `what`.
+ *  The get's status: the checks run on CKS_OK only. */
+cks_status_t cks_test_get_check(cks_restore_h r, const char *key, const uint8_t *want,
+                                uint64_t size, uint8_t *dst, uint64_t dst_size,
+                                const char *what);
+
+/** Version (job, version) of n objects "obj<i>", object i the `size` bytes
+ *  at buf + i: begin, put each, seal. The first failure, or CKS_OK. */
+cks_status_t cks_test_write_objs(cks_client_h c, const char *job, uint64_t version,
+                                 const uint8_t *buf, uint64_t size, int n);
+/** Restore the objects of cks_test_write_objs() from (job, version);
+ *  asserts that each is exactly its bytes. */
+void cks_test_verify_objs(cks_client_h c, const char *job, uint64_t version, const uint8_t *buf,
+                          uint64_t size, int n);
+
+#define CKS_TEST_MAX_OBJS 16
+
+/** Objects that a test writes version after version: object i is size[i]
+ *  bytes; cks_test_objs_fill() puts its bytes for a version in src[i]
+ *  (size[i] + 1 bytes: room for a byte past the end). */
+typedef struct {
+    size_t n;
+    uint64_t seed;
+    uint64_t size[CKS_TEST_MAX_OBJS];
+    uint8_t *src[CKS_TEST_MAX_OBJS];
+} cks_test_objs_t;
+/** n objects of these sizes, their bytes drawn from `seed`: allocates (or
+ *  allocates again) their buffers; asserts. */
+void cks_test_objs_init(cks_test_objs_t *o, const uint64_t *sizes, size_t n, uint64_t seed);
+/** The bytes of object i in version v into o->src[i] (from the seed, v, i). */
+void cks_test_objs_fill(cks_test_objs_t *o, size_t i, uint64_t version);
+/** Free the buffers (a second call frees nothing). */
+void cks_test_objs_free(cks_test_objs_t *o);
+
+/** cks_version_finish() of one rank on a thread of its own, so that the
+ *  ranks of a version can finish together: start, then join for its status. */
+typedef struct {
+    cks_client_h c;
+    const char *job;
+    uint64_t version;
+    uint32_t rank;
+    cks_status_t st;
+    pthread_t thread;
+} cks_test_finish_t;
+void cks_test_finish_start(cks_test_finish_t *f, cks_client_h c, const char *job,
+                           uint64_t version, uint32_t rank);
+cks_status_t cks_test_finish_join(cks_test_finish_t *f);
+
+/** Is the server running: not gone, and not a zombie? It is our child: one
+ *  that died is reaped here (how it ended printed) and its pid set to 0, so
+ *  that nothing signals a pid that may be reused. */
+int cks_test_server_alive(cks_test_server_t *s);
+/** Run a shell command; what it writes to stdout into out (at most len - 1
+ *  bytes, NUL-terminated). Its exit status, -1 when it did not exit. */
+int cks_test_run(const char *cmd, char *out, size_t len);
 
 #endif

@@ -74,6 +74,47 @@ void cks_test_raw_close(cks_test_raw_t *r)
     cks_tp_worker_destroy(r->w);
 }
 
+int cks_test_raw_put(cks_test_raw_t *r, uint64_t req_id, const char *job, uint64_t version,
+                     const char *key, uint64_t size, const void *desc, size_t len, int wait_ms)
+{
+    cks_msg_put_t m = {0};
+    m.job           = cks_wire_cstr(job);
+    m.version       = version;
+    m.key           = cks_wire_cstr(key);
+    m.kind          = CKS_KIND_OTHER;
+    m.size          = size;
+    return cks_test_raw_request(r, CKS_MSG_PUT, CKS_WIRE_F_RMA, req_id, &m, desc, len, wait_ms);
+}
+
+/* The end of a handshake, for cks_test_raw_handshake(). */
+typedef struct {
+    int done;
+    cks_status_t status;
+} cks_test_raw_hs_t;
+
+static void cks_test_raw_hs_end(void *arg, cks_status_t status)
+{
+    cks_test_raw_hs_t *h = arg;
+    h->status            = status;
+    h->done              = 1;
+}
+
+cks_status_t cks_test_raw_handshake(cks_tp_worker_h w, uint16_t port, const char *name,
+                                    const cks_tp_secret_t *secret, cks_tp_conn_h *conn_p)
+{
+    cks_test_raw_hs_t h = {0};
+    cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", port, conn_p), CKS_OK,
+                 "connect to port %u", port);
+    cr_assert_eq(cks_tp_conn_handshake(*conn_p, name, secret, 10000, cks_test_raw_hs_end, &h),
+                 CKS_INPROGRESS);
+    uint64_t until = cks_time_ns() + 15ull * 1000000000ull;
+    while (!h.done && cks_time_ns() < until) {
+        cks_tp_worker_wait(w, 20);
+    }
+    cr_assert(h.done, "no end to the handshake with port %u", port);
+    return h.status;
+}
+
 int cks_test_raw_request(cks_test_raw_t *r, unsigned type, uint32_t flags, uint64_t req_id,
                          const void *body, const void *payload, size_t len, int wait_ms)
 {

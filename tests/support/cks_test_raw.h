@@ -39,6 +39,16 @@ cks_status_t cks_test_raw_worker(cks_test_raw_t *r, const char *name);
  *  data endpoint to the server (on this host) up; asserts each step. */
 void cks_test_raw_open(cks_test_raw_t *r, uint16_t port, const char *name);
 void cks_test_raw_close(cks_test_raw_t *r);
+/** A one-copy PUT (CKS_WIRE_F_RMA) of `size` bytes into (job, version, key),
+ *  kind other, from the memory that the descriptor desc (len bytes) names:
+ *  cks_test_raw_request() with req_id; 1 when a reply came within wait_ms. */
+int cks_test_raw_put(cks_test_raw_t *r, uint64_t req_id, const char *job, uint64_t version,
+                     const char *key, uint64_t size, const void *desc, size_t len, int wait_ms);
+/** A connection from w to 127.0.0.1:port and the transport's own handshake
+ *  on it as `name` (with `secret`, which may be NULL), waited for at most
+ *  15 s (asserts that it ended): its status; the connection in *conn_p. */
+cks_status_t cks_test_raw_handshake(cks_tp_worker_h w, uint16_t port, const char *name,
+                                    const cks_tp_secret_t *secret, cks_tp_conn_h *conn_p);
 /** Send a message with a payload (e.g. a descriptor), wait (bounded) for the
  *  payload to be sent and for one reply; 1 when a reply came (r->status,
  *  r->msg), 0 when none did within wait_ms. */
