@@ -195,15 +195,11 @@ void cks_sv_kept_add(cks_server_h s, const cks_msg_object_done_t *m)
     }
     /* no search for an equal report (a version may have many objects): one
      * kept twice is sent twice, and the coordinator counts it once */
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? k->cap * 2 : 8;
-        void *p    = realloc(k->o, cap * sizeof(*k->o));
-        if (p == NULL) {
-            return;
-        }
-        k->o   = p;
-        k->cap = cap;
+    void *p = cks_array_grow(k->o, &k->cap, k->n + 1, sizeof(*k->o), 8);
+    if (p == NULL) {
+        return;
     }
+    k->o = p;
     o    = &k->o[k->n];
     o->m = *m;
     memcpy(o->key, m->o.key.ptr, m->o.key.len);

@@ -247,16 +247,13 @@ cks_status_t cks_fl_manifest(cks_server_h s, cks_fl_job_t *j, cks_md_txn_h txn,
         return CKS_ERR_UNSUPPORTED;
     }
     while (more) {
-        if (mf->nobjs + PAGE > cap) {
-            size_t nc = cap ? cap * 2 : 4 * PAGE;
-            void *p   = realloc(mf->objs, nc * sizeof(*mf->objs));
-            if (p == NULL) {
-                cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory listing the manifest");
-                return CKS_ERR_NO_MEMORY;
-            }
-            mf->objs = p;
-            cap      = nc;
+        void *p = cks_array_grow(mf->objs, &cap, mf->nobjs + PAGE, sizeof(*mf->objs),
+                                 4 * PAGE);
+        if (p == NULL) {
+            cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory listing the manifest");
+            return CKS_ERR_NO_MEMORY;
         }
+        mf->objs = p;
         const cks_md_object_t *last = mf->nobjs > 0 ? &mf->objs[mf->nobjs - 1] : NULL;
         status = cks_md_object_list(txn, j->job, j->job_len, j->version,
                                     last ? last->key : NULL, last ? last->key_len : 0,
@@ -371,16 +368,12 @@ void cks_fl_chunks(struct cks_sv_flush *fl, cks_fl_job_t *j)
                                      o->key_len, sn, idx, &ch) != CKS_OK) {
                     continue; /* another server's */
                 }
-                if (nheld == cap) {
-                    size_t nc = cap ? cap * 2 : 1024;
-                    void *q   = realloc(held, nc * sizeof(*held));
-                    if (q == NULL) {
-                        cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
-                        break;
-                    }
-                    held = q;
-                    cap  = nc;
+                void *q = cks_array_grow(held, &cap, nheld + 1, sizeof(*held), 1024);
+                if (q == NULL) {
+                    cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
+                    break;
                 }
+                held = q;
                 cks_fl_held_t *h = &held[nheld++];
                 memcpy(h->c.key, o->key, o->key_len + 1);
                 h->c.key_len    = o->key_len;

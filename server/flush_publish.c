@@ -63,15 +63,11 @@ static void cks_fl_retain(cks_server_h s, const cks_fl_job_t *j, const cks_fl_pa
         if (!cks_md_flush_version_parse(e->d_name, &v)) {
             continue;
         }
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 64;
-            void *q   = realloc(vs, nc * sizeof(*vs));
-            if (q == NULL) {
-                goto out;
-            }
-            vs  = q;
-            cap = nc;
+        void *q = cks_array_grow(vs, &cap, n + 1, sizeof(*vs), 64);
+        if (q == NULL) {
+            goto out;
         }
+        vs = q;
         vs[n++] = v;
     }
     if (n <= keep) {
@@ -92,16 +88,12 @@ static void cks_fl_retain(cks_server_h s, const cks_fl_job_t *j, const cks_fl_pa
                 if (src == vs[i] || cks_fl_has_u64(refs, nrefs, src)) {
                     continue;
                 }
-                if (nrefs == caprefs) {
-                    size_t nc = caprefs ? caprefs * 2 : 16;
-                    void *q   = realloc(refs, nc * sizeof(*refs));
-                    if (q == NULL) {
-                        cks_md_flush_manifest_free(&mf);
-                        goto out;
-                    }
-                    refs    = q;
-                    caprefs = nc;
+                void *q = cks_array_grow(refs, &caprefs, nrefs + 1, sizeof(*refs), 16);
+                if (q == NULL) {
+                    cks_md_flush_manifest_free(&mf);
+                    goto out;
                 }
+                refs = q;
                 refs[nrefs++] = src;
             }
             cks_md_flush_manifest_free(&mf);
@@ -213,16 +205,12 @@ void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
             }
         }
         free(cs);
-        if (nids == capids) {
-            size_t nc = capids ? capids * 2 : 16;
-            void *q   = realloc(ids, nc * sizeof(*ids));
-            if (q == NULL) {
-                cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
-                break;
-            }
-            ids    = q;
-            capids = nc;
+        void *q = cks_array_grow(ids, &capids, nids + 1, sizeof(*ids), 16);
+        if (q == NULL) {
+            cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
+            break;
         }
+        ids = q;
         ids[nids++] = (uint16_t)id;
     }
     if (j->status != CKS_OK) {

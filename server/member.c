@@ -100,18 +100,15 @@ void cks_sv_free_after_reads(cks_server_h s, uint64_t off, uint64_t len)
         cks_arena_free(s->arena, off, len);
         return;
     }
-    if (s->ndeferred == s->capdeferred) {
-        size_t cap = s->capdeferred ? s->capdeferred * 2 : 64;
-        void *p    = realloc(s->deferred, cap * sizeof(*s->deferred));
-        if (p == NULL) {
-            /* kept taken rather than reused under a read */
-            cks_error("arena: out of memory deferring the free of %llu bytes: kept until "
-                      "restart", (unsigned long long)len);
-            return;
-        }
-        s->deferred    = p;
-        s->capdeferred = cap;
+    void *p = cks_array_grow(s->deferred, &s->capdeferred, s->ndeferred + 1,
+                             sizeof(*s->deferred), 64);
+    if (p == NULL) {
+        /* kept taken rather than reused under a read */
+        cks_error("arena: out of memory deferring the free of %llu bytes: kept until "
+                  "restart", (unsigned long long)len);
+        return;
     }
+    s->deferred = p;
     s->deferred[s->ndeferred++] = (cks_sv_deferred_t){off, len, s->read_seq};
     if (s->ndeferred == 1) {
         cks_info("arena space freed while chunk reads are in flight: returned after them");
