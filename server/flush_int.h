@@ -8,6 +8,7 @@
 #include "server_int.h"
 
 #include <limits.h>
+#include <stdio.h>
 
 /* --flush-rate when not given: bytes/s that one server's flush writes */
 #define CKS_FL_RATE_DEFAULT (64ull << 20)
@@ -142,7 +143,18 @@ void cks_fl_fail(cks_fl_job_t *j, cks_status_t status, const char *fmt, ...)
 
 int cks_fl_paths(cks_fl_job_t *j, cks_fl_paths_t *p);
 
+/* cks_fl_paths, and the job failed (CKS_ERR_VERSION_EXISTS) when its
+ * version is published already: 0, or -1 with the job failed. */
+int cks_fl_paths_unpublished(cks_fl_job_t *j, cks_fl_paths_t *p);
+
 int cks_fl_fsync_dir(const char *path);
+
+/* A file written at `tmp` and synced, closed (`f`, closed either way) and
+ * renamed to `path`, then its directory `dir` synced: 0, or -1 with the job
+ * failed ("closing <tmp>", or "<verb> <path>" when the rename or the sync
+ * fails). */
+int cks_fl_close_rename(cks_fl_job_t *j, FILE *f, const char *tmp, const char *path,
+                        const char *dir, const char *verb);
 
 void cks_fl_rmdir_flat(const char *path);
 

@@ -143,12 +143,7 @@ void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
     FILE *f = NULL;
     int published = 0;
 
-    if (cks_fl_paths(j, &p) != 0) {
-        return;
-    }
-    if (stat(p.pub, &st) == 0) {
-        cks_fl_fail(j, CKS_ERR_VERSION_EXISTS, "version %" PRIu64 " is already flushed to %s",
-                    j->version, p.pub);
+    if (cks_fl_paths_unpublished(j, &p) != 0) {
         return;
     }
     if (cks_md_txn_begin(s->md, 0, &txn) != CKS_OK) {
@@ -257,14 +252,9 @@ void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
         cks_fl_fail(j, CKS_ERR_IO, "writing %s: %s", tmp, strerror(errno));
         goto out;
     }
-    if (fclose(f) != 0) {
-        f = NULL;
-        cks_fl_fail(j, CKS_ERR_IO, "closing %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    f = NULL;
-    if (rename(tmp, path) != 0 || cks_fl_fsync_dir(p.tmp) != 0) {
-        cks_fl_fail(j, CKS_ERR_IO, "writing %s: %s", path, strerror(errno));
+    int rc = cks_fl_close_rename(j, f, tmp, path, p.tmp, "writing");
+    f      = NULL;
+    if (rc != 0) {
         goto out;
     }
     if (cks_fault_fire("flush_publish_die")) {
