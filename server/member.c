@@ -386,7 +386,6 @@ typedef struct {
     uint64_t req_id;
     uint8_t *page;
     size_t page_len;
-    uint32_t count;
     cks_mdq_job_t *j;
 } cks_commit_in_t;
 
@@ -410,6 +409,28 @@ static void cks_commit_recorded(cks_server_h s, cks_mdq_job_t *j)
     free(j);
     free(c->page);
     free(c);
+}
+
+/* A manifest's or a drop's job for the metadata writer, answered by
+ * cks_commit_recorded (it holds `conn`); NULL, the request answered, when
+ * out of memory. */
+static cks_mdq_job_t *cks_commit_job(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                     cks_mdq_type_t type, const cks_wire_str_t *job,
+                                     uint64_t version)
+{
+    cks_commit_in_t *c = malloc(sizeof(*c));
+    cks_mdq_job_t *j   = cks_sv_mdq_job(s, type, job->ptr, job->len, version);
+    if (c == NULL || j == NULL) {
+        free(c);
+        free(j);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return NULL;
+    }
+    *c      = (cks_commit_in_t){.conn = conn, .req_id = req_id, .j = j};
+    j->done = cks_commit_recorded;
+    j->ctx  = c;
+    cks_tp_conn_get(conn);
+    return j;
 }
 
 static void cks_commit_page_in(void *arg, cks_status_t status)
@@ -463,14 +484,11 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->v.version);
         cks_sv_kept_forget(s, m->job.ptr, m->job.len, m->v.version);
     }
-    c = calloc(1, sizeof(*c));
-    j = cks_sv_mdq_job(s, CKS_MDQ_MANIFEST, m->job.ptr, m->job.len, m->v.version);
-    if (c == NULL || j == NULL) {
-        free(c);
-        free(j);
-        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+    j = cks_commit_job(s, conn, req_id, CKS_MDQ_MANIFEST, &m->job, m->v.version);
+    if (j == NULL) {
         return;
     }
+    c = j->ctx;
     j->has_rec = m->last != 0;
     j->rec     = (cks_md_version_t){m->v.version,  m->v.parent,     (cks_vstate_t)m->v.state,
                                     m->v.nranks,   m->v.created_ns, m->v.sealed_ns,
@@ -479,12 +497,6 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                     m->v.redundancy, m->v.missing};
     j->retain         = m->last ? m->retain : 0;
     j->nheld          = cks_sv_held(s, j->job, j->job_len, j->held, CKS_SV_HELD_MAX);
-    j->done           = cks_commit_recorded;
-    j->ctx            = c;
-    c->conn           = conn;
-    c->req_id         = req_id;
-    c->j              = j;
-    cks_tp_conn_get(conn);
     if (data == NULL) {
         cks_commit_page_in(c, CKS_OK);
         return;
@@ -521,7 +533,6 @@ void cks_sv_object_of_entry(cks_md_object_t *o, const cks_msg_object_entry_t *e)
 void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                          const cks_msg_version_drop_t *m)
 {
-    cks_commit_in_t *c;
     cks_mdq_job_t *j;
     cks_md_version_t rec;
     cks_status_t status = cks_sv_check_names(&m->job, NULL);
@@ -532,12 +543,8 @@ void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     }
     cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->version);
     cks_sv_kept_forget(s, m->job.ptr, m->job.len, m->version);
-    c = calloc(1, sizeof(*c));
-    j = cks_sv_mdq_job(s, CKS_MDQ_DROP, m->job.ptr, m->job.len, m->version);
-    if (c == NULL || j == NULL) {
-        free(c);
-        free(j);
-        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+    j = cks_commit_job(s, conn, req_id, CKS_MDQ_DROP, &m->job, m->version);
+    if (j == NULL) {
         return;
     }
     if (m->state == CKS_VSTATE_ABORTED) {
@@ -556,12 +563,6 @@ void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
             j->nheld = cks_sv_held(s, j->job, j->job_len, j->held, CKS_SV_HELD_MAX);
         }
     }
-    j->done   = cks_commit_recorded;
-    j->ctx    = c;
-    c->conn   = conn;
-    c->req_id = req_id;
-    c->j      = j;
-    cks_tp_conn_get(conn);
     /* a put still spreading this version on this server keeps its chunks
      * until it ends; the drop removes what is recorded now */
     cks_mdq_push(&s->mdq, j);
