@@ -303,11 +303,8 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_md_txn_h txn;
     cks_sv_version_t *v;
     cks_chunk_out_t *o;
-    cks_status_t status = cks_sv_check_names(&m->job, &m->key);
+    cks_status_t status = cks_sv_names_txn(s, &m->job, &m->key, &txn);
 
-    if (status == CKS_OK) {
-        status = cks_md_txn_begin(s->md, 0, &txn);
-    }
     if (status == CKS_OK) {
         status = cks_md_chunk_get(txn, m->job.ptr, m->job.len, m->version, m->key.ptr,
                                   m->key.len, m->stripe, m->idx, &ch);

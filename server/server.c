@@ -174,6 +174,16 @@ cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t 
     return status;
 }
 
+cks_status_t cks_sv_names_txn(cks_server_h s, const cks_wire_str_t *job,
+                              const cks_wire_str_t *key, cks_md_txn_h *txn_p)
+{
+    cks_status_t status = cks_sv_check_names(job, key);
+    if (status == CKS_OK) {
+        status = cks_md_txn_begin(s->md, 0, txn_p);
+    }
+    return status;
+}
+
 cks_mdq_job_t *cks_sv_mdq_job(cks_server_h s, cks_mdq_type_t type, const char *job,
                               size_t job_len, uint64_t version)
 {

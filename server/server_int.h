@@ -502,6 +502,10 @@ void cks_sv_version_release(struct cks_server *s, cks_sv_version_t *v);
 cks_status_t cks_sv_version_lookup(struct cks_server *s, const cks_wire_str_t *job,
                                    uint64_t version, cks_md_version_t *rec_p);
 cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key);
+/* A request's names checked (cks_sv_check_names), then a read transaction
+ * begun in *txn_p (the caller aborts it) when they pass. */
+cks_status_t cks_sv_names_txn(struct cks_server *s, const cks_wire_str_t *job,
+                              const cks_wire_str_t *key, cks_md_txn_h *txn_p);
 uint64_t cks_sv_realtime_ns(void);
 /* The OPEN record of a version begun (or taken over) with the begin's
  * parameters, created now (handlers.c). */
