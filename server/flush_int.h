@@ -113,6 +113,20 @@ struct cks_sv_flush {
     uint64_t tokens_ns;
 };
 
+/* j appended to the list (*head_p, *tail_p): the flush thread's queue or its
+ * done list (lock held) */
+static inline void cks_fl_append(cks_fl_job_t **head_p, cks_fl_job_t **tail_p,
+                                 cks_fl_job_t *j)
+{
+    j->next = NULL;
+    if (*tail_p != NULL) {
+        (*tail_p)->next = j;
+    } else {
+        *head_p = j;
+    }
+    *tail_p = j;
+}
+
 /* the first scan after the flush thread starts, then one every ten seconds */
 #define CKS_FL_SCAN_FIRST_NS 1000000000ull
 #define CKS_FL_SCAN_EVERY_NS 10000000000ull

@@ -128,13 +128,7 @@ int cks_fl_age_due(cks_server_h s, const char *jobdir)
 /* Hand a version found due back to the progress thread (lock held). */
 void cks_fl_hand_back(struct cks_sv_flush *fl, cks_fl_job_t *j)
 {
-    j->next = NULL;
-    if (fl->done_tail != NULL) {
-        fl->done_tail->next = j;
-    } else {
-        fl->done_head = j;
-    }
-    fl->done_tail = j;
+    cks_fl_append(&fl->done_head, &fl->done_tail, j);
 }
 
 static void cks_fl_found(struct cks_sv_flush *fl, unsigned type, const char *job,
