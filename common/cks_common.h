@@ -97,6 +97,15 @@ cks_status_t cks_name_check(const char *name, size_t len, size_t max_len);
  *  callers with a lower bound check it themselves. */
 cks_status_t cks_size_parse(const char *text, uint64_t *size_p);
 
+/* ---- growing arrays ----------------------------------------------------- */
+/** Room for `need` elements of `elem_size` bytes in the array `arr` of
+ *  `*cap_p` elements: returns `arr` itself when it has room, else the array
+ *  reallocated to twice its capacity (`first` elements when it had none),
+ *  doubled again until `need` fit, with `*cap_p` updated; NULL when out of
+ *  memory, with `arr` and `*cap_p` left as they were. The caller assigns the
+ *  result: `if ((p = cks_array_grow(a, &cap, n + 1, sizeof(*a), 64)) == NULL)`. */
+void *cks_array_grow(void *arr, size_t *cap_p, size_t need, size_t elem_size, size_t first);
+
 /* ---- byte order --------------------------------------------------------- */
 static inline void cks_put_be64(uint8_t *p, uint64_t v)
 {

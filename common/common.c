@@ -1,5 +1,6 @@
 /*
- * DESIGN: status strings, logging, time, name checks and fault points.
+ * DESIGN: status strings, logging, time, name checks, growing arrays and fault
+ * points.
  * Thread-safe: logging writes one line per call with a single write; the fault
  * table is guarded by a mutex and only touched when armed. Fault points are
  * compiled only with CKS_FAULT_POINTS (test builds): without it there is no
@@ -155,6 +156,25 @@ cks_status_t cks_size_parse(const char *text, uint64_t *size_p)
     }
     *size_p = (uint64_t)v << shift;
     return CKS_OK;
+}
+
+void *cks_array_grow(void *arr, size_t *cap_p, size_t need, size_t elem_size, size_t first)
+{
+    if (need <= *cap_p) {
+        return arr;
+    }
+    size_t cap = *cap_p ? *cap_p * 2 : first > 0 ? first : 1;
+    while (cap < need) {
+        cap *= 2;
+    }
+    if (elem_size != 0 && cap > SIZE_MAX / elem_size) {
+        return NULL;
+    }
+    void *p = realloc(arr, cap * elem_size);
+    if (p != NULL) {
+        *cap_p = cap;
+    }
+    return p;
 }
 
 cks_status_t cks_name_check(const char *name, size_t len, size_t max_len)

@@ -202,16 +202,12 @@ cks_status_t cks_md_flush_index_read(const char *path, cks_md_flush_chunk_t **ch
             status = CKS_ERR_IO;
             break;
         }
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 256;
-            void *p   = realloc(v, nc * sizeof(*v));
-            if (p == NULL) {
-                status = CKS_ERR_NO_MEMORY;
-                break;
-            }
-            v   = p;
-            cap = nc;
+        void *p = cks_array_grow(v, &cap, n + 1, sizeof(*v), 256);
+        if (p == NULL) {
+            status = CKS_ERR_NO_MEMORY;
+            break;
         }
+        v = p;
         v[n++] = c;
     }
     fclose(f);
@@ -322,16 +318,13 @@ cks_status_t cks_md_flush_manifest_read(const char *path, cks_md_flush_manifest_
             status = m.objs == NULL ? CKS_ERR_NO_MEMORY : CKS_OK;
             have |= 32;
         } else if (sscanf(line, "server %u%c", &sid, &tail) == 1 && sid <= UINT16_MAX) {
-            if (m.nservers == caps) {
-                size_t nc = caps ? caps * 2 : 16;
-                void *p   = realloc(m.servers, nc * sizeof(*m.servers));
-                if (p == NULL) {
-                    status = CKS_ERR_NO_MEMORY;
-                    break;
-                }
-                m.servers = p;
-                caps      = nc;
+            void *p = cks_array_grow(m.servers, &caps, m.nservers + 1, sizeof(*m.servers),
+                                     16);
+            if (p == NULL) {
+                status = CKS_ERR_NO_MEMORY;
+                break;
             }
+            m.servers = p;
             m.servers[m.nservers++] = (uint16_t)sid;
         } else if ((have & 32) &&
                    sscanf(line, "object %u %d %d %d %" SCNu64 " %" SCNx64 " %" SCNu64

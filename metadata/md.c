@@ -200,6 +200,19 @@ cks_status_t cks_mdi_read_check(cks_md_txn_h txn, const char *job, size_t job_le
     return status;
 }
 
+cks_status_t cks_mdi_vget(cks_md_txn_h txn, md_db_t db, const char *job, size_t job_len,
+                          uint64_t version, const void *out_p, MDB_val *val)
+{
+    uint8_t kbuf[MD_VKEY_MAX];
+    cks_status_t status = cks_mdi_read_check(txn, job, job_len, out_p);
+
+    if (status != CKS_OK) {
+        return status;
+    }
+    return cks_mdi_get(txn, db, kbuf, cks_vkey(kbuf, job, job_len, version), val,
+                       CKS_ERR_NO_SUCH_VERSION);
+}
+
 /* ---- keys --------------------------------------------------------------- */
 
 size_t cks_mdi_key_job(const MDB_val *k, char *job)

@@ -46,14 +46,9 @@ cks_status_t cks_md_drop_put(cks_md_txn_h txn, const char *job, size_t job_len,
 cks_status_t cks_md_drop_get(cks_md_txn_h txn, const char *job, size_t job_len,
                              uint64_t version, uint64_t *created_ns_p)
 {
-    uint8_t kbuf[MD_VKEY_MAX];
     MDB_val val;
-    cks_status_t status = cks_mdi_read_check(txn, job, job_len, created_ns_p);
-    if (status != CKS_OK) {
-        return status;
-    }
-    status = cks_mdi_get(txn, MD_DB_DROPS, kbuf, cks_vkey(kbuf, job, job_len, version),
-                         &val, CKS_ERR_NO_SUCH_VERSION);
+    cks_status_t status =
+        cks_mdi_vget(txn, MD_DB_DROPS, job, job_len, version, created_ns_p, &val);
     if (status != CKS_OK) {
         return status;
     }
@@ -115,10 +110,5 @@ cks_status_t cks_md_drop_list(cks_md_txn_h txn, const char *job, size_t job_len,
                    .from = from,
                    .from_len =
                        cks_vkey(from, job, job_len, after == NULL ? 0 : *after + 1)};
-    status = cks_mdi_walk(txn, &w, md_dlist_one, &l);
-    if (status == CKS_OK) {
-        *count_p = l.page.n;
-        *more_p = l.page.more;
-    }
-    return status;
+    return cks_mdi_walk_page(txn, &w, md_dlist_one, &l, &l.page, count_p, more_p);
 }

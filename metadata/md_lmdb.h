@@ -76,6 +76,12 @@ cks_status_t cks_mdi_txn_job_check(cks_md_txn_h txn, int need_write, const char 
 cks_status_t cks_mdi_read_check(cks_md_txn_h txn, const char *job, size_t job_len,
                                 const void *out_p);
 
+/* The record of (job, version) (key job + 0x00 + be64(version)) in `db`:
+ * cks_mdi_read_check(), then cks_mdi_get() with CKS_ERR_NO_SUCH_VERSION
+ * when there is none. */
+cks_status_t cks_mdi_vget(cks_md_txn_h txn, md_db_t db, const char *job, size_t job_len,
+                          uint64_t version, const void *out_p, MDB_val *val);
+
 /* Length of the job part of a stored key (up to its first 0x00), or 0 when
  * the key has no 0x00 within CKS_JOB_MAX_LEN + 1 bytes (malformed). When
  * that length is not 0 and `job` is not NULL, the job is copied there
@@ -170,6 +176,20 @@ static inline int cks_mdi_page_full(md_page_t *pg, md_walk_rec_t *r)
     pg->more = 1;
     r->act = MD_WALK_STOP;
     return 1;
+}
+
+/* A list call's walk: cks_mdi_walk(), then the page `pg` (filled by `cb`
+ * through `arg`) handed out as *count_p and *more_p when it succeeds. */
+static inline cks_status_t cks_mdi_walk_page(cks_md_txn_h txn, const md_walk_t *w,
+                                             md_walk_cb_t cb, void *arg, const md_page_t *pg,
+                                             size_t *count_p, int *more_p)
+{
+    cks_status_t status = cks_mdi_walk(txn, w, cb, arg);
+    if (status == CKS_OK) {
+        *count_p = pg->n;
+        *more_p = pg->more;
+    }
+    return status;
 }
 
 #endif

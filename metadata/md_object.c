@@ -170,13 +170,7 @@ cks_status_t cks_md_object_list(cks_md_txn_h txn, const char *job, size_t job_le
         w.from = kbuf;
         w.from_len = l.plen + after_len + 1;
     }
-    status = cks_mdi_walk(txn, &w, md_olist_one, &l);
-    if (status != CKS_OK) {
-        return status;
-    }
-    *count_p = l.page.n;
-    *more_p = l.page.more;
-    return CKS_OK;
+    return cks_mdi_walk_page(txn, &w, md_olist_one, &l, &l.page, count_p, more_p);
 }
 
 static cks_status_t md_oeach_one(md_walk_rec_t *r, void *arg)

@@ -64,16 +64,9 @@ cks_status_t cks_md_version_put(cks_md_txn_h txn, const char *job, size_t job_le
 cks_status_t cks_md_version_get(cks_md_txn_h txn, const char *job, size_t job_len,
                                 uint64_t version, cks_md_version_t *v_p)
 {
-    uint8_t kbuf[MD_VKEY_MAX];
-    cks_status_t status;
     MDB_val val;
+    cks_status_t status = cks_mdi_vget(txn, MD_DB_VERSIONS, job, job_len, version, v_p, &val);
 
-    status = cks_mdi_read_check(txn, job, job_len, v_p);
-    if (status != CKS_OK) {
-        return status;
-    }
-    status = cks_mdi_get(txn, MD_DB_VERSIONS, kbuf, cks_vkey(kbuf, job, job_len, version),
-                         &val, CKS_ERR_NO_SUCH_VERSION);
     if (status != CKS_OK) {
         return status;
     }
@@ -170,13 +163,7 @@ cks_status_t cks_md_version_list(cks_md_txn_h txn, const char *job, size_t job_l
     w = md_job_walk(txn, from, job, job_len);
     w.from = from;
     w.from_len = cks_vkey(from, job, job_len, (after == NULL) ? 0 : *after + 1);
-    status = cks_mdi_walk(txn, &w, md_vlist_one, &l);
-    if (status != CKS_OK) {
-        return status;
-    }
-    *count_p = l.page.n;
-    *more_p = l.page.more;
-    return CKS_OK;
+    return cks_mdi_walk_page(txn, &w, md_vlist_one, &l, &l.page, count_p, more_p);
 }
 
 static int md_vstate_restorable(cks_vstate_t state)
@@ -349,11 +336,5 @@ cks_status_t cks_md_job_list(cks_md_txn_h txn, const char *after, size_t after_l
         w.from = from;
         w.from_len = after_len + 1;
     }
-    status = cks_mdi_walk(txn, &w, md_jlist_one, &l);
-    if (status != CKS_OK) {
-        return status;
-    }
-    *count_p = l.page.n;
-    *more_p = l.page.more;
-    return CKS_OK;
+    return cks_mdi_walk_page(txn, &w, md_jlist_one, &l, &l.page, count_p, more_p);
 }

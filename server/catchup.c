@@ -145,13 +145,12 @@ static void cks_rp_list_reply(void *arg, const cks_wire_hdr_t *hdr, const cks_ms
             if (st == CKS_OK) {
                 st = cks_name_check(e.name.ptr, e.name.len, CKS_JOB_MAX_LEN);
             }
-            if (st == CKS_OK && rp->njobs == rp->capjobs) {
-                size_t cap = rp->capjobs ? rp->capjobs * 2 : 64;
-                void *p    = realloc(rp->jobs, cap * sizeof(*rp->jobs));
-                st         = p ? CKS_OK : CKS_ERR_NO_MEMORY;
+            if (st == CKS_OK) {
+                void *p = cks_array_grow(rp->jobs, &rp->capjobs, rp->njobs + 1,
+                                         sizeof(*rp->jobs), 64);
+                st      = p ? CKS_OK : CKS_ERR_NO_MEMORY;
                 if (p != NULL) {
-                    rp->jobs    = p;
-                    rp->capjobs = cap;
+                    rp->jobs = p;
                 }
             }
             if (st == CKS_OK) {
@@ -337,15 +336,12 @@ static int cks_rp_deleted(cks_rp_cmp_t *c, const cks_rp_seen_t *sn, uint64_t cre
 static cks_status_t cks_rp_act_add(cks_rp_t *rp, cks_rp_act_type_t type, const char *job,
                                    size_t job_len, const cks_md_version_t *rec, size_t pos)
 {
-    if (rp->nacts == rp->capacts) {
-        size_t cap = rp->capacts ? rp->capacts * 2 : 64;
-        void *p    = realloc(rp->acts, cap * sizeof(*rp->acts));
-        if (p == NULL) {
-            return CKS_ERR_NO_MEMORY;
-        }
-        rp->acts    = p;
-        rp->capacts = cap;
+    void *p = cks_array_grow(rp->acts, &rp->capacts, rp->nacts + 1, sizeof(*rp->acts),
+                             64);
+    if (p == NULL) {
+        return CKS_ERR_NO_MEMORY;
     }
+    rp->acts = p;
     cks_rp_act_t *a = &rp->acts[rp->nacts++];
     memset(a, 0, sizeof(*a));
     a->type = type;

@@ -210,6 +210,15 @@ static cks_status_t cks_sv_claim_check(cks_server_h s, const cks_wire_str_t *job
 
 /* ---- takeover: may a higher ballot have the version? ------------------------------- */
 
+/* A message's job copied into `buf` (CKS_JOB_MAX_LEN + 1 bytes, checked),
+ * NUL-terminated: the copy, for the message kept with it. */
+static cks_wire_str_t cks_sv_job_own(char *buf, const cks_wire_str_t *job)
+{
+    memcpy(buf, job->ptr, job->len);
+    buf[job->len] = '\0';
+    return (cks_wire_str_t){buf, job->len};
+}
+
 typedef void (*cks_sv_judged_t)(void *arg, cks_status_t status, const char *why);
 
 typedef struct {
@@ -333,14 +342,12 @@ static void cks_sv_judge(cks_server_h s, const cks_msg_version_claim_t *m,
         done(arg, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
     }
-    j->s = s;
-    j->m = *m;
-    memcpy(j->job, m->job.ptr, m->job.len);
-    j->job[m->job.len] = '\0';
-    j->m.job           = (cks_wire_str_t){j->job, m->job.len};
-    j->holder          = holder;
-    j->done            = done;
-    j->arg             = arg;
+    j->s      = s;
+    j->m      = *m;
+    j->m.job  = cks_sv_job_own(j->job, &m->job);
+    j->holder = holder;
+    j->done   = done;
+    j->arg    = arg;
     /* a new connection when the last one failed or went unanswered: a
      * killed server refuses it at once, a cut-off one does not answer */
     cks_msg_repair_status_t q = {0};
@@ -487,6 +494,24 @@ static void cks_sv_claiming_free(struct cks_sv_claiming *c)
     free(c);
 }
 
+void cks_sv_why_unreachable(cks_server_h s, const uint8_t *state, int addrs, char *why,
+                            size_t why_len, int len)
+{
+    size_t n = cks_cluster_nservers(s->map);
+    for (size_t pos = 0; pos < n && len > 0 && (size_t)len < why_len; pos++) {
+        const cks_cluster_server_t *cs = cks_cluster_server(s->map, pos);
+        if (state[pos] != CKS_SV_UNREACHED) {
+            continue;
+        }
+        if (addrs) {
+            len += snprintf(why + len, why_len - (size_t)len, " %zu (%s:%u)", pos, cs->addr,
+                            cs->port);
+        } else {
+            len += snprintf(why + len, why_len - (size_t)len, " %zu", pos);
+        }
+    }
+}
+
 /* Decide when the grants make a majority, or can no longer. */
 static void cks_sv_claim_decide(struct cks_sv_claiming *c)
 {
@@ -512,13 +537,7 @@ static void cks_sv_claim_decide(struct cks_sv_claiming *c)
                                 "granted it, a majority (%u) is needed; unreachable:",
                                 (unsigned long long)c->m.version, c->job, c->granted, n,
                                 c->need);
-            for (size_t pos = 0; pos < n && len > 0 && (size_t)len < sizeof(c->why); pos++) {
-                const cks_cluster_server_t *cs = cks_cluster_server(c->s->map, pos);
-                if (c->grantors[pos] == CKS_SV_UNREACHED) {
-                    len += snprintf(c->why + len, sizeof(c->why) - (size_t)len, " %zu (%s:%u)",
-                                    pos, cs->addr, cs->port);
-                }
-            }
+            cks_sv_why_unreachable(c->s, c->grantors, 1, c->why, sizeof(c->why), len);
             c->refusal = CKS_ERR_NO_QUORUM;
         }
         cks_log(c->takeover ? CKS_LOG_INFO : CKS_LOG_WARN, "%s", c->why);
@@ -533,8 +552,8 @@ static void cks_sv_claim_decide(struct cks_sv_claiming *c)
 
 static void cks_sv_claim_answered(void *arg, cks_status_t status, const char *msg)
 {
-    cks_sv_claim_call_t *call  = arg;
-    struct cks_sv_claiming *c = call->c;
+    cks_sv_ask_t *call        = arg;
+    struct cks_sv_claiming *c = call->owner;
 
     c->answered++;
     if (status == CKS_OK && c->lost && !c->s->stop) {
@@ -569,6 +588,32 @@ static void cks_sv_claim_answered(void *arg, cks_status_t status, const char *ms
     }
     free(call);
     cks_sv_claim_decide(c);
+}
+
+unsigned cks_sv_claim_ask_others(cks_server_h s, const cks_msg_version_claim_t *cm,
+                                 int timeout_ms, cks_tp_call_cb_t answered, void *owner,
+                                 uint8_t *state)
+{
+    size_t n         = cks_cluster_nservers(s->map);
+    unsigned unasked = 0;
+    for (size_t pos = 0; pos < n; pos++) {
+        if (pos == s->self) {
+            continue;
+        }
+        cks_tp_conn_h pc   = cks_sv_peer(s, pos);
+        cks_sv_ask_t *call = pc != NULL ? malloc(sizeof(*call)) : NULL;
+        if (call != NULL) {
+            call->owner = owner;
+            call->pos   = pos;
+        }
+        if (call == NULL || cks_tp_call(pc, CKS_MSG_VERSION_CLAIM, 0, cm, NULL, 0, NULL,
+                                        timeout_ms, answered, call) != CKS_INPROGRESS) {
+            free(call);
+            state[pos] = CKS_SV_UNREACHED;
+            unasked++;
+        }
+    }
+    return unasked;
 }
 
 /* Claim the version with ballot (round, self). round 0: a begin (or, with
@@ -607,15 +652,13 @@ void cks_sv_claim_run(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     c->s      = s;
     c->conn   = conn;
     c->req_id = req_id;
-    c->m      = *m;
-    memcpy(c->job, m->job.ptr, m->job.len);
-    c->job[m->job.len] = '\0';
-    c->m.job           = (cks_wire_str_t){c->job, m->job.len};
-    c->done            = done;
-    c->round           = round;
-    c->takeover        = round > 0;
-    c->need            = (unsigned)(n / 2 + 1);
-    c->others          = (unsigned)(n - 1);
+    c->m        = *m;
+    c->m.job    = cks_sv_job_own(c->job, &m->job);
+    c->done     = done;
+    c->round    = round;
+    c->takeover = round > 0;
+    c->need     = (unsigned)(n / 2 + 1);
+    c->others   = (unsigned)(n - 1);
 
     cks_msg_version_claim_t cm;
     cks_sv_claim_msg(&cm, c, CKS_CLAIM_OP_CLAIM);
@@ -669,36 +712,19 @@ void cks_sv_claim_run(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     /* a claim that a majority can answer at once is decided at its first
      * answers; `answered` counts the servers that cannot be asked too; one
      * pseudo-answer holds c while the calls go out */
-    unsigned unasked = 0;
     c->others++;
-    for (size_t pos = 0; pos < n; pos++) {
-        if (pos == s->self) {
-            continue;
-        }
-        cks_tp_conn_h pc          = cks_sv_peer(s, pos);
-        cks_sv_claim_call_t *call = pc != NULL ? malloc(sizeof(*call)) : NULL;
-        if (call != NULL) {
-            call->c   = c;
-            call->pos = pos;
-        }
-        if (call == NULL ||
-            cks_tp_call(pc, CKS_MSG_VERSION_CLAIM, 0, &cm, NULL, 0, NULL,
-                        CKS_SV_CLAIM_TIMEOUT_MS + (round > 0 ? CKS_SV_TAKEOVER_ASK_MS : 0),
-                        cks_sv_claim_answered, call) != CKS_INPROGRESS) {
-            free(call);
-            c->grantors[pos] = CKS_SV_UNREACHED;
-            unasked++;
-        }
-    }
+    unsigned unasked = cks_sv_claim_ask_others(
+        s, &cm, CKS_SV_CLAIM_TIMEOUT_MS + (round > 0 ? CKS_SV_TAKEOVER_ASK_MS : 0),
+        cks_sv_claim_answered, c, c->grantors);
     c->answered += unasked;
     if (round > 0) {
-        cks_sv_claim_call_t *call = malloc(sizeof(*call));
+        cks_sv_ask_t *call = malloc(sizeof(*call));
         if (call == NULL) {
             c->answered++;
             c->grantors[s->self] = CKS_SV_UNREACHED;
         } else {
-            call->c   = c;
-            call->pos = s->self;
+            call->owner = c;
+            call->pos   = s->self;
             cks_sv_judge(s, &cm, cks_sv_claim_answered, call);
         }
     }

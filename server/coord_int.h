@@ -48,10 +48,12 @@ struct cks_sv_claiming {
     char why[CKS_MSG_MAX_LEN];
 };
 
+/* One server asked a VERSION_CLAIM (a claim's or a fence's): the asker,
+ * the server's position; freed by the answer's callback. */
 typedef struct {
-    struct cks_sv_claiming *c;
+    void *owner; /* struct cks_sv_claiming or struct cks_sv_fencing */
     size_t pos;
-} cks_sv_claim_call_t;
+} cks_sv_ask_t;
 
 /* What a server answered a claim (grantors[]). */
 enum { CKS_SV_UNASKED = 0, CKS_SV_GRANTED = 1, CKS_SV_UNREACHED = 2, CKS_SV_REFUSED = 3 };
@@ -82,6 +84,20 @@ cks_status_t cks_sv_claim_set(cks_server_h s, const char *job, size_t job_len,
                                      uint32_t ttl_s, const cks_msg_version_claim_t *params);
 
 void cks_sv_claim_noop(void *arg, cks_status_t status, const char *msg);
+
+/* The servers marked CKS_SV_UNREACHED in state[] (by position) named at
+ * why + len (len: what why holds so far, as snprintf counted it), " <pos>"
+ * each, with " (<addr>:<port>)" when `addrs`; cut off at why_len. */
+void cks_sv_why_unreachable(cks_server_h s, const uint8_t *state, int addrs, char *why,
+                            size_t why_len, int len);
+
+/* cm asked of every other server, each answer to `answered` with its
+ * cks_sv_ask_t {owner, pos}; a server that cannot be asked is marked
+ * CKS_SV_UNREACHED in state[] (by position) and is not answered: returns how
+ * many. */
+unsigned cks_sv_claim_ask_others(cks_server_h s, const cks_msg_version_claim_t *cm,
+                                 int timeout_ms, cks_tp_call_cb_t answered, void *owner,
+                                 uint8_t *state);
 
 void cks_sv_claim_run(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                              const cks_msg_version_begin_t *m, uint32_t round, int lost,

@@ -57,11 +57,6 @@ struct cks_sv_fencing {
     char why[CKS_MSG_MAX_LEN];
 };
 
-typedef struct {
-    struct cks_sv_fencing *f;
-    size_t pos;
-} cks_sv_fence_call_t;
-
 static void cks_sv_fence_decide(struct cks_sv_fencing *f)
 {
     if (!f->decided && f->acked >= f->need) {
@@ -74,11 +69,7 @@ static void cks_sv_fence_decide(struct cks_sv_fencing *f)
             int len  = snprintf(f->why, sizeof(f->why),
                                 "%u of %zu servers fenced its ballot, a majority (%u) is "
                                 "needed; unreachable:", f->acked, n, f->need);
-            for (size_t pos = 0; pos < n && len > 0 && (size_t)len < sizeof(f->why); pos++) {
-                if (f->state[pos] == CKS_SV_UNREACHED) {
-                    len += snprintf(f->why + len, sizeof(f->why) - (size_t)len, " %zu", pos);
-                }
-            }
+            cks_sv_why_unreachable(f->s, f->state, 0, f->why, sizeof(f->why), len);
             f->refusal = CKS_ERR_NO_QUORUM;
         }
         f->done(f->s, f->v, f->refusal, f->why);
@@ -91,8 +82,8 @@ static void cks_sv_fence_decide(struct cks_sv_fencing *f)
 
 static void cks_sv_fence_answered(void *arg, cks_status_t status, const char *msg)
 {
-    cks_sv_fence_call_t *call = arg;
-    struct cks_sv_fencing *f  = call->f;
+    cks_sv_ask_t *call       = arg;
+    struct cks_sv_fencing *f = call->owner;
     f->answered++;
     if (status == CKS_OK) {
         f->acked++;
@@ -142,27 +133,9 @@ void cks_sv_fence(cks_server_h s, cks_sv_version_t *v, uint32_t ttl_s, cks_sv_fe
     }
     cks_msg_version_claim_t cm = {job, v->version, (uint32_t)s->self, CKS_CLAIM_OP_FENCE,
                                   ttl_s, v->round, 0, 0, 0, 0, 0, 0};
-    unsigned unasked = 0;
     f->asked++; /* one pseudo-answer holds f while the calls go out */
-    for (size_t pos = 0; pos < n; pos++) {
-        if (pos == s->self) {
-            continue;
-        }
-        cks_tp_conn_h pc          = cks_sv_peer(s, pos);
-        cks_sv_fence_call_t *call = pc != NULL ? malloc(sizeof(*call)) : NULL;
-        if (call != NULL) {
-            call->f   = f;
-            call->pos = pos;
-        }
-        if (call == NULL ||
-            cks_tp_call(pc, CKS_MSG_VERSION_CLAIM, 0, &cm, NULL, 0, NULL,
-                        CKS_SV_CLAIM_TIMEOUT_MS, cks_sv_fence_answered, call) !=
-                CKS_INPROGRESS) {
-            free(call);
-            f->state[pos] = CKS_SV_UNREACHED;
-            unasked++;
-        }
-    }
+    unsigned unasked = cks_sv_claim_ask_others(s, &cm, CKS_SV_CLAIM_TIMEOUT_MS,
+                                               cks_sv_fence_answered, f, f->state);
     f->answered += unasked + 1; /* and the hold */
     cks_sv_fence_decide(f);
 }
@@ -195,15 +168,11 @@ void cks_sv_kept_add(cks_server_h s, const cks_msg_object_done_t *m)
     }
     /* no search for an equal report (a version may have many objects): one
      * kept twice is sent twice, and the coordinator counts it once */
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? k->cap * 2 : 8;
-        void *p    = realloc(k->o, cap * sizeof(*k->o));
-        if (p == NULL) {
-            return;
-        }
-        k->o   = p;
-        k->cap = cap;
+    void *p = cks_array_grow(k->o, &k->cap, k->n + 1, sizeof(*k->o), 8);
+    if (p == NULL) {
+        return;
     }
+    k->o = p;
     o    = &k->o[k->n];
     o->m = *m;
     memcpy(o->key, m->o.key.ptr, m->o.key.len);

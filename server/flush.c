@@ -76,6 +76,20 @@ int cks_fl_paths(cks_fl_job_t *j, cks_fl_paths_t *p)
     return 0;
 }
 
+int cks_fl_paths_unpublished(cks_fl_job_t *j, cks_fl_paths_t *p)
+{
+    struct stat st;
+    if (cks_fl_paths(j, p) != 0) {
+        return -1;
+    }
+    if (stat(p->pub, &st) == 0) {
+        cks_fl_fail(j, CKS_ERR_VERSION_EXISTS, "version %" PRIu64 " is already flushed to %s",
+                    j->version, p->pub);
+        return -1;
+    }
+    return 0;
+}
+
 int cks_fl_fsync_dir(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY);
@@ -85,6 +99,20 @@ int cks_fl_fsync_dir(const char *path)
     int rc = fsync(fd);
     close(fd);
     return rc;
+}
+
+int cks_fl_close_rename(cks_fl_job_t *j, FILE *f, const char *tmp, const char *path,
+                        const char *dir, const char *verb)
+{
+    if (fclose(f) != 0) {
+        cks_fl_fail(j, CKS_ERR_IO, "closing %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    if (rename(tmp, path) != 0 || cks_fl_fsync_dir(dir) != 0) {
+        cks_fl_fail(j, CKS_ERR_IO, "%s %s: %s", verb, path, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 /* Remove a flat directory (files only), best effort. */
@@ -247,16 +275,13 @@ cks_status_t cks_fl_manifest(cks_server_h s, cks_fl_job_t *j, cks_md_txn_h txn,
         return CKS_ERR_UNSUPPORTED;
     }
     while (more) {
-        if (mf->nobjs + PAGE > cap) {
-            size_t nc = cap ? cap * 2 : 4 * PAGE;
-            void *p   = realloc(mf->objs, nc * sizeof(*mf->objs));
-            if (p == NULL) {
-                cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory listing the manifest");
-                return CKS_ERR_NO_MEMORY;
-            }
-            mf->objs = p;
-            cap      = nc;
+        void *p = cks_array_grow(mf->objs, &cap, mf->nobjs + PAGE, sizeof(*mf->objs),
+                                 4 * PAGE);
+        if (p == NULL) {
+            cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory listing the manifest");
+            return CKS_ERR_NO_MEMORY;
         }
+        mf->objs = p;
         const cks_md_object_t *last = mf->nobjs > 0 ? &mf->objs[mf->nobjs - 1] : NULL;
         status = cks_md_object_list(txn, j->job, j->job_len, j->version,
                                     last ? last->key : NULL, last ? last->key_len : 0,
@@ -338,14 +363,8 @@ void cks_fl_chunks(struct cks_sv_flush *fl, cks_fl_job_t *j)
     uint16_t id = cks_cluster_server(s->map, s->self)->id;
     int fd      = -1;
     FILE *f     = NULL;
-    struct stat st;
 
-    if (cks_fl_paths(j, &p) != 0) {
-        return;
-    }
-    if (stat(p.pub, &st) == 0) {
-        cks_fl_fail(j, CKS_ERR_VERSION_EXISTS, "version %" PRIu64 " is already flushed to %s",
-                    j->version, p.pub);
+    if (cks_fl_paths_unpublished(j, &p) != 0) {
         return;
     }
     if ((mkdir(p.jobdir, 0755) != 0 && errno != EEXIST) ||
@@ -371,16 +390,12 @@ void cks_fl_chunks(struct cks_sv_flush *fl, cks_fl_job_t *j)
                                      o->key_len, sn, idx, &ch) != CKS_OK) {
                     continue; /* another server's */
                 }
-                if (nheld == cap) {
-                    size_t nc = cap ? cap * 2 : 1024;
-                    void *q   = realloc(held, nc * sizeof(*held));
-                    if (q == NULL) {
-                        cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
-                        break;
-                    }
-                    held = q;
-                    cap  = nc;
+                void *q = cks_array_grow(held, &cap, nheld + 1, sizeof(*held), 1024);
+                if (q == NULL) {
+                    cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
+                    break;
                 }
+                held = q;
                 cks_fl_held_t *h = &held[nheld++];
                 memcpy(h->c.key, o->key, o->key_len + 1);
                 h->c.key_len    = o->key_len;
@@ -451,14 +466,9 @@ out_txn:
         cks_fl_fail(j, CKS_ERR_IO, "flushing %s: %s", p.tmp, strerror(errno));
         goto out;
     }
-    if (fclose(f) != 0) {
-        f = NULL;
-        cks_fl_fail(j, CKS_ERR_IO, "closing %s: %s", idx_tmp, strerror(errno));
-        goto out;
-    }
-    f = NULL;
-    if (rename(idx_tmp, idx_path) != 0 || cks_fl_fsync_dir(p.tmp) != 0) {
-        cks_fl_fail(j, CKS_ERR_IO, "publishing %s: %s", idx_path, strerror(errno));
+    int rc = cks_fl_close_rename(j, f, idx_tmp, idx_path, p.tmp, "publishing");
+    f      = NULL;
+    if (rc != 0) {
         goto out;
     }
     j->bytes  = off;

@@ -8,6 +8,7 @@
 #include "server_int.h"
 
 #include <limits.h>
+#include <stdio.h>
 
 /* --flush-rate when not given: bytes/s that one server's flush writes */
 #define CKS_FL_RATE_DEFAULT (64ull << 20)
@@ -112,6 +113,20 @@ struct cks_sv_flush {
     uint64_t tokens_ns;
 };
 
+/* j appended to the list (*head_p, *tail_p): the flush thread's queue or its
+ * done list (lock held) */
+static inline void cks_fl_append(cks_fl_job_t **head_p, cks_fl_job_t **tail_p,
+                                 cks_fl_job_t *j)
+{
+    j->next = NULL;
+    if (*tail_p != NULL) {
+        (*tail_p)->next = j;
+    } else {
+        *head_p = j;
+    }
+    *tail_p = j;
+}
+
 /* the first scan after the flush thread starts, then one every ten seconds */
 #define CKS_FL_SCAN_FIRST_NS 1000000000ull
 #define CKS_FL_SCAN_EVERY_NS 10000000000ull
@@ -142,7 +157,18 @@ void cks_fl_fail(cks_fl_job_t *j, cks_status_t status, const char *fmt, ...)
 
 int cks_fl_paths(cks_fl_job_t *j, cks_fl_paths_t *p);
 
+/* cks_fl_paths, and the job failed (CKS_ERR_VERSION_EXISTS) when its
+ * version is published already: 0, or -1 with the job failed. */
+int cks_fl_paths_unpublished(cks_fl_job_t *j, cks_fl_paths_t *p);
+
 int cks_fl_fsync_dir(const char *path);
+
+/* A file written at `tmp` and synced, closed (`f`, closed either way) and
+ * renamed to `path`, then its directory `dir` synced: 0, or -1 with the job
+ * failed ("closing <tmp>", or "<verb> <path>" when the rename or the sync
+ * fails). */
+int cks_fl_close_rename(cks_fl_job_t *j, FILE *f, const char *tmp, const char *path,
+                        const char *dir, const char *verb);
 
 void cks_fl_rmdir_flat(const char *path);
 

@@ -70,6 +70,21 @@ static uint64_t cks_fl_now_real_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A dot entry of a job's directory, ".<version name><suffix>" (at least 21
+ * bytes, checked by the caller): its version, its path and the path of the
+ * version's published directory (PATH_MAX bytes each); 0 when the name is
+ * not a version's or a path does not fit. */
+static int cks_fl_dot_entry(const char *jobdir, const char *d_name, uint64_t *v_p,
+                            char *path, char *pub)
+{
+    char name[21];
+    memcpy(name, d_name + 1, 20);
+    name[20] = '\0';
+    return cks_md_flush_version_parse(name, v_p) &&
+           snprintf(path, PATH_MAX, "%s/%s", jobdir, d_name) < PATH_MAX &&
+           snprintf(pub, PATH_MAX, "%s/%s", jobdir, name) < PATH_MAX;
+}
+
 /* --flush-age: is the job's newest flushed version older than the age? Its
  * age is that of its checkpoint (the seal time in its manifest); a flush of
  * the job under way (a temporary directory touched since) counts as a
@@ -113,13 +128,7 @@ int cks_fl_age_due(cks_server_h s, const char *jobdir)
 /* Hand a version found due back to the progress thread (lock held). */
 void cks_fl_hand_back(struct cks_sv_flush *fl, cks_fl_job_t *j)
 {
-    j->next = NULL;
-    if (fl->done_tail != NULL) {
-        fl->done_tail->next = j;
-    } else {
-        fl->done_head = j;
-    }
-    fl->done_tail = j;
+    cks_fl_append(&fl->done_head, &fl->done_tail, j);
 }
 
 static void cks_fl_found(struct cks_sv_flush *fl, unsigned type, const char *job,
@@ -219,28 +228,20 @@ static uint64_t cks_fl_touched_ns(const char *path)
  * directory. */
 static void cks_fl_clean_job_dir(const char *jobdir)
 {
-    char path[PATH_MAX], pub[PATH_MAX], name[21];
+    char path[PATH_MAX], pub[PATH_MAX];
     struct dirent *e;
-    struct timespec now;
     struct stat st;
     uint64_t v;
     DIR *d = opendir(jobdir);
     if (d == NULL) {
         return;
     }
-    clock_gettime(CLOCK_REALTIME, &now);
-    uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+    uint64_t now_ns = cks_fl_now_real_ns();
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] != '.' || strlen(e->d_name) < 26 ||
             (strncmp(e->d_name + 21, ".tmp-", 5) != 0 &&
-             strncmp(e->d_name + 21, ".del-", 5) != 0)) {
-            continue;
-        }
-        memcpy(name, e->d_name + 1, 20);
-        name[20] = '\0';
-        if (!cks_md_flush_version_parse(name, &v) ||
-            snprintf(path, sizeof(path), "%s/%s", jobdir, e->d_name) >= (int)sizeof(path) ||
-            snprintf(pub, sizeof(pub), "%s/%s", jobdir, name) >= (int)sizeof(pub)) {
+             strncmp(e->d_name + 21, ".del-", 5) != 0) ||
+            !cks_fl_dot_entry(jobdir, e->d_name, &v, path, pub)) {
             continue;
         }
         int published = e->d_name[22] == 't' && stat(pub, &st) == 0;
@@ -263,7 +264,7 @@ static void cks_fl_clean_job_dir(const char *jobdir)
  * flight, and after a failure only once its retry is due). */
 void cks_fl_scan_requests(struct cks_sv_flush *fl, const char *jobdir, const char *dname)
 {
-    char suffix[16], name[21], path[PATH_MAX], pub[PATH_MAX], job[CKS_JOB_MAX_LEN + 1];
+    char suffix[16], path[PATH_MAX], pub[PATH_MAX], job[CKS_JOB_MAX_LEN + 1];
     size_t job_len = 0;
     struct dirent *e;
     struct stat st;
@@ -278,14 +279,8 @@ void cks_fl_scan_requests(struct cks_sv_flush *fl, const char *jobdir, const cha
     uint64_t now = cks_fl_now_real_ns();
     while ((e = readdir(d)) != NULL && !fl->stop) {
         if (e->d_name[0] != '.' || strlen(e->d_name) != 21 + strlen(suffix) ||
-            strcmp(e->d_name + 21, suffix) != 0) {
-            continue;
-        }
-        memcpy(name, e->d_name + 1, 20);
-        name[20] = '\0';
-        if (!cks_md_flush_version_parse(name, &v) ||
-            snprintf(path, sizeof(path), "%s/%s", jobdir, e->d_name) >= (int)sizeof(path) ||
-            snprintf(pub, sizeof(pub), "%s/%s", jobdir, name) >= (int)sizeof(pub)) {
+            strcmp(e->d_name + 21, suffix) != 0 ||
+            !cks_fl_dot_entry(jobdir, e->d_name, &v, path, pub)) {
             continue;
         }
         if (stat(pub, &st) == 0 && S_ISDIR(st.st_mode)) {

@@ -63,15 +63,11 @@ static void cks_fl_retain(cks_server_h s, const cks_fl_job_t *j, const cks_fl_pa
         if (!cks_md_flush_version_parse(e->d_name, &v)) {
             continue;
         }
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 64;
-            void *q   = realloc(vs, nc * sizeof(*vs));
-            if (q == NULL) {
-                goto out;
-            }
-            vs  = q;
-            cap = nc;
+        void *q = cks_array_grow(vs, &cap, n + 1, sizeof(*vs), 64);
+        if (q == NULL) {
+            goto out;
         }
+        vs = q;
         vs[n++] = v;
     }
     if (n <= keep) {
@@ -92,16 +88,12 @@ static void cks_fl_retain(cks_server_h s, const cks_fl_job_t *j, const cks_fl_pa
                 if (src == vs[i] || cks_fl_has_u64(refs, nrefs, src)) {
                     continue;
                 }
-                if (nrefs == caprefs) {
-                    size_t nc = caprefs ? caprefs * 2 : 16;
-                    void *q   = realloc(refs, nc * sizeof(*refs));
-                    if (q == NULL) {
-                        cks_md_flush_manifest_free(&mf);
-                        goto out;
-                    }
-                    refs    = q;
-                    caprefs = nc;
+                void *q = cks_array_grow(refs, &caprefs, nrefs + 1, sizeof(*refs), 16);
+                if (q == NULL) {
+                    cks_md_flush_manifest_free(&mf);
+                    goto out;
                 }
+                refs = q;
                 refs[nrefs++] = src;
             }
             cks_md_flush_manifest_free(&mf);
@@ -151,12 +143,7 @@ void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
     FILE *f = NULL;
     int published = 0;
 
-    if (cks_fl_paths(j, &p) != 0) {
-        return;
-    }
-    if (stat(p.pub, &st) == 0) {
-        cks_fl_fail(j, CKS_ERR_VERSION_EXISTS, "version %" PRIu64 " is already flushed to %s",
-                    j->version, p.pub);
+    if (cks_fl_paths_unpublished(j, &p) != 0) {
         return;
     }
     if (cks_md_txn_begin(s->md, 0, &txn) != CKS_OK) {
@@ -213,16 +200,12 @@ void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
             }
         }
         free(cs);
-        if (nids == capids) {
-            size_t nc = capids ? capids * 2 : 16;
-            void *q   = realloc(ids, nc * sizeof(*ids));
-            if (q == NULL) {
-                cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
-                break;
-            }
-            ids    = q;
-            capids = nc;
+        void *q = cks_array_grow(ids, &capids, nids + 1, sizeof(*ids), 16);
+        if (q == NULL) {
+            cks_fl_fail(j, CKS_ERR_NO_MEMORY, "out of memory");
+            break;
         }
+        ids = q;
         ids[nids++] = (uint16_t)id;
     }
     if (j->status != CKS_OK) {
@@ -269,14 +252,9 @@ void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j)
         cks_fl_fail(j, CKS_ERR_IO, "writing %s: %s", tmp, strerror(errno));
         goto out;
     }
-    if (fclose(f) != 0) {
-        f = NULL;
-        cks_fl_fail(j, CKS_ERR_IO, "closing %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    f = NULL;
-    if (rename(tmp, path) != 0 || cks_fl_fsync_dir(p.tmp) != 0) {
-        cks_fl_fail(j, CKS_ERR_IO, "writing %s: %s", path, strerror(errno));
+    int rc = cks_fl_close_rename(j, f, tmp, path, p.tmp, "writing");
+    f      = NULL;
+    if (rc != 0) {
         goto out;
     }
     if (cks_fault_fire("flush_publish_die")) {

@@ -225,12 +225,7 @@ void cks_fl_queue(cks_server_h s, cks_fl_job_t *j)
         j->reading = 1;
     }
     pthread_mutex_lock(&s->flush->lock);
-    if (s->flush->tail != NULL) {
-        s->flush->tail->next = j;
-    } else {
-        s->flush->head = j;
-    }
-    s->flush->tail = j;
+    cks_fl_append(&s->flush->head, &s->flush->tail, j);
     pthread_cond_signal(&s->flush->cond);
     pthread_mutex_unlock(&s->flush->lock);
 }

@@ -408,16 +408,12 @@ static void cks_sv_version_open(cks_server_h s, cks_tp_conn_h conn, uint64_t req
         cks_sv_reply_status(conn, req_id, status, "metadata lookup failed");
         return;
     }
-    v = cks_sv_version_new(s, &m->job, m->version);
-    if (v == NULL || cks_hmap_create(&v->keys) != CKS_OK) {
-        if (v != NULL) {
-            cks_sv_version_free(s, v);
-        }
+    v = cks_sv_version_new_open(s, &m->job, m->version);
+    if (v == NULL) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
         return;
     }
     cks_sv_rec_open(&v->rec, m);
-    v->open           = 1;
     v->pending        = 0;
     if (s->map != NULL) { /* this server coordinates the version */
         cks_sv_owed_forget(s, v->job, v->job_len, v->version);
@@ -440,19 +436,9 @@ static void cks_sv_version_open(cks_server_h s, cks_tp_conn_h conn, uint64_t req
             return;
         }
     }
-    cks_mdq_job_t *j  = cks_sv_mdq_job(s, CKS_MDQ_BEGIN, v->job, v->job_len, v->version);
-    if (j == NULL) {
+    if (cks_sv_version_queue(s, v, CKS_MDQ_BEGIN, conn, req_id) != CKS_OK) {
         cks_sv_version_free(s, v);
-        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
-        return;
     }
-    j->v      = v;
-    j->rec    = v->rec;
-    j->conn   = conn;
-    j->req_id = req_id;
-    cks_tp_conn_get(conn);
-    v->pending++;
-    cks_mdq_push(&s->mdq, j);
 }
 
 /* A put whose payload is in the arena: answer STORED, queue the record. */

@@ -79,16 +79,13 @@ void cks_sv_version_hold(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                 CKS_SV_HOLDS_MAX);
             return;
         }
-        if (s->nholds == s->capholds) {
-            size_t cap = s->capholds ? s->capholds * 2 : 16;
-            void *p    = realloc(s->holds, cap * sizeof(*s->holds));
-            if (p == NULL) {
-                cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "no memory for a lease");
-                return;
-            }
-            s->holds    = p;
-            s->capholds = cap;
+        void *p = cks_array_grow(s->holds, &s->capholds, s->nholds + 1, sizeof(*s->holds),
+                                 16);
+        if (p == NULL) {
+            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "no memory for a lease");
+            return;
         }
+        s->holds = p;
         cks_sv_hold_t *h = &s->holds[s->nholds++];
         memcpy(h->job, m->job.ptr, m->job.len);
         h->job_len = (uint32_t)m->job.len;

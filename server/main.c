@@ -96,6 +96,46 @@ static void usage(FILE *out)
             "every sealed version and re-checks their CRCs before serving.\n");
 }
 
+/* An option's byte count (cks_size_parse): 1, or 0 with "bad <what> '<arg>'"
+ * said. */
+static int cks_opt_size(const char *arg, const char *what, uint64_t *v_p)
+{
+    if (cks_size_parse(arg, v_p) != CKS_OK) {
+        fprintf(stderr, "ckstore-server: bad %s '%s'\n", what, arg);
+        return 0;
+    }
+    return 1;
+}
+
+/* An option's rate in bytes/s: as cks_opt_size, 0 (unlimited) as
+ * UINT64_MAX. */
+static int cks_opt_rate(const char *arg, const char *what, uint64_t *v_p)
+{
+    if (!cks_opt_size(arg, what, v_p)) {
+        return 0;
+    }
+    if (*v_p == 0) {
+        *v_p = UINT64_MAX;
+    }
+    return 1;
+}
+
+/* An option's decimal number of at most `max` (as strtoul reads it, and
+ * with a digit first when `digit_first`): 1, or 0 with
+ * "bad <what> '<arg>'<hint>" said. */
+static int cks_opt_ulong(const char *arg, unsigned long max, int digit_first, const char *what,
+                         const char *hint, unsigned long *v_p)
+{
+    char *end;
+    unsigned long v = strtoul(arg, &end, 10);
+    if ((digit_first && (arg[0] < '0' || arg[0] > '9')) || *end != '\0' || v > max) {
+        fprintf(stderr, "ckstore-server: bad %s '%s'%s\n", what, arg, hint);
+        return 0;
+    }
+    *v_p = v;
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -138,7 +178,6 @@ int main(int argc, char **argv)
     cks_status_t status;
     unsigned long port = 13337, id = 0;
     int port_given = 0, id_given = 0;
-    char *end;
     int c;
 
     /* A write to a closed stdout or stderr (a pipe whose reader left, e.g.
@@ -157,18 +196,14 @@ int main(int argc, char **argv)
         switch (c) {
             case 'a': p.listen_addr = optarg; break;
             case 'p':
-                port = strtoul(optarg, &end, 10);
-                if (*end != '\0' || port > 65535) {
-                    fprintf(stderr, "ckstore-server: bad port '%s'\n", optarg);
+                if (!cks_opt_ulong(optarg, 65535, 0, "port", "", &port)) {
                     return 2;
                 }
                 port_given = 1;
                 break;
             case 'c': p.cluster_map = optarg; break;
             case 'i':
-                id = strtoul(optarg, &end, 10);
-                if (*end != '\0' || id > 65535) {
-                    fprintf(stderr, "ckstore-server: bad id '%s'\n", optarg);
+                if (!cks_opt_ulong(optarg, 65535, 0, "id", "", &id)) {
                     return 2;
                 }
                 id_given = 1;
@@ -185,69 +220,53 @@ int main(int argc, char **argv)
             case 1006: p.flush_dir = optarg; break;
             case 1007: p.flush_every = (unsigned)atoi(optarg); break;
             case 1008:
-                if (cks_size_parse(optarg, &p.repair_rate) != CKS_OK) {
-                    fprintf(stderr, "ckstore-server: bad repair rate '%s'\n", optarg);
+                if (!cks_opt_rate(optarg, "repair rate", &p.repair_rate)) {
                     return 2;
-                }
-                if (p.repair_rate == 0) {
-                    p.repair_rate = UINT64_MAX;
                 }
                 break;
             case 1021: {
-                unsigned long v = strtoul(optarg, &end, 10);
-                if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v > 16) {
-                    fprintf(stderr, "ckstore-server: bad --copy-threads '%s' (0 to 16)\n",
-                            optarg);
+                unsigned long v;
+                if (!cks_opt_ulong(optarg, 16, 1, "--copy-threads", " (0 to 16)", &v)) {
                     return 2;
                 }
                 p.copy_threads = v == 0 ? UINT_MAX : (unsigned)v;
                 break;
             }
             case 1020:
-                if (cks_size_parse(optarg, &p.repair_idle_rate) != CKS_OK) {
-                    fprintf(stderr, "ckstore-server: bad repair idle rate '%s'\n", optarg);
+                if (!cks_opt_size(optarg, "repair idle rate", &p.repair_idle_rate)) {
                     return 2;
                 }
                 break;
             case 1011: {
-                unsigned long v = strtoul(optarg, &end, 10);
-                if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v > 100000000) {
-                    fprintf(stderr, "ckstore-server: bad --flush-age '%s' (seconds)\n",
-                            optarg);
+                unsigned long v;
+                if (!cks_opt_ulong(optarg, 100000000, 1, "--flush-age", " (seconds)", &v)) {
                     return 2;
                 }
                 p.flush_age_s = (unsigned)v;
                 break;
             }
             case 1010: {
-                unsigned long v = strtoul(optarg, &end, 10);
-                if (optarg[0] < '0' || optarg[0] > '9' || *end != '\0' || v > 1000000) {
-                    fprintf(stderr, "ckstore-server: bad --flush-keep '%s'\n", optarg);
+                unsigned long v;
+                if (!cks_opt_ulong(optarg, 1000000, 1, "--flush-keep", "", &v)) {
                     return 2;
                 }
                 p.flush_keep = (unsigned)v;
                 break;
             }
             case 1009:
-                if (cks_size_parse(optarg, &p.flush_rate) != CKS_OK) {
-                    fprintf(stderr, "ckstore-server: bad flush rate '%s'\n", optarg);
+                if (!cks_opt_rate(optarg, "flush rate", &p.flush_rate)) {
                     return 2;
-                }
-                if (p.flush_rate == 0) {
-                    p.flush_rate = UINT64_MAX;
                 }
                 break;
             case 's':
-                if (cks_size_parse(optarg, &p.arena_size) != CKS_OK) {
-                    fprintf(stderr, "ckstore-server: bad arena size '%s'\n", optarg);
+                if (!cks_opt_size(optarg, "arena size", &p.arena_size)) {
                     return 2;
                 }
                 break;
             case 'f': p.arena_file = optarg; break;
             case 'd': p.data_dir = optarg; break;
             case 'm':
-                if (cks_size_parse(optarg, &p.md_map_size) != CKS_OK) {
-                    fprintf(stderr, "ckstore-server: bad map size '%s'\n", optarg);
+                if (!cks_opt_size(optarg, "map size", &p.md_map_size)) {
                     return 2;
                 }
                 break;

@@ -81,15 +81,11 @@ typedef struct {
 static cks_status_t cks_mdq_chunk_freed(const cks_md_chunk_t *c, void *arg)
 {
     cks_mdq_extents_t *e = arg;
-    if (e->n == e->cap) {
-        size_t cap = e->cap ? e->cap * 2 : 64;
-        void *p    = realloc(e->ext, cap * sizeof(*e->ext));
-        if (p == NULL) {
-            return CKS_ERR_NO_MEMORY;
-        }
-        e->ext = p;
-        e->cap = cap;
+    void *p = cks_array_grow(e->ext, &e->cap, e->n + 1, sizeof(*e->ext), 64);
+    if (p == NULL) {
+        return CKS_ERR_NO_MEMORY;
     }
+    e->ext = p;
     e->ext[e->n].off = c->arena_offset;
     e->ext[e->n].len = c->arena_len;
     e->n++;

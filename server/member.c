@@ -100,18 +100,15 @@ void cks_sv_free_after_reads(cks_server_h s, uint64_t off, uint64_t len)
         cks_arena_free(s->arena, off, len);
         return;
     }
-    if (s->ndeferred == s->capdeferred) {
-        size_t cap = s->capdeferred ? s->capdeferred * 2 : 64;
-        void *p    = realloc(s->deferred, cap * sizeof(*s->deferred));
-        if (p == NULL) {
-            /* kept taken rather than reused under a read */
-            cks_error("arena: out of memory deferring the free of %llu bytes: kept until "
-                      "restart", (unsigned long long)len);
-            return;
-        }
-        s->deferred    = p;
-        s->capdeferred = cap;
+    void *p = cks_array_grow(s->deferred, &s->capdeferred, s->ndeferred + 1,
+                             sizeof(*s->deferred), 64);
+    if (p == NULL) {
+        /* kept taken rather than reused under a read */
+        cks_error("arena: out of memory deferring the free of %llu bytes: kept until "
+                  "restart", (unsigned long long)len);
+        return;
     }
+    s->deferred = p;
     s->deferred[s->ndeferred++] = (cks_sv_deferred_t){off, len, s->read_seq};
     if (s->ndeferred == 1) {
         cks_info("arena space freed while chunk reads are in flight: returned after them");
@@ -306,11 +303,8 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_md_txn_h txn;
     cks_sv_version_t *v;
     cks_chunk_out_t *o;
-    cks_status_t status = cks_sv_check_names(&m->job, &m->key);
+    cks_status_t status = cks_sv_names_txn(s, &m->job, &m->key, &txn);
 
-    if (status == CKS_OK) {
-        status = cks_md_txn_begin(s->md, 0, &txn);
-    }
     if (status == CKS_OK) {
         status = cks_md_chunk_get(txn, m->job.ptr, m->job.len, m->version, m->key.ptr,
                                   m->key.len, m->stripe, m->idx, &ch);
@@ -389,7 +383,6 @@ typedef struct {
     uint64_t req_id;
     uint8_t *page;
     size_t page_len;
-    uint32_t count;
     cks_mdq_job_t *j;
 } cks_commit_in_t;
 
@@ -413,6 +406,28 @@ static void cks_commit_recorded(cks_server_h s, cks_mdq_job_t *j)
     free(j);
     free(c->page);
     free(c);
+}
+
+/* A manifest's or a drop's job for the metadata writer, answered by
+ * cks_commit_recorded (it holds `conn`); NULL, the request answered, when
+ * out of memory. */
+static cks_mdq_job_t *cks_commit_job(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                     cks_mdq_type_t type, const cks_wire_str_t *job,
+                                     uint64_t version)
+{
+    cks_commit_in_t *c = malloc(sizeof(*c));
+    cks_mdq_job_t *j   = cks_sv_mdq_job(s, type, job->ptr, job->len, version);
+    if (c == NULL || j == NULL) {
+        free(c);
+        free(j);
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+        return NULL;
+    }
+    *c      = (cks_commit_in_t){.conn = conn, .req_id = req_id, .j = j};
+    j->done = cks_commit_recorded;
+    j->ctx  = c;
+    cks_tp_conn_get(conn);
+    return j;
 }
 
 static void cks_commit_page_in(void *arg, cks_status_t status)
@@ -466,14 +481,11 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->v.version);
         cks_sv_kept_forget(s, m->job.ptr, m->job.len, m->v.version);
     }
-    c = calloc(1, sizeof(*c));
-    j = cks_sv_mdq_job(s, CKS_MDQ_MANIFEST, m->job.ptr, m->job.len, m->v.version);
-    if (c == NULL || j == NULL) {
-        free(c);
-        free(j);
-        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+    j = cks_commit_job(s, conn, req_id, CKS_MDQ_MANIFEST, &m->job, m->v.version);
+    if (j == NULL) {
         return;
     }
+    c = j->ctx;
     j->has_rec = m->last != 0;
     j->rec     = (cks_md_version_t){m->v.version,  m->v.parent,     (cks_vstate_t)m->v.state,
                                     m->v.nranks,   m->v.created_ns, m->v.sealed_ns,
@@ -482,12 +494,6 @@ void cks_sv_version_commit(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                     m->v.redundancy, m->v.missing};
     j->retain         = m->last ? m->retain : 0;
     j->nheld          = cks_sv_held(s, j->job, j->job_len, j->held, CKS_SV_HELD_MAX);
-    j->done           = cks_commit_recorded;
-    j->ctx            = c;
-    c->conn           = conn;
-    c->req_id         = req_id;
-    c->j              = j;
-    cks_tp_conn_get(conn);
     if (data == NULL) {
         cks_commit_page_in(c, CKS_OK);
         return;
@@ -524,7 +530,6 @@ void cks_sv_object_of_entry(cks_md_object_t *o, const cks_msg_object_entry_t *e)
 void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                          const cks_msg_version_drop_t *m)
 {
-    cks_commit_in_t *c;
     cks_mdq_job_t *j;
     cks_md_version_t rec;
     cks_status_t status = cks_sv_check_names(&m->job, NULL);
@@ -535,12 +540,8 @@ void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     }
     cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->version);
     cks_sv_kept_forget(s, m->job.ptr, m->job.len, m->version);
-    c = calloc(1, sizeof(*c));
-    j = cks_sv_mdq_job(s, CKS_MDQ_DROP, m->job.ptr, m->job.len, m->version);
-    if (c == NULL || j == NULL) {
-        free(c);
-        free(j);
-        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
+    j = cks_commit_job(s, conn, req_id, CKS_MDQ_DROP, &m->job, m->version);
+    if (j == NULL) {
         return;
     }
     if (m->state == CKS_VSTATE_ABORTED) {
@@ -559,12 +560,6 @@ void cks_sv_version_drop(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
             j->nheld = cks_sv_held(s, j->job, j->job_len, j->held, CKS_SV_HELD_MAX);
         }
     }
-    j->done   = cks_commit_recorded;
-    j->ctx    = c;
-    c->conn   = conn;
-    c->req_id = req_id;
-    c->j      = j;
-    cks_tp_conn_get(conn);
     /* a put still spreading this version on this server keeps its chunks
      * until it ends; the drop removes what is recorded now */
     cks_mdq_push(&s->mdq, j);

@@ -227,15 +227,12 @@ static void cks_sv_bcast(cks_server_h s, cks_sv_version_t *v, int drop, uint32_t
 static cks_status_t cks_sv_waiter_add(cks_sv_version_t *v, cks_tp_conn_h conn,
                                       uint64_t req_id, int seal)
 {
-    if (v->nwaiters == v->capwaiters) {
-        size_t cap = v->capwaiters ? v->capwaiters * 2 : 4;
-        void *p    = realloc(v->waiters, cap * sizeof(*v->waiters));
-        if (p == NULL) {
-            return CKS_ERR_NO_MEMORY;
-        }
-        v->waiters    = p;
-        v->capwaiters = cap;
+    void *p = cks_array_grow(v->waiters, &v->capwaiters, v->nwaiters + 1,
+                             sizeof(*v->waiters), 4);
+    if (p == NULL) {
+        return CKS_ERR_NO_MEMORY;
     }
+    v->waiters = p;
     v->waiters[v->nwaiters++] = (cks_sv_waiter_t){conn, req_id, seal};
     cks_tp_conn_get(conn);
     return CKS_OK;

@@ -691,16 +691,13 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                 cks_vstate_string(rec.state));
             return;
         }
-        v = cks_sv_version_new(s, &m->job, m->version);
-        if (v == NULL || cks_hmap_create(&v->keys) != CKS_OK) {
-            if (v != NULL) {
-                cks_sv_version_release(s, v);
-            }
+        /* open until the coordinator commits or drops it */
+        v = cks_sv_version_new_open(s, &m->job, m->version);
+        if (v == NULL) {
             cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
             return;
         }
         v->cluster = 1;
-        v->open    = 1; /* until the coordinator commits or drops it */
     }
     if (v->objs != NULL && cks_sv_geometry_differs(v, m->k, m->m, m->chunk_size)) {
         /* this server coordinates the version: refuse the put at once */

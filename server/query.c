@@ -50,10 +50,7 @@ void cks_sv_version_stat(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_md_txn_h txn;
     cks_status_t status;
 
-    status = cks_sv_check_names(&m->job, NULL);
-    if (status == CKS_OK) {
-        status = cks_md_txn_begin(s->md, 0, &txn);
-    }
+    status = cks_sv_names_txn(s, &m->job, NULL, &txn);
     if (status == CKS_OK) {
         if (m->latest) {
             status = cks_md_version_latest(txn, m->job.ptr, m->job.len, 1, &rec);
@@ -95,17 +92,14 @@ void cks_sv_object_stat(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_md_txn_h txn;
     cks_status_t status;
 
-    status = cks_sv_check_names(&m->job, &m->key);
+    status = cks_sv_names_txn(s, &m->job, &m->key, &txn);
     if (status == CKS_OK) {
-        status = cks_md_txn_begin(s->md, 0, &txn);
+        status = cks_sv_readable(txn, &m->job, m->version, &rec);
         if (status == CKS_OK) {
-            status = cks_sv_readable(txn, &m->job, m->version, &rec);
-            if (status == CKS_OK) {
-                status = cks_md_object_get(txn, m->job.ptr, m->job.len, m->version,
-                                           m->key.ptr, m->key.len, &obj);
-            }
-            cks_md_txn_abort(txn);
+            status = cks_md_object_get(txn, m->job.ptr, m->job.len, m->version, m->key.ptr,
+                                       m->key.len, &obj);
         }
+        cks_md_txn_abort(txn);
     }
     r.status = status;
     r.msg    = cks_wire_cstr(status == CKS_OK ? NULL : cks_status_string(status));

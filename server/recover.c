@@ -31,20 +31,20 @@ static cks_status_t cks_sv_recover_version(const char *job, size_t job_len,
     if (v->state != CKS_VSTATE_OPEN) {
         return CKS_OK;
     }
-    if (r->nopen == r->capopen) {
-        size_t cap = r->capopen ? r->capopen * 2 : 8;
-        void *j    = realloc(r->open_jobs, cap * sizeof(*r->open_jobs));
-        if (j == NULL) {
-            return CKS_ERR_NO_MEMORY;
-        }
-        r->open_jobs = j;
-        void *vv     = realloc(r->open_versions, cap * sizeof(*r->open_versions));
-        if (vv == NULL) {
-            return CKS_ERR_NO_MEMORY;
-        }
-        r->open_versions = vv;
-        r->capopen       = cap;
+    /* two arrays of one capacity: it grows once both have */
+    size_t capj = r->capopen, capv = r->capopen;
+    void *j = cks_array_grow(r->open_jobs, &capj, r->nopen + 1, sizeof(*r->open_jobs), 8);
+    if (j == NULL) {
+        return CKS_ERR_NO_MEMORY;
     }
+    r->open_jobs = j;
+    void *vv     = cks_array_grow(r->open_versions, &capv, r->nopen + 1,
+                                  sizeof(*r->open_versions), 8);
+    if (vv == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    r->open_versions = vv;
+    r->capopen       = capv;
     memcpy(r->open_jobs[r->nopen], job, job_len);
     r->open_jobs[r->nopen][job_len] = '\0';
     r->open_versions[r->nopen++]    = v->version;

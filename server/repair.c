@@ -194,15 +194,11 @@ cks_status_t cks_rp_vers_add(const char *job, size_t job_len, const cks_md_versi
          cks_place_coordinator(vs->s->map, job, job_len, v->version) != vs->s->self)) {
         return CKS_OK;
     }
-    if (vs->n == vs->cap) {
-        size_t cap = vs->cap ? vs->cap * 2 : 64;
-        void *p    = realloc(vs->v, cap * sizeof(*vs->v));
-        if (p == NULL) {
-            return CKS_ERR_NO_MEMORY;
-        }
-        vs->v   = p;
-        vs->cap = cap;
+    void *p = cks_array_grow(vs->v, &vs->cap, vs->n + 1, sizeof(*vs->v), 64);
+    if (p == NULL) {
+        return CKS_ERR_NO_MEMORY;
     }
+    vs->v = p;
     memcpy(vs->v[vs->n].job, job, job_len);
     vs->v[vs->n].job[job_len] = '\0';
     vs->v[vs->n].job_len      = (uint32_t)job_len;

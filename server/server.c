@@ -96,6 +96,21 @@ cks_sv_version_t *cks_sv_version_new(cks_server_h s, const cks_wire_str_t *job,
     return v;
 }
 
+cks_sv_version_t *cks_sv_version_new_open(cks_server_h s, const cks_wire_str_t *job,
+                                          uint64_t version)
+{
+    cks_sv_version_t *v = cks_sv_version_new(s, job, version);
+    if (v == NULL) {
+        return NULL;
+    }
+    if (cks_hmap_create(&v->keys) != CKS_OK) {
+        cks_sv_version_free(s, v);
+        return NULL;
+    }
+    v->open = 1;
+    return v;
+}
+
 /* An entry and all it owns (its waiters' connections are the caller's). */
 static void cks_sv_version_free_all(cks_sv_version_t *v)
 {
@@ -159,6 +174,16 @@ cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t 
     return status;
 }
 
+cks_status_t cks_sv_names_txn(cks_server_h s, const cks_wire_str_t *job,
+                              const cks_wire_str_t *key, cks_md_txn_h *txn_p)
+{
+    cks_status_t status = cks_sv_check_names(job, key);
+    if (status == CKS_OK) {
+        status = cks_md_txn_begin(s->md, 0, txn_p);
+    }
+    return status;
+}
+
 cks_mdq_job_t *cks_sv_mdq_job(cks_server_h s, cks_mdq_type_t type, const char *job,
                               size_t job_len, uint64_t version)
 {
@@ -175,13 +200,13 @@ cks_mdq_job_t *cks_sv_mdq_job(cks_server_h s, cks_mdq_type_t type, const char *j
 
 /* ---- deferred seal / abort / delete ----------------------------------------- */
 
-static void cks_sv_queue(cks_server_h s, cks_sv_version_t *v, cks_mdq_type_t type,
-                         cks_tp_conn_h conn, uint64_t req_id)
+cks_status_t cks_sv_version_queue(cks_server_h s, cks_sv_version_t *v, cks_mdq_type_t type,
+                                  cks_tp_conn_h conn, uint64_t req_id)
 {
     cks_mdq_job_t *j = cks_sv_mdq_job(s, type, v->job, v->job_len, v->version);
     if (j == NULL) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
-        return;
+        return CKS_ERR_NO_MEMORY;
     }
     j->v      = v;
     j->rec    = v->rec;
@@ -200,6 +225,7 @@ static void cks_sv_queue(cks_server_h s, cks_sv_version_t *v, cks_mdq_type_t typ
     }
     v->pending++; /* the job itself keeps the entry alive */
     cks_mdq_push(&s->mdq, j);
+    return CKS_OK;
 }
 
 /* Run the waiting request of v when its puts (and, to delete, gets) drained. */
@@ -219,14 +245,14 @@ void cks_sv_version_kick(cks_server_h s, cks_sv_version_t *v)
                             "version %llu of '%s' lost an object (%s); aborting it",
                             (unsigned long long)v->version, v->job,
                             cks_status_string(v->failed));
-        cks_sv_queue(s, v, CKS_MDQ_ABORT, conn, 0); /* no second reply */
+        cks_sv_version_queue(s, v, CKS_MDQ_ABORT, conn, 0); /* no second reply */
         cks_tp_conn_put(conn);
         return;
     }
-    cks_sv_queue(s, v, wait == CKS_SV_WAIT_SEAL    ? CKS_MDQ_SEAL
-                       : wait == CKS_SV_WAIT_ABORT ? CKS_MDQ_ABORT
-                                                   : CKS_MDQ_DELETE,
-                 conn, v->wait_req_id);
+    cks_sv_version_queue(s, v, wait == CKS_SV_WAIT_SEAL    ? CKS_MDQ_SEAL
+                               : wait == CKS_SV_WAIT_ABORT ? CKS_MDQ_ABORT
+                                                           : CKS_MDQ_DELETE,
+                         conn, v->wait_req_id);
     cks_tp_conn_put(conn);
 }
 

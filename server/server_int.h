@@ -482,6 +482,11 @@ void cks_sv_holds_fini(struct cks_server *s);
 /* server.c, for cluster.c */
 cks_mdq_job_t *cks_sv_mdq_job(struct cks_server *s, cks_mdq_type_t type, const char *job,
                               size_t job_len, uint64_t version);
+/* server.c, for handlers.c: v's record queued for the metadata writer (a
+ * seal or an abort written into it), answered to (conn, req_id) when it is
+ * recorded; CKS_ERR_NO_MEMORY, answered at once, when the job cannot be had. */
+cks_status_t cks_sv_version_queue(struct cks_server *s, cks_sv_version_t *v,
+                                  cks_mdq_type_t type, cks_tp_conn_h conn, uint64_t req_id);
 void cks_sv_reply_status(cks_tp_conn_h conn, uint64_t req_id, cks_status_t status,
                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void cks_sv_reply(cks_tp_conn_h conn, unsigned type, uint64_t req_id, void *body);
@@ -489,10 +494,18 @@ cks_sv_version_t *cks_sv_version_find(struct cks_server *s, const cks_wire_str_t
                                       uint64_t version);
 cks_sv_version_t *cks_sv_version_new(struct cks_server *s, const cks_wire_str_t *job,
                                      uint64_t version);
+/* A new entry open for puts here (open, its key set made); NULL when out of
+ * memory. */
+cks_sv_version_t *cks_sv_version_new_open(struct cks_server *s, const cks_wire_str_t *job,
+                                          uint64_t version);
 void cks_sv_version_release(struct cks_server *s, cks_sv_version_t *v);
 cks_status_t cks_sv_version_lookup(struct cks_server *s, const cks_wire_str_t *job,
                                    uint64_t version, cks_md_version_t *rec_p);
 cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key);
+/* A request's names checked (cks_sv_check_names), then a read transaction
+ * begun in *txn_p (the caller aborts it) when they pass. */
+cks_status_t cks_sv_names_txn(struct cks_server *s, const cks_wire_str_t *job,
+                              const cks_wire_str_t *key, cks_md_txn_h *txn_p);
 uint64_t cks_sv_realtime_ns(void);
 /* The OPEN record of a version begun (or taken over) with the begin's
  * parameters, created now (handlers.c). */

@@ -50,15 +50,11 @@ static int cks_sv_takeover_queue(struct cks_sv_takeover *t, cks_tp_conn_h conn,
                                  const cks_wire_str_t *primaries)
 {
     cks_sv_tq_t *e;
-    if (t->nq == t->capq) {
-        size_t cap = t->capq ? t->capq * 2 : 4;
-        void *p    = realloc(t->q, cap * sizeof(*t->q));
-        if (p == NULL) {
-            return 0;
-        }
-        t->q    = p;
-        t->capq = cap;
+    void *p = cks_array_grow(t->q, &t->capq, t->nq + 1, sizeof(*t->q), 4);
+    if (p == NULL) {
+        return 0;
     }
+    t->q = p;
     e = &t->q[t->nq];
     *e = (cks_sv_tq_t){conn, req_id, nobjects, digest, rank, NULL, 0, flags};
     if (primaries != NULL && primaries->len > 0) {

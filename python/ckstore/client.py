@@ -65,6 +65,15 @@ Status = _status_enum()
 Status.__doc__ = "Status codes of libckstore (cks_status_t), from the library itself."
 
 
+def _enum_or_int(cls: type, value: int) -> Any:
+    """``value`` as a member of the enum ``cls``, or the raw code when the
+    enum has none (a newer library's)."""
+    try:
+        return cls(value)
+    except ValueError:
+        return value
+
+
 class VState(enum.IntEnum):
     """State of a version (cks_vstate_t)."""
     OPEN = 0
@@ -103,10 +112,7 @@ class CkstoreError(Exception):
     """
 
     def __init__(self, status: int, text: str = "", call: str = "") -> None:
-        try:
-            self.status: Union[Status, int] = Status(status)
-        except ValueError:
-            self.status = status
+        self.status: Union[Status, int] = _enum_or_int(Status, status)
         self.name = status_name(status)
         self.text = text
         self.call = call
@@ -143,10 +149,7 @@ class VersionInfo:
 
     @classmethod
     def _from_c(cls, v) -> "VersionInfo":
-        try:
-            state = VState(v.state)
-        except ValueError:
-            state = v.state
+        state = _enum_or_int(VState, v.state)
         return cls(v.version, None if v.parent == NO_PARENT else v.parent, state, v.nranks,
                    v.created_ns, v.sealed_ns, v.nobjects, v.bytes, v.ec_k, v.ec_m,
                    v.chunk_size)
@@ -165,10 +168,7 @@ class ObjectInfo:
 
     @classmethod
     def _from_c(cls, o) -> "ObjectInfo":
-        try:
-            kind = Kind(o.tags.kind)
-        except ValueError:
-            kind = o.tags.kind
+        kind = _enum_or_int(Kind, o.tags.kind)
         return cls(ffi.string(o.key).decode(), Tags(kind, o.tags.layer, o.tags.expert,
                                                    o.tags.rank),
                    o.size, o.crc64, o.source_version)

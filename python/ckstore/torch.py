@@ -309,6 +309,18 @@ def _abort_quietly(client: Client, job: str, step: int) -> None:
         pass
 
 
+def _wait_all(reqs: List[Any]) -> None:
+    """Wait for every request, then raise the first one's error, if any."""
+    first = None
+    for r in reqs:
+        try:
+            r.result()
+        except CkstoreError as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
 def _put_all(client: Client, job: str, step: int, flat: _Flat, window: int, meta: bytes,
              source: Optional[Callable[[str], Any]]) -> None:
     """Put every tensor (from ``source(key)`` when given, else the tensor
@@ -334,14 +346,7 @@ def _put_all(client: Client, job: str, step: int, flat: _Flat, window: int, meta
         reqs.append(client.put_async(job, step, flat.prefix + META_KEY, meta,
                                      tags=Tags(Kind.OTHER)))
     finally:
-        first = None
-        for r in reqs:
-            try:
-                r.result()
-            except CkstoreError as e:
-                first = first or e
-        if first is not None:
-            raise first
+        _wait_all(reqs)
 
 
 # One staging buffer per client for async_save, reused from save to save
@@ -508,14 +513,7 @@ def load(client: Client, job: str, step: int = LATEST, *, rank: Optional[int] = 
                 t = tensors[id(ref)] = _torch.empty(ref.shape, dtype=getattr(_torch, ref.dtype))
                 q = r.get_async(ref.key, _bytes_of(t), verify=verify)
             reqs.append(q)
-        first = None
-        for q in reqs:
-            try:
-                q.result()
-            except CkstoreError as e:
-                first = first or e
-        if first is not None:
-            raise first
+        _wait_all(reqs)
         for ref in refs:
             if ref.packed and ref.nbytes:
                 _bytes_of(tensors[id(ref)]).copy_(
