@@ -291,7 +291,7 @@ static int gen_md(void)
     cks_md_version_t vmax = {
         UINT64_MAX - 1, UINT64_MAX, CKS_VSTATE_ABORTED, UINT32_MAX, UINT64_MAX,
         UINT64_MAX,     UINT64_MAX, UINT64_MAX,         16,         4,
-        UINT64_MAX};
+        UINT64_MAX,     UINT32_MAX, UINT64_MAX};
     cks_md_version_t vmid = {7,
                              6,
                              CKS_VSTATE_SEALED,
@@ -302,8 +302,10 @@ static int gen_md(void)
                              1u << 30,
                              4,
                              2,
-                             1u << 20};
-    cks_md_version_t vmin = {0, CKS_MD_NO_PARENT, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+                             1u << 20,
+                             1,
+                             3};
+    cks_md_version_t vmin = {0, CKS_MD_NO_PARENT, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     cks_md_object_t omax = {.kind = CKS_KIND_OTHER,
                             .layer = INT32_MAX,
                             .expert = INT32_MIN,
