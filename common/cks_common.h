@@ -41,6 +41,22 @@
         (item)->prev = (tail);          \
         CKS_QUEUE_PUSH(head, tail, item); \
     } while (0)
+/** Take `item` out of the list head..tail linked both ways, wherever it is
+ *  (its links become NULL). */
+#define CKS_LIST_DEL(head, tail, item)               \
+    do {                                             \
+        if ((item)->prev != NULL) {                  \
+            (item)->prev->next = (item)->next;       \
+        } else {                                     \
+            (head) = (item)->next;                   \
+        }                                            \
+        if ((item)->next != NULL) {                  \
+            (item)->next->prev = (item)->prev;       \
+        } else {                                     \
+            (tail) = (item)->prev;                   \
+        }                                            \
+        (item)->prev = (item)->next = NULL;          \
+    } while (0)
 
 /* Limits shared by client, server and the wire codec. */
 #define CKS_JOB_MAX_LEN 128  /* bytes of a job name */

@@ -35,17 +35,7 @@ void cks_dl_add(cks_dl_list_t *l, cks_dl_t *e, uint64_t due_ns)
 
 void cks_dl_del(cks_dl_list_t *l, cks_dl_t *e)
 {
-    if (e->prev != NULL) {
-        e->prev->next = e->next;
-    } else {
-        l->head = e->next;
-    }
-    if (e->next != NULL) {
-        e->next->prev = e->prev;
-    } else {
-        l->tail = e->prev;
-    }
-    e->prev = e->next = NULL;
+    CKS_LIST_DEL(l->head, l->tail, e);
 }
 
 void cks_dl_move(cks_dl_list_t *l, cks_dl_t *e, uint64_t due_ns)

@@ -23,14 +23,7 @@ void cks_sv_read_begin(cks_server_h s, cks_sv_read_t *r)
     if (r->conn != NULL) {
         cks_tp_conn_get(r->conn);
     }
-    r->next = NULL;
-    r->prev = s->reads_tail;
-    if (s->reads_tail != NULL) {
-        s->reads_tail->next = r;
-    } else {
-        s->reads_head = r;
-    }
-    s->reads_tail = r;
+    CKS_LIST_PUSH(s->reads_head, s->reads_tail, r);
 }
 
 /* Return what no read in flight may use any more (reads end in any order;
@@ -51,16 +44,7 @@ static void cks_sv_deferred_release(cks_server_h s)
 
 void cks_sv_read_end(cks_server_h s, cks_sv_read_t *r)
 {
-    if (r->prev != NULL) {
-        r->prev->next = r->next;
-    } else {
-        s->reads_head = r->next;
-    }
-    if (r->next != NULL) {
-        r->next->prev = r->prev;
-    } else {
-        s->reads_tail = r->prev;
-    }
+    CKS_LIST_DEL(s->reads_head, s->reads_tail, r);
     if (r->conn != NULL) {
         cks_tp_conn_put(r->conn);
         r->conn = NULL;

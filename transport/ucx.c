@@ -62,6 +62,22 @@ cks_status_t cks_tp_status(ucs_status_t st, const char *what)
 
 /* ---- receiving --------------------------------------------------------------- */
 
+/* A message refused before its owner saw it: logged, and the owner told
+ * (hdr NULL when not even the header could be read). Returns UCS_OK: UCX
+ * drops any payload. */
+static ucs_status_t cks_tp_bad_msg(cks_tp_worker_h w, cks_tp_conn_h conn,
+                                   const cks_wire_hdr_t *hdr, cks_status_t status,
+                                   const char *why)
+{
+    cks_warn("%s: bad message %s from %s: %s (%s)", w->name,
+             hdr != NULL ? cks_msg_name(hdr->type) : "?", conn->peer, why,
+             cks_status_name(status));
+    if (w->params.on_bad_msg != NULL) {
+        w->params.on_bad_msg(w->params.arg, conn, hdr, status, why);
+    }
+    return UCS_OK;
+}
+
 static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_length,
                                  void *data, size_t length,
                                  const ucp_am_recv_param_t *param)
@@ -94,21 +110,10 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
             hdr.body_len     = 0;
             hdr.req_id       = cks_get_be64(h + 16);
         }
-        cks_warn("%s: bad message from %s: %s (%s)", w->name, conn->peer, why,
-                 cks_status_name(status));
-        if (w->params.on_bad_msg != NULL) {
-            w->params.on_bad_msg(w->params.arg, conn, have_hdr ? &hdr : NULL, status, why);
-        }
-        return UCS_OK; /* drops any payload */
+        return cks_tp_bad_msg(w, conn, have_hdr ? &hdr : NULL, status, why);
     }
     if ((length > 0) != !!(hdr.flags & (CKS_WIRE_F_PAYLOAD | CKS_WIRE_F_PAGE))) {
-        cks_warn("%s: message %s from %s: payload and flags disagree", w->name,
-                 cks_msg_name(hdr.type), conn->peer);
-        if (w->params.on_bad_msg != NULL) {
-            w->params.on_bad_msg(w->params.arg, conn, &hdr, CKS_ERR_BAD_MESSAGE,
-                                 "payload and flags disagree");
-        }
-        return UCS_OK;
+        return cks_tp_bad_msg(w, conn, &hdr, CKS_ERR_BAD_MESSAGE, "payload and flags disagree");
     }
     if (CKS_MSG_IS_REPLY(hdr.type) && w->require_auth && !conn->auth.authed &&
         !conn->outgoing) {
@@ -155,13 +160,7 @@ static ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_le
          (length > 0 ? (mf & CKS_MSG_F_REPLY) || d.is_rndv ||
                            cks_tp_rma_parse(data, length, &d) != CKS_OK
                      : !(mf & CKS_MSG_F_REPLY)))) {
-        cks_warn("%s: message %s from %s: bad RMA descriptor", w->name,
-                 cks_msg_name(hdr.type), conn->peer);
-        if (w->params.on_bad_msg != NULL) {
-            w->params.on_bad_msg(w->params.arg, conn, &hdr, CKS_ERR_BAD_MESSAGE,
-                                 "bad RMA descriptor");
-        }
-        return UCS_OK;
+        return cks_tp_bad_msg(w, conn, &hdr, CKS_ERR_BAD_MESSAGE, "bad RMA descriptor");
     }
     cks_tp_conn_get(conn);
     w->params.on_msg(w->params.arg, conn, &hdr, &body, length > 0 ? &d : NULL);
