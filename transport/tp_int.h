@@ -262,6 +262,14 @@ void cks_tp_held_release(cks_tp_conn_h conn, cks_status_t status);
 /* Payloads late past recv_timeout_ms close their connections (ucx.c, from
  * cks_tp_worker_sweep()); returns ms until the next is due, or -1. */
 int cks_tp_recvs_expire(cks_tp_worker_h w);
+/* recv.c: the worker's one active-message handler */
+ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_length, void *data,
+                          size_t length, const ucp_am_recv_param_t *param);
+
+static inline ucs_memory_type_t cks_tp_mem_type(cks_mem_type_t t)
+{
+    return t == CKS_MEM_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+}
 
 cks_tp_conn_h cks_tp_slot_find(cks_tp_worker_h w, ucp_ep_h ep);
 
