@@ -238,7 +238,7 @@ struct cks_restore {
     cks_version_info_t info;
     uint64_t holder;  /* this restore's lease on the version (read.c); 0: none */
     uint64_t held_ns; /* when it was last sent (atomic: gets renew it) */
-    struct cks_cl_disk *disk; /* flushed.c: reads the durable copy (NULL: memory;
+    struct cks_cl_disk *disk; /* disk.c: reads the durable copy (NULL: memory;
                                  then no lease is held) */
 };
 
@@ -253,12 +253,18 @@ cks_status_t cks_cl_restore_new(cks_client_h c, const char *job, const cks_versi
 cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
                            cks_done_cb_t cb, void *arg, uint32_t wire_flags);
 
-/* flushed.c: restores from the durable tier (a flushed copy on disk) */
+/* disk.c: restores from the durable tier (a flushed copy on disk) */
 /* Open the flushed copy of (job, version) in dir (CKS_VERSION_LATEST: the
  * newest there) as a restore handle of client c. */
 cks_status_t cks_cl_disk_open(cks_client_h c, const char *dir, const char *job,
                               uint64_t version, cks_restore_h *r_p);
 void cks_cl_disk_close(struct cks_cl_disk *d);
+/* flushed.c: the directory of version `*version` of job in flush dir `dir`
+ * (CKS_VERSION_LATEST: the newest published one, written back), and a
+ * version record as the API's info. */
+cks_status_t cks_cl_flushed_vdir(const char *dir, const char *job, uint64_t *version, char *out,
+                                 size_t len);
+void cks_cl_flushed_info(cks_version_info_t *info, const cks_md_version_t *v);
 cks_status_t cks_cl_disk_stat(cks_restore_h r, const char *key, cks_object_info_t *info_p);
 cks_status_t cks_cl_disk_list(cks_restore_h r, const char *after_key, cks_object_info_t *out,
                               size_t max, size_t *count_p, int *more_p);
