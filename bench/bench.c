@@ -724,7 +724,7 @@ static int bench_main(bench_ctx_t *x, int argc, char **argv)
         fprintf(stderr, "ckstore-bench: client buffers: %s\n", err);
         goto out;
     }
-    bench_fill(src.ptr, max, 42);
+    cks_pattern_fill(src.ptr, max, 42);
     bench_describe_buf(x, src.ptr, max, x->f.client_desc, sizeof(x->f.client_desc));
 
     bench_machine_describe(&rep.machine);

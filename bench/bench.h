@@ -17,6 +17,8 @@
 #ifndef CKS_BENCH_H
 #define CKS_BENCH_H
 
+#include "cks_common.h" /* cks_pattern_fill() and the status codes */
+
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -138,8 +140,6 @@ void bench_ck_buf_free(struct cks_client *client, bench_buf_t *buf);
  *  Returns -1 when smaps cannot be read. */
 int bench_huge_percent(pid_t pid, const void *addr, size_t len, const char *path);
 
-/** Fill with a reproducible pattern (xorshift of `seed`). */
-void bench_fill(void *buf, size_t len, uint64_t seed);
 
 /** Time one memcpy of `size` bytes; seconds. */
 double bench_memcpy_once(void *dst, const void *src, size_t size);

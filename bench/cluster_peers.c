@@ -34,7 +34,7 @@ int cl_measure_peers(cl_ctx_t *x)
     }
     for (unsigned o = 0; o < x->mix.n; o++) {
         sizes[o] = x->mix.obj[o].size;
-        bench_fill((uint8_t *)src.ptr + x->mix.obj[o].off, sizes[o], cl_obj_seed(0, o));
+        cks_pattern_fill((uint8_t *)src.ptr + x->mix.obj[o].off, sizes[o], cl_obj_seed(0, o));
     }
     memset(&pp, 0, sizeof(pp));
     pp.src = src.ptr;

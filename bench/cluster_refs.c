@@ -93,7 +93,7 @@ int cl_refs_isal(cl_ctx_t *x)
     if (bench_buf_alloc(BENCH_MEM_THP, dbytes, &copy, err, sizeof(err)) != 0) {
         goto err_scratch;
     }
-    bench_fill(data.ptr, dbytes, 99);
+    cks_pattern_fill(data.ptr, dbytes, 99);
     x->refs.isal_bytes = dbytes;
 
     /* encode (input bytes per second, one thread, data from DRAM), alone and

@@ -361,7 +361,7 @@ static int cl_w_alloc_main(cl_worker_t *wk, const cl_cmd_t *cmd, cl_res_t *res)
     }
     if (wk->src.ptr != NULL) {
         for (unsigned o = 0; o < x->mix.n; o++) {
-            bench_fill((uint8_t *)wk->src.ptr + x->mix.obj[o].off, x->mix.obj[o].size,
+            cks_pattern_fill((uint8_t *)wk->src.ptr + x->mix.obj[o].off, x->mix.obj[o].size,
                        cl_obj_seed(wk->index, o));
         }
     }
@@ -466,7 +466,7 @@ static void cl_w_restore(cl_worker_t *wk, const cl_cmd_t *cmd, cl_res_t *res,
         }
         for (unsigned i = 0; i < count; i++) {
             unsigned g = first + i;
-            bench_fill(want.ptr, sizes[i], cl_obj_seed(g / x->mix.n, g % x->mix.n));
+            cks_pattern_fill(want.ptr, sizes[i], cl_obj_seed(g / x->mix.n, g % x->mix.n));
             if (memcmp(want.ptr, bufs[i], sizes[i]) != 0) {
                 cl_w_err(wk, res, CL_ERR_VERIFY, keyp[i]);
                 break;
@@ -530,7 +530,7 @@ static void cl_w_pec_setup(cl_worker_t *wk, const cl_cmd_t *cmd, cl_res_t *res)
         return;
     }
     for (size_t i = 0; i < wk->npobj; i++) {
-        bench_fill((uint8_t *)wk->psrc.ptr + wk->poff[i], wk->pobj[i].size,
+        cks_pattern_fill((uint8_t *)wk->psrc.ptr + wk->poff[i], wk->pobj[i].size,
                    7919u * (wk->index + 1) + i);
     }
     res->bytes = total;

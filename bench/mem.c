@@ -228,22 +228,6 @@ int bench_huge_percent(pid_t pid, const void *addr, size_t len, const char *path
     return rss > 0 ? (int)((100 * huge + rss / 2) / rss) : 0;
 }
 
-void bench_fill(void *buf, size_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    uint8_t *p = buf;
-    size_t i   = 0;
-    for (; i + 8 <= len; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-    for (; i < len; i++) {
-        p[i] = (uint8_t)(x >> (8 * (i % 8)));
-    }
-}
-
 double bench_memcpy_once(void *dst, const void *src, size_t size)
 {
     double t0 = bench_now();

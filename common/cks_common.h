@@ -122,6 +122,15 @@ cks_status_t cks_size_parse(const char *text, uint64_t *size_p);
  *  result: `if ((p = cks_array_grow(a, &cap, n + 1, sizeof(*a), 64)) == NULL)`. */
 void *cks_array_grow(void *arr, size_t *cap_p, size_t need, size_t elem_size, size_t first);
 
+/* ---- a test pattern -------------------------------------------------------- */
+/** Fill buf[0..len) with the byte pattern of `seed` (xorshift64, 8 bytes
+ *  at a time): what the demo, the tests and the bench write, to check what
+ *  comes back without keeping a copy. */
+void cks_pattern_fill(void *buf, size_t len, uint64_t seed);
+/** The offset of the first byte of buf[0..len) that differs from the
+ *  pattern of `seed`, or len when none does. */
+size_t cks_pattern_check(const void *buf, size_t len, uint64_t seed);
+
 /* ---- byte order --------------------------------------------------------- */
 static inline void cks_put_be64(uint8_t *p, uint64_t v)
 {

@@ -392,3 +392,50 @@ void cks_fault_disarm_all(void)
 {
 }
 #endif /* CKS_FAULT_POINTS */
+
+/* ---- a test pattern ------------------------------------------------------- */
+
+static uint64_t cks_pattern_next(uint64_t x)
+{
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+}
+
+void cks_pattern_fill(void *buf, size_t len, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    uint8_t *p = buf;
+    size_t i   = 0;
+    for (; i + 8 <= len; i += 8) {
+        x = cks_pattern_next(x);
+        memcpy(p + i, &x, 8);
+    }
+    for (; i < len; i++) { /* the tail: bytes of the last word */
+        p[i] = (uint8_t)(x >> (8 * (i % 8)));
+    }
+}
+
+size_t cks_pattern_check(const void *buf, size_t len, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1, v;
+    const uint8_t *p = buf;
+    size_t i         = 0;
+    for (; i + 8 <= len; i += 8) {
+        x = cks_pattern_next(x);
+        memcpy(&v, p + i, 8);
+        if (v != x) {
+            break;
+        }
+    }
+    /* the word that differs (x is its pattern), or the tail (the last
+     * word's bytes): byte by byte */
+    for (; i < len; i++) {
+        if (p[i] != (uint8_t)(x >> (8 * (i % 8)))) {
+            return i;
+        }
+    }
+    return len;
+}
+

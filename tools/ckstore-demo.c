@@ -82,44 +82,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void fill(uint8_t *p, uint64_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-    uint64_t i = 0;
-    for (; i + 8 <= len; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-    for (; i < len; i++) {
-        p[i] = (uint8_t)(x >> (8 * (i & 7)));
-    }
-}
-
-/* 1 when p[0..len) is what fill(seed) writes; compares 8 bytes at a time
- * without a second buffer. */
-static int same_as_fill(const uint8_t *p, uint64_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-    uint64_t i = 0, v;
-    for (; i + 8 <= len; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(&v, p + i, 8);
-        if (v != x) {
-            return 0;
-        }
-    }
-    for (; i < len; i++) {
-        if (p[i] != (uint8_t)(x >> (8 * (i & 7)))) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* Rank `rank` of `ranks`: its slice of each layer's dense part, the experts
  * expert-parallelism gives it (contiguous blocks: expert e lives on rank
  * e * ranks / experts) with their optimizer state (2x the parameters, as
@@ -317,7 +279,7 @@ static int demo_rank(const demo_opts_t *o, unsigned rank, int out_fd, int go_fd)
     }
     if (o->snapshot) {
         for (size_t i = 0; i < n; i++) {
-            fill((uint8_t *)stage + off[i], objs[i].size, objs[i].seed);
+            cks_pattern_fill((uint8_t *)stage + off[i], objs[i].size, objs[i].seed);
         }
         if (rank == 0) { /* rank 0 opens the version for every rank */
             cks_version_params_t vp = {0};
@@ -412,7 +374,8 @@ static int demo_rank(const demo_opts_t *o, unsigned rank, int out_fd, int go_fd)
         }
     } else {
         for (size_t i = 0; i < n; i++) {
-            if (!same_as_fill((uint8_t *)stage + off[i], objs[i].size, objs[i].seed)) {
+            if (cks_pattern_check((uint8_t *)stage + off[i], objs[i].size, objs[i].seed) !=
+                objs[i].size) {
                 if (m.mismatch++ == 0) {
                     snprintf(m.err, sizeof(m.err), "%.96s differs from what was written",
                              objs[i].key);
