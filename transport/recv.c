@@ -162,6 +162,7 @@ int cks_tp_recvs_expire(cks_tp_worker_h w)
      * them out and may free others: each one due is parked first */
     for (cks_dl_t *e; (e = cks_dl_due(&w->recvs, now)) != NULL;) {
         cks_tp_recv_req_t *r = CKS_CONTAINER_OF(e, cks_tp_recv_req_t, dl);
+        uint64_t late_ns     = now - e->due_ns;
         cks_dl_move(&w->recvs, e, CKS_DL_NEVER);
         if (r->conn->failed || r->conn->closed) {
             continue; /* its completion comes with the close */
@@ -169,7 +170,7 @@ int cks_tp_recvs_expire(cks_tp_worker_h w)
         cks_tp_conn_h conn = r->conn;
         cks_warn("%s: a payload from %s did not arrive in %llu ms: closing the "
                  "connection", w->name, conn->peer,
-                 (unsigned long long)((now - e->due_ns) / 1000000ull +
+                 (unsigned long long)(late_ns / 1000000ull +
                                       w->params.recv_timeout_ms));
         cks_tp_conn_get(conn);
         cks_tp_conn_fail(conn, 1, CKS_ERR_TIMEOUT); /* r may be gone */
