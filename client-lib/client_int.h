@@ -1,7 +1,8 @@
 /*
- * client-lib private: the op machinery shared by client.c (connections,
- * progress thread, versions, puts) and read.c (restores: stats, lists, and
- * gets of whole objects or byte ranges, with degraded decoding).
+ * client-lib private: the op machinery shared by libckstore's files (the
+ * module map in docs/ARCHITECTURE.md says which does what): util.c at the
+ * bottom, then the op engine (op.c, reply.c) and the connections (conn.c),
+ * then versions, puts, restores and device memory; client.c on top.
  */
 #ifndef CKS_CLIENT_INT_H
 #define CKS_CLIENT_INT_H
@@ -272,7 +273,7 @@ cks_status_t cks_cl_disk_list(cks_restore_h r, const char *after_key, cks_object
 cks_status_t cks_cl_disk_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
                              cks_done_cb_t cb, void *arg);
 
-/* client.c */
+/* util.c: the last error, waiters, ops' allocation and names */
 void cks_cl_set_error(cks_client_h c, cks_status_t status, const char *text, size_t len);
 /* The client's last error: its status and a printf-style text (cut at the
  * wire's message bound); for text that is not NUL-terminated (a server's
@@ -285,7 +286,7 @@ cks_status_t cks_waiter_wait(cks_waiter_t *w, cks_status_t status);
 cks_status_t cks_op_name(cks_op_t *op, size_t *used, const char *name, size_t max,
                          cks_wire_str_t *s);
 cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type);
-/* Queue an op from any thread; CKS_INPROGRESS (cb runs once) or an error. */
+/* op.c: queue an op from any thread; CKS_INPROGRESS (cb runs once) or an error. */
 cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
 /* Submit and wait. */
 cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op);
@@ -298,7 +299,7 @@ const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c);
  * thread starts): memory reserved up front, not in the first degraded read. */
 void cks_cl_scratch_prepare(cks_client_h c);
 void cks_cl_scratch_free(cks_client_h c);
-/* client.c: ask the servers on this host that are up to map a region ahead
+/* conn.c: ask the servers on this host that are up to map a region ahead
  * of its transfers, answers not awaited (progress thread). */
 void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m);
 /* Server that coordinates (job, version); 0 on a standalone server. */
@@ -317,7 +318,7 @@ cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t versi
 cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,
                          size_t *count_p, int *more_p);
 
-/* Puts completed per version (what a seal tells the coordinator). */
+/* util.c: puts completed per version (what a seal tells the coordinator). */
 typedef struct {
     uint64_t count;  /* puts completed */
     uint64_t digest; /* XOR of their digests (cks_msg_version_seal_t.digest) */
@@ -328,6 +329,8 @@ typedef struct {
 /* Puts completed for (job, version); `take` forgets them, and hands the
  * caller `on` (free() it); without `take`, `on` is NULL. */
 cks_cl_puts_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version, int take);
+/* util.c: the table of puts per version freed (client teardown) */
+void cks_cl_put_counts_free(cks_client_h c);
 
 /* ---- between the op engine (op.c), the connections (conn.c) and the
  * replies (reply.c) ---- */

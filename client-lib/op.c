@@ -703,8 +703,15 @@ void *cks_cl_thread(void *arg)
         if (queued) {
             continue;
         }
-        int timeout = cks_dl_sooner(cks_dl_wait_ms(&c->fl, cks_time_ns(), 1000),
-                                    cks_dl_sooner(later_ms, calls_ms));
+        /* ops in flight: wake by the first deadline, and at least each
+         * second while any is in flight - a parked one, whose send UCX
+         * still holds, is given up after CKS_CL_ABANDON_NS by the sweep
+         * above (without this wake-up a put cut off by a partition hung) */
+        int fl_ms = cks_dl_wait_ms(&c->fl, cks_time_ns(), 1000);
+        if (c->fl.head != NULL && fl_ms < 0) {
+            fl_ms = 1000;
+        }
+        int timeout = cks_dl_sooner(fl_ms, cks_dl_sooner(later_ms, calls_ms));
         if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
             cks_error("poll: %s", strerror(errno));
         }

@@ -1,13 +1,13 @@
 /*
  * DESIGN: libckstore's calls on versions and objects - begin, finish (seal),
  * abort, delete and delete markers, stat, `latest`, lists, puts, and the
- * cluster's usage and repair figures - as ops for the engine in client.c:
+ * cluster's usage and repair figures - as ops for the engine in op.c:
  * each packs its request into an op (client_int.h), picks whom it goes to
  * (a fixed server, the version's coordinator candidates, any server, or a
  * put's placement group) and waits for it, or returns at once (*_nb).
  *
  * Never: touch UCX or a server's connection state here (the progress thread
- * in client.c owns them); keep a caller's buffer after its op completed.
+ * in op.c owns them); keep a caller's buffer after its op completed.
  */
 #include "client_int.h"
 #include "stage.h"

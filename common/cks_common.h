@@ -98,6 +98,8 @@ void cks_log_write(cks_log_level_t level, const char *file, int line,
 /* ---- time ------------------------------------------------------------- */
 /** Monotonic clock in nanoseconds. */
 uint64_t cks_time_ns(void);
+/** Wall clock (CLOCK_REALTIME) in nanoseconds: what records say. */
+uint64_t cks_time_real_ns(void);
 
 /* ---- names -------------------------------------------------------------- */
 /** Check a job name or key: 1..max_len bytes, valid UTF-8, no NUL.

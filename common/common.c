@@ -118,11 +118,21 @@ void cks_log_write(cks_log_level_t level, const char *file, int line,
     (void)ret;
 }
 
-uint64_t cks_time_ns(void)
+static uint64_t cks_clock_ns(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t cks_time_ns(void)
+{
+    return cks_clock_ns(CLOCK_MONOTONIC);
+}
+
+uint64_t cks_time_real_ns(void)
+{
+    return cks_clock_ns(CLOCK_REALTIME);
 }
 
 /* ---- names ---------------------------------------------------------------- */

@@ -44,7 +44,7 @@ void cks_rp_round_begin(cks_server_h s)
     }
     memset(rp->answered, 0, cks_cluster_nservers(s->map));
     rp->round   = 1;
-    rp->round_real_ns = cks_sv_realtime_ns();
+    rp->round_real_ns = cks_time_real_ns();
     rp->round_held = 0;
     rp->peer    = 0;
     rp->phase   = 0;

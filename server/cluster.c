@@ -75,7 +75,7 @@ static void cks_sv_abort_lost(cks_server_h s, const cks_wire_str_t *job, uint64_
         v->rec.version    = version;
         v->rec.parent     = CKS_MD_NO_PARENT;
         v->rec.nranks     = 1;
-        v->rec.created_ns = cks_sv_realtime_ns();
+        v->rec.created_ns = cks_time_real_ns();
     }
     v->failed = v->bcast_reply = why_status;
     snprintf(v->why, sizeof(v->why), "%s", why);

@@ -305,7 +305,7 @@ void cks_sv_rec_open(cks_md_version_t *rec, const cks_msg_version_begin_t *m)
     rec->parent     = m->parent;
     rec->state      = CKS_VSTATE_OPEN;
     rec->nranks     = m->nranks;
-    rec->created_ns = cks_sv_realtime_ns();
+    rec->created_ns = cks_time_real_ns();
     rec->ec_k       = m->k;
     rec->ec_m       = m->m;
     rec->chunk_size = m->chunk_size;

@@ -348,7 +348,7 @@ static cks_status_t cks_mdq_drop(cks_md_txn_h txn, cks_mdq_job_t *j)
         status = cks_md_version_get(txn, j->job, j->job_len, j->version, &gone);
         if (status == CKS_OK && gone.state != CKS_VSTATE_ABORTED) {
             status = cks_md_drop_put(txn, j->job, j->job_len, j->version, gone.created_ns,
-                                     cks_sv_realtime_ns());
+                                     cks_time_real_ns());
         } else if (status == CKS_OK || status == CKS_ERR_NO_SUCH_VERSION ||
                    status == CKS_ERR_NO_SUCH_JOB) {
             status = CKS_OK;

@@ -563,7 +563,7 @@ void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit)
         j->rec.state = j->rec.missing > 0 || j->rec.redundancy < j->rec.ec_m
                            ? CKS_VSTATE_DEGRADED
                            : CKS_VSTATE_PROTECTED;
-        j->rec.sealed_ns = cks_sv_realtime_ns();
+        j->rec.sealed_ns = cks_time_real_ns();
         j->rec.nobjects  = j->nobjs;
         j->rec.bytes     = 0;
         for (size_t i = 0; i < j->nobjs; i++) {

@@ -506,7 +506,6 @@ cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t 
  * begun in *txn_p (the caller aborts it) when they pass. */
 cks_status_t cks_sv_names_txn(struct cks_server *s, const cks_wire_str_t *job,
                               const cks_wire_str_t *key, cks_md_txn_h *txn_p);
-uint64_t cks_sv_realtime_ns(void);
 /* The OPEN record of a version begun (or taken over) with the begin's
  * parameters, created now (handlers.c). */
 void cks_sv_rec_open(cks_md_version_t *rec, const cks_msg_version_begin_t *m);
@@ -644,6 +643,9 @@ void cks_rp_repair_status(struct cks_server *s, cks_tp_conn_h conn, uint64_t req
 /* ---- between server.c and handlers.c ---- */
 
 void cks_sv_version_free(cks_server_h s, cks_sv_version_t *v);
+/* At teardown: every entry of the table freed, its waiters' connections put
+ * (the table itself stays for the caller to destroy). */
+void cks_sv_versions_free(struct cks_server *s);
 
 int cks_sv_restorable(cks_vstate_t st);
 

@@ -198,7 +198,7 @@ void cks_tp_conn_detach(cks_tp_conn_h conn, int force)
         cks_tp_ep_close(conn->worker, conn->data_ep, force);
     }
     cks_tp_ep_close(conn->worker, conn->ep, force);
-    cks_tp_held_release(conn, CKS_ERR_CONN_LOST); /* held sends fail */
+    conn->worker->held_fail(conn, CKS_ERR_CONN_LOST); /* held sends fail */
     if (hold) {
         cks_tp_conn_put(conn); /* may free it */
     }
@@ -212,7 +212,7 @@ void cks_tp_conn_fail(cks_tp_conn_h conn, int force, cks_status_t status)
     conn->failed      = 1;
     cks_tp_conn_get(conn);
     cks_tp_conn_detach(conn, force);
-    cks_tp_calls_fail_conn(w, conn, status);
+    w->calls_fail(w, conn, status);
     if (w->params.on_conn_err != NULL && !conn->refused) { /* the owner never saw those */
         w->params.on_conn_err(w->params.arg, conn, status);
     }
@@ -298,7 +298,7 @@ void cks_tp_conn_close(cks_tp_conn_h conn)
 {
     conn->failed = 1;
     cks_tp_conn_detach(conn, 1);
-    cks_tp_calls_fail_conn(conn->worker, conn, CKS_ERR_CONN_LOST);
+    conn->worker->calls_fail(conn->worker, conn, CKS_ERR_CONN_LOST);
 }
 
 void cks_tp_conn_set_user(cks_tp_conn_h conn, void *user)

@@ -633,3 +633,37 @@ cks_status_t cks_tp_rkey_get(cks_tp_conn_h conn, const cks_tp_data_t *d,
     *rk_p          = rk;
     return CKS_OK;
 }
+
+/* ---- memory ------------------------------------------------------------------ */
+
+cks_status_t cks_tp_mem_map(cks_tp_worker_h w, void *addr, size_t len, cks_tp_mem_h *mem_p)
+{
+    ucp_mem_map_params_t p;
+    cks_tp_mem_h m;
+    cks_status_t status;
+
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    m->worker    = w;
+    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    p.address    = addr;
+    p.length     = len;
+    status       = cks_tp_status(ucp_mem_map(w->context, &p, &m->memh), "mem map");
+    if (status != CKS_OK) {
+        free(m);
+        return status;
+    }
+    *mem_p = m;
+    return CKS_OK;
+}
+
+void cks_tp_mem_unmap(cks_tp_mem_h m)
+{
+    if (m != NULL) {
+        ucp_mem_unmap(m->worker->context, m->memh);
+        free(m->rkey);
+        free(m);
+    }
+}

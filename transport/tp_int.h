@@ -152,6 +152,11 @@ typedef struct {
 struct cks_tp_worker {
     cks_tp_worker_params_t params;
     char name[64];
+    /* What the layers above a connection do when it goes: conn.c calls
+     * them, ucx.c sets them when it makes the worker (so that no file
+     * calls up): fail its held sends (send.c), fail its calls (call.c). */
+    void (*held_fail)(cks_tp_conn_h conn, cks_status_t status);
+    void (*calls_fail)(cks_tp_worker_h w, cks_tp_conn_h conn, cks_status_t status);
     uint64_t abandon_check_ns; /* next look for sends held on closed connections */
     cks_dl_list_t recvs; /* payloads being received (rendezvous) */
     ucp_context_h context;
@@ -262,6 +267,10 @@ void cks_tp_held_release(cks_tp_conn_h conn, cks_status_t status);
 /* Payloads late past recv_timeout_ms close their connections (ucx.c, from
  * cks_tp_worker_sweep()); returns ms until the next is due, or -1. */
 int cks_tp_recvs_expire(cks_tp_worker_h w);
+/* send.c: free the pool of send requests and those UCX never completed
+ * (after ucp_worker_destroy()) */
+void cks_tp_sends_free(cks_tp_worker_h w);
+
 /* recv.c: the worker's one active-message handler */
 ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_length, void *data,
                           size_t length, const ucp_am_recv_param_t *param);

@@ -1,9 +1,12 @@
 /*
- * DESIGN: the UCX side of the transport. Owns the UCP context and worker,
- * listeners, endpoints (wrapped as reference-counted connections; conn.c),
- * sends (zero-copy, held during a handshake, produced while sent) and
- * registered memory; the one active-message handler through which every
- * ckstore message arrives is in recv.c, calls in call.c.
+ * DESIGN: the transport's worker. Owns the UCP context and worker and puts
+ * the parts together: status translation (status.c), connections and
+ * listeners (conn.c), sends (send.c), the one active-message handler
+ * (recv.c), calls (call.c), the periodic checks (sweep.c), registered
+ * memory and one-copy transfers (rma.c, rma_xfer.c, copy.c, prefault.c).
+ * Each file calls only those below it; where a connection's end must reach
+ * the layers above it (its held sends, its calls), the worker holds the
+ * hooks (held_fail, calls_fail), set here.
  *
  * Thread: everything here runs on the thread that progresses the worker,
  * except cks_tp_worker_signal(). Callbacks into the owner run from
@@ -29,314 +32,7 @@
 #include <ucp/api/ucp.h>
 
 
-/* ---- status translation (the one place) ---------------------------------- */
-
-cks_status_t cks_tp_status(ucs_status_t st, const char *what)
-{
-    switch (st) {
-        case UCS_OK:
-            return CKS_OK;
-        case UCS_INPROGRESS:
-            return CKS_INPROGRESS;
-        case UCS_ERR_CANCELED:
-            return CKS_ERR_CANCELED;
-        case UCS_ERR_NO_MEMORY:
-            cks_warn("%s: %s", what, ucs_status_string(st));
-            return CKS_ERR_NO_MEMORY;
-        case UCS_ERR_TIMED_OUT:
-        case UCS_ERR_ENDPOINT_TIMEOUT:
-            cks_info("%s: %s", what, ucs_status_string(st));
-            return CKS_ERR_TIMEOUT;
-        case UCS_ERR_UNREACHABLE:
-        case UCS_ERR_REJECTED:
-            cks_info("%s: %s", what, ucs_status_string(st));
-            return CKS_ERR_UNREACHABLE;
-        case UCS_ERR_CONNECTION_RESET:
-        case UCS_ERR_NOT_CONNECTED:
-        case UCS_ERR_IO_ERROR:
-            cks_info("%s: %s", what, ucs_status_string(st));
-            return CKS_ERR_CONN_LOST;
-        default:
-            cks_warn("%s: %s", what, ucs_status_string(st));
-            return CKS_ERR_TRANSPORT;
-    }
-}
-
-/* ---- sending ---------------------------------------------------------------- */
-
-cks_tp_send_req_t *cks_tp_send_req_get(cks_tp_worker_h w)
-{
-    cks_tp_send_req_t *s = w->free_sends;
-    if (s != NULL) {
-        w->free_sends = s->next;
-    } else if ((s = malloc(sizeof(*s))) == NULL) {
-        return NULL;
-    }
-    s->src = NULL;
-    return s;
-}
-
-void cks_tp_send_req_put(cks_tp_worker_h w, cks_tp_send_req_t *s)
-{
-    s->next       = w->free_sends;
-    w->free_sends = s;
-}
-
-static void cks_tp_inflight_add(cks_tp_worker_h w, cks_tp_send_req_t *s)
-{
-    s->in_prev = NULL;
-    s->in_next = w->inflight;
-    if (w->inflight != NULL) {
-        w->inflight->in_prev = s;
-    }
-    w->inflight = s;
-}
-
-static void cks_tp_inflight_del(cks_tp_worker_h w, cks_tp_send_req_t *s)
-{
-    if (s->in_prev != NULL) {
-        s->in_prev->in_next = s->in_next;
-    } else {
-        w->inflight = s->in_next;
-    }
-    if (s->in_next != NULL) {
-        s->in_next->in_prev = s->in_prev;
-    }
-    s->in_prev = s->in_next = NULL;
-}
-
-static void cks_tp_send_done(void *request, ucs_status_t st, void *arg)
-{
-    cks_tp_send_req_t *s = arg;
-    cks_tp_worker_h w    = s->worker;
-
-    cks_tp_inflight_del(w, s);
-    if (w->destroying) {
-        /* ucp_worker_destroy() purges a send still queued on an endpoint
-         * that never finished closing (one to a dead server, still wiring
-         * up): its connection is freed and its owner is gone */
-        free(s);
-        ucp_request_free(request);
-        return;
-    }
-    cks_status_t status = cks_tp_status(st, "send");
-    s->conn->sends--;
-    s->conn->progress_ns = cks_time_ns();
-    if (s->cb != NULL) {
-        s->cb(s->arg, status);
-    }
-    cks_tp_conn_put(s->conn);
-    cks_tp_send_req_put(w, s);
-    ucp_request_free(request);
-}
-
-cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hdr_len,
-                             const void *payload, size_t payload_len, cks_mem_type_t mem_type,
-                             cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb, void *arg)
-{
-    cks_tp_worker_h w = conn->worker;
-    ucp_request_param_t p;
-    cks_status_t status;
-    void *req;
-
-    s->worker = w;
-    s->conn   = conn;
-    s->cb     = cb;
-    s->arg    = arg;
-    memset(&p, 0, sizeof(p));
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMORY_TYPE |
-                     UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    p.cb.send      = cks_tp_send_done;
-    p.user_data    = s;
-    p.flags        = UCP_AM_SEND_FLAG_REPLY;
-    p.memory_type  = cks_tp_mem_type(mem_type);
-    if (payload_memh != NULL) {
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = payload_memh->memh;
-    }
-    if (s->src != NULL) {
-        /* the bytes come from the source's pack(), as UCX sends them */
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-        p.datatype    = w->stream_dt;
-        p.memory_type = UCS_MEMORY_TYPE_HOST;
-        payload       = s->src;
-        payload_len   = s->src->len;
-        /* UCX 1.13 takes the datatype only when NO_IMM_CMPL is not asked
-         * for (with both it sends the address as contiguous bytes): the
-         * send may then complete in place, below */
-        p.op_attr_mask &= ~(uint32_t)UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    }
-    /* the callback may run inside ucp_am_send_nbx(): take the reference
-     * and list the send first */
-    cks_tp_conn_get(conn);
-    if (conn->sends++ == 0) {
-        conn->progress_ns = cks_time_ns();
-    }
-    cks_tp_inflight_add(w, s);
-    req = ucp_am_send_nbx(conn->data_ep ? conn->data_ep : conn->ep, CKS_TP_AM_ID, s->hdr,
-                          hdr_len, payload, payload_len, &p);
-    if (UCS_PTR_IS_ERR(req) || req == NULL) {
-        cks_tp_inflight_del(w, s);
-    }
-    if (UCS_PTR_IS_ERR(req)) {
-        status = cks_tp_status(UCS_PTR_STATUS(req), "send");
-        conn->sends--;
-        cks_tp_send_req_put(w, s);
-        cks_tp_conn_put(conn);
-        return status;
-    }
-    if (req == NULL) { /* completed in place (a payload source only) */
-        conn->sends--;
-        conn->progress_ns = cks_time_ns();
-        if (cb != NULL) {
-            cb(arg, CKS_OK);
-        }
-        cks_tp_conn_put(conn);
-        cks_tp_send_req_put(w, s);
-    }
-    return CKS_INPROGRESS;
-}
-
-/* Queue a packed send on a connection still in its handshake; it goes out
- * (or fails) when the handshake ends. Holds a reference on conn. */
-static cks_status_t cks_tp_send_hold(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hdr_len,
-                                     const void *payload, size_t payload_len,
-                                     cks_mem_type_t mem_type, cks_tp_mem_h payload_memh,
-                                     cks_tp_done_cb_t cb, void *arg)
-{
-    s->conn         = conn;
-    s->cb           = cb;
-    s->arg          = arg;
-    s->hdr_len      = hdr_len;
-    s->payload      = payload;
-    s->payload_len  = payload_len;
-    s->mem_type     = mem_type;
-    s->payload_memh = payload_memh;
-    CKS_QUEUE_PUSH(conn->held_head, conn->held_tail, s);
-    cks_tp_conn_get(conn);
-    return CKS_INPROGRESS;
-}
-
-/* Pack the header into s, then send s - or, while the connection's
- * handshake runs, hold it (a server with a secret serves nothing before
- * AUTH); s goes back to the pool when packing fails. */
-static cks_status_t cks_tp_send_packed(cks_tp_conn_h conn, cks_tp_send_req_t *s,
-                                       unsigned type, uint32_t flags, uint64_t req_id,
-                                       const void *body, const void *payload,
-                                       size_t payload_len, cks_mem_type_t mem_type,
-                                       cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb,
-                                       void *arg)
-{
-    size_t hdr_len;
-    cks_status_t status = cks_wire_pack(type, flags, req_id, body, s->hdr, sizeof(s->hdr),
-                                        &hdr_len);
-    if (status != CKS_OK) {
-        cks_error("%s: cannot pack %s: %s", conn->worker->name, cks_msg_name(type),
-                  cks_status_string(status));
-        cks_tp_send_req_put(conn->worker, s);
-        return status;
-    }
-    if (conn->handshaking && !(cks_msg_flags(type) & CKS_MSG_F_PREAUTH)) {
-        return cks_tp_send_hold(conn, s, hdr_len, payload, payload_len, mem_type,
-                                payload_memh, cb, arg);
-    }
-    return cks_tp_send_hdr(conn, s, hdr_len, payload, payload_len, mem_type, payload_memh,
-                           cb, arg);
-}
-
-cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
-                         uint64_t req_id, const void *body, const void *payload,
-                         size_t payload_len, cks_mem_type_t mem_type,
-                         cks_tp_mem_h payload_memh, cks_tp_done_cb_t cb, void *arg)
-{
-    cks_tp_send_req_t *s;
-
-    if (conn->failed || conn->closed) {
-        return CKS_ERR_CONN_LOST;
-    }
-    if ((s = cks_tp_send_req_get(conn->worker)) == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    if (payload_len > 0 && !(flags & CKS_WIRE_F_PAGE)) {
-        flags |= CKS_WIRE_F_PAYLOAD;
-    }
-    return cks_tp_send_packed(conn, s, type, flags, req_id, body, payload, payload_len,
-                              mem_type, payload_memh, cb, arg);
-}
-
-/* ---- payloads produced while they are sent (generic datatype) ---------------- */
-
-static void *cks_tp_stream_start(void *context, const void *buffer, size_t count)
-{
-    return (void *)buffer; /* the cks_tp_source_t */
-}
-
-static void *cks_tp_stream_start_unpack(void *context, void *buffer, size_t count)
-{
-    return NULL; /* never received with this datatype */
-}
-
-static size_t cks_tp_stream_packed_size(void *state)
-{
-    return ((const cks_tp_source_t *)state)->len;
-}
-
-static size_t cks_tp_stream_pack(void *state, size_t offset, void *dest, size_t max_length)
-{
-    const cks_tp_source_t *src = state;
-    size_t n = CKS_MIN(max_length, src->len - offset);
-    return n == 0 ? 0 : src->pack(src->arg, offset, dest, n);
-}
-
-static ucs_status_t cks_tp_stream_unpack(void *state, size_t offset, const void *src,
-                                         size_t length)
-{
-    return UCS_ERR_UNSUPPORTED;
-}
-
-static void cks_tp_stream_finish(void *state)
-{
-}
-
-static const ucp_generic_dt_ops_t cks_tp_stream_ops = {
-    .start_pack   = cks_tp_stream_start,
-    .start_unpack = cks_tp_stream_start_unpack,
-    .packed_size  = cks_tp_stream_packed_size,
-    .pack         = cks_tp_stream_pack,
-    .unpack       = cks_tp_stream_unpack,
-    .finish       = cks_tp_stream_finish,
-};
-
-cks_status_t cks_tp_send_stream(cks_tp_conn_h conn, unsigned type, uint32_t flags,
-                                uint64_t req_id, const void *body, const cks_tp_source_t *src,
-                                cks_tp_done_cb_t cb, void *arg)
-{
-    cks_tp_worker_h w = conn->worker;
-    cks_tp_send_req_t *s;
-    cks_status_t status;
-
-    if (src == NULL || src->len == 0 || src->pack == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    if (conn->failed || conn->closed) {
-        return CKS_ERR_CONN_LOST;
-    }
-    if (w->stream_dt == 0) {
-        status = cks_tp_status(ucp_dt_create_generic(&cks_tp_stream_ops, NULL, &w->stream_dt),
-                               "generic datatype");
-        if (status != CKS_OK) {
-            w->stream_dt = 0;
-            return status;
-        }
-    }
-    if ((s = cks_tp_send_req_get(w)) == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    s->src = src;
-    return cks_tp_send_packed(conn, s, type, flags | CKS_WIRE_F_PAYLOAD, req_id, body, NULL,
-                              src->len, CKS_MEM_HOST, NULL, cb, arg);
-}
+/* ---- worker ----------------------------------------------------------------- */
 
 int cks_tp_worker_cuda_direct(cks_tp_worker_h w)
 {
@@ -348,88 +44,6 @@ int cks_tp_worker_cuda_direct(cks_tp_worker_h w)
     return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 }
 
-/* The handshake is over: send what was held (CKS_OK), or fail it. */
-void cks_tp_held_release(cks_tp_conn_h conn, cks_status_t status)
-{
-    conn->handshaking = 0;
-    while (conn->held_head != NULL) {
-        cks_tp_send_req_t *s = conn->held_head;
-        cks_tp_done_cb_t cb  = s->cb;
-        void *arg            = s->arg;
-        cks_status_t st      = status;
-        conn->held_head      = s->next;
-        if (conn->held_head == NULL) {
-            conn->held_tail = NULL;
-        }
-        if (st == CKS_OK && !conn->failed && !conn->closed) {
-            st = cks_tp_send_hdr(conn, s, s->hdr_len, s->payload, s->payload_len, s->mem_type,
-                                 s->payload_memh, cb, arg);
-            if (st == CKS_INPROGRESS) {
-                cks_tp_conn_put(conn);
-                continue;
-            }
-        } else {
-            cks_tp_send_req_put(conn->worker, s);
-            st = st == CKS_OK ? CKS_ERR_CONN_LOST : st;
-        }
-        if (cb != NULL) {
-            cb(arg, st);
-        }
-        cks_tp_conn_put(conn);
-    }
-}
-
-cks_status_t cks_tp_send_raw(cks_tp_conn_h conn, const void *bytes, size_t len,
-                             const void *payload, size_t payload_len,
-                             cks_tp_done_cb_t cb, void *arg)
-{
-    cks_tp_send_req_t *s;
-
-    if (conn->failed || conn->closed) {
-        return CKS_ERR_CONN_LOST;
-    }
-    if (len > CKS_TP_SEND_BUF || (s = cks_tp_send_req_get(conn->worker)) == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    memcpy(s->hdr, bytes, len);
-    return cks_tp_send_hdr(conn, s, len, payload, payload_len, CKS_MEM_HOST, NULL, cb, arg);
-}
-
-/* ---- memory ------------------------------------------------------------------ */
-
-cks_status_t cks_tp_mem_map(cks_tp_worker_h w, void *addr, size_t len, cks_tp_mem_h *mem_p)
-{
-    ucp_mem_map_params_t p;
-    cks_tp_mem_h m;
-    cks_status_t status;
-
-    m = calloc(1, sizeof(*m));
-    if (m == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    m->worker    = w;
-    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    p.address    = addr;
-    p.length     = len;
-    status       = cks_tp_status(ucp_mem_map(w->context, &p, &m->memh), "mem map");
-    if (status != CKS_OK) {
-        free(m);
-        return status;
-    }
-    *mem_p = m;
-    return CKS_OK;
-}
-
-void cks_tp_mem_unmap(cks_tp_mem_h m)
-{
-    if (m != NULL) {
-        ucp_mem_unmap(m->worker->context, m->memh);
-        free(m->rkey);
-        free(m);
-    }
-}
-
-/* ---- worker ----------------------------------------------------------------- */
 
 cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
                                   cks_tp_worker_h *worker_p)
@@ -448,6 +62,8 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
     if (w == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
+    w->held_fail  = cks_tp_held_release; /* a connection's end, for conn.c */
+    w->calls_fail = cks_tp_calls_fail_conn;
     if (cks_hmap_create(&w->calls) != CKS_OK) {
         free(w);
         return CKS_ERR_NO_MEMORY;
@@ -593,11 +209,6 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
         free(c->peer_waddr);
         free(c);
     }
-    while (w->free_sends != NULL) {
-        cks_tp_send_req_t *s = w->free_sends;
-        w->free_sends        = s->next;
-        free(s);
-    }
     free(w->slots);
     free(w->deferred);
     cks_hmap_destroy(w->calls);
@@ -606,11 +217,7 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
         ucp_dt_destroy(w->stream_dt);
     }
     ucp_worker_destroy(w->worker);
-    while (w->inflight != NULL) { /* sends ucp_worker_destroy() did not complete */
-        cks_tp_send_req_t *s = w->inflight;
-        cks_tp_inflight_del(w, s);
-        free(s);
-    }
+    cks_tp_sends_free(w);
     ucp_cleanup(w->context);
     free(w->key_shape);
     free(w);

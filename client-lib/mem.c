@@ -1,0 +1,93 @@
+/*
+ * DESIGN: registered memory (cks_mem_alloc(), cks_mem_free()): buffers UCX
+ * allocates in shared memory, kept on the client's list, and announced to
+ * every server that is up so that one on this host maps and faults them in
+ * at allocation, not during the first transfers. See client.c for the
+ * whole design.
+ *
+ * Never: free a region a transfer may still use (the caller's contract).
+ */
+#include "client_int.h"
+
+#include <stdlib.h>
+
+/* Tell every server that is up of a new region, and wait (bounded by the
+ * client's timeout) until those on this host have mapped and faulted it in:
+ * registration at allocation, as RDMA memory is registered, so that the
+ * transfers run at full speed from the first. Servers elsewhere have nothing
+ * to do; any failure only leaves the fault-in to the first transfers. */
+static void cks_cl_mem_register(cks_client_h c, const cks_cl_mem_t *m)
+{
+    cks_waiter_t *w = calloc(c->nsrv, sizeof(*w));
+    cks_status_t *st = calloc(c->nsrv, sizeof(*st));
+    size_t mapped = 0;
+
+    for (size_t i = 0; w != NULL && st != NULL && i < c->nsrv; i++) {
+        cks_op_t *op = cks_cl_mem_map_op(m, i);
+        cks_waiter_init(&w[i]);
+        st[i] = op != NULL ? cks_cl_submit(c, op, cks_waiter_cb, &w[i]) : CKS_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; w != NULL && st != NULL && i < c->nsrv; i++) {
+        st[i] = cks_waiter_wait(&w[i], st[i]);
+        mapped += st[i] == CKS_OK;
+        if (st[i] != CKS_OK && st[i] != CKS_ERR_UNSUPPORTED && st[i] != CKS_ERR_UNREACHABLE) {
+            cks_info("server %s:%u did not map a region of %zu bytes ahead: %s",
+                     c->srv[i].addr, c->srv[i].port, m->len, cks_status_string(st[i]));
+        }
+    }
+    cks_debug("%zu bytes at %p: mapped ahead by %zu of %zu servers", m->len, m->base, mapped,
+              c->nsrv);
+    free(st);
+    free(w);
+}
+
+cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p)
+{
+    cks_cl_mem_t *m;
+    cks_status_t status;
+
+    if (c == NULL || size == 0 || ptr_p == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_tp_mem_alloc(c->tp, size, &m->mem, &m->base);
+    if (status != CKS_OK) {
+        free(m);
+        return status;
+    }
+    m->len = size;
+    pthread_mutex_lock(&c->lock);
+    m->next = c->mems;
+    c->mems = m;
+    pthread_mutex_unlock(&c->lock);
+    cks_cl_mem_register(c, m);
+    *ptr_p = m->base;
+    return CKS_OK;
+}
+
+cks_status_t cks_mem_free(cks_client_h c, void *ptr)
+{
+    cks_cl_mem_t **pp, *m = NULL;
+
+    if (c == NULL || ptr == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    pthread_mutex_lock(&c->lock);
+    for (pp = &c->mems; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->base == ptr) {
+            m   = *pp;
+            *pp = m->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (m == NULL) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    cks_tp_mem_unmap(m->mem);
+    free(m);
+    return CKS_OK;
+}
