@@ -20,6 +20,9 @@
 #include "cks_faults_gate.h"
 #include "cks_test.h"
 
+#define CKS_TEST_SUITE_ARENA (128 * MiB)
+#include "cks_test_suite.h"
+
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <pthread.h>
@@ -30,30 +33,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MiB   (1ull << 20)
-#define NSRV  6
-#define K     4
-#define M     2
-#define CHUNK (64 * 1024)
 #define NOBJ  6
 #define JOB   "repair"
 #define WAIT_MS 40000 /* the longest a test waits for catch-up and repair */
 
-static cks_test_cluster_t cl;
-static cks_test_objs_t objs;
-
-static void setup(void)
-{
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-}
-
-static void teardown(void)
-{
-    cks_test_cluster_cleanup(&cl);
-    cks_test_objs_free(&objs);
-}
-
-TestSuite(repair, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(repair, .init = cks_test_suite_setup, .fini = cks_test_suite_teardown, .timeout = 120);
 
 static uint64_t now_ms(void)
 {
@@ -81,18 +65,16 @@ static void dump_logs(void)
     cks_test_cluster_dump_logs(&cl, words);
 }
 
+/* The name of object i. */
+static void key_of(size_t i, char *key, size_t len)
+{
+    snprintf(key, len, "layer%zu", i);
+}
+
 static cks_status_t write_version(cks_client_h c, uint64_t v)
 {
-    cks_version_params_t vp = {0};
-    char key[64], why[512];
-    vp.job          = JOB;
-    vp.version      = v;
-    cks_status_t st = cks_version_begin(c, &vp);
-    for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
-        snprintf(key, sizeof(key), "layer%zu", i);
-        cks_test_objs_fill(&objs, i, v);
-        st = cks_test_put(c, JOB, v, key, objs.src[i], objs.size[i]);
-    }
+    char why[512];
+    cks_status_t st = cks_test_objs_put(c, JOB, v, &objs, key_of);
     if (st == CKS_OK) {
         st = cks_version_seal(c, JOB, v);
     }
@@ -109,31 +91,7 @@ static cks_status_t write_version(cks_client_h c, uint64_t v)
  * checked again). */
 static void verify_version(cks_client_h c, uint64_t v, const char *when)
 {
-    cks_restore_h r = NULL;
-    uint8_t *dst    = malloc(4 * MiB);
-    char key[64];
-    cr_assert_not_null(dst);
-    cks_status_t st = cks_restore_open(c, JOB, v, &r);
-    if (st != CKS_OK) {
-        dump_logs();
-    }
-    cr_assert_eq(st, CKS_OK, "%s: open version %llu: %s", when, (unsigned long long)v,
-                 cks_status_name(st));
-    for (size_t i = 0; i < NOBJ; i++) {
-        snprintf(key, sizeof(key), "layer%zu", i);
-        cks_test_objs_fill(&objs, i, v);
-        st = cks_test_get_check(r, key, objs.src[i], objs.size[i], dst, 4 * MiB, when);
-        if (st != CKS_OK) {
-            char why[512];
-            cks_client_last_error(c, why, sizeof(why));
-            fprintf(stderr, "%s: '%s': %s\n", when, key, why);
-            dump_logs();
-        }
-        cr_assert_eq(st, CKS_OK, "%s: version %llu '%s': %s", when, (unsigned long long)v, key,
-                     cks_status_name(st));
-    }
-    cks_restore_close(r);
-    free(dst);
+    cks_test_objs_verify(c, JOB, v, &objs, key_of, dump_logs, when);
 }
 
 static uint64_t version_with_coordinator_not(uint64_t from, size_t avoid)
@@ -380,7 +338,7 @@ static void *reader_run(void *arg)
         for (size_t i = 0; rd->status == CKS_OK && i < NOBJ; i++) {
             char key[64];
             cks_get_params_t g = {0};
-            snprintf(key, sizeof(key), "layer%zu", i);
+            key_of(i, key, sizeof(key));
             g.key         = key;
             g.buffer      = dst;
             g.buffer_size = 4 * MiB;
@@ -638,12 +596,10 @@ Test(repair, deleted_version_is_never_learned_back)
 
 static void setup_hold(void)
 {
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, HOLDER,
-                                        "catchup_hold:always"),
-                 0);
+    cks_test_suite_start("catchup_hold:always", HOLDER);
 }
 
-TestSuite(repair_race, .init = setup_hold, .fini = teardown, .timeout = 120);
+TestSuite(repair_race, .init = setup_hold, .fini = cks_test_suite_teardown, .timeout = 120);
 
 /* A round of the holder's takes every server's list (the version's first
  * coordinator c0 among them), then waits 4 s (fault catchup_hold). Meanwhile
