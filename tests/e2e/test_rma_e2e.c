@@ -32,6 +32,9 @@
 #include "cks_coding.h"
 #include "cks_faults_gate.h"
 #include "cks_test.h"
+
+#define CKS_TEST_SUITE_CL ccl /* cl: the client of the single-server suites */
+#include "cks_test_suite.h"
 #include "cks_test_raw.h"
 #include "cks_tp.h"
 
@@ -51,7 +54,6 @@
 #include <unistd.h>
 
 #define KiB (1ull << 10)
-#define MiB (1ull << 20)
 
 /* ---- helpers shared by every suite ------------------------------------------ */
 
@@ -425,13 +427,8 @@ Test(rma_single, more_allocations_than_the_server_caches)
     for (int i = 0; i < NA; i++) {
         memcpy(a[i], ref + (size_t)i * SZ, SZ);
         snprintf(key, sizeof(key), "a%02d", i);
-        cks_put_params_t p = {0};
-        p.job     = "many-allocs";
-        p.version = 2;
-        p.key     = key;
-        p.buffer  = a[i];
-        p.size    = SZ;
-        nb[i]     = (nb_t){0, CKS_INPROGRESS};
+        cks_put_params_t p = cks_test_put_params("many-allocs", 2, key, a[i], SZ);
+        nb[i] = (nb_t){0, CKS_INPROGRESS};
         cr_assert_eq(cks_put_nb(cl, &p, nb_done, &nb[i]), CKS_INPROGRESS, "put %s", key);
     }
     nb_wait(nb, NA, 30000);
@@ -932,36 +929,17 @@ Test(rma_raw, a_lying_region_is_refused)
 }
 
 /* ======================================================================
- * Cluster: 6 servers, RS(4,2)
+ * Cluster: 6 servers, RS(4,2) (cks_test_suite.h)
  * ====================================================================== */
 
-#define NSRV  6
-#define CHUNK (64 * KiB)
 #define STRIPE (4 * CHUNK)
-
-static cks_test_cluster_t ccl;
 
 static cks_client_h connect_cluster(void)
 {
     cks_client_h c;
-    cr_assert_eq(cks_test_connect_cluster(ccl.map, 4, 2, CHUNK, 20000, &c), CKS_OK,
+    cr_assert_eq(cks_test_connect_cluster(ccl.map, K, M, CHUNK, 20000, &c), CKS_OK,
                  "connect to the cluster in %s", ccl.map);
     return c;
-}
-
-static void cluster_start(const char *faults, int fault_id)
-{
-    cr_assert_eq(cks_test_cluster_start(&ccl, NSRV, 3, 256 * MiB, fault_id, faults), 0);
-}
-
-static void cluster_setup(void)
-{
-    cluster_start(NULL, -1);
-}
-
-static void cluster_teardown(void)
-{
-    cks_test_cluster_cleanup(&ccl);
 }
 
 /* empty, tiny, less than a chunk, a stripe, stripe-aligned (8 stripes),
@@ -969,28 +947,17 @@ static void cluster_teardown(void)
 static const uint64_t csizes[] = {0, 1, 4097, STRIPE, 8 * STRIPE, 3 * MiB + 12345, 5 * MiB};
 #define CNOBJ CKS_ARRAY_SIZE(csizes)
 #define CMAX  (5 * MiB)
-static uint8_t *cref[CNOBJ];
 
 static void ckey(char *key, size_t n, size_t i)
 {
     snprintf(key, n, "layer%zu/expert%zu", i, i * 3);
 }
 
-static void make_cdata(uint64_t seed)
+/* The objects' bytes (in objs.src[], freed by the suite's teardown) from
+ * the test's printed seed. */
+static void make_cdata(uint64_t dflt)
 {
-    for (size_t i = 0; i < CNOBJ; i++) {
-        cref[i] = malloc(csizes[i] + 1);
-        cr_assert_not_null(cref[i]);
-        cks_test_fill(cref[i], csizes[i], seed + i);
-    }
-}
-
-static void free_cdata(void)
-{
-    for (size_t i = 0; i < CNOBJ; i++) {
-        free(cref[i]);
-        cref[i] = NULL;
-    }
+    cks_test_objs_make(&objs, csizes, CNOBJ, cks_test_seed(dflt));
 }
 
 /* Put every object from slices (at odd offsets) of one cks_mem_alloc()
@@ -1009,7 +976,7 @@ static void write_cversion(cks_client_h c, const char *job, uint64_t version)
         char key[64];
         ckey(key, sizeof(key), i);
         off += i; /* unaligned */
-        memcpy(buf + off, cref[i], csizes[i]);
+        memcpy(buf + off, objs.src[i], csizes[i]);
         cr_assert_eq(cks_test_put(c, job, version, key, buf + off, csizes[i]), CKS_OK,
                      "put %s", key);
         off += csizes[i];
@@ -1041,7 +1008,7 @@ static void verify_cversion(cks_client_h c, const char *job, uint64_t version,
         cr_assert_eq(st, CKS_OK, "%s: get %s: %s", tag, key, cks_status_name(st));
         cr_assert_eq(got, csizes[i], "%s: %s: %llu bytes", tag, key,
                      (unsigned long long)got);
-        cr_assert(memcmp(dst, cref[i], csizes[i]) == 0, "%s: %s: bytes differ", tag, key);
+        cr_assert(memcmp(dst, objs.src[i], csizes[i]) == 0, "%s: %s: bytes differ", tag, key);
         for (size_t b = 0; b < 4096; b++) {
             cr_assert_eq(dst[csizes[i] + b], 0xEE, "%s: %s: written past the end", tag,
                          key);
@@ -1051,7 +1018,7 @@ static void verify_cversion(cks_client_h c, const char *job, uint64_t version,
             st = cks_test_get_range(r, key, dst + 1, off, len);
             cr_assert_eq(st, CKS_OK, "%s: range of %s: %s", tag, key,
                          cks_status_name(st));
-            cr_assert(memcmp(dst + 1, cref[i] + off, len) == 0, "%s: range of %s", tag,
+            cr_assert(memcmp(dst + 1, objs.src[i] + off, len) == 0, "%s: range of %s", tag,
                       key);
         }
     }
@@ -1059,11 +1026,11 @@ static void verify_cversion(cks_client_h c, const char *job, uint64_t version,
     cr_assert_eq(cks_mem_free(c, dst), CKS_OK);
 }
 
-TestSuite(rma_cluster, .init = cluster_setup, .fini = cluster_teardown, .timeout = 600);
+TestSuite(rma_cluster, .init = cks_test_suite_setup, .fini = cks_test_suite_teardown, .timeout = 600);
 
 Test(rma_cluster, restores_into_shared_memory_with_two_servers_down)
 {
-    make_cdata(cks_test_seed(301));
+    make_cdata(301);
     cks_client_h c = connect_cluster();
     write_cversion(c, "moe", 1);
     verify_cversion(c, "moe", 1, "all up");
@@ -1075,7 +1042,7 @@ Test(rma_cluster, restores_into_shared_memory_with_two_servers_down)
     char key[64];
     ckey(key, sizeof(key), 4); /* 8 stripes: every server serves chunks of it */
     cr_assert_eq(cks_test_get_range(r, key, probe, STRIPE, 2 * STRIPE), CKS_OK);
-    cr_assert(memcmp(probe, cref[4] + STRIPE, 2 * STRIPE) == 0);
+    cr_assert(memcmp(probe, objs.src[4] + STRIPE, 2 * STRIPE) == 0);
     cks_restore_close(r);
     int mapped = 0;
     for (size_t i = 0; i < NSRV; i++) {
@@ -1101,12 +1068,11 @@ Test(rma_cluster, restores_into_shared_memory_with_two_servers_down)
         cr_assert_eq(cks_test_server_restart(&ccl.srv[a]), 0);
         cr_assert_eq(cks_test_server_restart(&ccl.srv[b]), 0);
     }
-    free_cdata();
 }
 
 Test(rma_cluster, ranges_across_stripes_with_one_server_down)
 {
-    make_cdata(cks_test_seed(302));
+    make_cdata(302);
     cks_client_h c = connect_cluster();
     write_cversion(c, "moe", 2);
     cks_client_destroy(c);
@@ -1134,7 +1100,7 @@ Test(rma_cluster, ranges_across_stripes_with_one_server_down)
         cks_status_t st = cks_test_get_range(r, key, dst + rg[i].at, rg[i].off, rg[i].len);
         cr_assert_eq(st, CKS_OK, "range %llu+%llu: %s", (unsigned long long)rg[i].off,
                      (unsigned long long)rg[i].len, cks_status_name(st));
-        cr_assert(memcmp(dst + rg[i].at, cref[big] + rg[i].off, rg[i].len) == 0,
+        cr_assert(memcmp(dst + rg[i].at, objs.src[big] + rg[i].off, rg[i].len) == 0,
                   "range %llu+%llu with server 2 down", (unsigned long long)rg[i].off,
                   (unsigned long long)rg[i].len);
         for (size_t b = 0; b < rg[i].at; b++) {
@@ -1149,10 +1115,9 @@ Test(rma_cluster, ranges_across_stripes_with_one_server_down)
     cr_assert_eq(cks_mem_free(c, dst), CKS_OK);
     verify_cversion(c, "moe", 2, "server 2 down");
     cks_client_destroy(c);
-    free_cdata();
 }
 
-TestSuite(rma_cluster_faults, .fini = cluster_teardown, .timeout = 600);
+TestSuite(rma_cluster_faults, .fini = cks_test_suite_teardown, .timeout = 600);
 
 /* "crc_check" fires where the server decides whether a chunk is checked on
  * its side (it then counts as failing the check).
@@ -1164,8 +1129,8 @@ TestSuite(rma_cluster_faults, .fini = cluster_teardown, .timeout = 600);
 Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
-    cluster_start("crc_check:once", 3);
-    make_cdata(cks_test_seed(303));
+    cks_test_suite_start("crc_check:once", 3);
+    make_cdata(303);
     cks_client_h c = connect_cluster();
     write_cversion(c, "moe", 3);
 
@@ -1180,7 +1145,7 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
 
     uint8_t *mdst = malloc(size);
     cr_assert_eq(cks_test_get_whole(r, key, mdst, size, &got), CKS_OK);
-    cr_assert(got == size && memcmp(mdst, cref[aligned], size) == 0);
+    cr_assert(got == size && memcmp(mdst, objs.src[aligned], size) == 0);
     cr_assert(!cks_test_log_has(ccl.srv[3].log, fired, 0),
               "whole chunks read into malloc memory were checked by the server");
 
@@ -1188,7 +1153,7 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
     cks_status_t st = cks_test_get_whole(r, key, sdst, size, &got);
     cr_assert_eq(st, CKS_OK, "a chunk failing its CRC is decoded around: %s",
                  cks_status_name(st));
-    cr_assert(got == size && memcmp(sdst, cref[aligned], size) == 0,
+    cr_assert(got == size && memcmp(sdst, objs.src[aligned], size) == 0,
               "restore into shared memory around a chunk failing its CRC");
     cr_assert(cks_test_log_has(ccl.srv[3].log, fired, 2000),
               "server 3 never checked a chunk: CHUNK_GET did not take the one-copy path");
@@ -1198,7 +1163,6 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
     free(mdst);
     verify_cversion(c, "moe", 3, "after the CRC fault");
     cks_client_destroy(c);
-    free_cdata();
 }
 
 /* Chunks really corrupted in a server's arena: server 3 flips a bit in every
@@ -1209,8 +1173,8 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
 Test(rma_cluster_faults, corrupted_chunks_are_decoded_around)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
-    cluster_start("chunk_corrupt:always", 3);
-    make_cdata(cks_test_seed(304));
+    cks_test_suite_start("chunk_corrupt:always", 3);
+    make_cdata(304);
     cks_client_h c = connect_cluster();
     write_cversion(c, "moe", 4);
     cr_assert(cks_test_log_has(ccl.srv[3].log, "fault point 'chunk_corrupt' fired", 2000),
@@ -1237,7 +1201,7 @@ Test(rma_cluster_faults, corrupted_chunks_are_decoded_around)
         cr_assert(st == CKS_OK || st == CKS_ERR_CRC_MISMATCH, "%s: %s", key,
                   cks_status_name(st));
         /* the bytes are right either way */
-        cr_assert(memcmp(dst, cref[i], csizes[i]) == 0, "scrub of %s: bytes differ", key);
+        cr_assert(memcmp(dst, objs.src[i], csizes[i]) == 0, "scrub of %s: bytes differ", key);
         bad += st == CKS_ERR_CRC_MISMATCH;
     }
     cr_assert_geq(bad, 1, "the scrub found no corrupted object");
@@ -1245,7 +1209,6 @@ Test(rma_cluster_faults, corrupted_chunks_are_decoded_around)
     cks_restore_close(r);
     cr_assert_eq(cks_mem_free(c, dst), CKS_OK);
     cks_client_destroy(c);
-    free_cdata();
 }
 
 /* ======================================================================
@@ -1652,13 +1615,8 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
     cks_test_count_init(&b, N);
     for (unsigned i = 0; i < N; i++) {
         char key[32];
-        cks_put_params_t p = {0};
         snprintf(key, sizeof(key), "o%u", i);
-        p.job     = "burst";
-        p.version = 1;
-        p.key     = key;
-        p.buffer  = src + i * size;
-        p.size    = size;
+        cks_put_params_t p = cks_test_put_params("burst", 1, key, src + i * size, size);
         cr_assert_eq(cks_put_nb(cl, &p, cks_test_count_done, &b), CKS_INPROGRESS, "put %s",
                      key);
     }
