@@ -1025,6 +1025,9 @@ typedef struct {
     unsigned failures;
 } thread_arg_t;
 
+/* One thread's share: THREAD_ITER random encodes and decodes through the
+ * shared handle, checked against the reference; what went wrong counted in
+ * failures (for the test's thread to assert on). */
 static void *thread_main(void *p)
 {
     thread_arg_t *arg = p;

@@ -1110,15 +1110,22 @@ typedef struct {
     uint64_t version;
 } reader_t;
 
-static void *reader_main(void *arg)
+/* The latest version of "job" that r->txn sees into r->version; the
+ * status in r->st. */
+static void read_latest(reader_t *r)
 {
-    reader_t *r = arg;
     cks_md_version_t v;
 
     r->st = cks_md_version_latest(r->txn, J("job"), 0, &v);
     if (r->st == CKS_OK) {
         r->version = v.version;
     }
+}
+
+/* read_latest() on a thread of its own. */
+static void *reader_main(void *arg)
+{
+    read_latest(arg);
     return NULL;
 }
 
@@ -1145,7 +1152,7 @@ Test(metadata, read_txn_moves_between_threads_and_sees_a_snapshot)
     ST_OK(cks_md_txn_commit(r.txn));
 
     r.txn = txn_begin(md, 0);
-    reader_main(&r);
+    read_latest(&r);
     ST_OK(r.st);
     cr_assert_eq(r.version, 2);
     cks_md_txn_abort(r.txn);
