@@ -163,18 +163,24 @@ static void teardown(void)
 
 TestSuite(rma_single, .init = setup, .fini = teardown, .timeout = 240);
 
+/* Give back src and dst (cks_mem_alloc() of the test's client cl; asserts
+ * that it takes them) and free ref, the bytes they were checked against. */
+static void free_bufs(uint8_t *ref, uint8_t *src, uint8_t *dst)
+{
+    cr_assert_eq(cks_mem_free(cl, src), CKS_OK, "cks_mem_free() of the source");
+    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK, "cks_mem_free() of the destination");
+    free(ref);
+}
+
 Test(rma_single, round_trip_sizes)
 {
     static const uint64_t sizes[] = {0, 1, 4096, MiB + 1, 64 * MiB};
     const uint64_t cap            = 64 * MiB + 4096;
-    uint64_t seed                 = cks_test_seed(101);
     char key[32];
 
     uint8_t *src = shm_alloc(cl, 64 * MiB);
     uint8_t *dst = shm_alloc(cl, cap);
-    uint8_t *ref = malloc(64 * MiB);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, 64 * MiB, seed);
+    uint8_t *ref = cks_test_seeded_bytes(64 * MiB, 101);
     memcpy(src, ref, 64 * MiB);
 
     cks_test_begin(cl, "rt", 1);
@@ -210,18 +216,13 @@ Test(rma_single, round_trip_sizes)
     cr_assert_eq(cks_test_get_whole(r, "obj-3", dst, MiB + 1, NULL), CKS_OK);
     cr_assert(memcmp(dst, ref, MiB + 1) == 0);
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
 }
 
 Test(rma_single, byte_ranges_into_shared_memory)
 {
     const uint64_t size = 3 * MiB + 12345;
-    uint64_t seed       = cks_test_seed(102);
-    uint8_t *ref        = malloc(size);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, size, seed);
+    uint8_t *ref        = cks_test_seeded_bytes(size, 102);
     uint8_t *src = shm_alloc(cl, size);
     uint8_t *dst = shm_alloc(cl, 2 * MiB + 64);
     memcpy(src, ref, size);
@@ -242,19 +243,15 @@ Test(rma_single, byte_ranges_into_shared_memory)
     cr_assert_eq(cks_test_get_range(r, "tensor", dst + 64, 5, 2 * MiB), CKS_OK);
     cr_assert(memcmp(dst + 64, ref + 5, 2 * MiB) == 0);
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
 }
 
 Test(rma_single, shared_and_malloc_memory_mixed)
 {
     const uint64_t size = 5 * MiB + 333;
-    uint64_t seed       = cks_test_seed(103);
-    uint8_t *ref        = malloc(size);
+    uint8_t *ref        = cks_test_seeded_bytes(size, 103);
     uint8_t *mbuf       = malloc(size);
-    cr_assert(ref != NULL && mbuf != NULL);
-    cks_test_fill(ref, size, seed);
+    cr_assert_not_null(mbuf);
     uint8_t *sbuf = shm_alloc(cl, size);
 
     cks_test_begin(cl, "mixed", 1);
@@ -292,10 +289,7 @@ Test(rma_single, shared_and_malloc_memory_mixed)
 Test(rma_single, buffers_inside_a_larger_allocation)
 {
     const uint64_t alloc = 8 * MiB;
-    uint64_t seed        = cks_test_seed(104);
-    uint8_t *ref         = malloc(alloc);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, alloc, seed);
+    uint8_t *ref         = cks_test_seeded_bytes(alloc, 104);
     uint8_t *big = shm_alloc(cl, alloc);
     uint8_t *out = shm_alloc(cl, alloc);
     memcpy(big, ref, alloc);
@@ -386,12 +380,9 @@ static void nb_wait(nb_t *nb, size_t n, int ms)
 Test(rma_single, more_allocations_than_the_server_caches)
 {
     enum { NA = 12, SZ = 256 * 1024 };
-    uint64_t seed = cks_test_seed(105);
     uint8_t *a[NA];
     char key[32];
-    uint8_t *ref = malloc((size_t)NA * SZ);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, (size_t)NA * SZ, seed);
+    uint8_t *ref = cks_test_seeded_bytes((size_t)NA * SZ, 105);
     for (int i = 0; i < NA; i++) {
         a[i] = shm_alloc(cl, SZ);
         memcpy(a[i], ref + (size_t)i * SZ, SZ);
@@ -526,12 +517,10 @@ static long segment_rss_kb(pid_t pid, const map_ent_t *seg)
 Test(rma_single, the_server_maps_the_clients_segment_at_allocation)
 {
     const uint64_t size = 6 * MiB + 5;
-    uint64_t seed       = cks_test_seed(106);
     static char before[512][40], after[512][40];
-    uint8_t *ref  = malloc(size);
+    uint8_t *ref  = cks_test_seeded_bytes(size, 106);
     uint8_t *mbuf = malloc(size);
-    cr_assert(ref != NULL && mbuf != NULL);
-    cks_test_fill(ref, size, seed);
+    cr_assert_not_null(mbuf);
     memcpy(mbuf, ref, size);
 
     /* malloc memory: no new shared mapping in the server */
@@ -571,9 +560,7 @@ Test(rma_single, the_server_maps_the_clients_segment_at_allocation)
     cr_assert_eq(cks_test_get_whole(r, "plain", dst, size, &got), CKS_OK);
     cr_assert(got == size && memcmp(dst, ref, size) == 0);
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
     free(mbuf);
 }
 
@@ -1537,14 +1524,11 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
      * the size; sources and destinations at odd places */
     static const uint64_t sizes[] = {2 * MiB, 2 * MiB + 1, 5 * MiB + 4097, 48 * MiB + 13};
     const uint64_t big             = 48 * MiB + 13;
-    uint64_t seed                  = cks_test_seed(151);
     unsigned long long jobs = 0, bytes = 0;
     char key[32];
 
     cr_assert(cks_test_log_has(srv.log, "3 copy threads", 5000), "the server started no copy threads");
-    uint8_t *ref = malloc(big + 4096);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, big + 4096, seed);
+    uint8_t *ref = cks_test_seeded_bytes(big + 4096, 151);
     uint8_t *src = shm_alloc(cl, big + 4096);
     uint8_t *dst = shm_alloc(cl, big + 65536);
     memcpy(src, ref, big + 4096);
@@ -1584,9 +1568,7 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
         }
     }
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
 
     /* the threads did the copies: every put, the whole gets (each part
      * checked as written) and the ranges of 2 MiB and more */
@@ -1600,11 +1582,8 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
 {
     enum { N = 12 };
     const uint64_t size = 6 * MiB + 333;
-    uint64_t seed       = cks_test_seed(152);
     cks_test_count_t b;
-    uint8_t *ref        = malloc(size * N);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, size * N, seed);
+    uint8_t *ref        = cks_test_seeded_bytes(size * N, 152);
     uint8_t *src = shm_alloc(cl, size * N);
     uint8_t *dst = shm_alloc(cl, size * N);
     memcpy(src, ref, size * N);
@@ -1649,9 +1628,7 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
         cr_assert_eq(dst[i * size + size - 1], 0, "o%u: written past its range", i);
     }
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
 }
 
 Test(rma_copy, a_rotted_object_fails_its_whole_get_on_the_copy_threads)

@@ -59,17 +59,6 @@ static cks_status_t put(cks_client_h c, const char *job, uint64_t version, const
                                (cks_tags_t){CKS_KIND_EXPERT, 3, 7, 1});
 }
 
-/* `size` bytes (malloc) drawn from the test's printed seed (cks_test_seed(),
- * `dflt` by default); asserts that they could be allocated. */
-static uint8_t *seeded_bytes(uint64_t size, uint64_t dflt)
-{
-    uint8_t *buf = malloc(size);
-
-    cr_assert_not_null(buf, "cannot allocate %llu bytes", (unsigned long long)size);
-    cks_test_fill(buf, size, cks_test_seed(dflt));
-    return buf;
-}
-
 TestSuite(single, .init = setup, .fini = teardown, .timeout = 120);
 
 Test(single, round_trip_sizes, .init = setup_big, .timeout = 300)
@@ -78,7 +67,7 @@ Test(single, round_trip_sizes, .init = setup_big, .timeout = 300)
     char key[32];
 
     cks_test_begin(cl, "job", 1);
-    uint8_t *src = seeded_bytes(256 * MiB, 42), *dst = malloc(256 * MiB);
+    uint8_t *src = cks_test_seeded_bytes(256 * MiB, 42), *dst = malloc(256 * MiB);
     cr_assert(src && dst);
     for (size_t i = 0; i < CKS_ARRAY_SIZE(sizes); i++) {
         snprintf(key, sizeof(key), "obj-%zu", i);
@@ -121,7 +110,7 @@ Test(single, round_trip_sizes, .init = setup_big, .timeout = 300)
 Test(single, byte_ranges)
 {
     const uint64_t size = 3 * MiB + 12345;
-    uint8_t *src = seeded_bytes(size, 7), *dst = malloc(size);
+    uint8_t *src = cks_test_seeded_bytes(size, 7), *dst = malloc(size);
     cks_test_begin(cl, "job", 5);
     cr_assert_eq(put(cl, "job", 5, "tensor", src, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "job", 5), CKS_OK);
@@ -329,7 +318,7 @@ Test(single, four_concurrent_clients, .init = setup_big)
 Test(single, restart_persistence)
 {
     const uint64_t size = 5 * MiB + 3;
-    uint8_t *src = seeded_bytes(size, 9), *dst = malloc(size);
+    uint8_t *src = cks_test_seeded_bytes(size, 9), *dst = malloc(size);
 
     /* version 10 is sealed, with an empty object */
     cks_test_begin(cl, "persist", 10);

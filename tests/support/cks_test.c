@@ -800,6 +800,15 @@ void cks_test_fill(void *buf, size_t len, uint64_t seed)
     }
 }
 
+uint8_t *cks_test_seeded_bytes(uint64_t size, uint64_t dflt)
+{
+    uint8_t *buf = malloc(size);
+
+    cr_assert_not_null(buf, "cannot allocate %llu bytes", (unsigned long long)size);
+    cks_test_fill(buf, size, cks_test_seed(dflt));
+    return buf;
+}
+
 int cks_test_log_wait_count(const char *path, const char *text, int above, int wait_ms)
 {
     uint64_t until = now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);

@@ -160,6 +160,9 @@ int cks_test_log_lines(const char *path, const char *text);
 int cks_test_log_wait_count(const char *path, const char *text, int above, int wait_ms);
 /** Deterministic bytes (xorshift) for seed and offset. */
 void cks_test_fill(void *buf, size_t len, uint64_t seed);
+/** `size` bytes (malloc) of cks_test_fill() from the test's seed
+ *  (cks_test_seed(dflt), which prints it); asserts the allocation. */
+uint8_t *cks_test_seeded_bytes(uint64_t size, uint64_t dflt);
 /** Flip a bit of byte 100 in every copy of the 256 bytes at `needle` in the
  *  file `path` - a running server's arena (MAP_SHARED: its memory), as
  *  memory rots after the server recorded the bytes' CRC. Returns how many
