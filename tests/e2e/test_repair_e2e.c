@@ -132,6 +132,20 @@ static void delete_while_down(cks_client_h c, size_t x, uint64_t *v1_p, uint64_t
     cr_assert_eq(cks_version_delete(c, JOB, *v1_p), CKS_OK);
 }
 
+/* The start of most tests: objects from a fresh seed (printed), a client,
+ * the server x the test takes down (*x_p, drawn from the seed), then
+ * prep(c, x, v1_p, v2_p): write_then_without() or delete_while_down(). The
+ * client. */
+static cks_client_h fresh_start(void (*prep)(cks_client_h, size_t, uint64_t *, uint64_t *),
+                                size_t *x_p, uint64_t *v1_p, uint64_t *v2_p)
+{
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    *x_p           = (size_t)(objs.seed % NSRV);
+    prep(c, *x_p, v1_p, v2_p);
+    return c;
+}
+
 /* Wait (bounded) until version v is PROTECTED with full redundancy. */
 static void wait_protected(cks_client_h c, uint64_t v)
 {
@@ -231,12 +245,9 @@ static int cli_repair_status(char *out, size_t len)
  * servers are killed and every version restores bit-exact. */
 Test(repair, returning_server_rebuilds_and_version_survives_m_other_losses)
 {
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(objs.seed % NSRV);
-
+    size_t x;
     uint64_t v1, v2;
-    write_then_without(c, x, &v1, &v2);
+    cks_client_h c = fresh_start(write_then_without, &x, &v1, &v2);
     cks_version_info_t vi;
     cr_assert_eq(cks_version_stat(c, JOB, v2, &vi), CKS_OK);
     cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v2,
@@ -359,11 +370,9 @@ static void *reader_run(void *arg)
  * (about 5 MiB of reads) would take over a minute. */
 Test(repair, paced_while_clients_read_and_not_while_idle)
 {
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(objs.seed % NSRV);
+    size_t x;
     uint64_t v1, v2;
-    write_then_without(c, x, &v1, &v2);
+    cks_client_h c = fresh_start(write_then_without, &x, &v1, &v2);
 
     reader_t rd = {.version = v1};
     pthread_t th;
@@ -520,11 +529,9 @@ static void wait_caught_up(size_t i)
  * applied by catch-up before the server answers lists. */
 Test(repair, delete_missed_while_down_is_applied_by_catch_up)
 {
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(objs.seed % NSRV);
+    size_t x;
     uint64_t v1, v2;
-    delete_while_down(c, x, &v1, &v2);
+    cks_client_h c = fresh_start(delete_while_down, &x, &v1, &v2);
     cks_client_destroy(c);
     /* the drop it owes x is kept in memory only: restarting forgets it */
     size_t c1 = (size_t)cks_test_coordinator(cl.map, JOB, v1);
@@ -553,11 +560,9 @@ Test(repair, delete_missed_while_down_is_applied_by_catch_up)
  * version as soon as it hears of one, and no server learns it back. */
 Test(repair, deleted_version_is_never_learned_back)
 {
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(objs.seed % NSRV);
+    size_t x;
     uint64_t v1, v2;
-    delete_while_down(c, x, &v1, &v2);
+    cks_client_h c = fresh_start(delete_while_down, &x, &v1, &v2);
     size_t c1 = (size_t)cks_test_coordinator(cl.map, JOB, v1);
     cks_client_destroy(c);
     fprintf(stderr, "version %llu deleted while server %zu was down; its coordinator %zu "
