@@ -124,249 +124,255 @@ static size_t geometries(geom_t *out, size_t max)
 
 #define MAX_GEOMS 4096
 
-/* ---- round-robin --------------------------------------------------------------- */
-
-Test(pec, rr_exactly_k_per_layer_and_matches_reference, .timeout = 60)
+/* fn(g) for every geometry of the sweep; checks that the sweep fits. */
+static void for_geometries(void (*fn)(const geom_t *g))
 {
     static geom_t g[MAX_GEOMS];
-    size_t ng = geometries(g, MAX_GEOMS), gi;
+    size_t ng = geometries(g, MAX_GEOMS);
+
+    CHECK((ng) <= (MAX_GEOMS), "ng <= MAX_GEOMS");
+    for (size_t gi = 0; gi < ng; gi++) {
+        fn(&g[gi]);
+    }
+}
+
+/* ---- round-robin --------------------------------------------------------------- */
+
+/* rr_exactly_k_per_layer_and_matches_reference for one geometry. */
+static void rr_exactly_k_geom(const geom_t *g)
+{
     uint64_t c,
         ckpts[] = {0, 1, 2, 3, 5, 17, 1000, 123456789, UINT64_MAX - 1, UINT64_MAX};
     size_t ci;
+    cks_pec_params_t p = params(g->layers, g->experts, g->k, g->ranks);
+    size_t n = (size_t)g->layers * g->experts;
+    uint8_t *mask = xcalloc(n, 1);
+    uint32_t l, e, cnt;
 
-    CHECK((ng) <= (MAX_GEOMS), "ng <= MAX_GEOMS");
-    for (gi = 0; gi < ng; gi++) {
-        cks_pec_params_t p = params(g[gi].layers, g[gi].experts, g[gi].k, g[gi].ranks);
-        size_t n = (size_t)g[gi].layers * g[gi].experts;
-        uint8_t *mask = xcalloc(n, 1);
-        uint32_t l, e, cnt;
-
-        for (ci = 0; ci < sizeof(ckpts) / sizeof(ckpts[0]) + 40; ci++) {
-            c = ci < sizeof(ckpts) / sizeof(ckpts[0]) ? ckpts[ci] : 20 + ci;
-            memset(mask, 0xAA, n);
-            CHECK((cks_pec_select_round_robin(&p, c, mask)) == (CKS_OK),
-                  "cks_pec_select_round_robin(&p, c, mask) == CKS_OK");
-            for (l = 0; l < g[gi].layers; l++) {
-                cnt = 0;
-                for (e = 0; e < g[gi].experts; e++) {
-                    uint8_t m = mask[(size_t)l * g[gi].experts + e];
-                    CHECK(m == 0 || m == 1, "mask byte %u", m);
-                    cnt += m;
-                    CHECK((m) == (ref_rr_saved(g[gi].experts, g[gi].k, g[gi].ranks,
-                                               g[gi].k, c, l, e)),
-                          "L=%u E=%u K=%u R=%u ckpt=%" PRIu64 " layer %u expert %u",
-                          g[gi].layers, g[gi].experts, g[gi].k, g[gi].ranks, c, l, e);
-                }
-                CHECK((cnt) == (g[gi].k),
-                      "L=%u E=%u K=%u R=%u ckpt %" PRIu64 " layer %u: %u", g[gi].layers,
-                      g[gi].experts, g[gi].k, g[gi].ranks, c, l, cnt);
+    for (ci = 0; ci < sizeof(ckpts) / sizeof(ckpts[0]) + 40; ci++) {
+        c = ci < sizeof(ckpts) / sizeof(ckpts[0]) ? ckpts[ci] : 20 + ci;
+        memset(mask, 0xAA, n);
+        CHECK((cks_pec_select_round_robin(&p, c, mask)) == (CKS_OK),
+              "cks_pec_select_round_robin(&p, c, mask) == CKS_OK");
+        for (l = 0; l < g->layers; l++) {
+            cnt = 0;
+            for (e = 0; e < g->experts; e++) {
+                uint8_t m = mask[(size_t)l * g->experts + e];
+                CHECK(m == 0 || m == 1, "mask byte %u", m);
+                cnt += m;
+                CHECK((m) == (ref_rr_saved(g->experts, g->k, g->ranks, g->k, c, l, e)),
+                      "L=%u E=%u K=%u R=%u ckpt=%" PRIu64 " layer %u expert %u",
+                      g->layers, g->experts, g->k, g->ranks, c, l, e);
             }
+            CHECK((cnt) == (g->k), "L=%u E=%u K=%u R=%u ckpt %" PRIu64 " layer %u: %u",
+                  g->layers, g->experts, g->k, g->ranks, c, l, cnt);
         }
-        free(mask);
     }
+    free(mask);
+}
+
+Test(pec, rr_exactly_k_per_layer_and_matches_reference, .timeout = 60)
+{
+    for_geometries(rr_exactly_k_geom);
 }
 
 /* Every expert is saved at least once in every window of ceil(E/K) consecutive
  * checkpoints, and ceil(E/K) is the shortest such window; simulated from
  * checkpoint 0, the largest staleness seen is exactly bounds.max_staleness. */
-Test(pec, rr_window_covers_every_expert, .timeout = 120)
+/* rr_window_covers_every_expert for one geometry. */
+static void rr_window_geom(const geom_t *g)
 {
-    static geom_t g[MAX_GEOMS];
-    size_t ng = geometries(g, MAX_GEOMS), gi;
+    cks_pec_params_t p = params(g->layers, g->experts, g->k, g->ranks);
+    size_t n = (size_t)g->layers * g->experts, i;
+    uint64_t period = (g->experts + g->k - 1) / g->k;
+    uint64_t horizon = 3 * g->experts + 4, c, w, seen_max = 0;
+    uint8_t *masks = xcalloc(n * horizon, 1);
+    uint64_t *last = xcalloc(n, sizeof(uint64_t));
+    cks_pec_bounds_t b;
+    int short_window_misses = 0;
 
-    for (gi = 0; gi < ng; gi++) {
-        cks_pec_params_t p = params(g[gi].layers, g[gi].experts, g[gi].k, g[gi].ranks);
-        size_t n = (size_t)g[gi].layers * g[gi].experts, i;
-        uint64_t period = (g[gi].experts + g[gi].k - 1) / g[gi].k;
-        uint64_t horizon = 3 * g[gi].experts + 4, c, w, seen_max = 0;
-        uint8_t *masks = xcalloc(n * horizon, 1);
-        uint64_t *last = xcalloc(n, sizeof(uint64_t));
-        cks_pec_bounds_t b;
-        int short_window_misses = 0;
-
-        CHECK((cks_pec_bounds(&p, &b)) == (CKS_OK), "cks_pec_bounds(&p, &b) == CKS_OK");
-        CHECK((b.period) == (period), "b.period == period");
-        CHECK((b.max_staleness) == (period - 1), "b.max_staleness == period - 1");
-        for (c = 0; c < horizon; c++) {
-            CHECK((cks_pec_select_round_robin(&p, c, masks + c * n)) == (CKS_OK),
-                  "cks_pec_select_round_robin(&p, c, masks + c * n) == CKS_OK");
-        }
-        for (c = 0; c + period <= horizon; c++) {
-            for (i = 0; i < n; i++) {
-                int hit = 0, hit_short = 0;
-                for (w = 0; w < period; w++) {
-                    hit |= masks[(c + w) * n + i];
-                    if (w + 1 < period) {
-                        hit_short |= masks[(c + w) * n + i];
-                    }
+    CHECK((cks_pec_bounds(&p, &b)) == (CKS_OK), "cks_pec_bounds(&p, &b) == CKS_OK");
+    CHECK((b.period) == (period), "b.period == period");
+    CHECK((b.max_staleness) == (period - 1), "b.max_staleness == period - 1");
+    for (c = 0; c < horizon; c++) {
+        CHECK((cks_pec_select_round_robin(&p, c, masks + c * n)) == (CKS_OK),
+              "cks_pec_select_round_robin(&p, c, masks + c * n) == CKS_OK");
+    }
+    for (c = 0; c + period <= horizon; c++) {
+        for (i = 0; i < n; i++) {
+            int hit = 0, hit_short = 0;
+            for (w = 0; w < period; w++) {
+                hit |= masks[(c + w) * n + i];
+                if (w + 1 < period) {
+                    hit_short |= masks[(c + w) * n + i];
                 }
-                CHECK(hit,
-                      "L=%u E=%u K=%u R=%u: entry %zu not saved in [%" PRIu64 ", %" PRIu64
-                      "]",
-                      g[gi].layers, g[gi].experts, g[gi].k, g[gi].ranks, i, c,
-                      c + period - 1);
-                short_window_misses += !hit_short;
             }
+            CHECK(hit,
+                  "L=%u E=%u K=%u R=%u: entry %zu not saved in [%" PRIu64 ", %" PRIu64
+                  "]",
+                  g->layers, g->experts, g->k, g->ranks, i, c, c + period - 1);
+            short_window_misses += !hit_short;
         }
-        /* a window one checkpoint shorter misses some expert (unless period is 1) */
-        if (period > 1) {
-            CHECK((short_window_misses) > (0), "E=%u K=%u", g[gi].experts, g[gi].k);
+    }
+    /* a window one checkpoint shorter misses some expert (unless period is 1) */
+    if (period > 1) {
+        CHECK((short_window_misses) > (0), "E=%u K=%u", g->experts, g->k);
+    }
+    for (i = 0; i < n; i++) {
+        last[i] = CKS_PEC_NEVER;
+    }
+    for (c = 0; c < horizon; c++) {
+        CHECK((cks_pec_note_saved(&p, masks + c * n, c, last, NULL)) == (CKS_OK),
+              "cks_pec_note_saved(&p, masks + c * n, c, last, NULL) == CKS_OK");
+        if (c + 1 < period) {
+            continue;
         }
         for (i = 0; i < n; i++) {
-            last[i] = CKS_PEC_NEVER;
+            CHECK((last[i]) != (CKS_PEC_NEVER), "last[i] != CKS_PEC_NEVER");
+            CHECK((c - last[i]) <= (b.max_staleness), "c - last[i] <= b.max_staleness");
+            seen_max = c - last[i] > seen_max ? c - last[i] : seen_max;
         }
-        for (c = 0; c < horizon; c++) {
-            CHECK((cks_pec_note_saved(&p, masks + c * n, c, last, NULL)) == (CKS_OK),
-                  "cks_pec_note_saved(&p, masks + c * n, c, last, NULL) == CKS_OK");
-            if (c + 1 < period) {
-                continue;
-            }
-            for (i = 0; i < n; i++) {
-                CHECK((last[i]) != (CKS_PEC_NEVER), "last[i] != CKS_PEC_NEVER");
-                CHECK((c - last[i]) <= (b.max_staleness),
-                      "c - last[i] <= b.max_staleness");
-                seen_max = c - last[i] > seen_max ? c - last[i] : seen_max;
-            }
-        }
-        CHECK((seen_max) == (b.max_staleness), "E=%u K=%u", g[gi].experts, g[gi].k);
-        free(last);
-        free(masks);
     }
+    CHECK((seen_max) == (b.max_staleness), "E=%u K=%u", g->experts, g->k);
+    free(last);
+    free(masks);
+}
+
+Test(pec, rr_window_covers_every_expert, .timeout = 120)
+{
+    for_geometries(rr_window_geom);
+}
+
+/* rr_layers_interleaved for one geometry (of two layers or more). */
+static void rr_interleaved_geom(const geom_t *g)
+{
+    cks_pec_params_t p = params(g->layers, g->experts, g->k, g->ranks);
+    cks_pec_params_t same = p;
+    uint32_t E = g->experts, l, e;
+    size_t n = (size_t)g->layers * E;
+    uint8_t *mask = xcalloc(n, 1);
+    uint8_t *mask0 = xcalloc(n, 1);
+    uint64_t c;
+
+    if (g->layers < 2) {
+        free(mask);
+        free(mask0);
+        return;
+    }
+    same.field_mask |= CKS_PEC_FIELD_LAYER_OFFSET;
+    same.layer_offset = 0;
+    for (c = 0; c < 2 * (uint64_t)E + 2; c++) {
+        CHECK((cks_pec_select_round_robin(&p, c, mask)) == (CKS_OK),
+              "cks_pec_select_round_robin(&p, c, mask) == CKS_OK");
+        CHECK((cks_pec_select_round_robin(&same, c, mask0)) == (CKS_OK),
+              "cks_pec_select_round_robin(&same, c, mask0) == CKS_OK");
+        for (l = 0; l + 1 < g->layers; l++) {
+            int differ = memcmp(mask + (size_t)l * E, mask + (size_t)(l + 1) * E, E) != 0;
+            /* default: consecutive layers save different experts whenever K < E */
+            CHECK((differ) == (g->k < E), "E=%u K=%u ckpt %" PRIu64 " layers %u/%u", E,
+                  g->k, c, l, l + 1);
+            /* layer_offset 0: every layer saves the same experts */
+            CHECK((memcmp(mask0 + (size_t)l * E, mask0 + (size_t)(l + 1) * E, E)) == (0),
+                  "memcmp(mask0 + (size_t)l * E, mask0 + (size_t)(l + 1) * E, E) == 0");
+        }
+        /* default offset K: layer l at checkpoint c saves what layer 0 saves at c + l
+         */
+        for (l = 1; l < g->layers; l++) {
+            for (e = 0; e < E; e++) {
+                CHECK((mask[(size_t)l * E + e]) ==
+                          (ref_rr_saved(E, g->k, g->ranks, 0, c + l, 0, e)),
+                      "mask[(size_t)l * E + e] == ref_rr_saved(E, g->k, "
+                      "g->ranks, 0, c + l, 0, e)");
+            }
+        }
+    }
+    free(mask);
+    free(mask0);
 }
 
 Test(pec, rr_layers_interleaved, .timeout = 60)
 {
-    static geom_t g[MAX_GEOMS];
-    size_t ng = geometries(g, MAX_GEOMS), gi;
-
-    for (gi = 0; gi < ng; gi++) {
-        cks_pec_params_t p = params(g[gi].layers, g[gi].experts, g[gi].k, g[gi].ranks);
-        cks_pec_params_t same = p;
-        uint32_t E = g[gi].experts, l, e;
-        size_t n = (size_t)g[gi].layers * E;
-        uint8_t *mask = xcalloc(n, 1);
-        uint8_t *mask0 = xcalloc(n, 1);
-        uint64_t c;
-
-        if (g[gi].layers < 2) {
-            free(mask);
-            free(mask0);
-            continue;
-        }
-        same.field_mask |= CKS_PEC_FIELD_LAYER_OFFSET;
-        same.layer_offset = 0;
-        for (c = 0; c < 2 * (uint64_t)E + 2; c++) {
-            CHECK((cks_pec_select_round_robin(&p, c, mask)) == (CKS_OK),
-                  "cks_pec_select_round_robin(&p, c, mask) == CKS_OK");
-            CHECK((cks_pec_select_round_robin(&same, c, mask0)) == (CKS_OK),
-                  "cks_pec_select_round_robin(&same, c, mask0) == CKS_OK");
-            for (l = 0; l + 1 < g[gi].layers; l++) {
-                int differ =
-                    memcmp(mask + (size_t)l * E, mask + (size_t)(l + 1) * E, E) != 0;
-                /* default: consecutive layers save different experts whenever K < E */
-                CHECK((differ) == (g[gi].k < E),
-                      "E=%u K=%u ckpt %" PRIu64 " layers %u/%u", E, g[gi].k, c, l, l + 1);
-                /* layer_offset 0: every layer saves the same experts */
-                CHECK(
-                    (memcmp(mask0 + (size_t)l * E, mask0 + (size_t)(l + 1) * E, E)) ==
-                        (0),
-                    "memcmp(mask0 + (size_t)l * E, mask0 + (size_t)(l + 1) * E, E) == 0");
-            }
-            /* default offset K: layer l at checkpoint c saves what layer 0 saves at c + l
-             */
-            for (l = 1; l < g[gi].layers; l++) {
-                for (e = 0; e < E; e++) {
-                    CHECK((mask[(size_t)l * E + e]) ==
-                              (ref_rr_saved(E, g[gi].k, g[gi].ranks, 0, c + l, 0, e)),
-                          "mask[(size_t)l * E + e] == ref_rr_saved(E, g[gi].k, "
-                          "g[gi].ranks, 0, c + l, 0, e)");
-                }
-            }
-        }
-        free(mask);
-        free(mask0);
-    }
+    for_geometries(rr_interleaved_geom);
 }
 
 /* Balance across ranks. Per layer and checkpoint, the experts saved on each
  * rank differ by at most one (floor or ceil of K/R); with the default layer
  * offset the totals over all layers do too (floor or ceil of L*K/R); and the
  * counts always lie within bounds.rank_load_min .. rank_load_max. */
-Test(pec, rr_rank_balance, .timeout = 60)
+/* rr_rank_balance for one geometry, each layer offset. */
+static void rr_balance_geom(const geom_t *g)
 {
-    static geom_t g[MAX_GEOMS];
-    size_t ng = geometries(g, MAX_GEOMS), gi;
     uint64_t offsets[] = {UINT64_MAX /* default */, 0, 1, 3};
     size_t oi;
+    for (oi = 0; oi < sizeof(offsets) / sizeof(offsets[0]); oi++) {
+        cks_pec_params_t p = params(g->layers, g->experts, g->k, g->ranks);
+        uint32_t E = g->experts, R = g->ranks, K = g->k, l, e, r;
+        size_t n = (size_t)g->layers * E;
+        uint8_t *mask = xcalloc(n, 1);
+        uint64_t *total = xcalloc(R, sizeof(uint64_t));
+        uint64_t *layer = xcalloc(R, sizeof(uint64_t));
+        cks_pec_bounds_t b;
+        uint64_t c, mn, mx, lmn, lmx;
+        int dflt = offsets[oi] == UINT64_MAX;
 
-    for (gi = 0; gi < ng; gi++) {
-        for (oi = 0; oi < sizeof(offsets) / sizeof(offsets[0]); oi++) {
-            cks_pec_params_t p =
-                params(g[gi].layers, g[gi].experts, g[gi].k, g[gi].ranks);
-            uint32_t E = g[gi].experts, R = g[gi].ranks, K = g[gi].k, l, e, r;
-            size_t n = (size_t)g[gi].layers * E;
-            uint8_t *mask = xcalloc(n, 1);
-            uint64_t *total = xcalloc(R, sizeof(uint64_t));
-            uint64_t *layer = xcalloc(R, sizeof(uint64_t));
-            cks_pec_bounds_t b;
-            uint64_t c, mn, mx, lmn, lmx;
-            int dflt = offsets[oi] == UINT64_MAX;
-
-            if (!dflt) {
-                p.field_mask |= CKS_PEC_FIELD_LAYER_OFFSET;
-                p.layer_offset = offsets[oi];
-            }
-            CHECK((cks_pec_bounds(&p, &b)) == (CKS_OK),
-                  "cks_pec_bounds(&p, &b) == CKS_OK");
-            CHECK((b.experts_per_rank) == (E / R), "b.experts_per_rank == E / R");
-            CHECK((b.saved_per_ckpt) == ((uint64_t)K * g[gi].layers),
-                  "b.saved_per_ckpt == (uint64_t)K * g[gi].layers");
-            if (dflt) {
-                CHECK((b.rank_load_max - b.rank_load_min) <= (1),
-                      "b.rank_load_max - b.rank_load_min <= 1");
-            }
-            for (c = 0; c < 2 * (uint64_t)E + 3; c++) {
-                CHECK((cks_pec_select_round_robin(&p, c, mask)) == (CKS_OK),
-                      "cks_pec_select_round_robin(&p, c, mask) == CKS_OK");
-                memset(total, 0, R * sizeof(uint64_t));
-                for (l = 0; l < g[gi].layers; l++) {
-                    memset(layer, 0, R * sizeof(uint64_t));
-                    for (e = 0; e < E; e++) {
-                        uint32_t rank;
-                        CHECK((cks_pec_expert_rank(&p, e, &rank)) == (CKS_OK),
-                              "cks_pec_expert_rank(&p, e, &rank) == CKS_OK");
-                        layer[rank] += mask[(size_t)l * E + e];
-                        total[rank] += mask[(size_t)l * E + e];
-                    }
-                    lmn = UINT64_MAX;
-                    lmx = 0;
-                    for (r = 0; r < R; r++) {
-                        lmn = layer[r] < lmn ? layer[r] : lmn;
-                        lmx = layer[r] > lmx ? layer[r] : lmx;
-                    }
-                    CHECK((lmx - lmn) <= (1),
-                          "E=%u K=%u R=%u layer %u: %" PRIu64 "..%" PRIu64, E, K, R, l,
-                          lmn, lmx);
-                }
-                mn = UINT64_MAX;
-                mx = 0;
-                for (r = 0; r < R; r++) {
-                    mn = total[r] < mn ? total[r] : mn;
-                    mx = total[r] > mx ? total[r] : mx;
-                }
-                CHECK((mn) >= (b.rank_load_min), "mn >= b.rank_load_min");
-                CHECK((mx) <= (b.rank_load_max), "mx <= b.rank_load_max");
-                if (dflt) {
-                    CHECK((mx - mn) <= (1),
-                          "L=%u E=%u K=%u R=%u ckpt %" PRIu64 ": %" PRIu64 "..%" PRIu64,
-                          g[gi].layers, E, K, R, c, mn, mx);
-                }
-            }
-            free(layer);
-            free(total);
-            free(mask);
+        if (!dflt) {
+            p.field_mask |= CKS_PEC_FIELD_LAYER_OFFSET;
+            p.layer_offset = offsets[oi];
         }
+        CHECK((cks_pec_bounds(&p, &b)) == (CKS_OK), "cks_pec_bounds(&p, &b) == CKS_OK");
+        CHECK((b.experts_per_rank) == (E / R), "b.experts_per_rank == E / R");
+        CHECK((b.saved_per_ckpt) == ((uint64_t)K * g->layers),
+              "b.saved_per_ckpt == (uint64_t)K * g->layers");
+        if (dflt) {
+            CHECK((b.rank_load_max - b.rank_load_min) <= (1),
+                  "b.rank_load_max - b.rank_load_min <= 1");
+        }
+        for (c = 0; c < 2 * (uint64_t)E + 3; c++) {
+            CHECK((cks_pec_select_round_robin(&p, c, mask)) == (CKS_OK),
+                  "cks_pec_select_round_robin(&p, c, mask) == CKS_OK");
+            memset(total, 0, R * sizeof(uint64_t));
+            for (l = 0; l < g->layers; l++) {
+                memset(layer, 0, R * sizeof(uint64_t));
+                for (e = 0; e < E; e++) {
+                    uint32_t rank;
+                    CHECK((cks_pec_expert_rank(&p, e, &rank)) == (CKS_OK),
+                          "cks_pec_expert_rank(&p, e, &rank) == CKS_OK");
+                    layer[rank] += mask[(size_t)l * E + e];
+                    total[rank] += mask[(size_t)l * E + e];
+                }
+                lmn = UINT64_MAX;
+                lmx = 0;
+                for (r = 0; r < R; r++) {
+                    lmn = layer[r] < lmn ? layer[r] : lmn;
+                    lmx = layer[r] > lmx ? layer[r] : lmx;
+                }
+                CHECK((lmx - lmn) <= (1),
+                      "E=%u K=%u R=%u layer %u: %" PRIu64 "..%" PRIu64, E, K, R, l, lmn,
+                      lmx);
+            }
+            mn = UINT64_MAX;
+            mx = 0;
+            for (r = 0; r < R; r++) {
+                mn = total[r] < mn ? total[r] : mn;
+                mx = total[r] > mx ? total[r] : mx;
+            }
+            CHECK((mn) >= (b.rank_load_min), "mn >= b.rank_load_min");
+            CHECK((mx) <= (b.rank_load_max), "mx <= b.rank_load_max");
+            if (dflt) {
+                CHECK((mx - mn) <= (1),
+                      "L=%u E=%u K=%u R=%u ckpt %" PRIu64 ": %" PRIu64 "..%" PRIu64,
+                      g->layers, E, K, R, c, mn, mx);
+            }
+        }
+        free(layer);
+        free(total);
+        free(mask);
     }
+}
+
+Test(pec, rr_rank_balance, .timeout = 60)
+{
+    for_geometries(rr_balance_geom);
 }
 
 /* Without interleaving by rank (a plain 0, 1, 2, ... order over contiguous
@@ -753,28 +759,25 @@ Test(pec, plt_examples, .timeout = 10)
     uint64_t lost[4];
     double plt = -1.0;
 
-    /* everything saved at the restored step: nothing lost */
-    memset(lost, 0, sizeof(lost));
-    cr_assert_eq(cks_pec_plt(&p, lost, 1000, &plt), CKS_OK);
-    cr_assert_float_eq(plt, 0.0, 1e-15);
-    /* nothing ever saved: every token routed since the start is lost */
-    lost[0] = 100;
-    lost[1] = 300;
-    lost[2] = 250;
-    lost[3] = 350;
-    cr_assert_eq(cks_pec_plt(&p, lost, 1000, &plt), CKS_OK);
-    cr_assert_float_eq(plt, 1.0, 1e-15);
-    /* mixed: experts 0 and 2 saved at the restored step, 1 and 3 earlier */
-    lost[0] = 0;
-    lost[1] = 120;
-    lost[2] = 0;
-    lost[3] = 30;
-    cr_assert_eq(cks_pec_plt(&p, lost, 1000, &plt), CKS_OK);
-    cr_assert_float_eq(plt, 0.15, 1e-15);
-    /* empty window */
-    memset(lost, 0, sizeof(lost));
-    cr_assert_eq(cks_pec_plt(&p, lost, 0, &plt), CKS_OK);
-    cr_assert_float_eq(plt, 0.0, 1e-15);
+    static const struct {
+        const char *what;
+        uint64_t lost[4], routed;
+        double plt;
+    } ok[] = {
+        {"everything saved at the restored step: nothing lost", {0, 0, 0, 0}, 1000, 0.0},
+        {"nothing ever saved: every token routed since the start is lost",
+         {100, 300, 250, 350}, 1000, 1.0},
+        {"mixed: experts 0 and 2 saved at the restored step, 1 and 3 earlier",
+         {0, 120, 0, 30}, 1000, 0.15},
+        {"empty window", {0, 0, 0, 0}, 0, 0.0},
+    };
+
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        memcpy(lost, ok[i].lost, sizeof(lost));
+        cr_assert_eq(cks_pec_plt(&p, lost, ok[i].routed, &plt), CKS_OK, "%s", ok[i].what);
+        cr_assert_float_eq(plt, ok[i].plt, 1e-15, "%s: plt %g, want %g", ok[i].what, plt,
+                           ok[i].plt);
+    }
     /* more lost than routed; a sum past UINT64_MAX: errors, output untouched */
     plt = -1.0;
     lost[0] = 1001;

@@ -92,31 +92,31 @@ static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t len)
 
 /* ---- slow references ----------------------------------------------------- */
 
-/* CRC-64/XZ and CRC-32C, bit by bit, zlib seed convention */
-static uint64_t ref_crc64(uint64_t seed, const uint8_t *buf, size_t len)
+/* A reflected CRC, bit by bit, zlib seed convention: reversed polynomial
+ * poly, its width's bits set in mask. */
+static uint64_t ref_crc(uint64_t poly, uint64_t mask, uint64_t seed, const uint8_t *buf,
+                        size_t len)
 {
-    uint64_t crc = ~seed;
+    uint64_t crc = ~seed & mask;
 
     for (size_t i = 0; i < len; i++) {
         crc ^= buf[i];
         for (int b = 0; b < 8; b++) {
-            crc = (crc >> 1) ^ ((crc & 1) ? 0xc96c5795d7870f42ull : 0);
+            crc = (crc >> 1) ^ ((crc & 1) ? poly : 0);
         }
     }
-    return ~crc;
+    return ~crc & mask;
+}
+
+/* CRC-64/XZ and CRC-32C */
+static uint64_t ref_crc64(uint64_t seed, const uint8_t *buf, size_t len)
+{
+    return ref_crc(0xc96c5795d7870f42ull, UINT64_MAX, seed, buf, len);
 }
 
 static uint32_t ref_crc32c(uint32_t seed, const uint8_t *buf, size_t len)
 {
-    uint32_t crc = ~seed;
-
-    for (size_t i = 0; i < len; i++) {
-        crc ^= buf[i];
-        for (int b = 0; b < 8; b++) {
-            crc = (crc >> 1) ^ ((crc & 1) ? 0x82f63b78u : 0);
-        }
-    }
-    return ~crc;
+    return (uint32_t)ref_crc(0x82f63b78u, UINT32_MAX, seed, buf, len);
 }
 
 /* GF(2^8) with polynomial x^8 + x^4 + x^3 + x^2 + 1 (0x11D), as ISA-L */
@@ -225,6 +225,29 @@ static void stripe_free(test_stripe_t *st)
     for (unsigned i = 0; i < st->n; i++) {
         free(st->mem[i]);
     }
+}
+
+/* work: an RS(k, m) stripe of len-byte chunks, every chunk random (rng);
+ * copy: the same bytes, to compare with after calls that must leave work
+ * alone; *ec: the code's handle (asserts that it was made). */
+static void stripe_pair(uint64_t *rng, unsigned k, unsigned m, size_t len, test_stripe_t *work,
+                        test_stripe_t *copy, cks_ec_h *ec)
+{
+    stripe_alloc(work, k, m, len, 0);
+    stripe_alloc(copy, k, m, len, 0);
+    for (unsigned i = 0; i < work->n; i++) {
+        rng_fill(rng, work->buf[i], len);
+        memcpy(copy->buf[i], work->buf[i], len);
+    }
+    cr_assert_eq(cks_ec_create(k, m, ec), CKS_OK, "RS(%u, %u)", k, m);
+}
+
+/* Free what stripe_pair() made. */
+static void stripe_pair_free(cks_ec_h ec, test_stripe_t *work, test_stripe_t *copy)
+{
+    cks_ec_destroy(ec);
+    stripe_free(copy);
+    stripe_free(work);
 }
 
 /* random data chunks, parity by the table reference */
@@ -524,14 +547,8 @@ Test(coding, encode_invalid_and_empty, .timeout = 60)
     const uint8_t *data[CKS_EC_MAX_K];
     cks_ec_h ec;
 
-    stripe_alloc(&st, 4, 2, 64, 0);
-    stripe_alloc(&copy, 4, 2, 64, 0);
-    for (unsigned i = 0; i < st.n; i++) {
-        rng_fill(&rng, st.buf[i], st.len);
-        memcpy(copy.buf[i], st.buf[i], st.len);
-    }
+    stripe_pair(&rng, 4, 2, 64, &st, &copy, &ec);
     memcpy(data, st.buf, 4 * sizeof(*data));
-    cr_assert_eq(cks_ec_create(4, 2, &ec), CKS_OK);
 
     cr_assert_eq(cks_ec_encode(NULL, 64, data, &st.buf[4]), CKS_ERR_INVALID_PARAM);
     cr_assert_eq(cks_ec_encode(ec, 64, NULL, &st.buf[4]), CKS_ERR_INVALID_PARAM);
@@ -552,9 +569,7 @@ Test(coding, encode_invalid_and_empty, .timeout = 60)
                           "chunk %u changed by a rejected or empty encode", i);
     }
     stripe_check_guards(&st);
-    cks_ec_destroy(ec);
-    stripe_free(&copy);
-    stripe_free(&st);
+    stripe_pair_free(ec, &st, &copy);
 }
 
 /* ---- decode ------------------------------------------------------------------ */
@@ -763,13 +778,7 @@ Test(coding, decode_too_few_chunks, .timeout = 60)
     cks_ec_h ec;
 
     /* RS(4, 2): every pattern of 3..6 erasures (42 of them) */
-    stripe_alloc(&work, 4, 2, 257, 0);
-    stripe_alloc(&copy, 4, 2, 257, 0);
-    for (unsigned i = 0; i < 6; i++) {
-        rng_fill(&rng, work.buf[i], work.len);
-        memcpy(copy.buf[i], work.buf[i], work.len);
-    }
-    cr_assert_eq(cks_ec_create(4, 2, &ec), CKS_OK);
+    stripe_pair(&rng, 4, 2, 257, &work, &copy, &ec);
     for (uint32_t erased = 0; erased < (1u << 6); erased++) {
         if (__builtin_popcount(erased) > 2) {
             check_data_lost(ec, 6, work.len, &work, &copy, erased);
@@ -777,25 +786,15 @@ Test(coding, decode_too_few_chunks, .timeout = 60)
         }
     }
     cr_assert_eq(count, 42);
-    cks_ec_destroy(ec);
-    stripe_free(&copy);
-    stripe_free(&work);
+    stripe_pair_free(ec, &work, &copy);
 
     /* RS(16, 4): random patterns of 5..20 erasures */
-    stripe_alloc(&work, 16, 4, 100, 0);
-    stripe_alloc(&copy, 16, 4, 100, 0);
-    for (unsigned i = 0; i < 20; i++) {
-        rng_fill(&rng, work.buf[i], work.len);
-        memcpy(copy.buf[i], work.buf[i], work.len);
-    }
-    cr_assert_eq(cks_ec_create(16, 4, &ec), CKS_OK);
+    stripe_pair(&rng, 16, 4, 100, &work, &copy, &ec);
     for (unsigned iter = 0; iter < 100; iter++) {
         check_data_lost(ec, 20, work.len, &work, &copy,
                         random_erasures(&rng, 20, 5 + rng_below(&rng, 16)));
     }
-    cks_ec_destroy(ec);
-    stripe_free(&copy);
-    stripe_free(&work);
+    stripe_pair_free(ec, &work, &copy);
 }
 
 Test(coding, decode_invalid_and_trivial, .timeout = 60)
@@ -807,13 +806,7 @@ Test(coding, decode_invalid_and_trivial, .timeout = 60)
     uint8_t *saved;
     cks_ec_h ec;
 
-    stripe_alloc(&work, 4, 2, 64, 0);
-    stripe_alloc(&copy, 4, 2, 64, 0);
-    for (unsigned i = 0; i < 6; i++) {
-        rng_fill(&rng, work.buf[i], work.len);
-        memcpy(copy.buf[i], work.buf[i], work.len);
-    }
-    cr_assert_eq(cks_ec_create(4, 2, &ec), CKS_OK);
+    stripe_pair(&rng, 4, 2, 64, &work, &copy, &ec);
 
     cr_assert_eq(cks_ec_decode(NULL, 64, work.buf, present), CKS_ERR_INVALID_PARAM);
     cr_assert_eq(cks_ec_decode(ec, 64, NULL, present), CKS_ERR_INVALID_PARAM);
@@ -840,9 +833,7 @@ Test(coding, decode_invalid_and_trivial, .timeout = 60)
                           "chunk %u changed by a rejected or trivial decode", i);
     }
     stripe_check_guards(&work);
-    cks_ec_destroy(ec);
-    stripe_free(&copy);
-    stripe_free(&work);
+    stripe_pair_free(ec, &work, &copy);
 }
 
 /* ---- stripe geometry --------------------------------------------------------- */
@@ -1034,6 +1025,9 @@ typedef struct {
     unsigned failures;
 } thread_arg_t;
 
+/* One thread's share: THREAD_ITER random encodes and decodes through the
+ * shared handle, checked against the reference; what went wrong counted in
+ * failures (for the test's thread to assert on). */
 static void *thread_main(void *p)
 {
     thread_arg_t *arg = p;

@@ -1208,6 +1208,8 @@ typedef struct {
     atomic_int done;
 } stats_call_t;
 
+/* cks_cluster_stats() of s->c on a thread of its own: its status and
+ * answer in s, then done set. */
 static void *stats_thread(void *arg)
 {
     stats_call_t *s = arg;

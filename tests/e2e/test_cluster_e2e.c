@@ -11,6 +11,7 @@
 #include "cks_coding.h"
 #include "cks_faults_gate.h"
 #include "cks_test.h"
+#include "cks_test_suite.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -22,11 +23,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#define MiB (1ull << 20)
-#define NSRV 6
-
-static cks_test_cluster_t cl;
 
 #define DEFAULT_SCRATCH UINT64_MAX
 
@@ -56,60 +52,42 @@ static cks_client_h connect_cluster(unsigned k, unsigned m, uint64_t chunk)
     return connect_cluster_scratch(k, m, chunk, DEFAULT_SCRATCH);
 }
 
-static void start(const char *faults, int fault_id)
-{
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 256 * MiB, fault_id, faults), 0);
-}
-
-static void setup(void)
-{
-    start(NULL, -1);
-}
-
-static void teardown(void)
-{
-    cks_test_cluster_cleanup(&cl);
-}
-
-TestSuite(cluster, .init = setup, .fini = teardown, .timeout = 240);
+TestSuite(cluster, .init = cks_test_suite_setup, .fini = cks_test_suite_teardown, .timeout = 240);
 
 /* Object sizes: empty, tiny, less than a chunk, exactly a stripe, several
  * stripes with a padded tail. */
 static const uint64_t sizes[] = {0, 1, 4097, 4 * 64 * 1024, 3 * MiB + 12345, 5 * MiB};
 #define NOBJ (sizeof(sizes) / sizeof(sizes[0]))
 
-static uint8_t *src[NOBJ];
-
-static void make_data(uint64_t seed)
-{
-    for (size_t i = 0; i < NOBJ; i++) {
-        src[i] = malloc(sizes[i] + 1);
-        cks_test_fill(src[i], sizes[i], seed + i);
-    }
-}
-
-static void free_data(void)
-{
-    for (size_t i = 0; i < NOBJ; i++) {
-        free(src[i]);
-        src[i] = NULL;
-    }
-}
 
 static cks_status_t write_version(cks_client_h c, const char *job, uint64_t version)
 {
     cks_version_params_t vp = {0};
     char key[64];
     cks_status_t st;
-    vp.job     = job;
+    vp.job = job;
     vp.version = version;
-    st         = cks_version_begin(c, &vp);
+    st = cks_version_begin(c, &vp);
     for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
         snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 3);
-        st = cks_test_put_tagged(c, job, version, key, src[i], sizes[i],
-                                 (cks_tags_t){CKS_KIND_EXPERT, (int32_t)i, (int32_t)(i * 3), 0});
+        st = cks_test_put_tagged(
+            c, job, version, key, objs.src[i], sizes[i],
+            (cks_tags_t){CKS_KIND_EXPERT, (int32_t)i, (int32_t)(i * 3), 0});
     }
     return st == CKS_OK ? cks_version_seal(c, job, version) : st;
+}
+
+/* The objects' bytes (in objs.src[], freed by the suite's teardown) from
+ * the test's printed seed (dflt by default), written as version v of job
+ * "moe" by a client of RS(4, 2) with 64 KiB chunks: that client. */
+static cks_client_h written(uint64_t dflt, uint64_t v)
+{
+    cks_test_objs_make(&objs, sizes, NOBJ, cks_test_seed(dflt));
+    cks_client_h c  = connect_cluster(4, 2, 64 * 1024);
+    cks_status_t st = write_version(c, "moe", v);
+    cr_assert_eq(st, CKS_OK, "write of version %llu: %s", (unsigned long long)v,
+                 cks_status_name(st));
+    return c;
 }
 
 /* Restore every object whole and a few ranges; returns the first failure. */
@@ -118,21 +96,22 @@ static cks_status_t verify_version(cks_client_h c, const char *job, uint64_t ver
 {
     cks_restore_h r = NULL;
     cks_status_t st = cks_restore_open(c, job, version, &r);
-    uint8_t *dst    = malloc(6 * MiB);
+    uint8_t *dst = malloc(6 * MiB);
     char key[64], what[96];
 
     snprintf(what, sizeof(what), "%s/%llu", job, (unsigned long long)version);
     for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
         snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 3);
-        st = cks_test_get_check(r, key, src[i], sizes[i], dst, 6 * MiB, what);
+        st = cks_test_get_check(r, key, objs.src[i], sizes[i], dst, 6 * MiB, what);
         if (st != CKS_OK && bad_key != NULL) {
             snprintf(bad_key, bad_len, "%s", key);
         }
         /* an unaligned range that crosses chunk and stripe borders */
         if (st == CKS_OK && sizes[i] > 300000) {
             uint64_t off = 65536 * 3 + 77, len = sizes[i] - off - 3;
-            st           = cks_test_get_range(r, key, dst, off, len);
-            cr_assert(st != CKS_OK || memcmp(dst, src[i] + off, len) == 0, "%s: range", key);
+            st = cks_test_get_range(r, key, dst, off, len);
+            cr_assert(st != CKS_OK || memcmp(dst, objs.src[i] + off, len) == 0,
+                      "%s: range", key);
         }
     }
     cks_restore_close(r);
@@ -142,9 +121,7 @@ static cks_status_t verify_version(cks_client_h c, const char *job, uint64_t ver
 
 Test(cluster, round_trip_and_any_two_servers_down, .timeout = 600)
 {
-    make_data(cks_test_seed(11));
-    cks_client_h c = connect_cluster(4, 2, 64 * 1024);
-    cr_assert_eq(write_version(c, "moe", 1), CKS_OK);
+    cks_client_h c = written(11, 1);
     cks_version_info_t vi;
     cr_assert_eq(cks_version_stat(c, "moe", 1, &vi), CKS_OK);
     cr_assert_eq(vi.state, CKS_VSTATE_PROTECTED);
@@ -170,7 +147,6 @@ Test(cluster, round_trip_and_any_two_servers_down, .timeout = 600)
             cr_assert_eq(cks_test_server_restart(&cl.srv[b]), 0);
         }
     }
-    free_data();
 }
 
 /* Every server restarted at once (a rack's power cycled): each answers stats
@@ -182,9 +158,7 @@ Test(cluster, round_trip_and_any_two_servers_down, .timeout = 600)
  * it had just restarted were still catching up). */
 Test(cluster, everything_answers_right_after_every_server_restarted, .timeout = 120)
 {
-    make_data(cks_test_seed(12));
-    cks_client_h c = connect_cluster(4, 2, 64 * 1024);
-    cr_assert_eq(write_version(c, "moe", 1), CKS_OK);
+    cks_client_h c = written(12, 1);
     cks_client_destroy(c);
     /* whether a server's first catch-up round finds its peers listening yet
      * and catching up too is a race: four power cycles */
@@ -208,7 +182,6 @@ Test(cluster, everything_answers_right_after_every_server_restarted, .timeout = 
         }
     }
     cks_client_destroy(c);
-    free_data();
 }
 
 /* Degraded reads in a small scratch, with two servers down: stripes wait for
@@ -282,9 +255,7 @@ Test(cluster, degraded_reads_in_a_small_scratch, .timeout = 300)
     cks_client_params_t p = {0};
     cks_client_h c;
 
-    make_data(cks_test_seed(14));
-    c = connect_cluster(4, 2, 64 * 1024);
-    cr_assert_eq(write_version(c, "moe", 1), CKS_OK);
+    c = written(14, 1);
     cks_client_destroy(c);
     cks_test_cluster_kill(&cl, 1);
     cks_test_cluster_kill(&cl, 4);
@@ -301,14 +272,11 @@ Test(cluster, degraded_reads_in_a_small_scratch, .timeout = 300)
     c              = NULL;
     cr_assert_eq(cks_client_create(&p, &c), CKS_ERR_INVALID_PARAM);
     cr_assert_null(c);
-    free_data();
 }
 
 Test(cluster, three_down_is_a_clear_data_loss)
 {
-    make_data(cks_test_seed(12));
-    cks_client_h c = connect_cluster(4, 2, 64 * 1024);
-    cr_assert_eq(write_version(c, "moe", 7), CKS_OK);
+    cks_client_h c = written(12, 7);
     cks_client_destroy(c);
     cks_test_cluster_kill(&cl, 0);
     cks_test_cluster_kill(&cl, 2);
@@ -320,14 +288,11 @@ Test(cluster, three_down_is_a_clear_data_loss)
     cks_client_last_error(c, text, sizeof(text));
     cr_assert(strstr(text, bad) != NULL, "message '%s' names '%s'", text, bad);
     cks_client_destroy(c);
-    free_data();
 }
 
 Test(cluster, server_killed_during_write)
 {
-    make_data(cks_test_seed(13));
-    cks_client_h c = connect_cluster(4, 2, 64 * 1024);
-    cr_assert_eq(write_version(c, "moe", 1), CKS_OK);
+    cks_client_h c = written(13, 1);
 
     /* version 2: a member dies after some objects are in */
     cks_version_params_t vp = {.job = "moe", .version = 2};
@@ -336,17 +301,11 @@ Test(cluster, server_killed_during_write)
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
     for (size_t i = 0; i < NOBJ; i++) {
         char key[64];
-        cks_put_params_t p = {0};
         snprintf(key, sizeof(key), "v2/obj%zu", i);
-        p.job     = "moe";
-        p.version = 2;
-        p.key     = key;
-        p.buffer  = src[i];
-        p.size    = sizes[i];
         if (i == 2) {
             cks_test_cluster_kill(&cl, 5); /* mid-version */
         }
-        cks_status_t st = cks_put(c, &p);
+        cks_status_t st = cks_test_put(c, "moe", 2, key, objs.src[i], sizes[i]);
         /* the version may already be aborted (an object could not be protected) */
         cr_assert(st == CKS_OK || st == CKS_ERR_CONN_LOST || st == CKS_ERR_UNREACHABLE ||
                       st == CKS_ERR_TIMEOUT || st == CKS_ERR_VERSION_NOT_OPEN,
@@ -384,7 +343,7 @@ Test(cluster, server_killed_during_write)
             }
             cr_assert_eq(gst, CKS_OK, "%s: %s", key, cks_status_name(gst));
             cr_assert_eq(got, sizes[i]);
-            cr_assert(memcmp(dst, src[i], sizes[i]) == 0, "%s: bytes differ", key);
+            cr_assert(memcmp(dst, objs.src[i], sizes[i]) == 0, "%s: bytes differ", key);
         }
         cks_restore_close(r);
         free(dst);
@@ -400,7 +359,6 @@ Test(cluster, server_killed_during_write)
     cr_assert_eq(cks_version_latest(c, "moe", &latest), CKS_OK);
     cr_assert(latest.version == 1 || (st == CKS_OK && latest.version == 2));
     cks_client_destroy(c);
-    free_data();
 }
 
 /* A member restarted while something else listens on its port (the test
@@ -409,9 +367,7 @@ Test(cluster, server_killed_during_write)
  * a new version commits. */
 Test(cluster, restart_when_the_port_is_taken)
 {
-    make_data(cks_test_seed(15));
-    cks_client_h c = connect_cluster(4, 2, 64 * 1024);
-    cr_assert_eq(write_version(c, "moe", 1), CKS_OK);
+    cks_client_h c = written(15, 1);
     cks_client_destroy(c);
     cks_test_cluster_kill(&cl, 2);
     uint16_t old          = cl.srv[2].port;
@@ -430,19 +386,16 @@ Test(cluster, restart_when_the_port_is_taken)
     cr_assert_eq(write_version(c, "moe", 2), CKS_OK);
     cr_assert_eq(verify_version(c, "moe", 2, NULL, 0), CKS_OK);
     cks_client_destroy(c);
-    free_data();
 }
 
-TestSuite(cluster_faults, .fini = teardown, .timeout = 240);
+TestSuite(cluster_faults, .fini = cks_test_suite_teardown, .timeout = 240);
 
 Test(cluster_faults, corrupted_chunk_is_decoded_around)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
     /* server 3 flips a bit in the first chunk it stores */
-    start("chunk_corrupt:once", 3);
-    make_data(cks_test_seed(14));
-    cks_client_h c = connect_cluster(4, 2, 64 * 1024);
-    cr_assert_eq(write_version(c, "moe", 3), CKS_OK);
+    cks_test_suite_start("chunk_corrupt:once", 3);
+    cks_client_h c = written(14, 3);
     cr_assert_eq(verify_version(c, "moe", 3, NULL, 0), CKS_OK);
     /* a scrub (every data and parity chunk) finds the corrupted chunk */
     cks_restore_h r;
@@ -467,7 +420,6 @@ Test(cluster_faults, corrupted_chunk_is_decoded_around)
     cks_restore_close(r);
     free(dst);
     cks_client_destroy(c);
-    free_data();
     /* the fault fired (the server logged it): not a vacuous pass */
     FILE *f = fopen(cl.srv[3].log, "r");
     char line[512];

@@ -27,6 +27,9 @@
 #include "cks_md.h"
 #include "cks_test.h"
 
+#define CKS_TEST_SUITE_ARENA (128 * MiB)
+#include "cks_test_suite.h"
+
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -39,18 +42,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MiB   (1ull << 20)
-#define NSRV  6
-#define K     4
-#define M     2
-#define CHUNK (64 * 1024)
 #define NOBJ  6
+#define ALL_OBJS ((1u << NOBJ) - 1) /* write_version(): every object */
 #define JOB   "flush/job"
 
-static cks_test_cluster_t cl, cl2;
+static cks_test_cluster_t cl2;
 static char fdir[256];
 static const uint64_t obj_sizes[NOBJ] = {0, 1, 4097, K * CHUNK, 3 * MiB + 12345, 700001};
-static cks_test_objs_t objs;
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -79,12 +77,11 @@ static void setup(void)
 
 static void teardown(void)
 {
-    cks_test_cluster_cleanup(&cl);
+    cks_test_suite_teardown();
     cks_test_cluster_cleanup(&cl2);
     if (getenv("CKS_TEST_KEEP") == NULL && fdir[0] != '\0') {
         nftw(fdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     }
-    cks_test_objs_free(&objs);
 }
 
 TestSuite(flush, .init = setup, .fini = teardown, .timeout = 60);
@@ -151,6 +148,20 @@ static cks_restore_h open_durable(cks_client_h c, uint64_t v, uint32_t flags)
     return r;
 }
 
+/* open_durable(c, v, 0), with its record in *info (asserts that it is
+ * version v's). */
+static cks_restore_h open_durable_info(cks_client_h c, uint64_t v, cks_version_info_t *info)
+{
+    cks_restore_h r = open_durable(c, v, 0);
+    cks_status_t st = cks_restore_info(r, info);
+
+    cr_assert_eq(st, CKS_OK, "info of version %" PRIu64 " from the flush dir: %s", v,
+                 cks_status_string(st));
+    cr_assert_eq(info->version, v, "version %" PRIu64 " opened, %" PRIu64 " found", v,
+                 info->version);
+    return r;
+}
+
 /* Object i as written in version `written`, read whole through r: exact,
  * with its source version. */
 static void check_object(cks_restore_h r, size_t i, uint64_t written)
@@ -202,7 +213,7 @@ static void check_range(cks_restore_h r, size_t i, uint64_t written, uint64_t of
     free(dst);
 }
 
-/* The published directory of version v, and whether any temporary one is left. */
+/* The published directory of version v. */
 static void version_dir(uint64_t v, char *out, size_t len)
 {
     char jobdir[512], name[32];
@@ -211,7 +222,8 @@ static void version_dir(uint64_t v, char *out, size_t len)
     snprintf(out, len, "%s/%s", jobdir, name);
 }
 
-static int tmp_dirs_left(void)
+/* Entries of the job's flush directory whose name has `part`. */
+static int job_entries_with(const char *part)
 {
     char jobdir[512];
     struct dirent *e;
@@ -222,10 +234,50 @@ static int tmp_dirs_left(void)
         return 0;
     }
     while ((e = readdir(d)) != NULL) {
-        n += strstr(e->d_name, ".tmp-") != NULL;
+        n += strstr(e->d_name, part) != NULL;
     }
     closedir(d);
     return n;
+}
+
+/* Temporary directories left in the job's flush directory. */
+static int tmp_dirs_left(void)
+{
+    return job_entries_with(".tmp-");
+}
+
+/* Start the cluster, its servers with `more` flags besides --flush-dir
+ * (NULL: none; servers started later get none), and connect: the client. */
+static cks_client_h start_and_connect(const char *more)
+{
+    server_flags(more);
+    cks_test_suite_start(NULL, -1);
+    server_flags(NULL);
+    return connect_to(&cl);
+}
+
+/* start_and_connect(more), then version 1 of every object: the client. */
+static cks_client_h start_with_v1(const char *more)
+{
+    cks_client_h c = start_and_connect(more);
+
+    write_version(c, 1, CKS_NO_PARENT, ALL_OBJS);
+    return c;
+}
+
+/* Start the cluster, then restart the coordinator of version v of JOB with
+ * `faults` armed on it alone: its index. */
+static size_t start_with_faulty_coordinator(uint64_t v, const char *faults)
+{
+    cks_test_suite_start(NULL, -1);
+    int coord = cks_test_coordinator(cl.map, JOB, v);
+    cr_assert(coord >= 0, "no coordinator for version %llu in %s", (unsigned long long)v,
+              cl.map);
+    snprintf(cl.srv[coord].faults, sizeof(cl.srv[coord].faults), "%s", faults);
+    cks_test_server_stop(&cl.srv[coord], SIGTERM);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[coord]), 0, "restart of server %d with %s",
+                 coord, faults);
+    return (size_t)coord;
 }
 
 /* The CLI with these arguments (a4 may be NULL); its stdout into `out`
@@ -280,9 +332,7 @@ Test(flush, killed_cluster_restores_from_disk_and_imports)
     cks_restore_h r;
     struct stat st;
 
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    c = start_with_v1(NULL);
     cr_assert_eq(flush(c, 1), CKS_OK);
     cr_assert_eq(cks_flushed_stat(fdir, JOB, 1, &info), CKS_OK);
     cr_assert_eq(info.nobjects, NOBJ);
@@ -309,9 +359,7 @@ Test(flush, killed_cluster_restores_from_disk_and_imports)
     cks_status_t rs = cks_restore_open(c, JOB, 1, &r);
     cr_assert(rs == CKS_ERR_NO_SUCH_VERSION || rs == CKS_ERR_NO_SUCH_JOB,
               "the empty cluster has no version 1 (%s)", cks_status_string(rs));
-    r = open_durable(c, 1, 0);
-    cr_assert_eq(cks_restore_info(r, &info), CKS_OK);
-    cr_assert_eq(info.version, 1);
+    r = open_durable_info(c, 1, &info);
     for (size_t i = 0; i < NOBJ; i++) {
         check_object(r, i, 1);
     }
@@ -384,9 +432,7 @@ Test(flush, corrupted_file_is_found_by_its_crc)
     cks_get_params_t g = {0};
     char err[512];
 
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    c = start_with_v1(NULL);
     cr_assert_eq(flush(c, 1), CKS_OK);
 
     /* one bad data chunk: found, and decoded around from the stripe's others */
@@ -421,15 +467,10 @@ Test(flush, publisher_killed_before_rename_another_publishes)
     struct stat st;
 
     /* the fault on the version's coordinator, which the client asks first */
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    int coord = cks_test_coordinator(cl.map, JOB, 1);
-    cr_assert(coord >= 0);
-    snprintf(cl.srv[coord].faults, sizeof(cl.srv[coord].faults), "flush_publish_die:once");
-    cks_test_server_stop(&cl.srv[coord], SIGTERM);
-    cr_assert_eq(cks_test_server_restart(&cl.srv[coord]), 0);
+    size_t coord = start_with_faulty_coordinator(1, "flush_publish_die:once");
 
     c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 1, CKS_NO_PARENT, ALL_OBJS);
     cr_assert_eq(flush(c, 1), CKS_OK, "the next server publishes");
     cr_assert(cks_test_log_has(cl.srv[coord].log, "fault flush_publish_die", 5000),
               "the coordinator did not die publishing");
@@ -446,9 +487,7 @@ Test(flush, partial_expert_child_restores_without_its_parent)
     cks_restore_h r;
     cks_version_info_t info;
 
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    c = start_with_v1(NULL);
     write_version(c, 2, 1, (1u << 1) | (1u << 4)); /* objects 1 and 4 rewritten */
     cr_assert_eq(flush(c, 2), CKS_OK);
     cks_version_info_t mem;
@@ -460,9 +499,7 @@ Test(flush, partial_expert_child_restores_without_its_parent)
     cr_assert(vs == CKS_ERR_NO_SUCH_VERSION || vs == CKS_ERR_NO_SUCH_JOB,
               "version 1 is gone from memory (%s)", cks_status_string(vs));
 
-    r = open_durable(c, 2, 0);
-    cr_assert_eq(cks_restore_info(r, &info), CKS_OK);
-    cr_assert_eq(info.version, 2);
+    r = open_durable_info(c, 2, &info);
     cr_assert_eq(info.parent, 1);
     cr_assert_eq(info.nobjects, mem.nobjects, "the record as the memory tier had it");
     cr_assert_eq(info.bytes, mem.bytes);
@@ -481,12 +518,9 @@ Test(flush, every_second_version_flushed_by_policy)
     cks_client_h c;
     cks_version_info_t info;
 
-    server_flags("--flush-every 2");
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    server_flags(NULL);
-    c = connect_to(&cl);
+    c = start_and_connect("--flush-every 2");
     for (uint64_t v = 1; v <= 3; v++) {
-        write_version(c, v, CKS_NO_PARENT, (1u << NOBJ) - 1);
+        write_version(c, v, CKS_NO_PARENT, ALL_OBJS);
     }
     /* the coordinator flushes version 2 after it commits, in the background:
      * look for it every 50 ms, for at most 20 s */
@@ -527,10 +561,10 @@ Test(flush, servers_without_a_flush_dir_refuse_to_write)
     struct stat st;
 
     cks_test_set_server_flags(NULL);
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
+    cks_test_suite_start(NULL, -1);
     server_flags(NULL);
     c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 1, CKS_NO_PARENT, ALL_OBJS);
     cr_assert_eq(cks_version_flush(c, JOB, 1, fdir), CKS_ERR_UNSUPPORTED);
     cks_client_last_error(c, why, sizeof(why));
     cr_assert(strstr(why, "--flush-dir") != NULL, "no reason: '%s'", why);
@@ -549,9 +583,7 @@ Test(flush, server_down_flushes_what_the_others_hold)
     char vdir[600], path[700];
     struct stat st;
 
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    c = start_with_v1(NULL);
     /* a server that is not the coordinator goes down after the commit */
     int coord = cks_test_coordinator(cl.map, JOB, 1);
     size_t down = (size_t)(coord + 1) % NSRV;
@@ -602,11 +634,7 @@ Test(flush, flush_rate_paces_the_writes)
     cks_client_h c;
     const uint64_t rate = 1 * MiB;
 
-    server_flags("--flush-rate 1M");
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    server_flags(NULL);
-    c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    c = start_with_v1("--flush-rate 1M");
     uint64_t t0 = cks_time_ns();
     cr_assert_eq(flush(c, 1), CKS_OK);
     double took = (double)(cks_time_ns() - t0) * 1e-9;
@@ -648,16 +676,11 @@ Test(flush, policy_flush_killed_midway_resumes_after_restart)
     cks_version_info_t info;
 
     server_flags("--flush-every 2");
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    int coord = cks_test_coordinator(cl.map, JOB, 2);
-    cr_assert(coord >= 0);
-    snprintf(cl.srv[coord].faults, sizeof(cl.srv[coord].faults), "flush_die:once");
-    cks_test_server_stop(&cl.srv[coord], SIGTERM);
-    cr_assert_eq(cks_test_server_restart(&cl.srv[coord]), 0);
+    size_t coord = start_with_faulty_coordinator(2, "flush_die:once");
 
     c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
-    write_version(c, 2, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 1, CKS_NO_PARENT, ALL_OBJS);
+    write_version(c, 2, CKS_NO_PARENT, ALL_OBJS);
     cks_client_destroy(c);
     cr_assert(cks_test_log_has(cl.srv[coord].log, "fault flush_die", 20000),
               "the coordinator did not die in its policy flush of version 2");
@@ -690,23 +713,6 @@ Test(flush, policy_flush_killed_midway_resumes_after_restart)
     cks_client_destroy(c);
 }
 
-/* Entries of the job's flush directory whose name has `part`. */
-static int job_entries_with(const char *part)
-{
-    char jobdir[512];
-    struct dirent *e;
-    int n = 0;
-    cr_assert_eq(cks_md_flush_job_dir(fdir, JOB, strlen(JOB), jobdir, sizeof(jobdir)), CKS_OK);
-    DIR *d = opendir(jobdir);
-    if (d == NULL) {
-        return 0;
-    }
-    while ((e = readdir(d)) != NULL) {
-        n += strstr(e->d_name, part) != NULL;
-    }
-    closedir(d);
-    return n;
-}
 
 /* A flush asked for by a client (cks_version_flush) whose servers are all
  * SIGKILLed halfway through writing their chunks (flush_die): the call fails
@@ -722,11 +728,9 @@ Test(flush, requested_flush_killed_midway_resumes_after_restart)
     cks_version_info_t info;
     char err[512] = "";
 
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, CKS_TEST_ALL,
-                                        "flush_die:once"),
-                 0);
+    cks_test_suite_start("flush_die:once", CKS_TEST_ALL);
     c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 1, CKS_NO_PARENT, ALL_OBJS);
     uint64_t t0     = cks_time_ns();
     cks_status_t st = flush(c, 1);
     double took     = (double)(cks_time_ns() - t0) * 1e-9;
@@ -795,11 +799,7 @@ Test(flush, flush_keep_retains_the_newest_and_what_they_read)
     cks_version_info_t info;
     char got[128];
 
-    server_flags("--flush-keep 2");
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    server_flags(NULL);
-    c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    c = start_with_v1("--flush-keep 2");
     write_version(c, 2, 1, (1u << 1) | (1u << 4)); /* reads the others from 1 */
     cr_assert_eq(flush(c, 1), CKS_OK);
     cr_assert_eq(flush(c, 2), CKS_OK);
@@ -807,13 +807,13 @@ Test(flush, flush_keep_retains_the_newest_and_what_they_read)
     cr_assert_str_eq(got, "1,2");
 
     /* 3 and 2 are the newest two; 2 reads from 1: 1 stays */
-    write_version(c, 3, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 3, CKS_NO_PARENT, ALL_OBJS);
     cr_assert_eq(flush(c, 3), CKS_OK);
     flushed_versions(got, sizeof(got));
     cr_assert_str_eq(got, "1,2,3", "kept: %s", got);
 
     /* 4 and 3 are the newest two, neither reads from 1 or 2: both go */
-    write_version(c, 4, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 4, CKS_NO_PARENT, ALL_OBJS);
     cr_assert_eq(flush(c, 4), CKS_OK);
     flushed_versions(got, sizeof(got));
     cr_assert_str_eq(got, "3,4", "kept: %s", got);
@@ -841,14 +841,10 @@ Test(flush, flush_age_flushes_when_the_newest_flushed_is_old)
     cks_client_h c;
     cks_version_info_t info;
 
-    server_flags("--flush-age 3");
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    server_flags(NULL);
-    c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    c = start_with_v1("--flush-age 3");
     cr_assert_eq(wait_flushed(1, 10000, &info), CKS_OK, "version 1: nothing was flushed yet");
     uint64_t t1 = cks_time_ns();
-    write_version(c, 2, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 2, CKS_NO_PARENT, ALL_OBJS);
     usleep(1000000);
     cr_assert_eq(cks_flushed_stat(fdir, JOB, 2, &info), CKS_ERR_NO_SUCH_VERSION,
                  "version 2 committed within 3 s of version 1's flush: not due");
@@ -857,14 +853,14 @@ Test(flush, flush_age_flushes_when_the_newest_flushed_is_old)
     if (now < due) {
         usleep((useconds_t)((due - now) / 1000));
     }
-    write_version(c, 3, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 3, CKS_NO_PARENT, ALL_OBJS);
     cr_assert_eq(wait_flushed(3, 10000, &info), CKS_OK,
                  "version 3: the newest flushed (1) is older than 3 s");
     int coord = cks_test_coordinator(cl.map, JOB, 3);
     cr_assert(cks_test_log_has(cl.srv[coord].log, "older than --flush-age", 0));
     /* version 4 right after: not due at its commit; the scan flushes it
      * once version 3 is 3 s old (scans every 10 s: look for 30 s) */
-    write_version(c, 4, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    write_version(c, 4, CKS_NO_PARENT, ALL_OBJS);
     cr_assert_eq(wait_flushed(4, 30000, &info), CKS_OK,
                  "version 4 was not flushed once the newest flushed one was old");
     coord = cks_test_coordinator(cl.map, JOB, 4);
@@ -885,11 +881,7 @@ Test(flush, flush_progress_is_visible_while_it_runs)
     cks_flush_progress_t fp;
     char out[300];
 
-    server_flags("--flush-rate 256K");
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-    server_flags(NULL);
-    c = connect_to(&cl);
-    write_version(c, 1, CKS_NO_PARENT, (1u << NOBJ) - 1);
+    c = start_with_v1("--flush-rate 256K");
     cr_assert_eq(cks_version_stat(c, JOB, 1, &mem), CKS_OK);
     cks_client_destroy(c);
     cr_assert_eq(cks_flushed_progress(fdir, JOB, 1, &fp), CKS_ERR_NO_SUCH_VERSION);

@@ -46,6 +46,7 @@
 #include "cks_common.h"
 #include "cks_netns.h"
 #include "cks_test.h"
+#include "cks_test_suite.h"
 #include "cks_faults_gate.h"
 
 #include <criterion/criterion.h>
@@ -57,28 +58,9 @@
 #include <string.h>
 #include <time.h>
 
-#define MiB  (1ull << 20)
-#define NSRV 6
-#define K    4
-#define M    2
-#define CHUNK (64 * 1024)
 #define NOBJ 8
 
-static cks_test_cluster_t cl;
-static cks_test_objs_t objs;
-
-static void setup(void)
-{
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 256 * MiB, -1, NULL), 0);
-}
-
-static void teardown(void)
-{
-    cks_test_cluster_cleanup(&cl);
-    cks_test_objs_free(&objs);
-}
-
-TestSuite(heal, .init = setup, .fini = teardown, .timeout = 300);
+TestSuite(heal, .init = cks_test_suite_setup, .fini = cks_test_suite_teardown, .timeout = 300);
 
 /* Objects of mixed sizes (empty, tiny, partial stripe, several stripes with
  * a padded tail), so that their primaries differ and some lie on servers
@@ -96,22 +78,18 @@ static cks_client_h connect_cluster(int timeout_ms)
     return cks_test_cluster_client(cl.map, K, M, CHUNK, timeout_ms);
 }
 
+/* The name of object i. */
+static void key_of(size_t i, char *key, size_t len)
+{
+    snprintf(key, len, "layer%zu/expert%zu", i, i * 5);
+}
+
 /* Write version v (every object); the first failure, with its text in why. */
 static cks_status_t write_version(cks_client_h c, uint64_t v, char *why, size_t why_len)
 {
-    cks_version_params_t vp = {0};
-    cks_status_t st;
-    char key[64];
+    cks_status_t st = cks_test_objs_put(c, "heal", v, &objs, key_of);
 
-    why[0]     = '\0';
-    vp.job     = "heal";
-    vp.version = v;
-    st         = cks_version_begin(c, &vp);
-    for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
-        snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 5);
-        cks_test_objs_fill(&objs, i, v);
-        st = cks_test_put(c, "heal", v, key, objs.src[i], objs.size[i]);
-    }
+    why[0] = '\0';
     if (st == CKS_OK) {
         st = cks_version_seal(c, "heal", v);
     } else if (st == CKS_ERR_VERSION_NOT_OPEN) {
@@ -128,23 +106,7 @@ static cks_status_t write_version(cks_client_h c, uint64_t v, char *why, size_t 
 /* Restore every object of version v whole; each must be bit-exact. */
 static void verify_version(cks_client_h c, uint64_t v, const char *when)
 {
-    cks_restore_h r = NULL;
-    uint8_t *dst    = malloc(4 * MiB);
-    char key[64];
-
-    cr_assert_not_null(dst);
-    cks_status_t st = cks_restore_open(c, "heal", v, &r);
-    cr_assert_eq(st, CKS_OK, "%s: open version %llu: %s", when, (unsigned long long)v,
-                 cks_status_name(st));
-    for (size_t i = 0; i < NOBJ; i++) {
-        snprintf(key, sizeof(key), "layer%zu/expert%zu", i, i * 5);
-        cks_test_objs_fill(&objs, i, v);
-        st = cks_test_get_check(r, key, objs.src[i], objs.size[i], dst, 4 * MiB, when);
-        cr_assert_eq(st, CKS_OK, "%s: version %llu '%s': %s", when, (unsigned long long)v, key,
-                     cks_status_name(st));
-    }
-    cks_restore_close(r);
-    free(dst);
+    cks_test_objs_verify(c, "heal", v, &objs, key_of, NULL, when);
 }
 
 /* On a failure: the servers' warnings and errors, for the reader. */
@@ -1525,12 +1487,10 @@ Test(heal, random_kills_and_stops_between_and_during_checkpoints, .timeout = 420
  */
 static void setup_report_lost(void)
 {
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 256 * MiB, CKS_TEST_ALL,
-                                        "report_lost:once"),
-                 0);
+    cks_test_suite_start("report_lost:once", CKS_TEST_ALL);
 }
 
-TestSuite(heal_report, .init = setup_report_lost, .fini = teardown, .timeout = 240);
+TestSuite(heal_report, .init = setup_report_lost, .fini = cks_test_suite_teardown, .timeout = 240);
 
 Test(heal_report, takeover_whose_request_for_reports_is_lost_commits)
 {
@@ -1576,12 +1536,10 @@ Test(heal_report, takeover_whose_request_for_reports_is_lost_commits)
  */
 static void setup_report_drop(void)
 {
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 256 * MiB, CKS_TEST_ALL,
-                                        "report_drop:once"),
-                 0);
+    cks_test_suite_start("report_drop:once", CKS_TEST_ALL);
 }
 
-TestSuite(heal_report_drop, .init = setup_report_drop, .fini = teardown, .timeout = 120);
+TestSuite(heal_report_drop, .init = setup_report_drop, .fini = cks_test_suite_teardown, .timeout = 120);
 
 Test(heal_report_drop, version_whose_report_is_lost_commits)
 {

@@ -20,6 +20,9 @@
 #include "cks_faults_gate.h"
 #include "cks_test.h"
 
+#define CKS_TEST_SUITE_ARENA (128 * MiB)
+#include "cks_test_suite.h"
+
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <pthread.h>
@@ -30,30 +33,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MiB   (1ull << 20)
-#define NSRV  6
-#define K     4
-#define M     2
-#define CHUNK (64 * 1024)
 #define NOBJ  6
 #define JOB   "repair"
 #define WAIT_MS 40000 /* the longest a test waits for catch-up and repair */
 
-static cks_test_cluster_t cl;
-static cks_test_objs_t objs;
-
-static void setup(void)
-{
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, -1, NULL), 0);
-}
-
-static void teardown(void)
-{
-    cks_test_cluster_cleanup(&cl);
-    cks_test_objs_free(&objs);
-}
-
-TestSuite(repair, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(repair, .init = cks_test_suite_setup, .fini = cks_test_suite_teardown, .timeout = 120);
 
 static uint64_t now_ms(void)
 {
@@ -81,18 +65,16 @@ static void dump_logs(void)
     cks_test_cluster_dump_logs(&cl, words);
 }
 
+/* The name of object i. */
+static void key_of(size_t i, char *key, size_t len)
+{
+    snprintf(key, len, "layer%zu", i);
+}
+
 static cks_status_t write_version(cks_client_h c, uint64_t v)
 {
-    cks_version_params_t vp = {0};
-    char key[64], why[512];
-    vp.job          = JOB;
-    vp.version      = v;
-    cks_status_t st = cks_version_begin(c, &vp);
-    for (size_t i = 0; st == CKS_OK && i < NOBJ; i++) {
-        snprintf(key, sizeof(key), "layer%zu", i);
-        cks_test_objs_fill(&objs, i, v);
-        st = cks_test_put(c, JOB, v, key, objs.src[i], objs.size[i]);
-    }
+    char why[512];
+    cks_status_t st = cks_test_objs_put(c, JOB, v, &objs, key_of);
     if (st == CKS_OK) {
         st = cks_version_seal(c, JOB, v);
     }
@@ -109,31 +91,7 @@ static cks_status_t write_version(cks_client_h c, uint64_t v)
  * checked again). */
 static void verify_version(cks_client_h c, uint64_t v, const char *when)
 {
-    cks_restore_h r = NULL;
-    uint8_t *dst    = malloc(4 * MiB);
-    char key[64];
-    cr_assert_not_null(dst);
-    cks_status_t st = cks_restore_open(c, JOB, v, &r);
-    if (st != CKS_OK) {
-        dump_logs();
-    }
-    cr_assert_eq(st, CKS_OK, "%s: open version %llu: %s", when, (unsigned long long)v,
-                 cks_status_name(st));
-    for (size_t i = 0; i < NOBJ; i++) {
-        snprintf(key, sizeof(key), "layer%zu", i);
-        cks_test_objs_fill(&objs, i, v);
-        st = cks_test_get_check(r, key, objs.src[i], objs.size[i], dst, 4 * MiB, when);
-        if (st != CKS_OK) {
-            char why[512];
-            cks_client_last_error(c, why, sizeof(why));
-            fprintf(stderr, "%s: '%s': %s\n", when, key, why);
-            dump_logs();
-        }
-        cr_assert_eq(st, CKS_OK, "%s: version %llu '%s': %s", when, (unsigned long long)v, key,
-                     cks_status_name(st));
-    }
-    cks_restore_close(r);
-    free(dst);
+    cks_test_objs_verify(c, JOB, v, &objs, key_of, dump_logs, when);
 }
 
 static uint64_t version_with_coordinator_not(uint64_t from, size_t avoid)
@@ -172,6 +130,20 @@ static void delete_while_down(cks_client_h c, size_t x, uint64_t *v1_p, uint64_t
     cr_assert_eq(write_version(c, *v2_p), CKS_OK);
     cks_test_cluster_kill(&cl, x);
     cr_assert_eq(cks_version_delete(c, JOB, *v1_p), CKS_OK);
+}
+
+/* The start of most tests: objects from a fresh seed (printed), a client,
+ * the server x the test takes down (*x_p, drawn from the seed), then
+ * prep(c, x, v1_p, v2_p): write_then_without() or delete_while_down(). The
+ * client. */
+static cks_client_h fresh_start(void (*prep)(cks_client_h, size_t, uint64_t *, uint64_t *),
+                                size_t *x_p, uint64_t *v1_p, uint64_t *v2_p)
+{
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    *x_p           = (size_t)(objs.seed % NSRV);
+    prep(c, *x_p, v1_p, v2_p);
+    return c;
 }
 
 /* Wait (bounded) until version v is PROTECTED with full redundancy. */
@@ -273,12 +245,9 @@ static int cli_repair_status(char *out, size_t len)
  * servers are killed and every version restores bit-exact. */
 Test(repair, returning_server_rebuilds_and_version_survives_m_other_losses)
 {
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(objs.seed % NSRV);
-
+    size_t x;
     uint64_t v1, v2;
-    write_then_without(c, x, &v1, &v2);
+    cks_client_h c = fresh_start(write_then_without, &x, &v1, &v2);
     cks_version_info_t vi;
     cr_assert_eq(cks_version_stat(c, JOB, v2, &vi), CKS_OK);
     cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v2,
@@ -380,7 +349,7 @@ static void *reader_run(void *arg)
         for (size_t i = 0; rd->status == CKS_OK && i < NOBJ; i++) {
             char key[64];
             cks_get_params_t g = {0};
-            snprintf(key, sizeof(key), "layer%zu", i);
+            key_of(i, key, sizeof(key));
             g.key         = key;
             g.buffer      = dst;
             g.buffer_size = 4 * MiB;
@@ -401,11 +370,9 @@ static void *reader_run(void *arg)
  * (about 5 MiB of reads) would take over a minute. */
 Test(repair, paced_while_clients_read_and_not_while_idle)
 {
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(objs.seed % NSRV);
+    size_t x;
     uint64_t v1, v2;
-    write_then_without(c, x, &v1, &v2);
+    cks_client_h c = fresh_start(write_then_without, &x, &v1, &v2);
 
     reader_t rd = {.version = v1};
     pthread_t th;
@@ -562,11 +529,9 @@ static void wait_caught_up(size_t i)
  * applied by catch-up before the server answers lists. */
 Test(repair, delete_missed_while_down_is_applied_by_catch_up)
 {
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(objs.seed % NSRV);
+    size_t x;
     uint64_t v1, v2;
-    delete_while_down(c, x, &v1, &v2);
+    cks_client_h c = fresh_start(delete_while_down, &x, &v1, &v2);
     cks_client_destroy(c);
     /* the drop it owes x is kept in memory only: restarting forgets it */
     size_t c1 = (size_t)cks_test_coordinator(cl.map, JOB, v1);
@@ -595,11 +560,9 @@ Test(repair, delete_missed_while_down_is_applied_by_catch_up)
  * version as soon as it hears of one, and no server learns it back. */
 Test(repair, deleted_version_is_never_learned_back)
 {
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    size_t x       = (size_t)(objs.seed % NSRV);
+    size_t x;
     uint64_t v1, v2;
-    delete_while_down(c, x, &v1, &v2);
+    cks_client_h c = fresh_start(delete_while_down, &x, &v1, &v2);
     size_t c1 = (size_t)cks_test_coordinator(cl.map, JOB, v1);
     cks_client_destroy(c);
     fprintf(stderr, "version %llu deleted while server %zu was down; its coordinator %zu "
@@ -638,12 +601,10 @@ Test(repair, deleted_version_is_never_learned_back)
 
 static void setup_hold(void)
 {
-    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 128 * MiB, HOLDER,
-                                        "catchup_hold:always"),
-                 0);
+    cks_test_suite_start("catchup_hold:always", HOLDER);
 }
 
-TestSuite(repair_race, .init = setup_hold, .fini = teardown, .timeout = 120);
+TestSuite(repair_race, .init = setup_hold, .fini = cks_test_suite_teardown, .timeout = 120);
 
 /* A round of the holder's takes every server's list (the version's first
  * coordinator c0 among them), then waits 4 s (fault catchup_hold). Meanwhile

@@ -32,6 +32,9 @@
 #include "cks_coding.h"
 #include "cks_faults_gate.h"
 #include "cks_test.h"
+
+#define CKS_TEST_SUITE_CL ccl /* cl: the client of the single-server suites */
+#include "cks_test_suite.h"
 #include "cks_test_raw.h"
 #include "cks_tp.h"
 
@@ -51,7 +54,6 @@
 #include <unistd.h>
 
 #define KiB (1ull << 10)
-#define MiB (1ull << 20)
 
 /* ---- helpers shared by every suite ------------------------------------------ */
 
@@ -161,18 +163,24 @@ static void teardown(void)
 
 TestSuite(rma_single, .init = setup, .fini = teardown, .timeout = 240);
 
+/* Give back src and dst (cks_mem_alloc() of the test's client cl; asserts
+ * that it takes them) and free ref, the bytes they were checked against. */
+static void free_bufs(uint8_t *ref, uint8_t *src, uint8_t *dst)
+{
+    cr_assert_eq(cks_mem_free(cl, src), CKS_OK, "cks_mem_free() of the source");
+    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK, "cks_mem_free() of the destination");
+    free(ref);
+}
+
 Test(rma_single, round_trip_sizes)
 {
     static const uint64_t sizes[] = {0, 1, 4096, MiB + 1, 64 * MiB};
     const uint64_t cap            = 64 * MiB + 4096;
-    uint64_t seed                 = cks_test_seed(101);
     char key[32];
 
     uint8_t *src = shm_alloc(cl, 64 * MiB);
     uint8_t *dst = shm_alloc(cl, cap);
-    uint8_t *ref = malloc(64 * MiB);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, 64 * MiB, seed);
+    uint8_t *ref = cks_test_seeded_bytes(64 * MiB, 101);
     memcpy(src, ref, 64 * MiB);
 
     cks_test_begin(cl, "rt", 1);
@@ -208,18 +216,13 @@ Test(rma_single, round_trip_sizes)
     cr_assert_eq(cks_test_get_whole(r, "obj-3", dst, MiB + 1, NULL), CKS_OK);
     cr_assert(memcmp(dst, ref, MiB + 1) == 0);
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
 }
 
 Test(rma_single, byte_ranges_into_shared_memory)
 {
     const uint64_t size = 3 * MiB + 12345;
-    uint64_t seed       = cks_test_seed(102);
-    uint8_t *ref        = malloc(size);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, size, seed);
+    uint8_t *ref        = cks_test_seeded_bytes(size, 102);
     uint8_t *src = shm_alloc(cl, size);
     uint8_t *dst = shm_alloc(cl, 2 * MiB + 64);
     memcpy(src, ref, size);
@@ -240,19 +243,15 @@ Test(rma_single, byte_ranges_into_shared_memory)
     cr_assert_eq(cks_test_get_range(r, "tensor", dst + 64, 5, 2 * MiB), CKS_OK);
     cr_assert(memcmp(dst + 64, ref + 5, 2 * MiB) == 0);
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
 }
 
 Test(rma_single, shared_and_malloc_memory_mixed)
 {
     const uint64_t size = 5 * MiB + 333;
-    uint64_t seed       = cks_test_seed(103);
-    uint8_t *ref        = malloc(size);
+    uint8_t *ref        = cks_test_seeded_bytes(size, 103);
     uint8_t *mbuf       = malloc(size);
-    cr_assert(ref != NULL && mbuf != NULL);
-    cks_test_fill(ref, size, seed);
+    cr_assert_not_null(mbuf);
     uint8_t *sbuf = shm_alloc(cl, size);
 
     cks_test_begin(cl, "mixed", 1);
@@ -290,10 +289,7 @@ Test(rma_single, shared_and_malloc_memory_mixed)
 Test(rma_single, buffers_inside_a_larger_allocation)
 {
     const uint64_t alloc = 8 * MiB;
-    uint64_t seed        = cks_test_seed(104);
-    uint8_t *ref         = malloc(alloc);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, alloc, seed);
+    uint8_t *ref         = cks_test_seeded_bytes(alloc, 104);
     uint8_t *big = shm_alloc(cl, alloc);
     uint8_t *out = shm_alloc(cl, alloc);
     memcpy(big, ref, alloc);
@@ -384,12 +380,9 @@ static void nb_wait(nb_t *nb, size_t n, int ms)
 Test(rma_single, more_allocations_than_the_server_caches)
 {
     enum { NA = 12, SZ = 256 * 1024 };
-    uint64_t seed = cks_test_seed(105);
     uint8_t *a[NA];
     char key[32];
-    uint8_t *ref = malloc((size_t)NA * SZ);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, (size_t)NA * SZ, seed);
+    uint8_t *ref = cks_test_seeded_bytes((size_t)NA * SZ, 105);
     for (int i = 0; i < NA; i++) {
         a[i] = shm_alloc(cl, SZ);
         memcpy(a[i], ref + (size_t)i * SZ, SZ);
@@ -425,13 +418,8 @@ Test(rma_single, more_allocations_than_the_server_caches)
     for (int i = 0; i < NA; i++) {
         memcpy(a[i], ref + (size_t)i * SZ, SZ);
         snprintf(key, sizeof(key), "a%02d", i);
-        cks_put_params_t p = {0};
-        p.job     = "many-allocs";
-        p.version = 2;
-        p.key     = key;
-        p.buffer  = a[i];
-        p.size    = SZ;
-        nb[i]     = (nb_t){0, CKS_INPROGRESS};
+        cks_put_params_t p = cks_test_put_params("many-allocs", 2, key, a[i], SZ);
+        nb[i] = (nb_t){0, CKS_INPROGRESS};
         cr_assert_eq(cks_put_nb(cl, &p, nb_done, &nb[i]), CKS_INPROGRESS, "put %s", key);
     }
     nb_wait(nb, NA, 30000);
@@ -529,12 +517,10 @@ static long segment_rss_kb(pid_t pid, const map_ent_t *seg)
 Test(rma_single, the_server_maps_the_clients_segment_at_allocation)
 {
     const uint64_t size = 6 * MiB + 5;
-    uint64_t seed       = cks_test_seed(106);
     static char before[512][40], after[512][40];
-    uint8_t *ref  = malloc(size);
+    uint8_t *ref  = cks_test_seeded_bytes(size, 106);
     uint8_t *mbuf = malloc(size);
-    cr_assert(ref != NULL && mbuf != NULL);
-    cks_test_fill(ref, size, seed);
+    cr_assert_not_null(mbuf);
     memcpy(mbuf, ref, size);
 
     /* malloc memory: no new shared mapping in the server */
@@ -574,9 +560,7 @@ Test(rma_single, the_server_maps_the_clients_segment_at_allocation)
     cr_assert_eq(cks_test_get_whole(r, "plain", dst, size, &got), CKS_OK);
     cr_assert(got == size && memcmp(dst, ref, size) == 0);
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
     free(mbuf);
 }
 
@@ -932,36 +916,17 @@ Test(rma_raw, a_lying_region_is_refused)
 }
 
 /* ======================================================================
- * Cluster: 6 servers, RS(4,2)
+ * Cluster: 6 servers, RS(4,2) (cks_test_suite.h)
  * ====================================================================== */
 
-#define NSRV  6
-#define CHUNK (64 * KiB)
 #define STRIPE (4 * CHUNK)
-
-static cks_test_cluster_t ccl;
 
 static cks_client_h connect_cluster(void)
 {
     cks_client_h c;
-    cr_assert_eq(cks_test_connect_cluster(ccl.map, 4, 2, CHUNK, 20000, &c), CKS_OK,
+    cr_assert_eq(cks_test_connect_cluster(ccl.map, K, M, CHUNK, 20000, &c), CKS_OK,
                  "connect to the cluster in %s", ccl.map);
     return c;
-}
-
-static void cluster_start(const char *faults, int fault_id)
-{
-    cr_assert_eq(cks_test_cluster_start(&ccl, NSRV, 3, 256 * MiB, fault_id, faults), 0);
-}
-
-static void cluster_setup(void)
-{
-    cluster_start(NULL, -1);
-}
-
-static void cluster_teardown(void)
-{
-    cks_test_cluster_cleanup(&ccl);
 }
 
 /* empty, tiny, less than a chunk, a stripe, stripe-aligned (8 stripes),
@@ -969,28 +934,17 @@ static void cluster_teardown(void)
 static const uint64_t csizes[] = {0, 1, 4097, STRIPE, 8 * STRIPE, 3 * MiB + 12345, 5 * MiB};
 #define CNOBJ CKS_ARRAY_SIZE(csizes)
 #define CMAX  (5 * MiB)
-static uint8_t *cref[CNOBJ];
 
 static void ckey(char *key, size_t n, size_t i)
 {
     snprintf(key, n, "layer%zu/expert%zu", i, i * 3);
 }
 
-static void make_cdata(uint64_t seed)
+/* The objects' bytes (in objs.src[], freed by the suite's teardown) from
+ * the test's printed seed. */
+static void make_cdata(uint64_t dflt)
 {
-    for (size_t i = 0; i < CNOBJ; i++) {
-        cref[i] = malloc(csizes[i] + 1);
-        cr_assert_not_null(cref[i]);
-        cks_test_fill(cref[i], csizes[i], seed + i);
-    }
-}
-
-static void free_cdata(void)
-{
-    for (size_t i = 0; i < CNOBJ; i++) {
-        free(cref[i]);
-        cref[i] = NULL;
-    }
+    cks_test_objs_make(&objs, csizes, CNOBJ, cks_test_seed(dflt));
 }
 
 /* Put every object from slices (at odd offsets) of one cks_mem_alloc()
@@ -1009,7 +963,7 @@ static void write_cversion(cks_client_h c, const char *job, uint64_t version)
         char key[64];
         ckey(key, sizeof(key), i);
         off += i; /* unaligned */
-        memcpy(buf + off, cref[i], csizes[i]);
+        memcpy(buf + off, objs.src[i], csizes[i]);
         cr_assert_eq(cks_test_put(c, job, version, key, buf + off, csizes[i]), CKS_OK,
                      "put %s", key);
         off += csizes[i];
@@ -1041,7 +995,7 @@ static void verify_cversion(cks_client_h c, const char *job, uint64_t version,
         cr_assert_eq(st, CKS_OK, "%s: get %s: %s", tag, key, cks_status_name(st));
         cr_assert_eq(got, csizes[i], "%s: %s: %llu bytes", tag, key,
                      (unsigned long long)got);
-        cr_assert(memcmp(dst, cref[i], csizes[i]) == 0, "%s: %s: bytes differ", tag, key);
+        cr_assert(memcmp(dst, objs.src[i], csizes[i]) == 0, "%s: %s: bytes differ", tag, key);
         for (size_t b = 0; b < 4096; b++) {
             cr_assert_eq(dst[csizes[i] + b], 0xEE, "%s: %s: written past the end", tag,
                          key);
@@ -1051,7 +1005,7 @@ static void verify_cversion(cks_client_h c, const char *job, uint64_t version,
             st = cks_test_get_range(r, key, dst + 1, off, len);
             cr_assert_eq(st, CKS_OK, "%s: range of %s: %s", tag, key,
                          cks_status_name(st));
-            cr_assert(memcmp(dst + 1, cref[i] + off, len) == 0, "%s: range of %s", tag,
+            cr_assert(memcmp(dst + 1, objs.src[i] + off, len) == 0, "%s: range of %s", tag,
                       key);
         }
     }
@@ -1059,11 +1013,11 @@ static void verify_cversion(cks_client_h c, const char *job, uint64_t version,
     cr_assert_eq(cks_mem_free(c, dst), CKS_OK);
 }
 
-TestSuite(rma_cluster, .init = cluster_setup, .fini = cluster_teardown, .timeout = 600);
+TestSuite(rma_cluster, .init = cks_test_suite_setup, .fini = cks_test_suite_teardown, .timeout = 600);
 
 Test(rma_cluster, restores_into_shared_memory_with_two_servers_down)
 {
-    make_cdata(cks_test_seed(301));
+    make_cdata(301);
     cks_client_h c = connect_cluster();
     write_cversion(c, "moe", 1);
     verify_cversion(c, "moe", 1, "all up");
@@ -1075,7 +1029,7 @@ Test(rma_cluster, restores_into_shared_memory_with_two_servers_down)
     char key[64];
     ckey(key, sizeof(key), 4); /* 8 stripes: every server serves chunks of it */
     cr_assert_eq(cks_test_get_range(r, key, probe, STRIPE, 2 * STRIPE), CKS_OK);
-    cr_assert(memcmp(probe, cref[4] + STRIPE, 2 * STRIPE) == 0);
+    cr_assert(memcmp(probe, objs.src[4] + STRIPE, 2 * STRIPE) == 0);
     cks_restore_close(r);
     int mapped = 0;
     for (size_t i = 0; i < NSRV; i++) {
@@ -1101,12 +1055,11 @@ Test(rma_cluster, restores_into_shared_memory_with_two_servers_down)
         cr_assert_eq(cks_test_server_restart(&ccl.srv[a]), 0);
         cr_assert_eq(cks_test_server_restart(&ccl.srv[b]), 0);
     }
-    free_cdata();
 }
 
 Test(rma_cluster, ranges_across_stripes_with_one_server_down)
 {
-    make_cdata(cks_test_seed(302));
+    make_cdata(302);
     cks_client_h c = connect_cluster();
     write_cversion(c, "moe", 2);
     cks_client_destroy(c);
@@ -1134,7 +1087,7 @@ Test(rma_cluster, ranges_across_stripes_with_one_server_down)
         cks_status_t st = cks_test_get_range(r, key, dst + rg[i].at, rg[i].off, rg[i].len);
         cr_assert_eq(st, CKS_OK, "range %llu+%llu: %s", (unsigned long long)rg[i].off,
                      (unsigned long long)rg[i].len, cks_status_name(st));
-        cr_assert(memcmp(dst + rg[i].at, cref[big] + rg[i].off, rg[i].len) == 0,
+        cr_assert(memcmp(dst + rg[i].at, objs.src[big] + rg[i].off, rg[i].len) == 0,
                   "range %llu+%llu with server 2 down", (unsigned long long)rg[i].off,
                   (unsigned long long)rg[i].len);
         for (size_t b = 0; b < rg[i].at; b++) {
@@ -1149,10 +1102,9 @@ Test(rma_cluster, ranges_across_stripes_with_one_server_down)
     cr_assert_eq(cks_mem_free(c, dst), CKS_OK);
     verify_cversion(c, "moe", 2, "server 2 down");
     cks_client_destroy(c);
-    free_cdata();
 }
 
-TestSuite(rma_cluster_faults, .fini = cluster_teardown, .timeout = 600);
+TestSuite(rma_cluster_faults, .fini = cks_test_suite_teardown, .timeout = 600);
 
 /* "crc_check" fires where the server decides whether a chunk is checked on
  * its side (it then counts as failing the check).
@@ -1164,8 +1116,8 @@ TestSuite(rma_cluster_faults, .fini = cluster_teardown, .timeout = 600);
 Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
-    cluster_start("crc_check:once", 3);
-    make_cdata(cks_test_seed(303));
+    cks_test_suite_start("crc_check:once", 3);
+    make_cdata(303);
     cks_client_h c = connect_cluster();
     write_cversion(c, "moe", 3);
 
@@ -1180,7 +1132,7 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
 
     uint8_t *mdst = malloc(size);
     cr_assert_eq(cks_test_get_whole(r, key, mdst, size, &got), CKS_OK);
-    cr_assert(got == size && memcmp(mdst, cref[aligned], size) == 0);
+    cr_assert(got == size && memcmp(mdst, objs.src[aligned], size) == 0);
     cr_assert(!cks_test_log_has(ccl.srv[3].log, fired, 0),
               "whole chunks read into malloc memory were checked by the server");
 
@@ -1188,7 +1140,7 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
     cks_status_t st = cks_test_get_whole(r, key, sdst, size, &got);
     cr_assert_eq(st, CKS_OK, "a chunk failing its CRC is decoded around: %s",
                  cks_status_name(st));
-    cr_assert(got == size && memcmp(sdst, cref[aligned], size) == 0,
+    cr_assert(got == size && memcmp(sdst, objs.src[aligned], size) == 0,
               "restore into shared memory around a chunk failing its CRC");
     cr_assert(cks_test_log_has(ccl.srv[3].log, fired, 2000),
               "server 3 never checked a chunk: CHUNK_GET did not take the one-copy path");
@@ -1198,7 +1150,6 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
     free(mdst);
     verify_cversion(c, "moe", 3, "after the CRC fault");
     cks_client_destroy(c);
-    free_cdata();
 }
 
 /* Chunks really corrupted in a server's arena: server 3 flips a bit in every
@@ -1209,8 +1160,8 @@ Test(rma_cluster_faults, crc_check_on_the_one_copy_path)
 Test(rma_cluster_faults, corrupted_chunks_are_decoded_around)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
-    cluster_start("chunk_corrupt:always", 3);
-    make_cdata(cks_test_seed(304));
+    cks_test_suite_start("chunk_corrupt:always", 3);
+    make_cdata(304);
     cks_client_h c = connect_cluster();
     write_cversion(c, "moe", 4);
     cr_assert(cks_test_log_has(ccl.srv[3].log, "fault point 'chunk_corrupt' fired", 2000),
@@ -1237,7 +1188,7 @@ Test(rma_cluster_faults, corrupted_chunks_are_decoded_around)
         cr_assert(st == CKS_OK || st == CKS_ERR_CRC_MISMATCH, "%s: %s", key,
                   cks_status_name(st));
         /* the bytes are right either way */
-        cr_assert(memcmp(dst, cref[i], csizes[i]) == 0, "scrub of %s: bytes differ", key);
+        cr_assert(memcmp(dst, objs.src[i], csizes[i]) == 0, "scrub of %s: bytes differ", key);
         bad += st == CKS_ERR_CRC_MISMATCH;
     }
     cr_assert_geq(bad, 1, "the scrub found no corrupted object");
@@ -1245,7 +1196,6 @@ Test(rma_cluster_faults, corrupted_chunks_are_decoded_around)
     cks_restore_close(r);
     cr_assert_eq(cks_mem_free(c, dst), CKS_OK);
     cks_client_destroy(c);
-    free_cdata();
 }
 
 /* ======================================================================
@@ -1574,14 +1524,11 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
      * the size; sources and destinations at odd places */
     static const uint64_t sizes[] = {2 * MiB, 2 * MiB + 1, 5 * MiB + 4097, 48 * MiB + 13};
     const uint64_t big             = 48 * MiB + 13;
-    uint64_t seed                  = cks_test_seed(151);
     unsigned long long jobs = 0, bytes = 0;
     char key[32];
 
     cr_assert(cks_test_log_has(srv.log, "3 copy threads", 5000), "the server started no copy threads");
-    uint8_t *ref = malloc(big + 4096);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, big + 4096, seed);
+    uint8_t *ref = cks_test_seeded_bytes(big + 4096, 151);
     uint8_t *src = shm_alloc(cl, big + 4096);
     uint8_t *dst = shm_alloc(cl, big + 65536);
     memcpy(src, ref, big + 4096);
@@ -1621,9 +1568,7 @@ Test(rma_copy, puts_and_ranges_copied_by_threads_are_exact)
         }
     }
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
 
     /* the threads did the copies: every put, the whole gets (each part
      * checked as written) and the ranges of 2 MiB and more */
@@ -1637,11 +1582,8 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
 {
     enum { N = 12 };
     const uint64_t size = 6 * MiB + 333;
-    uint64_t seed       = cks_test_seed(152);
     cks_test_count_t b;
-    uint8_t *ref        = malloc(size * N);
-    cr_assert_not_null(ref);
-    cks_test_fill(ref, size * N, seed);
+    uint8_t *ref        = cks_test_seeded_bytes(size * N, 152);
     uint8_t *src = shm_alloc(cl, size * N);
     uint8_t *dst = shm_alloc(cl, size * N);
     memcpy(src, ref, size * N);
@@ -1652,13 +1594,8 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
     cks_test_count_init(&b, N);
     for (unsigned i = 0; i < N; i++) {
         char key[32];
-        cks_put_params_t p = {0};
         snprintf(key, sizeof(key), "o%u", i);
-        p.job     = "burst";
-        p.version = 1;
-        p.key     = key;
-        p.buffer  = src + i * size;
-        p.size    = size;
+        cks_put_params_t p = cks_test_put_params("burst", 1, key, src + i * size, size);
         cr_assert_eq(cks_put_nb(cl, &p, cks_test_count_done, &b), CKS_INPROGRESS, "put %s",
                      key);
     }
@@ -1691,9 +1628,7 @@ Test(rma_copy, many_transfers_in_flight_at_once_are_exact)
         cr_assert_eq(dst[i * size + size - 1], 0, "o%u: written past its range", i);
     }
     cks_restore_close(r);
-    cr_assert_eq(cks_mem_free(cl, src), CKS_OK);
-    cr_assert_eq(cks_mem_free(cl, dst), CKS_OK);
-    free(ref);
+    free_bufs(ref, src, dst);
 }
 
 Test(rma_copy, a_rotted_object_fails_its_whole_get_on_the_copy_threads)

@@ -64,13 +64,11 @@ TestSuite(single, .init = setup, .fini = teardown, .timeout = 120);
 Test(single, round_trip_sizes, .init = setup_big, .timeout = 300)
 {
     static const uint64_t sizes[] = {0, 1, 4096, MiB + 1, 256 * MiB};
-    uint64_t seed = cks_test_seed(42);
     char key[32];
 
     cks_test_begin(cl, "job", 1);
-    uint8_t *src = malloc(256 * MiB), *dst = malloc(256 * MiB);
+    uint8_t *src = cks_test_seeded_bytes(256 * MiB, 42), *dst = malloc(256 * MiB);
     cr_assert(src && dst);
-    cks_test_fill(src, 256 * MiB, seed);
     for (size_t i = 0; i < CKS_ARRAY_SIZE(sizes); i++) {
         snprintf(key, sizeof(key), "obj-%zu", i);
         cr_assert_eq(put(cl, "job", 1, key, src, sizes[i]), CKS_OK, "put %llu",
@@ -112,8 +110,7 @@ Test(single, round_trip_sizes, .init = setup_big, .timeout = 300)
 Test(single, byte_ranges)
 {
     const uint64_t size = 3 * MiB + 12345;
-    uint8_t *src = malloc(size), *dst = malloc(size);
-    cks_test_fill(src, size, cks_test_seed(7));
+    uint8_t *src = cks_test_seeded_bytes(size, 7), *dst = malloc(size);
     cks_test_begin(cl, "job", 5);
     cr_assert_eq(put(cl, "job", 5, "tensor", src, size), CKS_OK);
     cr_assert_eq(cks_version_seal(cl, "job", 5), CKS_OK);
@@ -321,9 +318,9 @@ Test(single, four_concurrent_clients, .init = setup_big)
 Test(single, restart_persistence)
 {
     const uint64_t size = 5 * MiB + 3;
-    uint8_t *src = malloc(size), *dst = malloc(size);
-    cks_test_fill(src, size, cks_test_seed(9));
+    uint8_t *src = cks_test_seeded_bytes(size, 9), *dst = malloc(size);
 
+    /* version 10 is sealed, with an empty object */
     cks_test_begin(cl, "persist", 10);
     cr_assert_eq(put(cl, "persist", 10, "a", src, size), CKS_OK);
     cr_assert_eq(put(cl, "persist", 10, "b", src + 1, size - 1), CKS_OK);

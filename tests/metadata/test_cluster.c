@@ -141,6 +141,40 @@ static void obj_key(char *key, size_t len, uint64_t seed, unsigned i)
     snprintf(key, len, "ckpt/%016" PRIx64 "/layer.%u/expert.%u", seed, i / 64, i % 64);
 }
 
+/* One object to place on a random layout: what for_random_objects() passes. */
+typedef struct {
+    uint64_t *rs;           /* the random state (the callback may draw from it) */
+    cks_cluster_h map;
+    size_t n;               /* servers in map */
+    int iter, obj;          /* which map, which object of it */
+    unsigned k, m;          /* random, with k + m no more than the nodes */
+    char key[80];
+    uint8_t down[CKS_PLACE_DOWN_BYTES(48)]; /* scratch for the callback's down servers */
+} place_case_t;
+
+/* `maps` random layouts (of at least two nodes; others are skipped) with
+ * `objs` objects each: m in 1..4, k in 1..16, key from rs; fn(c) each. */
+static void for_random_objects(uint64_t *rs, int maps, int objs, void (*fn)(place_case_t *c))
+{
+    place_case_t c = {.rs = rs};
+
+    for (c.iter = 0; c.iter < maps; c.iter++) {
+        tsrv_t s[48];
+        size_t nn;
+
+        c.n   = random_layout(rs, s, 48);
+        c.map = map_of(s, c.n);
+        nn    = cks_cluster_nnodes(c.map);
+        for (c.obj = 0; (nn >= 2) && (c.obj < objs); c.obj++) {
+            c.m = 1 + rnd_below(rs, CKS_MIN(4u, (unsigned)nn - 1));
+            c.k = 1 + rnd_below(rs, CKS_MIN(16u, (unsigned)nn - c.m));
+            obj_key(c.key, sizeof(c.key), *rs, (unsigned)c.obj);
+            fn(&c);
+        }
+        cks_cluster_free(c.map);
+    }
+}
+
 /* ---- cluster map: parsing -------------------------------------------------- */
 
 Test(cluster_map, parse_canonical, .timeout = 10)
@@ -182,21 +216,31 @@ Test(cluster_map, parse_canonical, .timeout = 10)
     ST_EQ(cks_cluster_find(map, 65534, &pos), CKS_ERR_INVALID_PARAM);
     cr_assert_eq(pos, 99, "find wrote its output on failure");
 
-    s = cks_cluster_server(map, 0);
-    cr_assert_str_eq(s->addr, "127.0.0.1");
-    cr_assert_eq(s->ipv4, UINT32_C(0x7f000001));
-    cr_assert_eq(s->port, 1);
-    cr_assert_str_eq(s->node_label, "n.0_x-Y");
-    cr_assert_str_eq(s->rack_label, "rA");
-    s = cks_cluster_server(map, 2);
-    cr_assert_str_eq(s->addr, "192.168.1.20");
-    cr_assert_eq(s->ipv4, UINT32_C(0xc0a80114));
-    cr_assert_eq(s->port, 65535);
-    cr_assert_str_eq(s->node_label, "nB");
-    cr_assert_str_eq(s->rack_label, "rB");
-    s = cks_cluster_server(map, 4);
-    cr_assert_str_eq(s->addr, "10.0.0.9");
-    cr_assert_str_eq(s->node_label, "nC");
+    /* addresses and labels as written */
+    static const struct {
+        size_t pos;
+        const char *addr;
+        uint32_t ipv4;
+        unsigned port;
+        const char *node, *rack;
+    } want[] = {
+        {0, "127.0.0.1", UINT32_C(0x7f000001), 1, "n.0_x-Y", "rA"},
+        {2, "192.168.1.20", UINT32_C(0xc0a80114), 65535, "nB", "rB"},
+        {4, "10.0.0.9", UINT32_C(0x0a000009), 7009, "nC", "rA"},
+    };
+    for (size_t i = 0; i < CKS_ARRAY_SIZE(want); i++) {
+        s = cks_cluster_server(map, want[i].pos);
+        cr_assert_str_eq(s->addr, want[i].addr, "position %zu: address %s", want[i].pos,
+                         s->addr);
+        cr_assert_eq(s->ipv4, want[i].ipv4, "position %zu: IPv4 %#x", want[i].pos,
+                     (unsigned)s->ipv4);
+        cr_assert_eq(s->port, want[i].port, "position %zu: port %u", want[i].pos,
+                     (unsigned)s->port);
+        cr_assert_str_eq(s->node_label, want[i].node, "position %zu: node %s", want[i].pos,
+                         s->node_label);
+        cr_assert_str_eq(s->rack_label, want[i].rack, "position %zu: rack %s", want[i].pos,
+                         s->rack_label);
+    }
     cks_cluster_free(map);
 }
 
@@ -594,6 +638,22 @@ static void put_le(uint8_t *p, uint64_t v, int n)
 }
 
 /* The definition in cks_md.h, step by step, with the generic hash. */
+/* The least possible maximum of chunks on one rack when w chunks go on
+ * distinct live nodes, live[r] of them in rack r (at least w in all): fill
+ * the racks level by level. */
+static unsigned least_rack_max(const unsigned *live, size_t nr, unsigned w)
+{
+    for (unsigned most = 1;; most++) {
+        unsigned room = 0;
+        for (size_t r = 0; r < nr; r++) {
+            room += CKS_MIN(most, live[r]);
+        }
+        if (room >= w) {
+            return most;
+        }
+    }
+}
+
 static cks_status_t ref_place(cks_cluster_h map, const char *job, const char *key,
                               uint64_t stripe, unsigned k, unsigned m,
                               const uint8_t *down, uint16_t *out)
@@ -623,15 +683,7 @@ static cks_status_t ref_place(cks_cluster_h map, const char *job, const char *ke
         goto out;
     }
     d = CKS_MIN(w, live_racks);
-    for (c = 1;; c++) {
-        unsigned room = 0;
-        for (size_t r = 0; r < nr; r++) {
-            room += CKS_MIN(c, rack_live[r]);
-        }
-        if (room >= w) {
-            break;
-        }
-    }
+    c = least_rack_max(rack_live, nr, w);
     put_le(rec, jl, 4);
     memcpy(rec + 4, job, jl);
     put_le(rec + 4 + jl, kl, 4);
@@ -670,58 +722,46 @@ out:
     return st;
 }
 
+static unsigned mr_cases, mr_unreachable;
+
+/* matches_reference: cks_place() of one object against ref_place(). */
+static void match_reference(place_case_t *c)
+{
+    uint64_t stripe   = cks_test_rng_next(c->rs) % 4;
+    const uint8_t *dp = NULL;
+    uint16_t a[CKS_PLACE_WIDTH_MAX], b[CKS_PLACE_WIDTH_MAX];
+    cks_status_t st;
+
+    if (c->obj % 2) { /* about one server in eight down */
+        memset(c->down, 0, sizeof(c->down));
+        for (size_t p = 0; p < c->n; p++) {
+            if (rnd_below(c->rs, 8) == 0) {
+                cks_place_down_set(c->down, p);
+            }
+        }
+        dp = c->down;
+    }
+    st = ref_place(c->map, JOB, c->key, stripe, c->k, c->m, dp, b);
+    ST_EQ(cks_place(c->map, J(JOB), J(c->key), stripe, c->k, c->m, dp, a), st);
+    mr_cases++;
+    if (st != CKS_OK) {
+        mr_unreachable++;
+        return;
+    }
+    for (unsigned i = 0; i < c->k + c->m; i++) {
+        cr_assert_eq(a[i], b[i], "map %d object %d slot %u: %u, reference %u", c->iter,
+                     c->obj, i, (unsigned)a[i], (unsigned)b[i]);
+    }
+}
+
 Test(placement, matches_reference, .timeout = 120)
 {
     uint64_t rs = test_seed("matches_reference", 21);
-    unsigned cases = 0, unreachable = 0;
 
-    for (int iter = 0; iter < 150; iter++) {
-        tsrv_t s[48];
-        size_t n = random_layout(&rs, s, 48);
-        cks_cluster_h map = map_of(s, n);
-        size_t nn = cks_cluster_nnodes(map);
-        uint8_t down[CKS_PLACE_DOWN_BYTES(48)];
-
-        if (nn < 2) {
-            cks_cluster_free(map);
-            continue;
-        }
-        for (int obj = 0; obj < 20; obj++) {
-            unsigned m = 1 + rnd_below(&rs, CKS_MIN(4u, (unsigned)nn - 1));
-            unsigned k = 1 + rnd_below(&rs, CKS_MIN(16u, (unsigned)nn - m));
-            uint64_t stripe = cks_test_rng_next(&rs) % 4;
-            const uint8_t *dp = NULL;
-            uint16_t a[CKS_PLACE_WIDTH_MAX], b[CKS_PLACE_WIDTH_MAX];
-            char key[80];
-            cks_status_t st;
-
-            obj_key(key, sizeof(key), rs, (unsigned)obj);
-            if (obj % 2) { /* about one server in eight down */
-                memset(down, 0, sizeof(down));
-                for (size_t p = 0; p < n; p++) {
-                    if (rnd_below(&rs, 8) == 0) {
-                        cks_place_down_set(down, p);
-                    }
-                }
-                dp = down;
-            }
-            st = ref_place(map, JOB, key, stripe, k, m, dp, b);
-            ST_EQ(cks_place(map, J(JOB), J(key), stripe, k, m, dp, a), st);
-            cases++;
-            if (st != CKS_OK) {
-                unreachable++;
-                continue;
-            }
-            for (unsigned i = 0; i < k + m; i++) {
-                cr_assert_eq(a[i], b[i], "map %d object %d slot %u: %u, reference %u",
-                             iter, obj, i, (unsigned)a[i], (unsigned)b[i]);
-            }
-        }
-        cks_cluster_free(map);
-    }
-    fprintf(stderr, "[cluster::matches_reference] %u placements, %u unreachable\n", cases,
-            unreachable);
-    cr_assert_gt(cases - unreachable, 1000);
+    for_random_objects(&rs, 150, 20, match_reference);
+    fprintf(stderr, "[cluster::matches_reference] %u placements, %u unreachable\n", mr_cases,
+            mr_unreachable);
+    cr_assert_gt(mr_cases - mr_unreachable, 1000);
 }
 
 /* ---- placement: pinned groups ---------------------------------------------- */
@@ -880,16 +920,7 @@ static void check_group(cks_cluster_h map, const uint8_t *down, const uint16_t *
     }
     cr_assert_eq(racks, CKS_MIN(w, live_racks), "%u racks used of %u live, W = %u", racks,
                  live_racks, w);
-    /* least possible maximum: fill racks level by level */
-    for (best_max = 1;; best_max++) {
-        unsigned room = 0;
-        for (size_t r = 0; r < nr; r++) {
-            room += CKS_MIN(best_max, live[r]);
-        }
-        if (room >= w) {
-            break;
-        }
-    }
+    best_max = least_rack_max(live, nr, w);
     cr_assert_eq(max_used, best_max, "a rack holds %u chunks; %u was possible", max_used,
                  best_max);
     free(node_used);
@@ -898,49 +929,38 @@ static void check_group(cks_cluster_h map, const uint8_t *down, const uint16_t *
     free(live);
 }
 
+static unsigned dn_groups;
+
+/* distinct_nodes_and_racks: one object's group (with a server down for one
+ * object in three) obeys check_group(). */
+static void distinct_group(place_case_t *c)
+{
+    uint16_t out[CKS_PLACE_WIDTH_MAX];
+    const uint8_t *dp = NULL;
+    cks_status_t st;
+
+    if (c->obj % 3 == 0) {
+        memset(c->down, 0, sizeof(c->down));
+        cks_place_down_set(c->down, rnd_below(c->rs, (unsigned)c->n));
+        dp = c->down;
+    }
+    st = cks_place(c->map, J(JOB), J(c->key), (uint64_t)c->obj, c->k, c->m, dp, out);
+    if (st == CKS_ERR_UNREACHABLE) {
+        cr_assert_not_null(dp, "unreachable without down servers");
+        return;
+    }
+    ST_OK(st);
+    check_group(c->map, dp, out, c->k + c->m);
+    dn_groups++;
+}
+
 Test(placement, distinct_nodes_and_racks, .timeout = 120)
 {
     uint64_t rs = test_seed("distinct_nodes_and_racks", 41);
-    unsigned groups = 0;
 
-    for (int iter = 0; iter < 200; iter++) {
-        tsrv_t s[48];
-        size_t n = random_layout(&rs, s, 48);
-        cks_cluster_h map = map_of(s, n);
-        size_t nn = cks_cluster_nnodes(map);
-        uint8_t down[CKS_PLACE_DOWN_BYTES(48)];
-
-        if (nn < 2) {
-            cks_cluster_free(map);
-            continue;
-        }
-        for (int obj = 0; obj < 50; obj++) {
-            unsigned m = 1 + rnd_below(&rs, CKS_MIN(4u, (unsigned)nn - 1));
-            unsigned k = 1 + rnd_below(&rs, CKS_MIN(16u, (unsigned)nn - m));
-            uint16_t out[CKS_PLACE_WIDTH_MAX];
-            const uint8_t *dp = NULL;
-            char key[80];
-            cks_status_t st;
-
-            obj_key(key, sizeof(key), rs, (unsigned)obj);
-            if (obj % 3 == 0) {
-                memset(down, 0, sizeof(down));
-                cks_place_down_set(down, rnd_below(&rs, (unsigned)n));
-                dp = down;
-            }
-            st = cks_place(map, J(JOB), J(key), (uint64_t)obj, k, m, dp, out);
-            if (st == CKS_ERR_UNREACHABLE) {
-                cr_assert_not_null(dp, "unreachable without down servers");
-                continue;
-            }
-            ST_OK(st);
-            check_group(map, dp, out, k + m);
-            groups++;
-        }
-        cks_cluster_free(map);
-    }
-    fprintf(stderr, "[cluster::distinct_nodes_and_racks] %u groups checked\n", groups);
-    cr_assert_gt(groups, 5000);
+    for_random_objects(&rs, 200, 50, distinct_group);
+    fprintf(stderr, "[cluster::distinct_nodes_and_racks] %u groups checked\n", dn_groups);
+    cr_assert_gt(dn_groups, 5000);
 }
 
 /* With at least W racks, every chunk of a stripe is on its own rack, however

@@ -878,6 +878,31 @@ static cks_status_t walk_version(const char *job, size_t job_len,
     return (w->count == w->stop_at) ? CKS_ERR_CANCELED : CKS_OK;
 }
 
+/* Walk the objects (versions 0) or the versions of txn: all `count` of them,
+ * their sum `sum`, job2's last; then a walk that walk_object/walk_version
+ * stop after `stop_at` records, which must end CKS_ERR_CANCELED there. */
+static void check_walk(cks_md_txn_h txn, int versions, size_t count, uint64_t sum,
+                       size_t stop_at)
+{
+    const char *what = versions ? "versions" : "objects";
+
+    for (int stop = 0; stop < 2; stop++) {
+        walk_t w = {.stop_at = stop ? stop_at : 0};
+        cks_status_t st = versions ? cks_md_version_foreach(txn, walk_version, &w)
+                                   : cks_md_object_foreach(txn, walk_object, &w);
+
+        cr_assert_eq(st, stop ? CKS_ERR_CANCELED : CKS_OK, "walk of %s (stop at %zu): %s",
+                     what, w.stop_at, cks_status_name(st));
+        cr_assert_eq(w.count, stop ? stop_at : count, "walk of %s (stop at %zu): %zu records",
+                     what, w.stop_at, w.count);
+        if (!stop) {
+            cr_assert_eq(w.sum, sum, "walk of %s: sum %" PRIu64 ", want %" PRIu64, what, w.sum,
+                         sum);
+            cr_assert_str_eq(w.last, "job2", "walk of %s: last job %s", what, w.last);
+        }
+    }
+}
+
 Test(metadata, foreach_walks_everything_and_stops)
 {
     cks_md_h md = md_open(0);
@@ -910,27 +935,9 @@ Test(metadata, foreach_walks_everything_and_stops)
     ST_OK(cks_md_txn_commit(txn));
 
     txn = txn_begin(md, 0);
+    check_walk(txn, 0, 30, want_osum, 7);
+    check_walk(txn, 1, 6, want_vsum, 2);
     memset(&w, 0, sizeof(w));
-    ST_OK(cks_md_object_foreach(txn, walk_object, &w));
-    cr_assert_eq(w.count, 30);
-    cr_assert_eq(w.sum, want_osum);
-    cr_assert_str_eq(w.last, "job2");
-
-    memset(&w, 0, sizeof(w));
-    w.stop_at = 7;
-    ST_EQ(cks_md_object_foreach(txn, walk_object, &w), CKS_ERR_CANCELED);
-    cr_assert_eq(w.count, 7);
-
-    memset(&w, 0, sizeof(w));
-    ST_OK(cks_md_version_foreach(txn, walk_version, &w));
-    cr_assert_eq(w.count, 6);
-    cr_assert_eq(w.sum, want_vsum);
-    cr_assert_str_eq(w.last, "job2");
-
-    memset(&w, 0, sizeof(w));
-    w.stop_at = 2;
-    ST_EQ(cks_md_version_foreach(txn, walk_version, &w), CKS_ERR_CANCELED);
-    cr_assert_eq(w.count, 2);
     ST_EQ(cks_md_object_foreach(txn, NULL, &w), CKS_ERR_INVALID_PARAM);
     cks_md_txn_abort(txn);
     cks_md_close(md);
@@ -1103,15 +1110,22 @@ typedef struct {
     uint64_t version;
 } reader_t;
 
-static void *reader_main(void *arg)
+/* The latest version of "job" that r->txn sees into r->version; the
+ * status in r->st. */
+static void read_latest(reader_t *r)
 {
-    reader_t *r = arg;
     cks_md_version_t v;
 
     r->st = cks_md_version_latest(r->txn, J("job"), 0, &v);
     if (r->st == CKS_OK) {
         r->version = v.version;
     }
+}
+
+/* read_latest() on a thread of its own. */
+static void *reader_main(void *arg)
+{
+    read_latest(arg);
     return NULL;
 }
 
@@ -1138,7 +1152,7 @@ Test(metadata, read_txn_moves_between_threads_and_sees_a_snapshot)
     ST_OK(cks_md_txn_commit(r.txn));
 
     r.txn = txn_begin(md, 0);
-    reader_main(&r);
+    read_latest(&r);
     ST_OK(r.st);
     cr_assert_eq(r.version, 2);
     cks_md_txn_abort(r.txn);

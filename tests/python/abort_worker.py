@@ -6,16 +6,15 @@ must then fail with the abort's status, not wait for its request timeout.
 Prints each rank's outcome; exit status 0 when both went as expected.
 Used by tests/python/test_torch.py."""
 import datetime
-import multiprocessing as mp
-import os
 import sys
-import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
 import torch  # noqa: E402
+
+from rank_procs import run_ranks  # noqa: E402
 
 
 def rank_main(rank, port, cluster, secret, job):
@@ -47,35 +46,9 @@ def rank_main(rank, port, cluster, secret, job):
             print("rank 0: version ABORTED", flush=True)
 
 
-def child(rank, *args):
-    try:
-        torch.set_num_threads(1)
-        rank_main(rank, *args)
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    os._exit(0)
-
-
 def main():
     port, cluster, secret, job = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-    ctx = mp.get_context("fork")  # before any client or thread
-    procs = [ctx.Process(target=child, args=(r, port, cluster, secret, job)) for r in range(2)]
-    for p in procs:
-        p.start()
-    rc = 0
-    for p in procs:
-        p.join(100)
-        if p.exitcode is None:
-            p.kill()
-            p.join(10)
-            print(f"rank pid {p.pid} did not finish in 100 s", flush=True)
-            rc = 1
-        elif p.exitcode != 0:
-            rc = 1
-    return rc
+    return run_ranks(rank_main, 2, (port, cluster, secret, job), 100)
 
 
 if __name__ == "__main__":

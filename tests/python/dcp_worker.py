@@ -4,16 +4,15 @@ through torch.distributed._shard.checkpoint with ckstore.dcp, gloo on
 rank succeeded. Used by tests/python/test_dcp.py."""
 import argparse
 import datetime
-import multiprocessing as mp
-import os
 import sys
-import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
 import torch  # noqa: E402
+
+from rank_procs import run_ranks  # noqa: E402
 
 # two sharded tensors: 12 rows (even chunks for 4, 3 and 2 ranks) and 10
 # rows (uneven: 3,3,3,1 over 4 ranks, 4,4,2 over 3)
@@ -72,18 +71,6 @@ def rank_main(rank, a):
     dist.destroy_process_group()
 
 
-def child(rank, a):
-    try:
-        torch.set_num_threads(1)
-        rank_main(rank, a)
-    except BaseException:
-        traceback.print_exc()
-        sys.stdout.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    os._exit(0)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["save", "load"])
@@ -95,21 +82,7 @@ def main():
     ap.add_argument("--job", required=True)
     ap.add_argument("--timeout", type=float, default=100)
     a = ap.parse_args()
-    ctx = mp.get_context("fork")  # before any client or thread: cheap ranks
-    procs = [ctx.Process(target=child, args=(r, a)) for r in range(a.world)]
-    for p in procs:
-        p.start()
-    rc = 0
-    for p in procs:
-        p.join(a.timeout)
-        if p.exitcode is None:
-            p.kill()
-            p.join(10)
-            print(f"rank pid {p.pid} did not finish in {a.timeout} s", flush=True)
-            rc = 1
-        elif p.exitcode != 0:
-            rc = 1
-    return rc
+    return run_ranks(rank_main, a.world, (a,), a.timeout)  # forked: cheap ranks
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cks_servers import free_port
-from conftest import torch_or_skip
+from conftest import same, torch_or_skip
 
 torch = torch_or_skip()
 import numpy as np  # noqa: E402
@@ -60,22 +60,6 @@ def tm_names():
     sys.path.insert(0, str(HERE.parents[1] / "examples"))
     import train_moe
     return train_moe.build()[0].named_parameters()
-
-
-def same(a, b, path=""):
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, path
-        assert torch.equal(a, b), f"{path} differs"
-    elif isinstance(a, dict):
-        assert list(a) == list(b), path
-        for k in a:
-            same(a[k], b[k], f"{path}/{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, f"{path}/{i}")
-    else:
-        assert a == b, f"{path}: {a!r} != {b!r}"
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from conftest import torch_or_skip
+from conftest import same, torch_or_skip
 
 torch = torch_or_skip()
 import ckstore  # noqa: E402
@@ -21,24 +21,6 @@ def make(seed):
         model(torch.randn(4, 16)).pow(2).mean().backward()
         opt.step()
     return model, opt
-
-
-def same(a, b, path="") -> None:
-    assert type(a) is type(b), path
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape, path
-        assert torch.equal(a.view(-1).view(torch.uint8) if a.numel() else a,
-                           b.view(-1).view(torch.uint8) if b.numel() else b), path
-    elif isinstance(a, dict):
-        assert list(a) == list(b), path
-        for k in a:
-            same(a[k], b[k], f"{path}/{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, f"{path}/{i}")
-    else:
-        assert a == b, path
 
 
 def state(model, opt):
@@ -59,7 +41,7 @@ def test_save_load_model_and_optimizer(where, sclient, cclient):
     assert info.state == (VState.PROTECTED if where == "cluster" else info.state)
     assert info.state >= VState.SEALED
     got, meta = ckt.load(client, job, with_info=True)
-    same(sd, got)
+    same(sd, got, bits=True)
     assert meta.version == 100 and set(meta.sources.values()) == {100}
     # small tensors are packed by their tags
     assert meta.tags["pack/optimizer/-1/-1/0"].kind == Kind.OPTIMIZER
@@ -67,7 +49,7 @@ def test_save_load_model_and_optimizer(where, sclient, cclient):
     # and with packing off, each tensor is its own object
     ckt.save(sd, client, job, 101, pack_below=0)
     got2, meta2 = ckt.load(client, job, with_info=True)
-    same(sd, got2)
+    same(sd, got2, bits=True)
     assert meta2.version == 101 and meta2.tags["optim/state/0/exp_avg"].kind == Kind.OPTIMIZER
     assert meta2.tags["model/0.weight"].kind == Kind.DENSE
     # a fresh model and optimizer take the loaded state and agree exactly

@@ -466,12 +466,23 @@ int cks_test_cluster_start_hosts(cks_test_cluster_t *c, size_t n, size_t racks,
                          : cluster_start(c, n, racks, arena_size, -1, NULL, hosts, netns);
 }
 
-int cks_test_coordinator(const char *map, const char *job, uint64_t version)
+/* The cluster map in file `map`, or NULL (why on stderr). */
+static cks_cluster_h load_map(const char *map)
 {
-    cks_cluster_h m;
+    cks_cluster_h m = NULL;
     char err[256];
+
     if (cks_cluster_load(map, &m, err, sizeof(err)) != CKS_OK) {
         fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    return m;
+}
+
+int cks_test_coordinator(const char *map, const char *job, uint64_t version)
+{
+    cks_cluster_h m = load_map(map);
+    if (m == NULL) {
         return -1;
     }
     int pos = (int)cks_place_coordinator(m, job, strlen(job), version);
@@ -482,11 +493,9 @@ int cks_test_coordinator(const char *map, const char *job, uint64_t version)
 int cks_test_coordinators(const char *map, const char *job, uint64_t version, int *out,
                           size_t max)
 {
-    cks_cluster_h m;
-    char err[256];
+    cks_cluster_h m = load_map(map);
     uint16_t cand[CKS_COORD_CANDIDATES_MAX];
-    if (cks_cluster_load(map, &m, err, sizeof(err)) != CKS_OK) {
-        fprintf(stderr, "%s\n", err);
+    if (m == NULL) {
         return -1;
     }
     size_t n = cks_place_coordinators(m, job, strlen(job), version, cand,
@@ -501,11 +510,9 @@ int cks_test_coordinators(const char *map, const char *job, uint64_t version, in
 int cks_test_primary(const char *map, const char *job, const char *key, unsigned k,
                      unsigned m)
 {
-    cks_cluster_h cm;
-    char err[256];
+    cks_cluster_h cm = load_map(map);
     uint16_t group[CKS_PLACE_WIDTH_MAX];
-    if (cks_cluster_load(map, &cm, err, sizeof(err)) != CKS_OK) {
-        fprintf(stderr, "%s\n", err);
+    if (cm == NULL) {
         return -1;
     }
     cks_status_t st =
@@ -793,6 +800,15 @@ void cks_test_fill(void *buf, size_t len, uint64_t seed)
     }
 }
 
+uint8_t *cks_test_seeded_bytes(uint64_t size, uint64_t dflt)
+{
+    uint8_t *buf = malloc(size);
+
+    cr_assert_not_null(buf, "cannot allocate %llu bytes", (unsigned long long)size);
+    cks_test_fill(buf, size, cks_test_seed(dflt));
+    return buf;
+}
+
 int cks_test_log_wait_count(const char *path, const char *text, int above, int wait_ms)
 {
     uint64_t until = now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
@@ -960,13 +976,8 @@ cks_status_t cks_test_count_wait(cks_test_count_t *c, int timeout_ms)
 cks_put_params_t cks_test_put_params(const char *job, uint64_t version, const char *key,
                                      const void *buf, uint64_t size)
 {
-    cks_put_params_t p = {0};
-    p.job              = job;
-    p.version          = version;
-    p.key              = key;
-    p.buffer           = buf;
-    p.size             = size;
-    return p;
+    return (cks_put_params_t){
+        .job = job, .version = version, .key = key, .buffer = buf, .size = size};
 }
 
 cks_status_t cks_test_put(cks_client_h c, const char *job, uint64_t version, const char *key,
@@ -1130,6 +1141,14 @@ void cks_test_objs_fill(cks_test_objs_t *o, size_t i, uint64_t version)
     cks_test_fill(o->src[i], o->size[i], o->seed * 1000003 + version * 131 + i);
 }
 
+void cks_test_objs_make(cks_test_objs_t *o, const uint64_t *sizes, size_t n, uint64_t seed)
+{
+    cks_test_objs_init(o, sizes, n, seed);
+    for (size_t i = 0; i < n; i++) {
+        cks_test_objs_fill(o, i, 0);
+    }
+}
+
 void cks_test_objs_free(cks_test_objs_t *o)
 {
     for (size_t i = 0; i < CKS_TEST_MAX_OBJS; i++) {
@@ -1137,6 +1156,69 @@ void cks_test_objs_free(cks_test_objs_t *o)
         o->src[i] = NULL;
     }
     o->n = 0;
+}
+
+cks_status_t cks_test_objs_put(cks_client_h c, const char *job, uint64_t v, cks_test_objs_t *o,
+                               cks_test_key_fn key_of)
+{
+    cks_version_params_t vp = {.job = job, .version = v};
+    cks_status_t st         = cks_version_begin(c, &vp);
+    char key[CKS_KEY_NAME_MAX + 1];
+
+    for (size_t i = 0; st == CKS_OK && i < o->n; i++) {
+        key_of(i, key, sizeof(key));
+        cks_test_objs_fill(o, i, v);
+        st = cks_test_put(c, job, v, key, o->src[i], o->size[i]);
+    }
+    return st;
+}
+
+/* cks_test_objs_verify() on a failed call: the client's last error, then
+ * the caller's on_fail(). */
+static void objs_failed(cks_client_h c, const char *when, const char *what, cks_status_t st,
+                        void (*on_fail)(void))
+{
+    char why[512];
+
+    cks_client_last_error(c, why, sizeof(why));
+    fprintf(stderr, "%s: %s: %s: %s\n", when, what, cks_status_name(st), why);
+    if (on_fail != NULL) {
+        on_fail();
+    }
+}
+
+void cks_test_objs_verify(cks_client_h c, const char *job, uint64_t v, cks_test_objs_t *o,
+                          cks_test_key_fn key_of, void (*on_fail)(void), const char *when)
+{
+    cks_restore_h r = NULL;
+    uint64_t cap    = 1;
+    uint8_t *dst;
+    char key[CKS_KEY_NAME_MAX + 1];
+    cks_status_t st;
+
+    for (size_t i = 0; i < o->n; i++) {
+        cap = o->size[i] + 1 > cap ? o->size[i] + 1 : cap;
+    }
+    dst = malloc(cap);
+    cr_assert_not_null(dst, "%s: %llu bytes to restore into", when, (unsigned long long)cap);
+    st = cks_restore_open(c, job, v, &r);
+    if (st != CKS_OK) {
+        objs_failed(c, when, "open", st, on_fail);
+    }
+    cr_assert_eq(st, CKS_OK, "%s: open version %llu: %s", when, (unsigned long long)v,
+                 cks_status_name(st));
+    for (size_t i = 0; i < o->n; i++) {
+        key_of(i, key, sizeof(key));
+        cks_test_objs_fill(o, i, v);
+        st = cks_test_get_check(r, key, o->src[i], o->size[i], dst, cap, when);
+        if (st != CKS_OK) {
+            objs_failed(c, when, key, st, on_fail);
+        }
+        cr_assert_eq(st, CKS_OK, "%s: version %llu '%s': %s", when, (unsigned long long)v, key,
+                     cks_status_name(st));
+    }
+    cks_restore_close(r);
+    free(dst);
 }
 
 static void *finish_main(void *arg)

@@ -160,6 +160,9 @@ int cks_test_log_lines(const char *path, const char *text);
 int cks_test_log_wait_count(const char *path, const char *text, int above, int wait_ms);
 /** Deterministic bytes (xorshift) for seed and offset. */
 void cks_test_fill(void *buf, size_t len, uint64_t seed);
+/** `size` bytes (malloc) of cks_test_fill() from the test's seed
+ *  (cks_test_seed(dflt), which prints it); asserts the allocation. */
+uint8_t *cks_test_seeded_bytes(uint64_t size, uint64_t dflt);
 /** Flip a bit of byte 100 in every copy of the 256 bytes at `needle` in the
  *  file `path` - a running server's arena (MAP_SHARED: its memory), as
  *  memory rots after the server recorded the bytes' CRC. Returns how many
@@ -248,8 +251,25 @@ typedef struct {
 void cks_test_objs_init(cks_test_objs_t *o, const uint64_t *sizes, size_t n, uint64_t seed);
 /** The bytes of object i in version v into o->src[i] (from the seed, v, i). */
 void cks_test_objs_fill(cks_test_objs_t *o, size_t i, uint64_t version);
+/** cks_test_objs_init(), then every object's bytes of version 0: for tests
+ *  whose objects stay the same from version to version. */
+void cks_test_objs_make(cks_test_objs_t *o, const uint64_t *sizes, size_t n, uint64_t seed);
 /** Free the buffers (a second call frees nothing). */
 void cks_test_objs_free(cks_test_objs_t *o);
+/** The name of object i of a test's objects, into key (len bytes). */
+typedef void (*cks_test_key_fn)(size_t i, char *key, size_t len);
+/** Begin (job, v) and put each object of o, its bytes of version v
+ *  (cks_test_objs_fill()), object i named by key_of; no seal. The first
+ *  failure (the puts stop there), or CKS_OK. */
+cks_status_t cks_test_objs_put(cks_client_h c, const char *job, uint64_t v, cks_test_objs_t *o,
+                               cks_test_key_fn key_of);
+/** Restore each object of o from (job, v) whole (CKS_GET_VERIFY) and assert
+ *  that it is exactly its bytes of version v (cks_test_get_check()); the
+ *  messages start with `when`. On a failure, before the assertion: the
+ *  client's last error to stderr, then on_fail() (NULL: nothing), e.g. to
+ *  print the servers' logs. */
+void cks_test_objs_verify(cks_client_h c, const char *job, uint64_t v, cks_test_objs_t *o,
+                          cks_test_key_fn key_of, void (*on_fail)(void), const char *when);
 
 /** cks_version_finish() of one rank on a thread of its own, so that the
  *  ranks of a version can finish together: start, then join for its status. */

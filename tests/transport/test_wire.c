@@ -178,19 +178,15 @@ static void tw_ref_field(msgpack_packer *pk, const wm_field_t *f, const void *bo
             msgpack_pack_uint64(pk, *(const uint64_t *)p);
             break;
         case WM_STR:
-            s = (const void *)p;
-            msgpack_pack_str(pk, s->len);
+        case WM_BIN: {
+            int str = f->kind == WM_STR; /* else bin: packed the same way */
+            s       = (const void *)p;
+            (str ? msgpack_pack_str : msgpack_pack_bin)(pk, s->len);
             if (s->len > 0) {
-                msgpack_pack_str_body(pk, s->ptr, s->len);
+                (str ? msgpack_pack_str_body : msgpack_pack_bin_body)(pk, s->ptr, s->len);
             }
             break;
-        case WM_BIN:
-            s = (const void *)p;
-            msgpack_pack_bin(pk, s->len);
-            if (s->len > 0) {
-                msgpack_pack_bin_body(pk, s->ptr, s->len);
-            }
-            break;
+        }
     }
 }
 
