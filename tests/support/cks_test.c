@@ -783,21 +783,7 @@ int cks_test_log_lines(const char *path, const char *text)
 
 void cks_test_fill(void *buf, size_t len, uint64_t seed)
 {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    uint8_t *p = buf;
-    size_t i   = 0;
-    for (; i + 8 <= len; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-    for (; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = (uint8_t)x;
-    }
+    cks_pattern_fill(buf, len, seed); /* the demo's and the bench's too */
 }
 
 uint8_t *cks_test_seeded_bytes(uint64_t size, uint64_t dflt)

@@ -158,7 +158,8 @@ int cks_test_log_lines(const char *path, const char *text);
  *  `above` or `wait_ms` passed (another process writes the log: there is no
  *  event to wait on); the last count. */
 int cks_test_log_wait_count(const char *path, const char *text, int above, int wait_ms);
-/** Deterministic bytes (xorshift) for seed and offset. */
+/** Deterministic bytes for seed: common's cks_pattern_fill(), which the demo and
+ *  the bench write too. */
 void cks_test_fill(void *buf, size_t len, uint64_t seed);
 /** `size` bytes (malloc) of cks_test_fill() from the test's seed
  *  (cks_test_seed(dflt), which prints it); asserts the allocation. */
