@@ -220,6 +220,8 @@ struct cks_client {
     cks_cl_mem_t *mems;       /* cks_mem_alloc() (under lock) */
     struct cks_cl_scratch *scratch; /* read.c: degraded reads' chunk buffers
                                        (progress thread; NULL until needed) */
+    const cks_cl_mem_t *scratch_mem; /* its registered region (read.c sets it),
+                                        NULL when none: cks_cl_scratch_mem() */
     uint64_t scratch_size;    /* its size (CKS_CLIENT_FIELD_SCRATCH) */
     cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET (and the job
                                  of a job's own secret) */
@@ -292,9 +294,14 @@ cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void 
 cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op);
 /* Start an op from the progress thread (a callback); cb runs once, later. */
 void cks_cl_start(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
-/* read.c: the scratch region, if any (for descriptors and MEM_MAP; progress
- * thread), and its release (client destroy, after the progress thread). */
-const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c);
+/* The scratch region's registered memory, if any (for descriptors and
+ * MEM_MAP; progress thread). */
+static inline const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
+{
+    return c->scratch_mem;
+}
+/* read.c: the scratch region's release (client destroy, after the progress
+ * thread). */
 /* Allocate the scratch now (cluster clients, at create, before the progress
  * thread starts): memory reserved up front, not in the first degraded read. */
 void cks_cl_scratch_prepare(cks_client_h c);

@@ -112,18 +112,14 @@ struct cks_cl_scratch {
     uint64_t used[];    /* bit per unit */
 };
 
-const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
-{
-    return c->scratch != NULL && c->scratch->mem.mem != NULL ? &c->scratch->mem : NULL;
-}
-
 void cks_cl_scratch_free(cks_client_h c)
 {
     if (c->scratch != NULL && c->scratch->mem.mem != NULL) {
         cks_tp_mem_unmap(c->scratch->mem.mem);
     }
     free(c->scratch);
-    c->scratch = NULL;
+    c->scratch     = NULL;
+    c->scratch_mem = NULL;
 }
 
 static struct cks_cl_scratch *cks_scratch_get(cks_client_h c)
@@ -147,8 +143,9 @@ static struct cks_cl_scratch *cks_scratch_get(cks_client_h c)
         cks_info("no scratch region for degraded reads: they use malloc()");
         return sc;
     }
-    sc->units   = units;
-    sc->mem.len = units * CKS_CL_SCRATCH_UNIT;
+    sc->units      = units;
+    sc->mem.len    = units * CKS_CL_SCRATCH_UNIT;
+    c->scratch_mem = &sc->mem;
     cks_cl_mem_announce_all(c, &sc->mem); /* servers on this host map it now */
     return sc;
 }

@@ -425,10 +425,8 @@ static void *cks_stage_thread(void *arg)
             }
             if (j->status != CKS_OK && j->is_put) {
                 free(j->op);
-            } else if (j->status == CKS_OK && j->is_put) {
-                cks_stage_run_put(st, j);
             } else if (j->status == CKS_OK) {
-                cks_stage_run_get(st, j);
+                j->run(st, j);
             }
         }
         st->ring_pos = j->base + j->nslices; /* a put may have skipped to slot 0 */

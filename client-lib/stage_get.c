@@ -13,6 +13,9 @@
 #include <string.h>
 #include <time.h>
 
+/* the stage thread runs it (job->run) */
+static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j);
+
 /* ---- gets ---------------------------------------------------------------------------------- */
 
 static void cks_stage_read_done(void *arg, cks_status_t status)
@@ -54,6 +57,7 @@ cks_status_t cks_cl_stage_get(cks_restore_h r, const cks_get_params_t *p, uint64
         return CKS_ERR_NO_MEMORY;
     }
     j->st          = st;
+    j->run         = cks_stage_run_get;
     j->r           = r;
     j->dev         = p->buffer;
     j->device      = device;
@@ -120,7 +124,7 @@ static cks_status_t cks_stage_get_copied(cks_stage_t *st, const cks_stage_job_t 
 }
 
 /* Run a staged get (stage thread, lock held on entry and exit). */
-void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
+static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
 {
     cks_object_info_t info;
     uint64_t issued = 0, done = 0, freed = 0, crc = 0;

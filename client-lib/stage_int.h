@@ -17,6 +17,9 @@ typedef enum {
 struct cks_stage_job {
     cks_stage_job_t *next;
     cks_stage_t *st;
+    /* what the stage thread runs for it (stage_put.c or stage_get.c, which
+     * set it): stage.c calls down, never back into the halves by name */
+    void (*run)(cks_stage_t *st, cks_stage_job_t *j);
     int is_put;
     int host;               /* a put of host memory (CKS_PUT_FIELD_STAGED):
                                copied with memcpy(), never by the engine */
@@ -123,9 +126,5 @@ cks_status_t cks_stage_copy_start(cks_stage_t *st, cks_stage_job_t *j, uint64_t 
 
 cks_status_t cks_stage_copy_wait(cks_stage_t *st, const cks_stage_job_t *j,
                                         unsigned slot, uint64_t *ns_p);
-
-void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j);
-
-void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j);
 
 #endif

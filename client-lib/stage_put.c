@@ -13,6 +13,9 @@
 #include <string.h>
 #include <time.h>
 
+/* the stage thread runs it (job->run) */
+static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j);
+
 /* ---- puts --------------------------------------------------------------------------------- */
 
 /* COPIED for a put that is not staged: its callback, wrapped. */
@@ -96,6 +99,7 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
     }
     j->st         = st;
     j->is_put     = 1;
+    j->run        = cks_stage_run_put;
     j->host       = host_staged;
     j->dev        = (uint8_t *)p->buffer;
     j->len        = p->size;
@@ -291,7 +295,7 @@ cks_status_t cks_stage_copy_wait(cks_stage_t *st, const cks_stage_job_t *j,
 }
 
 /* Run a staged put (stage thread, lock held on entry and exit). */
-void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
+static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
 {
     cks_client_h c   = st->c;
     uint64_t started = 0, copied = 0;

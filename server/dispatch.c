@@ -9,11 +9,13 @@
  * on top of it (cks_sv_handlers_cluster(), cluster.c). What a message may
  * carry, who may send it and what answers it is the message table's
  * (CKS_MSG_LIST, cks_tp.h). A type with no handler is answered
- * CKS_ERR_UNSUPPORTED ("... is not a request").
+ * CKS_ERR_UNSUPPORTED ("... is not a request"). The catch-up gate's held
+ * questions live here too, and go through the dispatcher again once the
+ * first round ends (catchup.c calls cks_rp_release_held()).
  *
  * Progress thread only.
  */
-#include "server_int.h"
+#include "repair_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +216,101 @@ void cks_sv_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
         return;
     }
     handler(s, conn, hdr, b, data);
+}
+
+/* ---- the catch-up gate ------------------------------------------------------ */
+
+/* Hold a request that needs the versions this server coordinates (a begin
+ * must not take a version number that exists elsewhere; a delete, abort or
+ * seal of a version it has not learned yet must not answer "no such
+ * version") until it has caught up; 0 when it cannot be held. */
+static int cks_rp_hold(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
+                       const cks_msg_any_t *b)
+{
+    cks_rp_t *rp = s->rp;
+    const cks_wire_str_t *job, *key = NULL;
+    cks_rp_held_t *h;
+
+    switch (type) {
+        case CKS_MSG_VERSION_BEGIN: job = &b->m_VERSION_BEGIN.job; break;
+        case CKS_MSG_VERSION_SEAL: job = &b->m_VERSION_SEAL.job; break;
+        case CKS_MSG_VERSION_ABORT: job = &b->m_VERSION_ABORT.job; break;
+        case CKS_MSG_VERSION_DELETE: job = &b->m_VERSION_DELETE.job; break;
+        case CKS_MSG_OBJECT_DELETE:
+            job = &b->m_OBJECT_DELETE.job;
+            key = &b->m_OBJECT_DELETE.key;
+            break;
+        default: return 0;
+    }
+    if (job->len > CKS_JOB_MAX_LEN || (key != NULL && key->len > CKS_KEY_MAX_LEN) ||
+        rp->nheld >= CKS_RP_HELD_MAX || (h = calloc(1, sizeof(*h))) == NULL) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY,
+                            "catching up with the other servers: try again");
+        return 1;
+    }
+    h->conn   = conn;
+    h->type   = type;
+    h->req_id = req_id;
+    h->b      = *b;
+    memcpy(h->job, job->ptr, job->len);
+    cks_wire_str_t *hjob = type == CKS_MSG_VERSION_BEGIN   ? &h->b.m_VERSION_BEGIN.job
+                           : type == CKS_MSG_VERSION_SEAL  ? &h->b.m_VERSION_SEAL.job
+                           : type == CKS_MSG_VERSION_ABORT ? &h->b.m_VERSION_ABORT.job
+                           : type == CKS_MSG_VERSION_DELETE ? &h->b.m_VERSION_DELETE.job
+                                                            : &h->b.m_OBJECT_DELETE.job;
+    hjob->ptr = h->job;
+    if (type == CKS_MSG_VERSION_SEAL) {
+        /* its primaries point into the message, which is gone when the seal
+         * is handled: held without them (the version then waits for the
+         * objects of a primary that died, until its deadline, as before) */
+        h->b.m_VERSION_SEAL.primaries = cks_wire_cstr(NULL);
+    }
+    if (key != NULL) {
+        memcpy(h->key, key->ptr, key->len);
+        h->b.m_OBJECT_DELETE.key.ptr = h->key;
+    }
+    cks_tp_conn_get(conn);
+    *rp->held_tail = h;
+    rp->held_tail  = &h->next;
+    rp->nheld++;
+    return 1;
+}
+
+/* Caught up: handle what was held, in order. */
+void cks_rp_release_held(cks_server_h s, int cancel)
+{
+    cks_rp_t *rp = s->rp;
+    while (rp->held != NULL) {
+        cks_rp_held_t *h = rp->held;
+        rp->held         = h->next;
+        rp->nheld--;
+        if (cancel) {
+            cks_sv_reply_status(h->conn, h->req_id, CKS_ERR_SHUTTING_DOWN, NULL);
+        } else if (!cks_tp_conn_failed(h->conn)) {
+            cks_sv_redispatch(s, h->conn, h->type, h->req_id, &h->b);
+        }
+        cks_tp_conn_put(h->conn);
+        free(h);
+    }
+    rp->held_tail = &rp->held;
+}
+
+int cks_rp_gate(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
+                const cks_msg_any_t *b)
+{
+    if (s->rp == NULL || s->rp->synced) {
+        return 0;
+    }
+    if (cks_rp_hold(s, conn, req_id, type, b)) {
+        return 1;
+    }
+    if (type != CKS_MSG_VERSION_STAT && type != CKS_MSG_VERSION_LIST &&
+        type != CKS_MSG_OBJECT_STAT && type != CKS_MSG_OBJECT_LIST && type != CKS_MSG_JOB_LIST) {
+        return 0;
+    }
+    cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY,
+                        "catching up with the other servers: ask another server, or again");
+    return 1;
 }
 
 void cks_sv_redispatch(cks_server_h s, cks_tp_conn_h conn, unsigned type, uint64_t req_id,

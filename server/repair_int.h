@@ -226,5 +226,9 @@ void cks_rp_round_step(cks_server_h s);
 void cks_rp_release_held(cks_server_h s, int cancel);
 
 void cks_rp_check_versions(cks_server_h s);
+/* repair.c: a scan of every restorable version for chunks this server
+ * lacks, and the tasks started that the pacing allows (heal.c's tick) */
+void cks_rp_scan(cks_server_h s);
+void cks_rp_work_start(cks_server_h s);
 
 #endif
