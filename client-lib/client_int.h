@@ -300,10 +300,10 @@ static inline const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
 {
     return c->scratch_mem;
 }
-/* read.c: the scratch region's release (client destroy, after the progress
+/* read.c: allocate the scratch now (cluster clients, at create, before the
+ * progress thread starts): memory reserved up front, not in the first
+ * degraded read; and its release (client destroy, after the progress
  * thread). */
-/* Allocate the scratch now (cluster clients, at create, before the progress
- * thread starts): memory reserved up front, not in the first degraded read. */
 void cks_cl_scratch_prepare(cks_client_h c);
 void cks_cl_scratch_free(cks_client_h c);
 /* conn.c: ask the servers on this host that are up to map a region ahead
