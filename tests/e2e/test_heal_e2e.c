@@ -225,7 +225,6 @@ Test(heal, a_restarted_server_takes_the_next_checkpoint_whole)
 {
     int down[NSRV] = {0};
     char why[512];
-    cks_repair_info_t ri = {0};
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
 
@@ -238,12 +237,7 @@ Test(heal, a_restarted_server_takes_the_next_checkpoint_whole)
     expect_state(c, v1, CKS_VSTATE_DEGRADED, M - 1);
 
     cr_assert_eq(cks_test_server_restart(&cl.srv[a]), 0, "restart of server %zu", a);
-    uint64_t until = cks_time_ns() + 20ull * 1000000000ull;
-    while ((cks_repair_status(c, a, &ri) != CKS_OK || !ri.caught_up) &&
-           cks_time_ns() < until) {
-        usleep(20 * 1000);
-    }
-    cr_assert(ri.caught_up, "server %zu did not catch up after its restart", a);
+    cks_test_wait_caught_up(c, a, 20000); /* after its restart */
     usleep(300 * 1000); /* a few handshake tries of every primary */
     uint64_t v2 = version_with_live_coordinator(v1 + 1, down);
     uint64_t t2 = cks_time_ns();

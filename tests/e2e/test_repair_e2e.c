@@ -513,14 +513,8 @@ static size_t versions_on(size_t i, cks_version_info_t *list, size_t max)
 
 static void wait_caught_up(size_t i)
 {
-    cks_client_h adm     = connect_cluster(20000);
-    cks_repair_info_t ri = {0};
-    uint64_t t0          = now_ms();
-    while ((cks_repair_status(adm, i, &ri) != CKS_OK || !ri.caught_up) &&
-           now_ms() - t0 < WAIT_MS) {
-        usleep(20 * 1000);
-    }
-    cr_assert(ri.caught_up, "server %zu did not catch up", i);
+    cks_client_h adm = connect_cluster(20000);
+    cks_test_wait_caught_up(adm, i, WAIT_MS);
     cks_client_destroy(adm);
 }
 

@@ -806,6 +806,16 @@ int cks_test_log_wait_count(const char *path, const char *text, int above, int w
     return n;
 }
 
+void cks_test_wait_caught_up(cks_client_h c, size_t pos, int wait_ms)
+{
+    cks_repair_info_t ri = {0};
+    uint64_t until       = now_ms() + (uint64_t)(wait_ms > 0 ? wait_ms : 0);
+    while ((cks_repair_status(c, pos, &ri) != CKS_OK || !ri.caught_up) && now_ms() < until) {
+        usleep(20000);
+    }
+    cr_assert(ri.caught_up, "server %zu did not catch up in %d ms", pos, wait_ms);
+}
+
 int cks_test_log_has(const char *path, const char *text, int wait_ms)
 {
     return cks_test_log_wait_count(path, text, 0, wait_ms) > 0;

@@ -158,6 +158,10 @@ int cks_test_log_lines(const char *path, const char *text);
  *  `above` or `wait_ms` passed (another process writes the log: there is no
  *  event to wait on); the last count. */
 int cks_test_log_wait_count(const char *path, const char *text, int above, int wait_ms);
+/** Wait until server `pos` of c's cluster says it has caught up
+ *  (cks_repair_status()), at most wait_ms; fails the test when it has not
+ *  (another process: there is no event to wait on, it is asked every 20 ms). */
+void cks_test_wait_caught_up(cks_client_h c, size_t pos, int wait_ms);
 /** Deterministic bytes for seed: common's cks_pattern_fill(), which the demo and
  *  the bench write too. */
 void cks_test_fill(void *buf, size_t len, uint64_t seed);
