@@ -39,6 +39,10 @@ cks_status_t cks_rp_init(cks_server_h s)
     if (cks_cluster_nservers(s->map) == 1) {
         rp->synced = 1;
     }
+    if (cks_rp_decoders_start(s, s->p.encoders) != CKS_OK) {
+        cks_rp_fini(s);
+        return CKS_ERR_NO_MEMORY;
+    }
     return CKS_OK;
 }
 
@@ -48,6 +52,9 @@ void cks_rp_fini(cks_server_h s)
     if (rp == NULL) {
         return;
     }
+    rp->taski = rp->ntasks; /* no task starts from here on */
+    cks_rp_decoders_stop(s);
+    cks_rp_pool_drain(rp);
     cks_rp_release_held(s, 1);
     cks_rp_round_reset(rp);
     cks_hmap_destroy(rp->queued);
@@ -67,6 +74,7 @@ int cks_rp_progress(cks_server_h s)
     if (rp == NULL || s->stop) {
         return -1;
     }
+    cks_rp_decoded(s);
     if (!rp->round && now >= rp->next_round_ns) {
         cks_rp_round_begin(s);
     } else if (rp->round && rp->hold_until_ns != 0) {
@@ -90,6 +98,9 @@ int cks_rp_progress(cks_server_h s)
     if (rp->inflight == 0 && rp->taski >= rp->ntasks &&
         (rp->scan_wanted || now >= rp->next_scan_ns)) {
         cks_rp_scan(s);
+    }
+    if (rp->inflight == 0 && rp->taski >= rp->ntasks) {
+        cks_rp_pool_drain(rp); /* nothing to rebuild: the buffers go back */
     }
     if (rp->taski < rp->ntasks) {
         cks_rp_work_start(s);

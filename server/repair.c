@@ -2,7 +2,8 @@
  * DESIGN: catch-up and repair in an erasure-coded cluster. Runs on the
  * progress thread, as callbacks of the calls it makes to peers, of the
  * metadata writer's jobs it queues, and of cks_rp_progress() (heal.c:
- * the timers, and the state's life cycle).
+ * the timers, and the state's life cycle); a repair's CRC checks and
+ * decode run on its decoder threads.
  *
  *   catch-up: a round lists, from every other server in turn, the jobs and
  *     versions it holds (SYNC_LIST, answered from its LMDB even while it is
@@ -21,9 +22,13 @@
  *   repair: a scan walks every restorable version's manifest and, for each
  *     stripe, the chunks the placement puts on this server; a chunk without
  *     a record is a task. A task reads k chunks of its stripe from the other
- *     members (CHUNK_GET, each checked against its CRC), decodes the missing
- *     one with ISA-L straight into arena space, and records it (the metadata
- *     writer checks it against the CRC computed here). Reads are paced by a
+ *     members (CHUNK_GET, into fetch buffers kept while repair runs); a
+ *     decoder thread (one of --encoders, a background-work queue of its own)
+ *     checks each against its CRC (one that fails is read from another
+ *     member instead), decodes the missing one with ISA-L straight into
+ *     arena space allocated for it, and computes its CRC; the progress
+ *     thread, which only receives meanwhile, records it (the metadata
+ *     writer checks it against that CRC). Reads are paced by a
  *     token bucket: --repair-rate bytes/s while clients' data went through
  *     this server in the last 0.5 s (puts, chunk puts, reads other than
  *     repair's own, which carry CKS_WIRE_F_BACKGROUND), --repair-idle-rate
@@ -249,6 +254,38 @@ void cks_rp_scan(cks_server_h s)
     }
 }
 
+/* ---- repair: fetch buffers, kept while repair runs ------------------------------- */
+
+/* A chunk-sized buffer: one kept from an earlier task (its pages already
+ * touched), or a new one. */
+static uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk)
+{
+    if (chunk != rp->pool_chunk) {
+        cks_rp_pool_drain(rp);
+        rp->pool_chunk = chunk;
+    }
+    return rp->npool > 0 ? rp->pool[--rp->npool] : malloc(chunk);
+}
+
+static void cks_rp_buf_put(cks_rp_t *rp, uint8_t *buf, uint64_t chunk)
+{
+    if (buf == NULL) {
+        return;
+    }
+    if (chunk == rp->pool_chunk && rp->npool < CKS_RP_POOL_MAX) {
+        rp->pool[rp->npool++] = buf;
+    } else {
+        free(buf);
+    }
+}
+
+void cks_rp_pool_drain(cks_rp_t *rp)
+{
+    while (rp->npool > 0) {
+        free(rp->pool[--rp->npool]);
+    }
+}
+
 /* ---- repair: one chunk ------------------------------------------------------------ */
 
 static void cks_rp_work_end(cks_rp_work_t *w, cks_status_t status, const char *why)
@@ -271,7 +308,7 @@ static void cks_rp_work_end(cks_rp_work_t *w, cks_status_t status, const char *w
     }
     cks_hmap_del(rp->queued, key, cks_rp_ckey(key, &w->t));
     for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
-        free(w->f[i].buf);
+        cks_rp_buf_put(rp, w->f[i].buf, w->t.chunk);
     }
     free(w);
     rp->inflight--;
@@ -306,18 +343,19 @@ static void cks_rp_recorded(cks_server_h s, cks_mdq_job_t *j)
                     "not recorded");
 }
 
-/* k chunks are here: decode the missing one into arena space, record it. */
+static void cks_rp_fetch_more(cks_rp_work_t *w);
+
+/* k chunks are here: the decoders check their CRCs and decode the missing
+ * one into arena space (cks_rp_decode_run); the progress thread goes on
+ * receiving meanwhile. */
 static void cks_rp_decode(cks_rp_work_t *w)
 {
     cks_server_h s = w->s;
-    uint8_t *chunks[CKS_PLACE_WIDTH_MAX] = {0};
-    uint8_t present[CKS_PLACE_WIDTH_MAX] = {0};
-    cks_ec_h ec = cks_sv_ec_get(s, w->t.k, w->t.m);
-    cks_mdq_job_t *j;
     cks_status_t st;
     unsigned used = 0;
 
-    if (ec == NULL) {
+    w->ec = cks_sv_ec_get(s, w->t.k, w->t.m);
+    if (w->ec == NULL) {
         cks_rp_work_end(w, CKS_ERR_NO_MEMORY, "no coder");
         return;
     }
@@ -326,39 +364,144 @@ static void cks_rp_decode(cks_rp_work_t *w)
         cks_rp_work_end(w, st, "arena full");
         return;
     }
+    memset(w->chunks, 0, sizeof(w->chunks));
+    memset(w->present, 0, sizeof(w->present));
     for (unsigned i = 0; i < w->t.k + w->t.m && used < w->t.k; i++) {
         if (w->f[i].buf != NULL && w->f[i].status == CKS_OK && w->f[i].pending == 0 &&
             i != w->t.idx) {
-            chunks[i]  = w->f[i].buf;
-            present[i] = 1;
+            w->chunks[i]  = w->f[i].buf;
+            w->present[i] = 1;
             used++;
         }
     }
-    chunks[w->t.idx] = cks_arena_base(s->arena) + w->off;
-    st = cks_ec_decode(ec, w->t.chunk, chunks, present);
-    j  = st == CKS_OK ? cks_sv_mdq_job(s, CKS_MDQ_CHUNKS, w->t.job, w->t.job_len, w->t.version)
-                      : NULL;
+    w->chunks[w->t.idx] = cks_arena_base(s->arena) + w->off;
+    if (s->rp->wq == NULL || cks_workq_push(s->rp->wq, &w->wq) != CKS_OK) {
+        cks_arena_free(s->arena, w->off, w->t.chunk);
+        cks_rp_work_end(w, CKS_ERR_CANCELED, "stopping");
+    }
+}
+
+/* On a decoder thread: only the work's decode fields, the fetched chunks
+ * and its arena space (allocated for it) are touched. */
+static void cks_rp_decode_run(cks_workq_t *q, cks_workq_job_t *l, void *arg)
+{
+    cks_rp_work_t *w = CKS_CONTAINER_OF(l, cks_rp_work_t, wq);
+
+    (void)q;
+    (void)arg;
+    for (unsigned i = 0; i < w->t.k + w->t.m; i++) {
+        if (w->present[i] && cks_crc64(0, w->chunks[i], w->t.chunk) != w->f[i].crc) {
+            w->dstatus = CKS_ERR_CRC_MISMATCH;
+            w->bad     = i;
+            return;
+        }
+    }
+    w->dstatus = cks_ec_decode(w->ec, w->t.chunk, w->chunks, w->present);
+    if (w->dstatus == CKS_OK) {
+        w->crc = cks_crc64(0, w->chunks[w->t.idx], w->t.chunk);
+    }
+}
+
+/* A decode is back: a chunk that failed its CRC is read from another
+ * member instead; a rebuilt chunk goes to the metadata writer, which
+ * checks it against the CRC computed here before it records it. */
+static void cks_rp_decode_done(cks_rp_work_t *w, int cancel)
+{
+    cks_server_h s = w->s;
+    cks_mdq_job_t *j;
+
+    cancel = cancel || s->stop;
+    if (cancel || w->dstatus != CKS_OK) {
+        cks_arena_free(s->arena, w->off, w->t.chunk);
+    }
+    if (cancel) {
+        cks_rp_work_end(w, CKS_ERR_CANCELED, "stopping");
+        return;
+    }
+    if (w->dstatus == CKS_ERR_CRC_MISMATCH) {
+        cks_rp_fetch_t *f = &w->f[w->bad];
+        cks_warn("repair: chunk %u of stripe %llu of '%s' (version %llu of '%s') read from "
+                 "server %u fails its CRC: reading another",
+                 w->bad, (unsigned long long)w->t.stripe, w->t.key,
+                 (unsigned long long)w->t.version, w->t.job,
+                 cks_cluster_server(s->map, w->group[w->bad])->id);
+        cks_rp_buf_put(s->rp, f->buf, w->t.chunk);
+        f->buf    = NULL;
+        f->status = CKS_ERR_CRC_MISMATCH;
+        w->have--;
+        cks_rp_fetch_more(w);
+        return;
+    }
+    j = w->dstatus == CKS_OK
+            ? cks_sv_mdq_job(s, CKS_MDQ_CHUNKS, w->t.job, w->t.job_len, w->t.version)
+            : NULL;
     if (j == NULL || (j->chunks = calloc(1, sizeof(*j->chunks))) == NULL) {
         free(j);
-        cks_arena_free(s->arena, w->off, w->t.chunk);
-        cks_rp_work_end(w, st == CKS_OK ? CKS_ERR_NO_MEMORY : st, "decode");
+        if (w->dstatus == CKS_OK) {
+            cks_arena_free(s->arena, w->off, w->t.chunk);
+        }
+        cks_rp_work_end(w, w->dstatus == CKS_OK ? CKS_ERR_NO_MEMORY : w->dstatus, "decode");
         return;
     }
     memcpy(j->key, w->t.key, w->t.key_len);
-    j->key_len   = w->t.key_len;
-    j->nchunks   = 1;
-    j->chunks[0] = (cks_md_chunk_t){w->t.stripe, w->t.idx, w->t.chunk,
-                                    cks_crc64(0, chunks[w->t.idx], w->t.chunk), w->off,
-                                    w->t.chunk};
-    j->data      = chunks[w->t.idx];
+    j->key_len       = w->t.key_len;
+    j->nchunks       = 1;
+    j->chunks[0]     = (cks_md_chunk_t){w->t.stripe, w->t.idx, w->t.chunk, w->crc, w->off,
+                                        w->t.chunk};
+    j->data          = w->chunks[w->t.idx];
     j->chunk_guard   = 1;
     j->guard_version = w->t.mversion;
-    j->done      = cks_rp_recorded;
-    j->ctx       = w;
+    j->done          = cks_rp_recorded;
+    j->ctx           = w;
     cks_mdq_push(&s->mdq, j);
 }
 
-static void cks_rp_fetch_more(cks_rp_work_t *w);
+/* The decodes finished since the last pass, in the order they finished. */
+void cks_rp_decoded(cks_server_h s)
+{
+    cks_workq_job_t *l = s->rp->wq != NULL ? cks_workq_take_done(s->rp->wq) : NULL;
+    while (l != NULL) {
+        cks_workq_job_t *next = l->next;
+        cks_rp_decode_done(CKS_CONTAINER_OF(l, cks_rp_work_t, wq), 0);
+        l = next;
+    }
+}
+
+static void cks_rp_decoders_wake(void *arg)
+{
+    cks_tp_worker_signal(((cks_server_h)arg)->tp);
+}
+
+cks_status_t cks_rp_decoders_start(cks_server_h s, unsigned nthreads)
+{
+    cks_workq_params_t p = {.nthreads = nthreads ? nthreads : 1,
+                            .run      = cks_rp_decode_run,
+                            .wake     = cks_rp_decoders_wake,
+                            .arg      = s};
+    return cks_workq_create(&p, &s->rp->wq);
+}
+
+/* The state's end (after the metadata writer's): a running decode
+ * finishes; those not begun come back; every one ends canceled, its arena
+ * space freed. */
+void cks_rp_decoders_stop(cks_server_h s)
+{
+    cks_rp_t *rp = s->rp;
+    if (rp->wq == NULL) {
+        return;
+    }
+    cks_workq_job_t *lists[2] = {cks_workq_stop(rp->wq), NULL};
+    lists[1] = cks_workq_take_done(rp->wq);
+    for (int i = 0; i < 2; i++) {
+        while (lists[i] != NULL) {
+            cks_workq_job_t *next = lists[i]->next;
+            cks_rp_decode_done(CKS_CONTAINER_OF(lists[i], cks_rp_work_t, wq), 1);
+            lists[i] = next;
+        }
+    }
+    cks_workq_destroy(rp->wq);
+    rp->wq = NULL;
+}
 
 static void cks_rp_fetch_end(cks_rp_fetch_t *f)
 {
@@ -366,13 +509,13 @@ static void cks_rp_fetch_end(cks_rp_fetch_t *f)
     if (--f->pending > 0) {
         return;
     }
-    if (f->status == CKS_OK && cks_crc64(0, f->buf, w->t.chunk) != f->crc) {
-        f->status = CKS_ERR_CRC_MISMATCH;
+    if (f->status == CKS_OK && cks_fault_fire("repair_fetch_corrupt")) {
+        f->buf[w->t.chunk / 2] ^= 0x10; /* a bit flips on the way */
     }
     if (f->status == CKS_OK) {
-        w->have++;
+        w->have++; /* its CRC is checked with the decode */
     } else {
-        free(f->buf);
+        cks_rp_buf_put(w->s->rp, f->buf, w->t.chunk);
         f->buf = NULL;
     }
     w->reading--;
@@ -437,7 +580,7 @@ static void cks_rp_fetch_more(cks_rp_work_t *w)
         }
         cks_tp_conn_h conn = cks_sv_peer_down(s, w->group[i]) ? NULL
                                                               : cks_sv_peer_conn(s, w->group[i]);
-        if (conn == NULL || (f->buf = malloc(w->t.chunk)) == NULL) {
+        if (conn == NULL || (f->buf = cks_rp_buf_get(s->rp, w->t.chunk)) == NULL) {
             continue;
         }
         f->w       = w;
@@ -451,7 +594,7 @@ static void cks_rp_fetch_more(cks_rp_work_t *w)
                              cks_rp_fetch_reply,
                              cks_rp_fetch_done, f) != CKS_INPROGRESS) {
             w->reading--;
-            free(f->buf);
+            cks_rp_buf_put(s->rp, f->buf, w->t.chunk);
             f->buf = NULL;
         }
     }

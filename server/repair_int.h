@@ -33,6 +33,9 @@
 #define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)
 #define CKS_RP_TASKS_MAX      65536u
 #define CKS_RP_INFLIGHT       4u
+/* Fetch buffers kept for the next task while repair runs (a chunk each),
+ * returned when it has nothing left to do. */
+#define CKS_RP_POOL_MAX       (CKS_RP_INFLIGHT * CKS_PLACE_WIDTH_MAX)
 #define CKS_RP_CHECKS_MAX     16u
 #define CKS_RP_RATE_DEFAULT   (256ull << 20)
 /* No client data through this server for this long: repair runs at its idle
@@ -98,14 +101,23 @@ struct cks_rp_fetch {
 
 /* A task being done: its reads, then the decode and the record. */
 struct cks_rp_work {
+    cks_workq_job_t wq; /* the decoders' queue link (repair.c) */
     cks_server_h s;
     cks_rp_task_t t;
     uint16_t group[CKS_PLACE_WIDTH_MAX];
     unsigned next;     /* next member of the group to ask */
     unsigned reading;  /* reads in flight */
-    unsigned have;     /* chunks read and checked */
+    unsigned have;     /* chunks read, not yet found bad by their CRC */
     cks_rp_fetch_t f[CKS_PLACE_WIDTH_MAX];
     uint64_t off;      /* the rebuilt chunk's arena space */
+    /* the decode, on a decoder thread: its inputs, set before the push, and
+     * what it found (read by the progress thread once the job is back) */
+    cks_ec_h ec;
+    uint8_t *chunks[CKS_PLACE_WIDTH_MAX]; /* the k inputs, and the output */
+    uint8_t present[CKS_PLACE_WIDTH_MAX];
+    cks_status_t dstatus;
+    unsigned bad;      /* CKS_ERR_CRC_MISMATCH: the chunk that failed its CRC */
+    uint64_t crc;      /* CKS_OK: the rebuilt chunk's CRC */
 };
 
 /* A coordinator's question to every server about one DEGRADED version. */
@@ -165,6 +177,10 @@ struct cks_rp {
     int scan_wanted;
     uint64_t next_scan_ns;
     unsigned inflight;
+    cks_workq_t *wq;        /* the decoder threads (CRC checks, decode, CRC) */
+    uint8_t *pool[CKS_RP_POOL_MAX]; /* fetch buffers of pool_chunk bytes */
+    size_t npool;
+    uint64_t pool_chunk;
     uint64_t rate_cap;      /* while clients move data (--repair-rate; UINT64_MAX: none) */
     uint64_t idle_cap;      /* while they do not (--repair-idle-rate; UINT64_MAX: none) */
     double tokens;
@@ -230,5 +246,12 @@ void cks_rp_check_versions(cks_server_h s);
  * lacks, and the tasks started that the pacing allows (heal.c's tick) */
 void cks_rp_scan(cks_server_h s);
 void cks_rp_work_start(cks_server_h s);
+/* repair.c: the decoder threads started (their count: --encoders) and
+ * stopped; the decodes they finished, taken on the progress thread; the
+ * fetch buffers kept, returned (repair idle, or the state's end) */
+cks_status_t cks_rp_decoders_start(cks_server_h s, unsigned nthreads);
+void cks_rp_decoders_stop(cks_server_h s);
+void cks_rp_decoded(cks_server_h s);
+void cks_rp_pool_drain(cks_rp_t *rp);
 
 #endif

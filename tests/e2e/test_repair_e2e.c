@@ -686,3 +686,41 @@ Test(repair_race, version_committed_while_a_round_lists_is_kept)
     verify_version(c, v, "c0 and one more down");
     cks_client_destroy(c);
 }
+
+/* The server whose repair reads a chunk that flips a bit on its way. */
+#define CORRUPT_AT 2
+
+static void setup_corrupt(void)
+{
+    cks_test_suite_start("repair_fetch_corrupt:once", CORRUPT_AT);
+}
+
+TestSuite(repair_crc, .init = setup_corrupt, .fini = cks_test_suite_teardown, .timeout = 120);
+
+/* A chunk that a returning server's repair reads fails its CRC (fault
+ * repair_fetch_corrupt: a bit flips after it arrived, before the decoder
+ * checks it): the chunk is read from another member instead, and what is
+ * rebuilt is right: with two other servers down after the repair, every
+ * stripe needs the rebuilt chunks, and every version restores bit-exact. */
+Test(repair_crc, chunk_read_with_a_bad_crc_is_read_from_another_member)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    const char *log = cl.srv[CORRUPT_AT].log;
+    uint64_t v1, v2;
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    write_then_without(c, CORRUPT_AT, &v1, &v2);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[CORRUPT_AT]), 0);
+    wait_protected(c, v2);
+    (void)wait_repaired(c, CORRUPT_AT);
+    cks_client_destroy(c);
+    cr_assert(cks_test_log_has(log, "fault point 'repair_fetch_corrupt' fired", 5000),
+              "the fault never fired");
+    cr_assert(cks_test_log_has(log, "fails its CRC: reading another", 5000),
+              "the bad chunk was not reported");
+    kill_two_others(CORRUPT_AT, CORRUPT_AT + 1);
+    c = connect_cluster(20000);
+    verify_version(c, v2, "after a repair that read a bad chunk, two others down");
+    verify_version(c, v1, "after a repair that read a bad chunk, two others down");
+    cks_client_destroy(c);
+}
