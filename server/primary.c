@@ -452,6 +452,9 @@ static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
          * a new connection, before the chunk counts as missing */
         cks_tp_conn_h conn = cks_sv_peer(p->s, a->pos);
         a->resent          = 1;
+        cks_debug("chunk %u of stripe %llu of '%s' to server %u: %s (%s); sent again on a "
+                  "new connection", a->idx, (unsigned long long)a->stripe, p->key,
+                  cks_cluster_server(p->s->map, a->pos)->id, cks_status_string(status), msg);
         if (conn != NULL && cks_cput_send_chunk(a, conn) == CKS_INPROGRESS) {
             return;
         }

@@ -210,6 +210,7 @@ cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flag
         c->req_id = cks_tp_random_id() | (1ull << 63);
     } while (cks_hmap_get(w->calls, &c->req_id, sizeof(c->req_id)) != NULL);
     c->conn        = conn;
+    c->type        = type;
     c->cb          = cb;
     c->arg         = arg;
     c->hook        = hook;
@@ -277,7 +278,8 @@ int cks_tp_worker_expire(cks_tp_worker_h w)
         cks_tp_conn_h conn = c->conn;
         int in_flight      = c->sending;
         cks_tp_conn_get(conn); /* the call's reference goes when it ends */
-        cks_warn("%s: %s did not answer in time", w->name, conn->peer);
+        cks_warn("%s: %s did not answer %s in time", w->name, conn->peer,
+                 cks_msg_name(c->type));
         conn->unanswered = conn->outgoing;
         cks_dl_move(&w->calls_dl, e, CKS_DL_NEVER);
         cks_tp_call_fail(w, c, CKS_ERR_TIMEOUT, "no answer in time"); /* c may be gone */

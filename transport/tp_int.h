@@ -81,6 +81,7 @@ struct cks_tp_call_req {
     cks_tp_call_hook_t hook;
     void *hook_arg;
     uint64_t req_id;
+    unsigned type; /* the request's message type (for the log) */
     cks_tp_conn_h conn;
     int sending, replied;
     uint64_t abandon_ns; /* failed while UCX held its send: given up then */
