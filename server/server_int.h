@@ -561,7 +561,7 @@ void cks_sv_read_end(struct cks_server *s, cks_sv_read_t *r);
  *  returns ms until the next is due, or -1 (member.c). */
 int cks_sv_reads_expire(struct cks_server *s);
 
-/* flush.c: the durable tier */
+/* flush_policy.c: the durable tier on the progress thread */
 /** FLUSH_CHUNKS or FLUSH_PUBLISH (progress thread): validated and queued to
  *  the flush thread; answered when it is done. */
 void cks_sv_flush_request(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
