@@ -28,7 +28,7 @@
 #define CKS_SV_CHUNK_MAX       (64u << 20)
 
 /* Versions left OPEN without their coordinator state, claimed again
- * (cluster.c): every this long, this many times at most. */
+ * (lost.c): every this long, this many times at most. */
 #define CKS_SV_RELOST_EVERY_NS (5ull * 1000000000ull)
 #define CKS_SV_RELOST_TRIES    720
 /* Drops a peer missed, sent again (outcome.c): at most this many kept, one
@@ -79,29 +79,57 @@ void cks_cput_spread(struct cks_cput *p);
 
 void cks_sv_slow_sends(cks_server_h s, int all);
 
-void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
-                              cks_status_t *status_p, char *why, size_t why_len);
+/* ---- between the coordinator's files (cluster.c's DESIGN names them, top
+ * down; each calls only those below it) ---- */
 
-/* ---- between the coordinator's files: cluster.c, objects.c (objects
- * reported and owed) and outcome.c (seals, commit, abort, the broadcasts) ---- */
+/* claims.c: who coordinates a version, and the versions to claim again */
 
+/* Is `v` a version this server coordinates and that still takes work? */
 int cks_sv_cv_open(const cks_sv_version_t *v);
-
-void cks_sv_relost_add(cks_server_h s, const char *job, size_t job_len,
-                              uint64_t version, uint64_t when_ns);
-
-int cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m);
 
 int cks_sv_coordinated_elsewhere(cks_server_h s, const cks_sv_version_t *v,
                                         const cks_wire_str_t *job, uint64_t version,
                                         char *why, size_t why_len);
 
-void cks_sv_cv_kick(const void *key, size_t len, void *value, void *arg);
+/* A version left OPEN here without its coordinator state, claimed again by
+ * lost.c (cks_sv_relost_run()). */
+typedef struct cks_sv_relost {
+    struct cks_sv_relost *next;
+    char job[CKS_JOB_MAX_LEN + 1];
+    uint32_t job_len;
+    uint64_t version;
+    uint64_t next_ns;
+    unsigned tries;
+    uint32_t round; /* the ballot's round of the next claim */
+    int in_flight;
+} cks_sv_relost_t;
+
+void cks_sv_relost_add(cks_server_h s, const char *job, size_t job_len,
+                              uint64_t version, uint64_t when_ns);
+
+/* The entry of (job, version), unlinked from the list when `unlink`; NULL
+ * when there is none. */
+cks_sv_relost_t *cks_sv_relost_find(cks_server_h s, const cks_wire_str_t *job, uint64_t version,
+                                    int unlink);
+
+/* lost.c: orphans and versions left OPEN, claimed, then dropped */
+
+int cks_sv_object_orphan(cks_server_h s, const cks_msg_object_done_t *m);
+
+/* Claim again the listed versions that are due (the cluster's progress). */
+void cks_sv_relost_run(cks_server_h s, uint64_t now);
+
+/* objects.c: the objects a version's primaries report and owe */
+
+void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
+                              cks_status_t *status_p, char *why, size_t why_len);
 
 cks_status_t cks_sv_owed_sealed(cks_server_h s, cks_sv_version_t *v,
                                        const cks_wire_str_t *primaries);
 
 void cks_sv_cv_owed_each(const void *key, size_t len, void *value, void *arg);
+
+/* outcome.c: seals decided, commit and abort, the broadcasts, drops owed */
 
 void cks_sv_owed_send(cks_server_h s, int all_cancel);
 
@@ -115,5 +143,9 @@ void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v);
 void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit);
 
 void cks_sv_cv_check(cks_server_h s, cks_sv_version_t *v);
+
+/* cluster.c */
+
+void cks_sv_cv_kick(const void *key, size_t len, void *value, void *arg);
 
 #endif

@@ -54,12 +54,20 @@
  * coordinator took it over, or it was committed), it keeps its record OPEN
  * and learns the outcome by catch-up.
  *
+ * The files: claims.c keeps the grants, the reports kept and the versions
+ * to claim again (the table every other file reads); this one holds the
+ * rules a server grants by and a candidate's claim; fence.c the one round
+ * of VERSION_CLAIM to the others and the fence; grant.c answers
+ * VERSION_CLAIM; takeover.c takes a version over; lost.c claims what a
+ * restart or a failed fence left OPEN.
+ *
  * Never: a begin or takeover without a majority of grants; an outcome
  * recorded or sent without a majority of fences; a grant of a higher ballot
  * by a server that fenced a lower one.
  */
 #include "coord_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,96 +88,9 @@ static int cks_sv_ballot_cmp(uint32_t r1, uint32_t c1, uint32_t r2, uint32_t c2)
     return c1 < c2 ? -1 : c1 > c2;
 }
 
-size_t cks_sv_coord_candidates(cks_server_h s, const char *job, size_t job_len,
-                               uint64_t version, uint16_t *out)
-{
-    return cks_place_coordinators(s->map, job, job_len, version, out,
-                                  CKS_COORD_CANDIDATES_MAX);
-}
-
-int cks_sv_coord_candidate(cks_server_h s, const char *job, size_t job_len, uint64_t version,
-                           size_t *rank_p)
-{
-    uint16_t cand[CKS_COORD_CANDIDATES_MAX];
-    size_t n = cks_sv_coord_candidates(s, job, job_len, version, cand);
-    for (size_t i = 0; i < n; i++) {
-        if (cand[i] == s->self) {
-            if (rank_p != NULL) {
-                *rank_p = i;
-            }
-            return 1;
-        }
-    }
-    return 0;
-}
-
-cks_sv_claim_t *cks_sv_claim_get(cks_server_h s, const char *job, size_t job_len,
-                                        uint64_t version)
-{
-    uint8_t key[CKS_JOB_MAX_LEN + 16];
-    size_t klen          = cks_vkey(key, job, job_len, version);
-    cks_sv_claim_t *cl   = cks_hmap_get(s->claims, key, klen);
-    if (cl != NULL && cl->expires_ns <= cks_time_ns()) {
-        free(cks_hmap_del(s->claims, key, klen));
-        cl = NULL;
-    }
-    return cl;
-}
-
-int cks_sv_claim_holder(cks_server_h s, const char *job, size_t job_len, uint64_t version,
-                        uint32_t *coord_p)
-{
-    cks_sv_claim_t *cl = s->claims != NULL ? cks_sv_claim_get(s, job, job_len, version) : NULL;
-    if (cl != NULL && coord_p != NULL) {
-        *coord_p = cl->coord;
-    }
-    return cl != NULL;
-}
-
-void cks_sv_claim_forget(cks_server_h s, const char *job, size_t job_len, uint64_t version)
-{
-    uint8_t key[CKS_JOB_MAX_LEN + 16];
-    if (s->claims != NULL) {
-        free(cks_hmap_del(s->claims, key, cks_vkey(key, job, job_len, version)));
-    }
-}
-
-/* Grant ballot (round, coord) the version (or renew its grant); `params`,
- * when not NULL, are the begin's parameters. */
-cks_status_t cks_sv_claim_set(cks_server_h s, const char *job, size_t job_len,
-                                     uint64_t version, uint32_t coord, uint32_t round,
-                                     uint32_t ttl_s, const cks_msg_version_claim_t *params)
-{
-    uint8_t key[CKS_JOB_MAX_LEN + 16];
-    size_t klen        = cks_vkey(key, job, job_len, version);
-    cks_sv_claim_t *cl = cks_hmap_get(s->claims, key, klen);
-    if (cl == NULL) {
-        cl = calloc(1, sizeof(*cl));
-        if (cl == NULL || cks_hmap_put(s->claims, key, klen, cl) != CKS_OK) {
-            free(cl);
-            return CKS_ERR_NO_MEMORY;
-        }
-    }
-    if (cl->coord != coord || cl->round != round) {
-        cl->fenced = 0;
-    }
-    cl->coord      = coord;
-    cl->round      = round;
-    cl->expires_ns = cks_time_ns() + (uint64_t)ttl_s * 1000000000ull;
-    if (params != NULL && params->nranks > 0 && params->k > 0 && params->m > 0 &&
-        params->chunk_size > 0) {
-        /* a real begin's (an orphan's claim carries none) */
-        cl->p          = *params;
-        cl->p.job      = (cks_wire_str_t){NULL, 0};
-        cl->has_params = 1;
-    }
-    return CKS_OK;
-}
-
 /* May `coord` begin the version (round 0), as far as this server knows? */
-static cks_status_t cks_sv_claim_check(cks_server_h s, const cks_wire_str_t *job,
-                                       uint64_t version, uint32_t coord, char *why,
-                                       size_t why_len)
+cks_status_t cks_sv_claim_check(cks_server_h s, const cks_wire_str_t *job, uint64_t version,
+                                uint32_t coord, char *why, size_t why_len)
 {
     cks_md_version_t rec;
     cks_sv_version_t *v = cks_sv_version_find(s, job, version);
@@ -218,8 +139,6 @@ static cks_wire_str_t cks_sv_job_own(char *buf, const cks_wire_str_t *job)
     buf[job->len] = '\0';
     return (cks_wire_str_t){buf, job->len};
 }
-
-typedef void (*cks_sv_judged_t)(void *arg, cks_status_t status, const char *why);
 
 typedef struct {
     cks_server_h s;
@@ -324,8 +243,8 @@ static void cks_sv_judge_asked(void *arg, cks_status_t status, const char *msg)
 
 /* Decide a takeover's claim (round > 0) here: done(arg, status, why), now or
  * once the holder of this server's grant was asked whether it is alive. */
-static void cks_sv_judge(cks_server_h s, const cks_msg_version_claim_t *m,
-                         cks_sv_judged_t done, void *arg)
+void cks_sv_judge(cks_server_h s, const cks_msg_version_claim_t *m, cks_sv_judged_t done,
+                  void *arg)
 {
     char why[CKS_MSG_MAX_LEN];
     uint32_t holder     = 0;
@@ -357,83 +276,6 @@ static void cks_sv_judge(cks_server_h s, const cks_msg_version_claim_t *m,
                                     j) != CKS_INPROGRESS) {
         cks_sv_judge_asked(j, CKS_ERR_UNREACHABLE, "cannot connect");
     }
-}
-
-/* A takeover's claim from a peer, judged: the answer. */
-typedef struct {
-    cks_tp_conn_h conn;
-    uint64_t req_id;
-} cks_sv_claim_reply_t;
-
-static void cks_sv_claim_judged(void *arg, cks_status_t status, const char *why)
-{
-    cks_sv_claim_reply_t *r = arg;
-    cks_sv_reply_status(r->conn, r->req_id, status, status == CKS_OK ? NULL : "%s",
-                        why != NULL ? why : "");
-    cks_tp_conn_put(r->conn);
-    free(r);
-}
-
-/* ---- VERSION_CLAIM from a peer ------------------------------------------------------- */
-
-void cks_sv_version_claim(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
-                          const cks_msg_version_claim_t *m)
-{
-    char why[CKS_MSG_MAX_LEN] = "";
-    cks_status_t st           = cks_sv_check_names(&m->job, NULL);
-
-    if (st != CKS_OK || m->coord >= cks_cluster_nservers(s->map) || m->ttl_s == 0 ||
-        m->op > CKS_CLAIM_OP_REPORT) {
-        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM, "bad claim");
-        return;
-    }
-    if (m->op == CKS_CLAIM_OP_RELEASE) {
-        cks_sv_claim_t *cl = cks_sv_claim_get(s, m->job.ptr, m->job.len, m->version);
-        if (cl != NULL && cl->coord == m->coord && cl->round == m->round && !cl->fenced) {
-            cks_sv_claim_forget(s, m->job.ptr, m->job.len, m->version);
-        }
-        cks_sv_reply_status(conn, req_id, CKS_OK, NULL);
-        return;
-    }
-    if (m->op == CKS_CLAIM_OP_FENCE) {
-        st = cks_sv_fence_here(s, &m->job, m->version, m->coord, m->round, m->ttl_s, why,
-                               sizeof(why));
-        cks_sv_reply_status(conn, req_id, st, st == CKS_OK ? NULL : "%s", why);
-        return;
-    }
-    if (m->op == CKS_CLAIM_OP_REPORT) {
-        /* also when this server did not grant the takeover (it was slow, or
-         * reaches the old coordinator): reports are facts, sent to whoever
-         * won a majority; one that does not coordinate the version refuses */
-        if (!cks_fault_fire("report_lost")) { /* test builds: the question is lost */
-            cks_sv_kept_resend(s, &m->job, m->version, m->coord);
-        }
-        cks_sv_reply_status(conn, req_id, CKS_OK, NULL);
-        return;
-    }
-    if (m->round > 0) {
-        /* a takeover: judged here, maybe after asking the holder */
-        cks_sv_claim_reply_t *r = malloc(sizeof(*r));
-        if (r == NULL) {
-            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, "server out of memory");
-            return;
-        }
-        r->conn   = conn;
-        r->req_id = req_id;
-        cks_tp_conn_get(conn);
-        cks_sv_judge(s, m, cks_sv_claim_judged, r);
-        return;
-    }
-    st = cks_sv_claim_check(s, &m->job, m->version, m->coord, why, sizeof(why));
-    if (st == CKS_OK) {
-        st = cks_sv_claim_set(s, m->job.ptr, m->job.len, m->version, m->coord, 0, m->ttl_s, m);
-        snprintf(why, sizeof(why), "%s", st == CKS_OK ? "" : "server out of memory");
-    }
-    if (st == CKS_OK) {
-        cks_debug("granted version %llu of '%.*s' to coordinator %u",
-                  (unsigned long long)m->version, (int)m->job.len, m->job.ptr, m->coord);
-    }
-    cks_sv_reply_status(conn, req_id, st, st == CKS_OK ? NULL : "%s", why);
 }
 
 /* ---- claiming ---------------------------------------------------------------------- */
@@ -492,24 +334,6 @@ static void cks_sv_claiming_free(struct cks_sv_claiming *c)
     }
     free(c->grantors);
     free(c);
-}
-
-void cks_sv_why_unreachable(cks_server_h s, const uint8_t *state, int addrs, char *why,
-                            size_t why_len, int len)
-{
-    size_t n = cks_cluster_nservers(s->map);
-    for (size_t pos = 0; pos < n && len > 0 && (size_t)len < why_len; pos++) {
-        const cks_cluster_server_t *cs = cks_cluster_server(s->map, pos);
-        if (state[pos] != CKS_SV_UNREACHED) {
-            continue;
-        }
-        if (addrs) {
-            len += snprintf(why + len, why_len - (size_t)len, " %zu (%s:%u)", pos, cs->addr,
-                            cs->port);
-        } else {
-            len += snprintf(why + len, why_len - (size_t)len, " %zu", pos);
-        }
-    }
 }
 
 /* Decide when the grants make a majority, or can no longer. */
@@ -588,32 +412,6 @@ static void cks_sv_claim_answered(void *arg, cks_status_t status, const char *ms
     }
     free(call);
     cks_sv_claim_decide(c);
-}
-
-unsigned cks_sv_claim_ask_others(cks_server_h s, const cks_msg_version_claim_t *cm,
-                                 int timeout_ms, cks_tp_call_cb_t answered, void *owner,
-                                 uint8_t *state)
-{
-    size_t n         = cks_cluster_nservers(s->map);
-    unsigned unasked = 0;
-    for (size_t pos = 0; pos < n; pos++) {
-        if (pos == s->self) {
-            continue;
-        }
-        cks_tp_conn_h pc   = cks_sv_peer(s, pos);
-        cks_sv_ask_t *call = pc != NULL ? malloc(sizeof(*call)) : NULL;
-        if (call != NULL) {
-            call->owner = owner;
-            call->pos   = pos;
-        }
-        if (call == NULL || cks_tp_call(pc, CKS_MSG_VERSION_CLAIM, 0, cm, NULL, 0, NULL,
-                                        timeout_ms, answered, call) != CKS_INPROGRESS) {
-            free(call);
-            state[pos] = CKS_SV_UNREACHED;
-            unasked++;
-        }
-    }
-    return unasked;
 }
 
 /* Claim the version with ballot (round, self). round 0: a begin (or, with

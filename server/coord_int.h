@@ -1,5 +1,6 @@
 /*
- * coord.c, fence.c and takeover.c: ballots, grants and claims, shared.
+ * Ballots, grants and claims, shared by the files of coordinator failover
+ * (claims.c, coord.c, fence.c, grant.c, takeover.c; see coord.c).
  */
 #ifndef CKS_COORD_INT_H
 #define CKS_COORD_INT_H
@@ -58,7 +59,7 @@ typedef struct {
 /* What a server answered a claim (grantors[]). */
 enum { CKS_SV_UNASKED = 0, CKS_SV_GRANTED = 1, CKS_SV_UNREACHED = 2, CKS_SV_REFUSED = 3 };
 
-/* Reports kept for a takeover (fence.c), by version. */
+/* Reports kept for a takeover (claims.c), by version. */
 typedef struct {
     cks_msg_object_done_t m; /* strings point into key, why */
     char key[CKS_KEY_MAX_LEN + 1];
@@ -74,7 +75,7 @@ typedef struct {
     uint64_t version;
 } cks_sv_kept_t;
 
-/* ---- between coord.c, fence.c (the fence, reports kept) and takeover.c ---- */
+/* ---- claims.c: the claim table, the fence rule, reports kept ---- */
 
 cks_sv_claim_t *cks_sv_claim_get(cks_server_h s, const char *job, size_t job_len,
                                         uint64_t version);
@@ -83,7 +84,33 @@ cks_status_t cks_sv_claim_set(cks_server_h s, const char *job, size_t job_len,
                                      uint64_t version, uint32_t coord, uint32_t round,
                                      uint32_t ttl_s, const cks_msg_version_claim_t *params);
 
+/* FENCE here: may ballot (round, coord) record the version's outcome? */
+cks_status_t cks_sv_fence_here(cks_server_h s, const cks_wire_str_t *job,
+                                      uint64_t version, uint32_t coord, uint32_t round,
+                                      uint32_t ttl_s, char *why, size_t why_len);
+
+void cks_sv_kept_free(cks_server_h s, cks_sv_kept_t *k);
+
+/* ---- coord.c: the rules a server grants by, a candidate's claim ---- */
+
+/* May `coord` begin the version (round 0), as far as this server knows? */
+cks_status_t cks_sv_claim_check(cks_server_h s, const cks_wire_str_t *job, uint64_t version,
+                                uint32_t coord, char *why, size_t why_len);
+
+typedef void (*cks_sv_judged_t)(void *arg, cks_status_t status, const char *why);
+
+/* Decide a takeover's claim (round > 0) here: done(arg, status, why), now or
+ * once the holder of this server's grant was asked whether it is alive. */
+void cks_sv_judge(cks_server_h s, const cks_msg_version_claim_t *m, cks_sv_judged_t done,
+                  void *arg);
+
 void cks_sv_claim_noop(void *arg, cks_status_t status, const char *msg);
+
+void cks_sv_claim_run(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                             const cks_msg_version_begin_t *m, uint32_t round, int lost,
+                             cks_sv_claim_done_t done);
+
+/* ---- fence.c: the one round of VERSION_CLAIM to the other servers ---- */
 
 /* The servers marked CKS_SV_UNREACHED in state[] (by position) named at
  * why + len (len: what why holds so far, as snprintf counted it), " <pos>"
@@ -99,15 +126,7 @@ unsigned cks_sv_claim_ask_others(cks_server_h s, const cks_msg_version_claim_t *
                                  int timeout_ms, cks_tp_call_cb_t answered, void *owner,
                                  uint8_t *state);
 
-void cks_sv_claim_run(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
-                             const cks_msg_version_begin_t *m, uint32_t round, int lost,
-                             cks_sv_claim_done_t done);
-
-cks_status_t cks_sv_fence_here(cks_server_h s, const cks_wire_str_t *job,
-                                      uint64_t version, uint32_t coord, uint32_t round,
-                                      uint32_t ttl_s, char *why, size_t why_len);
-
-void cks_sv_kept_free(cks_server_h s, cks_sv_kept_t *k);
+/* ---- takeover.c: reports sent again to whoever took a version over ---- */
 
 void cks_sv_kept_resend(cks_server_h s, const cks_wire_str_t *job, uint64_t version,
                                size_t to);

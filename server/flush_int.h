@@ -1,6 +1,7 @@
 /*
  * The flush modules' shared state: jobs, the policy, the flush thread's
- * context (flush.c, flush_thread.c, flush_policy.c).
+ * context (flush.c, flush_publish.c, flush_scan.c, flush_thread.c,
+ * flush_policy.c).
  */
 #ifndef CKS_FLUSH_INT_H
 #define CKS_FLUSH_INT_H
@@ -153,7 +154,11 @@ typedef struct {
 void cks_fl_fail(cks_fl_job_t *j, cks_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* ---- between flush.c, flush_publish.c, flush_policy.c and flush_thread.c ---- */
+/* ---- between the flush files, grouped by the file that defines them:
+ * flush_policy.c calls flush_thread.c, which runs the jobs of flush.c,
+ * flush_publish.c and flush_scan.c ---- */
+
+/* flush.c: paths, records, what a server holds, chunks written */
 
 int cks_fl_paths(cks_fl_job_t *j, cks_fl_paths_t *p);
 
@@ -185,30 +190,32 @@ cks_status_t cks_fl_manifest(cks_server_h s, cks_fl_job_t *j, cks_md_txn_h txn,
 
 void cks_fl_chunks(struct cks_sv_flush *fl, cks_fl_job_t *j);
 
+/* flush_publish.c */
+
 void cks_fl_publish(struct cks_sv_flush *fl, cks_fl_job_t *j);
+
+/* flush_scan.c: the scan, an age check, whether the policy and scan are on */
 
 int cks_fl_scan_on(cks_server_h s);
 
-int cks_fl_age_due(cks_server_h s, const char *jobdir);
+int cks_fl_policy_on(cks_server_h s);
 
-void cks_fl_hand_back(struct cks_sv_flush *fl, cks_fl_job_t *j);
+int cks_fl_age_due(cks_server_h s, const char *jobdir);
 
 void cks_fl_scan_requests(struct cks_sv_flush *fl, const char *jobdir, const char *dname);
 
 void cks_fl_scan(struct cks_sv_flush *fl);
 
-void cks_fl_answer_all(cks_fl_auto_t *a, cks_status_t status, const char *why);
-
-void cks_fl_policy_start(cks_server_h s, const char *job, size_t job_len,
-                                uint64_t version, const char *why, int requested,
-                                cks_fl_waiter_t *w);
-
-void cks_fl_scan_due(cks_server_h s, const cks_fl_job_t *j);
-
-void cks_fl_finish(cks_server_h s, cks_fl_job_t *j);
+/* flush_thread.c: the thread, its queue and the jobs it hands back */
 
 cks_status_t cks_fl_start(cks_server_h s);
 
 void cks_fl_queue(cks_server_h s, cks_fl_job_t *j);
+
+cks_fl_job_t *cks_fl_take_done(struct cks_sv_flush *fl);
+
+void cks_fl_stop(struct cks_sv_flush *fl);
+
+void cks_fl_free(cks_server_h s);
 
 #endif

@@ -1,7 +1,10 @@
 /*
- * DESIGN: the flush thread: it takes jobs from the progress thread, writes
- * chunks to disk paced by --flush-rate, and hands results back. See flush.c
- * for the whole design.
+ * DESIGN: the flush thread: it takes jobs from the progress thread in
+ * order, runs each (chunks written, flush.c; a version published,
+ * flush_publish.c; a request recorded or removed; a version's age read)
+ * and the scan when it is due (flush_scan.c), and hands every job back;
+ * the progress thread takes them (cks_fl_take_done()) and finishes them
+ * (flush_policy.c). Start, queue, stop. See flush.c for the whole design.
  *
  * Never: touch the progress thread's state or UCX from this thread.
  */
@@ -68,91 +71,11 @@ static void *cks_fl_thread(void *arg)
             cks_fl_publish(fl, j);
         }
         pthread_mutex_lock(&fl->lock);
-        cks_fl_hand_back(fl, j);
+        cks_fl_append(&fl->done_head, &fl->done_tail, j); /* to the progress thread */
         cks_tp_worker_signal(fl->s->tp);
     }
     pthread_mutex_unlock(&fl->lock);
     return NULL;
-}
-
-
-void cks_fl_finish(cks_server_h s, cks_fl_job_t *j)
-{
-    uint64_t ms = (cks_time_ns() - j->start_ns) / 1000000u;
-    if (j->type == CKS_FL_SCAN_DUE) {
-        cks_fl_scan_due(s, j);
-        free(j);
-        return;
-    }
-    if (j->type == CKS_FL_AGE_CHECK) {
-        if (j->due && s->flush != NULL && !s->flush->stop) {
-            cks_fl_policy_start(s, j->job, j->job_len, j->version,
-                                "the newest flushed version is older than --flush-age", 0,
-                                NULL);
-        }
-        free(j);
-        return;
-    }
-    if (j->type == CKS_FL_SCAN_REQ) {
-        if (s->flush != NULL && !s->flush->stop) {
-            cks_fl_policy_start(s, j->job, j->job_len, j->version,
-                                "asked for and not finished", 1, NULL);
-        }
-        free(j);
-        return;
-    }
-    if (j->type == CKS_FL_RECORD || j->type == CKS_FL_UNRECORD) {
-        if (j->status != CKS_OK && j->status != CKS_ERR_SHUTTING_DOWN) {
-            cks_warn("flush of version %" PRIu64 " of '%s': %s (it goes on, unrecorded: a stop "
-                     "now would not resume it)",
-                     j->version, j->job, j->why);
-        }
-        free(j);
-        return;
-    }
-    if (j->reading) {
-        cks_sv_read_end(s, &j->read);
-    }
-    if (j->status == CKS_OK && j->type == CKS_MSG_FLUSH_CHUNKS) {
-        cks_info("flush: version %" PRIu64 " of '%s': %" PRIu64 " chunks, %" PRIu64
-                 " bytes written in %" PRIu64 " ms",
-                 j->version, j->job, j->chunks, j->bytes, ms);
-    } else if (j->status != CKS_OK) {
-        cks_warn("flush of version %" PRIu64 " of '%s' failed: %s", j->version, j->job,
-                 j->why);
-    }
-    if (j->done != NULL) {
-        j->done(s, j);
-    } else {
-        cks_sv_reply_status(j->conn, j->req_id, j->status, j->status == CKS_OK ? NULL : "%s",
-                            j->why);
-        cks_tp_conn_put(j->conn);
-    }
-    free(j);
-}
-
-
-void cks_sv_flush_progress(cks_server_h s)
-{
-    struct cks_sv_flush *fl = s->flush;
-    cks_fl_job_t *j;
-    if (fl == NULL) {
-        /* with a policy, the flush thread runs from the start: its scan
-         * resumes flushes that a stop interrupted */
-        if (cks_fl_scan_on(s) && !s->stop) {
-            cks_fl_start(s);
-        }
-        return;
-    }
-    pthread_mutex_lock(&fl->lock);
-    j             = fl->done_head;
-    fl->done_head = fl->done_tail = NULL;
-    pthread_mutex_unlock(&fl->lock);
-    while (j != NULL) {
-        cks_fl_job_t *next = j->next;
-        cks_fl_finish(s, j);
-        j = next;
-    }
 }
 
 cks_status_t cks_fl_start(cks_server_h s)
@@ -182,39 +105,6 @@ cks_status_t cks_fl_start(cks_server_h s)
     return CKS_OK;
 }
 
-void cks_sv_flush_stop(cks_server_h s)
-{
-    struct cks_sv_flush *fl = s->flush;
-    if (fl == NULL) {
-        return;
-    }
-    pthread_mutex_lock(&fl->lock);
-    fl->stop = 1;
-    pthread_cond_broadcast(&fl->cond);
-    pthread_mutex_unlock(&fl->lock);
-    pthread_join(fl->thread, NULL); /* queued jobs end as SHUTTING_DOWN */
-    cks_sv_flush_progress(s);
-    while (fl->pol != NULL) {
-        cks_fl_pol_t *e = fl->pol;
-        fl->pol         = e->next;
-        if (e->a != NULL) {
-            e->a->pol = NULL; /* its peers' answers may still come */
-            /* its clients, while their connections are up */
-            cks_fl_answer_all(e->a, CKS_ERR_SHUTTING_DOWN,
-                              e->a->requested
-                                  ? "the server is stopping; the request is recorded: it "
-                                    "flushes the version once it is back"
-                                  : "the server is stopping");
-        }
-        free(e);
-    }
-    pthread_cond_destroy(&fl->cond);
-    pthread_mutex_destroy(&fl->lock);
-    free(fl);
-    s->flush = NULL;
-}
-
-
 /* To the flush thread (progress thread). */
 void cks_fl_queue(cks_server_h s, cks_fl_job_t *j)
 {
@@ -230,90 +120,34 @@ void cks_fl_queue(cks_server_h s, cks_fl_job_t *j)
     pthread_mutex_unlock(&s->flush->lock);
 }
 
-
-void cks_sv_flush_request(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsigned type,
-                          const cks_msg_flush_t *m)
+/* Every job the flush thread handed back, oldest first (progress thread). */
+cks_fl_job_t *cks_fl_take_done(struct cks_sv_flush *fl)
 {
-    const char *root = s->p.flush_dir;
     cks_fl_job_t *j;
-    cks_status_t status;
+    pthread_mutex_lock(&fl->lock);
+    j             = fl->done_head;
+    fl->done_head = fl->done_tail = NULL;
+    pthread_mutex_unlock(&fl->lock);
+    return j;
+}
 
-    if (s->map == NULL) {
-        cks_sv_reply_status(conn, req_id, CKS_ERR_UNSUPPORTED,
-                            "flush needs a cluster (erasure-coded versions)");
-        return;
-    }
-    status = cks_sv_check_names(&m->job, NULL);
-    if (status != CKS_OK) {
-        cks_sv_reply_status(conn, req_id, status, "bad job name");
-        return;
-    }
-    if (root == NULL) {
-        /* a client never chooses where a server writes: only the operator */
-        cks_sv_reply_status(conn, req_id, CKS_ERR_UNSUPPORTED,
-                            "flushing is off: this server was started without --flush-dir");
-        return;
-    }
-    if (m->dir.len > 0 &&
-        (m->dir.len >= PATH_MAX || memchr(m->dir.ptr, '\0', m->dir.len) != NULL ||
-         m->dir.ptr[0] != '/')) {
-        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
-                            "the flush directory must be an absolute path");
-        return;
-    }
-    if (m->dir.len > 0 &&
-        (m->dir.len != strlen(root) || memcmp(m->dir.ptr, root, m->dir.len) != 0)) {
-        /* a server with a flush directory writes there only */
-        cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
-                            "this server flushes to its --flush-dir %s only", root);
-        return;
-    }
-    if (s->flush == NULL && (status = cks_fl_start(s)) != CKS_OK) {
-        cks_sv_reply_status(conn, req_id, status, "cannot start the flush thread");
-        return;
-    }
-    if (type == CKS_MSG_FLUSH_VERSION) {
-        /* a client asks this server to run the whole flush: the request is
-         * recorded first (the flush thread takes jobs in order), then the
-         * flush starts, or the client joins the one in flight */
-        cks_fl_waiter_t *w = calloc(1, sizeof(*w));
-        j                  = calloc(1, sizeof(*j));
-        if (w == NULL || j == NULL) {
-            free(w);
-            free(j);
-            cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, NULL);
-            return;
-        }
-        j->type = CKS_FL_RECORD;
-        memcpy(j->job, m->job.ptr, m->job.len);
-        j->job_len = m->job.len;
-        j->version = m->version;
-        snprintf(j->dir, sizeof(j->dir), "%s", root);
-        cks_fl_queue(s, j);
-        w->conn = conn;
-        cks_tp_conn_get(conn);
-        w->req_id = req_id;
-        cks_fl_policy_start(s, m->job.ptr, m->job.len, m->version, "asked for by a client", 1,
-                            w);
-        return;
-    }
-    j = calloc(1, sizeof(*j));
-    if (j == NULL) {
-        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_MEMORY, NULL);
-        return;
-    }
-    j->type = type;
-    j->conn = conn;
-    cks_tp_conn_get(conn);
-    j->req_id = req_id;
-    memcpy(j->job, m->job.ptr, m->job.len);
-    j->job_len = m->job.len;
-    j->version = m->version;
-    j->nonce   = m->nonce;
-    if (m->dir.len > 0) {
-        memcpy(j->dir, m->dir.ptr, m->dir.len);
-    } else {
-        snprintf(j->dir, sizeof(j->dir), "%s", root);
-    }
-    cks_fl_queue(s, j);
+/* Stop the flush thread and wait for it: what it had queued ends
+ * SHUTTING_DOWN, handed back. */
+void cks_fl_stop(struct cks_sv_flush *fl)
+{
+    pthread_mutex_lock(&fl->lock);
+    fl->stop = 1;
+    pthread_cond_broadcast(&fl->cond);
+    pthread_mutex_unlock(&fl->lock);
+    pthread_join(fl->thread, NULL); /* queued jobs end as SHUTTING_DOWN */
+}
+
+/* Free the flush thread's state (after cks_fl_stop() and the last take). */
+void cks_fl_free(cks_server_h s)
+{
+    struct cks_sv_flush *fl = s->flush;
+    pthread_cond_destroy(&fl->cond);
+    pthread_mutex_destroy(&fl->lock);
+    free(fl);
+    s->flush = NULL;
 }

@@ -397,12 +397,6 @@ void cks_sv_object_done_local(cks_server_h s, const cks_msg_object_done_t *m,
     cks_sv_cv_check(s, v);
 }
 
-void cks_sv_object_done_here(cks_server_h s, const cks_msg_object_done_t *m,
-                             cks_status_t *status_p, char *why, size_t why_len)
-{
-    cks_sv_object_done_local(s, m, status_p, why, why_len);
-}
-
 void cks_sv_object_done(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                         const cks_msg_object_done_t *m)
 {

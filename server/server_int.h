@@ -365,19 +365,20 @@ struct cks_server {
      * and has not spread yet, and the puts whose STORED answer waits */
     uint64_t unspread;
     struct cks_cput *owed_head, *owed_tail;
-    /* coord.c: grants of versions to coordinators, "job\0be64(version)" ->
+    /* claims.c: grants of versions to coordinators, "job\0be64(version)" ->
      * cks_sv_claim_t (cluster only) */
     cks_hmap_t *claims;
     uint64_t claims_sweep_ns; /* next sweep of expired grants */
-    /* coord.c: reports of objects of versions not yet ended that this
+    /* claims.c: reports of objects of versions not yet ended that this
      * server sent as a primary, or was sent for safekeeping by their
      * coordinator ("job\0be64(version)" -> cks_sv_kept_t), for a takeover */
     cks_hmap_t *kept;
     size_t nkept;
-    struct cks_sv_takeover *takeovers; /* takeovers being claimed here */
-    /* cluster.c: versions left OPEN here without their coordinator state (a
-     * restart, or a fence that found no majority): claimed again, and
-     * dropped everywhere once this server wins (every few seconds, bounded) */
+    struct cks_sv_takeover *takeovers; /* takeovers being claimed here (takeover.c) */
+    /* claims.c: versions left OPEN here without their coordinator state (a
+     * restart, or a fence that found no majority): claimed again by lost.c,
+     * and dropped everywhere once this server wins (every few seconds,
+     * bounded) */
     struct cks_sv_relost *relost;
 };
 
@@ -405,59 +406,16 @@ cks_status_t cks_sv_collect_extents(cks_md_txn_h txn, const char *job, size_t jo
  * checked by the caller; a kind past the last one reads as OTHER) */
 void cks_sv_object_of_entry(cks_md_object_t *o, const cks_msg_object_entry_t *e);
 
-/* coord.c: coordinator candidates, claims and their grants */
-/** What a claimed begin continues with: status CKS_OK when a majority of the
- *  servers granted this server the version (then the begin goes on), else
- *  the refusal and its reason (to answer the client with). */
-typedef void (*cks_sv_claim_done_t)(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
-                                    const cks_msg_version_begin_t *m, cks_status_t status,
-                                    const char *why);
+/* claims.c: what a server keeps by version for the coordinators' ballots */
 cks_status_t cks_sv_claims_init(struct cks_server *s);
 void cks_sv_claims_fini(struct cks_server *s);
 /** Drop grants past their time (progress thread, now and then). */
 void cks_sv_claims_expire(struct cks_server *s);
-/** Claim (job, version) for this server from every other one; `done` runs
- *  once a majority granted it or can no longer (m's strings are copied;
- *  conn may be NULL: a claim of the server's own, no client waits). */
-void cks_sv_claim_begin(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
-                        const cks_msg_version_begin_t *m, cks_sv_claim_done_t done);
-/** A restarted coordinator's claim of a version it left OPEN, with ballot
- *  (round, self); its own record does not stand against it. Round 0 first;
- *  refused, a higher round, which the other servers judge as a takeover
- *  (granted only when the holder of their grant does not answer). */
-void cks_sv_claim_lost(struct cks_server *s, const cks_msg_version_begin_t *m, uint32_t round,
-                       cks_sv_claim_done_t done);
-/** A rank's seal of a version this server does not coordinate, whose grant
- *  here names a coordinator: when the version may be taken over (a grant
- *  with its parameters, no parent, this server a candidate), this server
- *  claims it with a higher ballot and the seal waits for the outcome
- *  (returns 1: the request is taken); else 0 and the caller answers. */
-int cks_sv_takeover_seal(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
-                         uint32_t flags, const cks_wire_str_t *job, uint64_t version,
-                         uint64_t nobjects, uint64_t digest, uint32_t rank,
-                         const cks_wire_str_t *primaries);
-void cks_sv_takeovers_fini(struct cks_server *s);
-/** cluster.c: open a version this server won a takeover of (ballot round):
- *  coordinator state from the begin's parameters. */
-cks_status_t cks_sv_takeover_open(struct cks_server *s, const cks_msg_version_begin_t *m,
-                                  uint32_t round, uint32_t holder, char *why, size_t why_len);
-/** What a fence continues with: CKS_OK when a majority fenced the ballot. */
-typedef void (*cks_sv_fenced_t)(struct cks_server *s, cks_sv_version_t *v,
-                                cks_status_t status, const char *why);
-/** Ask every server to fence v's ballot (round v->round, this server). */
-void cks_sv_fence(struct cks_server *s, cks_sv_version_t *v, uint32_t ttl_s,
-                  cks_sv_fenced_t done);
 /** Keep a report (a primary's, or a coordinator's copy) for a takeover. */
 void cks_sv_kept_add(struct cks_server *s, const cks_msg_object_done_t *m);
 /** The version ended: its kept reports go. */
 void cks_sv_kept_forget(struct cks_server *s, const char *job, size_t job_len,
                         uint64_t version);
-/** cluster.c: a report handled here (as OBJECT_DONE from a peer is). */
-void cks_sv_object_done_here(struct cks_server *s, const cks_msg_object_done_t *m,
-                             cks_status_t *status_p, char *why, size_t why_len);
-/** VERSION_CLAIM from a peer. */
-void cks_sv_version_claim(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
-                          const cks_msg_version_claim_t *m);
 /** 1 when a grant of the version stands here (its coordinator in *coord_p). */
 int cks_sv_claim_holder(struct cks_server *s, const char *job, size_t job_len,
                         uint64_t version, uint32_t *coord_p);
@@ -470,6 +428,60 @@ size_t cks_sv_coord_candidates(struct cks_server *s, const char *job, size_t job
 /** 1 when this server is one of them (its place in *rank_p, may be NULL). */
 int cks_sv_coord_candidate(struct cks_server *s, const char *job, size_t job_len,
                            uint64_t version, size_t *rank_p);
+
+/* coord.c: a candidate's claims */
+/** What a claimed begin continues with: status CKS_OK when a majority of the
+ *  servers granted this server the version (then the begin goes on), else
+ *  the refusal and its reason (to answer the client with). */
+typedef void (*cks_sv_claim_done_t)(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                                    const cks_msg_version_begin_t *m, cks_status_t status,
+                                    const char *why);
+/** Claim (job, version) for this server from every other one; `done` runs
+ *  once a majority granted it or can no longer (m's strings are copied;
+ *  conn may be NULL: a claim of the server's own, no client waits). */
+void cks_sv_claim_begin(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_version_begin_t *m, cks_sv_claim_done_t done);
+/** A restarted coordinator's claim of a version it left OPEN, with ballot
+ *  (round, self); its own record does not stand against it. Round 0 first;
+ *  refused, a higher round, which the other servers judge as a takeover
+ *  (granted only when the holder of their grant does not answer). */
+void cks_sv_claim_lost(struct cks_server *s, const cks_msg_version_begin_t *m, uint32_t round,
+                       cks_sv_claim_done_t done);
+
+/* fence.c: the fence before an outcome is recorded */
+/** What a fence continues with: CKS_OK when a majority fenced the ballot. */
+typedef void (*cks_sv_fenced_t)(struct cks_server *s, cks_sv_version_t *v,
+                                cks_status_t status, const char *why);
+/** Ask every server to fence v's ballot (round v->round, this server). */
+void cks_sv_fence(struct cks_server *s, cks_sv_version_t *v, uint32_t ttl_s,
+                  cks_sv_fenced_t done);
+
+/* grant.c */
+/** VERSION_CLAIM from a peer. */
+void cks_sv_version_claim(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                          const cks_msg_version_claim_t *m);
+
+/* takeover.c: a version whose coordinator does not answer, taken over */
+/** VERSION_SEAL on a cluster server: a seal of a version this server does
+ *  not coordinate, whose grant here names a coordinator that may be taken
+ *  over (a grant with the begin's parameters, no parent, this server a
+ *  candidate), waits while this server claims it with a higher ballot;
+ *  every other one (and those, once the claim is decided) goes on to
+ *  cks_sv_cluster_end(). */
+void cks_sv_cluster_seal(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                         uint32_t flags, const cks_wire_str_t *job, uint64_t version,
+                         uint64_t nobjects, uint64_t digest, uint32_t rank,
+                         const cks_wire_str_t *primaries);
+void cks_sv_takeovers_fini(struct cks_server *s);
+
+/* seal.c */
+/* Seal, abort or delete on the coordinator of a cluster version; `flags`
+ * the request's header flags (CKS_WIRE_F_RESENT). */
+void cks_sv_cluster_end(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                        unsigned type, uint32_t flags, const cks_wire_str_t *job,
+                        uint64_t version,
+                        uint64_t nobjects, uint64_t digest, uint32_t rank,
+                        const cks_wire_str_t *primaries);
 
 /* hold.c: restore leases */
 void cks_sv_version_hold(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
@@ -549,7 +561,7 @@ void cks_sv_read_end(struct cks_server *s, cks_sv_read_t *r);
  *  returns ms until the next is due, or -1 (member.c). */
 int cks_sv_reads_expire(struct cks_server *s);
 
-/* flush.c: the durable tier */
+/* flush_policy.c: the durable tier on the progress thread */
 /** FLUSH_CHUNKS or FLUSH_PUBLISH (progress thread): validated and queued to
  *  the flush thread; answered when it is done. */
 void cks_sv_flush_request(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
@@ -561,16 +573,19 @@ void cks_sv_flush_request(struct cks_server *s, cks_tp_conn_h conn, uint64_t req
  *  writing its chunks, this one publishing. */
 void cks_sv_flush_committed(struct cks_server *s, const char *job, size_t job_len,
                             uint64_t version);
-/** The connection to the server at map position pos (cluster.c). */
-cks_tp_conn_h cks_sv_peer(struct cks_server *s, size_t pos);
 /** Answer the flushes the flush thread finished, and start the flushes its
  *  scan found due (progress thread); with a policy or retention, start the
  *  flush thread at the first call. */
 void cks_sv_flush_progress(struct cks_server *s);
 /** Shutdown: stop the flush thread (a flush under way fails), answer. */
 void cks_sv_flush_stop(struct cks_server *s);
+
+/* the cluster's roles: peer.c, outcome.c, cluster.c, primary.c, member.c,
+ * objects.c */
+/** The connection to the server at map position pos (peer.c). */
+cks_tp_conn_h cks_sv_peer(struct cks_server *s, size_t pos);
 /** A version of `job` is begun again on its coordinator: drops still owed
- *  for an earlier version of that number must not reach it. */
+ *  for an earlier version of that number must not reach it (outcome.c). */
 void cks_sv_owed_forget(struct cks_server *s, const char *job, size_t job_len,
                         uint64_t version);
 /* Encoder completions, call timeouts, seal deadlines; returns the poll timeout. */
@@ -585,13 +600,6 @@ void cks_sv_chunk_get(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                       const cks_msg_chunk_get_t *m, const cks_tp_data_t *dest);
 void cks_sv_object_done(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                         const cks_msg_object_done_t *m);
-/* Seal, abort or delete on the coordinator of a cluster version; `flags`
- * the request's header flags (CKS_WIRE_F_RESENT). */
-void cks_sv_cluster_end(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
-                        unsigned type, uint32_t flags, const cks_wire_str_t *job,
-                        uint64_t version,
-                        uint64_t nobjects, uint64_t digest, uint32_t rank,
-                        const cks_wire_str_t *primaries);
 void cks_sv_object_delete(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                           const cks_msg_object_stat_t *m);
 void cks_sv_version_commit(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,

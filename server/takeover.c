@@ -1,12 +1,18 @@
 /*
  * DESIGN: the takeover of a version whose coordinator does not answer: a
  * rank's seal at a later candidate that holds a grant with the begin's
- * parameters makes it claim a higher ballot; the seals wait for the claim.
+ * parameters makes it claim a higher ballot; the seals wait for the claim,
+ * and go on to the seal handler (seal.c) once the version is open here.
+ * This file is the cluster's VERSION_SEAL handler in front of seal.c, and
+ * sends the reports a server kept to whoever took a version over (REPORT).
  * See coord.c for the whole design.
  *
  * Never: take over a version whose coordinator answers.
  */
+#include "cluster_int.h"
 #include "coord_int.h"
+
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +74,105 @@ static int cks_sv_takeover_queue(struct cks_sv_takeover *t, cks_tp_conn_h conn,
     cks_tp_conn_get(conn);
     t->nq++;
     return 1;
+}
+
+static void cks_sv_takeover_begun(cks_server_h s, cks_mdq_job_t *j)
+{
+    cks_sv_version_t *v = j->v;
+    if (j->status != CKS_OK) {
+        cks_warn("version %llu of '%s' (taken over): its OPEN record was not written: %s",
+                 (unsigned long long)v->version, v->job, cks_status_string(j->status));
+    } else {
+        v->begun = 1;
+    }
+    free(j);
+    v->pending--;
+    cks_sv_version_release(s, v);
+}
+
+/* Open a version this server won a takeover of (ballot round): coordinator
+ * state from the begin's parameters. */
+static cks_status_t cks_sv_takeover_open(cks_server_h s, const cks_msg_version_begin_t *m,
+                                         uint32_t round, uint32_t holder, char *why,
+                                         size_t why_len)
+{
+    cks_md_version_t rec;
+    cks_sv_version_t *v = cks_sv_version_find(s, &m->job, m->version);
+    cks_status_t st     = cks_sv_version_lookup(s, &m->job, m->version, &rec);
+    int fresh           = v == NULL;
+
+    if (st == CKS_OK) {
+        snprintf(why, why_len, "version %llu of '%.*s' already has a record here (%s)",
+                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
+                 cks_vstate_string(rec.state));
+        return CKS_ERR_VERSION_EXISTS;
+    }
+    if (v != NULL && (v->objs != NULL || v->bcast > 0 || v->wait != CKS_SV_WAIT_NONE)) {
+        snprintf(why, why_len, "version %llu of '%.*s' is busy here",
+                 (unsigned long long)m->version, (int)m->job.len, m->job.ptr);
+        return CKS_ERR_BUSY;
+    }
+    if (v == NULL) {
+        v = cks_sv_version_new(s, &m->job, m->version);
+        if (v == NULL || cks_hmap_create(&v->keys) != CKS_OK) {
+            if (v != NULL) {
+                cks_sv_version_release(s, v);
+            }
+            snprintf(why, why_len, "server out of memory");
+            return CKS_ERR_NO_MEMORY;
+        }
+    }
+    v->objs       = malloc(64 * sizeof(*v->objs));
+    v->ranks_done = calloc((m->nranks + 7) / 8, 1);
+    if (v->objs == NULL || v->ranks_done == NULL) {
+        free(v->objs);
+        free(v->ranks_done);
+        v->objs       = NULL;
+        v->ranks_done = NULL;
+        if (fresh) {
+            v->open = 0;
+            cks_sv_version_release(s, v);
+        }
+        snprintf(why, why_len, "server out of memory");
+        return CKS_ERR_NO_MEMORY;
+    }
+    cks_sv_rec_open(&v->rec, m);
+    v->cluster         = 1;
+    v->open            = 1;
+    v->failed          = CKS_OK;
+    v->why[0]          = '\0';
+    v->capobjs         = 64;
+    v->nobjs           = 0;
+    v->nobjects        = 0;
+    v->bytes           = 0;
+    v->nranks_done     = 0;
+    v->expected        = UINT64_MAX;
+    v->digest          = 0;
+    v->expected_digest = 0;
+    v->retain          = m->retain;
+    v->disowned        = 0;
+    v->claimed         = 1;
+    v->round           = round;
+    v->fence_ok        = 0;
+    v->open_deadline_ns = cks_time_ns() + (uint64_t)(m->timeout_s ? m->timeout_s : 600) *
+                                              1000000000ull;
+    /* primaries report again first: none is asked whether it is alive before;
+     * the coordinator that did not answer is gone for this version (what it
+     * stored and neither spread nor gave a copy of is lost with it) */
+    v->owed_after_ns = cks_time_ns() + 1000000000ull;
+    v->gone_holder   = (int)holder;
+    cks_sv_owed_forget(s, v->job, v->job_len, v->version);
+    cks_mdq_job_t *j = cks_sv_mdq_job(s, CKS_MDQ_BEGIN, v->job, v->job_len, v->version);
+    if (j != NULL) {
+        /* OPEN here too: a restart of this server then claims it before it
+         * drops it, as the first coordinator's would */
+        j->v    = v;
+        j->rec  = v->rec;
+        j->done = cks_sv_takeover_begun;
+        v->pending++;
+        cks_mdq_push(&s->mdq, j);
+    }
+    return CKS_OK;
 }
 
 static void cks_sv_takeover_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
@@ -134,9 +239,15 @@ static void cks_sv_takeover_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t
     free(t);
 }
 
-int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uint32_t flags,
-                         const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
-                         uint64_t digest, uint32_t rank, const cks_wire_str_t *primaries)
+/* A rank's seal of a version this server does not coordinate, whose grant
+ * here names a coordinator: when the version may be taken over (a grant
+ * with its parameters, no parent, this server a candidate), this server
+ * claims it with a higher ballot and the seal waits for the outcome
+ * (returns 1: the request is taken); else 0 and the caller goes on. */
+static int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                                uint32_t flags, const cks_wire_str_t *job, uint64_t version,
+                                uint64_t nobjects, uint64_t digest, uint32_t rank,
+                                const cks_wire_str_t *primaries)
 {
     struct cks_sv_takeover *t = cks_sv_takeover_find(s, job->ptr, job->len, version);
     cks_sv_claim_t *cl;
@@ -182,6 +293,24 @@ int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, ui
     return 1;
 }
 
+/* VERSION_SEAL on a cluster server (cks_sv_handlers_cluster()). */
+void cks_sv_cluster_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uint32_t flags,
+                         const cks_wire_str_t *job, uint64_t version, uint64_t nobjects,
+                         uint64_t digest, uint32_t rank, const cks_wire_str_t *primaries)
+{
+    cks_sv_version_t *v = cks_sv_version_find(s, job, version);
+
+    /* not coordinated here (now, or until its fence failed) and not being
+     * ended here */
+    if ((v == NULL || (v->bcast == 0 && v->objs == NULL && !v->disowned)) &&
+        cks_sv_takeover_seal(s, conn, req_id, flags, job, version, nobjects, digest, rank,
+                             primaries)) {
+        return; /* its coordinator does not answer: taken over here (coord.c) */
+    }
+    cks_sv_cluster_end(s, conn, req_id, CKS_MSG_VERSION_SEAL, flags, job, version, nobjects,
+                       digest, rank, primaries);
+}
+
 void cks_sv_takeovers_fini(cks_server_h s)
 {
     while (s->takeovers != NULL) {
@@ -196,101 +325,61 @@ void cks_sv_takeovers_fini(cks_server_h s)
     }
 }
 
-/* Expired grants, a bounded batch per sweep (the map cannot change while
- * it is walked). */
-#define CKS_SV_CLAIM_SWEEP 32
-typedef struct {
-    uint64_t now;
-    size_t n;
-    size_t len[CKS_SV_CLAIM_SWEEP];
-    uint8_t key[CKS_SV_CLAIM_SWEEP][CKS_JOB_MAX_LEN + 16];
-} cks_sv_claim_sweep_t;
+/* ---- reports sent again to whoever took a version over ------------------------------ */
 
-static void cks_sv_claim_expire_cb(const void *key, size_t len, void *value, void *arg)
+static void cks_sv_kept_sent(void *arg, cks_status_t status, const char *msg)
 {
-    cks_sv_claim_sweep_t *sw = arg;
-    cks_sv_claim_t *cl       = value;
-    if (cl->expires_ns <= sw->now && sw->n < CKS_SV_CLAIM_SWEEP &&
-        len <= sizeof(sw->key[0])) {
-        memcpy(sw->key[sw->n], key, len);
-        sw->len[sw->n++] = len;
+    (void)arg;
+    if (status != CKS_OK) {
+        cks_debug("a report sent again to a takeover's coordinator: %s %s",
+                 cks_status_string(status), msg != NULL ? msg : "");
     }
 }
 
-static void cks_sv_kept_expire_cb(const void *key, size_t len, void *value, void *arg)
+/* Send every kept report of the version to the server at `to` (this one:
+ * cks_sv_object_done_local()). */
+void cks_sv_kept_resend(cks_server_h s, const cks_wire_str_t *job, uint64_t version,
+                               size_t to)
 {
-    cks_sv_claim_sweep_t *sw = arg;
-    cks_sv_kept_t *k         = value;
-    if (k->expires_ns <= sw->now && sw->n < CKS_SV_CLAIM_SWEEP && len <= sizeof(sw->key[0])) {
-        memcpy(sw->key[sw->n], key, len);
-        sw->len[sw->n++] = len;
-    }
-}
+    uint8_t key[CKS_JOB_MAX_LEN + 16];
+    cks_sv_kept_t *k =
+        s->kept != NULL ? cks_hmap_get(s->kept, key, cks_vkey(key, job->ptr, job->len, version))
+                        : NULL;
+    cks_tp_conn_h conn = NULL;
+    size_t sent        = 0;
 
-void cks_sv_claims_expire(cks_server_h s)
-{
-    cks_sv_claim_sweep_t sw;
-    if (s->kept != NULL && cks_hmap_count(s->kept) > 0) {
-        sw.now = cks_time_ns();
-        sw.n   = 0;
-        cks_hmap_foreach(s->kept, cks_sv_kept_expire_cb, &sw);
-        for (size_t i = 0; i < sw.n; i++) {
-            cks_sv_kept_t *k = cks_hmap_del(s->kept, sw.key[i], sw.len[i]);
-            if (k != NULL) {
-                cks_sv_kept_free(s, k);
-            }
-        }
-    }
-    if (s->claims == NULL || cks_hmap_count(s->claims) == 0) {
+    if (k == NULL || k->n == 0) {
         return;
     }
-    sw.now = cks_time_ns();
-    sw.n   = 0;
-    cks_hmap_foreach(s->claims, cks_sv_claim_expire_cb, &sw);
-    for (size_t i = 0; i < sw.n; i++) {
-        free(cks_hmap_del(s->claims, sw.key[i], sw.len[i]));
+    if (to != s->self && (conn = cks_sv_peer(s, to)) == NULL) {
+        cks_warn("cannot send the reports of version %llu of '%.*s' to server %zu",
+                 (unsigned long long)version, (int)job->len, job->ptr, to);
+        return;
     }
-}
-
-cks_status_t cks_sv_claims_init(cks_server_h s)
-{
-    cks_status_t st = cks_hmap_create(&s->claims);
-    return st == CKS_OK ? cks_hmap_create(&s->kept) : st;
-}
-
-static void cks_sv_kept_free_cb(const void *key, size_t len, void *value, void *arg)
-{
-    cks_sv_kept_t *k = value;
-    (void)key;
-    (void)len;
-    for (size_t i = 0; i < k->n; i++) {
-        free(k->o[i].why);
+    /* a local report may change the table (not this entry): copy first */
+    size_t n                = k->n;
+    cks_sv_kept_obj_t *copy = malloc(n * sizeof(*copy));
+    if (copy == NULL) {
+        return;
     }
-    free(k->o);
-    free(k);
-    (void)arg;
-}
-
-static void cks_sv_claim_free_cb(const void *key, size_t len, void *value, void *arg)
-{
-    (void)key;
-    (void)len;
-    (void)arg;
-    free(value);
-}
-
-void cks_sv_claims_fini(cks_server_h s)
-{
-    cks_sv_takeovers_fini(s);
-    if (s->kept != NULL) {
-        cks_hmap_foreach(s->kept, cks_sv_kept_free_cb, NULL);
-        cks_hmap_destroy(s->kept);
-        s->kept  = NULL;
-        s->nkept = 0;
+    memcpy(copy, k->o, n * sizeof(*copy));
+    for (size_t i = 0; i < n; i++) {
+        cks_msg_object_done_t m = copy[i].m;
+        m.job                   = (cks_wire_str_t){k->job, k->job_len};
+        m.o.key                 = (cks_wire_str_t){copy[i].key, copy[i].m.o.key.len};
+        m.backup                = 0;
+        if (to == s->self) {
+            cks_status_t st;
+            char why[CKS_MSG_MAX_LEN];
+            cks_sv_object_done_local(s, &m, &st, why, sizeof(why));
+            sent++;
+        } else if (cks_tp_call(conn, CKS_MSG_OBJECT_DONE, 0, &m, NULL, 0, NULL,
+                               CKS_SV_CLAIM_TIMEOUT_MS * 5, cks_sv_kept_sent,
+                               NULL) == CKS_INPROGRESS) {
+            sent++;
+        }
     }
-    if (s->claims != NULL) {
-        cks_hmap_foreach(s->claims, cks_sv_claim_free_cb, NULL);
-        cks_hmap_destroy(s->claims);
-        s->claims = NULL;
-    }
+    free(copy);
+    cks_info("sent %zu reports of version %llu of '%.*s' again to server %zu (a takeover)",
+             sent, (unsigned long long)version, (int)job->len, job->ptr, to);
 }
