@@ -623,21 +623,6 @@ void cks_sv_version_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_sv_version_defer(s, v, CKS_SV_WAIT_DELETE, conn, req_id);
 }
 
-/* Resolve a readable version: open LMDB read txn is the caller's. */
-cks_status_t cks_sv_readable(cks_md_txn_h txn, const cks_wire_str_t *job, uint64_t version,
-                             cks_md_version_t *rec_p)
-{
-    cks_status_t status = cks_md_version_get(txn, job->ptr, job->len, version, rec_p);
-    if (status == CKS_ERR_NO_SUCH_VERSION &&
-        cks_md_job_exists(txn, job->ptr, job->len) != CKS_OK) {
-        return CKS_ERR_NO_SUCH_JOB;
-    }
-    if (status == CKS_OK && !cks_sv_restorable(rec_p->state)) {
-        return CKS_ERR_NOT_RESTORABLE;
-    }
-    return status;
-}
-
 typedef struct {
     cks_server_h server;
     cks_sv_version_t *v;

@@ -523,7 +523,7 @@ cks_status_t cks_sv_names_txn(struct cks_server *s, const cks_wire_str_t *job,
 void cks_sv_rec_open(cks_md_version_t *rec, const cks_msg_version_begin_t *m);
 
 /* (job, version)'s record when it can be read from: CKS_ERR_NO_SUCH_JOB,
- * _NO_SUCH_VERSION or _NOT_RESTORABLE otherwise (server.c) */
+ * _NO_SUCH_VERSION or _NOT_RESTORABLE otherwise (vtable.c) */
 cks_status_t cks_sv_readable(cks_md_txn_h txn, const cks_wire_str_t *job, uint64_t version,
                              cks_md_version_t *rec_p);
 

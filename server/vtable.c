@@ -161,6 +161,21 @@ int cks_sv_restorable(cks_vstate_t st)
            st == CKS_VSTATE_DEGRADED;
 }
 
+/* Resolve a readable version: open LMDB read txn is the caller's. */
+cks_status_t cks_sv_readable(cks_md_txn_h txn, const cks_wire_str_t *job, uint64_t version,
+                             cks_md_version_t *rec_p)
+{
+    cks_status_t status = cks_md_version_get(txn, job->ptr, job->len, version, rec_p);
+    if (status == CKS_ERR_NO_SUCH_VERSION &&
+        cks_md_job_exists(txn, job->ptr, job->len) != CKS_OK) {
+        return CKS_ERR_NO_SUCH_JOB;
+    }
+    if (status == CKS_OK && !cks_sv_restorable(rec_p->state)) {
+        return CKS_ERR_NOT_RESTORABLE;
+    }
+    return status;
+}
+
 cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key)
 {
     cks_status_t status = cks_name_check(job->ptr, job->len, CKS_JOB_MAX_LEN);
