@@ -161,8 +161,9 @@ struct cks_op {
     cks_status_t status;
     cks_done_cb_t cb;
     void *arg;
-    struct cks_stage_job *stage; /* PUT of device memory staged through host
-                                    slices (stage.c): its payload source */
+    const cks_tp_source_t *source; /* PUT whose payload is made while it is
+                                      sent (a staged put: stage_put.c's), in
+                                      place of `payload` */
 };
 
 /* Memory from cks_mem_alloc(). */

@@ -9,7 +9,6 @@
  * Never: touch UCX from an application thread; free an op UCX still uses.
  */
 #include "client_int.h"
-#include "stage.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -495,9 +494,9 @@ void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     }
     if (op->kind == CKS_OP_PUT && op->payload_len > 0) {
         op->sending = 1;
-        if (op->stage != NULL) { /* staged device memory: bytes as they are copied */
+        if (op->source != NULL) { /* staged device memory: bytes as they are copied */
             status = cks_tp_send_stream(sv->conn, op->type, 0, op->req_id, &op->body,
-                                        cks_cl_stage_source(op->stage), cks_cl_send_done, op);
+                                        op->source, cks_cl_send_done, op);
         } else {
             status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, op->payload,
                                  op->payload_len, op->mem_type, NULL, cks_cl_send_done, op);
