@@ -246,16 +246,18 @@ struct cks_restore {
                                  then no lease is held) */
 };
 
-/* read.c: a restore handle of a restorable version, holding it on every
+/* restore.c: a restore handle of a restorable version, holding it on every
  * server (a lease renewed by its gets, let go by cks_restore_close) */
 cks_status_t cks_cl_restore_new(cks_client_h c, const char *job, const cks_version_info_t *info,
                                 cks_restore_h *r_p);
 
-/* cks_get_nb() with header flags for a standalone server's range GET:
- * CKS_WIRE_F_CHECKED when the caller checks the object's CRC over all its
- * ranges itself (stage.c); 0 is cks_get_nb(). */
-cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
-                           cks_done_cb_t cb, void *arg, uint32_t wire_flags);
+/* read.c: a get of a restore in memory into host memory (the caller renewed
+ * the lease; p, cb checked): a standalone server's GET or a cluster read.
+ * wire_flags, for a standalone server's range GET: CKS_WIRE_F_CHECKED when
+ * the caller checks the object's CRC over all its ranges itself
+ * (stage_get.c); 0 for cks_get_nb() (get.c). */
+cks_status_t cks_cl_read(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                         cks_done_cb_t cb, void *arg, uint32_t wire_flags);
 
 /* disk.c: restores from the durable tier (a flushed copy on disk) */
 /* Open the flushed copy of (job, version) in dir (CKS_VERSION_LATEST: the
@@ -380,7 +382,7 @@ void cks_cl_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
 
 void cks_cl_on_conn_err(void *arg, cks_tp_conn_h conn, cks_status_t status);
 
-/* ---- between restore.c and read.c ---- */
+/* ---- between restore.c and the gets (get.c, stage_get.c) ---- */
 
 void cks_restore_renew(cks_restore_h r);
 

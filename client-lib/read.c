@@ -1,8 +1,8 @@
 /*
- * DESIGN: restores. Opens a restorable version, answers object stats and
- * lists (from the version's coordinator, or any other server: every server
- * holds the manifests), and reads whole objects or byte ranges straight into
- * the caller's buffer.
+ * DESIGN: reads of whole objects or byte ranges of a restore into host
+ * memory, straight into the caller's buffer: a standalone server's GET, or
+ * the chunks of a cluster's stripes (get.c routes each get; stage_get.c
+ * reads a device buffer's slices through here).
  *
  * On a cluster a read is a small state machine on the progress thread: stat
  * the object, then read exactly the byte ranges of the data chunks that the
@@ -23,7 +23,6 @@
  * CRC-checked here, partial ones by the server before it sends them).
  */
 #include "client_int.h"
-#include "stage.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -750,14 +749,10 @@ static cks_status_t cks_read_start(cks_restore_h r, const cks_get_params_t *p, i
     return status;
 }
 
-cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
-                        cks_done_cb_t cb, void *arg)
-{
-    return cks_cl_get_nb(r, p, length_p, cb, arg, 0);
-}
+/* ---- a read: a standalone server's GET, or a cluster's stripes --------------- */
 
-cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
-                           cks_done_cb_t cb, void *arg, uint32_t wire_flags)
+cks_status_t cks_cl_read(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                         cks_done_cb_t cb, void *arg, uint32_t wire_flags)
 {
     cks_msg_get_t *m;
     size_t used = 0;
@@ -765,20 +760,6 @@ cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t 
     cks_status_t status;
     int range;
 
-    if (r == NULL || p == NULL || cb == NULL || (p->buffer == NULL && p->buffer_size > 0)) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    if (r->disk != NULL) {
-        return cks_cl_disk_get(r, p, length_p, cb, arg);
-    }
-    cks_restore_renew(r);
-    if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
-        /* device memory: staged through host slices (stage.c) */
-        status = cks_cl_stage_get(r, p, length_p, cb, arg);
-        if (status != CKS_OK) {
-            return status;
-        }
-    }
     range = !!(p->field_mask & CKS_GET_FIELD_RANGE);
     if (range && (p->length > p->buffer_size || p->length == UINT64_MAX)) {
         return CKS_ERR_INVALID_PARAM;
@@ -812,11 +793,4 @@ cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t 
     op->flags    = (p->field_mask & CKS_GET_FIELD_FLAGS) ? p->flags : 0;
     op->wire_flags = range ? wire_flags & CKS_WIRE_F_CHECKED : 0;
     return cks_cl_submit(r->client, op, cb, arg);
-}
-
-cks_status_t cks_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p)
-{
-    cks_waiter_t w;
-    cks_waiter_init(&w);
-    return cks_waiter_wait(&w, cks_get_nb(r, p, length_p, cks_waiter_cb, &w));
 }
