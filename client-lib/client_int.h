@@ -219,10 +219,10 @@ struct cks_client {
     char last_error[CKS_MSG_MAX_LEN + 64];
     cks_hmap_t *put_counts;   /* job\0be64(version) -> cks_cl_puts_t (under lock) */
     cks_cl_mem_t *mems;       /* cks_mem_alloc() (under lock) */
-    struct cks_cl_scratch *scratch; /* read.c: degraded reads' chunk buffers
+    struct cks_cl_scratch *scratch; /* scratch.c: degraded reads' chunk buffers
                                        (progress thread; NULL until needed) */
-    const cks_cl_mem_t *scratch_mem; /* its registered region (read.c sets it),
-                                        NULL when none: cks_cl_scratch_mem() */
+    const cks_cl_mem_t *scratch_mem; /* its registered region (scratch.c sets
+                                        it), NULL when none: cks_cl_scratch_mem() */
     uint64_t scratch_size;    /* its size (CKS_CLIENT_FIELD_SCRATCH) */
     cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET (and the job
                                  of a job's own secret) */
@@ -303,12 +303,30 @@ static inline const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
 {
     return c->scratch_mem;
 }
-/* read.c: allocate the scratch now (cluster clients, at create, before the
- * progress thread starts): memory reserved up front, not in the first
- * degraded read; and its release (client destroy, after the progress
- * thread). */
+/* scratch.c: the scratch region, where degraded reads put the chunks that
+ * are not the caller's (progress thread). Allocate it now (cluster clients,
+ * at create, before the progress thread starts): memory reserved up front,
+ * not in the first degraded read; and its release (client destroy, after
+ * the progress thread). */
 void cks_cl_scratch_prepare(cks_client_h c);
 void cks_cl_scratch_free(cks_client_h c);
+/* Could n pieces of len bytes each be had from it at once (once the others
+ * gave theirs back)? 0 when the client has none or it is smaller: malloc()
+ * them. It is made on first use. */
+int cks_cl_scratch_fits(cks_client_h c, unsigned n, uint64_t len);
+/* len bytes of it (first fit), or NULL when it has no such room now; and
+ * their return. */
+uint8_t *cks_cl_scratch_take(cks_client_h c, uint64_t len);
+void cks_cl_scratch_give(cks_client_h c, uint8_t *p, uint64_t len);
+/* A user waiting for room in it, in its own struct: queued in order
+ * (cks_cl_scratch_wait()), and taken back off by whoever gave room back
+ * (cks_cl_scratch_waiter(): the first, NULL when none waits). */
+typedef struct cks_cl_scratch_wait {
+    struct cks_cl_scratch_wait *next;
+    int queued;                /* on the queue */
+} cks_cl_scratch_wait_t;
+void cks_cl_scratch_wait(cks_client_h c, cks_cl_scratch_wait_t *w);
+cks_cl_scratch_wait_t *cks_cl_scratch_waiter(cks_client_h c);
 /* conn.c: ask the servers on this host that are up to map a region ahead
  * of its transfers, answers not awaited (progress thread). */
 void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m);
