@@ -1,8 +1,9 @@
 /*
  * client-lib private: the op machinery shared by libckstore's files (the
  * module map in docs/ARCHITECTURE.md says which does what): util.c at the
- * bottom, then the op engine (op.c, reply.c) and the connections (conn.c),
- * then versions, puts, restores and device memory; client.c on top.
+ * bottom, then the connections (conn.c), the op engine (op.c, reply.c) and
+ * its progress thread (progress.c), then versions, puts, gets, restores
+ * and device memory; client.c on top.
  */
 #ifndef CKS_CLIENT_INT_H
 #define CKS_CLIENT_INT_H
@@ -174,6 +175,10 @@ typedef struct cks_cl_mem {
     cks_tp_mem_h mem;
 } cks_cl_mem_t;
 
+/* How a server's connection attempt ended (conn.c calls it; the op
+ * engine's): CKS_OK, it is up; else why not. */
+typedef void (*cks_cl_srv_cb_t)(cks_client_h c, size_t pos, cks_status_t status);
+
 /* A server as the client sees it. */
 typedef enum {
     CKS_SRV_IDLE = 0,    /* no connection yet, or the last one failed */
@@ -195,6 +200,8 @@ typedef struct {
                                 (cks_cl_dispatch()) */
     uint64_t probe_ns;       /* the last handshake started to ask a silent one */
     uint64_t failed_ns;      /* when it last failed (reconnects are paced) */
+    cks_cl_srv_cb_t ended;   /* told how the last connection attempt ended
+                                (cks_cl_srv_connect()'s caller's) */
     cks_op_t *wait_head, *wait_tail; /* waiting for the connection or the window */
     unsigned inflight;       /* requests sent and not finished (the window) */
     int no_rma;              /* it refused our memory descriptors: send the bytes */
@@ -291,12 +298,24 @@ cks_status_t cks_waiter_wait(cks_waiter_t *w, cks_status_t status);
 cks_status_t cks_op_name(cks_op_t *op, size_t *used, const char *name, size_t max,
                          cks_wire_str_t *s);
 cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type);
+/* The callback of an op nobody waits for (a region announced). */
+void cks_cl_noop_done(void *arg, cks_status_t status);
 /* op.c: queue an op from any thread; CKS_INPROGRESS (cb runs once) or an error. */
 cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
 /* Submit and wait. */
 cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op);
 /* Start an op from the progress thread (a callback); cb runs once, later. */
 void cks_cl_start(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
+/* Server that coordinates (job, version); 0 on a standalone server. */
+size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version);
+/** Send `op` to the coordinator of (job, version): its candidates in turn
+ *  (CKS_TARGET_COORD) on a cluster, the server on a standalone one. */
+void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
+                           uint64_t version);
+/** A question about (job, version) that any server may answer (target
+ *  CKS_TARGET_ANY, set by the caller): its coordinator candidates first. */
+void cks_cl_coord_first(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
+                        uint64_t version);
 /* The scratch region's registered memory, if any (for descriptors and
  * MEM_MAP; progress thread). */
 static inline const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
@@ -327,20 +346,13 @@ typedef struct cks_cl_scratch_wait {
 } cks_cl_scratch_wait_t;
 void cks_cl_scratch_wait(cks_client_h c, cks_cl_scratch_wait_t *w);
 cks_cl_scratch_wait_t *cks_cl_scratch_waiter(cks_client_h c);
-/* conn.c: ask the servers on this host that are up to map a region ahead
+/* mem.c: ask the servers on this host that are up to map a region ahead
  * of its transfers, answers not awaited (progress thread). */
 void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m);
-/* Server that coordinates (job, version); 0 on a standalone server. */
-size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version);
-/** Send `op` to the coordinator of (job, version): its candidates in turn
- *  (CKS_TARGET_COORD) on a cluster, the server on a standalone one. */
-void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
-                           uint64_t version);
-/** A question about (job, version) that any server may answer (target
- *  CKS_TARGET_ANY, set by the caller): its coordinator candidates first. */
-void cks_cl_coord_first(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
-                        uint64_t version);
+/* reply.c: a version entry of a reply as the API's info */
 void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t *e);
+/* version.c: a version's stat (latest: the job's newest), and a list op run
+ * into the caller's entries */
 cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t version, int latest,
                                  cks_version_info_t *info_p);
 cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,
@@ -357,13 +369,13 @@ typedef struct {
 /* Puts completed for (job, version); `take` forgets them, and hands the
  * caller `on` (free() it); without `take`, `on` is NULL. */
 cks_cl_puts_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version, int take);
+/* A put completed (the op engine): counted for its version's seal. */
+void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m, size_t srv);
 /* util.c: the table of puts per version freed (client teardown) */
 void cks_cl_put_counts_free(cks_client_h c);
 
-/* ---- between the op engine (op.c), the connections (conn.c) and the
- * replies (reply.c) ---- */
-
-void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m, size_t srv);
+/* ---- op.c: the op engine, on the progress thread (progress.c drives it;
+ * the replies, reply.c, complete its ops) ---- */
 
 int cks_cl_retryable(cks_status_t st);
 
@@ -375,20 +387,37 @@ void cks_cl_send_op(cks_client_h c, cks_op_t *op);
 
 void cks_cl_dispatch(cks_client_h c, cks_op_t *op);
 
+/* The op of an entry of c->fl (its requests in flight). */
+cks_op_t *cks_cl_fl_op(cks_dl_t *e);
+
+/* Give up the send UCX still holds for an op that failed long ago: the op
+ * completes (and may be freed). */
+void cks_cl_send_abandon(cks_client_h c, cks_op_t *op);
+
+/* A server's connection failed, or is dropped: the ops on it and those
+ * waiting for it fail (and may move on). */
+void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status);
+
+/* ---- progress.c: the progress thread (client.c starts it) ---- */
+
 void *cks_cl_thread(void *arg);
 
-void cks_cl_srv_wait(cks_cl_srv_t *sv, cks_op_t *op);
+/* ---- conn.c: each server's connection, below the op engine (progress
+ * thread) ---- */
 
-void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status);
+/* Connect to server pos and run the handshake; `ended` is told how it
+ * ended, maybe before this returns: CKS_OK, the server is up; else the
+ * failure, with the connection, if one was made, still the server's, to be
+ * dropped (cks_cl_srv_down()). */
+void cks_cl_srv_connect(cks_client_h c, size_t pos, cks_cl_srv_cb_t ended);
+
+cks_tp_conn_h cks_cl_srv_drop(cks_client_h c, size_t pos, cks_status_t status);
 
 cks_op_t *cks_cl_mem_map_op(const cks_cl_mem_t *m, size_t pos);
 
-void cks_cl_mem_announce(cks_client_h c, size_t pos);
+cks_op_t *cks_cl_mem_map_ops(cks_client_h c, size_t pos);
 
-void cks_cl_srv_connect(cks_client_h c, size_t pos);
-
-/* The op of an entry of c->fl (its requests in flight). */
-cks_op_t *cks_cl_fl_op(cks_dl_t *e);
+/* ---- reply.c: the transport's callbacks for the client's connections ---- */
 
 cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr);
 
