@@ -1,8 +1,9 @@
 /*
  * client-lib private: the op machinery shared by libckstore's files (the
  * module map in docs/ARCHITECTURE.md says which does what): util.c at the
- * bottom, then the op engine (op.c, reply.c) and the connections (conn.c),
- * then versions, puts, restores and device memory; client.c on top.
+ * bottom, then the connections (conn.c), the op engine (op.c, reply.c) and
+ * its progress thread (progress.c), then versions, puts, gets, restores
+ * and device memory; client.c on top.
  */
 #ifndef CKS_CLIENT_INT_H
 #define CKS_CLIENT_INT_H
@@ -161,8 +162,9 @@ struct cks_op {
     cks_status_t status;
     cks_done_cb_t cb;
     void *arg;
-    struct cks_stage_job *stage; /* PUT of device memory staged through host
-                                    slices (stage.c): its payload source */
+    const cks_tp_source_t *source; /* PUT whose payload is made while it is
+                                      sent (a staged put: stage_put.c's), in
+                                      place of `payload` */
 };
 
 /* Memory from cks_mem_alloc(). */
@@ -172,6 +174,10 @@ typedef struct cks_cl_mem {
     size_t len;
     cks_tp_mem_h mem;
 } cks_cl_mem_t;
+
+/* How a server's connection attempt ended (conn.c calls it; the op
+ * engine's): CKS_OK, it is up; else why not. */
+typedef void (*cks_cl_srv_cb_t)(cks_client_h c, size_t pos, cks_status_t status);
 
 /* A server as the client sees it. */
 typedef enum {
@@ -194,6 +200,8 @@ typedef struct {
                                 (cks_cl_dispatch()) */
     uint64_t probe_ns;       /* the last handshake started to ask a silent one */
     uint64_t failed_ns;      /* when it last failed (reconnects are paced) */
+    cks_cl_srv_cb_t ended;   /* told how the last connection attempt ended
+                                (cks_cl_srv_connect()'s caller's) */
     cks_op_t *wait_head, *wait_tail; /* waiting for the connection or the window */
     unsigned inflight;       /* requests sent and not finished (the window) */
     int no_rma;              /* it refused our memory descriptors: send the bytes */
@@ -218,10 +226,10 @@ struct cks_client {
     char last_error[CKS_MSG_MAX_LEN + 64];
     cks_hmap_t *put_counts;   /* job\0be64(version) -> cks_cl_puts_t (under lock) */
     cks_cl_mem_t *mems;       /* cks_mem_alloc() (under lock) */
-    struct cks_cl_scratch *scratch; /* read.c: degraded reads' chunk buffers
+    struct cks_cl_scratch *scratch; /* scratch.c: degraded reads' chunk buffers
                                        (progress thread; NULL until needed) */
-    const cks_cl_mem_t *scratch_mem; /* its registered region (read.c sets it),
-                                        NULL when none: cks_cl_scratch_mem() */
+    const cks_cl_mem_t *scratch_mem; /* its registered region (scratch.c sets
+                                        it), NULL when none: cks_cl_scratch_mem() */
     uint64_t scratch_size;    /* its size (CKS_CLIENT_FIELD_SCRATCH) */
     cks_tp_secret_t secret;   /* with CKS_CLIENT_FIELD_SECRET (and the job
                                  of a job's own secret) */
@@ -245,16 +253,18 @@ struct cks_restore {
                                  then no lease is held) */
 };
 
-/* read.c: a restore handle of a restorable version, holding it on every
+/* restore.c: a restore handle of a restorable version, holding it on every
  * server (a lease renewed by its gets, let go by cks_restore_close) */
 cks_status_t cks_cl_restore_new(cks_client_h c, const char *job, const cks_version_info_t *info,
                                 cks_restore_h *r_p);
 
-/* cks_get_nb() with header flags for a standalone server's range GET:
- * CKS_WIRE_F_CHECKED when the caller checks the object's CRC over all its
- * ranges itself (stage.c); 0 is cks_get_nb(). */
-cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
-                           cks_done_cb_t cb, void *arg, uint32_t wire_flags);
+/* read.c: a get of a restore in memory into host memory (the caller renewed
+ * the lease; p, cb checked): a standalone server's GET or a cluster read.
+ * wire_flags, for a standalone server's range GET: CKS_WIRE_F_CHECKED when
+ * the caller checks the object's CRC over all its ranges itself
+ * (stage_get.c); 0 for cks_get_nb() (get.c). */
+cks_status_t cks_cl_read(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                         cks_done_cb_t cb, void *arg, uint32_t wire_flags);
 
 /* disk.c: restores from the durable tier (a flushed copy on disk) */
 /* Open the flushed copy of (job, version) in dir (CKS_VERSION_LATEST: the
@@ -288,27 +298,14 @@ cks_status_t cks_waiter_wait(cks_waiter_t *w, cks_status_t status);
 cks_status_t cks_op_name(cks_op_t *op, size_t *used, const char *name, size_t max,
                          cks_wire_str_t *s);
 cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type);
+/* The callback of an op nobody waits for (a region announced). */
+void cks_cl_noop_done(void *arg, cks_status_t status);
 /* op.c: queue an op from any thread; CKS_INPROGRESS (cb runs once) or an error. */
 cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
 /* Submit and wait. */
 cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op);
 /* Start an op from the progress thread (a callback); cb runs once, later. */
 void cks_cl_start(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
-/* The scratch region's registered memory, if any (for descriptors and
- * MEM_MAP; progress thread). */
-static inline const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
-{
-    return c->scratch_mem;
-}
-/* read.c: allocate the scratch now (cluster clients, at create, before the
- * progress thread starts): memory reserved up front, not in the first
- * degraded read; and its release (client destroy, after the progress
- * thread). */
-void cks_cl_scratch_prepare(cks_client_h c);
-void cks_cl_scratch_free(cks_client_h c);
-/* conn.c: ask the servers on this host that are up to map a region ahead
- * of its transfers, answers not awaited (progress thread). */
-void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m);
 /* Server that coordinates (job, version); 0 on a standalone server. */
 size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version);
 /** Send `op` to the coordinator of (job, version): its candidates in turn
@@ -319,7 +316,43 @@ void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t
  *  CKS_TARGET_ANY, set by the caller): its coordinator candidates first. */
 void cks_cl_coord_first(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
                         uint64_t version);
+/* The scratch region's registered memory, if any (for descriptors and
+ * MEM_MAP; progress thread). */
+static inline const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
+{
+    return c->scratch_mem;
+}
+/* scratch.c: the scratch region, where degraded reads put the chunks that
+ * are not the caller's (progress thread). Allocate it now (cluster clients,
+ * at create, before the progress thread starts): memory reserved up front,
+ * not in the first degraded read; and its release (client destroy, after
+ * the progress thread). */
+void cks_cl_scratch_prepare(cks_client_h c);
+void cks_cl_scratch_free(cks_client_h c);
+/* Could n pieces of len bytes each be had from it at once (once the others
+ * gave theirs back)? 0 when the client has none or it is smaller: malloc()
+ * them. It is made on first use. */
+int cks_cl_scratch_fits(cks_client_h c, unsigned n, uint64_t len);
+/* len bytes of it (first fit), or NULL when it has no such room now; and
+ * their return. */
+uint8_t *cks_cl_scratch_take(cks_client_h c, uint64_t len);
+void cks_cl_scratch_give(cks_client_h c, uint8_t *p, uint64_t len);
+/* A user waiting for room in it, in its own struct: queued in order
+ * (cks_cl_scratch_wait()), and taken back off by whoever gave room back
+ * (cks_cl_scratch_waiter(): the first, NULL when none waits). */
+typedef struct cks_cl_scratch_wait {
+    struct cks_cl_scratch_wait *next;
+    int queued;                /* on the queue */
+} cks_cl_scratch_wait_t;
+void cks_cl_scratch_wait(cks_client_h c, cks_cl_scratch_wait_t *w);
+cks_cl_scratch_wait_t *cks_cl_scratch_waiter(cks_client_h c);
+/* mem.c: ask the servers on this host that are up to map a region ahead
+ * of its transfers, answers not awaited (progress thread). */
+void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m);
+/* reply.c: a version entry of a reply as the API's info */
 void cks_cl_version_info(cks_version_info_t *info, const cks_msg_version_entry_t *e);
+/* version.c: a version's stat (latest: the job's newest), and a list op run
+ * into the caller's entries */
 cks_status_t cks_cl_version_stat(cks_client_h c, const char *job, uint64_t version, int latest,
                                  cks_version_info_t *info_p);
 cks_status_t cks_cl_list(cks_client_h c, cks_op_t *op, void *out, size_t max,
@@ -336,13 +369,13 @@ typedef struct {
 /* Puts completed for (job, version); `take` forgets them, and hands the
  * caller `on` (free() it); without `take`, `on` is NULL. */
 cks_cl_puts_t cks_cl_put_count(cks_client_h c, const char *job, uint64_t version, int take);
+/* A put completed (the op engine): counted for its version's seal. */
+void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m, size_t srv);
 /* util.c: the table of puts per version freed (client teardown) */
 void cks_cl_put_counts_free(cks_client_h c);
 
-/* ---- between the op engine (op.c), the connections (conn.c) and the
- * replies (reply.c) ---- */
-
-void cks_cl_put_counted(cks_client_h c, const cks_msg_put_t *m, size_t srv);
+/* ---- op.c: the op engine, on the progress thread (progress.c drives it;
+ * the replies, reply.c, complete its ops) ---- */
 
 int cks_cl_retryable(cks_status_t st);
 
@@ -354,20 +387,37 @@ void cks_cl_send_op(cks_client_h c, cks_op_t *op);
 
 void cks_cl_dispatch(cks_client_h c, cks_op_t *op);
 
+/* The op of an entry of c->fl (its requests in flight). */
+cks_op_t *cks_cl_fl_op(cks_dl_t *e);
+
+/* Give up the send UCX still holds for an op that failed long ago: the op
+ * completes (and may be freed). */
+void cks_cl_send_abandon(cks_client_h c, cks_op_t *op);
+
+/* A server's connection failed, or is dropped: the ops on it and those
+ * waiting for it fail (and may move on). */
+void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status);
+
+/* ---- progress.c: the progress thread (client.c starts it) ---- */
+
 void *cks_cl_thread(void *arg);
 
-void cks_cl_srv_wait(cks_cl_srv_t *sv, cks_op_t *op);
+/* ---- conn.c: each server's connection, below the op engine (progress
+ * thread) ---- */
 
-void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status);
+/* Connect to server pos and run the handshake; `ended` is told how it
+ * ended, maybe before this returns: CKS_OK, the server is up; else the
+ * failure, with the connection, if one was made, still the server's, to be
+ * dropped (cks_cl_srv_down()). */
+void cks_cl_srv_connect(cks_client_h c, size_t pos, cks_cl_srv_cb_t ended);
+
+cks_tp_conn_h cks_cl_srv_drop(cks_client_h c, size_t pos, cks_status_t status);
 
 cks_op_t *cks_cl_mem_map_op(const cks_cl_mem_t *m, size_t pos);
 
-void cks_cl_mem_announce(cks_client_h c, size_t pos);
+cks_op_t *cks_cl_mem_map_ops(cks_client_h c, size_t pos);
 
-void cks_cl_srv_connect(cks_client_h c, size_t pos);
-
-/* The op of an entry of c->fl (its requests in flight). */
-cks_op_t *cks_cl_fl_op(cks_dl_t *e);
+/* ---- reply.c: the transport's callbacks for the client's connections ---- */
 
 cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr);
 
@@ -379,7 +429,7 @@ void cks_cl_on_bad_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,
 
 void cks_cl_on_conn_err(void *arg, cks_tp_conn_h conn, cks_status_t status);
 
-/* ---- between restore.c and read.c ---- */
+/* ---- between restore.c and the gets (get.c, stage_get.c) ---- */
 
 void cks_restore_renew(cks_restore_h r);
 

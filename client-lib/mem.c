@@ -2,8 +2,9 @@
  * DESIGN: registered memory (cks_mem_alloc(), cks_mem_free()): buffers UCX
  * allocates in shared memory, kept on the client's list, and announced to
  * every server that is up so that one on this host maps and faults them in
- * at allocation, not during the first transfers. See client.c for the
- * whole design.
+ * at allocation, not during the first transfers (the scratch region too,
+ * from the progress thread; a server that comes up later is told by the op
+ * engine, op.c). See client.c for the whole design.
  *
  * Never: free a region a transfer may still use (the caller's contract).
  */
@@ -39,6 +40,21 @@ static void cks_cl_mem_register(cks_client_h c, const cks_cl_mem_t *m)
               c->nsrv);
     free(st);
     free(w);
+}
+
+/* The same from the progress thread, for a region of the library's own
+ * (the scratch): every server on this host that is up is asked to map it,
+ * answers not awaited. */
+void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m)
+{
+    for (size_t pos = 0; pos < c->nsrv; pos++) {
+        cks_op_t *op;
+        if (c->srv[pos].state != CKS_SRV_UP || !cks_tp_conn_local(c->srv[pos].conn) ||
+            c->srv[pos].no_rma || (op = cks_cl_mem_map_op(m, pos)) == NULL) {
+            continue;
+        }
+        cks_cl_start(c, op, cks_cl_noop_done, NULL);
+    }
 }
 
 cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p)

@@ -1,18 +1,18 @@
 /*
  * DESIGN: the client's op engine, on its progress thread: the submit queue,
  * the in-flight list in deadline order, the window per server, dispatch
- * (waiting for a connection, skipping a silent server), completion with
+ * (waiting for a connection, which conn.c makes and whose end it tells the
+ * engine through a callback; skipping a silent server), completion with
  * the failover of puts (next member), versions (next coordinator
- * candidate, a seal sent again) and questions (any server), the timeout
- * sweep and the progress thread itself. See client.c for the whole design.
+ * candidate, a seal sent again) and questions (any server), and a server's
+ * loss (the ops on it and waiting for it fail, and may move on). The
+ * progress thread (progress.c) drives it: the timeout sweep, the ops asked
+ * again after a pause. See client.c for the whole design.
  *
  * Never: touch UCX from an application thread; free an op UCX still uses.
  */
 #include "client_int.h"
-#include "stage.h"
 
-#include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,23 +128,6 @@ static int cks_cl_busy_again(cks_client_h c, cks_op_t *op)
     op->saw_busy      = 0;
     cks_cl_later_add(c, op, now + CKS_CL_BUSY_PAUSE_NS);
     return 1;
-}
-
-/* Dispatch the ops on the later list that are due; the ms until the next
- * one is (-1: none). */
-static int cks_cl_later_run(cks_client_h c)
-{
-    uint64_t now = cks_time_ns();
-    while (c->later != NULL && c->later->resume_ns <= now) {
-        cks_op_t *op = c->later;
-        c->later     = op->next;
-        op->next     = NULL;
-        cks_cl_dispatch(c, op);
-    }
-    if (c->later == NULL) {
-        return -1;
-    }
-    return (int)CKS_MIN((c->later->resume_ns - now) / 1000000 + 1, 1000);
 }
 
 /* Position of the highest bit set in mask (not 0). */
@@ -420,6 +403,13 @@ static void cks_cl_send_done(void *arg, cks_status_t status)
     cks_cl_op_try_complete(op->client, op);
 }
 
+void cks_cl_send_abandon(cks_client_h c, cks_op_t *op)
+{
+    cks_tp_send_abandon(c->tp, cks_cl_send_done, op);
+    op->sending = 0;
+    cks_cl_op_try_complete(c, op); /* may free op */
+}
+
 /* Does the op's buffer lie in memory from cks_mem_alloc(), and is its server
  * on this host? Then describe the buffer instead of sending the bytes. */
 static int cks_cl_rma_describe(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn)
@@ -495,9 +485,9 @@ void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     }
     if (op->kind == CKS_OP_PUT && op->payload_len > 0) {
         op->sending = 1;
-        if (op->stage != NULL) { /* staged device memory: bytes as they are copied */
+        if (op->source != NULL) { /* staged device memory: bytes as they are copied */
             status = cks_tp_send_stream(sv->conn, op->type, 0, op->req_id, &op->body,
-                                        cks_cl_stage_source(op->stage), cks_cl_send_done, op);
+                                        op->source, cks_cl_send_done, op);
         } else {
             status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, op->payload,
                                  op->payload_len, op->mem_type, NULL, cks_cl_send_done, op);
@@ -512,6 +502,81 @@ void cks_cl_send_op(cks_client_h c, cks_op_t *op)
                          CKS_MEM_HOST, NULL, NULL, NULL);
     if (status != CKS_INPROGRESS) {
         cks_cl_op_fail(c, op, status);
+    }
+}
+
+/* ---- the ops waiting on a server, and its connection's end ------------------- */
+
+static void cks_cl_srv_wait(cks_cl_srv_t *sv, cks_op_t *op)
+{
+    op->queued = 1;
+    CKS_LIST_PUSH(sv->wait_head, sv->wait_tail, op);
+}
+
+/* The server's connection came up (status OK) or could not: run or fail
+ * what waited for it. */
+static void cks_cl_srv_settle(cks_client_h c, size_t pos, cks_status_t status)
+{
+    cks_cl_srv_t *sv = &c->srv[pos];
+    cks_op_t *op     = sv->wait_head;
+    sv->wait_head = sv->wait_tail = NULL;
+    while (op != NULL) {
+        cks_op_t *next = op->next;
+        op->queued     = 0;
+        op->next = op->prev = NULL;
+        if (status == CKS_OK) {
+            cks_cl_dispatch(c, op);
+        } else {
+            cks_cl_op_fail(c, op, status);
+        }
+        op = next;
+    }
+}
+
+/* Drop a server's connection after a failure; its ops fail (and may move on). */
+void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status)
+{
+    cks_tp_conn_h conn = cks_cl_srv_drop(c, pos, status); /* the server is IDLE */
+    if (conn == NULL) {
+        return;
+    }
+    /* fail its ops with this status first: closing makes UCX complete their
+     * transfers at once, as "canceled", which would be the status they keep */
+    for (cks_dl_t *e = c->fl.head; e != NULL;) {
+        cks_dl_t *next = e->next;
+        cks_op_t *op   = cks_cl_fl_op(e);
+        if (op->srv == pos && !op->replied) {
+            cks_cl_op_fail(c, op, status);
+        }
+        e = next;
+    }
+    cks_tp_conn_close(conn); /* UCX fails what is still in flight on it */
+    cks_cl_srv_settle(c, pos, status);
+    cks_tp_conn_put(conn);
+}
+
+/* A connection that dispatch asked for ended (cks_cl_srv_connect()'s
+ * callback). The server is up: the ops that waited go, and it is told of
+ * every region we have (a server on this host maps and faults them in now,
+ * a restarted one too, not during the first transfers; nobody waits for
+ * these: a failure only means the first transfers fault the pages in). Or
+ * it failed: the ops that waited fail, and the connection, if one was made,
+ * is dropped. */
+static void cks_cl_srv_ended(cks_client_h c, size_t pos, cks_status_t status)
+{
+    if (status != CKS_OK && c->srv[pos].conn != NULL) {
+        cks_cl_srv_down(c, pos, status);
+        return;
+    }
+    cks_cl_srv_settle(c, pos, status);
+    if (status == CKS_OK && c->srv[pos].state == CKS_SRV_UP) {
+        cks_op_t *op = cks_cl_mem_map_ops(c, pos);
+        while (op != NULL) {
+            cks_op_t *next = op->next;
+            op->next       = NULL;
+            cks_cl_start(c, op, cks_cl_noop_done, NULL);
+            op = next;
+        }
     }
 }
 
@@ -548,7 +613,7 @@ void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
          * handshake asks it now and then (its answer ends this) */
         if (sv->state == CKS_SRV_IDLE && now - sv->probe_ns >= CKS_CL_PROBE_NS) {
             sv->probe_ns = now;
-            cks_cl_srv_connect(c, op->srv);
+            cks_cl_srv_connect(c, op->srv, cks_cl_srv_ended);
         }
         cks_log(CKS_LOG_DEBUG, "%s to %s:%u: skipped (it let a request time out %llu ms ago)",
                 cks_msg_name(op->type), sv->addr, sv->port,
@@ -559,7 +624,7 @@ void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
 
     if (op->kind == CKS_OP_MEM_MAP && sv->state != CKS_SRV_UP) {
         /* no connect for it: when the server comes up, it is told of every
-         * region then (cks_cl_mem_announce()) */
+         * region then (cks_cl_srv_ended()) */
         cks_cl_op_fail(c, op, CKS_ERR_UNREACHABLE);
         return;
     }
@@ -589,12 +654,12 @@ void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
             return;
         }
         if (degradable) {
-            cks_cl_srv_connect(c, op->srv);
+            cks_cl_srv_connect(c, op->srv, cks_cl_srv_ended);
             cks_cl_op_fail(c, op, CKS_ERR_UNREACHABLE);
             return;
         }
         cks_cl_srv_wait(sv, op);
-        cks_cl_srv_connect(c, op->srv);
+        cks_cl_srv_connect(c, op->srv, cks_cl_srv_ended);
         return;
     }
     if (degradable) {
@@ -602,136 +667,6 @@ void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
         return;
     }
     cks_cl_srv_wait(sv, op);
-}
-
-static void cks_cl_check_timeouts(cks_client_h c)
-{
-    uint64_t now = cks_time_ns();
-    /* Ops that failed while UCX held their send, and UCX still holds it
-     * long after their connection was closed (UCX 1.13, a server killed on
-     * this host): the caller gets the failure now instead of waiting for
-     * good. They are parked at the end of the list. A completion may free
-     * any op: after each, look again from the tail (each is given up once). */
-    for (int again = 1; again;) {
-        again = 0;
-        for (cks_dl_t *e = c->fl.tail; e != NULL && e->due_ns == CKS_DL_NEVER; e = e->prev) {
-            cks_op_t *op = cks_cl_fl_op(e);
-            if (!op->sending || op->receiving || op->abandon_ns == 0 || op->abandon_ns > now) {
-                continue;
-            }
-            cks_warn("request %llu (%s) to %s:%u: UCX still held its send %llu s after it "
-                     "failed: given up", (unsigned long long)op->req_id,
-                     cks_msg_name(op->type), c->srv[op->srv].addr, c->srv[op->srv].port,
-                     (unsigned long long)(CKS_CL_ABANDON_NS / 1000000000ull));
-            cks_tp_send_abandon(c->tp, cks_cl_send_done, op);
-            op->sending = 0;
-            cks_cl_op_try_complete(c, op); /* may free op */
-            again = 1;
-            break;
-        }
-    }
-    /* Each op taken here leaves the head: completed, or parked first. */
-    for (cks_dl_t *e; (e = cks_dl_due(&c->fl, now)) != NULL;) {
-        cks_op_t *op = cks_cl_fl_op(e);
-        /* an op UCX still holds stays in flight until it lets go: parked
-         * behind every op with a deadline, or the sweep would stop at it
-         * and never time those out */
-        cks_dl_move(&c->fl, e, CKS_DL_NEVER);
-        if (op->replied && !op->sending && !op->receiving) {
-            cks_cl_op_try_complete(c, op); /* over already: it leaves */
-            continue;
-        }
-        size_t pos = op->srv;
-        int busy   = op->sending || op->receiving;
-        cks_log(op->background ? CKS_LOG_INFO : CKS_LOG_WARN,
-                "request %llu (%s) to %s:%u timed out after %d ms",
-                (unsigned long long)op->req_id, cks_msg_name(op->type), c->srv[pos].addr,
-                c->srv[pos].port, c->timeout_ms);
-        if (!op->background) {
-            cks_cl_set_errorf(c, CKS_ERR_TIMEOUT, "no answer from the server in time");
-        }
-        /* a request the server answers at once (not a seal, which waits
-         * there for the other ranks, nor a long one): the server is
-         * silent - requests that can go elsewhere skip it a while */
-        int prompt = op->type != CKS_MSG_VERSION_SEAL && op->timeout_ms == 0;
-        if (prompt) {
-            c->srv[pos].silent_ns = now;
-        }
-        cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT); /* may free op */
-        if (busy || (prompt && c->srv[pos].inflight == 0 && c->srv[pos].conn != NULL)) {
-            /* UCX still holds a caller's buffer: only closing releases it;
-             * or nothing else waits there: a new connection's handshake
-             * is the cheapest way to learn when it answers again */
-            cks_cl_srv_down(c, pos, CKS_ERR_TIMEOUT);
-        }
-    }
-}
-
-void *cks_cl_thread(void *arg)
-{
-    cks_client_h c    = arg;
-    struct pollfd pfd = {.fd = cks_tp_worker_efd(c->tp), .events = POLLIN};
-
-    for (;;) {
-        cks_op_t *list;
-        int stop;
-
-        cks_tp_worker_progress(c->tp);
-        pthread_mutex_lock(&c->lock);
-        list        = c->sub_head;
-        c->sub_head = c->sub_tail = NULL;
-        stop        = c->stop;
-        pthread_mutex_unlock(&c->lock);
-        while (list != NULL) {
-            cks_op_t *next = list->next;
-            list->next     = NULL;
-            cks_cl_dispatch(c, list);
-            list = next;
-        }
-        cks_cl_check_timeouts(c);
-        int later_ms = cks_cl_later_run(c);
-        int calls_ms = cks_tp_worker_expire(c->tp); /* the handshakes */
-        if (stop) {
-            break;
-        }
-        if (cks_tp_worker_arm(c->tp) == CKS_ERR_BUSY) {
-            continue;
-        }
-        pthread_mutex_lock(&c->lock);
-        int queued = c->sub_head != NULL || c->stop;
-        pthread_mutex_unlock(&c->lock);
-        if (queued) {
-            continue;
-        }
-        /* ops in flight: wake by the first deadline, and at least each
-         * second while any is in flight - a parked one, whose send UCX
-         * still holds, is given up after CKS_CL_ABANDON_NS by the sweep
-         * above (without this wake-up a put cut off by a partition hung) */
-        int fl_ms = cks_dl_wait_ms(&c->fl, cks_time_ns(), 1000);
-        if (c->fl.head != NULL && fl_ms < 0) {
-            fl_ms = 1000;
-        }
-        int timeout = cks_dl_sooner(fl_ms, cks_dl_sooner(later_ms, calls_ms));
-        if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
-            cks_error("poll: %s", strerror(errno));
-        }
-    }
-    /* stopping: cancel what is left, and let UCX release the buffers */
-    while (c->later != NULL) {
-        cks_op_t *op = c->later;
-        c->later     = op->next;
-        op->status   = CKS_ERR_CANCELED;
-        op->replied  = 1;
-        cks_cl_op_try_complete(c, op); /* runs its callback and frees it */
-    }
-    for (size_t i = 0; i < c->nsrv; i++) {
-        cks_cl_srv_down(c, i, CKS_ERR_CANCELED);
-    }
-    uint64_t until = cks_time_ns() + 2000000000ull;
-    while (c->fl.head != NULL && cks_time_ns() < until) {
-        cks_tp_worker_progress(c->tp);
-    }
-    return NULL;
 }
 
 /* Hand an op to the progress thread. Returns CKS_INPROGRESS. */

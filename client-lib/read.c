@@ -1,8 +1,8 @@
 /*
- * DESIGN: restores. Opens a restorable version, answers object stats and
- * lists (from the version's coordinator, or any other server: every server
- * holds the manifests), and reads whole objects or byte ranges straight into
- * the caller's buffer.
+ * DESIGN: reads of whole objects or byte ranges of a restore into host
+ * memory, straight into the caller's buffer: a standalone server's GET, or
+ * the chunks of a cluster's stripes (get.c routes each get; stage_get.c
+ * reads a device buffer's slices through here).
  *
  * On a cluster a read is a small state machine on the progress thread: stat
  * the object, then read exactly the byte ranges of the data chunks that the
@@ -13,17 +13,16 @@
  * be down is degraded from the start); the stripe's other chunks are then
  * fetched whole until k are in - data chunks that the range covers whole
  * straight into the caller's buffer (those the first phase brought count),
- * parity and partly covered ones into slots of the client's scratch region,
- * which servers on this host write with one copy - and as soon as they are,
- * its missing data chunks are rebuilt with ISA-L, in place where the range
- * covers them whole, while other stripes' transfers go on. The scratch
- * bounds a client's degraded reads: a stripe that finds no room waits until
- * another stripe is decoded.
+ * parity and partly covered ones into slots of the client's scratch region
+ * (scratch.c), which servers on this host write with one copy - and as
+ * soon as they are, its missing data chunks are rebuilt with ISA-L, in
+ * place where the range covers them whole, while other stripes' transfers
+ * go on. The scratch bounds a client's degraded reads: a stripe that finds
+ * no room waits until another stripe is decoded.
  * Never: block, or hand back a byte that was not checked (whole chunks are
  * CRC-checked here, partial ones by the server before it sends them).
  */
 #include "client_int.h"
-#include "stage.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -63,7 +62,7 @@ struct cks_read_stripe {
      * partly covered data, rebuilt partly covered data), from the scratch */
     uint8_t *slot[CKS_PLACE_WIDTH_MAX];
     uint32_t slot_heap;       /* slots from malloc(), not the scratch */
-    cks_read_stripe_t *next;  /* waiting for scratch */
+    cks_cl_scratch_wait_t room; /* waiting for room in the scratch */
 };
 
 struct cks_read {
@@ -93,114 +92,16 @@ struct cks_read {
     void *arg;
 };
 
-/* ---- scratch: where degraded reads put the chunks that are not the caller's ----
- * One region per client, from cks_tp_mem_alloc() like the caller's
- * cks_mem_alloc() buffers, so that a server on this host writes a parity
- * chunk into it with one copy (and maps it once, ahead: MEM_MAP) instead of
- * the client pulling it through the kernel into fresh pages. It bounds the
- * memory of degraded reads: a stripe that finds it full waits until another
- * stripe is decoded. A stripe that needs more than all of it, or a client
- * that cannot have it (or has none: size 0), takes malloc() memory instead.
- * Size: CKS_CLIENT_FIELD_SCRATCH. */
-
-#define CKS_CL_SCRATCH_UNIT (64u << 10)
-
-struct cks_cl_scratch {
-    cks_cl_mem_t mem;   /* mem.mem NULL: none (size 0, or no memory: malloc) */
-    size_t units;       /* of CKS_CL_SCRATCH_UNIT bytes */
-    cks_read_stripe_t *wait_head, *wait_tail;
-    uint64_t used[];    /* bit per unit */
-};
-
-void cks_cl_scratch_free(cks_client_h c)
-{
-    if (c->scratch != NULL && c->scratch->mem.mem != NULL) {
-        cks_tp_mem_unmap(c->scratch->mem.mem);
-    }
-    free(c->scratch);
-    c->scratch     = NULL;
-    c->scratch_mem = NULL;
-}
-
-static struct cks_cl_scratch *cks_scratch_get(cks_client_h c)
-{
-    struct cks_cl_scratch *sc = c->scratch;
-    size_t units = (size_t)((c->scratch_size + CKS_CL_SCRATCH_UNIT - 1) / CKS_CL_SCRATCH_UNIT);
-
-    if (sc != NULL) {
-        return sc;
-    }
-    if ((sc = calloc(1, sizeof(*sc) + (units / 64 + 1) * sizeof(uint64_t))) == NULL) {
-        return NULL;
-    }
-    c->scratch = sc;
-    if (units == 0) {
-        return sc;
-    }
-    if (cks_tp_mem_alloc(c->tp, units * CKS_CL_SCRATCH_UNIT, &sc->mem.mem, &sc->mem.base) !=
-        CKS_OK) {
-        sc->mem.mem = NULL;
-        cks_info("no scratch region for degraded reads: they use malloc()");
-        return sc;
-    }
-    sc->units      = units;
-    sc->mem.len    = units * CKS_CL_SCRATCH_UNIT;
-    c->scratch_mem = &sc->mem;
-    cks_cl_mem_announce_all(c, &sc->mem); /* servers on this host map it now */
-    return sc;
-}
-
-void cks_cl_scratch_prepare(cks_client_h c)
-{
-    (void)cks_scratch_get(c); /* without it, degraded reads try again, then malloc() */
-}
-
-static int cks_scratch_bit(const struct cks_cl_scratch *sc, size_t u)
-{
-    return (int)((sc->used[u / 64] >> (u % 64)) & 1u);
-}
-
-static void cks_scratch_mark(struct cks_cl_scratch *sc, size_t first, size_t n, int used)
-{
-    for (size_t u = first; u < first + n; u++) {
-        if (used) {
-            sc->used[u / 64] |= 1ull << (u % 64);
-        } else {
-            sc->used[u / 64] &= ~(1ull << (u % 64));
-        }
-    }
-}
-
-/* len bytes of the scratch (first fit), or NULL when it has no such room. */
-static uint8_t *cks_scratch_take(struct cks_cl_scratch *sc, uint64_t len)
-{
-    size_t n = (size_t)((len + CKS_CL_SCRATCH_UNIT - 1) / CKS_CL_SCRATCH_UNIT), run = 0;
-    for (size_t u = 0; u < sc->units; u++) {
-        run = cks_scratch_bit(sc, u) ? 0 : run + 1;
-        if (run == n) {
-            cks_scratch_mark(sc, u + 1 - n, n, 1);
-            return (uint8_t *)sc->mem.base + (u + 1 - n) * (uint64_t)CKS_CL_SCRATCH_UNIT;
-        }
-    }
-    return NULL;
-}
-
-static void cks_scratch_give(struct cks_cl_scratch *sc, uint8_t *p, uint64_t len)
-{
-    size_t first = (size_t)((p - (uint8_t *)sc->mem.base) / CKS_CL_SCRATCH_UNIT);
-    cks_scratch_mark(sc, first, (size_t)((len + CKS_CL_SCRATCH_UNIT - 1) / CKS_CL_SCRATCH_UNIT),
-                     0);
-}
-
 static void cks_read_stripe_next(cks_read_stripe_t *bs);
 static void cks_read_end(cks_read_t *rd);
 
 /* Give back the slots of `mask`; with `wake`, stripes that waited for room go on. */
 static void cks_read_slots_free(cks_read_stripe_t *bs, uint32_t mask, int wake)
 {
-    cks_read_t *rd            = bs->rd;
-    struct cks_cl_scratch *sc = rd->c->scratch;
-    int gave                  = 0;
+    cks_read_t *rd = bs->rd;
+    cks_client_h c = rd->c; /* a waiter's end below may free rd */
+    cks_cl_scratch_wait_t *q;
+    int gave = 0;
 
     for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
         if (bs->slot[i] == NULL || !(mask & (1u << i))) {
@@ -209,22 +110,17 @@ static void cks_read_slots_free(cks_read_stripe_t *bs, uint32_t mask, int wake)
         if (bs->slot_heap & (1u << i)) {
             free(bs->slot[i]);
         } else {
-            cks_scratch_give(sc, bs->slot[i], rd->chunk);
+            cks_cl_scratch_give(c, bs->slot[i], rd->chunk);
             gave = 1;
         }
         bs->slot[i] = NULL;
         bs->slot_heap &= ~(1u << i);
     }
-    while (wake && gave && sc->wait_head != NULL) {
-        cks_read_stripe_t *w = sc->wait_head;
+    while (wake && gave && (q = cks_cl_scratch_waiter(c)) != NULL) {
+        cks_read_stripe_t *w = CKS_CONTAINER_OF(q, cks_read_stripe_t, room);
         cks_read_t *wrd      = w->rd;
-        sc->wait_head        = w->next;
-        if (sc->wait_head == NULL) {
-            sc->wait_tail = NULL;
-        }
-        w->next = NULL;
         cks_read_stripe_next(w);
-        int again = sc->wait_tail == w; /* no room for it: none for those behind */
+        int again = w->room.queued; /* no room for it: none for those behind */
         if (--wrd->pending == 0) {
             cks_read_end(wrd); /* frees w */
         }
@@ -240,23 +136,20 @@ static void cks_read_slots_free(cks_read_stripe_t *bs, uint32_t mask, int wake)
  * rather than wait while it holds some. */
 static int cks_read_slots_take(cks_read_stripe_t *bs, uint32_t want)
 {
-    cks_read_t *rd            = bs->rd;
-    struct cks_cl_scratch *sc = cks_scratch_get(rd->c);
-    uint64_t units = (uint64_t)__builtin_popcount(want) *
-                     ((rd->chunk + CKS_CL_SCRATCH_UNIT - 1) / CKS_CL_SCRATCH_UNIT);
+    cks_read_t *rd = bs->rd;
     int holds = 0, heap;
     uint32_t taken = 0;
 
     for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
         holds |= bs->slot[i] != NULL;
     }
-    heap = sc == NULL || sc->mem.mem == NULL || units > sc->units || holds;
+    heap = !cks_cl_scratch_fits(rd->c, (unsigned)__builtin_popcount(want), rd->chunk) || holds;
     for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
         uint32_t bit = 1u << i;
         if (!(want & bit) || bs->slot[i] != NULL) {
             continue;
         }
-        uint8_t *p = heap ? malloc(rd->chunk) : cks_scratch_take(sc, rd->chunk);
+        uint8_t *p = heap ? malloc(rd->chunk) : cks_cl_scratch_take(rd->c, rd->chunk);
         if (p == NULL) {
             cks_read_slots_free(bs, taken, 0);
             return heap ? -1 : 0;
@@ -501,8 +394,7 @@ static void cks_read_stripe_next(cks_read_stripe_t *bs)
     }
     int room = cks_read_slots_take(bs, slots);
     if (room == 0) {
-        struct cks_cl_scratch *sc = rd->c->scratch;
-        CKS_QUEUE_PUSH(sc->wait_head, sc->wait_tail, bs);
+        cks_cl_scratch_wait(rd->c, &bs->room);
         rd->pending++; /* held while it waits */
         return;
     }
@@ -750,14 +642,10 @@ static cks_status_t cks_read_start(cks_restore_h r, const cks_get_params_t *p, i
     return status;
 }
 
-cks_status_t cks_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
-                        cks_done_cb_t cb, void *arg)
-{
-    return cks_cl_get_nb(r, p, length_p, cb, arg, 0);
-}
+/* ---- a read: a standalone server's GET, or a cluster's stripes --------------- */
 
-cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
-                           cks_done_cb_t cb, void *arg, uint32_t wire_flags)
+cks_status_t cks_cl_read(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
+                         cks_done_cb_t cb, void *arg, uint32_t wire_flags)
 {
     cks_msg_get_t *m;
     size_t used = 0;
@@ -765,20 +653,6 @@ cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t 
     cks_status_t status;
     int range;
 
-    if (r == NULL || p == NULL || cb == NULL || (p->buffer == NULL && p->buffer_size > 0)) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    if (r->disk != NULL) {
-        return cks_cl_disk_get(r, p, length_p, cb, arg);
-    }
-    cks_restore_renew(r);
-    if ((p->field_mask & CKS_GET_FIELD_MEM_TYPE) && p->mem_type != CKS_MEM_HOST) {
-        /* device memory: staged through host slices (stage.c) */
-        status = cks_cl_stage_get(r, p, length_p, cb, arg);
-        if (status != CKS_OK) {
-            return status;
-        }
-    }
     range = !!(p->field_mask & CKS_GET_FIELD_RANGE);
     if (range && (p->length > p->buffer_size || p->length == UINT64_MAX)) {
         return CKS_ERR_INVALID_PARAM;
@@ -812,11 +686,4 @@ cks_status_t cks_cl_get_nb(cks_restore_h r, const cks_get_params_t *p, uint64_t 
     op->flags    = (p->field_mask & CKS_GET_FIELD_FLAGS) ? p->flags : 0;
     op->wire_flags = range ? wire_flags & CKS_WIRE_F_CHECKED : 0;
     return cks_cl_submit(r->client, op, cb, arg);
-}
-
-cks_status_t cks_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p)
-{
-    cks_waiter_t w;
-    cks_waiter_init(&w);
-    return cks_waiter_wait(&w, cks_get_nb(r, p, length_p, cks_waiter_cb, &w));
 }

@@ -67,9 +67,6 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
 cks_status_t cks_cl_stage_get(cks_restore_h r, const cks_get_params_t *p, uint64_t *length_p,
                               cks_done_cb_t cb, void *arg);
 
-/* Progress thread: the payload source of a staged put's op. */
-const cks_tp_source_t *cks_cl_stage_source(cks_stage_job_t *j);
-
 /* cks_client_stats() */
 void cks_cl_stage_stats(cks_client_h c, cks_client_stats_t *stats);
 

@@ -96,8 +96,9 @@ static cks_status_t cks_stage_read_start(cks_stage_t *st, cks_stage_job_t *j, ui
     st->reads[slot].got  = 0;
     j->reads++;
     pthread_mutex_unlock(&st->lock);
-    status = cks_cl_get_nb(j->r, &g, &st->reads[slot].got, cks_stage_read_done,
-                           &st->reads[slot], j->chain ? CKS_WIRE_F_CHECKED : 0);
+    cks_restore_renew(j->r); /* as any get does */
+    status = cks_cl_read(j->r, &g, &st->reads[slot].got, cks_stage_read_done, &st->reads[slot],
+                         j->chain ? CKS_WIRE_F_CHECKED : 0);
     pthread_mutex_lock(&st->lock);
     if (status != CKS_INPROGRESS) {
         j->reads--;

@@ -116,7 +116,7 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
     j->src.pack   = cks_stage_pack;
     j->src.arg    = j;
     op->mem_type  = CKS_MEM_CUDA; /* never described for one-copy transfers */
-    op->stage     = j;
+    op->source    = &j->src;
     cks_stage_enqueue(st, j);
     return CKS_INPROGRESS;
 }
@@ -133,11 +133,6 @@ cks_status_t cks_stage_prepare(cks_client_h c)
         cks_stage_error(c, status, why);
     }
     return status;
-}
-
-const cks_tp_source_t *cks_cl_stage_source(cks_stage_job_t *j)
-{
-    return &j->src;
 }
 
 uint64_t cks_stage_slice_len(const cks_stage_t *st, const cks_stage_job_t *j,
@@ -405,7 +400,7 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
              * goes as a host put from there - to a server on this host, one
              * copy by the server from our mapped memory; elsewhere, UCX's
              * zero-copy send - instead of through the pack callback */
-            j->op->stage       = NULL;
+            j->op->source      = NULL;
             j->op->payload     = st->ring + (uint64_t)cks_stage_slot(st, j, 0) * st->slice;
             j->op->payload_len = j->len;
             j->op->mem_type    = CKS_MEM_HOST;

@@ -112,6 +112,10 @@ cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type)
     return op;
 }
 
+void cks_cl_noop_done(void *arg, cks_status_t status)
+{
+}
+
 /* ---- puts per version (what a seal tells the coordinator) -------------------- */
 
 /* A put completed: count it for its version's seal, and add it to the
