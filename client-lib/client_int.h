@@ -306,8 +306,6 @@ cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void 
 cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op);
 /* Start an op from the progress thread (a callback); cb runs once, later. */
 void cks_cl_start(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
-/* Server that coordinates (job, version); 0 on a standalone server. */
-size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version);
 /** Send `op` to the coordinator of (job, version): its candidates in turn
  *  (CKS_TARGET_COORD) on a cluster, the server on a standalone one. */
 void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
@@ -383,7 +381,6 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op);
 
 void cks_cl_op_fail(cks_client_h c, cks_op_t *op, cks_status_t status);
 
-void cks_cl_send_op(cks_client_h c, cks_op_t *op);
 
 void cks_cl_dispatch(cks_client_h c, cks_op_t *op);
 

@@ -442,7 +442,7 @@ static int cks_cl_rma_describe(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn)
 }
 
 /* Send an op to its server, whose connection exists. */
-void cks_cl_send_op(cks_client_h c, cks_op_t *op)
+static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
 {
     cks_cl_srv_t *sv = &c->srv[op->srv];
     cks_status_t status;
@@ -724,9 +724,4 @@ void cks_cl_coord_first(cks_client_h c, cks_op_t *op, const char *job, size_t jo
 {
     cks_cl_candidates(c, op, job, job_len, version);
     op->coord_first = 1;
-}
-
-size_t cks_cl_coordinator(cks_client_h c, const char *job, size_t job_len, uint64_t version)
-{
-    return c->map == NULL ? 0 : cks_place_coordinator(c->map, job, job_len, version);
 }

@@ -7,7 +7,6 @@
  * Never: complete an op with a reply from another server or connection.
  */
 #include "client_int.h"
-#include "stage.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -133,12 +133,8 @@ void cks_sv_cv_owed_each(const void *key, size_t len, void *value, void *arg);
 
 void cks_sv_owed_send(cks_server_h s, int all_cancel);
 
-void cks_bcast_send(cks_bcast_t *b);
-
 const cks_sv_aborted_t *cks_sv_aborted_find(cks_server_h s, const cks_wire_str_t *job,
                                                    uint64_t version);
-
-void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v);
 
 void cks_sv_cv_finish(cks_server_h s, cks_sv_version_t *v, int commit);
 

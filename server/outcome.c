@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void cks_bcast_send(cks_bcast_t *b);
+static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v);
+
 /* ---- drops a peer missed ------------------------------------------------------------ */
 
 void cks_sv_owe(cks_server_h s, size_t pos, const char *job, size_t job_len,
@@ -160,7 +163,7 @@ static uint32_t cks_sv_press_retain(const cks_sv_version_t *v)
                : 0;
 }
 
-void cks_bcast_send(cks_bcast_t *b)
+static void cks_bcast_send(cks_bcast_t *b)
 {
     cks_server_h s      = b->s;
     cks_sv_version_t *v = b->v;
@@ -272,7 +275,7 @@ static void cks_sv_cv_coord_free(cks_sv_version_t *v)
 }
 
 /* The version's outcome is known everywhere: answer everyone who waits. */
-void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
+static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
 {
     int committed = v->wait == CKS_SV_WAIT_SEAL && v->bcast_reply == CKS_OK;
     cks_sv_kept_forget(s, v->job, v->job_len, v->version);

@@ -95,7 +95,7 @@ struct cks_sv_version {
 
 /* A read whose bytes may still be taken from the arena (a chunk get, until
  * its send completes): space freed while it runs is returned to the arena
- * only once every read begun before the free has ended (cluster.c). */
+ * only once every read begun before the free has ended (member.c). */
 typedef struct cks_sv_read {
     struct cks_sv_read *prev, *next;
     uint64_t seq;
@@ -402,7 +402,7 @@ cks_status_t cks_sv_collect_extents(cks_md_txn_h txn, const char *job, size_t jo
                                     uint64_t version, cks_sv_extent_t **ext_p,
                                     size_t *n_p);
 
-/* cluster.c: a manifest entry from the wire as a metadata object (its key
+/* member.c: a manifest entry from the wire as a metadata object (its key
  * checked by the caller; a kind past the last one reads as OTHER) */
 void cks_sv_object_of_entry(cks_md_object_t *o, const cks_msg_object_entry_t *e);
 
@@ -491,10 +491,10 @@ size_t cks_sv_held(struct cks_server *s, const char *job, size_t job_len, uint64
                    size_t max);
 void cks_sv_holds_fini(struct cks_server *s);
 
-/* server.c, for cluster.c */
+/* vtable.c: a metadata writer job for (job, version), zeroed */
 cks_mdq_job_t *cks_sv_mdq_job(struct cks_server *s, cks_mdq_type_t type, const char *job,
                               size_t job_len, uint64_t version);
-/* server.c, for handlers.c: v's record queued for the metadata writer (a
+/* vtable.c: v's record queued for the metadata writer (a
  * seal or an abort written into it), answered to (conn, req_id) when it is
  * recorded; CKS_ERR_NO_MEMORY, answered at once, when the job cannot be had. */
 cks_status_t cks_sv_version_queue(struct cks_server *s, cks_sv_version_t *v,
@@ -629,7 +629,7 @@ void cks_sv_handlers_cluster(struct cks_server *s);
 void cks_sv_redispatch(struct cks_server *s, cks_tp_conn_h conn, unsigned type,
                        uint64_t req_id, const cks_msg_any_t *b);
 
-/* repair.c: catch-up and repair */
+/* heal.c: the catch-up and repair state (repair.c, catchup.c, promote.c) */
 typedef struct cks_rp cks_rp_t;
 cks_status_t cks_rp_init(struct cks_server *s);
 void cks_rp_fini(struct cks_server *s);
