@@ -284,9 +284,13 @@ int cks_tp_worker_expire(cks_tp_worker_h w)
         cks_dl_move(&w->calls_dl, e, CKS_DL_NEVER);
         cks_tp_call_fail(w, c, CKS_ERR_TIMEOUT, "no answer in time"); /* c may be gone */
         if (in_flight && !conn->closed) {
-            /* UCX still reads the payload: only closing releases it */
-            cks_tp_conn_close(conn);
+            /* UCX still reads the payload: only closing releases it. The
+             * other calls on the connection fail as this one did, first:
+             * the peer does not answer (the close would say "connection
+             * lost", which reads as a peer that went away and may be back
+             * at once - a primary would send its chunks there again) */
             cks_tp_calls_fail_conn(w, conn, CKS_ERR_TIMEOUT);
+            cks_tp_conn_close(conn);
         }
         cks_tp_conn_put(conn);
     }
