@@ -376,11 +376,14 @@ Test(repair, paced_while_clients_read_and_not_while_idle)
 
     reader_t rd = {.version = v1};
     pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, reader_run, &rd), 0);
     cks_test_set_server_flags("--repair-rate 64K");
     int rc = cks_test_server_restart(&cl.srv[x]);
     cks_test_set_server_flags(NULL);
     cr_assert_eq(rc, 0);
+    /* the reader connects once x is back: a client that found x down reads
+     * around it for a while, and x, with no client's reads, rebuilds at its
+     * idle pace - all of it before this test looks */
+    cr_assert_eq(pthread_create(&th, NULL, reader_run, &rd), 0);
 
     /* while the reader runs: caught up, then at most the cap's worth */
     cks_repair_info_t a = {0}, b = {0};
