@@ -238,6 +238,9 @@ struct cks_client {
     struct cks_stage *stage;
     uint64_t stage_slice;     /* bytes per slice of its ring */
     unsigned stage_slices;    /* slices in the ring */
+    unsigned long requests;   /* requests in flight (the sum of the servers'
+                                 `inflight`) and handshakes; atomic:
+                                 cks_client_stats() */
     /* progress thread only */
     cks_hmap_t *inflight;     /* req_id -> op */
     cks_dl_list_t fl;         /* in flight, in deadline order (op->dl) */

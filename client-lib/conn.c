@@ -82,6 +82,9 @@ static void cks_cl_handshake_done(void *arg, cks_status_t status)
 {
     cks_tp_conn_h conn = arg;
     cks_cl_srv_t *sv   = cks_tp_conn_user(conn);
+    if (sv != NULL) { /* a handshake is no longer in flight */
+        __atomic_sub_fetch(&sv->client->requests, 1, __ATOMIC_RELAXED);
+    }
     if (sv == NULL || sv->conn != conn) {
         return;
     }
@@ -126,9 +129,11 @@ void cks_cl_srv_connect(cks_client_h c, size_t pos, cks_cl_srv_cb_t ended)
     }
     cks_tp_conn_set_user(sv->conn, sv);
     sv->state = CKS_SRV_CONNECTING;
-    status    = cks_tp_conn_handshake(sv->conn, c->name, c->has_secret ? &c->secret : NULL,
-                                      c->timeout_ms, cks_cl_handshake_done, sv->conn);
+    __atomic_add_fetch(&c->requests, 1, __ATOMIC_RELAXED); /* until its end */
+    status = cks_tp_conn_handshake(sv->conn, c->name, c->has_secret ? &c->secret : NULL,
+                                   c->timeout_ms, cks_cl_handshake_done, sv->conn);
     if (status != CKS_INPROGRESS) {
+        __atomic_sub_fetch(&c->requests, 1, __ATOMIC_RELAXED); /* it never began */
         ended(c, pos, status == CKS_OK ? CKS_ERR_INTERNAL : status);
     }
 }

@@ -149,6 +149,7 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         cks_cl_fl_unlink(c, op);
         op->req_id = 0;
         sv->inflight--;
+        __atomic_sub_fetch(&c->requests, 1, __ATOMIC_RELAXED);
         if (sv->state == CKS_SRV_UP && sv->wait_head != NULL) { /* the window moves */
             cks_op_t *next = sv->wait_head;
             sv->wait_head  = next->next;
@@ -463,6 +464,7 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
         return;
     }
     sv->inflight++;
+    __atomic_add_fetch(&c->requests, 1, __ATOMIC_RELAXED);
     op->rma = cks_cl_rma_describe(c, op, sv->conn);
     if (op->kind == CKS_OP_MEM_MAP && !op->rma) {
         /* a server on another host (or one that refused our memory before)

@@ -500,5 +500,6 @@ cks_status_t cks_client_stats(cks_client_h c, cks_client_stats_t *stats_p)
         return CKS_ERR_INVALID_PARAM;
     }
     cks_cl_stage_stats(c, stats_p);
+    stats_p->requests_in_flight = __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
     return CKS_OK;
 }

@@ -125,6 +125,11 @@ typedef struct {
     uint64_t host_puts_staged;  /**< puts of host memory staged through the ring
                                      (CKS_PUT_FIELD_STAGED) that completed */
     uint64_t host_staged_bytes; /**< bytes they copied into the ring */
+    uint64_t requests_in_flight; /**< requests sent to servers and not yet
+                                      answered or failed, now: the caller's,
+                                      and the client's own (connection
+                                      handshakes, the MEM_MAPs that announce
+                                      its memory) */
 } cks_client_stats_t;
 
 /** Fill *stats_p. CKS_ERR_INVALID_PARAM on NULL arguments. */

@@ -388,6 +388,51 @@ Test(cluster, restart_when_the_port_is_taken)
     cks_client_destroy(c);
 }
 
+/* A request to a stopped server, from a thread of its own. */
+typedef struct {
+    cks_client_h c;
+    size_t server;
+    cks_status_t st;
+} ask_t;
+
+static void *ask_stopped(void *arg)
+{
+    ask_t *a = arg;
+    cks_repair_info_t ri;
+    a->st = cks_repair_status(a->c, a->server, &ri);
+    return NULL;
+}
+
+/* cks_client_stats() counts the requests in flight: none once a new client
+ * has connected (its handshakes and MEM_MAPs answered), one while a
+ * request waits on a stopped server, none again once it is answered. */
+Test(cluster, client_stats_count_the_requests_in_flight)
+{
+    cks_client_h c = cks_test_cluster_client(cl.map, K, M, CHUNK, 3000);
+    cks_client_stats_t s;
+    cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+    cr_assert_eq(s.requests_in_flight, 0, "%llu requests in flight after connecting",
+                 (unsigned long long)s.requests_in_flight);
+    ask_t a = {c, 2, CKS_OK};
+    pthread_t th;
+    cr_assert_eq(kill(cl.srv[2].pid, SIGSTOP), 0);
+    cr_assert_eq(pthread_create(&th, NULL, ask_stopped, &a), 0);
+    uint64_t seen = 0;
+    for (int i = 0; i < 200 && seen == 0; i++) { /* at most 2 s */
+        cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+        seen = s.requests_in_flight;
+        usleep(10 * 1000);
+    }
+    cr_assert_eq(kill(cl.srv[2].pid, SIGCONT), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(seen, 1, "%llu requests in flight while one waits on a stopped server",
+                 (unsigned long long)seen);
+    cr_assert_eq(a.st, CKS_OK, "the request, answered after SIGCONT: %s",
+                 cks_status_name(a.st));
+    cr_assert_eq(cks_test_client_quiet(c, 3000), 0, "requests still in flight");
+    cks_client_destroy(c);
+}
+
 TestSuite(cluster_faults, .fini = cks_test_suite_teardown, .timeout = 240);
 
 Test(cluster_faults, corrupted_chunk_is_decoded_around)

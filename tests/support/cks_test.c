@@ -849,7 +849,24 @@ cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
     p.chunk_size = chunk_size;
     p.timeout_ms = timeout_ms;
     *c_p         = NULL;
-    return cks_client_create(&p, c_p);
+    cks_status_t st = cks_client_create(&p, c_p);
+    if (st == CKS_OK) {
+        cks_test_client_quiet(*c_p, 5000);
+    }
+    return st;
+}
+
+int cks_test_client_quiet(cks_client_h c, int ms)
+{
+    uint64_t t0 = cks_time_ns();
+    cks_client_stats_t s;
+    while (cks_client_stats(c, &s) == CKS_OK && s.requests_in_flight > 0) {
+        if (cks_time_ns() - t0 >= (uint64_t)ms * 1000000ull) {
+            return -1;
+        }
+        usleep(10 * 1000);
+    }
+    return 0;
 }
 
 cks_client_h cks_test_cluster_client(const char *map, unsigned k, unsigned m,
