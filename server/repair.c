@@ -631,6 +631,10 @@ void cks_rp_work_start(cks_server_h s)
         rp->tokens = (double)rp->rate_cap / 4; /* clients may come back at any time */
     }
     rp->tokens_ns = now;
+    if (s->fg_ns == 0 && now - rp->start_ns < CKS_RP_HOLD_FG_NS &&
+        cks_fault_fire("repair_wait_fg")) {
+        return; /* test builds: no task before a client's data came through */
+    }
     while (!s->stop && rp->inflight < CKS_RP_INFLIGHT && rp->taski < rp->ntasks) {
         cks_rp_task_t *t = &rp->tasks[rp->taski];
         double cost      = (double)t->k * (double)t->chunk;

@@ -28,6 +28,9 @@
 /* test builds, fault catchup_hold: a round waits this long between its
  * lists and its comparison */
 #define CKS_RP_HOLD_NS        (4ull * 1000000000ull)
+/* test builds, fault repair_wait_fg: repair starts no task until a client's
+ * data went through this server, or this long after its start */
+#define CKS_RP_HOLD_FG_NS     (10ull * 1000000000ull)
 #define CKS_RP_SCAN_EVERY_NS  (60ull * 1000000000ull)
 #define CKS_RP_RESCAN_NS      (5ull * 1000000000ull) /* after tasks failed */
 #define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)

@@ -370,19 +370,24 @@ static void *reader_run(void *arg)
  * (about 5 MiB of reads) would take over a minute. */
 Test(repair, paced_while_clients_read_and_not_while_idle)
 {
+    CKS_TEST_NEEDS_FAULT_POINTS();
     size_t x;
     uint64_t v1, v2;
     cks_client_h c = fresh_start(write_then_without, &x, &v1, &v2);
 
     reader_t rd = {.version = v1};
     pthread_t th;
+    /* x begins to rebuild only once the reader's data went through it
+     * (fault repair_wait_fg): otherwise, with no client's reads yet, it
+     * rebuilds at its idle pace, all of it before this test looks. The
+     * reader connects once x is back: a client that found x down reads
+     * around it for a while. */
+    snprintf(cl.srv[x].faults, sizeof(cl.srv[x].faults), "repair_wait_fg:always");
     cks_test_set_server_flags("--repair-rate 64K");
     int rc = cks_test_server_restart(&cl.srv[x]);
     cks_test_set_server_flags(NULL);
+    cl.srv[x].faults[0] = '\0';
     cr_assert_eq(rc, 0);
-    /* the reader connects once x is back: a client that found x down reads
-     * around it for a while, and x, with no client's reads, rebuilds at its
-     * idle pace - all of it before this test looks */
     cr_assert_eq(pthread_create(&th, NULL, reader_run, &rd), 0);
 
     /* while the reader runs: caught up, then at most the cap's worth */
