@@ -27,8 +27,7 @@
  *     checks each against its CRC (one that fails is read from another
  *     member instead), decodes the missing one with ISA-L straight into
  *     arena space allocated for it, and computes its CRC; the progress
- *     thread, which only receives meanwhile, records it (the metadata
- *     writer checks it against that CRC). Reads are paced by a
+ *     thread, which only receives meanwhile, records it. Reads are paced by a
  *     token bucket: --repair-rate bytes/s while clients' data went through
  *     this server in the last 0.5 s (puts, chunk puts, reads other than
  *     repair's own, which carry CKS_WIRE_F_BACKGROUND), --repair-idle-rate
@@ -403,8 +402,10 @@ static void cks_rp_decode_run(cks_workq_t *q, cks_workq_job_t *l, void *arg)
 }
 
 /* A decode is back: a chunk that failed its CRC is read from another
- * member instead; a rebuilt chunk goes to the metadata writer, which
- * checks it against the CRC computed here before it records it. */
+ * member instead; a rebuilt chunk goes to the metadata writer with the CRC
+ * the decoder computed from its bytes (no `data`: the writer's one thread
+ * does not CRC them a second time, as it does a chunk that came over the
+ * wire). */
 static void cks_rp_decode_done(cks_rp_work_t *w, int cancel)
 {
     cks_server_h s = w->s;
@@ -448,7 +449,6 @@ static void cks_rp_decode_done(cks_rp_work_t *w, int cancel)
     j->nchunks       = 1;
     j->chunks[0]     = (cks_md_chunk_t){w->t.stripe, w->t.idx, w->t.chunk, w->crc, w->off,
                                         w->t.chunk};
-    j->data          = w->chunks[w->t.idx];
     j->chunk_guard   = 1;
     j->guard_version = w->t.mversion;
     j->done          = cks_rp_recorded;
