@@ -75,21 +75,12 @@ cks_op_t *cks_cl_mem_map_ops(cks_client_h c, size_t pos)
     return ops;
 }
 
-/* The transport's handshake with a server ended (progress thread). arg is
- * the connection it ran on: the outcome of one the client dropped since
- * (cks_cl_srv_drop()) is old news. */
-static void cks_cl_handshake_done(void *arg, cks_status_t status)
+/* What a handshake's end means for the server it ran with: it is up, or
+ * the ops that waited for it fail. */
+static void cks_cl_handshake_ended(cks_client_h c, cks_cl_srv_t *sv, cks_tp_conn_h conn,
+                                   cks_status_t status)
 {
-    cks_tp_conn_h conn = arg;
-    cks_cl_srv_t *sv   = cks_tp_conn_user(conn);
-    if (sv != NULL) { /* a handshake is no longer in flight */
-        __atomic_sub_fetch(&sv->client->requests, 1, __ATOMIC_RELAXED);
-    }
-    if (sv == NULL || sv->conn != conn) {
-        return;
-    }
-    cks_client_h c = sv->client;
-    size_t pos     = (size_t)(sv - c->srv);
+    size_t pos = (size_t)(sv - c->srv);
     if (status == CKS_OK) {
         sv->silent_ns = 0; /* it answers */
         sv->state     = CKS_SRV_UP;
@@ -108,6 +99,26 @@ static void cks_cl_handshake_done(void *arg, cks_status_t status)
         sv->silent_ns = cks_time_ns();
     }
     sv->ended(c, pos, status == CKS_ERR_CONN_LOST ? CKS_ERR_UNREACHABLE : status);
+}
+
+/* The transport's handshake with a server ended (progress thread). arg is
+ * the connection it ran on: the outcome of one the client dropped since
+ * (cks_cl_srv_drop()) is old news. */
+static void cks_cl_handshake_done(void *arg, cks_status_t status)
+{
+    cks_tp_conn_h conn = arg;
+    cks_cl_srv_t *sv   = cks_tp_conn_user(conn);
+    if (sv == NULL) {
+        return;
+    }
+    cks_client_h c = sv->client;
+    if (sv->conn == conn) {
+        cks_cl_handshake_ended(c, sv, conn, status);
+    }
+    /* the handshake counts as in flight until what it started (the ops that
+     * waited, the MEM_MAPs) has been sent and counts in its place: a client
+     * never looks idle between the two */
+    __atomic_sub_fetch(&c->requests, 1, __ATOMIC_RELAXED);
 }
 
 /* Connect to a server and run the transport's handshake (HELLO, and AUTH
