@@ -80,6 +80,17 @@ static cks_status_t cks_cl_servers(cks_client_h c, const cks_client_params_t *pa
             cks_cl_set_errorf(c, status, "%s", err);
             return status;
         }
+        if (params->field_mask & CKS_CLIENT_FIELD_MEMBER_TIMEOUT) {
+            if (params->member_timeout_ms < CKS_WIRE_MEMBER_MS_MIN ||
+                params->member_timeout_ms > CKS_WIRE_MEMBER_MS_MAX) {
+                cks_cl_set_errorf(c, CKS_ERR_INVALID_PARAM,
+                                  "member timeout %u ms: must be %u .. %u ms",
+                                  params->member_timeout_ms, CKS_WIRE_MEMBER_MS_MIN,
+                                  CKS_WIRE_MEMBER_MS_MAX);
+                return CKS_ERR_INVALID_PARAM;
+            }
+            c->member_ms = params->member_timeout_ms;
+        }
         c->nsrv         = cks_cluster_nservers(c->map);
         c->scratch_size = 32u << 20;
         if (params->field_mask & CKS_CLIENT_FIELD_SCRATCH) {

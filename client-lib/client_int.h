@@ -215,6 +215,7 @@ struct cks_client {
     cks_cl_srv_t *srv;
     unsigned k, m;            /* geometry of versions this client begins */
     uint64_t chunk_size;
+    uint32_t member_ms;       /* member timeout sent with puts and begins (0: the servers') */
     cks_ec_h ec[CKS_EC_MAX_K + 1][CKS_EC_MAX_M + 1]; /* decoders, made on demand */
     cks_tp_worker_h tp;
     pthread_t thread;

@@ -56,6 +56,7 @@ cks_status_t cks_put_nb(cks_client_h c, const cks_put_params_t *p, cks_done_cb_t
     m->k            = c->k;
     m->m            = c->m;
     m->chunk_size   = c->chunk_size;
+    m->member_ms    = c->member_ms;
     op->payload     = p->buffer;
     op->payload_len = p->size;
     if (c->map != NULL) {

@@ -84,6 +84,7 @@ cks_status_t cks_version_begin_nb(cks_client_h c, const cks_version_params_t *p,
     m->chunk_size = c->chunk_size;
     m->retain     = (p->field_mask & CKS_VERSION_FIELD_RETAIN) ? p->retain : 0;
     m->timeout_s  = (p->field_mask & CKS_VERSION_FIELD_TIMEOUT) ? p->timeout_s : 0;
+    m->member_ms  = c->member_ms;
     if (m->nranks == 0) {
         free(op);
         return CKS_ERR_INVALID_PARAM;

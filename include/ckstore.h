@@ -60,6 +60,7 @@ enum {
     CKS_CLIENT_FIELD_SECRET     = 1u << 5,
     CKS_CLIENT_FIELD_SCRATCH    = 1u << 6,
     CKS_CLIENT_FIELD_STAGE      = 1u << 7,
+    CKS_CLIENT_FIELD_MEMBER_TIMEOUT = 1u << 8,
 };
 
 typedef struct {
@@ -91,6 +92,16 @@ typedef struct {
                                staged through (default 4 MiB; 4 KiB .. 1 GiB,
                                rounded up to 4 KiB) */
     uint32_t stage_slices; /**< slices in that ring (default 8; 2 .. 64) */
+    uint32_t member_timeout_ms; /**< with CKS_CLIENT_FIELD_MEMBER_TIMEOUT (cluster):
+                               how long a version this client writes waits on a
+                               server that does not answer: a primary counts the
+                               chunks it does not take within this time as
+                               missing (the version commits DEGRADED), and the
+                               coordinator of a version this client begins waits
+                               this long for each server to take its outcome.
+                               Sent with every put and begin, like the geometry
+                               (ranks of one version set it alike). 100 .. 600000;
+                               default 10000 */
 } cks_client_params_t;
 
 /** Connect to a standalone server (`server`) or a cluster (`cluster`): at

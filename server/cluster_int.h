@@ -13,6 +13,12 @@
  * misses more than m chunks), and a coordinator for a member to take a
  * manifest or a drop. */
 #define CKS_SV_MEMBER_TIMEOUT_MS 10000
+/* ... unless the version's writer set its own (PUT's and VERSION_BEGIN's
+ * member_ms, checked against CKS_WIRE_MEMBER_MS_MIN .. _MAX) */
+static inline int cks_sv_member_ms(uint32_t ms)
+{
+    return ms != 0 ? (int)ms : CKS_SV_MEMBER_TIMEOUT_MS;
+}
 /* A member that failed a chunk put is skipped (its chunks counted missing
  * at once) for this long, so that one dead server does not cost every
  * object of a checkpoint a timeout; after that, for as long as it answers

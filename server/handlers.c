@@ -338,6 +338,9 @@ void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM, "at most 65536 ranks");
         return;
     }
+    if (cks_sv_member_ms_refused(conn, req_id, m->member_ms)) {
+        return;
+    }
     cks_md_version_t prec;
     if (m->parent != CKS_MD_NO_PARENT) {
         cks_wire_str_t job = m->job;
@@ -426,6 +429,7 @@ static void cks_sv_version_open(cks_server_h s, cks_tp_conn_h conn, uint64_t req
         v->expected_digest  = 0;
         v->capobjs          = 64;
         v->retain           = m->retain;
+        v->member_ms        = m->member_ms;
         v->open_deadline_ns = cks_time_ns() + (uint64_t)(m->timeout_s ? m->timeout_s : 600) *
                                                   1000000000ull;
         v->objs             = malloc(v->capobjs * sizeof(*v->objs));

@@ -206,7 +206,7 @@ void cks_sv_relost_run(cks_server_h s, uint64_t now)
         }
         cks_msg_version_begin_t b = {job,        r->version, rec.parent,     rec.nranks,
                                      rec.ec_k,   rec.ec_m,   rec.chunk_size, 0,
-                                     0};
+                                     0,          0};
         r->in_flight = 1;
         cks_sv_claim_lost(s, &b, r->round, cks_sv_lost_claimed); /* may free r */
     }

@@ -176,7 +176,7 @@ static void cks_bcast_send(cks_bcast_t *b)
         cks_msg_version_drop_t m = {{v->job, v->job_len}, v->version, b->drop_state,
                                     cks_sv_press_retain(v)};
         status = cks_tp_call(conn, CKS_MSG_VERSION_DROP, 0, &m, NULL, 0, NULL,
-                             CKS_SV_MEMBER_TIMEOUT_MS, cks_bcast_done, b);
+                             cks_sv_member_ms(v->member_ms), cks_bcast_done, b);
     } else if (status == CKS_OK) {
         cks_msg_version_commit_t m = {0};
         size_t off = 0, n = 0;
@@ -198,7 +198,7 @@ static void cks_bcast_send(cks_bcast_t *b)
         m.retain = v->retain;
         if (status == CKS_OK) {
             status = cks_tp_call(conn, CKS_MSG_VERSION_COMMIT, off ? CKS_WIRE_F_PAGE : 0, &m,
-                                 off ? b->page : NULL, off, NULL, CKS_SV_MEMBER_TIMEOUT_MS,
+                                 off ? b->page : NULL, off, NULL, cks_sv_member_ms(v->member_ms),
                                  cks_bcast_done, b);
         }
     }

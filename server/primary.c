@@ -25,6 +25,7 @@ typedef struct cks_cput {
     char key[CKS_KEY_MAX_LEN + 1];
     unsigned k, m;
     uint64_t chunk, stripes;
+    int member_ms;              /* how long a member may take a chunk */
     uint64_t off, len;          /* the arena extent */
     cks_enc_job_t enc;
     unsigned acks;              /* chunk puts in flight */
@@ -143,7 +144,6 @@ static void cks_cput_free(cks_cput_t *p)
     cks_sv_version_release(p->s, v);
     free(p);
 }
-
 
 static void cks_cput_report_to(cks_cput_t *p);
 
@@ -422,8 +422,6 @@ static void cks_cput_settle(cks_cput_t *p)
     cks_mdq_push(&s->mdq, j);
 }
 
-
-
 /* CHUNK_PUT of the chunk `a` names, from the put's extent, on conn. */
 static cks_status_t cks_cput_send_chunk(cks_cput_ack_t *a, cks_tp_conn_h conn)
 {
@@ -438,7 +436,7 @@ static cks_status_t cks_cput_send_chunk(cks_cput_ack_t *a, cks_tp_conn_h conn)
         .crc64   = p->enc.crcs[a->stripe * (p->k + p->m) + a->idx],
     };
     return cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
-                       p->chunk, s->arena_mem, CKS_SV_MEMBER_TIMEOUT_MS, cks_cput_acked, a);
+                       p->chunk, s->arena_mem, p->member_ms, cks_cput_acked, a);
 }
 
 static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
@@ -684,6 +682,9 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                             (unsigned long long)m->chunk_size);
         return;
     }
+    if (cks_sv_member_ms_refused(conn, req_id, m->member_ms)) {
+        return;
+    }
     v = cks_sv_version_find(s, &m->job, m->version);
     if (v == NULL) {
         /* the coordinator decides whether the version is open; here, only a
@@ -736,6 +737,7 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     p->k       = m->k;
     p->m       = m->m;
     p->chunk   = m->chunk_size;
+    p->member_ms = cks_sv_member_ms(m->member_ms);
     p->stripes = cks_ec_stripe_count(m->size, m->k, m->chunk_size);
     p->len     = p->stripes * (m->k + m->m) * m->chunk_size;
     memcpy(p->key, m->key.ptr, m->key.len);

@@ -65,6 +65,7 @@ struct cks_sv_version {
     uint32_t nranks_done;
     uint32_t retain;       /* the job's retention (cluster) */
     uint64_t open_deadline_ns; /* abort when not every rank finished by then */
+    uint32_t member_ms;    /* the begin's member timeout (0: the default) */
     cks_hmap_t *deleted;   /* keys of the parent removed in this version */
     int redrop;            /* an object came in while the version's drop was being
                               sent: send the drop once more when it ends */
@@ -514,6 +515,9 @@ void cks_sv_version_release(struct cks_server *s, cks_sv_version_t *v);
 cks_status_t cks_sv_version_lookup(struct cks_server *s, const cks_wire_str_t *job,
                                    uint64_t version, cks_md_version_t *rec_p);
 cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t *key);
+/* A put's or begin's member timeout out of range is answered INVALID_PARAM
+ * (returns 1); 0 (the default) or one in range passes (returns 0). */
+int cks_sv_member_ms_refused(cks_tp_conn_h conn, uint64_t req_id, uint32_t ms);
 /* A request's names checked (cks_sv_check_names), then a read transaction
  * begun in *txn_p (the caller aborts it) when they pass. */
 cks_status_t cks_sv_names_txn(struct cks_server *s, const cks_wire_str_t *job,

@@ -288,7 +288,8 @@ static int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req
                                  cl->p.retain,
                                  cl->p.ttl_s > CKS_SV_CLAIM_MARGIN_S
                                      ? cl->p.ttl_s - CKS_SV_CLAIM_MARGIN_S
-                                     : 1};
+                                     : 1,
+                                 0 /* member timeout: the default (claims do not carry it) */};
     cks_sv_claim_run(s, NULL, 0, &b, t->round, 0, cks_sv_takeover_claimed);
     return 1;
 }

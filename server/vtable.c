@@ -185,6 +185,17 @@ cks_status_t cks_sv_check_names(const cks_wire_str_t *job, const cks_wire_str_t 
     return status;
 }
 
+int cks_sv_member_ms_refused(cks_tp_conn_h conn, uint64_t req_id, uint32_t ms)
+{
+    if (ms == 0 || (ms >= CKS_WIRE_MEMBER_MS_MIN && ms <= CKS_WIRE_MEMBER_MS_MAX)) {
+        return 0;
+    }
+    cks_sv_reply_status(conn, req_id, CKS_ERR_INVALID_PARAM,
+                        "member timeout %u ms: must be %u .. %u ms", ms, CKS_WIRE_MEMBER_MS_MIN,
+                        CKS_WIRE_MEMBER_MS_MAX);
+    return 1;
+}
+
 cks_status_t cks_sv_names_txn(cks_server_h s, const cks_wire_str_t *job,
                               const cks_wire_str_t *key, cks_md_txn_h *txn_p)
 {

@@ -35,6 +35,10 @@
 #define CKS_WIRE_MAX_NAME    64u   /* client/server names in HELLO */
 #define CKS_WIRE_MAX_ADDR    2048u /* UCX worker address in HELLO */
 #define CKS_WIRE_NONCE_LEN   32u   /* challenge nonces and HMAC-SHA256 proofs */
+/* A version's member timeout (PUT, VERSION_BEGIN): 0 means the server's
+ * default; anything else must lie in this range */
+#define CKS_WIRE_MEMBER_MS_MIN 100u
+#define CKS_WIRE_MEMBER_MS_MAX 600000u
 
 /** Header flags. */
 #define CKS_WIRE_F_PAYLOAD 0x1u /* raw payload bytes follow as AM data */
@@ -124,6 +128,7 @@ typedef struct {
     uint64_t chunk_size;
     uint32_t retain;     /* keep the newest `retain` restorable versions (0: all) */
     uint32_t timeout_s;  /* abort the version if its ranks have not all finished */
+    uint32_t member_ms;  /* wait this long for a server to take the outcome (0: default) */
 } cks_msg_version_begin_t;
 
 typedef struct {
@@ -177,6 +182,7 @@ typedef struct {
     uint64_t size; /* payload bytes that follow */
     uint32_t k, m; /* geometry of the version (cluster); 0, 0 standalone */
     uint64_t chunk_size;
+    uint32_t member_ms; /* cluster: wait this long for a member to take a chunk (0: default) */
 } cks_msg_put_t;
 
 typedef struct {

@@ -80,7 +80,8 @@ static const cks_wire_field_t fd_version_begin[] = {
     FD_U64(cks_msg_version_begin_t, version), FD_U64(cks_msg_version_begin_t, parent),
     FD_U32(cks_msg_version_begin_t, nranks), FD_U32(cks_msg_version_begin_t, k),
     FD_U32(cks_msg_version_begin_t, m), FD_U64(cks_msg_version_begin_t, chunk_size),
-    FD_U32(cks_msg_version_begin_t, retain), FD_U32(cks_msg_version_begin_t, timeout_s)};
+    FD_U32(cks_msg_version_begin_t, retain), FD_U32(cks_msg_version_begin_t, timeout_s),
+    FD_U32(cks_msg_version_begin_t, member_ms)};
 static const cks_wire_field_t fd_version_seal[] = {
     FD_STR(cks_msg_version_seal_t, job, CKS_JOB_MAX_LEN),
     FD_U64(cks_msg_version_seal_t, version), FD_U64(cks_msg_version_seal_t, nobjects),
@@ -102,7 +103,8 @@ static const cks_wire_field_t fd_put[] = {
     FD_STR(cks_msg_put_t, key, CKS_KEY_MAX_LEN), FD_U32(cks_msg_put_t, kind),
     FD_I32(cks_msg_put_t, layer), FD_I32(cks_msg_put_t, expert),
     FD_I32(cks_msg_put_t, rank), FD_U64(cks_msg_put_t, size), FD_U32(cks_msg_put_t, k),
-    FD_U32(cks_msg_put_t, m), FD_U64(cks_msg_put_t, chunk_size)};
+    FD_U32(cks_msg_put_t, m), FD_U64(cks_msg_put_t, chunk_size),
+    FD_U32(cks_msg_put_t, member_ms)};
 static const cks_wire_field_t fd_get[] = {
     FD_STR(cks_msg_get_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_get_t, version),
     FD_STR(cks_msg_get_t, key, CKS_KEY_MAX_LEN), FD_U64(cks_msg_get_t, offset),

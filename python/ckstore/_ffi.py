@@ -47,6 +47,7 @@ typedef struct {
     uint64_t scratch_size;
     uint64_t stage_slice;
     uint32_t stage_slices;
+    uint32_t member_timeout_ms;
 } cks_client_params_t;
 
 cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *client_p);

@@ -361,7 +361,9 @@ class Client:
     ``secret`` is the path of the secret file (mode 0600) the servers require
     (with ``secret_job``, that job's own secret). ``ec=(k, m)`` and
     ``chunk_size`` set the erasure coding of the versions this client
-    begins. Use it as a context manager, or call :meth:`close`. Safe to use
+    begins; ``member_timeout_ms`` how long its writes wait on a server that
+    does not answer before its chunks count as missing (the version then
+    commits DEGRADED; default 10000). Use it as a context manager, or call :meth:`close`. Safe to use
     from several threads at once.
     """
 
@@ -369,7 +371,8 @@ class Client:
                  secret: Optional[str] = None, secret_job: Optional[str] = None,
                  timeout_ms: Optional[int] = None, name: Optional[str] = None,
                  ec: Optional[Tuple[int, int]] = None, chunk_size: Optional[int] = None,
-                 scratch_size: Optional[int] = None) -> None:
+                 scratch_size: Optional[int] = None,
+                 member_timeout_ms: Optional[int] = None) -> None:
         if (server is None) == (cluster is None):
             raise ValueError("ckstore: give exactly one of server= and cluster=")
         self._c = None
@@ -409,6 +412,9 @@ class Client:
         if scratch_size is not None:
             p.field_mask |= 1 << 6
             p.scratch_size = scratch_size
+        if member_timeout_ms is not None:
+            p.field_mask |= 1 << 8
+            p.member_timeout_ms = member_timeout_ms
         cp = ffi.new("cks_client_h *")
         st = lib.cks_client_create(p, cp)
         if st != _CKS_OK:

@@ -215,6 +215,114 @@ Test(heal, degraded_writes_with_one_and_two_servers_down)
     cks_client_destroy(c);
 }
 
+/* The objects of a test that writes some of the usual ones: position i
+ * names object mt_pick[i]. */
+static size_t mt_pick[NOBJ];
+static void mt_key(size_t i, char *key, size_t len)
+{
+    key_of(mt_pick[i], key, len);
+}
+
+/* A client's member timeout (CKS_CLIENT_FIELD_MEMBER_TIMEOUT) is how long
+ * the versions it writes wait on a member that does not answer: with one
+ * stopped (SIGSTOP) after the begin, its chunks count as missing after
+ * 1500 ms (and the transport's grace for sends UCX holds), not the
+ * servers' default 10 s, and the version commits
+ * DEGRADED, every object restorable exactly. The stopped server is no
+ * primary of the objects and does not coordinate the version, so that only
+ * its chunks wait on it. A timeout out of its range is refused. */
+Test(heal, stopped_member_costs_the_member_timeout_the_client_set)
+{
+    int down[NSRV] = {0};
+    char key[64], why[512] = "";
+    uint64_t v = version_with_live_coordinator(1, down);
+    int coord  = cks_test_coordinator(cl.map, "heal", v);
+    size_t nprim[NSRV] = {0}, victim = NSRV, n = 0;
+    uint64_t sizes[NOBJ];
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    for (size_t i = 0; i < NOBJ; i++) {
+        key_of(i, key, sizeof(key));
+        int pr = cks_test_primary(cl.map, "heal", key, K, M);
+        cr_assert(pr >= 0 && pr < NSRV);
+        nprim[pr]++;
+    }
+    for (size_t s = 0; s < NSRV; s++) { /* the primary of the fewest objects */
+        if ((int)s != coord && (victim == NSRV || nprim[s] < nprim[victim])) {
+            victim = s;
+        }
+    }
+    for (size_t i = 0; i < NOBJ; i++) {
+        key_of(i, key, sizeof(key));
+        if ((size_t)cks_test_primary(cl.map, "heal", key, K, M) != victim) {
+            mt_pick[n]  = i;
+            sizes[n++] = objs.size[i];
+        }
+    }
+    cr_assert_geq(n, 4, "only %zu objects whose primary is not server %zu", n, victim);
+    cks_test_objs_t mine = {0};
+    cks_test_objs_init(&mine, sizes, n, objs.seed);
+
+    cks_client_params_t p = {0};
+    cks_client_h c        = NULL;
+    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS |
+                   CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
+    p.cluster    = cl.map;
+    p.ec_k       = K;
+    p.ec_m       = M;
+    p.chunk_size = CHUNK;
+    p.timeout_ms = 20000;
+    static const uint32_t bad[] = {1, 99, 600001, UINT32_MAX};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        p.member_timeout_ms = bad[i];
+        cr_assert_eq(cks_client_create(&p, &c), CKS_ERR_INVALID_PARAM,
+                     "a member timeout of %u ms was taken", bad[i]);
+        cr_assert_null(c);
+    }
+    p.member_timeout_ms = 1500;
+    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    cr_assert_eq(cks_test_client_quiet(c, 5000), 0);
+
+    cks_version_params_t vp = {.job = "heal", .version = v};
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    cr_assert_eq(kill(cl.srv[victim].pid, SIGSTOP), 0);
+    uint64_t t0     = cks_time_ns();
+    cks_status_t st = CKS_OK;
+    for (size_t i = 0; st == CKS_OK && i < n; i++) {
+        mt_key(i, key, sizeof(key));
+        cks_test_objs_fill(&mine, i, v);
+        st = cks_test_put(c, "heal", v, key, mine.src[i], mine.size[i]);
+    }
+    st            = st == CKS_OK ? cks_version_seal(c, "heal", v) : st;
+    uint64_t took = (cks_time_ns() - t0) / 1000000u;
+    cks_client_last_error(c, why, sizeof(why));
+    fprintf(stderr, "version %llu, %zu objects, server %zu stopped, member timeout 1500 ms: "
+                    "%s after %llu ms (%s)\n",
+            (unsigned long long)v, n, victim, cks_status_name(st), (unsigned long long)took,
+            why);
+    cr_assert_eq(kill(cl.srv[victim].pid, SIGCONT), 0);
+    if (st != CKS_OK) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "version %llu: %s (%s)", (unsigned long long)v,
+                 cks_status_name(st), why);
+    /* one member timeout (the chunk puts to it run at once), not 10 s; on
+     * one host UCX holds the chunks' sends to a stopped peer, which the
+     * transport gives up 5 s after the timeout closed their connection
+     * (CKS_TP_ABANDON_NS): 6.5 s, against 15 s with the default */
+    cr_assert_geq(took, 1500, "the version did not wait for the stopped member (%llu ms)",
+                  (unsigned long long)took);
+    cr_assert_lt(took, 9000, "the version took %llu ms: more than its member timeout and the "
+                             "transport's 5 s allow", (unsigned long long)took);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(c, "heal", v, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v,
+                 cks_vstate_string(vi.state));
+    cr_assert_gt(vi.missing, 0);
+    cks_test_objs_verify(c, "heal", v, &mine, mt_key, dump_logs, "member timeout");
+    cks_test_objs_free(&mine);
+    cks_client_destroy(c);
+}
+
 /* A server killed while a version is written makes its primaries skip it
  * for a while (a chunk put to it timed out: they do not wait on it again
  * for every object). Once it is restarted and has caught up, the next

@@ -185,6 +185,25 @@ def test_errors_carry_status_and_server_text(sclient, cclient):
         ckstore.Client()
 
 
+def test_member_timeout_is_checked_and_sent(cluster):
+    """member_timeout_ms outside 100 .. 600000 ms is refused at once; one in
+    range goes with the puts and the begin, and the version commits."""
+    for bad in (99, 600001):
+        with pytest.raises(CkstoreError) as e:
+            ckstore.Client(**cluster.client_kwargs(), member_timeout_ms=bad)
+        assert e.value.status == Status.ERR_INVALID_PARAM
+    job = f"mt-{os.getpid()}"
+    with ckstore.Client(**cluster.client_kwargs(), timeout_ms=20000,
+                        member_timeout_ms=2000) as c:
+        c.begin(job, 1)
+        c.put(job, 1, "k", b"member timeout")
+        c.seal(job, 1)
+        with c.open(job, 1) as r:
+            buf = bytearray(14)
+            r.get_into("k", buf)
+            assert bytes(buf) == b"member timeout"
+
+
 def test_close_fails_requests_in_flight_and_refuses_more(standalone):
     c = ckstore.Client(**standalone.client_kwargs())
     job = f"close-{os.getpid()}"

@@ -600,7 +600,7 @@ Test(wire_roundtrip, ints_accept_any_width, .timeout = 30)
     /* A peer may send an integer in any msgpack width, signed or not
      * (msgpack allows it); values in the field's range are accepted. */
     static const uint8_t body[] = {
-        0x9b,                                           /* PUT: 11 fields */
+        0x9c,                                           /* PUT: 12 fields */
         0xa1, 'j',                                      /* job */
         0xd3, 0, 0, 0, 0, 0, 0, 0, 3,                   /* version 3 as int64 */
         0xda, 0, 1, 'k',                                /* key as str16 */
@@ -612,6 +612,7 @@ Test(wire_roundtrip, ints_accept_any_width, .timeout = 30)
         0xcd, 0x00, 0x04,                               /* k 4 as u16 */
         0xd1, 0x00, 0x02,                               /* m 2 as int16 */
         0xce, 0x00, 0x01, 0x00, 0x00,                   /* chunk_size 65536 as u32 */
+        0xd2, 0x00, 0x00, 0x07, 0xd0,                   /* member_ms 2000 as int32 */
     };
     size_t len;
     uint8_t *msg = tw_msg(CKS_MSG_PUT, CKS_WIRE_F_PAYLOAD, 1, body, sizeof(body), &len);
@@ -633,6 +634,7 @@ Test(wire_roundtrip, ints_accept_any_width, .timeout = 30)
     cr_assert_eq(p->k, 4);
     cr_assert_eq(p->m, 2);
     cr_assert_eq(p->chunk_size, 65536);
+    cr_assert_eq(p->member_ms, 2000);
     tw_recode_msg(&d);
     tw_dec_free(&d);
     free(msg);

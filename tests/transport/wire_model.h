@@ -87,7 +87,8 @@ static const wm_field_t wm_f_version_begin[] = {
     WM_U64_(cks_msg_version_begin_t, parent),
     WM_U32_(cks_msg_version_begin_t, nranks), WM_U32_(cks_msg_version_begin_t, k),
     WM_U32_(cks_msg_version_begin_t, m), WM_U64_(cks_msg_version_begin_t, chunk_size),
-    WM_U32_(cks_msg_version_begin_t, retain), WM_U32_(cks_msg_version_begin_t, timeout_s)};
+    WM_U32_(cks_msg_version_begin_t, retain), WM_U32_(cks_msg_version_begin_t, timeout_s),
+    WM_U32_(cks_msg_version_begin_t, member_ms)};
 static const wm_field_t wm_f_version_seal[] = {
     WM_STR_(cks_msg_version_seal_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_version_seal_t, version),
@@ -111,7 +112,7 @@ static const wm_field_t wm_f_put[] = {
     WM_I32_(cks_msg_put_t, layer), WM_I32_(cks_msg_put_t, expert),
     WM_I32_(cks_msg_put_t, rank), WM_U64_(cks_msg_put_t, size),
     WM_U32_(cks_msg_put_t, k), WM_U32_(cks_msg_put_t, m),
-    WM_U64_(cks_msg_put_t, chunk_size)};
+    WM_U64_(cks_msg_put_t, chunk_size), WM_U32_(cks_msg_put_t, member_ms)};
 static const wm_field_t wm_f_get[] = {
     WM_STR_(cks_msg_get_t, job, CKS_JOB_MAX_LEN), WM_U64_(cks_msg_get_t, version),
     WM_STR_(cks_msg_get_t, key, CKS_KEY_MAX_LEN), WM_U64_(cks_msg_get_t, offset),
