@@ -42,6 +42,12 @@
 #define CKS_CL_QUORUM_TRIES    1u
 #define CKS_CL_QUORUM_PAUSE_NS (300ull * 1000000ull)
 #define CKS_CL_PROBE_NS  (1000ull * 1000000ull)
+/* A put whose every candidate failed, one at least by not answering in time,
+ * walks its group once more after this pause: the members that did not
+ * answer are asked by a handshake on a new connection first, and one that
+ * was cut off and is back answers (a connection that stood through the cut
+ * may carry nothing for seconds more: TCP backs off while cut). */
+#define CKS_CL_REWALK_PAUSE_NS (500ull * 1000000ull)
 
 typedef struct cks_op cks_op_t;
 
@@ -151,8 +157,10 @@ struct cks_op {
     unsigned resends;       /* VERSION_SEAL: sent again to a candidate that let
                                it time out (CKS_WIRE_F_RESENT), at most
                                CKS_CL_SEAL_RESENDS times */
-    uint32_t slow_mask;     /* VERSION_SEAL: the candidates (bit = position in
-                               group) that let it time out */
+    uint32_t slow_mask;     /* VERSION_SEAL, PUT: the candidates (bit = position
+                               in group) that let it time out */
+    unsigned rewalks;       /* PUT: walks of its group after the first
+                               (CKS_CL_REWALK_PAUSE_NS) */
     uint32_t resent_mask;   /* VERSION_SEAL: those it was sent again to */
     unsigned quorum_tries;  /* VERSION_BEGIN: asked again after CKS_ERR_NO_QUORUM */
     int patient;            /* CHUNK_GET that the read cannot do without: it
@@ -199,6 +207,10 @@ typedef struct {
                                 another server to go to skips it
                                 (cks_cl_dispatch()) */
     uint64_t probe_ns;       /* the last handshake started to ask a silent one */
+    uint64_t heard_ns;       /* when its connection last brought a reply (or
+                                its handshake's end): a request that times
+                                out on a connection that brought nothing for
+                                that long closes it (progress.c) */
     uint64_t failed_ns;      /* when it last failed (reconnects are paced) */
     cks_cl_srv_cb_t ended;   /* told how the last connection attempt ended
                                 (cks_cl_srv_connect()'s caller's) */

@@ -83,6 +83,7 @@ static void cks_cl_handshake_ended(cks_client_h c, cks_cl_srv_t *sv, cks_tp_conn
     size_t pos = (size_t)(sv - c->srv);
     if (status == CKS_OK) {
         sv->silent_ns = 0; /* it answers */
+        sv->heard_ns  = cks_time_ns();
         sv->state     = CKS_SRV_UP;
         sv->ended(c, pos, CKS_OK);
         return;

@@ -130,6 +130,39 @@ static int cks_cl_busy_again(cks_client_h c, cks_op_t *op)
     return 1;
 }
 
+static void cks_cl_srv_ended(cks_client_h c, size_t pos, cks_status_t status);
+
+/* A put whose every candidate failed, one at least by not answering in
+ * time (CKS_CL_REWALK_PAUSE_NS): each of those is asked by a handshake on
+ * a new connection now, and the walk starts again after the pause. One
+ * that answers meanwhile is no longer silent (cks_cl_dispatch() skips it
+ * no more) and takes the put. */
+static void cks_cl_put_rewalk(cks_client_h c, cks_op_t *op)
+{
+    uint64_t now = cks_time_ns();
+    if (op->status == CKS_ERR_TIMEOUT) {
+        op->slow_mask |= 1u << op->tries;
+    }
+    for (size_t i = 0; i <= op->tries && i < op->ngroup; i++) {
+        cks_cl_srv_t *sv = &c->srv[op->group[i]];
+        if ((op->slow_mask & (1u << i)) && sv->state == CKS_SRV_IDLE) {
+            sv->probe_ns = now;
+            cks_cl_srv_connect(c, op->group[i], cks_cl_srv_ended);
+        }
+    }
+    cks_log(CKS_LOG_INFO, "put of '%.*s': no member of its group took it; asking those that "
+                          "did not answer on new connections, and the group again in %llu ms",
+            (int)op->body.m_PUT.key.len, op->body.m_PUT.key.ptr,
+            (unsigned long long)(CKS_CL_REWALK_PAUSE_NS / 1000000ull));
+    op->rewalks++;
+    op->tries     = 0;
+    op->srv       = op->group[0];
+    op->slow_mask = 0;
+    op->status    = CKS_OK;
+    op->replied   = 0;
+    cks_cl_later_add(c, op, now + CKS_CL_REWALK_PAUSE_NS);
+}
+
 /* Position of the highest bit set in mask (not 0). */
 static size_t cks_cl_highest_bit(uint32_t mask)
 {
@@ -338,6 +371,9 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
          * the object (it keeps its own chunk, and the primary's is missing
          * until repaired) */
         cks_status_t failed = op->status;
+        if (op->status == CKS_ERR_TIMEOUT) {
+            op->slow_mask |= 1u << op->tries;
+        }
         cks_log(op->tries == 0 ? CKS_LOG_WARN : CKS_LOG_INFO,
                 "put of '%.*s': server %s:%u %s; trying the group's next member",
                 (int)op->body.m_PUT.key.len, op->body.m_PUT.key.ptr, c->srv[op->srv].addr,
@@ -351,14 +387,19 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         }
         op->status = failed; /* the client is stopping: the put fails */
     }
+    if (op->target == CKS_TARGET_GROUP && op->tries > 0 && cks_cl_retryable(op->status) &&
+        (op->slow_mask != 0 || op->status == CKS_ERR_TIMEOUT) && op->rewalks == 0 && !c->stop) {
+        cks_cl_put_rewalk(c, op);
+        return;
+    }
     if (op->target == CKS_TARGET_GROUP && op->tries > 0 && cks_cl_retryable(op->status)) {
         /* more than m members of the object's group are unreachable */
         char text[CKS_MSG_MAX_LEN];
         int n = snprintf(text, sizeof(text), "put of '%.*s': %zu members of its group "
                          "unreachable (more than the m = %u it can lose):",
-                         (int)op->body.m_PUT.key.len, op->body.m_PUT.key.ptr, op->tries,
+                         (int)op->body.m_PUT.key.len, op->body.m_PUT.key.ptr, op->tries + 1,
                          op->body.m_PUT.m);
-        for (size_t i = 0; i < op->tries && n > 0 && (size_t)n < sizeof(text); i++) {
+        for (size_t i = 0; i <= op->tries && n > 0 && (size_t)n < sizeof(text); i++) {
             const cks_cl_srv_t *g = &c->srv[op->group[i]];
             n += snprintf(text + n, sizeof(text) - (size_t)n, " %s:%u", g->addr, g->port);
         }

@@ -88,11 +88,19 @@ static void cks_cl_check_timeouts(cks_client_h c)
         if (prompt) {
             c->srv[pos].silent_ns = now;
         }
+        uint64_t waited = (uint64_t)(op->timeout_ms > 0 ? op->timeout_ms : c->timeout_ms) *
+                          1000000ull;
         cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT); /* may free op */
-        if (busy || (prompt && c->srv[pos].inflight == 0 && c->srv[pos].conn != NULL)) {
+        cks_cl_srv_t *sv = &c->srv[pos];
+        int deaf = sv->conn != NULL && now - sv->heard_ns >= waited;
+        if (busy || (prompt && sv->inflight == 0 && sv->conn != NULL) || deaf) {
             /* UCX still holds a caller's buffer: only closing releases it;
              * or nothing else waits there: a new connection's handshake
-             * is the cheapest way to learn when it answers again */
+             * is the cheapest way to learn when it answers again; or the
+             * connection brought nothing for a whole timeout: a server cut
+             * off and plugged back in may not be heard on it for seconds
+             * more (TCP backs off while cut), whatever else waits there -
+             * those requests fail now and go elsewhere or again */
             cks_cl_srv_down(c, pos, CKS_ERR_TIMEOUT);
         }
     }

@@ -165,6 +165,7 @@ cks_op_t *cks_cl_reply_op(cks_client_h c, cks_tp_conn_h conn, const cks_wire_hdr
         return NULL;
     }
     sv->silent_ns = 0; /* it answers */
+    sv->heard_ns  = cks_time_ns();
     return op;
 }
 

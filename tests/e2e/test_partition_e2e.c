@@ -35,6 +35,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -208,39 +209,49 @@ static cks_status_t write_version(cks_client_h c, uint64_t version, size_t n, ui
     return st == CKS_OK ? cks_version_seal(c, JOB, version) : st;
 }
 
+/* Restore object i of a version through r; wrong bytes fail the test,
+ * anything else that goes wrong is returned. */
+static cks_status_t verify_in(cks_restore_h r, uint64_t version, size_t i, uint64_t size,
+                              uint64_t seed)
+{
+    uint8_t *got       = malloc(size + 1);
+    uint8_t *want      = malloc(size);
+    cks_get_params_t g = {0};
+    uint64_t len       = 0;
+    char key[64];
+    cr_assert(got != NULL && want != NULL);
+    key_name(key, sizeof(key), version, i);
+    memset(got, 0xEE, size + 1);
+    g.field_mask    = CKS_GET_FIELD_FLAGS;
+    g.key           = key;
+    g.buffer        = got;
+    g.buffer_size   = size;
+    g.flags         = CKS_GET_VERIFY;
+    cks_status_t st = cks_get(r, &g, &len);
+    if (st == CKS_OK) {
+        cks_test_fill(want, size, seed_of(seed, version, i));
+        cr_assert_eq(len, size, "%s: %llu bytes", key, (unsigned long long)len);
+        cr_assert(memcmp(got, want, size) == 0, "%s: WRONG BYTES", key);
+        cr_assert_eq(got[size], 0xEE, "%s: written past the end", key);
+    }
+    free(got);
+    free(want);
+    return st;
+}
+
 /* Restore every object of a version; wrong bytes fail the test, anything
  * else that goes wrong is returned. */
 static cks_status_t verify_version(cks_client_h c, uint64_t version, size_t n, uint64_t size,
                                    uint64_t seed)
 {
     cks_restore_h r = NULL;
-    uint8_t *got    = malloc(size + 1);
-    uint8_t *want   = malloc(size);
-    char key[64];
     cks_status_t st = cks_restore_open(c, JOB, version, &r);
     for (size_t i = 0; st == CKS_OK && i < n; i++) {
-        cks_get_params_t g = {0};
-        uint64_t len       = 0;
-        key_name(key, sizeof(key), version, i);
-        memset(got, 0xEE, size + 1);
-        g.field_mask  = CKS_GET_FIELD_FLAGS;
-        g.key         = key;
-        g.buffer      = got;
-        g.buffer_size = size;
-        g.flags       = CKS_GET_VERIFY;
-        st            = cks_get(r, &g, &len);
-        if (st == CKS_OK) {
-            cks_test_fill(want, size, seed_of(seed, version, i));
-            cr_assert_eq(len, size, "%s: %llu bytes", key, (unsigned long long)len);
-            cr_assert(memcmp(got, want, size) == 0, "%s: WRONG BYTES", key);
-            cr_assert_eq(got[size], 0xEE, "%s: written past the end", key);
-        }
+        st = verify_in(r, version, i, size, seed);
     }
     if (r != NULL) {
         cks_restore_close(r);
     }
-    free(got);
-    free(want);
     return st;
 }
 
@@ -1189,6 +1200,115 @@ Test(partition, member_cut_off_during_chunk_puts_costs_one_member_timeout)
                  cks_vstate_string(vi.state));
     cr_assert_eq(verify_version(c, v, 2, CUT_OBJ, seed), CKS_OK);
     cr_assert_eq(cks_test_netns_heal(&net, (int)member), 0);
+    cks_client_destroy(c);
+    assert_servers_alive();
+}
+
+/* The placement group of an object (its stripe 0's), in the order a put
+ * walks it: the primary, then the next members. */
+static void group_of(const char *key, uint16_t group[NSRV])
+{
+    cks_cluster_h map;
+    char err[256];
+    cr_assert_eq(cks_cluster_load(cl.map, &map, err, sizeof(err)), CKS_OK, "%s", err);
+    cr_assert_eq(cks_place(map, JOB, strlen(JOB), key, strlen(key), 0, 4, 2, NULL, group),
+                 CKS_OK);
+    cks_cluster_free(map);
+}
+
+/* A put whose primary was cut off and is back, while the next members of
+ * its group are cut off now: the primary takes it. Before, the put failed
+ * ("3 members of its group unreachable"): the client skipped the primary
+ * as silent (it had let a request time out a moment before) and each of
+ * the next two let the put time out. Now a put whose every candidate
+ * failed, one at least by not answering, asks those on new connections and
+ * walks its group once more; the primary answers and stores it. The
+ * version commits DEGRADED and every object restores exactly. */
+Test(partition, put_goes_to_its_primary_back_from_a_cut_while_the_next_members_are_cut)
+{
+    uint64_t seed = cks_test_seed(47);
+    uint16_t g[NSRV];
+    char key[64];
+    bring_up();
+    cks_client_params_t cp = {0};
+    cks_client_h c         = NULL;
+    cp.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
+                    CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
+    cp.cluster           = cl.map;
+    cp.ec_k              = 4;
+    cp.ec_m              = 2;
+    cp.chunk_size        = 256 * KiB;
+    cp.timeout_ms        = TIMEOUT_MS;
+    cp.member_timeout_ms = 2000; /* the primary's chunk puts to the cut members */
+    cr_assert_eq(cks_client_create(&cp, &c), CKS_OK);
+    cr_assert_eq(cks_test_client_quiet(c, 5000), 0);
+
+    /* K: an object whose primary and next two members do not coordinate
+     * the version; B: another with the same primary (the client's
+     * connections to every server stand: cks_test_client_quiet()) */
+    uint64_t v      = 1;
+    size_t coord    = coordinator_of(v);
+    size_t k_i      = SIZE_MAX, b_i = SIZE_MAX;
+    uint16_t kg[NSRV];
+    for (size_t i = 0; i < 512 && k_i == SIZE_MAX; i++) {
+        key_name(key, sizeof(key), v, i);
+        group_of(key, kg);
+        if (kg[0] != coord && kg[1] != coord && kg[2] != coord) {
+            k_i = i;
+        }
+    }
+    cr_assert_neq(k_i, SIZE_MAX);
+    for (size_t i = 0; i < 512 && b_i == SIZE_MAX; i++) {
+        key_name(key, sizeof(key), v, i);
+        group_of(key, g);
+        if (i != k_i && g[0] == kg[0] && g[1] != coord) {
+            b_i = i;
+        }
+    }
+    cr_assert_neq(b_i, SIZE_MAX);
+    fprintf(stderr, "version 1 (coordinator %zu): objects %zu and %zu with primary %u; "
+                    "%zu's next members %u, %u\n",
+            coord, b_i, k_i, kg[0], k_i, kg[1], kg[2]);
+
+    cks_version_params_t vp = {.job = JOB, .version = v};
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    /* the primary cut off: B goes to its next member after a timeout, and
+     * the client counts the primary as silent */
+    cr_assert_eq(cks_test_netns_cut(&net, kg[0]), 0);
+    cks_status_t st = put_one(c, v, b_i, 300 * KiB, seed, CKS_TAG_NONE, NULL);
+    cr_assert_eq(st, CKS_OK, "put of object %zu with its primary cut off: %s", b_i,
+                 cks_status_name(st));
+    /* B spread by the member that took it (its chunk put to the cut
+     * primary times out after the member timeout) before more cuts */
+    pause_ms(3500);
+    /* back; K's next members cut off */
+    cr_assert_eq(cks_test_netns_cut(&net, kg[1]), 0);
+    cr_assert_eq(cks_test_netns_cut(&net, kg[2]), 0);
+    cr_assert_eq(cks_test_netns_heal(&net, kg[0]), 0);
+    uint64_t t0   = now_ms();
+    st            = put_one(c, v, k_i, 300 * KiB, seed, CKS_TAG_NONE, NULL);
+    uint64_t took = now_ms() - t0;
+    char why[512] = "";
+    cks_client_last_error(c, why, sizeof(why));
+    fprintf(stderr, "put of object %zu, primary %u back, members %u and %u cut: %s after %llu "
+                    "ms (%s)\n",
+            k_i, kg[0], kg[1], kg[2], cks_status_name(st), (unsigned long long)took,
+            st == CKS_OK ? "" : why);
+    cr_assert_eq(st, CKS_OK, "put of object %zu: %s (%s)", k_i, cks_status_name(st), why);
+    cr_assert_lt(took, BOUND_MS);
+    cr_assert_eq(cks_test_netns_heal(&net, kg[1]), 0);
+    cr_assert_eq(cks_test_netns_heal(&net, kg[2]), 0);
+    st = cks_version_seal(c, JOB, v);
+    cks_client_last_error(c, why, sizeof(why));
+    cr_assert_eq(st, CKS_OK, "seal: %s (%s)", cks_status_name(st), why);
+    size_t idx[2]   = {b_i, k_i};
+    cks_restore_h r = NULL;
+    cr_assert_eq(cks_restore_open(c, JOB, v, &r), CKS_OK);
+    for (size_t j = 0; j < 2; j++) {
+        st = verify_in(r, v, idx[j], 300 * KiB, seed);
+        cr_assert_eq(st, CKS_OK, "object %zu: %s", idx[j], cks_status_name(st));
+    }
+    cks_restore_close(r);
     cks_client_destroy(c);
     assert_servers_alive();
 }
