@@ -363,8 +363,8 @@ class Client:
     ``chunk_size`` set the erasure coding of the versions this client
     begins; ``member_timeout_ms`` how long its writes wait on a server that
     does not answer before its chunks count as missing (the version then
-    commits DEGRADED; default 10000). Use it as a context manager, or call :meth:`close`. Safe to use
-    from several threads at once.
+    commits DEGRADED; default 10000). Use it as a context manager, or call
+    :meth:`close`. Safe to use from several threads at once.
     """
 
     def __init__(self, server: Optional[str] = None, *, cluster: Optional[str] = None,
