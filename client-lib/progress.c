@@ -92,15 +92,19 @@ static void cks_cl_check_timeouts(cks_client_h c)
                           1000000ull;
         cks_cl_op_fail(c, op, CKS_ERR_TIMEOUT); /* may free op */
         cks_cl_srv_t *sv = &c->srv[pos];
-        int deaf = sv->conn != NULL && now - sv->heard_ns >= waited;
+        int deaf = prompt && sv->conn != NULL && now - sv->heard_ns >= waited;
         if (busy || (prompt && sv->inflight == 0 && sv->conn != NULL) || deaf) {
             /* UCX still holds a caller's buffer: only closing releases it;
              * or nothing else waits there: a new connection's handshake
              * is the cheapest way to learn when it answers again; or the
-             * connection brought nothing for a whole timeout: a server cut
-             * off and plugged back in may not be heard on it for seconds
-             * more (TCP backs off while cut), whatever else waits there -
-             * those requests fail now and go elsewhere or again */
+             * connection brought nothing for a whole timeout of a request
+             * answered at once: a server cut off and plugged back in may
+             * not be heard on it for seconds more (TCP backs off while
+             * cut), whatever else waits there - those requests fail now
+             * and go elsewhere or again. Not for a seal: it waits there,
+             * unanswered, for the other ranks or a takeover, and is sent
+             * again on the same connection (closing it failed a seal whose
+             * takeover outlasted the client's timeout) */
             cks_cl_srv_down(c, pos, CKS_ERR_TIMEOUT);
         }
     }
