@@ -1266,6 +1266,7 @@ Test(partition, put_goes_to_its_primary_back_from_a_cut_while_the_next_members_a
         }
     }
     cr_assert_neq(b_i, SIZE_MAX);
+    size_t b_taker = g[1]; /* the member that takes B while its primary is cut off */
     fprintf(stderr, "version 1 (coordinator %zu): objects %zu and %zu with primary %u; "
                     "%zu's next members %u, %u\n",
             coord, b_i, k_i, kg[0], k_i, kg[1], kg[2]);
@@ -1278,9 +1279,15 @@ Test(partition, put_goes_to_its_primary_back_from_a_cut_while_the_next_members_a
     cks_status_t st = put_one(c, v, b_i, 300 * KiB, seed, CKS_TAG_NONE, NULL);
     cr_assert_eq(st, CKS_OK, "put of object %zu with its primary cut off: %s", b_i,
                  cks_status_name(st));
-    /* B spread by the member that took it (its chunk put to the cut
-     * primary times out after the member timeout) before more cuts */
-    pause_ms(3500);
+    /* B spread by the member that took it before more cuts: its chunk put
+     * to the cut primary times out after the member timeout, the last one
+     * to end ("did not take chunk 0 of stripe 0 of 'KEY': ...") */
+    char b_key[64], b_line[96];
+    key_name(b_key, sizeof(b_key), v, b_i);
+    snprintf(b_line, sizeof(b_line), "of '%s': ", b_key);
+    cr_assert(cks_test_log_has(cl.srv[b_taker].log, b_line, 10000),
+              "server %zu, which took %s, did not count its primary's chunk missing in 10 s",
+              b_taker, b_key);
     /* back; K's next members cut off */
     cr_assert_eq(cks_test_netns_cut(&net, kg[1]), 0);
     cr_assert_eq(cks_test_netns_cut(&net, kg[2]), 0);
