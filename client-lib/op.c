@@ -130,7 +130,7 @@ static int cks_cl_busy_again(cks_client_h c, cks_op_t *op)
     return 1;
 }
 
-static void cks_cl_srv_ended(cks_client_h c, size_t pos, cks_status_t status);
+static void cks_cl_srv_probe(cks_client_h c, size_t pos, uint64_t now);
 
 /* A put whose every candidate failed, one at least by not answering in
  * time (CKS_CL_REWALK_PAUSE_NS): each of those is asked by a handshake on
@@ -140,14 +140,9 @@ static void cks_cl_srv_ended(cks_client_h c, size_t pos, cks_status_t status);
 static void cks_cl_put_rewalk(cks_client_h c, cks_op_t *op)
 {
     uint64_t now = cks_time_ns();
-    if (op->status == CKS_ERR_TIMEOUT) {
-        op->slow_mask |= 1u << op->tries;
-    }
     for (size_t i = 0; i <= op->tries && i < op->ngroup; i++) {
-        cks_cl_srv_t *sv = &c->srv[op->group[i]];
-        if ((op->slow_mask & (1u << i)) && sv->state == CKS_SRV_IDLE) {
-            sv->probe_ns = now;
-            cks_cl_srv_connect(c, op->group[i], cks_cl_srv_ended);
+        if (op->slow_mask & (1u << i)) {
+            cks_cl_srv_probe(c, op->group[i], now);
         }
     }
     cks_log(CKS_LOG_INFO, "put of '%.*s': no member of its group took it; asking those that "
@@ -365,15 +360,15 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             op->status = op->unreach;
         }
     }
+    if (op->target == CKS_TARGET_GROUP && op->status == CKS_ERR_TIMEOUT) {
+        op->slow_mask |= 1u << op->tries; /* asked again if the walk fails */
+    }
     if (op->target == CKS_TARGET_GROUP && cks_cl_retryable(op->status) &&
         op->tries + 1 < op->ngroup) {
         /* the primary is unreachable: the next member of the group stores
          * the object (it keeps its own chunk, and the primary's is missing
          * until repaired) */
         cks_status_t failed = op->status;
-        if (op->status == CKS_ERR_TIMEOUT) {
-            op->slow_mask |= 1u << op->tries;
-        }
         cks_log(op->tries == 0 ? CKS_LOG_WARN : CKS_LOG_INFO,
                 "put of '%.*s': server %s:%u %s; trying the group's next member",
                 (int)op->body.m_PUT.key.len, op->body.m_PUT.key.ptr, c->srv[op->srv].addr,
@@ -388,7 +383,7 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         op->status = failed; /* the client is stopping: the put fails */
     }
     if (op->target == CKS_TARGET_GROUP && op->tries > 0 && cks_cl_retryable(op->status) &&
-        (op->slow_mask != 0 || op->status == CKS_ERR_TIMEOUT) && op->rewalks == 0 && !c->stop) {
+        op->slow_mask != 0 && op->rewalks == 0 && !c->stop) {
         cks_cl_put_rewalk(c, op);
         return;
     }
@@ -623,6 +618,17 @@ static void cks_cl_srv_ended(cks_client_h c, size_t pos, cks_status_t status)
     }
 }
 
+/* Ask a server that let requests time out with a handshake on a new
+ * connection, unless one is being made: its answer ends its silence. */
+static void cks_cl_srv_probe(cks_client_h c, size_t pos, uint64_t now)
+{
+    cks_cl_srv_t *sv = &c->srv[pos];
+    if (sv->state == CKS_SRV_IDLE) {
+        sv->probe_ns = now;
+        cks_cl_srv_connect(c, pos, cks_cl_srv_ended);
+    }
+}
+
 /* Another server may take op when the one it is for fails it: a put's next
  * group member, a version's next coordinator candidate (not for a seal sent
  * again to its coordinator), or any server for a question any may answer.
@@ -654,9 +660,8 @@ void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
         cks_cl_has_alternative(c, op)) {
         /* it let a request time out: this one goes elsewhere at once; a new
          * handshake asks it now and then (its answer ends this) */
-        if (sv->state == CKS_SRV_IDLE && now - sv->probe_ns >= CKS_CL_PROBE_NS) {
-            sv->probe_ns = now;
-            cks_cl_srv_connect(c, op->srv, cks_cl_srv_ended);
+        if (now - sv->probe_ns >= CKS_CL_PROBE_NS) {
+            cks_cl_srv_probe(c, op->srv, now);
         }
         cks_log(CKS_LOG_DEBUG, "%s to %s:%u: skipped (it let a request time out %llu ms ago)",
                 cks_msg_name(op->type), sv->addr, sv->port,
