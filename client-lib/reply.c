@@ -199,6 +199,7 @@ static int cks_cl_reply_repair(cks_client_h c, cks_op_t *op, const cks_wire_hdr_
     info->chunks_left = r->chunks_left;
     info->bytes_left  = r->bytes_left;
     info->chunks_done = r->chunks_done;
+    info->chunks_sent = r->chunks_sent;
     info->bytes_done  = r->bytes_done;
     info->rate        = r->rate;
     info->rate_cap    = r->rate_cap;

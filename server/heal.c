@@ -55,6 +55,7 @@ void cks_rp_fini(cks_server_h s)
     rp->taski = rp->ntasks; /* no task starts from here on */
     cks_rp_decoders_stop(s);
     cks_rp_pool_drain(rp);
+    cks_rp_parked_drop(rp);
     cks_rp_release_held(s, 1);
     cks_rp_round_reset(rp);
     cks_hmap_destroy(rp->queued);
@@ -101,6 +102,10 @@ int cks_rp_progress(cks_server_h s)
     }
     if (rp->inflight == 0 && rp->taski >= rp->ntasks) {
         cks_rp_pool_drain(rp); /* nothing to rebuild: the buffers go back */
+    }
+    int parked = cks_rp_parked_wake(s);
+    if (parked >= 0 && parked < timeout) {
+        timeout = parked;
     }
     if (rp->taski < rp->ntasks) {
         cks_rp_work_start(s);

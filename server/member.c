@@ -113,6 +113,8 @@ static void cks_chunk_recorded(cks_server_h s, cks_mdq_job_t *j)
     cks_chunk_in_t *c = j->ctx;
     if (j->status != CKS_OK) {
         cks_arena_free(s->arena, j->chunks[0].arena_offset, j->chunks[0].arena_len);
+    } else if (j->chunk_guard) {
+        cks_rp_taken(s, j->job, j->job_len, j->version, j->key, j->key_len, &j->chunks[0]);
     } else if (cks_fault_fire("chunk_corrupt")) {
         /* a bit flips in memory after the chunk was checked and recorded */
         cks_arena_base(s->arena)[j->chunks[0].arena_offset + j->chunks[0].len / 2] ^= 0x10;
@@ -194,6 +196,12 @@ void cks_sv_chunk_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                        data->length};
     j->done         = cks_chunk_recorded;
     j->ctx          = c;
+    if (m->guard != 0) {
+        /* a chunk another member rebuilt for this one (repair.c): the
+         * manifest that needs it must still be restorable */
+        j->chunk_guard   = 1;
+        j->guard_version = m->guard;
+    }
     c->s            = s;
     c->conn         = conn;
     c->req_id       = req_id;
@@ -292,10 +300,27 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     if (status == CKS_OK) {
         status = cks_md_chunk_get(txn, m->job.ptr, m->job.len, m->version, m->key.ptr,
                                   m->key.len, m->stripe, m->idx, &ch);
+        cks_md_version_t rec;
+        if (status == CKS_ERR_NO_SUCH_KEY && m->length == 0 &&
+            cks_md_version_get(txn, m->job.ptr, m->job.len, m->version, &rec) != CKS_OK) {
+            /* a probe (repair.c): a server that has not learned the version
+             * yet (catching up) is not one that lacks the chunk */
+            status = CKS_ERR_NO_SUCH_VERSION;
+        }
         cks_md_txn_abort(txn);
     }
     if (status == CKS_OK && (m->offset > ch.len || m->length > ch.len - m->offset)) {
         status = CKS_ERR_OUT_OF_RANGE;
+    }
+    if (status == CKS_OK && m->length == 0 && dest == NULL) {
+        /* nothing to read: whether this server holds the chunk (repair's
+         * question before it reads a stripe) */
+        r.msg       = cks_wire_cstr(NULL);
+        r.crc64     = ch.crc64;
+        r.chunk_len = ch.len;
+        r.offset    = m->offset;
+        cks_sv_reply(conn, CKS_MSG_CHUNK_GET_REPLY, req_id, &r);
+        return;
     }
     const uint8_t *bytes = status == CKS_OK ? cks_arena_base(s->arena) + ch.arena_offset
                                             : NULL;

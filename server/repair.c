@@ -21,13 +21,20 @@
  *     which clients treat as a reason to ask another server.
  *   repair: a scan walks every restorable version's manifest and, for each
  *     stripe, the chunks the placement puts on this server; a chunk without
- *     a record is a task. A task reads k chunks of its stripe from the other
- *     members (CHUNK_GET, into fetch buffers kept while repair runs); a
- *     decoder thread (one of --encoders, a background-work queue of its own)
- *     checks each against its CRC (one that fails is read from another
- *     member instead), decodes the missing one with ISA-L straight into
- *     arena space allocated for it, and computes its CRC; the progress
- *     thread, which only receives meanwhile, records it. Reads are paced by a
+ *     a record is a task (repair_scan.c). A task probes the other members
+ *     (CHUNK_GET of no bytes: do they hold their chunks?). Where another
+ *     lacks its chunk too, the member of the lowest index lacking rebuilds
+ *     them all with one decode and sends each to its member (CHUNK_PUT
+ *     with a guard); a task of a higher index is parked until its chunk
+ *     comes (or 3 s, then it probes again). A task that rebuilds reads k
+ *     chunks of its stripe from the members holding theirs (CHUNK_GET,
+ *     into fetch buffers kept while repair runs); a decoder thread (one of
+ *     --encoders, a background-work queue of its own) checks each against
+ *     its CRC (one that fails is read from another member instead),
+ *     decodes the missing ones with ISA-L (the one placed here straight
+ *     into arena space allocated for it), and computes their CRCs; the
+ *     progress thread, which only receives meanwhile, sends those of other
+ *     members, then records its own. Reads are paced by a
  *     token bucket: --repair-rate bytes/s while clients' data went through
  *     this server in the last 0.5 s (puts, chunk puts, reads other than
  *     repair's own, which carry CKS_WIRE_F_BACKGROUND), --repair-idle-rate
@@ -50,208 +57,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- state ------------------------------------------------------------------------- */
-
-
-static size_t cks_rp_ckey(uint8_t *buf, const cks_rp_task_t *t)
-{
-    size_t n = cks_vkey(buf, t->job, t->job_len, t->version);
-    memcpy(buf + n, t->key, t->key_len);
-    n += t->key_len;
-    buf[n++] = 0;
-    cks_put_be64(buf + n, t->stripe);
-    n += 8;
-    buf[n++] = (uint8_t)t->idx;
-    return n;
-}
-
-int cks_rp_restorable(uint32_t state)
-{
-    return state == CKS_VSTATE_PROTECTED || state == CKS_VSTATE_DEGRADED;
-}
-
-/* Is state `a` better than `b` (the same version): PROTECTED over
- * DEGRADED, and fewer chunks missing. */
-int cks_rp_better(uint32_t a_state, uint64_t a_missing, uint32_t b_state,
-                         uint64_t b_missing)
-{
-    if (!cks_rp_restorable(a_state)) {
-        return 0;
-    }
-    if (!cks_rp_restorable(b_state)) {
-        return 1;
-    }
-    if (a_state != b_state) {
-        return a_state == CKS_VSTATE_PROTECTED;
-    }
-    return a_state == CKS_VSTATE_DEGRADED && a_missing < b_missing;
-}
-
-void cks_rp_rec_from_entry(cks_md_version_t *r, const cks_msg_version_entry_t *e)
-{
-    *r = (cks_md_version_t){e->version,    e->parent,     (cks_vstate_t)e->state,
-                            e->nranks,     e->created_ns, e->sealed_ns,
-                            e->nobjects,   e->bytes,      e->k,
-                            e->m,          e->chunk_size, e->redundancy,
-                            e->missing};
-}
-
-
-/* ---- repair: which chunks placed here are missing --------------------------------- */
-
-
-/* Walk the manifest of (job, version): call cb for every chunk the placement
- * puts on this server that it holds no record of. Returns how many. */
-cks_status_t cks_rp_walk(cks_server_h s, cks_md_txn_h txn, const char *job,
-                                size_t job_len, const cks_md_version_t *rec,
-                                cks_rp_missing_cb_t cb, void *arg, uint64_t *n_p)
-{
-    cks_md_object_t *objs = malloc(CKS_WIRE_MAX_ENTRIES * sizeof(*objs));
-    char after[CKS_KEY_MAX_LEN + 1];
-    size_t after_len = 0, count;
-    int more         = 1;
-    cks_status_t status = objs ? CKS_OK : CKS_ERR_NO_MEMORY;
-    unsigned k = rec->ec_k, m = rec->ec_m;
-
-    *n_p = 0;
-    if (k == 0 || m == 0 || rec->chunk_size == 0) {
-        free(objs);
-        return status;
-    }
-    while (status == CKS_OK && more) {
-        status = cks_md_object_list(txn, job, job_len, rec->version, after_len ? after : NULL,
-                                    after_len, objs, CKS_WIRE_MAX_ENTRIES, &count, &more);
-        for (size_t i = 0; status == CKS_OK && i < count; i++) {
-            const cks_md_object_t *o = &objs[i];
-            uint64_t stripes         = cks_ec_stripe_count(o->size, k, rec->chunk_size);
-            for (uint64_t st = 0; status == CKS_OK && st < stripes; st++) {
-                uint16_t group[CKS_PLACE_WIDTH_MAX];
-                if (cks_place(s->map, job, job_len, o->key, o->key_len, st, k, m, NULL,
-                              group) != CKS_OK) {
-                    break;
-                }
-                for (unsigned idx = 0; idx < k + m; idx++) {
-                    cks_md_chunk_t ch;
-                    if (group[idx] != s->self) {
-                        continue;
-                    }
-                    cks_status_t cs = cks_md_chunk_get(txn, job, job_len, o->source_version,
-                                                       o->key, o->key_len, st, idx, &ch);
-                    if (cs == CKS_OK) {
-                        continue;
-                    }
-                    if (cs != CKS_ERR_NO_SUCH_KEY) {
-                        status = cs;
-                        break;
-                    }
-                    (*n_p)++;
-                    if (cb != NULL) {
-                        cks_rp_task_t t = {0};
-                        memcpy(t.job, job, job_len);
-                        t.job_len = (uint32_t)job_len;
-                        memcpy(t.key, o->key, o->key_len);
-                        t.key_len = o->key_len;
-                        t.version = o->source_version;
-                        t.mversion = rec->version;
-                        t.stripe  = st;
-                        t.idx     = idx;
-                        t.k       = k;
-                        t.m       = m;
-                        t.chunk   = rec->chunk_size;
-                        cb(&t, arg);
-                    }
-                }
-            }
-        }
-        if (status == CKS_OK && count > 0) {
-            after_len = objs[count - 1].key_len;
-            memcpy(after, objs[count - 1].key, after_len);
-        }
-        more = more && count > 0;
-    }
-    free(objs);
-    return status;
-}
-
-static void cks_rp_task_add(const cks_rp_task_t *t, void *arg)
-{
-    cks_rp_t *rp = arg;
-    uint8_t key[CKS_JOB_MAX_LEN + CKS_KEY_MAX_LEN + 32];
-    size_t klen = cks_rp_ckey(key, t);
-    if (rp->ntasks >= CKS_RP_TASKS_MAX || cks_hmap_get(rp->queued, key, klen) != NULL ||
-        cks_hmap_put(rp->queued, key, klen, rp) != CKS_OK) {
-        return; /* queued already, or more than a scan takes: the next scan */
-    }
-    rp->tasks[rp->ntasks++] = *t;
-}
-
-cks_status_t cks_rp_vers_add(const char *job, size_t job_len, const cks_md_version_t *v,
-                                    void *arg)
-{
-    cks_rp_vers_t *vs = arg;
-    if (!cks_rp_restorable(v->state)) {
-        return CKS_OK;
-    }
-    if (vs->degraded_coord_only &&
-        (v->state != CKS_VSTATE_DEGRADED ||
-         cks_place_coordinator(vs->s->map, job, job_len, v->version) != vs->s->self)) {
-        return CKS_OK;
-    }
-    void *p = cks_array_grow(vs->v, &vs->cap, vs->n + 1, sizeof(*vs->v), 64);
-    if (p == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    vs->v = p;
-    memcpy(vs->v[vs->n].job, job, job_len);
-    vs->v[vs->n].job[job_len] = '\0';
-    vs->v[vs->n].job_len      = (uint32_t)job_len;
-    vs->v[vs->n].rec          = *v;
-    vs->n++;
-    return CKS_OK;
-}
-
-/* Find every chunk placed here that is missing: the task list. */
-void cks_rp_scan(cks_server_h s)
-{
-    cks_rp_t *rp      = s->rp;
-    cks_rp_vers_t vs  = {NULL, 0, 0, 0, s};
-    cks_md_txn_h txn;
-    cks_status_t status;
-    uint64_t before = rp->ntasks - rp->taski;
-
-    rp->scan_wanted    = 0;
-    rp->next_scan_ns   = cks_time_ns() + CKS_RP_SCAN_EVERY_NS;
-    rp->failed_at_scan = rp->failed;
-    if (rp->taski > 0) { /* drop the tasks done */
-        memmove(rp->tasks, rp->tasks + rp->taski, (rp->ntasks - rp->taski) * sizeof(*rp->tasks));
-        rp->ntasks -= rp->taski;
-        rp->taski = 0;
-    }
-    if (rp->tasks == NULL &&
-        (rp->tasks = malloc(CKS_RP_TASKS_MAX * sizeof(*rp->tasks))) == NULL) {
-        return;
-    }
-    status = cks_md_txn_begin(s->md, 0, &txn);
-    if (status != CKS_OK) {
-        return;
-    }
-    status = cks_md_version_foreach(txn, cks_rp_vers_add, &vs);
-    for (size_t i = 0; status == CKS_OK && i < vs.n; i++) {
-        uint64_t n;
-        status = cks_rp_walk(s, txn, vs.v[i].job, vs.v[i].job_len, &vs.v[i].rec,
-                             cks_rp_task_add, rp, &n);
-    }
-    cks_md_txn_abort(txn);
-    free(vs.v);
-    if (status != CKS_OK) {
-        cks_warn("repair: scan failed: %s", cks_status_string(status));
-    }
-    if (rp->ntasks > before) {
-        cks_info("repair: %zu chunks placed here are missing: rebuilding them (at most %llu "
-                 "MiB/s)", rp->ntasks, (unsigned long long)(rp->rate_cap >> 20));
-    }
-}
 
 /* ---- repair: fetch buffers, kept while repair runs ------------------------------- */
 
@@ -285,7 +90,25 @@ void cks_rp_pool_drain(cks_rp_t *rp)
     }
 }
 
-/* ---- repair: one chunk ------------------------------------------------------------ */
+/* ---- repair: one task ------------------------------------------------------------- */
+
+/* The connection to the member of chunk i of the task's stripe; NULL while
+ * it is skipped (a chunk put to it timed out a moment ago). */
+static cks_tp_conn_h cks_rp_member(cks_rp_work_t *w, unsigned i)
+{
+    return cks_sv_peer_down(w->s, w->group[i]) ? NULL : cks_sv_peer_conn(w->s, w->group[i]);
+}
+
+/* The task's buffers in `which` (bits) go back to the pool. */
+static void cks_rp_bufs_put(cks_rp_work_t *w, uint32_t which)
+{
+    for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
+        if (which & (1u << i)) {
+            cks_rp_buf_put(w->s->rp, w->f[i].buf, w->t.chunk);
+            w->f[i].buf = NULL;
+        }
+    }
+}
 
 static void cks_rp_work_end(cks_rp_work_t *w, cks_status_t status, const char *why)
 {
@@ -306,9 +129,7 @@ static void cks_rp_work_end(cks_rp_work_t *w, cks_status_t status, const char *w
         }
     }
     cks_hmap_del(rp->queued, key, cks_rp_ckey(key, &w->t));
-    for (unsigned i = 0; i < CKS_PLACE_WIDTH_MAX; i++) {
-        cks_rp_buf_put(rp, w->f[i].buf, w->t.chunk);
-    }
+    cks_rp_bufs_put(w, UINT32_MAX);
     free(w);
     rp->inflight--;
     if (!s->stop) {
@@ -345,8 +166,9 @@ static void cks_rp_recorded(cks_server_h s, cks_mdq_job_t *j)
 static void cks_rp_fetch_more(cks_rp_work_t *w);
 
 /* k chunks are here: the decoders check their CRCs and decode the missing
- * one into arena space (cks_rp_decode_run); the progress thread goes on
- * receiving meanwhile. */
+ * one into arena space (cks_rp_decode_run), and with it the chunks of the
+ * members that answered that they lack theirs, into fetch buffers; the
+ * progress thread goes on receiving meanwhile. */
 static void cks_rp_decode(cks_rp_work_t *w)
 {
     cks_server_h s = w->s;
@@ -374,6 +196,15 @@ static void cks_rp_decode(cks_rp_work_t *w)
         }
     }
     w->chunks[w->t.idx] = cks_arena_base(s->arena) + w->off;
+    w->outs             = 0;
+    for (unsigned j = 0; j < w->t.k + w->t.m; j++) {
+        /* none read from it; without a buffer it is left to its member */
+        if ((w->lost & (1u << j)) && j != w->t.idx && w->f[j].buf == NULL &&
+            (w->f[j].buf = cks_rp_buf_get(s->rp, w->t.chunk)) != NULL) {
+            w->chunks[j] = w->f[j].buf;
+            w->outs |= 1u << j;
+        }
+    }
     if (s->rp->wq == NULL || cks_workq_push(s->rp->wq, &w->wq) != CKS_OK) {
         cks_arena_free(s->arena, w->off, w->t.chunk);
         cks_rp_work_end(w, CKS_ERR_CANCELED, "stopping");
@@ -396,20 +227,104 @@ static void cks_rp_decode_run(cks_workq_t *q, cks_workq_job_t *l, void *arg)
         }
     }
     w->dstatus = cks_ec_decode(w->ec, w->t.chunk, w->chunks, w->present);
-    if (w->dstatus == CKS_OK) {
-        w->crc = cks_crc64(0, w->chunks[w->t.idx], w->t.chunk);
+    for (unsigned i = 0; w->dstatus == CKS_OK && i < w->t.k + w->t.m; i++) {
+        if (w->chunks[i] != NULL && !w->present[i]) {
+            w->ocrc[i] = cks_crc64(0, w->chunks[i], w->t.chunk);
+        }
+    }
+}
+
+/* The rebuilt chunk placed here goes to the metadata writer with the CRC
+ * the decoder computed from its bytes (no `data`: the writer's one thread
+ * does not CRC them a second time, as it does a chunk that came over the
+ * wire). */
+static void cks_rp_record(cks_rp_work_t *w)
+{
+    cks_server_h s = w->s;
+    cks_mdq_job_t *j = cks_sv_mdq_job(s, CKS_MDQ_CHUNKS, w->t.job, w->t.job_len, w->t.version);
+
+    if (j == NULL || (j->chunks = calloc(1, sizeof(*j->chunks))) == NULL) {
+        free(j);
+        cks_arena_free(s->arena, w->off, w->t.chunk);
+        cks_rp_work_end(w, CKS_ERR_NO_MEMORY, "decode");
+        return;
+    }
+    memcpy(j->key, w->t.key, w->t.key_len);
+    j->key_len       = w->t.key_len;
+    j->nchunks       = 1;
+    j->chunks[0]     = (cks_md_chunk_t){w->t.stripe, w->t.idx, w->t.chunk,
+                                        w->ocrc[w->t.idx], w->off, w->t.chunk};
+    j->chunk_guard   = 1;
+    j->guard_version = w->t.mversion;
+    j->done          = cks_rp_recorded;
+    j->ctx           = w;
+    cks_mdq_push(&s->mdq, j);
+}
+
+/* A member took the chunk rebuilt for it (or not: its own task rebuilds it
+ * later). Once every one is answered, the chunk placed here is recorded:
+ * after them, so that a member that asks whether this one holds its chunk
+ * meanwhile learns that it does not, and waits for the chunk sent to it. */
+static void cks_rp_sent(void *arg, cks_status_t status, const char *msg)
+{
+    cks_rp_fetch_t *f = arg;
+    cks_rp_work_t *w  = f->w;
+    cks_rp_t *rp      = w->s->rp;
+
+    if (status == CKS_OK) {
+        rp->chunks_done++;
+        rp->chunks_sent++;
+        rp->bytes_done += w->t.chunk;
+        rp->win_bytes += w->t.chunk;
+    } else {
+        cks_debug("repair: chunk %u of stripe %llu of '%s' rebuilt for server %u not taken: "
+                  "%s (%s)", f->idx, (unsigned long long)w->t.stripe, w->t.key,
+                  cks_cluster_server(w->s->map, w->group[f->idx])->id,
+                  cks_status_string(status), msg);
+    }
+    if (--w->pushing == 0) {
+        cks_rp_record(w);
+    }
+}
+
+/* Send each chunk rebuilt for another member to it (CHUNK_PUT, guarded by
+ * the manifest that needs it, as a record of our own is). */
+static void cks_rp_send(cks_rp_work_t *w)
+{
+    w->pushing = 1; /* until every send is made */
+    for (unsigned j = 0; j < w->t.k + w->t.m; j++) {
+        cks_rp_fetch_t *f = &w->f[j];
+        if (!(w->outs & (1u << j))) {
+            continue;
+        }
+        cks_tp_conn_h conn    = cks_rp_member(w, j);
+        cks_msg_chunk_put_t m = {.job     = {w->t.job, w->t.job_len},
+                                 .version = w->t.version,
+                                 .key     = {w->t.key, w->t.key_len},
+                                 .stripe  = w->t.stripe,
+                                 .idx     = j,
+                                 .crc64   = w->ocrc[j],
+                                 .guard   = w->t.mversion};
+        f->w   = w;
+        f->idx = j;
+        w->pushing++;
+        if (conn == NULL ||
+            cks_tp_call(conn, CKS_MSG_CHUNK_PUT, CKS_WIRE_F_BACKGROUND, &m, f->buf, w->t.chunk,
+                        NULL, CKS_RP_FETCH_MS, cks_rp_sent, f) != CKS_INPROGRESS) {
+            w->pushing--;
+        }
+    }
+    if (--w->pushing == 0) {
+        cks_rp_record(w);
     }
 }
 
 /* A decode is back: a chunk that failed its CRC is read from another
- * member instead; a rebuilt chunk goes to the metadata writer with the CRC
- * the decoder computed from its bytes (no `data`: the writer's one thread
- * does not CRC them a second time, as it does a chunk that came over the
- * wire). */
+ * member instead; the chunks rebuilt for other members are sent to them,
+ * then the one placed here is recorded. */
 static void cks_rp_decode_done(cks_rp_work_t *w, int cancel)
 {
     cks_server_h s = w->s;
-    cks_mdq_job_t *j;
 
     cancel = cancel || s->stop;
     if (cancel || w->dstatus != CKS_OK) {
@@ -426,34 +341,20 @@ static void cks_rp_decode_done(cks_rp_work_t *w, int cancel)
                  w->bad, (unsigned long long)w->t.stripe, w->t.key,
                  (unsigned long long)w->t.version, w->t.job,
                  cks_cluster_server(s->map, w->group[w->bad])->id);
-        cks_rp_buf_put(s->rp, f->buf, w->t.chunk);
-        f->buf    = NULL;
+        cks_rp_bufs_put(w, w->outs | (1u << w->bad)); /* outputs: taken again */
+        w->outs   = 0;
         f->status = CKS_ERR_CRC_MISMATCH;
         w->have--;
         cks_rp_fetch_more(w);
         return;
     }
-    j = w->dstatus == CKS_OK
-            ? cks_sv_mdq_job(s, CKS_MDQ_CHUNKS, w->t.job, w->t.job_len, w->t.version)
-            : NULL;
-    if (j == NULL || (j->chunks = calloc(1, sizeof(*j->chunks))) == NULL) {
-        free(j);
-        if (w->dstatus == CKS_OK) {
-            cks_arena_free(s->arena, w->off, w->t.chunk);
-        }
-        cks_rp_work_end(w, w->dstatus == CKS_OK ? CKS_ERR_NO_MEMORY : w->dstatus, "decode");
-        return;
+    if (w->dstatus != CKS_OK) {
+        cks_rp_work_end(w, w->dstatus, "decode");
+    } else if (w->outs != 0) {
+        cks_rp_send(w);
+    } else {
+        cks_rp_record(w);
     }
-    memcpy(j->key, w->t.key, w->t.key_len);
-    j->key_len       = w->t.key_len;
-    j->nchunks       = 1;
-    j->chunks[0]     = (cks_md_chunk_t){w->t.stripe, w->t.idx, w->t.chunk, w->crc, w->off,
-                                        w->t.chunk};
-    j->chunk_guard   = 1;
-    j->guard_version = w->t.mversion;
-    j->done          = cks_rp_recorded;
-    j->ctx           = w;
-    cks_mdq_push(&s->mdq, j);
 }
 
 /* The decodes finished since the last pass, in the order they finished. */
@@ -566,20 +467,20 @@ static void cks_rp_fetch_done(void *arg, cks_status_t status, const char *msg)
     cks_rp_fetch_end(f);
 }
 
-/* Ask members of the stripe's group for their chunks until k are here. */
+/* Ask the members that hold their chunks of the stripe for them until k
+ * are here. */
 static void cks_rp_fetch_more(cks_rp_work_t *w)
 {
     cks_server_h s = w->s;
     unsigned width = w->t.k + w->t.m;
 
-    while (!s->stop && w->have + w->reading < w->t.k && w->next < width) {
-        unsigned i = w->next++;
+    while (!s->stop && w->have + w->reading < w->t.k && w->ask < width) {
+        unsigned i = w->ask++;
         cks_rp_fetch_t *f = &w->f[i];
-        if (i == w->t.idx || w->group[i] == s->self) {
-            continue;
+        if (!(w->holds & (1u << i))) {
+            continue; /* lacks it, or did not answer its probe in time */
         }
-        cks_tp_conn_h conn = cks_sv_peer_down(s, w->group[i]) ? NULL
-                                                              : cks_sv_peer_conn(s, w->group[i]);
+        cks_tp_conn_h conn = cks_rp_member(w, i);
         if (conn == NULL || (f->buf = cks_rp_buf_get(s->rp, w->t.chunk)) == NULL) {
             continue;
         }
@@ -613,6 +514,176 @@ static void cks_rp_fetch_more(cks_rp_work_t *w)
     }
 }
 
+/* ---- repair: a stripe that lacks chunks on several members -------------------------- */
+
+/* The task's entry in rp->queued: the task itself while it is parked, else
+ * the state (queued or in flight). */
+static void cks_rp_queued_set(cks_rp_t *rp, const cks_rp_task_t *t, void *value)
+{
+    uint8_t key[CKS_JOB_MAX_LEN + CKS_KEY_MAX_LEN + 32];
+    size_t klen = cks_rp_ckey(key, t);
+    cks_hmap_del(rp->queued, key, klen);
+    (void)cks_hmap_put(rp->queued, key, klen, value); /* lost: a scan queues it again */
+}
+
+/* Another member rebuilds the stripe: the task waits (holding no buffer, no
+ * slot and no tokens) until that member sends the chunk (cks_rp_taken())
+ * or CKS_RP_PARK_NS passed (cks_rp_parked_wake()). */
+static void cks_rp_park(cks_rp_work_t *w)
+{
+    cks_server_h s = w->s;
+    cks_rp_t *rp   = s->rp;
+
+    rp->tokens += w->cost;
+    rp->inflight--;
+    w->t.parks++;
+    w->park_ns = cks_time_ns() + CKS_RP_PARK_NS;
+    cks_rp_queued_set(rp, &w->t, w);
+    CKS_LIST_PUSH(rp->parked, rp->parked_tail, w);
+    rp->nparked++;
+    cks_rp_work_start(s);
+}
+
+static void cks_rp_unpark(cks_rp_t *rp, cks_rp_work_t *w)
+{
+    CKS_LIST_DEL(rp->parked, rp->parked_tail, w);
+    rp->nparked--;
+}
+
+void cks_rp_taken(cks_server_h s, const char *job, size_t job_len, uint64_t version,
+                  const char *key, size_t key_len, const cks_md_chunk_t *ch)
+{
+    cks_rp_t *rp = s->rp;
+    uint8_t k[CKS_JOB_MAX_LEN + CKS_KEY_MAX_LEN + 32];
+    cks_rp_task_t t = {0};
+
+    if (rp == NULL || job_len > CKS_JOB_MAX_LEN || key_len > CKS_KEY_MAX_LEN) {
+        return;
+    }
+    memcpy(t.job, job, job_len);
+    t.job_len = (uint32_t)job_len;
+    memcpy(t.key, key, key_len);
+    t.key_len = (uint32_t)key_len;
+    t.version = version;
+    t.stripe  = ch->stripe;
+    t.idx     = ch->idx;
+    size_t klen       = cks_rp_ckey(k, &t);
+    cks_rp_work_t *w  = cks_hmap_get(rp->queued, k, klen);
+    if (w == NULL || (void *)w == (void *)rp) {
+        return; /* not parked: a task queued or in flight finds it recorded */
+    }
+    cks_hmap_del(rp->queued, k, klen);
+    cks_rp_unpark(rp, w);
+    free(w);
+}
+
+int cks_rp_parked_wake(cks_server_h s)
+{
+    cks_rp_t *rp = s->rp;
+    uint64_t now = cks_time_ns();
+
+    /* parked in the order of their deadlines: the first not due ends it */
+    while (rp->parked != NULL && rp->parked->park_ns <= now && !s->stop) {
+        cks_rp_work_t *w = rp->parked;
+        cks_rp_unpark(rp, w);
+        if (rp->ntasks < CKS_RP_TASKS_MAX) {
+            cks_rp_queued_set(rp, &w->t, rp);
+            rp->tasks[rp->ntasks++] = w->t; /* queued again, as paced as any */
+        } else {
+            uint8_t key[CKS_JOB_MAX_LEN + CKS_KEY_MAX_LEN + 32];
+            cks_hmap_del(rp->queued, key, cks_rp_ckey(key, &w->t)); /* the next scan */
+        }
+        free(w);
+    }
+    return rp->parked == NULL ? -1 : (int)((rp->parked->park_ns - now) / 1000000 + 1);
+}
+
+void cks_rp_parked_drop(cks_rp_t *rp)
+{
+    while (rp->parked != NULL) {
+        cks_rp_work_t *w = rp->parked;
+        cks_rp_unpark(rp, w);
+        free(w);
+    }
+}
+
+/* The probes are back. A member of a lower index that lacks its chunk too
+ * rebuilds them both (it learns of this one from its own probes): the task
+ * waits for it, at most CKS_RP_PARKS_MAX times. Otherwise it reads k
+ * chunks and rebuilds its own and those of the members that lack theirs. */
+static void cks_rp_probed_all(cks_rp_work_t *w)
+{
+    if (w->s->stop) {
+        cks_rp_work_end(w, CKS_ERR_CANCELED, "stopping");
+    } else if ((w->lost & ((1u << w->t.idx) - 1)) != 0 && w->t.parks < CKS_RP_PARKS_MAX) {
+        cks_rp_park(w);
+    } else {
+        cks_rp_fetch_more(w);
+    }
+}
+
+static void cks_rp_probed(void *arg, cks_status_t status, const char *msg)
+{
+    cks_rp_fetch_t *f = arg;
+    cks_rp_work_t *w  = f->w;
+
+    (void)msg;
+    if (status == CKS_ERR_NO_SUCH_KEY) {
+        w->lost |= 1u << f->idx;
+    } else if (status == CKS_OK) {
+        w->holds |= 1u << f->idx;
+    }
+    if (--w->probing == 0) {
+        cks_rp_probed_all(w);
+    }
+}
+
+/* Ask every other member of the stripe's group whether it holds its chunk
+ * (a CHUNK_GET of no bytes): one that answers that it does not lacks it
+ * too, and the stripe is rebuilt by one decode, not one per member. */
+static void cks_rp_probe(cks_rp_work_t *w)
+{
+    cks_server_h s = w->s;
+
+    w->lost    = 0;
+    w->holds   = 0;
+    w->probing = 1; /* until every probe is sent */
+    for (unsigned i = 0; i < w->t.k + w->t.m; i++) {
+        cks_rp_fetch_t *f = &w->f[i];
+        cks_tp_conn_h conn;
+        if (i == w->t.idx || w->group[i] == s->self || (conn = cks_rp_member(w, i)) == NULL) {
+            continue;
+        }
+        cks_msg_chunk_get_t m = {{w->t.job, w->t.job_len}, w->t.version,
+                                 {w->t.key, w->t.key_len}, w->t.stripe, i, 0, 0};
+        f->w   = w;
+        f->idx = i;
+        w->probing++;
+        if (cks_tp_call(conn, CKS_MSG_CHUNK_GET, CKS_WIRE_F_BACKGROUND, &m, NULL, 0, NULL,
+                        CKS_RP_CALL_MS, cks_rp_probed, f) != CKS_INPROGRESS) {
+            w->probing--;
+        }
+    }
+    if (--w->probing == 0) {
+        cks_rp_probed_all(w);
+    }
+}
+
+/* Does this server hold the task's chunk by now (sent by another member
+ * that rebuilt the stripe)? */
+static int cks_rp_held_here(cks_server_h s, const cks_rp_task_t *t)
+{
+    cks_md_txn_h txn;
+    cks_md_chunk_t ch;
+    if (cks_md_txn_begin(s->md, 0, &txn) != CKS_OK) {
+        return 0;
+    }
+    int held = cks_md_chunk_get(txn, t->job, t->job_len, t->version, t->key, t->key_len,
+                                t->stripe, t->idx, &ch) == CKS_OK;
+    cks_md_txn_abort(txn);
+    return held;
+}
+
 /* Start tasks while the pace allows. */
 void cks_rp_work_start(cks_server_h s)
 {
@@ -638,6 +709,12 @@ void cks_rp_work_start(cks_server_h s)
     while (!s->stop && rp->inflight < CKS_RP_INFLIGHT && rp->taski < rp->ntasks) {
         cks_rp_task_t *t = &rp->tasks[rp->taski];
         double cost      = (double)t->k * (double)t->chunk;
+        if (cks_rp_held_here(s, t)) {
+            uint8_t key[CKS_JOB_MAX_LEN + CKS_KEY_MAX_LEN + 32];
+            cks_hmap_del(rp->queued, key, cks_rp_ckey(key, t));
+            rp->taski++;
+            continue; /* another member rebuilt it and sent it */
+        }
         if (cap != UINT64_MAX && rp->tokens < cost && rp->inflight > 0) {
             return; /* cks_rp_progress() starts it when the bucket allows */
         }
@@ -650,15 +727,16 @@ void cks_rp_work_start(cks_server_h s)
         if (w == NULL) {
             return;
         }
-        w->s = s;
-        w->t = *t;
+        w->s    = s;
+        w->t    = *t;
+        w->cost = cap != UINT64_MAX ? cost : 0;
         rp->inflight++;
         if (cks_place(s->map, t->job, t->job_len, t->key, t->key_len, t->stripe, t->k, t->m,
                       NULL, w->group) != CKS_OK) {
             cks_rp_work_end(w, CKS_ERR_INTERNAL, "no placement");
             continue;
         }
-        cks_rp_fetch_more(w);
+        cks_rp_probe(w);
     }
 }
 
@@ -671,10 +749,13 @@ void cks_rp_repair_status(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id)
     r.status = rp != NULL ? CKS_OK : CKS_ERR_UNSUPPORTED;
     r.msg    = cks_wire_cstr(rp != NULL ? NULL : "not a cluster server");
     if (rp != NULL) {
-        uint64_t left = rp->ntasks - rp->taski + rp->inflight;
+        uint64_t left = rp->ntasks - rp->taski + rp->inflight + rp->nparked;
         uint64_t bytes = 0;
         for (size_t i = rp->taski; i < rp->ntasks; i++) {
             bytes += rp->tasks[i].chunk;
+        }
+        for (const cks_rp_work_t *w = rp->parked; w != NULL; w = w->next) {
+            bytes += w->t.chunk;
         }
         r.synced      = (uint32_t)rp->synced;
         r.id          = cks_cluster_server(s->map, s->self)->id;
@@ -682,6 +763,7 @@ void cks_rp_repair_status(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id)
         r.bytes_left  = bytes;
         r.chunks_done = rp->chunks_done;
         r.bytes_done  = rp->bytes_done;
+        r.chunks_sent = rp->chunks_sent;
         r.rate        = rp->rate;
         r.rate_cap    = rp->rate_cap == UINT64_MAX ? 0 : rp->rate_cap;
     }

@@ -36,6 +36,12 @@
 #define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)
 #define CKS_RP_TASKS_MAX      65536u
 #define CKS_RP_INFLIGHT       4u
+/* A task whose stripe lacks a chunk of a lower index on another member that
+ * answers waits this long for that member to rebuild both (it decodes every
+ * chunk of the stripe that it learned missing, and sends them), at most
+ * CKS_RP_PARKS_MAX times; then it rebuilds its own. */
+#define CKS_RP_PARK_NS        (3ull * 1000000000ull)
+#define CKS_RP_PARKS_MAX      3u
 /* Fetch buffers kept for the next task while repair runs (a chunk each),
  * returned when it has nothing left to do. */
 #define CKS_RP_POOL_MAX       (CKS_RP_INFLIGHT * CKS_PLACE_WIDTH_MAX)
@@ -88,11 +94,14 @@ typedef struct {
     uint32_t idx;
     unsigned k, m;
     uint64_t chunk;
+    unsigned parks;   /* times it waited for another member to rebuild its stripe */
 } cks_rp_task_t;
 
 typedef struct cks_rp_fetch cks_rp_fetch_t;
 typedef struct cks_rp_work cks_rp_work_t;
 
+/* One member's chunk of a task's stripe: its probe, its read, or the
+ * rebuilt chunk sent to it. */
 struct cks_rp_fetch {
     cks_rp_work_t *w;
     unsigned idx;      /* the chunk of the stripe */
@@ -102,13 +111,24 @@ struct cks_rp_fetch {
     cks_status_t status;
 };
 
-/* A task being done: its reads, then the decode and the record. */
+/* A task being done: the probes of the other members, then its reads, the
+ * decode, the rebuilt chunks of other members sent to them, and the record.
+ * Or parked: another member rebuilds the stripe. */
 struct cks_rp_work {
     cks_workq_job_t wq; /* the decoders' queue link (repair.c) */
     cks_server_h s;
     cks_rp_task_t t;
     uint16_t group[CKS_PLACE_WIDTH_MAX];
-    unsigned next;     /* next member of the group to ask */
+    unsigned probing;  /* probes in flight */
+    uint32_t lost;     /* members that answered that they lack their chunk (bits) */
+    uint32_t holds;    /* members that answered that they hold theirs: those read */
+    uint32_t outs;     /* chunks rebuilt here for those members (bits) */
+    unsigned pushing;  /* those sent, not yet answered */
+    uint64_t ocrc[CKS_PLACE_WIDTH_MAX]; /* the CRCs of the chunks rebuilt */
+    double cost;       /* the pacing tokens it took */
+    uint64_t park_ns;  /* parked: until then */
+    cks_rp_work_t *prev, *next; /* the parked list */
+    unsigned ask;      /* next member of the group to read */
     unsigned reading;  /* reads in flight */
     unsigned have;     /* chunks read, not yet found bad by their CRC */
     cks_rp_fetch_t f[CKS_PLACE_WIDTH_MAX];
@@ -116,11 +136,10 @@ struct cks_rp_work {
     /* the decode, on a decoder thread: its inputs, set before the push, and
      * what it found (read by the progress thread once the job is back) */
     cks_ec_h ec;
-    uint8_t *chunks[CKS_PLACE_WIDTH_MAX]; /* the k inputs, and the output */
+    uint8_t *chunks[CKS_PLACE_WIDTH_MAX]; /* the k inputs, and the outputs */
     uint8_t present[CKS_PLACE_WIDTH_MAX];
     cks_status_t dstatus;
     unsigned bad;      /* CKS_ERR_CRC_MISMATCH: the chunk that failed its CRC */
-    uint64_t crc;      /* CKS_OK: the rebuilt chunk's CRC */
 };
 
 /* A coordinator's question to every server about one DEGRADED version. */
@@ -189,6 +208,9 @@ struct cks_rp {
     double tokens;
     uint64_t tokens_ns;
     uint64_t chunks_done, bytes_done, failed;
+    uint64_t chunks_sent;   /* of chunks_done: rebuilt for another member */
+    cks_rp_work_t *parked, *parked_tail; /* oldest first */
+    size_t nparked;
     uint64_t failed_at_scan; /* `failed` when the last scan ran */
     uint64_t win_ns, win_bytes, rate;
     uint64_t warned_ns;
@@ -215,6 +237,10 @@ typedef struct {
 
 /* A chunk placed here that is missing (cks_rp_walk()). */
 typedef void (*cks_rp_missing_cb_t)(const cks_rp_task_t *t, void *arg);
+
+/* repair_scan.c: the key of a task's chunk in rp->queued (buf: at least
+ * CKS_JOB_MAX_LEN + CKS_KEY_MAX_LEN + 32 bytes); its length. */
+size_t cks_rp_ckey(uint8_t *buf, const cks_rp_task_t *t);
 
 /* Records of catch-up and repair go to the metadata writer through this. */
 void cks_rp_mdq_push(cks_server_h s, cks_mdq_job_t *j);
@@ -256,5 +282,10 @@ cks_status_t cks_rp_decoders_start(cks_server_h s, unsigned nthreads);
 void cks_rp_decoders_stop(cks_server_h s);
 void cks_rp_decoded(cks_server_h s);
 void cks_rp_pool_drain(cks_rp_t *rp);
+/* repair.c: parked tasks whose wait is over probe again (heal.c's tick);
+ * returns the ms until the next one is due, -1: none. At the state's end,
+ * the parked tasks are dropped. */
+int cks_rp_parked_wake(cks_server_h s);
+void cks_rp_parked_drop(cks_rp_t *rp);
 
 #endif

@@ -312,6 +312,8 @@ typedef struct {
     uint64_t stripe;
     uint32_t idx;        /* 0..k-1 data, k..k+m-1 parity */
     uint64_t crc64;      /* of the chunk bytes */
+    uint64_t guard;      /* repair's: record it only while this version (the manifest
+                            that needs it) is restorable; 0: none (a primary's) */
 } cks_msg_chunk_put_t;
 
 /** Read (part of) a chunk; client -> member. */
@@ -476,6 +478,7 @@ typedef struct {
     uint64_t bytes_left;
     uint64_t chunks_done; /* rebuilt since the server started */
     uint64_t bytes_done;
+    uint64_t chunks_sent; /* of chunks_done, rebuilt for another member and taken by it */
     uint64_t rate;        /* bytes/s rebuilt over the last seconds of work */
     uint64_t rate_cap;    /* the pacing cap, bytes/s (0: none) */
 } cks_msg_repair_status_reply_t;

@@ -144,7 +144,8 @@ static const cks_wire_field_t fd_job_list[] = {
 static const cks_wire_field_t fd_chunk_put[] = {
     FD_STR(cks_msg_chunk_put_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_chunk_put_t, version),
     FD_STR(cks_msg_chunk_put_t, key, CKS_KEY_MAX_LEN), FD_U64(cks_msg_chunk_put_t, stripe),
-    FD_U32(cks_msg_chunk_put_t, idx), FD_U64(cks_msg_chunk_put_t, crc64)};
+    FD_U32(cks_msg_chunk_put_t, idx), FD_U64(cks_msg_chunk_put_t, crc64),
+    FD_U64(cks_msg_chunk_put_t, guard)};
 static const cks_wire_field_t fd_chunk_get[] = {
     FD_STR(cks_msg_chunk_get_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_chunk_get_t, version),
     FD_STR(cks_msg_chunk_get_t, key, CKS_KEY_MAX_LEN), FD_U64(cks_msg_chunk_get_t, stripe),
@@ -198,6 +199,7 @@ static const cks_wire_field_t fd_repair_status_reply[] = {
     FD_U64(cks_msg_repair_status_reply_t, bytes_left),
     FD_U64(cks_msg_repair_status_reply_t, chunks_done),
     FD_U64(cks_msg_repair_status_reply_t, bytes_done),
+    FD_U64(cks_msg_repair_status_reply_t, chunks_sent),
     FD_U64(cks_msg_repair_status_reply_t, rate),
     FD_U64(cks_msg_repair_status_reply_t, rate_cap)};
 static const cks_wire_field_t fd_stats[] = {FD_U32(cks_msg_stats_t, flags)};

@@ -437,6 +437,95 @@ Test(repair, paced_while_clients_read_and_not_while_idle)
     cks_client_destroy(c);
 }
 
+/* A version coordinated by neither a nor b, from `from` on. */
+static uint64_t version_led_by_neither(uint64_t from, size_t a, size_t b)
+{
+    for (uint64_t v = from; v < from + 1000; v++) {
+        int coord = cks_test_coordinator(cl.map, JOB, v);
+        cr_assert(coord >= 0);
+        if ((size_t)coord != a && (size_t)coord != b) {
+            return v;
+        }
+    }
+    cr_assert_fail("no version coordinated elsewhere");
+    return 0;
+}
+
+/* Two servers back together: every stripe of a version written while both
+ * were down lacks a chunk on each. One of the two rebuilds both from one
+ * read of k chunks (its probes tell it that the other lacks its chunk too)
+ * and sends the other its chunk; the other waits for it instead of reading
+ * k chunks and decoding too. Both hold their tasks until both have caught
+ * up (fault repair_wait_fg, released by a client's write): otherwise the
+ * first back would find the other not knowing the version yet, and rebuild
+ * its own alone. Every chunk is rebuilt once, and every stripe by one
+ * decode: half the chunks rebuilt are chunks sent. Then two OTHER servers
+ * are killed and every version restores bit-exact from the rebuilt chunks. */
+Test(repair, two_servers_back_rebuild_each_stripe_with_one_decode)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    size_t back[2] = {(size_t)(objs.seed % NSRV), (size_t)((objs.seed + 1) % NSRV)};
+    uint64_t v1    = version_led_by_neither(1, back[0], back[1]);
+    uint64_t v2    = version_led_by_neither(v1 + 1, back[0], back[1]);
+    cr_assert_eq(write_version(c, v1), CKS_OK);
+    cks_test_cluster_kill(&cl, back[0]);
+    cks_test_cluster_kill(&cl, back[1]);
+    fprintf(stderr, "servers %zu and %zu killed; version %llu written without them\n", back[0],
+            back[1], (unsigned long long)v2);
+    cr_assert_eq(write_version(c, v2), CKS_OK);
+
+    for (int i = 0; i < 2; i++) {
+        snprintf(cl.srv[back[i]].faults, sizeof(cl.srv[back[i]].faults), "repair_wait_fg:always");
+        int rc = cks_test_server_restart(&cl.srv[back[i]]);
+        cl.srv[back[i]].faults[0] = '\0';
+        cr_assert_eq(rc, 0);
+    }
+    /* both caught up, each holding its tasks */
+    uint64_t t0 = now_ms();
+    for (int i = 0; i < 2; i++) {
+        cks_repair_info_t ri = {0};
+        while ((cks_repair_status(c, back[i], &ri) != CKS_OK || !ri.caught_up ||
+                ri.chunks_left == 0) &&
+               now_ms() - t0 < WAIT_MS) {
+            usleep(100 * 1000);
+        }
+        cr_assert(ri.caught_up && ri.chunks_left > 0 && ri.chunks_done == 0,
+                  "server %zu: caught up %d, %llu chunks left, %llu rebuilt", back[i],
+                  ri.caught_up, (unsigned long long)ri.chunks_left,
+                  (unsigned long long)ri.chunks_done);
+    }
+    /* a client's data through every server: the tasks start */
+    uint64_t v3 = version_led_by_neither(v2 + 1, back[0], back[1]);
+    cr_assert_eq(write_version(c, v3), CKS_OK);
+    wait_protected(c, v2);
+    cks_repair_info_t a = wait_repaired(c, back[0]), b = wait_repaired(c, back[1]);
+    uint64_t done = a.chunks_done + b.chunks_done, sent = a.chunks_sent + b.chunks_sent;
+    fprintf(stderr, "servers %zu and %zu rebuilt %llu and %llu chunks, of which they sent "
+            "%llu and %llu to the other\n", back[0], back[1],
+            (unsigned long long)a.chunks_done, (unsigned long long)b.chunks_done,
+            (unsigned long long)a.chunks_sent, (unsigned long long)b.chunks_sent);
+    if (2 * sent != done) {
+        dump_logs();
+    }
+    cr_assert_gt(sent, 0, "no stripe was rebuilt by one decode");
+    cr_assert_eq(2 * sent, done, "%llu chunks rebuilt, %llu of them sent: some stripes were "
+                 "decoded twice", (unsigned long long)done, (unsigned long long)sent);
+    cks_client_destroy(c);
+
+    for (size_t killed = 0, i = 0; i < NSRV && killed < 2; i++) {
+        if (i != back[0] && i != back[1]) {
+            cks_test_cluster_kill(&cl, i);
+            killed++;
+        }
+    }
+    c = connect_cluster(20000);
+    verify_version(c, v2, "after two servers back rebuilt it, two others down");
+    verify_version(c, v1, "after two servers back, two others down");
+    cks_client_destroy(c);
+}
+
 /* (c) A server that missed commits, asked alone right after it restarts
  * (with another server down, so it catches up from four of its five
  * peers), answers `latest` and lists BUSY until it has caught up, and then

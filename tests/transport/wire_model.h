@@ -156,7 +156,7 @@ static const wm_field_t wm_f_chunk_put[] = {
     WM_U64_(cks_msg_chunk_put_t, version),
     WM_STR_(cks_msg_chunk_put_t, key, CKS_KEY_MAX_LEN),
     WM_U64_(cks_msg_chunk_put_t, stripe), WM_U32_(cks_msg_chunk_put_t, idx),
-    WM_U64_(cks_msg_chunk_put_t, crc64)};
+    WM_U64_(cks_msg_chunk_put_t, crc64), WM_U64_(cks_msg_chunk_put_t, guard)};
 static const wm_field_t wm_f_chunk_get[] = {
     WM_STR_(cks_msg_chunk_get_t, job, CKS_JOB_MAX_LEN),
     WM_U64_(cks_msg_chunk_get_t, version),
@@ -211,6 +211,7 @@ static const wm_field_t wm_f_repair_status_reply[] = {
     WM_U64_(cks_msg_repair_status_reply_t, bytes_left),
     WM_U64_(cks_msg_repair_status_reply_t, chunks_done),
     WM_U64_(cks_msg_repair_status_reply_t, bytes_done),
+    WM_U64_(cks_msg_repair_status_reply_t, chunks_sent),
     WM_U64_(cks_msg_repair_status_reply_t, rate),
     WM_U64_(cks_msg_repair_status_reply_t, rate_cap)};
 static const wm_field_t wm_f_stats[] = {WM_U32_(cks_msg_stats_t, flags)};
