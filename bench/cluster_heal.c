@@ -13,6 +13,8 @@
 /* How a repair went, as cl_repair_wait() saw it (sampled every 20 ms). */
 typedef struct {
     uint64_t done;      /* chunk bytes the servers rebuilt */
+    uint64_t chunks, sent; /* chunks they rebuilt, and of those the ones sent to
+                              another of them (one decode for a stripe) */
     double first, last; /* seconds since t0 of the first sample that saw
                            rebuilt bytes, and of the one that saw them all */
     double protected_s; /* seconds since t0 until every version was PROTECTED */
@@ -22,10 +24,11 @@ typedef struct {
  * lack, *done_p bytes they rebuilt since they started. 1 when each has
  * caught up and lacks nothing. */
 static int cl_repair_left(cl_ctx_t *x, const unsigned *ids, unsigned n, uint64_t *left_p,
-                          uint64_t *done_p)
+                          uint64_t *done_p, cl_repair_t *r)
 {
     int all = 1;
     *left_p = *done_p = 0;
+    r->chunks = r->sent = 0;
     for (unsigned i = 0; i < n; i++) {
         cks_repair_info_t ri;
         if (cks_repair_status(x->client, ids[i], &ri) != CKS_OK) {
@@ -34,6 +37,8 @@ static int cl_repair_left(cl_ctx_t *x, const unsigned *ids, unsigned n, uint64_t
         }
         *left_p += ri.bytes_left;
         *done_p += ri.bytes_done;
+        r->chunks += ri.chunks_done;
+        r->sent += ri.chunks_sent;
         all = all && ri.caught_up && ri.chunks_left == 0;
     }
     return all;
@@ -51,7 +56,7 @@ static int cl_repair_wait(cl_ctx_t *x, const char *job, const unsigned *ids,
     memset(r, 0, sizeof(*r));
     r->first = -1;
     while (bench_now() < deadline) {
-        int clean = cl_repair_left(x, ids, nids, &left, &done);
+        int clean = cl_repair_left(x, ids, nids, &left, &done, r);
         double now = bench_now() - t0;
         if (done > r->done) {
             r->first = r->first < 0 ? now : r->first;
@@ -109,10 +114,11 @@ static void cl_say_repair(cl_ctx_t *x, unsigned rep, const char *what,
     }
     cl_say(x,
            "  rep %u: %s: %.1f MiB rebuilt at %.2f GB/s (%s), from %.2f s to %.2f s "
-           "after the "
-           "start; every version PROTECTED after %.2f s\n",
+           "after the start; every version PROTECTED after %.2f s; %llu of %llu chunks "
+           "sent by the server that decoded their stripe\n",
            rep + 1, what, (double)r->done / (1 << 20), cl_repair_gbs(r), capbuf,
-           r->first < 0 ? 0.0 : r->first, r->last, r->protected_s);
+           r->first < 0 ? 0.0 : r->first, r->last, r->protected_s,
+           (unsigned long long)r->sent, (unsigned long long)r->chunks);
 }
 
 /* After the killed servers were restarted at t_spawn: in odd repetitions a
@@ -144,14 +150,15 @@ int cl_heal_phase(cl_ctx_t *x, const char *job, uint64_t first, uint64_t newest,
         /* the repair starts once the servers back have caught up: the
          * snapshot starts when it has (bounded) */
         double until = bench_now() + x->o.timeout_s + 10;
-        while (!cl_repair_left(x, ids, nids, &left0, &done) && left0 == 0 && done == 0 &&
+        cl_repair_t rr;
+        while (!cl_repair_left(x, ids, nids, &left0, &done, &rr) && left0 == 0 && done == 0 &&
                bench_now() < until) {
             usleep(5 * 1000);
         }
         if (cl_snapshot_down(x, job, &hv, 0, rep, "while repair runs", &stored_s) != 0) {
             return -1;
         }
-        cl_repair_left(x, ids, nids, &left1, &done);
+        cl_repair_left(x, ids, nids, &left1, &done, &rr);
         cl_say(x,
                "  rep %u: repair had %.0f MiB left when that snapshot began, %.0f MiB "
                "when it "

@@ -23,10 +23,10 @@
  *     stripe, the chunks the placement puts on this server; a chunk without
  *     a record is a task (repair_scan.c). A task probes the other members
  *     (CHUNK_GET of no bytes: do they hold their chunks?). Where another
- *     lacks its chunk too, the member of the lowest index lacking rebuilds
- *     them all with one decode and sends each to its member (CHUNK_PUT
- *     with a guard); a task of a higher index is parked until its chunk
- *     comes (or 3 s, then it probes again). A task that rebuilds reads k
+ *     lacks its chunk too, one of the members lacking theirs (drawn from
+ *     the key and stripe) rebuilds them all with one decode and sends each
+ *     to its member (CHUNK_PUT with a guard); the others' tasks are parked
+ *     until their chunk comes (or 3 s, then they probe again). A task that rebuilds reads k
  *     chunks of its stripe from the members holding theirs (CHUNK_GET,
  *     into fetch buffers kept while repair runs); a decoder thread (one of
  *     --encoders, a background-work queue of its own) checks each against
@@ -607,15 +607,36 @@ void cks_rp_parked_drop(cks_rp_t *rp)
     }
 }
 
-/* The probes are back. A member of a lower index that lacks its chunk too
- * rebuilds them both (it learns of this one from its own probes): the task
- * waits for it, at most CKS_RP_PARKS_MAX times. Otherwise it reads k
- * chunks and rebuilds its own and those of the members that lack theirs. */
+/* Which of the chunks in `lacking` (bits: this task's and those of the
+ * members that lack theirs) is rebuilt by the member that decodes them all:
+ * drawn from the object's key and the stripe, so that every member that
+ * learned the same set draws the same one, and two servers back share the
+ * work evenly (the lowest index would give one of them most stripes: with
+ * servers placed in turn, all those where it comes first). */
+static unsigned cks_rp_decoder(const cks_rp_task_t *t, uint32_t lacking)
+{
+    uint64_t h = cks_crc64(t->stripe, t->key, t->key_len);
+    unsigned n = (unsigned)__builtin_popcount(lacking), pick = (unsigned)(h % n);
+    for (unsigned i = 0;; i++) {
+        if ((lacking & (1u << i)) && pick-- == 0) {
+            return i;
+        }
+    }
+}
+
+/* The probes are back. Where other members lack their chunks too, one of
+ * them all decodes every one (each learns the same set from its probes):
+ * when it is another, the task waits for it, at most CKS_RP_PARKS_MAX
+ * times. Otherwise it reads k chunks and rebuilds its own and those of the
+ * members that lack theirs. */
 static void cks_rp_probed_all(cks_rp_work_t *w)
 {
+    uint32_t lacking = w->lost | (1u << w->t.idx);
+
     if (w->s->stop) {
         cks_rp_work_end(w, CKS_ERR_CANCELED, "stopping");
-    } else if ((w->lost & ((1u << w->t.idx) - 1)) != 0 && w->t.parks < CKS_RP_PARKS_MAX) {
+    } else if (w->lost != 0 && w->t.parks < CKS_RP_PARKS_MAX &&
+               cks_rp_decoder(&w->t, lacking) != w->t.idx) {
         cks_rp_park(w);
     } else {
         cks_rp_fetch_more(w);

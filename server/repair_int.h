@@ -36,10 +36,11 @@
 #define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)
 #define CKS_RP_TASKS_MAX      65536u
 #define CKS_RP_INFLIGHT       4u
-/* A task whose stripe lacks a chunk of a lower index on another member that
- * answers waits this long for that member to rebuild both (it decodes every
- * chunk of the stripe that it learned missing, and sends them), at most
- * CKS_RP_PARKS_MAX times; then it rebuilds its own. */
+/* A task whose stripe lacks chunks on other members that answer, and whose
+ * draw (cks_rp_decoder()) names another of them, waits this long for that
+ * member to rebuild them all (it decodes every chunk of the stripe that it
+ * learned missing, and sends them), at most CKS_RP_PARKS_MAX times; then it
+ * rebuilds its own. */
 #define CKS_RP_PARK_NS        (3ull * 1000000000ull)
 #define CKS_RP_PARKS_MAX      3u
 /* Fetch buffers kept for the next task while repair runs (a chunk each),
