@@ -17,7 +17,11 @@
  * member_ms, checked against CKS_WIRE_MEMBER_MS_MIN .. _MAX) */
 static inline int cks_sv_member_ms(uint32_t ms)
 {
-    return ms != 0 ? (int)ms : CKS_SV_MEMBER_TIMEOUT_MS;
+    /* one out of range (a claim's, which no client request checked) counts
+     * as none */
+    return ms >= CKS_WIRE_MEMBER_MS_MIN && ms <= CKS_WIRE_MEMBER_MS_MAX
+               ? (int)ms
+               : CKS_SV_MEMBER_TIMEOUT_MS;
 }
 /* A member that failed a chunk put is skipped (its chunks counted missing
  * at once) for this long, so that one dead server does not cost every

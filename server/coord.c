@@ -292,7 +292,7 @@ static void cks_sv_claim_msg(cks_msg_version_claim_t *cm, const struct cks_sv_cl
                                     op,              cks_sv_claim_ttl(&c->m),
                                     c->round,        c->m.parent,  c->m.nranks,
                                     c->m.k,          c->m.m,       c->m.chunk_size,
-                                    c->m.retain};
+                                    c->m.retain,     c->m.member_ms};
 }
 
 void cks_sv_claim_noop(void *arg, cks_status_t status, const char *msg)

@@ -148,7 +148,7 @@ void cks_sv_fence(cks_server_h s, cks_sv_version_t *v, uint32_t ttl_s, cks_sv_fe
         snprintf(f->why, sizeof(f->why), "server %zu (itself): %s", s->self, why);
     }
     cks_msg_version_claim_t cm = {job, v->version, (uint32_t)s->self, CKS_CLAIM_OP_FENCE,
-                                  ttl_s, v->round, 0, 0, 0, 0, 0, 0};
+                                  ttl_s, v->round, 0, 0, 0, 0, 0, 0, 0};
     f->asked++; /* one pseudo-answer holds f while the calls go out */
     unsigned unasked = cks_sv_claim_ask_others(s, &cm, CKS_SV_CLAIM_TIMEOUT_MS,
                                                cks_sv_fence_answered, f, f->state);

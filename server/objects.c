@@ -167,7 +167,7 @@ static void cks_sv_cv_report_ask(cks_server_h s, cks_sv_version_t *v, size_t pos
                                                 : 0;
     cks_msg_version_claim_t cm = {{v->job, v->job_len}, v->version, (uint32_t)s->self,
                                   CKS_CLAIM_OP_REPORT, (uint32_t)left_s + CKS_SV_CLAIM_MARGIN_S,
-                                  v->round, 0, 0, 0, 0, 0, 0};
+                                  v->round, 0, 0, 0, 0, 0, 0, 0};
     cks_tp_conn_h pc = cks_sv_peer(s, pos);
     if (pc != NULL) {
         cks_debug("version %llu of '%s': server %zu still owes objects; asking it to report "

@@ -150,6 +150,7 @@ static cks_status_t cks_sv_takeover_open(cks_server_h s, const cks_msg_version_b
     v->digest          = 0;
     v->expected_digest = 0;
     v->retain          = m->retain;
+    v->member_ms       = m->member_ms; /* the first coordinator's, from its claim */
     v->disowned        = 0;
     v->claimed         = 1;
     v->round           = round;
@@ -202,7 +203,7 @@ static void cks_sv_takeover_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t
     if (status == CKS_OK) {
         cks_msg_version_claim_t cm = {m->job, m->version, (uint32_t)s->self,
                                       CKS_CLAIM_OP_REPORT, m->timeout_s + CKS_SV_CLAIM_MARGIN_S,
-                                      t->round, 0, 0, 0, 0, 0, 0};
+                                      t->round, 0, 0, 0, 0, 0, 0, 0};
         cks_warn("took over version %llu of '%.*s' (ballot %u): asking every server to "
                  "report its objects again",
                  (unsigned long long)m->version, (int)m->job.len, m->job.ptr, t->round);
@@ -289,7 +290,7 @@ static int cks_sv_takeover_seal(cks_server_h s, cks_tp_conn_h conn, uint64_t req
                                  cl->p.ttl_s > CKS_SV_CLAIM_MARGIN_S
                                      ? cl->p.ttl_s - CKS_SV_CLAIM_MARGIN_S
                                      : 1,
-                                 0 /* member timeout: the default (claims do not carry it) */};
+                                 cl->p.member_ms /* the begin's, carried by its claim */};
     cks_sv_claim_run(s, NULL, 0, &b, t->round, 0, cks_sv_takeover_claimed);
     return 1;
 }

@@ -405,6 +405,7 @@ typedef struct {
     uint32_t k, m;
     uint64_t chunk_size;
     uint32_t retain;
+    uint32_t member_ms; /* the begin's member timeout (0: the default), for a takeover */
 } cks_msg_version_claim_t;
 
 enum {

@@ -179,7 +179,7 @@ static const cks_wire_field_t fd_version_claim[] = {
     FD_U32(cks_msg_version_claim_t, round), FD_U64(cks_msg_version_claim_t, parent),
     FD_U32(cks_msg_version_claim_t, nranks), FD_U32(cks_msg_version_claim_t, k),
     FD_U32(cks_msg_version_claim_t, m), FD_U64(cks_msg_version_claim_t, chunk_size),
-    FD_U32(cks_msg_version_claim_t, retain)};
+    FD_U32(cks_msg_version_claim_t, retain), FD_U32(cks_msg_version_claim_t, member_ms)};
 
 static const cks_wire_field_t fd_sync_list[] = {
     FD_U32(cks_msg_sync_list_t, what), FD_STR(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),

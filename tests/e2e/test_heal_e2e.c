@@ -1242,6 +1242,118 @@ Test(heal, seal_that_outlasts_the_client_timeout_is_answered, .timeout = 240)
     free(want);
 }
 
+/* A version and a member of it that owes its coordinator nothing: no
+ * coordinator candidate and the primary of none of the version's objects
+ * (CH_OBJS per rank, two ranks), from `from` on; the member in *member_p. */
+static uint64_t ch_version_with_idle_member(uint64_t from, int *member_p)
+{
+    int cand[NSRV];
+    for (uint64_t v = from; v < from + 64; v++) {
+        int ncand = cks_test_coordinators(cl.map, "chaos", v, cand, NSRV);
+        cr_assert_geq(ncand, 2);
+        for (int i = 0; i < NSRV; i++) {
+            int owes = 0;
+            for (int j = 0; j < ncand; j++) {
+                owes |= cand[j] == i;
+            }
+            for (int r = 0; r < 2; r++) {
+                for (int o = 0; o < CH_OBJS; o++) {
+                    char key[64];
+                    ch_key(key, sizeof(key), v, r, o);
+                    owes |= cks_test_primary(cl.map, "chaos", key, K, M) == i;
+                }
+            }
+            if (!owes) {
+                *member_p = i;
+                return v;
+            }
+        }
+    }
+    cr_assert_fail("no version from %llu on has a member that owes its coordinator nothing",
+                   (unsigned long long)from);
+    return 0;
+}
+
+/* A client whose member timeout (CKS_CLIENT_FIELD_MEMBER_TIMEOUT) is ms. */
+static cks_client_h ch_client_member_ms(uint32_t ms)
+{
+    cks_client_params_t p = {0};
+    cks_client_h c        = NULL;
+    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS |
+                   CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
+    p.cluster           = cl.map;
+    p.ec_k              = K;
+    p.ec_m              = M;
+    p.chunk_size        = CHUNK;
+    p.timeout_ms        = 5000;
+    p.member_timeout_ms = ms;
+    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    cr_assert_eq(cks_test_client_quiet(c, 5000), 0);
+    return c;
+}
+
+/*
+ * The member timeout the writer set holds for a coordinator that took the
+ * version over too: the begin's claim carries it to every server, and the
+ * takeover's coordinator waits that long for each server to take the
+ * outcome. The coordinator is killed after the ranks' puts and a member
+ * that owes it nothing is stopped (SIGSTOP); the ranks' seals go to the
+ * next candidate, which takes the version over and commits it, waiting on
+ * the stopped member for the clients' 1500 ms, not the servers' default
+ * 10 s (before, a takeover knew no other: the finish took 10 s more).
+ */
+Test(heal, takeover_waits_on_a_stopped_member_the_member_timeout_the_client_set,
+     .timeout = 240)
+{
+    uint64_t seed = cks_test_seed(67);
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    char why[512] = "";
+    int member    = -1;
+    cr_assert(buf != NULL && want != NULL);
+    cks_client_h c0 = ch_client_member_ms(1500), c1 = ch_client_member_ms(1500);
+    uint64_t v      = ch_version_with_idle_member(2, &member);
+    int co          = cks_test_coordinator(cl.map, "chaos", v);
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = "chaos", .version = v, .nranks = 2, .timeout_s = 60};
+    ch_begin_put_spread(c0, c1, seed, &vp, buf);
+    cks_test_cluster_kill(&cl, (size_t)co);
+    cr_assert_eq(kill(cl.srv[member].pid, SIGSTOP), 0);
+    cks_status_t st1 = CKS_OK;
+    uint64_t took    = 0;
+    cks_status_t st  = ch_finish_both(c0, c1, v, &st1, why, sizeof(why), &took);
+    cr_assert_eq(kill(cl.srv[member].pid, SIGCONT), 0);
+    fprintf(stderr, "version %llu, coordinator %d killed, member %d stopped, member timeout "
+                    "1500 ms: %s, %s after %llu ms (%s)\n",
+            (unsigned long long)v, co, member, cks_status_name(st), cks_status_name(st1),
+            (unsigned long long)took, why);
+    if (st != CKS_OK || st1 != CKS_OK || took >= 8000) {
+        dump_logs();
+    }
+    cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
+    cr_assert_eq(st1, CKS_OK, "rank 1's finish: %s", cks_status_name(st1));
+    int took_over = 0;
+    for (size_t i = 0; i < NSRV; i++) {
+        char line[96];
+        snprintf(line, sizeof(line), "took over version %llu of 'chaos'", (unsigned long long)v);
+        took_over += (int)i != co && cks_test_log_count(cl.srv[i].log, line) > 0;
+    }
+    cr_assert_eq(took_over, 1, "%d servers took version %llu over", took_over,
+                 (unsigned long long)v);
+    /* the takeover and one member timeout for the stopped member (1.5 s;
+     * a seal that timed out at the killed coordinator would add the
+     * clients' 5 s): not the default's 10 s (10005 ms before) */
+    cr_assert_geq(took, 1500, "the finish did not wait for the stopped member (%llu ms)",
+                  (unsigned long long)took);
+    cr_assert_lt(took, 8000, "the finish took %llu ms: the takeover waited on the stopped "
+                             "member longer than its 1500 ms", (unsigned long long)took);
+    ch_wait_committed(c0, v);
+    cr_assert_eq(ch_verify(c0, seed, v, buf, want), CKS_OK);
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
+}
+
 /*
  * A trainer that dies during its finish, after its seal made a candidate
  * take the version over, and then that candidate dies too (a node lost for

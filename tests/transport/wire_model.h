@@ -192,7 +192,7 @@ static const wm_field_t wm_f_version_claim[] = {
     WM_U32_(cks_msg_version_claim_t, round), WM_U64_(cks_msg_version_claim_t, parent),
     WM_U32_(cks_msg_version_claim_t, nranks), WM_U32_(cks_msg_version_claim_t, k),
     WM_U32_(cks_msg_version_claim_t, m), WM_U64_(cks_msg_version_claim_t, chunk_size),
-    WM_U32_(cks_msg_version_claim_t, retain)};
+    WM_U32_(cks_msg_version_claim_t, retain), WM_U32_(cks_msg_version_claim_t, member_ms)};
 
 static const wm_field_t wm_f_sync_list[] = {
     WM_U32_(cks_msg_sync_list_t, what), WM_STR_(cks_msg_sync_list_t, job, CKS_JOB_MAX_LEN),
