@@ -1171,77 +1171,6 @@ static void ch_begin_put_spread(cks_client_h c0, cks_client_h c1, uint64_t seed,
                  (unsigned long long)used, (unsigned long long)want);
 }
 
-/*
- * A coordinator busy for longer than the client's request timeout: a member
- * stopped (SIGSTOP) when the ranks finish holds the commit's manifest
- * broadcast up to the servers' member timeout (10 s), while the clients
- * time out after 2 s. The seals go on to the other candidates, which say
- * that the coordinator answers them; the clients then send the seals to
- * the coordinator again (marked as sent again), and both finishes return
- * CKS_OK once it commits (before: CKS_ERR_TIMEOUT, "its coordinator did not
- * answer, and no other candidate coordinates it", for a version that
- * committed). A second finish of a rank, not sent again, is still refused.
- */
-Test(heal, seal_that_outlasts_the_client_timeout_is_answered, .timeout = 240)
-{
-    uint64_t seed = cks_test_seed(64);
-    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
-    char why[512] = "";
-    int cand[NSRV];
-    cr_assert(buf != NULL && want != NULL);
-    cks_client_h c0 = connect_cluster(2000), c1 = connect_cluster(2000);
-    /* the member to stop owes the coordinator nothing: it is no candidate
-     * and no object's primary (a primary stopped before its report reached
-     * the coordinator fails the version, as it should: what it holds
-     * unspread would die with it); the first version with such a member */
-    uint64_t v  = 1;
-    int member  = -1;
-    while (member < 0 && ++v < 64) {
-        int ncand = cks_test_coordinators(cl.map, "chaos", v, cand, NSRV);
-        cr_assert_geq(ncand, 2);
-        for (int i = 0; i < NSRV && member < 0; i++) {
-            int owes = 0;
-            for (int j = 0; j < ncand; j++) {
-                owes |= cand[j] == i;
-            }
-            for (int r = 0; r < 2; r++) {
-                for (int o = 0; o < CH_OBJS; o++) {
-                    char key[64];
-                    ch_key(key, sizeof(key), v, r, o);
-                    owes |= cks_test_primary(cl.map, "chaos", key, K, M) == i;
-                }
-            }
-            member = owes ? -1 : i;
-        }
-    }
-    cr_assert_geq(member, 0, "no version below 64 has a member that owes its coordinator "
-                             "nothing");
-    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
-                               .job = "chaos", .version = v, .nranks = 2, .timeout_s = 60};
-    ch_begin_put_spread(c0, c1, seed, &vp, buf);
-    kill(cl.srv[member].pid, SIGSTOP);
-    cks_status_t st1 = CKS_OK;
-    uint64_t took    = 0;
-    cks_status_t st  = ch_finish_both(c0, c1, v, &st1, why, sizeof(why), &took);
-    kill(cl.srv[member].pid, SIGCONT);
-    fprintf(stderr, "version %llu, member %d stopped during the finish: %s, %s after %llu ms "
-                    "(%s)\n",
-            (unsigned long long)v, member, cks_status_name(st), cks_status_name(st1),
-            (unsigned long long)took, why);
-    cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
-    cr_assert_eq(st1, CKS_OK, "rank 1's finish: %s", cks_status_name(st1));
-    cr_assert_gt(took, 2000, "the finish took %llu ms: the stop did not hold the commit "
-                             "past the client's timeout", (unsigned long long)took);
-    ch_wait_committed(c0, v);
-    cr_assert_eq(ch_verify(c0, seed, v, buf, want), CKS_OK);
-    /* a rank's second finish is refused as before */
-    cr_assert_neq(cks_version_finish(c0, "chaos", v, 0), CKS_OK);
-    cks_client_destroy(c0);
-    cks_client_destroy(c1);
-    free(buf);
-    free(want);
-}
-
 /* A version and a member of it that owes its coordinator nothing: no
  * coordinator candidate and the primary of none of the version's objects
  * (CH_OBJS per rank, two ranks), from `from` on; the member in *member_p. */
@@ -1290,6 +1219,55 @@ static cks_client_h ch_client_member_ms(uint32_t ms)
     cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
     cr_assert_eq(cks_test_client_quiet(c, 5000), 0);
     return c;
+}
+
+/*
+ * A coordinator busy for longer than the client's request timeout: a member
+ * stopped (SIGSTOP) when the ranks finish holds the commit's manifest
+ * broadcast up to the servers' member timeout (10 s), while the clients
+ * time out after 2 s. The seals go on to the other candidates, which say
+ * that the coordinator answers them; the clients then send the seals to
+ * the coordinator again (marked as sent again), and both finishes return
+ * CKS_OK once it commits (before: CKS_ERR_TIMEOUT, "its coordinator did not
+ * answer, and no other candidate coordinates it", for a version that
+ * committed). A second finish of a rank, not sent again, is still refused.
+ */
+Test(heal, seal_that_outlasts_the_client_timeout_is_answered, .timeout = 240)
+{
+    uint64_t seed = cks_test_seed(64);
+    uint8_t *buf = malloc(300 * 1024), *want = malloc(300 * 1024);
+    char why[512] = "";
+    int member    = -1;
+    cr_assert(buf != NULL && want != NULL);
+    cks_client_h c0 = connect_cluster(2000), c1 = connect_cluster(2000);
+    /* the member to stop owes the coordinator nothing (a primary stopped
+     * before its report reached the coordinator fails the version, as it
+     * should: what it holds unspread would die with it) */
+    uint64_t v = ch_version_with_idle_member(2, &member);
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_NRANKS | CKS_VERSION_FIELD_TIMEOUT,
+                               .job = "chaos", .version = v, .nranks = 2, .timeout_s = 60};
+    ch_begin_put_spread(c0, c1, seed, &vp, buf);
+    kill(cl.srv[member].pid, SIGSTOP);
+    cks_status_t st1 = CKS_OK;
+    uint64_t took    = 0;
+    cks_status_t st  = ch_finish_both(c0, c1, v, &st1, why, sizeof(why), &took);
+    kill(cl.srv[member].pid, SIGCONT);
+    fprintf(stderr, "version %llu, member %d stopped during the finish: %s, %s after %llu ms "
+                    "(%s)\n",
+            (unsigned long long)v, member, cks_status_name(st), cks_status_name(st1),
+            (unsigned long long)took, why);
+    cr_assert_eq(st, CKS_OK, "rank 0's finish: %s (%s)", cks_status_name(st), why);
+    cr_assert_eq(st1, CKS_OK, "rank 1's finish: %s", cks_status_name(st1));
+    cr_assert_gt(took, 2000, "the finish took %llu ms: the stop did not hold the commit "
+                             "past the client's timeout", (unsigned long long)took);
+    ch_wait_committed(c0, v);
+    cr_assert_eq(ch_verify(c0, seed, v, buf, want), CKS_OK);
+    /* a rank's second finish is refused as before */
+    cr_assert_neq(cks_version_finish(c0, "chaos", v, 0), CKS_OK);
+    cks_client_destroy(c0);
+    cks_client_destroy(c1);
+    free(buf);
+    free(want);
 }
 
 /*
