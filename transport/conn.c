@@ -29,118 +29,239 @@ static size_t cks_tp_slot_hash(ucp_ep_h ep, size_t n)
     return (size_t)x & (n - 1);
 }
 
-static cks_status_t cks_tp_slot_rehash(cks_tp_worker_h w, size_t n)
+static cks_status_t cks_tp_slot_rehash(cks_tp_eptab_t *t, size_t n)
 {
     cks_tp_slot_t *slots = calloc(n, sizeof(*slots));
     if (slots == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    for (size_t i = 0; i < w->nslots; i++) {
-        if (w->slots[i].ep != NULL) {
-            size_t j = cks_tp_slot_hash(w->slots[i].ep, n);
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->slots[i].ep != NULL) {
+            size_t j = cks_tp_slot_hash(t->slots[i].ep, n);
             while (slots[j].ep != NULL) {
                 j = (j + 1) & (n - 1);
             }
-            slots[j] = w->slots[i];
+            slots[j] = t->slots[i];
         }
     }
-    free(w->slots);
-    w->slots  = slots;
-    w->nslots = n;
+    free(t->slots);
+    t->slots = slots;
+    t->n     = n;
     return CKS_OK;
 }
 
-static cks_status_t cks_tp_slot_add(cks_tp_worker_h w, ucp_ep_h ep, cks_tp_conn_h conn)
+static cks_tp_slot_t *cks_tp_slot_get(const cks_tp_eptab_t *t, ucp_ep_h ep);
+
+/* Map ep to conn; an endpoint is in a map once (one there already is
+ * mapped anew: see cks_tp_ep_map()). */
+static cks_status_t cks_tp_slot_add(cks_tp_eptab_t *t, ucp_ep_h ep, cks_tp_conn_h conn)
 {
-    if ((w->nused + 1) * 2 > w->nslots) {
-        cks_status_t status = cks_tp_slot_rehash(w, w->nslots ? w->nslots * 2 : 16);
+    cks_tp_slot_t *e = cks_tp_slot_get(t, ep);
+    if (e != NULL) {
+        e->conn     = conn;
+        e->until_ns = UINT64_MAX;
+        return CKS_OK;
+    }
+    if ((t->used + 1) * 2 > t->n) {
+        cks_status_t status = cks_tp_slot_rehash(t, t->n ? t->n * 2 : 16);
         if (status != CKS_OK) {
             return status;
         }
     }
-    size_t j = cks_tp_slot_hash(ep, w->nslots);
-    while (w->slots[j].ep != NULL) {
-        j = (j + 1) & (w->nslots - 1);
+    size_t j = cks_tp_slot_hash(ep, t->n);
+    while (t->slots[j].ep != NULL) {
+        j = (j + 1) & (t->n - 1);
     }
-    w->slots[j].ep   = ep;
-    w->slots[j].conn = conn;
-    w->nused++;
+    t->slots[j].ep       = ep;
+    t->slots[j].conn     = conn;
+    t->slots[j].until_ns = UINT64_MAX;
+    t->used++;
     return CKS_OK;
 }
 
-cks_tp_conn_h cks_tp_slot_find(cks_tp_worker_h w, ucp_ep_h ep)
+/* The entry of ep, or NULL. */
+static cks_tp_slot_t *cks_tp_slot_get(const cks_tp_eptab_t *t, ucp_ep_h ep)
 {
-    if (w->nslots == 0 || ep == NULL) {
+    if (t->n == 0 || ep == NULL) {
         return NULL;
     }
-    for (size_t j = cks_tp_slot_hash(ep, w->nslots); w->slots[j].ep != NULL;
-         j = (j + 1) & (w->nslots - 1)) {
-        if (w->slots[j].ep == ep) {
-            return w->slots[j].conn;
+    for (size_t j = cks_tp_slot_hash(ep, t->n); t->slots[j].ep != NULL;
+         j = (j + 1) & (t->n - 1)) {
+        if (t->slots[j].ep == ep) {
+            return &t->slots[j];
         }
     }
     return NULL;
 }
 
-static void cks_tp_slot_del(cks_tp_worker_h w, ucp_ep_h ep)
+cks_tp_conn_h cks_tp_slot_find(cks_tp_worker_h w, ucp_ep_h ep)
 {
-    if (w->nslots == 0) {
+    cks_tp_slot_t *e = cks_tp_slot_get(&w->eps, ep);
+    return e != NULL ? e->conn : NULL;
+}
+
+/* Map a live endpoint to its connection. One the map still names for
+ * another connection is an address UCX gave again after it freed that
+ * connection's endpoint (UCX frees endpoints it made itself, which a
+ * connection adopted): that connection lets go of it - it is failed and
+ * closed without closing the endpoint, which is not its own any more -
+ * and the map names the new one. Before, the map kept both, and once the
+ * new connection was freed an error on the endpoint found a freed
+ * connection (a server died of SIGSEGV at address 0 in cks_tp_conn_fail()). */
+static void cks_tp_ep_close(cks_tp_worker_h w, ucp_ep_h ep, int force);
+
+static cks_status_t cks_tp_ep_map(cks_tp_worker_h w, ucp_ep_h ep, cks_tp_conn_h conn)
+{
+    cks_tp_slot_t *e = cks_tp_slot_get(&w->eps, ep);
+    if (e != NULL && e->conn != conn) {
+        cks_tp_conn_h old = e->conn;
+        cks_error("%s: an endpoint of %s was given to a new connection to %s: the old "
+                  "connection lets go of it", w->name, old->peer, conn->peer);
+        old->ep      = old->ep == ep ? NULL : old->ep;
+        old->data_ep = old->data_ep == ep ? NULL : old->data_ep;
+        old->failed  = 1;
+        if (!old->closed) {
+            old->closed    = 1; /* its other endpoint, if any, closes with it */
+            old->closed_ns = cks_time_ns();
+            if (old->ep != NULL) {
+                cks_tp_ep_close(w, old->ep, 1);
+            }
+            if (old->data_ep != NULL) {
+                cks_tp_ep_close(w, old->data_ep, 1);
+            }
+        }
+    }
+    return cks_tp_slot_add(&w->eps, ep, conn);
+}
+
+int cks_tp_ep_closing(cks_tp_worker_h w, ucp_ep_h ep)
+{
+    return cks_tp_slot_get(&w->closing_eps, ep) != NULL;
+}
+
+static void cks_tp_slot_del(cks_tp_eptab_t *t, ucp_ep_h ep)
+{
+    cks_tp_slot_t *e = cks_tp_slot_get(t, ep);
+    if (e == NULL) {
         return;
     }
-    size_t j = cks_tp_slot_hash(ep, w->nslots);
-    while (w->slots[j].ep != ep) {
-        if (w->slots[j].ep == NULL) {
-            return;
-        }
-        j = (j + 1) & (w->nslots - 1);
-    }
-    w->slots[j].ep = NULL;
-    w->nused--;
+    size_t j = (size_t)(e - t->slots);
+    t->slots[j].ep = NULL;
+    t->used--;
     /* re-insert the rest of the cluster so that lookups stay correct */
-    for (j = (j + 1) & (w->nslots - 1); w->slots[j].ep != NULL;
-         j = (j + 1) & (w->nslots - 1)) {
-        cks_tp_slot_t s = w->slots[j];
-        w->slots[j].ep  = NULL;
-        size_t k        = cks_tp_slot_hash(s.ep, w->nslots);
-        while (w->slots[k].ep != NULL) {
-            k = (k + 1) & (w->nslots - 1);
+    for (j = (j + 1) & (t->n - 1); t->slots[j].ep != NULL; j = (j + 1) & (t->n - 1)) {
+        cks_tp_slot_t s = t->slots[j];
+        t->slots[j].ep  = NULL;
+        size_t k        = cks_tp_slot_hash(s.ep, t->n);
+        while (t->slots[k].ep != NULL) {
+            k = (k + 1) & (t->n - 1);
         }
-        w->slots[k] = s;
+        t->slots[k] = s;
     }
 }
 
 /* ---- connections ------------------------------------------------------------ */
 
+/* An endpoint close UCX has not finished. */
+typedef struct {
+    cks_tp_worker_h w;
+    ucp_ep_h ep;
+} cks_tp_closing_t;
+
+/* UCX finished closing ep: it stays known as closed a while longer. */
+static void cks_tp_ep_closed(cks_tp_worker_h w, ucp_ep_h ep)
+{
+    cks_tp_slot_t *e = cks_tp_slot_get(&w->closing_eps, ep);
+    if (e != NULL) {
+        e->until_ns = cks_time_ns() + CKS_TP_CLOSED_LINGER_NS;
+    }
+}
+
+/* Forget the closed endpoints past their time (a look a second at most). */
+static void cks_tp_closing_purge(cks_tp_worker_h w)
+{
+    uint64_t now = cks_time_ns();
+    ucp_ep_h old[64];
+    size_t n = 0;
+
+    if (now < w->closing_purge_ns) {
+        return;
+    }
+    w->closing_purge_ns = now + 1000000000ull;
+    for (size_t i = 0; i < w->closing_eps.n && n < 64; i++) {
+        const cks_tp_slot_t *e = &w->closing_eps.slots[i];
+        if (e->ep != NULL && e->until_ns <= now) {
+            old[n++] = e->ep;
+        }
+    }
+    for (size_t i = 0; i < n; i++) { /* a deletion moves entries: not while walking */
+        cks_tp_slot_del(&w->closing_eps, old[i]);
+    }
+}
+
 static void cks_tp_close_done(void *request, ucs_status_t st, void *arg)
 {
-    cks_tp_worker_h w = arg;
+    cks_tp_closing_t *c = arg;
+    cks_tp_worker_h w   = c->w;
     w->closing--;
+    if (!w->destroying) { /* the destroy freed the map */
+        cks_tp_ep_closed(w, c->ep);
+    }
+    free(c);
     ucp_request_free(request);
 }
 
 static void cks_tp_ep_close_now(cks_tp_worker_h w, ucp_ep_h ep, int force)
 {
     ucp_request_param_t param;
+    cks_tp_closing_t *c = malloc(sizeof(*c));
     void *req;
 
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
-                         UCP_OP_ATTR_FIELD_USER_DATA;
+    if (c == NULL) {
+        /* untracked: the close is asked for with no callback */
+        cks_warn("%s: out of memory tracking an endpoint close", w->name);
+    }
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
+                         (c != NULL ? UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA
+                                    : 0);
     param.flags        = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     param.cb.send      = cks_tp_close_done;
-    param.user_data    = w;
-    req                = ucp_ep_close_nbx(ep, &param);
+    param.user_data    = c;
+    if (c != NULL) {
+        *c = (cks_tp_closing_t){w, ep};
+    }
+    req = ucp_ep_close_nbx(ep, &param);
     if (UCS_PTR_IS_ERR(req)) {
         cks_debug("%s: close: %s", w->name, ucs_status_string(UCS_PTR_STATUS(req)));
-    } else if (req != NULL) {
-        w->closing++;
     }
+    if (req != NULL && !UCS_PTR_IS_ERR(req) && c != NULL) {
+        w->closing++;
+        return;
+    }
+    if (req != NULL && !UCS_PTR_IS_ERR(req)) {
+        ucp_request_free(req); /* released by UCX when done */
+        cks_tp_ep_closed(w, ep); /* untracked: its linger runs from now */
+        return;
+    }
+    free(c);
+    cks_tp_ep_closed(w, ep);
 }
 
 /* Detach ep from its connection and close it; inside ucp_worker_progress()
- * the close waits until progress returns (see cks_tp_progress_once()). */
+ * the close waits until progress returns (see cks_tp_progress_once()).
+ * Until UCX has finished closing it, the endpoint is in closing_eps: a
+ * message that still comes on it is dropped, not taken for an endpoint UCX
+ * made by itself (recv.c). */
 static void cks_tp_ep_close(cks_tp_worker_h w, ucp_ep_h ep, int force)
 {
-    cks_tp_slot_del(w, ep);
+    cks_tp_slot_t *e;
+    cks_tp_slot_del(&w->eps, ep);
+    cks_tp_closing_purge(w);
+    if ((e = cks_tp_slot_get(&w->closing_eps, ep)) != NULL) {
+        e->until_ns = UINT64_MAX; /* an address UCX gave again, closed again */
+    } else if (cks_tp_slot_add(&w->closing_eps, ep, NULL) != CKS_OK) {
+        cks_warn("%s: out of memory tracking an endpoint close", w->name);
+    }
     if (w->in_progress == 0) {
         cks_tp_ep_close_now(w, ep, force);
         return;
@@ -251,7 +372,7 @@ static cks_status_t cks_tp_conn_attach(cks_tp_conn_h conn, ucp_ep_h ep)
 {
     cks_tp_worker_h w = conn->worker;
     conn->ep          = ep;
-    cks_status_t status = cks_tp_slot_add(w, ep, conn);
+    cks_status_t status = cks_tp_ep_map(w, ep, conn);
     if (status != CKS_OK) {
         return status;
     }
@@ -404,7 +525,7 @@ cks_status_t cks_tp_conn_upgrade(cks_tp_conn_h conn, const void *peer_addr, size
     if (status != CKS_OK) {
         return status;
     }
-    status = cks_tp_slot_add(w, ep, conn);
+    status = cks_tp_ep_map(w, ep, conn);
     if (status != CKS_OK) {
         cks_tp_ep_close(w, ep, 1);
         return status;

@@ -46,7 +46,10 @@ ucs_status_t cks_tp_am_cb(void *arg, const void *header, size_t header_length, v
 
     if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
         conn = cks_tp_slot_find(w, param->reply_ep);
-        if (conn == NULL && param->reply_ep != NULL) {
+        /* not one we closed and UCX has not let go of yet (its owner let go
+         * of it: what still comes on it is dropped below) */
+        if (conn == NULL && param->reply_ep != NULL &&
+            !cks_tp_ep_closing(w, param->reply_ep)) {
             conn = cks_tp_conn_adopt(w, param->reply_ep);
         }
     }

@@ -14,6 +14,9 @@
 #define CKS_TP_MAX_PENDING 256 /* default max_pending */
 /* a call failed while UCX held its send: given up this long after */
 #define CKS_TP_ABANDON_NS (5ull * 1000000000ull)
+/* How long a closed endpoint stays known as closed after UCX finished
+ * closing it (see closing_eps). */
+#define CKS_TP_CLOSED_LINGER_NS (30ull * 1000000000ull)
 #define CKS_TP_SEND_BUF (CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY)
 
 typedef struct cks_tp_send_req cks_tp_send_req_t;
@@ -148,7 +151,14 @@ struct cks_tp_mem {
 typedef struct {
     ucp_ep_h ep;
     cks_tp_conn_h conn;
+    uint64_t until_ns; /* closing_eps: kept until then (UINT64_MAX: closing) */
 } cks_tp_slot_t;
+
+/* An open-addressing map from endpoints (conn.c). */
+typedef struct {
+    cks_tp_slot_t *slots;
+    size_t n, used;
+} cks_tp_eptab_t;
 
 struct cks_tp_worker {
     cks_tp_worker_params_t params;
@@ -166,8 +176,14 @@ struct cks_tp_worker {
     cks_tp_conn_h conns; /* every open connection */
     unsigned nconns;
     uint64_t refused_log_ns; /* last "too many connections" line */
-    cks_tp_slot_t *slots;
-    size_t nslots, nused;
+    cks_tp_eptab_t eps;     /* live endpoints -> their connection */
+    /* Endpoints closed, until CKS_TP_CLOSED_LINGER_NS after UCX finished
+     * closing them: a message UCX still delivers on one (UCX 1.13 did, after
+     * the close completed) is dropped, never taken for an endpoint UCX made
+     * by itself (cks_tp_conn_adopt()): UCX frees it, and a map entry left for
+     * it named a freed connection once UCX reused its address. */
+    cks_tp_eptab_t closing_eps;
+    uint64_t closing_purge_ns; /* the next look for entries past their time */
     cks_tp_send_req_t *free_sends;
     cks_tp_send_req_t *inflight; /* sends UCX holds (a list through in_next) */
     unsigned closing; /* endpoint close requests in flight */
@@ -282,6 +298,8 @@ static inline ucs_memory_type_t cks_tp_mem_type(cks_mem_type_t t)
 }
 
 cks_tp_conn_h cks_tp_slot_find(cks_tp_worker_h w, ucp_ep_h ep);
+/* Is ep one that was closed, whose close UCX has not finished? */
+int cks_tp_ep_closing(cks_tp_worker_h w, ucp_ep_h ep);
 
 unsigned cks_tp_progress_once(cks_tp_worker_h w);
 

@@ -209,7 +209,8 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
         free(c->peer_waddr);
         free(c);
     }
-    free(w->slots);
+    free(w->eps.slots);
+    free(w->closing_eps.slots);
     free(w->deferred);
     cks_hmap_destroy(w->calls);
     ucp_worker_release_address(w->worker, w->address);
