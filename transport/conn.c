@@ -102,9 +102,9 @@ cks_tp_conn_h cks_tp_slot_find(cks_tp_worker_h w, ucp_ep_h ep)
 
 /* Map a live endpoint to its connection. One the map still names for
  * another connection is an address UCX gave again after it freed that
- * connection's endpoint (UCX frees endpoints it made itself, which a
- * connection adopted): that connection lets go of it - it is failed and
- * closed without closing the endpoint, which is not its own any more -
+ * connection's endpoint (an endpoint adopted when it was one we had
+ * closed: see closing_eps): that connection lets go of it - it is failed
+ * and closed without closing the endpoint, which is not its own any more -
  * and the map names the new one. Before, the map kept both, and once the
  * new connection was freed an error on the endpoint found a freed
  * connection (a server died of SIGSEGV at address 0 in cks_tp_conn_fail()). */
