@@ -228,11 +228,11 @@ typedef struct {
     uint64_t bytes_left;  /**< their bytes */
     uint64_t chunks_done; /**< chunks it rebuilt since it started */
     uint64_t bytes_done;  /**< their bytes */
+    uint64_t rate;        /**< bytes/s rebuilt over the last 2 s */
+    uint64_t rate_cap;    /**< its pacing cap (--repair-rate), bytes/s; 0: none */
     uint64_t chunks_sent; /**< of chunks_done, those it rebuilt for another server and
                                that server took: where a stripe lacked chunks on
                                several servers, one of them decodes them all at once */
-    uint64_t rate;        /**< bytes/s rebuilt over the last 2 s */
-    uint64_t rate_cap;    /**< its pacing cap (--repair-rate), bytes/s; 0: none */
 } cks_repair_info_t;
 
 /** Ask server number `server` (0 .. cks_cluster_stats().servers - 1, the
