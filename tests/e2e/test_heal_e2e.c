@@ -223,6 +223,23 @@ static void mt_key(size_t i, char *key, size_t len)
     key_of(mt_pick[i], key, len);
 }
 
+/* The parameters of a cluster client (this suite's geometry) whose request
+ * timeout is timeout_ms and member timeout (CKS_CLIENT_FIELD_MEMBER_TIMEOUT)
+ * member_ms. */
+static cks_client_params_t member_params(int timeout_ms, uint32_t member_ms)
+{
+    cks_client_params_t p = {0};
+    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS |
+                   CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
+    p.cluster           = cl.map;
+    p.ec_k              = K;
+    p.ec_m              = M;
+    p.chunk_size        = CHUNK;
+    p.timeout_ms        = timeout_ms;
+    p.member_timeout_ms = member_ms;
+    return p;
+}
+
 /* A client's member timeout (CKS_CLIENT_FIELD_MEMBER_TIMEOUT) is how long
  * the versions it writes wait on a member that does not answer: with one
  * stopped (SIGSTOP) after the begin, its chunks count as missing after
@@ -262,15 +279,8 @@ Test(heal, stopped_member_costs_the_member_timeout_the_client_set)
     cks_test_objs_t mine = {0};
     cks_test_objs_init(&mine, sizes, n, objs.seed);
 
-    cks_client_params_t p = {0};
+    cks_client_params_t p = member_params(20000, 0);
     cks_client_h c        = NULL;
-    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS |
-                   CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
-    p.cluster    = cl.map;
-    p.ec_k       = K;
-    p.ec_m       = M;
-    p.chunk_size = CHUNK;
-    p.timeout_ms = 20000;
     static const uint32_t bad[] = {1, 99, 600001, UINT32_MAX};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         p.member_timeout_ms = bad[i];
@@ -1207,16 +1217,8 @@ static uint64_t ch_version_with_idle_member(uint64_t from, int *member_p)
 /* A client whose member timeout (CKS_CLIENT_FIELD_MEMBER_TIMEOUT) is ms. */
 static cks_client_h ch_client_member_ms(uint32_t ms)
 {
-    cks_client_params_t p = {0};
+    cks_client_params_t p = member_params(5000, ms);
     cks_client_h c        = NULL;
-    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS |
-                   CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
-    p.cluster           = cl.map;
-    p.ec_k              = K;
-    p.ec_m              = M;
-    p.chunk_size        = CHUNK;
-    p.timeout_ms        = 5000;
-    p.member_timeout_ms = ms;
     cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
     cr_assert_eq(cks_test_client_quiet(c, 5000), 0);
     return c;

@@ -476,18 +476,25 @@ static int32_t raw_exchange(cks_tp_worker_h w, cks_tp_conn_h conn, raw_ctx_t *ct
     return ctx->status;
 }
 
-Test(single, truncated_and_garbage_messages)
+/* A raw transport worker whose messages go to ctx. */
+static cks_tp_worker_h raw_worker(raw_ctx_t *ctx)
 {
-    raw_ctx_t ctx = {0};
     cks_tp_worker_params_t wp = {.name = "raw", .on_msg = raw_on_msg,
                                  .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
-                                 .arg = &ctx};
-    cks_tp_worker_h w;
+                                 .arg = ctx};
+    cks_tp_worker_h w = NULL;
+    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
+    return w;
+}
+
+Test(single, truncated_and_garbage_messages)
+{
+    raw_ctx_t ctx     = {0};
+    cks_tp_worker_h w = raw_worker(&ctx);
     cks_tp_conn_h conn;
     uint8_t msg[CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY];
     size_t len;
 
-    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
     cr_assert_eq(cks_tp_conn_connect(w, "127.0.0.1", srv.port, &conn), CKS_OK);
 
     /* a valid HELLO first: the connection works */
@@ -566,17 +573,13 @@ static void raw_sent(void *arg, cks_status_t status)
  * answer comes. */
 Test(single, reply_on_a_connection_let_go_is_dropped)
 {
-    raw_ctx_t ctx = {0};
-    cks_tp_worker_params_t wp = {.name = "raw", .on_msg = raw_on_msg,
-                                 .on_bad_msg = raw_on_bad, .on_conn_err = raw_on_err,
-                                 .arg = &ctx};
-    cks_tp_worker_h w;
+    raw_ctx_t ctx     = {0};
+    cks_tp_worker_h w = raw_worker(&ctx);
     uint8_t msg[CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY];
     size_t len;
     cks_msg_hello_t hello = {cks_wire_cstr("raw"), cks_wire_cstr(NULL), cks_wire_cstr(NULL),
                              cks_wire_cstr(NULL)};
 
-    cr_assert_eq(cks_tp_worker_create(&wp, &w), CKS_OK);
     cr_assert_eq(cks_wire_pack(CKS_MSG_HELLO, 0, 1, &hello, msg, sizeof(msg), &len), CKS_OK);
     for (int i = 0; i < 20; i++) {
         cks_tp_conn_h conn;
