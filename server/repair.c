@@ -540,14 +540,7 @@ static void cks_rp_park(cks_rp_work_t *w)
     w->park_ns = cks_time_ns() + CKS_RP_PARK_NS;
     cks_rp_queued_set(rp, &w->t, w);
     CKS_LIST_PUSH(rp->parked, rp->parked_tail, w);
-    rp->nparked++;
     cks_rp_work_start(s);
-}
-
-static void cks_rp_unpark(cks_rp_t *rp, cks_rp_work_t *w)
-{
-    CKS_LIST_DEL(rp->parked, rp->parked_tail, w);
-    rp->nparked--;
 }
 
 void cks_rp_taken(cks_server_h s, const char *job, size_t job_len, uint64_t version,
@@ -573,7 +566,7 @@ void cks_rp_taken(cks_server_h s, const char *job, size_t job_len, uint64_t vers
         return; /* not parked: a task queued or in flight finds it recorded */
     }
     cks_hmap_del(rp->queued, k, klen);
-    cks_rp_unpark(rp, w);
+    CKS_LIST_DEL(rp->parked, rp->parked_tail, w);
     free(w);
 }
 
@@ -585,7 +578,7 @@ int cks_rp_parked_wake(cks_server_h s)
     /* parked in the order of their deadlines: the first not due ends it */
     while (rp->parked != NULL && rp->parked->park_ns <= now && !s->stop) {
         cks_rp_work_t *w = rp->parked;
-        cks_rp_unpark(rp, w);
+        CKS_LIST_DEL(rp->parked, rp->parked_tail, w);
         if (rp->ntasks < CKS_RP_TASKS_MAX) {
             cks_rp_queued_set(rp, &w->t, rp);
             rp->tasks[rp->ntasks++] = w->t; /* queued again, as paced as any */
@@ -602,7 +595,7 @@ void cks_rp_parked_drop(cks_rp_t *rp)
 {
     while (rp->parked != NULL) {
         cks_rp_work_t *w = rp->parked;
-        cks_rp_unpark(rp, w);
+        CKS_LIST_DEL(rp->parked, rp->parked_tail, w);
         free(w);
     }
 }
@@ -770,12 +763,13 @@ void cks_rp_repair_status(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id)
     r.status = rp != NULL ? CKS_OK : CKS_ERR_UNSUPPORTED;
     r.msg    = cks_wire_cstr(rp != NULL ? NULL : "not a cluster server");
     if (rp != NULL) {
-        uint64_t left = rp->ntasks - rp->taski + rp->inflight + rp->nparked;
+        uint64_t left = rp->ntasks - rp->taski + rp->inflight;
         uint64_t bytes = 0;
         for (size_t i = rp->taski; i < rp->ntasks; i++) {
             bytes += rp->tasks[i].chunk;
         }
         for (const cks_rp_work_t *w = rp->parked; w != NULL; w = w->next) {
+            left++;
             bytes += w->t.chunk;
         }
         r.synced      = (uint32_t)rp->synced;

@@ -211,7 +211,6 @@ struct cks_rp {
     uint64_t chunks_done, bytes_done, failed;
     uint64_t chunks_sent;   /* of chunks_done: rebuilt for another member */
     cks_rp_work_t *parked, *parked_tail; /* oldest first */
-    size_t nparked;
     uint64_t failed_at_scan; /* `failed` when the last scan ran */
     uint64_t win_ns, win_bytes, rate;
     uint64_t warned_ns;
