@@ -27,6 +27,7 @@
  * down: the parity chunk was needed and the other parity was used).
  */
 #include "ckstore.h"
+#include "cks_common.h"
 #include "cks_faults_gate.h"
 #include "cks_test.h"
 
@@ -438,4 +439,60 @@ Test(faults, corrupted_chunks_are_decoded_around)
     cr_assert_eq(cks_mem_free(c, dst), CKS_OK);
     cks_client_destroy(c);
     free(src);
+}
+
+/* ---- backpressure on STORED ---------------------------------------------------- */
+
+/* A primary answers a put STORED as soon as its bytes are in, while what it
+ * holds unspread is at most half of its arena's free space; past that, the
+ * next put's answer waits until the backlog drains (docs/ARCHITECTURE.md,
+ * Known limits). Here the primary never spreads (fault put_stall holds
+ * every object it is primary of) and the arena is 256 MiB: objects of
+ * 16 MiB (24 MiB extents with parity) are answered at once for the first
+ * three (72 MiB held, 184 MiB free) and held from the fourth (96 MiB held,
+ * 160 free): that put waits out the client's timeout and goes to the
+ * object's next member. Before, the limit was an eighth of the arena
+ * (32 MiB): the second put already waited, and a trainer whose primary
+ * held two objects waited for the first one's encoding. */
+Test(faults, a_primary_with_room_answers_stored_before_it_spreads, .timeout = 180)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    enum { X = 2, TIMEOUT_MS = 6000, NPUT = 4 };
+    const uint64_t size = 16ull << 20;
+    char keys[NPUT][32];
+    double secs[NPUT];
+    cks_status_t st[NPUT];
+    uint8_t *buf = cks_test_seeded_bytes(size, 0x5707ED);
+
+    cr_assert_eq(cks_test_cluster_start(&cl, NSRV, 3, 256ull << 20, X, "put_stall:always"),
+                 0);
+    cks_client_h c = NULL;
+    cr_assert_eq(cks_test_connect_cluster(cl.map, 4, 2, 1ull << 20, TIMEOUT_MS, &c), CKS_OK);
+    for (int i = 0, n = 0; n < NPUT && i < 10000; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "shard%d", i);
+        if (cks_test_primary(cl.map, "bp", key, 4, 2) == X) {
+            memcpy(keys[n++], key, sizeof(key));
+        }
+    }
+    cks_version_params_t vp = {.job = "bp", .version = 1};
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    for (int n = 0; n < NPUT; n++) {
+        uint64_t t0 = cks_time_ns();
+        st[n]       = cks_test_put(c, "bp", 1, keys[n], buf, size);
+        secs[n]     = (double)(cks_time_ns() - t0) / 1e9;
+        fprintf(stderr, "put %d ('%s', primary %d): %s after %.3f s\n", n, keys[n], X,
+                cks_status_name(st[n]), secs[n]);
+    }
+    int held = cks_test_log_count(cl.srv[X].log, "fault put_stall");
+    cks_client_destroy(c);
+    free(buf);
+    cr_assert_eq(held, NPUT, "server %d held %d of the %d puts", X, held, NPUT);
+    for (int n = 0; n < 3; n++) {
+        cr_assert_eq(st[n], CKS_OK, "put %d: %s", n, cks_status_name(st[n]));
+        cr_assert_lt(secs[n], TIMEOUT_MS / 2000.0,
+                     "put %d waited %.3f s with room in the primary's arena", n, secs[n]);
+    }
+    cr_assert_geq(secs[3], (TIMEOUT_MS - 500) / 1000.0,
+                  "put 3 answered after %.3f s past half the primary's free space", secs[3]);
 }

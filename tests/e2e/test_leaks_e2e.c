@@ -602,8 +602,8 @@ Test(leaks, an_open_restore_holds_its_version_against_retention)
 /* A full arena does not stay full. Arenas of 22 MiB hold two versions of 32
  * MiB (8 MiB on each server: every server holds one chunk of each RS(4,2)
  * stripe), in objects of 256 KiB (one stripe of 64 KiB chunks), with room
- * for the objects primaries hold while they spread them (an eighth of the
- * arena at most: backpressure on STORED); the job keeps 2: version 3 cannot
+ * for the objects primaries hold while they spread them (half the free
+ * space at most: backpressure on STORED); the job keeps 2: version 3 cannot
  * fit (8 MiB more per server than the 6 MiB left), finds no room and is
  * aborted, and that abort drops version 1 early (the retention one
  * version short), so version 4 commits. Version 2 and 4 restore exact, and
