@@ -91,6 +91,7 @@ typedef struct {
     int arena_given;
     const char *repair_rate; /* --repair-rate for the servers; NULL: their default */
     const char *copy_threads; /* --copy-threads for the servers; NULL: their default */
+    const char *coding_nice;  /* --coding-nice for the servers; NULL: their default */
     int stage_host; /* --stage-host: writers' puts staged through a ring that holds
                        a writer's snapshot (CKS_PUT_FIELD_STAGED); stall = COPIED */
     const char *json;

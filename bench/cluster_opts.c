@@ -84,6 +84,8 @@ static void cl_usage(FILE *f)
         "                         bytes/s (default: the server's); the figures name it\n"
         "      --copy-threads N   the servers' copy threads (ckstore-server\n"
         "                         --copy-threads; default: the server's)\n"
+        "      --coding-nice N    the servers' encoder and decoder priority\n"
+        "                         (ckstore-server --coding-nice; default: the server's)\n"
         "      --stage-host       writers stage their puts through a ring of host\n"
         "                         memory that holds a writer's snapshot\n"
         "                         (CKS_PUT_FIELD_STAGED), all of its puts at once: the\n"
@@ -159,6 +161,7 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
         BOPT("no-degraded", 0, FLAG, &o->no_degraded),
         BOPT("repair-rate", 0, STR, &o->repair_rate),   /* the server checks it */
         BOPT("copy-threads", 0, STR, &o->copy_threads), /* idem */
+        BOPT("coding-nice", 0, STR, &o->coding_nice),   /* idem */
         BOPT("pec", 0, FLAG, &o->pec),
         BOPT("pec-only", 0, FLAG, &o->pec_only, .aux = &o->pec),
         BOPT("pec-k", 0, UINT, &o->pec_k, .lo = 1, .hi = 16),

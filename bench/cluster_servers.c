@@ -208,6 +208,10 @@ int cl_server_spawn(cl_ctx_t *x, cl_server_t *s, uint64_t arena)
         argv[n++] = "--copy-threads";
         argv[n++] = (char *)x->o.copy_threads;
     }
+    if (x->o.coding_nice != NULL) {
+        argv[n++] = "--coding-nice";
+        argv[n++] = (char *)x->o.coding_nice;
+    }
     argv[n] = NULL;
 
     logfd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

@@ -285,6 +285,10 @@ typedef struct {
     cks_workq_wake_cb_t wake; /* NULL: the owner polls */
     cks_workq_late_cb_t late; /* NULL: a push after the stop fails */
     void *arg;                /* passed to the three callbacks */
+    unsigned nice;            /* 0..19: each thread runs this many nice levels
+                                 below the process (background work that
+                                 yields the cores to the threads others wait
+                                 on); 0: the process's own */
 } cks_workq_params_t;
 
 /** Start the queue's threads. CKS_ERR_INVALID_PARAM for a bad params,

@@ -8,16 +8,23 @@
  * thread leaves only once nothing is queued, else at once, and what is
  * still queued goes back to the owner.
  * Users: the metadata writer (server/mdq.c: one thread, batches, drain), the
- * encoders (server/encoder.c: N threads, drain) and the prefault thread
- * (transport/prefault.c: one thread, no drain).
+ * encoders (server/encoder.c: N threads, drain), the repair decoders
+ * (server/repair.c) and the prefault thread (transport/prefault.c: one
+ * thread, no drain). A queue whose params set `nice` runs its threads that
+ * many nice levels below the process: the encoders and the decoders, whose
+ * work no client waits on, yield the cores to the progress thread's copies.
  * Never: allocate, free or read a job beyond its link; call a callback with
  * the lock held; know what `wake` wakes (common sees no UCX).
  */
 #include "cks_common.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 struct cks_workq {
     cks_workq_params_t p;
@@ -72,11 +79,33 @@ static int cks_workq_has_work(const cks_workq_t *q)
     return q->head != NULL && (!q->stopping || (q->p.flags & CKS_WORKQ_DRAIN));
 }
 
+/* Lower the calling thread's CPU priority by `nice` levels (Linux: a
+ * thread's nice value is its own). Raising it needs no privilege; a failure
+ * only leaves the thread at the process's priority. */
+static void cks_workq_lower_priority(unsigned nice)
+{
+    id_t tid = (id_t)syscall(SYS_gettid);
+    int cur;
+
+    errno = 0;
+    cur   = getpriority(PRIO_PROCESS, tid);
+    if (cur == -1 && errno != 0) {
+        return;
+    }
+    cur += (int)nice;
+    if (setpriority(PRIO_PROCESS, tid, cur > 19 ? 19 : cur) != 0) {
+        cks_warn("work queue: thread priority not lowered: %s", strerror(errno));
+    }
+}
+
 static void *cks_workq_thread(void *arg)
 {
     cks_workq_t *q = arg;
     cks_workq_job_t *jobs, *last;
 
+    if (q->p.nice > 0) {
+        cks_workq_lower_priority(q->p.nice);
+    }
     pthread_mutex_lock(&q->lock);
     for (;;) {
         while (q->head == NULL && !q->stopping) {
@@ -105,7 +134,7 @@ static void *cks_workq_thread(void *arg)
 
 static cks_status_t cks_workq_check(const cks_workq_params_t *params)
 {
-    if (params == NULL || params->run == NULL || params->nthreads == 0 ||
+    if (params == NULL || params->run == NULL || params->nthreads == 0 || params->nice > 19 ||
         (params->flags & ~(unsigned)(CKS_WORKQ_BATCH | CKS_WORKQ_DRAIN)) != 0) {
         return CKS_ERR_INVALID_PARAM;
     }

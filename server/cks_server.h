@@ -27,6 +27,9 @@ typedef struct {
     const char *cluster_map;/* cluster map file; NULL: a standalone server */
     uint16_t server_id;     /* this server's id in the map */
     unsigned encoders;      /* encoder threads (cluster); 0: 1 */
+    unsigned coding_nice;   /* nice levels (1..19) the encoder and repair
+                               decoder threads run below the server's other
+                               threads; 0: 5; UINT_MAX: none (the same) */
     unsigned max_conns;     /* connections at once; 0: 1024 */
     unsigned max_pending;   /* replies in flight per connection; 0: 4096 */
     unsigned reply_timeout_s; /* close a peer that takes no reply this long; 0: 60 */

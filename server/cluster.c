@@ -223,7 +223,7 @@ cks_status_t cks_sv_cluster_init(cks_server_h s)
     if (status != CKS_OK) {
         return status;
     }
-    return cks_enc_start(&s->enc, encoders, s->tp);
+    return cks_enc_start(&s->enc, encoders, cks_sv_coding_nice(s), s->tp);
 }
 
 void cks_sv_cluster_quiesce(cks_server_h s)

@@ -85,13 +85,15 @@ static void cks_enc_wake(void *arg)
     cks_tp_worker_signal(((cks_enc_t *)arg)->tp);
 }
 
-cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, cks_tp_worker_h tp)
+cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, unsigned nice,
+                           cks_tp_worker_h tp)
 {
     cks_workq_params_t p = {.nthreads = nthreads,
                             .flags    = CKS_WORKQ_DRAIN,
                             .run      = cks_enc_work,
                             .wake     = cks_enc_wake,
-                            .arg      = e};
+                            .arg      = e,
+                            .nice     = nice};
     cks_status_t status;
 
     memset(e, 0, sizeof(*e));

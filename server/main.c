@@ -27,6 +27,10 @@ static void usage(FILE *out)
             "                         of that erasure-coded cluster\n"
             "  -i, --id N             this server's id in the cluster map\n"
             "  -e, --encoders N       encoder threads (cluster; default 1)\n"
+            "      --coding-nice N    run the encoder and repair decoder threads N nice\n"
+            "                         levels below the server's others (0 to 19; default\n"
+            "                         5; 0: the same): where cores are short, the copies\n"
+            "                         clients wait on (STORED, restores) run first\n"
             "      --copy-threads N   threads that copy transfers of 2 MiB and more\n"
             "                         from or into clients' shared memory on this host\n"
             "                         (0 to 16; 0: none, the progress thread copies;\n"
@@ -167,6 +171,7 @@ int main(int argc, char **argv)
         {"repair-idle-rate", required_argument, NULL, 1020},
         {"copy-threads", required_argument, NULL, 1021},
         {"recv-timeout", required_argument, NULL, 1022},
+        {"coding-nice", required_argument, NULL, 1023},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -230,6 +235,14 @@ int main(int argc, char **argv)
                     return 2;
                 }
                 p.copy_threads = v == 0 ? UINT_MAX : (unsigned)v;
+                break;
+            }
+            case 1023: {
+                unsigned long v;
+                if (!cks_opt_ulong(optarg, 19, 1, "--coding-nice", " (0 to 19)", &v)) {
+                    return 2;
+                }
+                p.coding_nice = v == 0 ? UINT_MAX : (unsigned)v;
                 break;
             }
             case 1020:

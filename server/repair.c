@@ -378,7 +378,8 @@ cks_status_t cks_rp_decoders_start(cks_server_h s, unsigned nthreads)
     cks_workq_params_t p = {.nthreads = nthreads ? nthreads : 1,
                             .run      = cks_rp_decode_run,
                             .wake     = cks_rp_decoders_wake,
-                            .arg      = s};
+                            .arg      = s,
+                            .nice     = cks_sv_coding_nice(s)};
     return cks_workq_create(&p, &s->rp->wq);
 }
 

@@ -144,7 +144,10 @@ typedef struct {
     uint64_t st_bytes, st_encode_ns, st_job_ns;
 } cks_enc_t;
 
-cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, cks_tp_worker_h tp);
+/** Start `nthreads` encoder threads, `nice` levels below the server's other
+ *  threads (cks_sv_coding_nice()). */
+cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, unsigned nice,
+                           cks_tp_worker_h tp);
 /** Run every queued job, stop the threads, and return the finished jobs not
  *  taken yet (a list linked by `wq.next`, for the caller to complete). */
 cks_workq_job_t *cks_enc_stop(cks_enc_t *e);
@@ -382,6 +385,16 @@ struct cks_server {
      * bounded) */
     struct cks_sv_relost *relost;
 };
+
+/** The nice levels the encoder and repair decoder threads run below the
+ *  server's others (cks_server_params_t.coding_nice: 0 is the default,
+ *  CKS_SV_CODING_NICE; UINT_MAX none). */
+#define CKS_SV_CODING_NICE 5u
+static inline unsigned cks_sv_coding_nice(const struct cks_server *s)
+{
+    unsigned n = s->p.coding_nice;
+    return n == 0 ? CKS_SV_CODING_NICE : n > 19 ? 0u : n;
+}
 
 cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp);
 /** Finish queued jobs, then stop the thread. Jobs pushed after it are not

@@ -11,8 +11,12 @@
 #include "cks_common.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define T_JOBS   64
 #define T_WAIT_S 10
@@ -143,7 +147,7 @@ static void t_late(cks_workq_job_t *job, void *arg)
 
 static cks_workq_t *t_create(unsigned nthreads, unsigned flags, int with_late)
 {
-    cks_workq_params_t p = {nthreads, flags, t_run, t_wake, with_late ? t_late : NULL, NULL};
+    cks_workq_params_t p = {nthreads, flags, t_run, t_wake, with_late ? t_late : NULL, NULL, 0};
     cks_workq_t *q       = NULL;
     cr_assert_eq(cks_workq_create(&p, &q), CKS_OK);
     ctx.q = q;
@@ -210,7 +214,7 @@ TestSuite(workq, .init = t_init, .timeout = 30);
 
 Test(workq, bad_params_are_refused)
 {
-    cks_workq_params_t p = {1, 0, t_run, NULL, NULL, NULL};
+    cks_workq_params_t p = {1, 0, t_run, NULL, NULL, NULL, 0};
     cks_workq_t *q       = NULL;
 
     p.nthreads = 0;
@@ -222,7 +226,49 @@ Test(workq, bad_params_are_refused)
     p.flags = 1u << 7;
     cr_assert_eq(cks_workq_create(&p, &q), CKS_ERR_INVALID_PARAM);
     cr_assert_eq(cks_workq_create(NULL, &q), CKS_ERR_INVALID_PARAM);
+    p.flags = 0;
+    p.nice  = 20;
+    cr_assert_eq(cks_workq_create(&p, &q), CKS_ERR_INVALID_PARAM);
     cr_assert_null(q, "a failed create wrote its output");
+}
+
+/* What a queue thread's nice value is, seen from the job it runs. */
+static int nice_seen[2];
+
+static void t_run_nice(cks_workq_t *q, cks_workq_job_t *list, void *arg)
+{
+    (void)q;
+    (void)arg;
+    errno = 0;
+    int v = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    nice_seen[CKS_CONTAINER_OF(list, tjob_t, wq)->id] = errno != 0 ? -100 : v;
+}
+
+Test(workq, nice_lowers_the_threads_priority_and_not_the_callers)
+{
+    cks_workq_params_t p = {.nthreads = 1, .flags = CKS_WORKQ_DRAIN, .run = t_run_nice};
+    cks_workq_t *q       = NULL;
+    int self = getpriority(PRIO_PROCESS, 0);
+
+    if (self > 9) {
+        cr_skip_test("this process already runs at nice %d", self);
+    }
+    p.nice = 10; /* job 0 */
+    cr_assert_eq(cks_workq_create(&p, &q), CKS_OK);
+    cr_assert_eq(cks_workq_push(q, &jobs[0].wq), CKS_OK);
+    cr_assert_null(cks_workq_stop(q));
+    cks_workq_destroy(q);
+    p.nice = 0; /* job 1: the process's own */
+    cr_assert_eq(cks_workq_create(&p, &q), CKS_OK);
+    cr_assert_eq(cks_workq_push(q, &jobs[1].wq), CKS_OK);
+    cr_assert_null(cks_workq_stop(q));
+    cks_workq_destroy(q);
+    cr_assert_eq(nice_seen[0], self + 10, "nice 10: the thread ran at %d (process %d)",
+                 nice_seen[0], self);
+    cr_assert_eq(nice_seen[1], self, "nice 0: the thread ran at %d (process %d)",
+                 nice_seen[1], self);
+    cr_assert_eq(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)), self,
+                 "the creating thread's priority changed");
 }
 
 Test(workq, one_thread_runs_and_returns_jobs_in_push_order)

@@ -15,12 +15,14 @@
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -431,6 +433,92 @@ Test(cluster, client_stats_count_the_requests_in_flight)
                  cks_status_name(a.st));
     cr_assert_eq(cks_test_client_quiet(c, 3000), 0, "requests still in flight");
     cks_client_destroy(c);
+}
+
+/* Threads of process `pid` whose nice value is `nice` (/proc/PID/task/TID/
+ * stat, field 19); -1 when the process's threads cannot be read. */
+static int threads_at_nice(pid_t pid, int nice)
+{
+    char path[96], line[1024];
+    int n = 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        return -1;
+    }
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/proc/%d/task/%.20s/stat", (int)pid, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) {
+            continue; /* the thread left */
+        }
+        char *rest = fgets(line, sizeof(line), f) != NULL ? strrchr(line, ')') : NULL;
+        fclose(f);
+        int v = 0, field = 2; /* ")" ends field 2 (comm); nice is field 19 */
+        for (char *tok = rest != NULL ? strtok(rest + 1, " ") : NULL; tok != NULL;
+             tok = strtok(NULL, " ")) {
+            if (++field == 19) {
+                v = atoi(tok);
+                break;
+            }
+        }
+        n += field == 19 && v == nice;
+    }
+    closedir(d);
+    return n;
+}
+
+/* threads_at_nice() once it is `want`, or after 2 s (a thread lowers its
+ * own priority as it starts: the server may answer before it has run). */
+static int threads_at_nice_wait(pid_t pid, int nice, int want)
+{
+    int n = threads_at_nice(pid, nice);
+    for (int i = 0; i < 100 && n != want; i++) {
+        usleep(20000);
+        n = threads_at_nice(pid, nice);
+    }
+    return n;
+}
+
+/* The encoder and repair decoder threads run --coding-nice levels below the
+ * server's others (default 5): where cores are short, the progress thread's
+ * copies, which clients wait on, come first. One of each by default;
+ * --encoders 3 makes three of each; --coding-nice 0 leaves them all at the
+ * server's priority. */
+Test(cluster, coding_threads_run_below_the_progress_thread)
+{
+    cks_test_server_t *s = &cl.srv[0];
+    int self = getpriority(PRIO_PROCESS, 0);
+
+    if (self != 0) {
+        cr_skip_test("the tests run at nice %d", self);
+    }
+    int at5 = threads_at_nice_wait(s->pid, 5, 2);
+    cr_assert_eq(at5, 2, "default: %d threads at nice 5", at5);
+    cr_assert_eq(getpriority(PRIO_PROCESS, (id_t)s->pid), 0, "the progress thread");
+
+    cks_test_set_server_flags("--coding-nice 19 --encoders 3");
+    cks_test_server_stop(s, SIGTERM);
+    cr_assert_eq(cks_test_server_restart(s), 0);
+    int at19 = threads_at_nice_wait(s->pid, 19, 6);
+    at5      = threads_at_nice(s->pid, 5);
+    cks_test_set_server_flags("--coding-nice 0");
+    cks_test_server_stop(s, SIGTERM);
+    cr_assert_eq(cks_test_server_restart(s), 0);
+    int at0 = threads_at_nice(s->pid, 0), all = threads_at_nice(s->pid, 0);
+    for (int v = 1; v <= 19; v++) {
+        all += threads_at_nice(s->pid, v);
+    }
+    cks_test_set_server_flags(NULL);
+    cks_test_server_stop(s, SIGTERM);
+    cr_assert_eq(cks_test_server_restart(s), 0);
+    cr_assert_eq(at19, 6, "--coding-nice 19 --encoders 3: %d threads at 19 (%d at 5)", at19,
+                 at5);
+    cr_assert_eq(at0, all, "--coding-nice 0: %d of %d threads at nice 0", at0, all);
+    cr_assert_eq(threads_at_nice_wait(s->pid, 5, 2), 2, "restarted with the defaults");
 }
 
 TestSuite(cluster_faults, .fini = cks_test_suite_teardown, .timeout = 240);
