@@ -1,8 +1,9 @@
 /*
  * DESIGN: the encoder threads. They take objects that a primary holds in its
  * arena, zero the padding of the last stripe, compute the parity of every
- * stripe with ISA-L, and the CRC of every chunk and of the object, each byte
- * touched while it is still in cache (stripe by stripe). They are the
+ * stripe with ISA-L, and the CRC of every chunk, each byte touched while it
+ * is still in cache (stripe by stripe); the object's CRC is combined from its
+ * data chunks' (cks_crc64_combine()), not read from memory once more. They are the
  * threads of a background-work queue (common/workq.c), one job each at a
  * time; finished jobs go back through its done list, waking the progress
  * thread with cks_tp_worker_signal(); the stop runs every queued job.
@@ -32,7 +33,7 @@ static void cks_enc_run(cks_enc_job_t *j)
     /* the last stripe's padding must be zeros: it is part of the code */
     memset(j->base + j->size, 0, data - j->size);
     j->status  = CKS_OK;
-    j->obj_crc = cks_crc64(0, j->base, j->size);
+    j->obj_crc = 0;
     for (uint64_t s = 0; s < j->stripes; s++) {
         const uint8_t *d[CKS_EC_MAX_K];
         uint8_t *p[CKS_EC_MAX_M];
@@ -49,7 +50,16 @@ static void cks_enc_run(cks_enc_job_t *j)
         }
         j->encode_ns += cks_enc_cpu_ns() - t0;
         for (unsigned i = 0; i < j->k; i++) {
+            uint64_t off = (s * j->k + i) * j->chunk;
             j->crcs[s * width + i] = cks_crc64(0, d[i], j->chunk);
+            /* the object's CRC from its chunks' (no pass of its own over
+             * memory): whole chunks combined, the last one's bytes before
+             * the padding CRCed while they are in cache */
+            if (off + j->chunk <= j->size) {
+                j->obj_crc = cks_crc64_combine(j->obj_crc, j->crcs[s * width + i], j->chunk);
+            } else if (off < j->size) {
+                j->obj_crc = cks_crc64(j->obj_crc, d[i], j->size - off);
+            }
         }
         for (unsigned i = 0; i < j->m; i++) {
             j->crcs[s * width + j->k + i] = cks_crc64(0, p[i], j->chunk);
