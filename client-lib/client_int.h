@@ -23,10 +23,12 @@
  * together) is asked again after this pause, until the op's timeout. */
 #define CKS_CL_BUSY_PAUSE_NS (100ull * 1000000ull)
 /* A seal sent again to a candidate that did not answer this client in
- * time while no other candidate took the version (op.c): at most this
+ * time while no other candidate took the version (op.c): at least this
  * many times (each costs up to one more request timeout, and the other
- * candidates' answers). */
-#define CKS_CL_SEAL_RESENDS 3u
+ * candidates' answers), and as many as the member timeout takes
+ * (cks_cl_seal_resends()). */
+#define CKS_CL_SEAL_RESENDS     3u
+#define CKS_CL_SEAL_RESENDS_MAX 64u
 /* A server that let a request time out (a silent one: cut off, stopped,
  * overloaded) is skipped by requests that can go elsewhere - a put to its
  * group's next member, a version's next coordinator candidate, a read
@@ -156,7 +158,7 @@ struct cks_op {
                                could not be reached, else CKS_OK */
     unsigned resends;       /* VERSION_SEAL: sent again to a candidate that let
                                it time out (CKS_WIRE_F_RESENT), at most
-                               CKS_CL_SEAL_RESENDS times */
+                               cks_cl_seal_resends() times */
     uint32_t slow_mask;     /* VERSION_SEAL, PUT: the candidates (bit = position
                                in group) that let it time out */
     unsigned rewalks;       /* PUT: walks of its group after the first

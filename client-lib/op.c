@@ -158,6 +158,20 @@ static void cks_cl_put_rewalk(cks_client_h c, cks_op_t *op)
     cks_cl_later_add(c, op, now + CKS_CL_REWALK_PAUSE_NS);
 }
 
+/* How often a seal goes again to a candidate that let it time out: a commit
+ * waits for the members that must take the manifest up to the version's
+ * member timeout (this client's, or the servers' default), which may be
+ * many of this client's request timeouts; twice that is given (a takeover's
+ * claim may wait as long again). Before, 3 times whatever the two timeouts:
+ * a client with a 1 s timeout gave up on a coordinator still committing. */
+static unsigned cks_cl_seal_resends(const cks_client_h c)
+{
+    uint64_t member = c->member_ms != 0 ? c->member_ms : CKS_WIRE_MEMBER_MS_DEFAULT;
+    uint64_t each   = c->timeout_ms > 0 ? (uint64_t)c->timeout_ms : 1;
+    uint64_t n      = (2 * member + each - 1) / each + 1;
+    return (unsigned)CKS_MIN(CKS_MAX(n, CKS_CL_SEAL_RESENDS), CKS_CL_SEAL_RESENDS_MAX);
+}
+
 /* Position of the highest bit set in mask (not 0). */
 static size_t cks_cl_highest_bit(uint32_t mask)
 {
@@ -280,7 +294,7 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         (op->status == CKS_ERR_NOT_COORDINATOR ||
          (op->status == CKS_ERR_VERSION_NOT_OPEN && op->answered) ||
          (cks_cl_retryable(op->status) && !op->answered)) &&
-        op->resends < CKS_CL_SEAL_RESENDS && !c->stop) {
+        op->resends < cks_cl_seal_resends(c) && !c->stop) {
         /* A candidate did not answer the seal in time - the coordinator, or
          * the next one when the coordinator is gone - and no later one
          * took the version: they say that one coordinates it (it answers

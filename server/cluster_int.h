@@ -12,7 +12,7 @@
  * the chunk as missing (the object is then stored DEGRADED when no stripe
  * misses more than m chunks), and a coordinator for a member to take a
  * manifest or a drop. */
-#define CKS_SV_MEMBER_TIMEOUT_MS 10000
+#define CKS_SV_MEMBER_TIMEOUT_MS ((int)CKS_WIRE_MEMBER_MS_DEFAULT)
 /* ... unless the version's writer set its own (PUT's and VERSION_BEGIN's
  * member_ms, checked against CKS_WIRE_MEMBER_MS_MIN .. _MAX) */
 static inline int cks_sv_member_ms(uint32_t ms)

@@ -36,9 +36,11 @@
 #define CKS_WIRE_MAX_ADDR    2048u /* UCX worker address in HELLO */
 #define CKS_WIRE_NONCE_LEN   32u   /* challenge nonces and HMAC-SHA256 proofs */
 /* A version's member timeout (PUT, VERSION_BEGIN): 0 means the server's
- * default; anything else must lie in this range */
-#define CKS_WIRE_MEMBER_MS_MIN 100u
-#define CKS_WIRE_MEMBER_MS_MAX 600000u
+ * default (the servers' CKS_WIRE_MEMBER_MS_DEFAULT); anything else must lie
+ * in this range */
+#define CKS_WIRE_MEMBER_MS_MIN     100u
+#define CKS_WIRE_MEMBER_MS_MAX     600000u
+#define CKS_WIRE_MEMBER_MS_DEFAULT 10000u
 
 /** Header flags. */
 #define CKS_WIRE_F_PAYLOAD 0x1u /* raw payload bytes follow as AM data */
