@@ -66,28 +66,21 @@ static cks_status_t cks_cput_send_chunk(cks_cput_ack_t *a, cks_tp_conn_h conn);
 static void cks_cput_acked(void *arg, cks_status_t status, const char *msg);
 static void cks_cput_settle(cks_cput_t *p);
 
-/* Backpressure: a primary that holds more in puts it has not spread yet
- * than half of its arena's free space (and more than an eighth of the
- * arena) answers the next puts (STORED) only as that backlog drains, oldest
- * first, or at the latest when the put itself is spread: a client then
- * waits instead of filling the arenas with objects in flight ("arena full"
- * and chunk puts queued past their timeout). While there is room, a
- * snapshot's puts are answered as they land: the trainer does not wait for
- * the encoding of its earlier objects. */
+/* Backpressure: a primary whose unspread puts exceed half of its arena's
+ * free space (and an eighth of the arena) answers the next puts (STORED) as
+ * that backlog drains, oldest first, or at the latest when the put itself
+ * is spread: a client waits instead of filling the arenas ("arena full",
+ * chunk puts queued past their timeout). With room, puts are answered as
+ * they land: a trainer does not wait for its earlier objects' encoding. */
 static uint64_t cks_sv_unspread_max(cks_server_h s)
 {
     uint64_t size = cks_arena_size(s->arena), used = cks_arena_used(s->arena);
-    uint64_t half_free = used < size ? (size - used) / 2 : 0;
-    return CKS_MAX(size / 8, half_free);
+    return CKS_MAX(size / 8, used < size ? (size - used) / 2 : 0);
 }
 
 static void cks_cput_answer(cks_cput_t *p, cks_status_t status)
 {
-    if (status == CKS_OK) {
-        cks_sv_reply_status(p->conn, p->req_id, status, NULL);
-    } else {
-        cks_sv_reply_status(p->conn, p->req_id, status, "%s", p->why);
-    }
+    cks_sv_reply_status(p->conn, p->req_id, status, status == CKS_OK ? NULL : "%s", p->why);
     cks_tp_conn_put(p->conn);
     p->conn = NULL;
 }
