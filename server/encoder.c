@@ -3,8 +3,8 @@
  * arena, zero the padding of the last stripe, compute the parity of every
  * stripe with ISA-L, and the CRC of every chunk, each byte touched while it
  * is still in cache (stripe by stripe); the object's CRC is combined from its
- * data chunks' (cks_crc64_combine()), not read from memory once more. They are the
- * threads of a background-work queue (common/workq.c), one job each at a
+ * data chunks' (cks_crc64_combine()), not read from memory once more. They
+ * are the threads of a background-work queue (common/workq.c), one job at a
  * time; finished jobs go back through its done list, waking the progress
  * thread with cks_tp_worker_signal(); the stop runs every queued job.
  * Never: touch UCX (but the signal), LMDB or the arena allocator; the
