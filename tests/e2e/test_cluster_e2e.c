@@ -458,8 +458,9 @@ static int threads_at_nice(pid_t pid, int nice)
         char *rest = fgets(line, sizeof(line), f) != NULL ? strrchr(line, ')') : NULL;
         fclose(f);
         int v = 0, field = 2; /* ")" ends field 2 (comm); nice is field 19 */
-        for (char *tok = rest != NULL ? strtok(rest + 1, " ") : NULL; tok != NULL;
-             tok = strtok(NULL, " ")) {
+        char *save = NULL;
+        for (char *tok = rest != NULL ? strtok_r(rest + 1, " ", &save) : NULL; tok != NULL;
+             tok = strtok_r(NULL, " ", &save)) {
             if (++field == 19) {
                 v = atoi(tok);
                 break;
