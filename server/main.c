@@ -140,6 +140,19 @@ static int cks_opt_ulong(const char *arg, unsigned long max, int digit_first, co
     return 1;
 }
 
+/* A count 0..max where 0 means none: UINT_MAX in the params (whose 0 is the
+ * default). */
+static int cks_opt_none_or(const char *arg, unsigned long max, const char *what,
+                           const char *hint, unsigned *v_p)
+{
+    unsigned long v;
+    if (!cks_opt_ulong(arg, max, 1, what, hint, &v)) {
+        return 0;
+    }
+    *v_p = v == 0 ? UINT_MAX : (unsigned)v;
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -229,22 +242,18 @@ int main(int argc, char **argv)
                     return 2;
                 }
                 break;
-            case 1021: {
-                unsigned long v;
-                if (!cks_opt_ulong(optarg, 16, 1, "--copy-threads", " (0 to 16)", &v)) {
+            case 1021:
+                if (!cks_opt_none_or(optarg, 16, "--copy-threads", " (0 to 16)",
+                                     &p.copy_threads)) {
                     return 2;
                 }
-                p.copy_threads = v == 0 ? UINT_MAX : (unsigned)v;
                 break;
-            }
-            case 1023: {
-                unsigned long v;
-                if (!cks_opt_ulong(optarg, 19, 1, "--coding-nice", " (0 to 19)", &v)) {
+            case 1023:
+                if (!cks_opt_none_or(optarg, 19, "--coding-nice", " (0 to 19)",
+                                     &p.coding_nice)) {
                     return 2;
                 }
-                p.coding_nice = v == 0 ? UINT_MAX : (unsigned)v;
                 break;
-            }
             case 1020:
                 if (!cks_opt_size(optarg, "repair idle rate", &p.repair_idle_rate)) {
                     return 2;
