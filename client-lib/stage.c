@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- no device: host-staged puts only ---------------------------------------------------
  * The ring of a client without a CUDA device (or built without the toolkit)
@@ -205,6 +206,63 @@ void cks_stage_error(cks_client_h c, cks_status_t status, const char *why)
 
 static void *cks_stage_thread(void *arg);
 
+/* ---- the CRC threads of staged gets ----------------------------------------------------
+ * A whole object's get from a standalone server checks the object's CRC on
+ * the ring's slices (stage_get.c); one thread's CRC was slower than the copy
+ * engine, so each slice's CRC runs on one of these threads while its copy
+ * runs, and the stage thread combines them in order (cks_crc64_combine()). */
+static void cks_stage_crc_run(cks_workq_t *q, cks_workq_job_t *jobs, void *arg)
+{
+    (void)q;
+    (void)arg;
+    cks_slot_crc_t *k = CKS_CONTAINER_OF(jobs, cks_slot_crc_t, wq);
+    k->crc = cks_crc64(0, k->ptr, k->len);
+}
+
+static void cks_stage_crc_wake(void *arg)
+{
+    cks_stage_t *st = arg;
+    pthread_mutex_lock(&st->lock);
+    cks_workq_job_t *l = cks_workq_take_done(st->crcq);
+    while (l != NULL) {
+        cks_workq_job_t *next = l->next;
+        CKS_CONTAINER_OF(l, cks_slot_crc_t, wq)->queued = 0;
+        l = next;
+    }
+    pthread_cond_broadcast(&st->cond);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* One CRC thread per 4 CPUs, 1 to 4 (ISA-L's CRC-64 runs at about a third
+ * of a copy engine's bandwidth per core). Without them (none could start)
+ * the stage thread computes each CRC itself. */
+static void cks_stage_crc_start(cks_stage_t *st)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned n = ncpu >= 8 ? (unsigned)CKS_MIN(ncpu / 4, 4) : 1u;
+    cks_workq_params_t p = {.nthreads = n,
+                            .run      = cks_stage_crc_run,
+                            .wake     = cks_stage_crc_wake,
+                            .arg      = st};
+    if (cks_workq_create(&p, &st->crcq) != CKS_OK) {
+        st->crcq = NULL;
+        cks_warn("staging ring: no CRC threads; the stage thread checks gets itself");
+        return;
+    }
+    st->crc_threads = n;
+}
+
+/* After the stage thread ended (no CRC is queued then). */
+static void cks_stage_crc_stop(cks_stage_t *st)
+{
+    if (st->crcq != NULL) {
+        (void)cks_workq_stop(st->crcq);
+        (void)cks_workq_take_done(st->crcq);
+        cks_workq_destroy(st->crcq);
+        st->crcq = NULL;
+    }
+}
+
 /* The stage of a client, made at its first staged transfer (any thread but
  * the progress thread). On a machine without a device, a device transfer
  * gets CKS_ERR_UNSUPPORTED (why: "no CUDA device"); a host-staged put
@@ -304,8 +362,12 @@ cks_status_t cks_stage_get(cks_client_h c, int host_ok, cks_stage_t **st_p, char
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&st->cond, &ca);
     pthread_condattr_destroy(&ca);
+    if (!st->no_device) {
+        cks_stage_crc_start(st);
+    }
     if (pthread_create(&st->thread, NULL, cks_stage_thread, st) != 0) {
         status = CKS_ERR_NO_MEMORY;
+        cks_stage_crc_stop(st);
         goto err_sync;
     }
     st->thread_started = 1;
@@ -314,11 +376,11 @@ cks_status_t cks_stage_get(cks_client_h c, int host_ok, cks_stage_t **st_p, char
                  "memory: %s)", st->nslots, (unsigned long long)st->slice, st->why);
     } else {
         cks_info("device memory: %s (%s): puts %s; gets staged through %u x %llu-byte pinned "
-                 "host slices",
+                 "host slices, CRCs on %u threads",
                  st->direct ? "direct" : "staged", st->ops->name,
                  st->direct ? "hand device pointers to UCX (it reports the CUDA memory type)"
                             : "staged (UCX has no CUDA transport)",
-                 st->nslots, (unsigned long long)st->slice);
+                 st->nslots, (unsigned long long)st->slice, st->crc_threads);
     }
     __atomic_store_n(&c->stage, st, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&make_lock);
@@ -485,6 +547,7 @@ void cks_cl_stage_free(cks_client_h c)
     pthread_cond_broadcast(&st->cond);
     pthread_mutex_unlock(&st->lock);
     pthread_join(st->thread, NULL);
+    cks_stage_crc_stop(st);
     st->ops->host_unregister(st->eng, st->ring);
     cks_mem_free(c, st->ring);
     st->ops->destroy(st->eng);

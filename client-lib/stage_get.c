@@ -108,19 +108,45 @@ static cks_status_t cks_stage_read_start(cks_stage_t *st, cks_stage_job_t *j, ui
     return CKS_OK;
 }
 
-/* Wait for the copy in flight (slot copy_slot) and free its slot (stage
- * thread, lock held on entry and exit; released while it waits): its
- * status. */
-static cks_status_t cks_stage_get_copied(cks_stage_t *st, const cks_stage_job_t *j,
-                                         unsigned copy_slot, uint64_t *freed_p)
+/* Queue the CRC of slice i, in `slot`, on a CRC thread (lock held; without
+ * CRC threads it is computed here, lock released). */
+static void cks_stage_crc_queue(cks_stage_t *st, unsigned slot, size_t len)
 {
-    uint64_t ns = 0;
+    cks_slot_crc_t *k = &st->crcs[slot];
+    k->ptr            = st->ring + (uint64_t)slot * st->slice;
+    k->len            = len;
+    k->crc            = 0;
+    k->queued         = 1;
+    if (st->crcq != NULL && cks_workq_push(st->crcq, &k->wq) == CKS_OK) {
+        return;
+    }
     pthread_mutex_unlock(&st->lock);
-    cks_status_t status = cks_stage_copy_wait(st, j, copy_slot, &ns);
+    uint64_t crc = cks_crc64(0, k->ptr, len);
+    pthread_mutex_lock(&st->lock);
+    k->crc    = crc;
+    k->queued = 0;
+}
+
+/* Free the oldest slice's slot: wait for its copy to the device and, when
+ * the object's CRC is checked here, its CRC, which is folded into *crc_p
+ * (slices are freed in order). Stage thread, lock held on entry and exit
+ * (released while it waits). Its status: the copy's. */
+static cks_status_t cks_stage_get_free(cks_stage_t *st, cks_stage_job_t *j, uint64_t i,
+                                       uint64_t *crc_p)
+{
+    unsigned slot = cks_stage_slot(st, j, i);
+    uint64_t ns   = 0;
+    pthread_mutex_unlock(&st->lock);
+    cks_status_t status = cks_stage_copy_wait(st, j, slot, &ns);
     pthread_mutex_lock(&st->lock);
     st->copy_ns += ns;
-    st->state[copy_slot] = CKS_SLOT_FREE;
-    (*freed_p)++;
+    while (st->crcs[slot].queued) { /* a CRC always ends: no deadline */
+        pthread_cond_wait(&st->cond, &st->lock);
+    }
+    if (j->chain) {
+        *crc_p = cks_crc64_combine(*crc_p, st->crcs[slot].crc, cks_stage_slice_len(st, j, i));
+    }
+    st->state[slot] = CKS_SLOT_FREE;
     return status;
 }
 
@@ -129,8 +155,6 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
 {
     cks_object_info_t info;
     uint64_t issued = 0, done = 0, freed = 0, crc = 0;
-    int copying        = 0; /* slice done - 1's copy is in flight, in copy_slot */
-    unsigned copy_slot = 0;
     struct timespec dl;
     cks_status_t status;
 
@@ -157,13 +181,14 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
      * (the object read nslices times over); it is checked here instead, on
      * the slices as they pass. Chunks of a cluster carry their own CRCs. */
     j->chain = !j->range && ((j->flags & CKS_GET_VERIFY) || j->r->info.ec_k == 0);
+    /* slices received and not yet freed: their copies run, and their CRCs
+     * on the CRC threads; the rest of the ring takes reads */
+    uint64_t window = CKS_MAX(1u, CKS_MIN(st->crc_threads + 1u, st->nslots / 2u));
     cks_stage_drain(st); /* earlier puts' slots */
-    /* In order, slice by slice: wait for its bytes, start its copy to the
-     * device, CRC it on the host while the copy engine reads it too, then
-     * wait for the previous slice's copy and free that slot. So one copy is
-     * in flight beside the next slice's CRC and receive, and a slot is read
-     * again (a new range get) only once its copy is done (`freed`). */
-    while (done < j->nslices) {
+    /* Slices go in order: [freed, done) are copying to the device (and
+     * being CRCed), [done, issued) are being read into the ring. A slot is
+     * read again only once its slice's copy and CRC are done. */
+    while (freed < j->nslices) {
         /* keep the ring full of reads */
         while (j->status == CKS_OK && issued < j->nslices && issued < freed + st->nslots) {
             status = cks_stage_read_start(st, j, issued);
@@ -176,68 +201,61 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *j)
         if (j->status != CKS_OK) {
             break;
         }
-        if (done >= issued && copying) {
-            /* its slot still holds the slice before, whose copy runs (a
-             * ring of one slot): that copy first, then its read */
-            copying = 0;
-            status  = cks_stage_get_copied(st, j, copy_slot, &freed);
+        /* the oldest slice, once its CRC is in, unless one copy is all
+         * that runs while the next slice is still to come */
+        if (freed < done && !st->crcs[cks_stage_slot(st, j, freed)].queued &&
+            (done - freed >= 2 || done == j->nslices || done >= issued)) {
+            status = cks_stage_get_free(st, j, freed, &crc);
+            freed++;
             if (status != CKS_OK) {
                 j->status = status;
                 break;
             }
             continue;
         }
-        /* the oldest slice, in order: wait for it */
         unsigned slot = cks_stage_slot(st, j, done);
-        cks_stage_deadline(&dl, st->c->timeout_ms * 2);
-        while (st->state[slot] != CKS_SLOT_READY) {
-            if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
-                break; /* the read's own timeout ends it; look again */
+        if (done < issued && done - freed < window && st->state[slot] == CKS_SLOT_READY) {
+            uint64_t want = cks_stage_slice_len(st, j, done);
+            if (st->slot_status[slot] != CKS_OK || st->reads[slot].got != want) {
+                j->status = st->slot_status[slot] != CKS_OK ? st->slot_status[slot]
+                                                            : CKS_ERR_INTERNAL;
+                break;
             }
-        }
-        if (st->state[slot] != CKS_SLOT_READY) {
+            st->state[slot] = CKS_SLOT_BUSY; /* its copy and CRC */
+            pthread_mutex_unlock(&st->lock);
+            status = cks_stage_copy_start(st, j, done, slot);
+            pthread_mutex_lock(&st->lock);
+            if (status != CKS_OK) {
+                j->status = status;
+                break;
+            }
+            if (j->chain) {
+                cks_stage_crc_queue(st, slot, (size_t)want);
+            }
+            st->staged_bytes += want;
+            done++;
             continue;
         }
-        uint64_t want = cks_stage_slice_len(st, j, done);
-        if (st->slot_status[slot] != CKS_OK || st->reads[slot].got != want) {
-            j->status = st->slot_status[slot] != CKS_OK ? st->slot_status[slot]
-                                                        : CKS_ERR_INTERNAL;
-            st->state[slot] = CKS_SLOT_FREE;
+        if (freed < done && done - freed >= window) {
+            /* the window is full: the oldest's CRC next */
+            status = cks_stage_get_free(st, j, freed, &crc);
             freed++;
-            break;
-        }
-        pthread_mutex_unlock(&st->lock);
-        status = cks_stage_copy_start(st, j, done, slot);
-        if (status == CKS_OK && j->chain) {
-            crc = cks_crc64(crc, st->ring + (uint64_t)slot * st->slice, (size_t)want);
-        }
-        pthread_mutex_lock(&st->lock);
-        if (copying) { /* the slice before's copy, begun one slice ago */
-            cks_status_t wst = cks_stage_get_copied(st, j, copy_slot, &freed);
-            copying          = 0;
-            if (wst != CKS_OK && j->status == CKS_OK) {
-                j->status = wst;
+            if (status != CKS_OK) {
+                j->status = status;
+                break;
             }
+            continue;
         }
-        if (status != CKS_OK) {
-            st->state[slot] = CKS_SLOT_FREE;
-            freed++;
-            j->status = status;
-            break;
-        }
-        st->staged_bytes += want;
-        copying   = 1;
-        copy_slot = slot;
-        done++;
-        if (j->status != CKS_OK) {
-            break;
-        }
+        /* a read or a CRC to end: each signals (a read ends at the latest at
+         * its own timeout) */
+        cks_stage_deadline(&dl, st->c->timeout_ms * 2);
+        (void)pthread_cond_timedwait(&st->cond, &st->lock, &dl);
     }
-    if (copying) { /* the last slice's copy */
-        cks_status_t wst = cks_stage_get_copied(st, j, copy_slot, &freed);
-        if (wst != CKS_OK && j->status == CKS_OK) {
-            j->status = wst;
-        }
+    /* copies started and CRCs queued still use their slots */
+    while (freed < done) {
+        uint64_t unused = 0;
+        (void)cks_stage_get_free(st, j, freed, &unused);
+        freed++;
     }
     /* reads still in flight write into the ring: wait for every callback */
     while (j->reads > 0) {

@@ -57,6 +57,16 @@ struct cks_stage_job {
     cks_status_t status;    /* first error */
 };
 
+/* A slot's CRC, computed on a CRC thread while its copy to the device runs
+ * (a staged get whose object CRC is checked here: job->chain). */
+typedef struct {
+    cks_workq_job_t wq;
+    const uint8_t *ptr;
+    size_t len;
+    uint64_t crc;
+    int queued;             /* pushed and not yet back (stage lock) */
+} cks_slot_crc_t;
+
 /* A slot's range get, as its callback sees it. */
 typedef struct {
     cks_stage_t *st;
@@ -88,6 +98,10 @@ struct cks_stage {
     uint64_t ring_pos;      /* where the next job starts in the ring */
     cks_status_t slot_status[CKS_STAGE_SLICES_MAX];
     cks_slot_read_t reads[CKS_STAGE_SLICES_MAX];
+    cks_slot_crc_t crcs[CKS_STAGE_SLICES_MAX];
+    cks_workq_t *crcq;      /* the CRC threads of staged gets (NULL: CRCs
+                               on the stage thread) */
+    unsigned crc_threads;
     int fail_slice;         /* test builds: CKS_STAGE_FAIL_SLICE, -1: none */
     char why[160];          /* no_device: why there is no device */
     uint64_t host_ns[CKS_STAGE_SLICES_MAX]; /* a host-staged slice's memcpy() */
