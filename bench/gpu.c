@@ -7,6 +7,8 @@
  *   - get: server -> device buffer, against pinned host-to-device;
  *   - stall: from cks_put_nb() to COPIED (the trainer may overwrite its
  *     buffer), against one device-to-host copy of the snapshot.
+ * The snapshot is one object, or --objects N of about equal size put (and
+ * got) all at once, as a trainer writes its shards.
  * Single: an embedded server (a forked child, as the host bench uses);
  * cluster: the cluster of a map file (--map). Without a CUDA device (or in
  * a build without CUDA) it says so and exits 0: nothing is measured.
@@ -46,30 +48,65 @@ static int gpu_devices(char *why, size_t len)
 }
 
 #ifdef CKS_HAVE_CUDA
-typedef struct {
-    double t_copied;
-} gpu_copied_t;
-
-static void gpu_copied_cb(void *arg, cks_status_t st)
-{
-    ((gpu_copied_t *)arg)->t_copied = bench_now();
-}
-
+/* The puts (or gets) of one repetition: how many are left, the first error,
+ * and when the last COPIED came. */
 typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int done;
+    unsigned left;
     cks_status_t st;
+    double t_copied;
 } gpu_wait_t;
+
+static void gpu_copied_cb(void *arg, cks_status_t st)
+{
+    gpu_wait_t *w = arg;
+    double t      = bench_now();
+    (void)st;
+    pthread_mutex_lock(&w->lock);
+    w->t_copied = t > w->t_copied ? t : w->t_copied;
+    pthread_mutex_unlock(&w->lock);
+}
 
 static void gpu_done_cb(void *arg, cks_status_t st)
 {
     gpu_wait_t *w = arg;
     pthread_mutex_lock(&w->lock);
-    w->done = 1;
-    w->st   = st;
-    pthread_cond_signal(&w->cond);
+    if (st != CKS_OK && w->st == CKS_OK) {
+        w->st = st;
+    }
+    if (--w->left == 0) {
+        pthread_cond_signal(&w->cond);
+    }
     pthread_mutex_unlock(&w->lock);
+}
+
+/* A call's return: CKS_INPROGRESS, its callback comes; anything else ends
+ * it now (no callback comes). */
+static void gpu_count(gpu_wait_t *w, cks_status_t st)
+{
+    if (st != CKS_INPROGRESS) {
+        gpu_done_cb(w, st);
+    }
+}
+
+static cks_status_t gpu_wait_all(gpu_wait_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+    while (w->left > 0) {
+        pthread_cond_wait(&w->cond, &w->lock);
+    }
+    cks_status_t st = w->st;
+    pthread_mutex_unlock(&w->lock);
+    return st;
+}
+
+/* Object i of n of a snapshot of `size` bytes: its offset and length. */
+static void gpu_part(uint64_t size, unsigned n, unsigned i, uint64_t *off_p, uint64_t *len_p)
+{
+    uint64_t each = size / n;
+    *off_p        = each * i;
+    *len_p        = i + 1 < n ? each : size - each * (n - 1);
 }
 
 static double gbs(uint64_t bytes, double s)
@@ -78,7 +115,7 @@ static double gbs(uint64_t bytes, double s)
 }
 
 /* The measurements, with a connected client. */
-static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
+static int gpu_measure(cks_client_h c, uint64_t size, unsigned nobj, unsigned reps)
 {
     void *dev = NULL, *host = NULL;
     double d2h = 1e30, h2d = 1e30, put = 1e30, get = 1e30, stall = 1e30;
@@ -103,36 +140,34 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
     }
     for (unsigned r = 0; r < reps; r++) {
         cks_version_params_t vp = {0};
-        cks_put_params_t p      = {0};
-        gpu_wait_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, CKS_OK};
-        gpu_copied_t cp = {0};
+        gpu_wait_t w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, nobj, CKS_OK, 0};
         cks_restore_h rh;
-        uint64_t len = 0;
         vp.job     = "bench-gpu";
         vp.version = r + 1;
         if (cks_version_begin(c, &vp) != CKS_OK) {
             fprintf(stderr, "ckstore-bench --gpu: begin failed\n");
             goto out;
         }
-        p.field_mask = CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED;
-        p.job        = vp.job;
-        p.version    = vp.version;
-        p.key        = "snapshot";
-        p.buffer     = dev;
-        p.size       = size;
-        p.mem_type   = CKS_MEM_CUDA;
-        p.copied_cb  = gpu_copied_cb;
-        p.copied_arg = &cp;
+        /* every object's put at once, as a trainer snapshots its shards */
         double t0 = bench_now();
-        cks_status_t st = cks_put_nb(c, &p, gpu_done_cb, &w);
-        if (st == CKS_INPROGRESS) {
-            pthread_mutex_lock(&w.lock);
-            while (!w.done) {
-                pthread_cond_wait(&w.cond, &w.lock);
-            }
-            pthread_mutex_unlock(&w.lock);
-            st = w.st;
+        for (unsigned i = 0; i < nobj; i++) {
+            cks_put_params_t p = {0};
+            uint64_t off, len;
+            char key[32];
+            gpu_part(size, nobj, i, &off, &len);
+            snprintf(key, sizeof(key), "snapshot-%u", i);
+            p.field_mask = CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED;
+            p.job        = vp.job;
+            p.version    = vp.version;
+            p.key        = key;
+            p.buffer     = (uint8_t *)dev + off;
+            p.size       = len;
+            p.mem_type   = CKS_MEM_CUDA;
+            p.copied_cb  = gpu_copied_cb;
+            p.copied_arg = &w;
+            gpu_count(&w, cks_put_nb(c, &p, gpu_done_cb, &w));
         }
+        cks_status_t st = gpu_wait_all(&w);
         double t1 = bench_now();
         if (st != CKS_OK) {
             char err[256];
@@ -141,28 +176,47 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
             goto out;
         }
         put   = t1 - t0 < put ? t1 - t0 : put;
-        stall = cp.t_copied - t0 < stall ? cp.t_copied - t0 : stall;
+        stall = w.t_copied - t0 < stall ? w.t_copied - t0 : stall;
         if (r == 0) {
             put1   = t1 - t0;
-            stall1 = cp.t_copied - t0;
+            stall1 = w.t_copied - t0;
         }
         if (cks_version_seal(c, vp.job, vp.version) != CKS_OK ||
             cks_restore_open(c, vp.job, vp.version, &rh) != CKS_OK) {
             fprintf(stderr, "ckstore-bench --gpu: seal or open failed\n");
             goto out;
         }
-        cks_get_params_t g = {0};
-        g.field_mask       = CKS_GET_FIELD_MEM_TYPE;
-        g.key              = "snapshot";
-        g.buffer           = dev;
-        g.buffer_size      = size;
-        g.mem_type         = CKS_MEM_CUDA;
-        t0 = bench_now();
-        st = cks_get(rh, &g, &len);
+        uint64_t *lens = calloc(nobj, sizeof(*lens));
+        if (lens == NULL) {
+            cks_restore_close(rh);
+            goto out;
+        }
+        w.left = nobj;
+        t0     = bench_now();
+        for (unsigned i = 0; i < nobj; i++) {
+            cks_get_params_t g = {0};
+            uint64_t off, len;
+            char key[32];
+            gpu_part(size, nobj, i, &off, &len);
+            snprintf(key, sizeof(key), "snapshot-%u", i);
+            g.field_mask  = CKS_GET_FIELD_MEM_TYPE;
+            g.key         = key;
+            g.buffer      = (uint8_t *)dev + off;
+            g.buffer_size = len;
+            g.mem_type    = CKS_MEM_CUDA;
+            gpu_count(&w, cks_get_nb(rh, &g, &lens[i], gpu_done_cb, &w));
+        }
+        st = gpu_wait_all(&w);
         t1 = bench_now();
         cks_restore_close(rh);
         (void)cks_version_delete(c, vp.job, vp.version);
-        if (st != CKS_OK || len != size) {
+        for (unsigned i = 0; st == CKS_OK && i < nobj; i++) {
+            uint64_t off, len;
+            gpu_part(size, nobj, i, &off, &len);
+            st = lens[i] == len ? CKS_OK : CKS_ERR_INTERNAL;
+        }
+        free(lens);
+        if (st != CKS_OK) {
             fprintf(stderr, "ckstore-bench --gpu: get: %s\n", cks_status_string(st));
             goto out;
         }
@@ -176,8 +230,8 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned reps)
     printf("gpu path: %s\n", s.gpu_path == CKS_GPU_PATH_DIRECT   ? "direct (UCX moves CUDA memory)"
                              : s.gpu_path == CKS_GPU_PATH_STAGED ? "staged (pinned host ring)"
                                                                  : "none");
-    printf("snapshot %llu bytes, best of %u (first repetition, cold, in brackets)\n",
-           (unsigned long long)size, reps);
+    printf("snapshot %llu bytes in %u object%s, best of %u (first repetition, cold, in "
+           "brackets)\n", (unsigned long long)size, nobj, nobj == 1 ? "" : "s", reps);
     printf("  D2H cudaMemcpy (pinned)  %8.2f GB/s\n", gbs(size, d2h));
     printf("  put device -> server     %8.2f GB/s   ratio %.2f (target >= 0.9)   [%.2f GB/s]\n",
            gbs(size, put), gbs(size, put) / gbs(size, d2h), gbs(size, put1));
@@ -201,6 +255,7 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
     uint64_t slice  = 0; /* the staging ring: the library's default */
     unsigned slices = 0;
     unsigned reps   = 3;
+    unsigned nobj   = 1;
     unsigned copy_threads = 0; /* the embedded server's default */
     int gpu = 0;
     char why[256];
@@ -208,6 +263,7 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
         BOPT("gpu", 0, FLAG, &gpu),
         BOPT("size", 0, SIZE, &size),
         BOPT("reps", 0, UINT, &reps, .lo = 1, .hi = 100),
+        BOPT("objects", 0, UINT, &nobj, .lo = 1, .hi = 4096),
         BOPT("map", 0, STR, &map),
         BOPT("server", 0, STR, &server),
         BOPT("slice", 0, SIZE, &slice),
@@ -217,7 +273,7 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
 
     if (bench_opts_parse("ckstore-bench --gpu", t, sizeof(t) / sizeof(t[0]), argc, argv) !=
         0) {
-        fprintf(stderr, "usage: ckstore-bench [cluster] --gpu [--size S] [--reps N] "
+        fprintf(stderr, "usage: ckstore-bench [cluster] --gpu [--size S] [--objects N] [--reps N] "
                         "[--slice S --slices N] [--copy-threads N] "
                         "[--server IP:PORT | --map FILE (cluster)]\n");
         return 2;
@@ -267,7 +323,7 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
         printf("server: %s; staging ring %u x %llu bytes%s\n", cluster ? map : server,
                slices > 0 ? slices : 8, (unsigned long long)(slice > 0 ? slice : 4ull << 20),
                slice > 0 || slices > 0 ? "" : " (the default)");
-        rc = gpu_measure(client, size, reps);
+        rc = gpu_measure(client, size, nobj, reps);
         cks_client_destroy(client);
     }
     if (child.pid > 0) {
@@ -280,6 +336,7 @@ int cks_bench_gpu_main(int argc, char **argv, int cluster)
     (void)slice;
     (void)slices;
     (void)copy_threads;
+    (void)nobj;
     return 0;
 #endif
 }
