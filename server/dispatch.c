@@ -78,7 +78,8 @@ CKS_SV_HANDLER(cks_sv_h_auth, cks_sv_auth(s, conn, hdr->req_id, &b->m_AUTH))
 CKS_SV_HANDLER(cks_sv_h_stats, cks_sv_stats(s, conn, hdr->req_id))
 CKS_SV_HANDLER(cks_sv_h_version_begin,
                cks_sv_version_begin(s, conn, hdr->req_id, &b->m_VERSION_BEGIN))
-CKS_SV_HANDLER(cks_sv_h_put, cks_sv_put(s, conn, hdr->req_id, &b->m_PUT, data))
+CKS_SV_HANDLER(cks_sv_h_put, cks_sv_put(s, conn, hdr->req_id, hdr->flags, &b->m_PUT, data))
+CKS_SV_HANDLER(cks_sv_h_put_part, cks_sv_put_part(s, conn, hdr->req_id, &b->m_PUT_PART, data))
 CKS_SV_HANDLER(cks_sv_h_version_seal,
                cks_sv_version_end(s, conn, hdr->req_id, hdr->type,
                                   &(cks_msg_version_ref_t){b->m_VERSION_SEAL.job,
@@ -122,6 +123,7 @@ void cks_sv_handlers_standalone(cks_server_h s)
     h[CKS_MSG_STATS]          = cks_sv_h_stats;
     h[CKS_MSG_VERSION_BEGIN]  = cks_sv_h_version_begin;
     h[CKS_MSG_PUT]            = cks_sv_h_put;
+    h[CKS_MSG_PUT_PART]       = cks_sv_h_put_part;
     h[CKS_MSG_VERSION_SEAL]   = cks_sv_h_version_seal;
     h[CKS_MSG_VERSION_ABORT]  = cks_sv_h_version_end;
     h[CKS_MSG_VERSION_DELETE] = cks_sv_h_version_end;

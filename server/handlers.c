@@ -481,9 +481,10 @@ static void cks_sv_put_recv_done(void *arg, cks_status_t status)
     }
 }
 
-void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uint32_t flags,
                        const cks_msg_put_t *m, cks_tp_data_t *data)
 {
+    int parts = (flags & CKS_WIRE_F_PARTS) != 0 && m->size > 0; /* parts.c */
     cks_md_version_t rec;
     cks_sv_version_t *v;
     cks_mdq_job_t *j;
@@ -496,7 +497,7 @@ void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                             m->job.len, m->key.len);
         return;
     }
-    if ((data == NULL ? 0 : data->length) != m->size) {
+    if (parts ? data != NULL : (data == NULL ? 0 : data->length) != m->size) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_BAD_MESSAGE,
                             "put announces %llu bytes but carries %zu",
                             (unsigned long long)m->size, data ? data->length : (size_t)0);
@@ -558,7 +559,14 @@ void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_tp_conn_get(conn);
     v->pending++;
 
-    if (data == NULL) {
+    if (parts) { /* the bytes come in PUT_PARTs: their end ends it */
+        status = cks_sv_parts_open(s, conn, &m->job, m->version, &m->key,
+                                   cks_arena_base(s->arena) + off, m->size,
+                                   cks_sv_put_recv_done, j);
+        if (status != CKS_OK) {
+            cks_sv_put_failed(s, j, status);
+        }
+    } else if (data == NULL) {
         cks_sv_put_stored(s, j);
     } else if (!data->is_rndv && !data->is_rma) {
         memcpy(cks_arena_base(s->arena) + off, data->ptr, data->length);

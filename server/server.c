@@ -278,6 +278,10 @@ cks_status_t cks_server_run(cks_server_h s)
         if (sweep >= 0 && (timeout < 0 || sweep < timeout)) {
             timeout = sweep;
         }
+        sweep = cks_sv_parts_sweep(s); /* puts whose parts stopped coming */
+        if (sweep >= 0 && (timeout < 0 || sweep < timeout)) {
+            timeout = sweep;
+        }
         if (cks_tp_worker_arm(s->tp) == CKS_ERR_BUSY) {
             /* sends wait for room (arm backed off): no sleep on the fds,
              * but a signal is read all the same - a server whose replies
@@ -321,6 +325,7 @@ void cks_server_destroy(cks_server_h s)
     cks_mdq_stop(&s->mdq);
     cks_sv_drain_done(s);
     cks_sv_flush_stop(s); /* answers its flushes while connections are up */
+    cks_sv_parts_stop(s);  /* likewise the puts waiting for parts */
     cks_tp_worker_quiesce(s->tp);
     cks_sv_cluster_quiesce(s);
     for (int round = 0; round < 16 && cks_sv_drain_done(s) > 0; round++) {

@@ -384,6 +384,7 @@ struct cks_server {
      * and dropped everywhere once this server wins (every few seconds,
      * bounded) */
     struct cks_sv_relost *relost;
+    struct cks_sv_parts *parts; /* puts taking their bytes in parts (parts.c) */
 };
 
 /** The nice levels the encoder and repair decoder threads run below the
@@ -699,8 +700,30 @@ void cks_sv_stats(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id);
 void cks_sv_version_begin(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                  const cks_msg_version_begin_t *m);
 
-void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+void cks_sv_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uint32_t flags,
                        const cks_msg_put_t *m, cks_tp_data_t *data);
+
+/* ---- puts whose bytes come in parts (parts.c) ---- */
+typedef struct cks_sv_parts cks_sv_parts_t;
+
+/** Take the put of (job, version, key) on `conn` in parts (a PUT with
+ *  CKS_WIRE_F_PARTS): its `total` bytes go to dst as PUT_PARTs bring them;
+ *  `done` runs once, with CKS_OK when all are in, or the first error (the
+ *  caller then frees what it took for the put). */
+cks_status_t cks_sv_parts_open(cks_server_h s, cks_tp_conn_h conn, const cks_wire_str_t *job,
+                               uint64_t version, const cks_wire_str_t *key, uint8_t *dst,
+                               uint64_t total, void (*done)(void *arg, cks_status_t status),
+                               void *arg);
+/** PUT_PART: a part's bytes, or the sender's cancel. */
+void cks_sv_put_part(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                     const cks_msg_put_part_t *m, cks_tp_data_t *data);
+/** Fail the puts no part came for within the receive timeout, or whose
+ *  connection failed (the server's loop); ms until it should run again
+ *  (-1: nothing open). */
+int cks_sv_parts_sweep(cks_server_h s);
+/** At the stop: every open put fails (CKS_ERR_SHUTTING_DOWN), before the
+ *  connections close. */
+void cks_sv_parts_stop(cks_server_h s);
 
 void cks_sv_version_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                                unsigned type, const cks_msg_version_ref_t *m);

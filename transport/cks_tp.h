@@ -66,10 +66,15 @@
                                    sealed there waits with the others again,
                                    and a version that committed answers OK
                                    (its commit had every rank's seal) */
+#define CKS_WIRE_F_PARTS 0x40u /* PUT request (standalone server): no bytes come
+                                   with it; they come in PUT_PART requests that
+                                   follow on the same connection, in order, and
+                                   the PUT is answered once all `size` bytes are
+                                   in (or the put failed) */
 /** Every flag a header may carry. */
 #define CKS_WIRE_F_KNOWN                                                                  \
     (CKS_WIRE_F_PAYLOAD | CKS_WIRE_F_PAGE | CKS_WIRE_F_RMA | CKS_WIRE_F_CHECKED |           \
-     CKS_WIRE_F_BACKGROUND | CKS_WIRE_F_RESENT)
+     CKS_WIRE_F_BACKGROUND | CKS_WIRE_F_RESENT | CKS_WIRE_F_PARTS)
 
 /** Fixed header; on the wire big-endian: magic u32, proto u16, type u16,
  *  flags u32, body_len u32, req_id u64. */
@@ -186,6 +191,16 @@ typedef struct {
     uint64_t chunk_size;
     uint32_t member_ms; /* cluster: wait this long for a member to take a chunk (0: default) */
 } cks_msg_put_t;
+
+typedef struct {
+    cks_wire_str_t job;
+    uint64_t version;
+    cks_wire_str_t key;
+    uint64_t offset;   /* where its payload goes in the object: where the last
+                          part ended (0 for the first) */
+    uint32_t cancel;   /* 1: no payload; the sender gives the put up (its PUT
+                          is answered CKS_ERR_CANCELED) */
+} cks_msg_put_part_t; /* bytes of a PUT sent with CKS_WIRE_F_PARTS */
 
 typedef struct {
     cks_wire_str_t job;
@@ -556,6 +571,7 @@ typedef struct {
     _(MEM_MAP,           29, cks_msg_mem_map_t,              "c>s", 0, 1, 0, OPEN,  AUTHED, STATUS_REPLY) \
     _(VERSION_HOLD,      30, cks_msg_version_hold_t,         "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY) \
     _(VERSION_CLAIM,     31, cks_msg_version_claim_t,        "s>s", 0, 0, 0, NOJOB, AUTHED, STATUS_REPLY) \
+    _(PUT_PART,          32, cks_msg_put_part_t,             "c>s", 1, 1, 1, JOB,   AUTHED, STATUS_REPLY) \
     _(SYNC_LIST,         40, cks_msg_sync_list_t,            "s>s", 0, 0, 0, NOJOB, AUTHED, SYNC_REPLY) \
     _(SYNC_REPLY,        41, cks_msg_sync_reply_t,           "s>c", 1, 0, 0, OPEN,  PRE,    NONE) \
     _(REPAIR_CHECK,      42, cks_msg_version_ref_t,          "s>s", 0, 0, 0, NOJOB, AUTHED, STATUS_REPLY) \

@@ -105,6 +105,10 @@ static const cks_wire_field_t fd_put[] = {
     FD_I32(cks_msg_put_t, rank), FD_U64(cks_msg_put_t, size), FD_U32(cks_msg_put_t, k),
     FD_U32(cks_msg_put_t, m), FD_U64(cks_msg_put_t, chunk_size),
     FD_U32(cks_msg_put_t, member_ms)};
+static const cks_wire_field_t fd_put_part[] = {
+    FD_STR(cks_msg_put_part_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_put_part_t, version),
+    FD_STR(cks_msg_put_part_t, key, CKS_KEY_MAX_LEN), FD_U64(cks_msg_put_part_t, offset),
+    FD_U32(cks_msg_put_part_t, cancel)};
 static const cks_wire_field_t fd_get[] = {
     FD_STR(cks_msg_get_t, job, CKS_JOB_MAX_LEN), FD_U64(cks_msg_get_t, version),
     FD_STR(cks_msg_get_t, key, CKS_KEY_MAX_LEN), FD_U64(cks_msg_get_t, offset),
@@ -228,6 +232,7 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_VERSION_ABORT]      = FD_TABLE(fd_version_ref),
     [CKS_MSG_VERSION_DELETE]     = FD_TABLE(fd_version_ref),
     [CKS_MSG_PUT]                = FD_TABLE(fd_put),
+    [CKS_MSG_PUT_PART]           = FD_TABLE(fd_put_part),
     [CKS_MSG_GET]                = FD_TABLE(fd_get),
     [CKS_MSG_GET_REPLY]          = FD_TABLE(fd_get_reply),
     [CKS_MSG_VERSION_STAT]       = FD_TABLE(fd_version_stat),

@@ -17,6 +17,21 @@ static void cks_test_raw_on_msg(void *arg, cks_tp_conn_h conn, const cks_wire_hd
     r->hdr    = *hdr;
     r->status = st->status;
     snprintf(r->msg, sizeof(r->msg), "%.*s", (int)st->msg.len, st->msg.ptr ? st->msg.ptr : "");
+    unsigned n       = r->nlog++ % (unsigned)(sizeof(r->log) / sizeof(r->log[0]));
+    r->log[n].req_id = hdr->req_id;
+    r->log[n].status = st->status;
+}
+
+int32_t cks_test_raw_status_of(const cks_test_raw_t *r, uint64_t req_id)
+{
+    unsigned cap = (unsigned)(sizeof(r->log) / sizeof(r->log[0]));
+    unsigned n   = r->nlog < cap ? r->nlog : cap;
+    for (unsigned i = 0; i < n; i++) {
+        if (r->log[i].req_id == req_id) {
+            return r->log[i].status;
+        }
+    }
+    return 1;
 }
 
 static void cks_test_raw_on_bad(void *arg, cks_tp_conn_h conn, const cks_wire_hdr_t *hdr,

@@ -21,7 +21,16 @@ typedef struct {
     cks_wire_hdr_t hdr;  /* of the last reply */
     int32_t status;      /* of the last reply */
     char msg[256];       /* its text */
+    struct {
+        uint64_t req_id;
+        int32_t status;
+    } log[32];           /* the last replies, oldest first (a ring of 32) */
+    unsigned nlog;       /* replies logged in all */
 } cks_test_raw_t;
+
+/** The status of the logged reply to req_id (the last 32 replies), or 1
+ *  when none of them answers it. */
+int32_t cks_test_raw_status_of(const cks_test_raw_t *r, uint64_t req_id);
 
 /* Progress r's worker until cond holds or ms pass. */
 #define CKS_TEST_RAW_WAIT(r, cond, ms)                                              \

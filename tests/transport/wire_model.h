@@ -113,6 +113,10 @@ static const wm_field_t wm_f_put[] = {
     WM_I32_(cks_msg_put_t, rank), WM_U64_(cks_msg_put_t, size),
     WM_U32_(cks_msg_put_t, k), WM_U32_(cks_msg_put_t, m),
     WM_U64_(cks_msg_put_t, chunk_size), WM_U32_(cks_msg_put_t, member_ms)};
+static const wm_field_t wm_f_put_part[] = {
+    WM_STR_(cks_msg_put_part_t, job, CKS_JOB_MAX_LEN), WM_U64_(cks_msg_put_part_t, version),
+    WM_STR_(cks_msg_put_part_t, key, CKS_KEY_MAX_LEN), WM_U64_(cks_msg_put_part_t, offset),
+    WM_U32_(cks_msg_put_part_t, cancel)};
 static const wm_field_t wm_f_get[] = {
     WM_STR_(cks_msg_get_t, job, CKS_JOB_MAX_LEN), WM_U64_(cks_msg_get_t, version),
     WM_STR_(cks_msg_get_t, key, CKS_KEY_MAX_LEN), WM_U64_(cks_msg_get_t, offset),
@@ -238,6 +242,7 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_VERSION_ABORT] = WM_MSG_(cks_msg_version_ref_t, wm_f_version_ref),
     [CKS_MSG_VERSION_DELETE] = WM_MSG_(cks_msg_version_ref_t, wm_f_version_ref),
     [CKS_MSG_PUT] = WM_MSG_(cks_msg_put_t, wm_f_put),
+    [CKS_MSG_PUT_PART] = WM_MSG_(cks_msg_put_part_t, wm_f_put_part),
     [CKS_MSG_GET] = WM_MSG_(cks_msg_get_t, wm_f_get),
     [CKS_MSG_GET_REPLY] = WM_MSG_(cks_msg_get_reply_t, wm_f_get_reply),
     [CKS_MSG_VERSION_STAT] = WM_MSG_(cks_msg_version_stat_t, wm_f_version_stat),
