@@ -530,6 +530,7 @@ void cks_cl_stage_stats(cks_client_h c, cks_client_stats_t *stats)
     stats->host_staged_bytes  = st->host_bytes;
     stats->device_puts_direct = st->puts_direct;
     stats->device_puts_staged = st->puts_staged;
+    stats->staged_puts_in_parts = st->puts_in_parts;
     stats->device_gets_staged = st->gets_staged;
     stats->staged_bytes       = st->staged_bytes;
     stats->stage_copy_ns      = st->copy_ns;

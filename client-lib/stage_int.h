@@ -35,7 +35,12 @@ struct cks_stage_job {
     cks_done_cb_t copied_cb;
     void *copied_arg;
     cks_tp_source_t src;
-    uint64_t packed;        /* slices UCX has taken whole */
+    uint64_t packed;        /* slices UCX has taken whole (pack), or whose
+                               PUT_PART was answered (parts) */
+    int parts;              /* put: its bytes go in PUT_PARTs, one per slice
+                               as it is copied (a standalone server) */
+    unsigned parts_inflight; /* PUT_PARTs (and a cancel) not yet answered */
+    size_t srv;             /* put: the server its PUT went to */
     int op_done;
     cks_status_t op_status;
     /* get */
@@ -109,6 +114,7 @@ struct cks_stage {
     /* figures */
     uint64_t puts_direct, puts_staged, gets_staged, staged_bytes, copy_ns;
     uint64_t host_puts, host_bytes; /* host-staged puts (CKS_PUT_FIELD_STAGED) */
+    uint64_t puts_in_parts; /* staged puts sent in parts */
 };
 
 /* ---- between stage.c, stage_put.c and stage_get.c ---- */

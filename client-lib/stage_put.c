@@ -111,6 +111,7 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
     j->op         = op;
     j->version    = p->version;
     snprintf(j->vjob, sizeof(j->vjob), "%s", p->job);
+    snprintf(j->key, sizeof(j->key), "%s", p->key);
     j->nslices    = (p->size + st->slice - 1) / st->slice;
     j->src.len    = p->size;
     j->src.pack   = cks_stage_pack;
@@ -235,6 +236,71 @@ static void cks_stage_put_op_done(void *arg, cks_status_t status)
     }
 }
 
+/* A PUT_PART was answered (progress thread): its slot is free again; an
+ * error fails the put (the server failed it too). */
+static void cks_stage_part_done(void *arg, cks_status_t status)
+{
+    cks_slot_read_t *pt = arg;
+    cks_stage_t *st     = pt->st;
+    pthread_mutex_lock(&st->lock);
+    cks_stage_job_t *j = st->slot_job[pt->slot];
+    st->state[pt->slot] = CKS_SLOT_FREE;
+    j->packed++;
+    j->parts_inflight--;
+    if (status != CKS_OK && j->status == CKS_OK) {
+        j->status = status;
+    }
+    pthread_cond_broadcast(&st->cond);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* The answer to a cancel (progress thread). */
+static void cks_stage_cancel_done(void *arg, cks_status_t status)
+{
+    cks_stage_job_t *j = arg;
+    cks_stage_t *st    = j->st;
+    (void)status;
+    pthread_mutex_lock(&st->lock);
+    j->parts_inflight--;
+    pthread_cond_broadcast(&st->cond);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* Send slice i of a put in parts from its slot, or (cancel) give the put up
+ * (stage thread, lock not held). */
+static cks_status_t cks_stage_part_send(cks_stage_t *st, cks_stage_job_t *j, uint64_t i,
+                                        int cancel)
+{
+    cks_op_t *op = cks_op_new(CKS_OP_PUT, CKS_MSG_PUT_PART);
+    size_t used  = 0;
+    if (op == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    cks_msg_put_part_t *m = &op->body.m_PUT_PART;
+    cks_status_t status   = cks_op_name(op, &used, j->vjob, CKS_JOB_MAX_LEN, &m->job);
+    if (status == CKS_OK) {
+        status = cks_op_name(op, &used, j->key, CKS_KEY_MAX_LEN, &m->key);
+    }
+    if (status != CKS_OK) {
+        free(op);
+        return status;
+    }
+    m->version = j->version;
+    m->offset  = i * st->slice;
+    m->cancel  = (uint32_t)cancel;
+    op->srv    = j->srv;
+    unsigned slot = cks_stage_slot(st, j, i);
+    if (!cancel) {
+        op->payload     = st->ring + (uint64_t)slot * st->slice;
+        op->payload_len = cks_stage_slice_len(st, j, i);
+        op->mem_type    = CKS_MEM_HOST;
+        st->reads[slot].st   = st;
+        st->reads[slot].slot = slot;
+    }
+    return cks_cl_submit(st->c, op, cancel ? cks_stage_cancel_done : cks_stage_part_done,
+                         cancel ? (void *)j : (void *)&st->reads[slot]);
+}
+
 /* Wait until no slot is in use: earlier objects' slots are released by the
  * progress thread (pack, or the op's end), never by this one. */
 void cks_stage_drain(cks_stage_t *st)
@@ -306,8 +372,21 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
          * of the ring and it is sent from there as host memory */
         j->base += st->nslots - j->base % st->nslots;
     }
+    /* a larger one, to a standalone server, goes in parts: each slice, once
+     * copied, is sent from its slot as a PUT_PART (on this host the server
+     * copies it from our mapped memory; elsewhere UCX's zero-copy send);
+     * to a cluster's primary it streams through pack() */
+    j->parts = !whole && c->map == NULL;
+    if (j->parts) {
+        j->op->source      = NULL;
+        j->op->payload     = NULL;
+        j->op->payload_len = 0;
+        j->op->mem_type    = CKS_MEM_HOST;
+        j->op->wire_flags |= CKS_WIRE_F_PARTS;
+        j->srv             = j->op->srv;
+    }
     if (!whole) {
-        /* its pack must only ever wait for its own copies */
+        /* its pack (or parts) must only ever wait for its own copies */
         cks_stage_drain(st);
         status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
         if (status != CKS_INPROGRESS) {
@@ -355,6 +434,18 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             st->state[slot] = CKS_SLOT_READY;
             copied++;
             pthread_cond_broadcast(&st->cond);
+            if (j->parts) { /* its part goes now; its answer frees the slot */
+                j->parts_inflight++;
+                pthread_mutex_unlock(&st->lock);
+                status = cks_stage_part_send(st, j, copied - 1, 0);
+                pthread_mutex_lock(&st->lock);
+                if (status != CKS_INPROGRESS) {
+                    j->parts_inflight--;
+                    st->state[slot] = CKS_SLOT_FREE;
+                    j->status       = status;
+                    break;
+                }
+            }
             continue;
         }
         /* the next slot holds a slice UCX has not taken yet (this object's,
@@ -382,6 +473,22 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
         pthread_cond_broadcast(&st->cond); /* pack: stop waiting */
         cks_warn("staged put of %llu bytes: %s", (unsigned long long)j->len,
                  cks_status_string(j->status));
+        if (j->parts && !j->op_done) {
+            /* the server waits for the rest: the put is given up there, and
+             * its PUT answered (CKS_ERR_CANCELED) */
+            j->parts_inflight++;
+            pthread_mutex_unlock(&st->lock);
+            status = cks_stage_part_send(st, j, 0, 1);
+            pthread_mutex_lock(&st->lock);
+            if (status != CKS_INPROGRESS) {
+                j->parts_inflight--;
+            }
+        }
+    }
+    /* parts sent still use their slots until answered (at the latest at
+     * their timeout) */
+    while (j->parts_inflight > 0) {
+        pthread_cond_wait(&st->cond, &st->lock);
     }
     if (j->copied_cb != NULL) { /* the device buffer is the caller's again */
         cks_done_cb_t cb = j->copied_cb;
@@ -424,7 +531,7 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
     }
     if (j->status == CKS_OK) {
         j->status = j->op_status;
-    } else if (!whole && j->op_status != CKS_ERR_CANCELED) {
+    } else if (!whole && !j->parts && j->op_status != CKS_ERR_CANCELED) {
         /* its first bytes were with the server before the copy failed, and
          * UCX cannot take back the rest of a message it sends (zeros, from
          * pack): the server may hold the object with bytes that are not the
@@ -446,11 +553,13 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
         /* leave the reason for cks_client_last_error() */
         pthread_mutex_unlock(&st->lock);
         cks_stage_error(c, stage_status,
-                        whole ? "the staged copy of the device buffer failed; the object "
-                                "was not stored"
-                              : "the staged copy of the device buffer failed while the "
-                                "object was being sent: its version was aborted");
+                        whole || j->parts
+                            ? "the staged copy of the device buffer failed (or a part of "
+                              "it was refused); the object was not stored"
+                            : "the staged copy of the device buffer failed while the "
+                              "object was being sent: its version was aborted");
         pthread_mutex_lock(&st->lock);
     }
     *(j->host ? &st->host_puts : &st->puts_staged) += 1;
+    st->puts_in_parts += j->parts;
 }

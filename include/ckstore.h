@@ -129,6 +129,11 @@ typedef struct {
                                    logged then, at info level */
     uint64_t device_puts_direct; /**< puts of device memory handed to UCX */
     uint64_t device_puts_staged; /**< staged puts that completed (any status) */
+    uint64_t staged_puts_in_parts; /**< of the staged puts (device or host), those
+                                        larger than the ring whose slices went to
+                                        a standalone server as parts, each sent
+                                        as soon as it was copied (a cluster's
+                                        take the bytes streamed with the put) */
     uint64_t device_gets_staged; /**< staged gets that completed (any status) */
     uint64_t staged_bytes;    /**< bytes copied between device and ring */
     uint64_t stage_copy_ns;   /**< time the ring's thread waited for those copies
@@ -418,11 +423,19 @@ typedef struct {
  *     whole before it is sent (so that a failed copy never reaches the
  *     server) and is sent from its slots while the next objects are copied
  *     into the free ones; a larger one has the ring to itself and overlaps
- *     its own copies with its sends. The callbacks of staged transfers
+ *     its own copies with its sends (to a standalone server each slice goes
+ *     as a part of the put once copied, and a failed copy gives the put up
+ *     there; to a cluster the slices stream, and a failed copy aborts the
+ *     version). The callbacks of staged transfers
  *     (copied_cb, and the put's or get's own) may run on the stage thread
  *     instead of the progress thread; the same rules hold (once, never
  *     blocking, further *_nb calls allowed).
  * Ownership of a device buffer at each step of a put:
+ *   0. Before the call, every write of the caller's to the buffer must be
+ *      complete (its stream synchronized): the library copies on streams
+ *      of its own, which wait for no other stream, the legacy default
+ *      stream included (a cudaMemcpy() from pageable memory may return
+ *      before its transfer ends).
  *   1. cks_put_nb() returns CKS_INPROGRESS: the library reads the buffer
  *      from now on; the caller must not write it.
  *   2. COPIED (the put's copied_cb, CKS_PUT_FIELD_COPIED): the library has
