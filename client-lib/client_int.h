@@ -135,6 +135,10 @@ struct cks_op {
     uint64_t *length_p;
     uint32_t flags;
     uint32_t wire_flags;    /* header flags the request carries (CKS_WIRE_F_CHECKED) */
+    /* called (progress thread) each time the op is sent, with the server
+     * it goes to: a put in parts sends its parts there (stage_put.c) */
+    void (*on_send)(void *arg, size_t srv);
+    void *on_send_arg;
     void *out;              /* stat / list results (caller's) */
     size_t out_max;
     size_t *count_p;
@@ -172,9 +176,6 @@ struct cks_op {
     cks_status_t status;
     cks_done_cb_t cb;
     void *arg;
-    const cks_tp_source_t *source; /* PUT whose payload is made while it is
-                                      sent (a staged put: stage_put.c's), in
-                                      place of `payload` */
 };
 
 /* Memory from cks_mem_alloc(). */

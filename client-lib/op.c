@@ -424,7 +424,7 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         /* the best answer any server gave (one still catching up knows less) */
         op->status = op->notfound;
     }
-    if (op->kind == CKS_OP_PUT && op->status == CKS_OK) {
+    if (op->type == CKS_MSG_PUT && op->status == CKS_OK) { /* an object, not a part */
         cks_cl_put_counted(c, &op->body.m_PUT, op->srv);
     }
     op->cb(op->arg, op->status);
@@ -515,6 +515,9 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     }
     sv->inflight++;
     __atomic_add_fetch(&c->requests, 1, __ATOMIC_RELAXED);
+    if (op->on_send != NULL) {
+        op->on_send(op->on_send_arg, op->srv);
+    }
     op->rma = cks_cl_rma_describe(c, op, sv->conn);
     if (op->kind == CKS_OP_MEM_MAP && !op->rma) {
         /* a server on another host (or one that refused our memory before)
@@ -537,13 +540,8 @@ static void cks_cl_send_op(cks_client_h c, cks_op_t *op)
     }
     if (op->kind == CKS_OP_PUT && op->payload_len > 0) {
         op->sending = 1;
-        if (op->source != NULL) { /* staged device memory: bytes as they are copied */
-            status = cks_tp_send_stream(sv->conn, op->type, 0, op->req_id, &op->body,
-                                        op->source, cks_cl_send_done, op);
-        } else {
-            status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, op->payload,
-                                 op->payload_len, op->mem_type, NULL, cks_cl_send_done, op);
-        }
+        status = cks_tp_send(sv->conn, op->type, 0, op->req_id, &op->body, op->payload,
+                             op->payload_len, op->mem_type, NULL, cks_cl_send_done, op);
         if (status != CKS_INPROGRESS) {
             op->sending = 0;
             cks_cl_op_fail(c, op, status);

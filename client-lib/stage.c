@@ -10,32 +10,29 @@
  * a job is in slot (base + i) % nslots); slot_job and slot_slice say whose
  * slice a slot holds.
  *
- * A staged put: the stage thread submits the put's op (its payload is a
- * cks_tp_source_t) and copies the object slice after slice device-to-host
- * into the ring, at most nslots ahead of what UCX has taken (an object that
- * fits in the ring is copied whole first into one run of slots - it skips
- * to slot 0 rather than wrap - then submitted as a host put from there,
- * which a server on this host copies from our mapped memory, and handed
- * off: its op's callback frees its slots and ends it, while the stage
- * thread goes on with the next jobs; a failed copy then never reaches the
- * server.
- * A larger one first waits for the ring to be empty, so that its pack
- * waits only for its own copies; if it fails, its version is aborted,
- * since UCX cannot take back what it sent); UCX pulls the
- * bytes through cks_stage_pack() on the progress thread, which waits only
- * for a slice whose copy is already under way (slice i's slot is free once
- * slice i - nslots was packed, which pack itself did, in order), so the wait
- * never depends on the progress thread. A staged get: the stage thread reads
- * the object with range gets of one slice each into the ring (up to nslots
- * in flight), and copies each slice host-to-device, in order, while the
- * later slices are still being received; a whole-object get's CRC is checked
- * on the host slices as they pass.
+ * A staged put: the stage thread copies the object slice after slice
+ * device-to-host into the ring. An object that fits in the ring is copied
+ * whole first into one run of slots - it skips to slot 0 rather than wrap -
+ * then submitted as a host put from there, which a server on this host
+ * copies from our mapped memory, and handed off: its op's callback frees
+ * its slots and ends it, while the stage thread goes on with the next jobs;
+ * a failed copy then never reaches the server. A larger one first waits for
+ * the ring to be empty, then goes in parts (server/parts.c): its PUT with
+ * CKS_WIRE_F_PARTS and no bytes, then, as each slice's copy completes, a
+ * PUT_PART from its slot to the server the PUT went to (op->on_send tells
+ * which), at most nslots ahead of the parts answered; each answer frees its
+ * slot; a failed copy sends a cancel, so that the server gives the put up
+ * (the version goes on without it). A staged get: the stage thread reads
+ * the object with range gets of one slice each into the ring, and copies
+ * each slice host-to-device, in order, while the later slices are still
+ * being received; a whole-object get's CRC is computed on the CRC threads
+ * over the host slices as they pass, and combined in order.
  *
  * Threads: the stage thread makes every copy-engine call but classify (any
  * thread) and the ring's registration (at set-up, on the application thread
  * of the first device transfer, never the progress thread); the
- * progress thread runs pack and the ops' callbacks, which only record and
- * signal under the stage lock. An application thread (or a callback) only
+ * progress thread runs the ops' callbacks (a part's answer, the PUT's
+ * send and end), which only record and signal under the stage lock. An application thread (or a callback) only
  * queues a job.
  *
  * Must never: make a copy-engine call on the progress thread; let a slot be

@@ -34,12 +34,11 @@ struct cks_stage_job {
     uint64_t version;
     cks_done_cb_t copied_cb;
     void *copied_arg;
-    cks_tp_source_t src;
-    uint64_t packed;        /* slices UCX has taken whole (pack), or whose
-                               PUT_PART was answered (parts) */
+    uint64_t answered;      /* slices whose PUT_PART was answered */
     int parts;              /* put: its bytes go in PUT_PARTs, one per slice
-                               as it is copied (a standalone server) */
+                               as it is copied (an object larger than the ring) */
     unsigned parts_inflight; /* PUT_PARTs (and a cancel) not yet answered */
+    int put_sent;           /* its PUT was sent, to srv (cks_stage_put_sent()) */
     size_t srv;             /* put: the server its PUT went to */
     int op_done;
     cks_status_t op_status;
@@ -136,8 +135,6 @@ uint64_t cks_stage_slice_len(const cks_stage_t *st, const cks_stage_job_t *j,
 unsigned cks_stage_slot(const cks_stage_t *st, const cks_stage_job_t *j, uint64_t i);
 
 void cks_stage_deadline(struct timespec *ts, int ms);
-
-size_t cks_stage_pack(void *arg, size_t offset, void *dst, size_t max);
 
 void cks_stage_drain(cks_stage_t *st);
 

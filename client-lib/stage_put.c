@@ -1,8 +1,9 @@
 /*
  * DESIGN: puts through the staging ring: a device buffer (or a host one,
  * CKS_PUT_FIELD_STAGED) copied slice by slice into ring slots on the stage
- * thread and sent from there, in order; the put ends when every slice was
- * sent and the server answered. See stage.c for the whole design.
+ * thread and sent from there, in order: whole from its slots when it fits
+ * in the ring, else slice by slice as PUT_PARTs; the put ends when every
+ * slice was sent and the server answered. See stage.c for the whole design.
  *
  * Never: reuse a slot UCX or a copy may still use.
  */
@@ -113,11 +114,9 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
     snprintf(j->vjob, sizeof(j->vjob), "%s", p->job);
     snprintf(j->key, sizeof(j->key), "%s", p->key);
     j->nslices    = (p->size + st->slice - 1) / st->slice;
-    j->src.len    = p->size;
-    j->src.pack   = cks_stage_pack;
-    j->src.arg    = j;
-    op->mem_type  = CKS_MEM_CUDA; /* never described for one-copy transfers */
-    op->source    = &j->src;
+    op->payload     = NULL; /* the ring's slots, or its parts: cks_stage_run_put() */
+    op->payload_len = 0;
+    op->mem_type    = CKS_MEM_HOST;
     cks_stage_enqueue(st, j);
     return CKS_INPROGRESS;
 }
@@ -159,54 +158,32 @@ void cks_stage_deadline(struct timespec *ts, int ms)
     }
 }
 
-/* UCX takes bytes [offset, offset + max) of a staged put (progress thread).
- * It waits for the slice's copy, which the stage thread has started or
- * starts without needing this thread; a slice that cannot come (an error,
- * the client's timeout) is sent as zeros and the put fails (its version is
- * aborted: cks_stage_run_put()). */
-size_t cks_stage_pack(void *arg, size_t offset, void *dst, size_t max)
+/* The PUT of a put in parts went to server srv (progress thread): its
+ * parts go there. */
+static void cks_stage_put_sent(void *arg, size_t srv)
 {
     cks_stage_job_t *j = arg;
-    cks_stage_t *st    = j->st;
-    uint64_t i         = offset / st->slice;
-    uint64_t within    = offset % st->slice;
-    uint64_t n         = CKS_MIN((uint64_t)max, cks_stage_slice_len(st, j, i) - within);
-    unsigned slot      = cks_stage_slot(st, j, i);
-    struct timespec dl;
+    pthread_mutex_lock(&j->st->lock);
+    j->srv      = srv;
+    j->put_sent = 1;
+    pthread_cond_broadcast(&j->st->cond);
+    pthread_mutex_unlock(&j->st->lock);
+}
 
-    pthread_mutex_lock(&st->lock);
-    if (j->status == CKS_OK && i < j->packed) {
-        j->status = CKS_ERR_INTERNAL; /* asked again for bytes already released */
-        cks_error("staged put: UCX asked again for offset %zu", offset);
-    }
+/* Wait until the PUT of a put in parts was sent (its server known), it
+ * ended, or the put failed here: 1 when it was sent (stage thread, lock
+ * held). */
+static int cks_stage_wait_sent(cks_stage_t *st, cks_stage_job_t *j)
+{
+    struct timespec dl;
     cks_stage_deadline(&dl, st->c->timeout_ms);
-    while (j->status == CKS_OK && !st->stop &&
-           !(st->state[slot] == CKS_SLOT_READY && st->slot_job[slot] == j &&
-             st->slot_slice[slot] == i)) {
+    while (!j->put_sent && !j->op_done) {
+        /* its connection is being made, or it moved to another member */
         if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
-            j->status = CKS_ERR_TIMEOUT;
-            cks_warn("staged put: slice %llu not copied within %d ms",
-                     (unsigned long long)i, st->c->timeout_ms);
+            break; /* the PUT's own timeout ends it */
         }
     }
-    if (j->status == CKS_OK && st->stop) {
-        j->status = CKS_ERR_CANCELED;
-    }
-    if (j->status != CKS_OK) {
-        pthread_mutex_unlock(&st->lock);
-        memset(dst, 0, (size_t)n);
-        return (size_t)n;
-    }
-    pthread_mutex_unlock(&st->lock);
-    memcpy(dst, st->ring + (uint64_t)slot * st->slice + within, (size_t)n);
-    if (within + n == cks_stage_slice_len(st, j, i)) {
-        pthread_mutex_lock(&st->lock);
-        st->state[slot] = CKS_SLOT_FREE;
-        j->packed       = i + 1;
-        pthread_cond_broadcast(&st->cond);
-        pthread_mutex_unlock(&st->lock);
-    }
-    return (size_t)n;
+    return j->put_sent && !j->op_done;
 }
 
 /* The put's op completed (progress thread). */
@@ -245,7 +222,7 @@ static void cks_stage_part_done(void *arg, cks_status_t status)
     pthread_mutex_lock(&st->lock);
     cks_stage_job_t *j = st->slot_job[pt->slot];
     st->state[pt->slot] = CKS_SLOT_FREE;
-    j->packed++;
+    j->answered++;
     j->parts_inflight--;
     if (status != CKS_OK && j->status == CKS_OK) {
         j->status = status;
@@ -266,10 +243,10 @@ static void cks_stage_cancel_done(void *arg, cks_status_t status)
     pthread_mutex_unlock(&st->lock);
 }
 
-/* Send slice i of a put in parts from its slot, or (cancel) give the put up
- * (stage thread, lock not held). */
+/* Send slice i of a put in parts from its slot, or (cancel) give the put up,
+ * to server srv, the PUT's (stage thread, lock not held). */
 static cks_status_t cks_stage_part_send(cks_stage_t *st, cks_stage_job_t *j, uint64_t i,
-                                        int cancel)
+                                        int cancel, size_t srv)
 {
     cks_op_t *op = cks_op_new(CKS_OP_PUT, CKS_MSG_PUT_PART);
     size_t used  = 0;
@@ -288,7 +265,7 @@ static cks_status_t cks_stage_part_send(cks_stage_t *st, cks_stage_job_t *j, uin
     m->version = j->version;
     m->offset  = i * st->slice;
     m->cancel  = (uint32_t)cancel;
-    op->srv    = j->srv;
+    op->srv    = srv;
     unsigned slot = cks_stage_slot(st, j, i);
     if (!cancel) {
         op->payload     = st->ring + (uint64_t)slot * st->slice;
@@ -302,7 +279,7 @@ static cks_status_t cks_stage_part_send(cks_stage_t *st, cks_stage_job_t *j, uin
 }
 
 /* Wait until no slot is in use: earlier objects' slots are released by the
- * progress thread (pack, or the op's end), never by this one. */
+ * progress thread (a part's answer, or the op's end), never by this one. */
 void cks_stage_drain(cks_stage_t *st)
 {
     for (;;) {
@@ -372,21 +349,16 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
          * of the ring and it is sent from there as host memory */
         j->base += st->nslots - j->base % st->nslots;
     }
-    /* a larger one, to a standalone server, goes in parts: each slice, once
-     * copied, is sent from its slot as a PUT_PART (on this host the server
-     * copies it from our mapped memory; elsewhere UCX's zero-copy send);
-     * to a cluster's primary it streams through pack() */
-    j->parts = !whole && c->map == NULL;
+    /* a larger one goes in parts: its PUT first, with no bytes, then each
+     * slice, once copied, from its slot as a PUT_PART to the server the PUT
+     * went to (on this host that server copies it from our mapped memory;
+     * elsewhere UCX's zero-copy send), whose answer frees the slot */
+    j->parts = !whole;
     if (j->parts) {
-        j->op->source      = NULL;
-        j->op->payload     = NULL;
-        j->op->payload_len = 0;
-        j->op->mem_type    = CKS_MEM_HOST;
         j->op->wire_flags |= CKS_WIRE_F_PARTS;
-        j->srv             = j->op->srv;
-    }
-    if (!whole) {
-        /* its pack (or parts) must only ever wait for its own copies */
+        j->op->on_send     = cks_stage_put_sent;
+        j->op->on_send_arg = j;
+        /* its slots come back only as its parts are answered */
         cks_stage_drain(st);
         status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
         if (status != CKS_INPROGRESS) {
@@ -396,9 +368,9 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             j->status    = status;
         }
     }
-    /* copy slice after slice, at most nslots ahead of what UCX took */
+    /* copy slice after slice, at most nslots ahead of the parts answered */
     while (j->status == CKS_OK && copied < j->nslices && !j->op_done) {
-        if (started < j->nslices && started < j->packed + st->nslots &&
+        if (started < j->nslices && started < j->answered + st->nslots &&
             st->state[cks_stage_slot(st, j, started)] == CKS_SLOT_FREE) {
             unsigned slot = cks_stage_slot(st, j, started);
             st->state[slot]      = CKS_SLOT_BUSY;
@@ -414,7 +386,7 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             }
             started++;
             if (started - copied < 2 && started < j->nslices &&
-                started < j->packed + st->nslots &&
+                started < j->answered + st->nslots &&
                 st->state[cks_stage_slot(st, j, started)] == CKS_SLOT_FREE) {
                 continue; /* two copies under way before waiting for one */
             }
@@ -435,9 +407,14 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             copied++;
             pthread_cond_broadcast(&st->cond);
             if (j->parts) { /* its part goes now; its answer frees the slot */
+                if (!cks_stage_wait_sent(st, j)) {
+                    st->state[slot] = CKS_SLOT_FREE;
+                    break; /* the PUT ended: its status is the put's */
+                }
                 j->parts_inflight++;
+                size_t srv = j->srv;
                 pthread_mutex_unlock(&st->lock);
-                status = cks_stage_part_send(st, j, copied - 1, 0);
+                status = cks_stage_part_send(st, j, copied - 1, 0, srv);
                 pthread_mutex_lock(&st->lock);
                 if (status != CKS_INPROGRESS) {
                     j->parts_inflight--;
@@ -448,10 +425,10 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             }
             continue;
         }
-        /* the next slot holds a slice UCX has not taken yet (this object's,
-         * or an earlier one's) */
+        /* the next slot holds a slice whose part is not answered yet (this
+         * object's), or an earlier object's */
         cks_stage_deadline(&dl, c->timeout_ms);
-        while ((started >= j->packed + st->nslots ||
+        while ((started >= j->answered + st->nslots ||
                 st->state[cks_stage_slot(st, j, started)] != CKS_SLOT_FREE) &&
                j->status == CKS_OK && !j->op_done) {
             if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
@@ -470,15 +447,16 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
     }
     cks_status_t stage_status = j->status;
     if (j->status != CKS_OK) {
-        pthread_cond_broadcast(&st->cond); /* pack: stop waiting */
+        pthread_cond_broadcast(&st->cond);
         cks_warn("staged put of %llu bytes: %s", (unsigned long long)j->len,
                  cks_status_string(j->status));
-        if (j->parts && !j->op_done) {
+        if (j->parts && cks_stage_wait_sent(st, j)) {
             /* the server waits for the rest: the put is given up there, and
              * its PUT answered (CKS_ERR_CANCELED) */
             j->parts_inflight++;
+            size_t srv = j->srv;
             pthread_mutex_unlock(&st->lock);
-            status = cks_stage_part_send(st, j, 0, 1);
+            status = cks_stage_part_send(st, j, 0, 1, srv);
             pthread_mutex_lock(&st->lock);
             if (status != CKS_INPROGRESS) {
                 j->parts_inflight--;
@@ -506,8 +484,7 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             /* its slots are one run of the ring (cks_mem_alloc() memory): it
              * goes as a host put from there - to a server on this host, one
              * copy by the server from our mapped memory; elsewhere, UCX's
-             * zero-copy send - instead of through the pack callback */
-            j->op->source      = NULL;
+             * zero-copy send */
             j->op->payload     = st->ring + (uint64_t)cks_stage_slot(st, j, 0) * st->slice;
             j->op->payload_len = j->len;
             j->op->mem_type    = CKS_MEM_HOST;
@@ -531,33 +508,13 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
     }
     if (j->status == CKS_OK) {
         j->status = j->op_status;
-    } else if (!whole && !j->parts && j->op_status != CKS_ERR_CANCELED) {
-        /* its first bytes were with the server before the copy failed, and
-         * UCX cannot take back the rest of a message it sends (zeros, from
-         * pack): the server may hold the object with bytes that are not the
-         * device's. Abort its version, so that it is never restored. */
-        cks_error("staged put: the copy of an object of %llu bytes failed while it was "
-                  "being sent (the server answered: %s): version %llu of job '%s' is "
-                  "aborted",
-                  (unsigned long long)j->len, cks_status_string(j->op_status),
-                  (unsigned long long)j->version, j->vjob);
-        pthread_mutex_unlock(&st->lock);
-        cks_status_t ast = cks_version_abort(c, j->vjob, j->version);
-        if (ast != CKS_OK) {
-            cks_error("staged put: cannot abort version %llu of job '%s': %s",
-                      (unsigned long long)j->version, j->vjob, cks_status_string(ast));
-        }
-        pthread_mutex_lock(&st->lock);
     }
     if (stage_status != CKS_OK) {
         /* leave the reason for cks_client_last_error() */
         pthread_mutex_unlock(&st->lock);
         cks_stage_error(c, stage_status,
-                        whole || j->parts
-                            ? "the staged copy of the device buffer failed (or a part of "
-                              "it was refused); the object was not stored"
-                            : "the staged copy of the device buffer failed while the "
-                              "object was being sent: its version was aborted");
+                        "the staged copy of the device buffer failed (or a part of it was "
+                        "refused); the object was not stored");
         pthread_mutex_lock(&st->lock);
     }
     *(j->host ? &st->host_puts : &st->puts_staged) += 1;

@@ -130,10 +130,9 @@ typedef struct {
     uint64_t device_puts_direct; /**< puts of device memory handed to UCX */
     uint64_t device_puts_staged; /**< staged puts that completed (any status) */
     uint64_t staged_puts_in_parts; /**< of the staged puts (device or host), those
-                                        larger than the ring whose slices went to
-                                        a standalone server as parts, each sent
-                                        as soon as it was copied (a cluster's
-                                        take the bytes streamed with the put) */
+                                        larger than the ring, whose slices went
+                                        as parts, each sent as soon as it was
+                                        copied */
     uint64_t device_gets_staged; /**< staged gets that completed (any status) */
     uint64_t staged_bytes;    /**< bytes copied between device and ring */
     uint64_t stage_copy_ns;   /**< time the ring's thread waited for those copies
@@ -417,16 +416,14 @@ typedef struct {
  *     UCX sends the slices copied before; a get reads slice after slice from
  *     the servers while the slices read before are copied host-to-device.
  *     The copies and their waits run on the library's stage thread, never
- *     on the UCX progress thread (which waits, at most the client's timeout,
- *     for a slice whose copy is under way). Staged objects are copied in
+ *     on the UCX progress thread. Staged objects are copied in
  *     the order of the calls: an object that fits in the ring is copied
  *     whole before it is sent (so that a failed copy never reaches the
  *     server) and is sent from its slots while the next objects are copied
  *     into the free ones; a larger one has the ring to itself and overlaps
- *     its own copies with its sends (to a standalone server each slice goes
- *     as a part of the put once copied, and a failed copy gives the put up
- *     there; to a cluster the slices stream, and a failed copy aborts the
- *     version). The callbacks of staged transfers
+ *     its own copies with its sends: each slice goes as a part of the put
+ *     once copied, and a failed copy gives the put up at the server (the
+ *     version goes on without it). The callbacks of staged transfers
  *     (copied_cb, and the put's or get's own) may run on the stage thread
  *     instead of the progress thread; the same rules hold (once, never
  *     blocking, further *_nb calls allowed).

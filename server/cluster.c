@@ -40,17 +40,10 @@
 
 /* ---- a cluster server's handlers (on top of the standalone ones, dispatch.c) ---- */
 
-static void cks_sv_h_cluster_put(struct cks_server *s, cks_tp_conn_h conn,
-                                 const cks_wire_hdr_t *hdr, const cks_msg_any_t *b,
-                                 cks_tp_data_t *data)
-{
-    if (hdr->flags & CKS_WIRE_F_PARTS) { /* parts.c serves a standalone server only */
-        cks_sv_reply_status(conn, hdr->req_id, CKS_ERR_UNSUPPORTED,
-                            "a cluster member takes a put's bytes with its PUT, not in parts");
-        return;
-    }
-    cks_sv_cluster_put(s, conn, hdr->req_id, &b->m_PUT, data);
-}
+CKS_SV_HANDLER(cks_sv_h_cluster_put,
+               cks_sv_cluster_put(s, conn, hdr->req_id,
+                                  (hdr->flags & CKS_WIRE_F_PARTS) && b->m_PUT.size > 0,
+                                  &b->m_PUT, data))
 CKS_SV_HANDLER(cks_sv_h_cluster_seal,
                cks_sv_cluster_seal(s, conn, hdr->req_id, hdr->flags, &b->m_VERSION_SEAL.job,
                                    b->m_VERSION_SEAL.version, b->m_VERSION_SEAL.nobjects,

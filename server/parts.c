@@ -1,16 +1,18 @@
 /*
- * DESIGN: puts whose bytes come in parts (a standalone server). A client
- * that stages a put through a ring smaller than the object sends the PUT
- * with CKS_WIRE_F_PARTS and no bytes, then one PUT_PART per ring slice, in
+ * DESIGN: puts whose bytes come in parts (a standalone server, or a
+ * cluster's primary). A client that stages a put through a ring smaller
+ * than the object sends the PUT with CKS_WIRE_F_PARTS and no bytes, then
+ * one PUT_PART per ring slice, in
  * order, each as soon as the slice is in the ring: the payload of each part
  * is the slice (an RMA descriptor of it on this host: the server copies it
  * straight into the object's place in the arena, on its copy threads), and
  * each part is answered once its bytes are in, so that the client reuses
- * its slot. The PUT handler (handlers.c) does every check and takes the
- * arena extent as for any put, then opens a record here in place of its
- * payload's receive; once all `size` bytes are in, the record ends with
- * the put's own continuation (the one its receive would have called:
- * STORED, then the record in LMDB), or with the first error.
+ * its slot. The PUT handler (handlers.c, primary.c) does every check and
+ * takes the arena extent as for any put, then opens a record here in place
+ * of its payload's receive; once all `size` bytes are in, the record ends
+ * with the put's own continuation (the one its receive would have called:
+ * STORED, then the record in LMDB, or the encoding and spreading of a
+ * primary), or with the first error.
  *
  * A record ends with an error on a part that does not follow the last one
  * (offset), that goes past the object, or whose bytes did not come; on a

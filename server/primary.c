@@ -652,7 +652,7 @@ static void cks_cput_received(void *arg, cks_status_t status)
     }
 }
 
-void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, int parts,
                         const cks_msg_put_t *m, cks_tp_data_t *data)
 {
     cks_md_version_t rec;
@@ -666,7 +666,8 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
         cks_sv_reply_status(conn, req_id, status, "bad job name or key");
         return;
     }
-    if ((data == NULL ? 0 : data->length) != m->size || m->kind > CKS_KIND_OTHER) {
+    if ((parts /* its bytes come in PUT_PARTs (parts.c) */ ? data != NULL : (data == NULL ? 0 : data->length) != m->size) ||
+        m->kind > CKS_KIND_OTHER) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_BAD_MESSAGE,
                             "put announces %llu bytes of kind %u",
                             (unsigned long long)m->size, m->kind);
@@ -782,15 +783,17 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_debug("put of '%s' of version %llu (%llu bytes) from %s: extent %llu+%llu", p->key,
               (unsigned long long)v->version, (unsigned long long)m->size,
               cks_tp_conn_peer(conn), (unsigned long long)p->off, (unsigned long long)p->len);
-    if (data == NULL) {
+    if (data == NULL && !parts) {
         cks_cput_received(p, CKS_OK);
-    } else if (!data->is_rndv && !data->is_rma) {
+    } else if (!parts && !data->is_rndv && !data->is_rma) {
         memcpy(p->enc.base, data->ptr, data->length);
         cks_cput_received(p, CKS_OK);
     } else {
-        status = cks_tp_data_recv(s->tp, data, p->enc.base, CKS_MEM_HOST, s->arena_mem,
-                                  cks_cput_received, p);
-        if (status != CKS_INPROGRESS) {
+        status = parts ? cks_sv_parts_open(s, conn, &m->job, m->version, &m->key, p->enc.base,
+                                           m->size, cks_cput_received, p)
+                       : cks_tp_data_recv(s->tp, data, p->enc.base, CKS_MEM_HOST,
+                                          s->arena_mem, cks_cput_received, p);
+        if (status != CKS_INPROGRESS && status != CKS_OK) {
             cks_cput_received(p, status);
         }
     }

@@ -610,7 +610,9 @@ void cks_sv_owed_forget(struct cks_server *s, const char *job, size_t job_len,
 int cks_sv_cluster_progress(struct cks_server *s);
 /* A connection failed: 1 when it was one of our peer connections. */
 int cks_sv_cluster_conn_err(struct cks_server *s, cks_tp_conn_h conn);
-void cks_sv_cluster_put(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+/* A put to its primary; parts: its bytes come in PUT_PARTs (parts.c), not
+ * with it */
+void cks_sv_cluster_put(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id, int parts,
                         const cks_msg_put_t *m, cks_tp_data_t *data);
 void cks_sv_chunk_put(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                       const cks_msg_chunk_put_t *m, cks_tp_data_t *data);

@@ -66,7 +66,8 @@
                                    sealed there waits with the others again,
                                    and a version that committed answers OK
                                    (its commit had every rank's seal) */
-#define CKS_WIRE_F_PARTS 0x40u /* PUT request (standalone server): no bytes come
+#define CKS_WIRE_F_PARTS 0x40u /* PUT request (to a standalone server or a
+                                   primary): no bytes come
                                    with it; they come in PUT_PART requests that
                                    follow on the same connection, in order, and
                                    the PUT is answered once all `size` bytes are
@@ -200,7 +201,8 @@ typedef struct {
                           part ended (0 for the first) */
     uint32_t cancel;   /* 1: no payload; the sender gives the put up (its PUT
                           is answered CKS_ERR_CANCELED) */
-} cks_msg_put_part_t; /* bytes of a PUT sent with CKS_WIRE_F_PARTS */
+} cks_msg_put_part_t; /* bytes of a PUT sent with CKS_WIRE_F_PARTS, to the
+                         server that took the PUT */
 
 typedef struct {
     cks_wire_str_t job;
@@ -964,26 +966,6 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
  *  payload UCX only reads, and only for a peer that is gone or checks what
  *  it receives (a member checks a chunk's CRC). */
 void cks_tp_send_abandon(cks_tp_worker_h w, cks_tp_done_cb_t cb, void *arg);
-
-/** A payload produced while it is sent (device memory staged through host
- *  buffers): UCX asks for its bytes in order, piece by piece, on the
- *  worker's thread, instead of reading one contiguous buffer. */
-typedef struct {
-    size_t len; /**< payload bytes */
-    /** Write up to `max` bytes of the payload from `offset` into dst and
-     *  return how many (at least 1 while offset < len). Runs on the worker's
-     *  thread, inside cks_tp_worker_progress() or cks_tp_send_stream(). */
-    size_t (*pack)(void *arg, size_t offset, void *dst, size_t max);
-    void *arg;
-} cks_tp_source_t;
-
-/** As cks_tp_send(), with the payload taken from `src` (the caller's; it
- *  must stay valid until `cb` runs, and pack is not called after that).
- *  Unlike cks_tp_send(), `cb` may run before the call returns (UCX 1.13
- *  honours a generic datatype only for sends that may complete in place). */
-cks_status_t cks_tp_send_stream(cks_tp_conn_h conn, unsigned type, uint32_t flags,
-                                uint64_t req_id, const void *body, const cks_tp_source_t *src,
-                                cks_tp_done_cb_t cb, void *arg);
 
 /** Whether this worker's UCX context moves CUDA device memory itself (its
  *  memory types include CUDA: cuda_copy, cuda_ipc, gdr_copy or GPUDirect

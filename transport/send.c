@@ -1,8 +1,7 @@
 /*
  * DESIGN: sending - a pool of send requests; zero-copy sends of a header and
  * the caller's payload (held while the connection's handshake runs, failed
- * with their connection), payloads produced while they are sent (a generic
- * datatype), raw bytes (tests), and sends given up when UCX holds them long
+ * with their connection), raw bytes (tests), and sends given up when UCX holds them long
  * after their connection closed. See ucx.c for the whole design.
  *
  * Never: copy a payload, or send on a connection that failed.
@@ -24,7 +23,6 @@ cks_tp_send_req_t *cks_tp_send_req_get(cks_tp_worker_h w)
     } else if ((s = malloc(sizeof(*s))) == NULL) {
         return NULL;
     }
-    s->src = NULL;
     return s;
 }
 
@@ -106,18 +104,6 @@ cks_status_t cks_tp_send_hdr(cks_tp_conn_h conn, cks_tp_send_req_t *s, size_t hd
     if (payload_memh != NULL) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         p.memh = payload_memh->memh;
-    }
-    if (s->src != NULL) {
-        /* the bytes come from the source's pack(), as UCX sends them */
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-        p.datatype    = w->stream_dt;
-        p.memory_type = UCS_MEMORY_TYPE_HOST;
-        payload       = s->src;
-        payload_len   = s->src->len;
-        /* UCX 1.13 takes the datatype only when NO_IMM_CMPL is not asked
-         * for (with both it sends the address as contiguous bytes): the
-         * send may then complete in place, below */
-        p.op_attr_mask &= ~(uint32_t)UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     }
     /* the callback may run inside ucp_am_send_nbx(): take the reference
      * and list the send first */
@@ -215,79 +201,6 @@ cks_status_t cks_tp_send(cks_tp_conn_h conn, unsigned type, uint32_t flags,
     }
     return cks_tp_send_packed(conn, s, type, flags, req_id, body, payload, payload_len,
                               mem_type, payload_memh, cb, arg);
-}
-
-/* ---- payloads produced while they are sent (generic datatype) ---------------- */
-
-static void *cks_tp_stream_start(void *context, const void *buffer, size_t count)
-{
-    return (void *)buffer; /* the cks_tp_source_t */
-}
-
-static void *cks_tp_stream_start_unpack(void *context, void *buffer, size_t count)
-{
-    return NULL; /* never received with this datatype */
-}
-
-static size_t cks_tp_stream_packed_size(void *state)
-{
-    return ((const cks_tp_source_t *)state)->len;
-}
-
-static size_t cks_tp_stream_pack(void *state, size_t offset, void *dest, size_t max_length)
-{
-    const cks_tp_source_t *src = state;
-    size_t n = CKS_MIN(max_length, src->len - offset);
-    return n == 0 ? 0 : src->pack(src->arg, offset, dest, n);
-}
-
-static ucs_status_t cks_tp_stream_unpack(void *state, size_t offset, const void *src,
-                                         size_t length)
-{
-    return UCS_ERR_UNSUPPORTED;
-}
-
-static void cks_tp_stream_finish(void *state)
-{
-}
-
-static const ucp_generic_dt_ops_t cks_tp_stream_ops = {
-    .start_pack   = cks_tp_stream_start,
-    .start_unpack = cks_tp_stream_start_unpack,
-    .packed_size  = cks_tp_stream_packed_size,
-    .pack         = cks_tp_stream_pack,
-    .unpack       = cks_tp_stream_unpack,
-    .finish       = cks_tp_stream_finish,
-};
-
-cks_status_t cks_tp_send_stream(cks_tp_conn_h conn, unsigned type, uint32_t flags,
-                                uint64_t req_id, const void *body, const cks_tp_source_t *src,
-                                cks_tp_done_cb_t cb, void *arg)
-{
-    cks_tp_worker_h w = conn->worker;
-    cks_tp_send_req_t *s;
-    cks_status_t status;
-
-    if (src == NULL || src->len == 0 || src->pack == NULL) {
-        return CKS_ERR_INVALID_PARAM;
-    }
-    if (conn->failed || conn->closed) {
-        return CKS_ERR_CONN_LOST;
-    }
-    if (w->stream_dt == 0) {
-        status = cks_tp_status(ucp_dt_create_generic(&cks_tp_stream_ops, NULL, &w->stream_dt),
-                               "generic datatype");
-        if (status != CKS_OK) {
-            w->stream_dt = 0;
-            return status;
-        }
-    }
-    if ((s = cks_tp_send_req_get(w)) == NULL) {
-        return CKS_ERR_NO_MEMORY;
-    }
-    s->src = src;
-    return cks_tp_send_packed(conn, s, type, flags | CKS_WIRE_F_PAYLOAD, req_id, body, NULL,
-                              src->len, CKS_MEM_HOST, NULL, cb, arg);
 }
 
 /* The handshake is over: send what was held (CKS_OK), or fail it. */

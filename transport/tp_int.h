@@ -34,7 +34,6 @@ struct cks_tp_send_req {
     size_t payload_len;
     cks_mem_type_t mem_type;
     cks_tp_mem_h payload_memh;
-    const cks_tp_source_t *src; /* a payload produced while it is sent, or NULL */
     uint8_t hdr[CKS_TP_SEND_BUF];
 };
 
@@ -201,7 +200,6 @@ struct cks_tp_worker {
     ucp_address_t *address;
     size_t address_len;
     int data_peer_errmode; /* see cks_tp_conn_upgrade() */
-    ucp_datatype_t stream_dt; /* generic datatype of cks_tp_send_stream() (0: not made) */
     /* rma.c: our token, written at the head of every region we allocate;
      * and the shape of a key UCX packs for such a region on this host */
     uint8_t rma_token[CKS_WIRE_NONCE_LEN];

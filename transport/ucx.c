@@ -214,9 +214,6 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     free(w->deferred);
     cks_hmap_destroy(w->calls);
     ucp_worker_release_address(w->worker, w->address);
-    if (w->stream_dt != 0) {
-        ucp_dt_destroy(w->stream_dt);
-    }
     ucp_worker_destroy(w->worker);
     cks_tp_sends_free(w);
     ucp_cleanup(w->context);

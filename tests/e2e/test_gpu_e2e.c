@@ -228,12 +228,12 @@ static void roundtrip(void)
     cr_assert_eq(s.gpu_path, CKS_GPU_PATH_STAGED);
     cr_assert_eq(s.device_puts_direct, 0);
     cr_assert_eq(s.device_puts_staged, NSIZES); /* not the empty one; "auto" */
-    /* larger than the ring: in parts to a standalone server */
+    /* larger than the ring: in parts */
     uint64_t larger = 0;
     for (size_t i = 0; i < NSIZES; i++) {
         larger += sizes[i] > SLICES * SLICE;
     }
-    cr_assert_eq(s.staged_puts_in_parts, is_cluster ? 0 : larger, "%llu puts in parts",
+    cr_assert_eq(s.staged_puts_in_parts, larger, "%llu puts in parts",
                  (unsigned long long)s.staged_puts_in_parts);
     cr_assert_eq(s.device_gets_staged, NSIZES + 2);
     cr_assert_eq(s.staged_bytes, staged, "%llu staged, %llu expected",
@@ -483,11 +483,9 @@ Test(stage_cluster, order_and_overlap, .init = setup_cluster, .fini = teardown_c
  * object is not stored; the next object (7 slices, larger than the ring)
  * goes through the same ring and restores exactly.
  * A larger object fails at its slice 2, while its first slices are on
- * their way: the put fails with the copy's error and the reason. To a
- * standalone server it went in parts, so the put is given up there and
- * the version goes on without it; to a cluster it streamed, so its
- * version is aborted (the server may hold the object with the rest sent
- * as zeros). Either way the ring serves the next object.
+ * their way as parts: the put fails with the copy's error and the reason,
+ * it is given up at the server (a cancel), the version goes on without it,
+ * and the ring serves the next object.
  * A get whose copy fails at its slice 3 fails; the same get again
  * succeeds, exactly. */
 static void error_mid_object(void)
@@ -528,26 +526,14 @@ static void error_mid_object(void)
     cks_client_last_error(c, err, sizeof(err));
     cr_assert(strstr(err, "staged copy") != NULL, "last error: %s", err);
     cks_version_info_t vi;
-    uint64_t next = 5;
-    if (is_cluster) {
-        /* its first bytes were with the server: the version is aborted, so
-         * that it never restores other bytes */
-        cr_assert(strstr(err, "aborted") != NULL, "last error: %s", err);
-        cr_assert_eq(cks_version_stat(c, "err", 4, &vi), CKS_OK);
-        cr_assert_eq(vi.state, CKS_VSTATE_ABORTED, "state %s", cks_vstate_string(vi.state));
-        cr_assert_neq(cks_version_seal(c, "err", 4), CKS_OK);
-        cks_test_begin(c, "err", 5);
-    } else {
-        /* in parts: given up at the server, the version is still open */
-        cr_assert(strstr(err, "was not stored") != NULL, "last error: %s", err);
-        cr_assert_eq(cks_version_stat(c, "err", 4, &vi), CKS_OK);
-        cr_assert_eq(vi.state, CKS_VSTATE_OPEN, "state %s", cks_vstate_string(vi.state));
-        next = 4;
-    }
+    /* given up at the server: the version is still open */
+    cr_assert(strstr(err, "was not stored") != NULL, "last error: %s", err);
+    cr_assert_eq(cks_version_stat(c, "err", 4, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_OPEN, "state %s", cks_vstate_string(vi.state));
     /* the ring serves the next object */
-    cr_assert_eq(put_dev(c, "err", next, "d", b, size, CKS_MEM_CUDA), CKS_OK);
-    cr_assert_eq(cks_version_seal(c, "err", next), CKS_OK);
-    cr_assert_eq(cks_restore_open(c, "err", next, &r), CKS_OK);
+    cr_assert_eq(put_dev(c, "err", 4, "d", b, size, CKS_MEM_CUDA), CKS_OK);
+    cr_assert_eq(cks_version_seal(c, "err", 4), CKS_OK);
+    cr_assert_eq(cks_restore_open(c, "err", 4, &r), CKS_OK);
     cr_assert_eq(get_dev(r, "d", dst, size, &len, CKS_GET_VERIFY), CKS_OK);
     cr_assert(len == size && memcmp(dst, b, size) == 0);
     cr_assert_eq(cks_object_stat(r, "c", &info), CKS_ERR_NO_SUCH_KEY,
@@ -569,6 +555,40 @@ static void error_mid_object(void)
     cks_client_destroy(c);
     free(a);
     free(b);
+    free(dst);
+}
+
+/* A put in parts whose primary is down when it starts: its PUT goes to the
+ * group's next member, and its parts follow it to the server it was sent
+ * to; the object restores exactly with the primary still down. */
+Test(stage_cluster, a_put_in_parts_follows_its_put_to_the_next_member,
+     .init = setup_cluster, .fini = teardown_cluster, .timeout = 180)
+{
+    uint64_t size = 6 * SLICE + 77; /* 7 slices: larger than the ring */
+    uint8_t *a = malloc(size), *dst = malloc(size);
+    uint64_t len = 0;
+    cks_restore_h r;
+    cks_client_stats_t s;
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cr_assert(a != NULL && dst != NULL);
+    cks_test_fill(a, size, cks_test_seed(0x9a77));
+    int primary = cks_test_primary(clu.map, "down", "big", 2, 1);
+    cr_assert_geq(primary, 0);
+    cks_test_cluster_kill(&clu, (size_t)primary);
+    stage_env(NULL);
+    cks_client_h c = connect_staged(SLICE, SLICES);
+    cks_test_begin(c, "down", 1);
+    cr_assert_eq(put_dev(c, "down", 1, "big", a, size, CKS_MEM_CUDA), CKS_OK);
+    cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+    cr_assert_eq(s.staged_puts_in_parts, 1);
+    cr_assert_eq(cks_version_seal(c, "down", 1), CKS_OK);
+    cr_assert_eq(cks_restore_open(c, "down", 1, &r), CKS_OK);
+    cr_assert_eq(get_dev(r, "big", dst, size, &len, CKS_GET_VERIFY), CKS_OK);
+    cr_assert(len == size && memcmp(dst, a, size) == 0, "WRONG BYTES");
+    cks_restore_close(r);
+    cks_client_destroy(c);
+    free(a);
     free(dst);
 }
 
