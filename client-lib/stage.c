@@ -376,7 +376,8 @@ cks_status_t cks_stage_get(cks_client_h c, int host_ok, cks_stage_t **st_p, char
                  "host slices, CRCs on %u threads",
                  st->direct ? "direct" : "staged", st->ops->name,
                  st->direct ? "hand device pointers to UCX (it reports the CUDA memory type)"
-                            : "staged (UCX has no CUDA transport)",
+                            : "staged (UCX has no CUDA transport; an object larger than "
+                              "the ring goes in parts)",
                  st->nslots, (unsigned long long)st->slice, st->crc_threads);
     }
     __atomic_store_n(&c->stage, st, __ATOMIC_RELEASE);

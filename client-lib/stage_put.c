@@ -463,17 +463,17 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             }
         }
     }
-    /* parts sent still use their slots until answered (at the latest at
-     * their timeout) */
-    while (j->parts_inflight > 0) {
-        pthread_cond_wait(&st->cond, &st->lock);
-    }
     if (j->copied_cb != NULL) { /* the device buffer is the caller's again */
         cks_done_cb_t cb = j->copied_cb;
         j->copied_cb     = NULL;
         pthread_mutex_unlock(&st->lock);
         cb(j->copied_arg, j->status);
         pthread_mutex_lock(&st->lock);
+    }
+    /* parts sent still use their slots until answered (at the latest at
+     * their timeout) */
+    while (j->parts_inflight > 0) {
+        pthread_cond_wait(&st->cond, &st->lock);
     }
     if (whole) {
         if (j->status == CKS_OK) {
