@@ -30,10 +30,11 @@
  *
  * Threads: the stage thread makes every copy-engine call but classify (any
  * thread) and the ring's registration (at set-up, on the application thread
- * of the first device transfer, never the progress thread); the
- * progress thread runs the ops' callbacks (a part's answer, the PUT's
- * send and end), which only record and signal under the stage lock. An application thread (or a callback) only
- * queues a job.
+ * of the first device transfer, never the progress thread); the progress
+ * thread runs the ops' callbacks (a part's answer, the PUT's send and end),
+ * which only record and signal under the stage lock; the CRC threads only
+ * compute CRCs of slots that are held for them. An application thread (or
+ * a callback) only queues a job.
  *
  * Must never: make a copy-engine call on the progress thread; let a slot be
  * reused while UCX or a copy may still use it; report CKS_OK for an object

@@ -666,11 +666,11 @@ void cks_sv_cluster_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, int
         cks_sv_reply_status(conn, req_id, status, "bad job name or key");
         return;
     }
-    if ((parts /* its bytes come in PUT_PARTs (parts.c) */ ? data != NULL : (data == NULL ? 0 : data->length) != m->size) ||
+    if ((parts ? data != NULL : (data == NULL ? 0 : data->length) != m->size) ||
         m->kind > CKS_KIND_OTHER) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_BAD_MESSAGE,
-                            "put announces %llu bytes of kind %u",
-                            (unsigned long long)m->size, m->kind);
+                            "put announces %llu bytes of kind %u", (unsigned long long)m->size,
+                            m->kind);
         return;
     }
     if (m->k < 1 || m->k > CKS_EC_MAX_K || m->m < 1 || m->m > CKS_EC_MAX_M ||
