@@ -53,7 +53,15 @@ struct cks_stage_job {
                                slices, in order (a standalone server then sends
                                each slice unchecked: CKS_WIRE_F_CHECKED) */
     uint64_t buffer_size;
-    unsigned reads;         /* range gets in flight */
+    unsigned reads;         /* range gets in flight (of its whole batch) */
+    /* a get in a batch (stage_get.c): the gets queued one behind the other
+     * share the ring as one stream of slices */
+    int statted;            /* its size is known (cks_object_stat) */
+    int issuing_done;       /* no more of its slices will be read */
+    int finished;           /* its outcome is settled */
+    int cb_done;            /* its callback ran (the first get of a batch) */
+    uint64_t issued, freed_n; /* its slices read (or being read), and freed */
+    uint64_t crc, crc_want; /* the CRC over its slices so far; the object's */
     /* both */
     uint64_t nslices;
     uint64_t base;          /* its slice i is in slot (base + i) % nslots */
@@ -101,6 +109,7 @@ struct cks_stage {
     cks_stage_job_t *slot_job[CKS_STAGE_SLICES_MAX]; /* of which job */
     uint64_t ring_pos;      /* where the next job starts in the ring */
     cks_status_t slot_status[CKS_STAGE_SLICES_MAX];
+    int slot_copied[CKS_STAGE_SLICES_MAX]; /* get: its copy (and CRC) started */
     cks_slot_read_t reads[CKS_STAGE_SLICES_MAX];
     cks_slot_crc_t crcs[CKS_STAGE_SLICES_MAX];
     cks_workq_t *crcq;      /* the CRC threads of staged gets (NULL: CRCs

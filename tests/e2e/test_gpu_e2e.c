@@ -419,6 +419,119 @@ Test(stage_cluster, small_objects_in_flight_together, .init = setup_cluster,
     small_objects();
 }
 
+/* Gets queued one behind the other go through the ring as one stream (a
+ * batch): N non-blocking gets at once - objects of every size around the
+ * ring, an empty one, a byte range, a key that does not exist - each end
+ * with its own outcome, and the bytes are exact. Then the same with the
+ * client's 5th copy failing (CKS_STAGE_FAIL_SLICE): exactly one get fails,
+ * with the copy's error, and every other one is exact. */
+static void gets_in_a_batch(void)
+{
+    uint64_t seed = cks_test_seed(0xba7c);
+    enum { N = 10 };
+    static const uint64_t size[N] = {0,           1,      SLICE - 1,     SLICE,
+                                     SLICE + 1,   SLICES * SLICE,        SLICES * SLICE + 5,
+                                     5 * SLICE + 9, 64 * KiB + 3,        3 * SLICE};
+    uint8_t *src[N], *dst[N];
+    uint64_t len[N];
+    char key[N][16];
+    trace_t t = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    trace_arg_t args[N];
+    cks_client_h c;
+    cks_restore_h r;
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    stage_env(NULL);
+    c = connect_staged(SLICE, SLICES);
+    cks_test_begin(c, "batch", 1);
+    for (int i = 0; i < N; i++) {
+        src[i] = malloc(size[i] + 1);
+        dst[i] = malloc(size[i] + 1);
+        cks_test_fill(src[i], size[i], seed + (uint64_t)i);
+        snprintf(key[i], sizeof(key[i]), "b%d", i);
+        if (i != N - 1) { /* the last is never put: NO_SUCH_KEY */
+            cr_assert_eq(put_dev(c, "batch", 1, key[i], src[i], size[i], CKS_MEM_CUDA), CKS_OK);
+        }
+    }
+    cr_assert_eq(cks_version_seal(c, "batch", 1), CKS_OK);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) { /* a client whose 5th copy fails */
+            cks_client_destroy(c);
+            stage_env("4");
+            c = connect_staged(SLICE, SLICES);
+        }
+        cr_assert_eq(cks_restore_open(c, "batch", 1, &r), CKS_OK);
+        memset(&t, 0, sizeof(t));
+        pthread_mutex_init(&t.lock, NULL);
+        pthread_cond_init(&t.cond, NULL);
+        for (int i = 0; i < N; i++) {
+            cks_get_params_t g = cks_test_get_params(key[i], dst[i], size[i] + 1);
+            g.field_mask       = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_FLAGS;
+            g.mem_type         = CKS_MEM_CUDA;
+            g.flags            = CKS_GET_VERIFY;
+            if (i == 7) { /* a byte range across slices */
+                g.field_mask |= CKS_GET_FIELD_RANGE;
+                g.offset = SLICE / 2;
+                g.length = 3 * SLICE + 1;
+            }
+            memset(dst[i], 0xee, size[i] + 1);
+            len[i]      = UINT64_MAX;
+            args[i].t  = &t;
+            args[i].id = i;
+            cr_assert_eq(cks_get_nb(r, &g, &len[i], done_cb, &args[i]), CKS_INPROGRESS);
+        }
+        pthread_mutex_lock(&t.lock);
+        for (int waits = 0; t.done < N && waits < 120; waits++) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&t.cond, &t.lock, &ts);
+        }
+        pthread_mutex_unlock(&t.lock);
+        cr_assert_eq(t.done, N, "gets done: %d of %d", t.done, N);
+        cks_status_t st[N];
+        for (int e = 0; e < t.n; e++) {
+            st[t.events[e] - 100] = t.status[e];
+        }
+        int failed = 0;
+        for (int i = 0; i < N; i++) {
+            if (i == N - 1) {
+                cr_assert_eq(st[i], CKS_ERR_NO_SUCH_KEY, "get %d: %s", i, cks_status_name(st[i]));
+                continue;
+            }
+            if (round == 1 && st[i] == CKS_ERR_INTERNAL) {
+                failed++; /* the injected copy failure */
+                continue;
+            }
+            cr_assert_eq(st[i], CKS_OK, "round %d, get %d: %s", round, i, cks_status_name(st[i]));
+            uint64_t off = i == 7 ? SLICE / 2 : 0, want = i == 7 ? 3 * SLICE + 1 : size[i];
+            cr_assert_eq(len[i], want, "get %d: %llu bytes", i, (unsigned long long)len[i]);
+            cr_assert(memcmp(dst[i], src[i] + off, want) == 0, "round %d: bytes of get %d",
+                      round, i);
+            cr_assert_eq(dst[i][want], 0xee, "get %d wrote past its bytes", i);
+        }
+        cr_assert_eq(failed, round, "round %d: %d gets failed", round, failed);
+        cks_restore_close(r);
+    }
+    cks_client_destroy(c);
+    for (int i = 0; i < N; i++) {
+        free(src[i]);
+        free(dst[i]);
+    }
+}
+
+Test(stage_single, gets_queued_together_share_the_ring, .init = setup_single,
+     .fini = teardown_single, .timeout = 120)
+{
+    gets_in_a_batch();
+}
+
+Test(stage_cluster, gets_queued_together_share_the_ring, .init = setup_cluster,
+     .fini = teardown_cluster, .timeout = 180)
+{
+    gets_in_a_batch();
+}
+
 /* A client destroyed with staged puts queued and in flight (objects that fit
  * in the ring and larger ones): every callback runs exactly once, with
  * CKS_OK or CKS_ERR_CANCELED, and the destroy returns. */
