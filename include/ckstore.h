@@ -450,9 +450,9 @@ typedef struct {
  * copy error, a timeout) fails with that status, and the ring serves the
  * next object: an object that fits in the ring (stage_slice x stage_slices)
  * is copied whole before its request goes out, so the server never sees
- * it; a larger one is sent while it is copied, and UCX cannot take back
- * the part already sent, so its version is aborted (the server may hold
- * the object with the rest as zeros: it is never restored). The ring's
+ * it; a larger one is sent in parts while it is copied, and the server
+ * gives up the parts it took (the version stays open, without the object;
+ * cks_client_last_error() says "was not stored"). The ring's
  * memory is the library's; it is set up at the first device transfer,
  * which must come from an application thread, not from a completion
  * callback.
