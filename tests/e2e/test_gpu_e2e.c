@@ -19,6 +19,7 @@
 #include "cks_test.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,19 @@ static void trace_add(trace_t *t, int ev, cks_status_t st, int is_done)
     }
     t->done += is_done;
     pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Wait until n calls are done, at most `secs` seconds (t->done says how
+ * many are). */
+static void trace_wait(trace_t *t, int n, int secs)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += secs;
+    pthread_mutex_lock(&t->lock);
+    while (t->done < n && pthread_cond_timedwait(&t->cond, &t->lock, &dl) != ETIMEDOUT) {
+    }
     pthread_mutex_unlock(&t->lock);
 }
 
@@ -296,14 +310,7 @@ static void order_overlap(void)
         p.copied_arg = &args[i];
         cr_assert_eq(cks_put_nb(c, &p, done_cb, &args[i]), CKS_INPROGRESS);
     }
-    pthread_mutex_lock(&t.lock);
-    for (int waits = 0; t.done < N && waits < 120; waits++) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&t.cond, &t.lock, &ts);
-    }
-    pthread_mutex_unlock(&t.lock);
+    trace_wait(&t, N, 120);
     cr_assert_eq(t.done, N, "puts done: %d of %d", t.done, N);
     cr_assert_eq(t.n, 2 * N);
     for (int i = 0; i < N; i++) {
@@ -367,14 +374,7 @@ static void small_objects(void)
         p.copied_arg = &args[i];
         cr_assert_eq(cks_put_nb(c, &p, done_cb, &args[i]), CKS_INPROGRESS);
     }
-    pthread_mutex_lock(&t.lock);
-    for (int waits = 0; t.done < N && waits < 120; waits++) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&t.cond, &t.lock, &ts);
-    }
-    pthread_mutex_unlock(&t.lock);
+    trace_wait(&t, N, 120);
     cr_assert_eq(t.done, N, "puts done: %d of %d", t.done, N);
     cr_assert_eq(t.n, 2 * N);
     int next_copied = 0, copied_seen[N] = {0};
@@ -480,14 +480,7 @@ static void gets_in_a_batch(void)
             args[i].id = i;
             cr_assert_eq(cks_get_nb(r, &g, &len[i], done_cb, &args[i]), CKS_INPROGRESS);
         }
-        pthread_mutex_lock(&t.lock);
-        for (int waits = 0; t.done < N && waits < 120; waits++) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&t.cond, &t.lock, &ts);
-        }
-        pthread_mutex_unlock(&t.lock);
+        trace_wait(&t, N, 120);
         cr_assert_eq(t.done, N, "gets done: %d of %d", t.done, N);
         cks_status_t st[N];
         for (int e = 0; e < t.n; e++) {
@@ -875,14 +868,7 @@ static void host_staged(void)
         bytes += sizes[i];
         puts += sizes[i] > 0;
     }
-    pthread_mutex_lock(&t.lock);
-    for (int w = 0; w < 600 && t.done < (int)NSIZES; w++) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&t.cond, &t.lock, &ts);
-    }
-    pthread_mutex_unlock(&t.lock);
+    trace_wait(&t, (int)NSIZES, 600);
     cr_assert_eq(t.done, (int)NSIZES, "%d of %zu puts completed", t.done, NSIZES);
     for (size_t i = 0; i < NSIZES; i++) { /* COPIED, then done, each once */
         int copied_at = -1, done_at = -1;
