@@ -79,18 +79,11 @@ static uint64_t usage(cks_client_h c)
     return used;
 }
 
-/* Wait (at most 30 s, polling every 100 ms: the servers free space after
- * answering) until the arena use of all servers is `want`; returns the last
- * value seen. */
+/* Wait (at most 30 s) until the arena use of all servers is `want`; the
+ * last value seen. */
 static uint64_t usage_settles_at(cks_client_h c, uint64_t want)
 {
-    uint64_t used = usage(c);
-    for (int i = 0; i < 300 && used != want; i++) {
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        used = usage(c);
-    }
-    return used;
+    return cks_test_usage_settles_at(c, want, 30000);
 }
 
 static void begin(cks_client_h c, const char *job, uint64_t v, uint32_t nranks)

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
@@ -138,16 +137,10 @@ static uint64_t arena_used(void)
     return used;
 }
 
-/* Poll (every 50 ms, at most 10 s) until the arena use is `want`. */
+/* At most 10 s until the arena use is `want`; the last value seen. */
 static uint64_t arena_settles_at(uint64_t want)
 {
-    uint64_t used = arena_used();
-    for (int i = 0; i < 200 && used != want; i++) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        used = arena_used();
-    }
-    return used;
+    return cks_test_usage_settles_at(cl, want, 10000);
 }
 
 /* Seal ("parts", 1) and check that `key` restores as want[0, size), and

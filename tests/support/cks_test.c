@@ -856,6 +856,21 @@ cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
     return st;
 }
 
+uint64_t cks_test_usage_settles_at(cks_client_h c, uint64_t want, int ms)
+{
+    uint64_t until = cks_time_ns() + (uint64_t)ms * 1000000ull, used = UINT64_MAX;
+    for (;;) {
+        if (cks_cluster_usage(c, &used, NULL) != CKS_OK) {
+            used = UINT64_MAX;
+        }
+        if (used == want || cks_time_ns() >= until) {
+            return used;
+        }
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int cks_test_client_quiet(cks_client_h c, int ms)
 {
     uint64_t t0 = cks_time_ns();

@@ -118,6 +118,11 @@ cks_status_t cks_test_connect_cluster(const char *map, unsigned k, unsigned m,
 /** Wait (at most `ms`) until client c has no request in flight: 0, or -1
  *  when some were still in flight at the end. */
 int cks_test_client_quiet(cks_client_h c, int ms);
+/** Poll (every 50 ms, at most `ms`) the arena use of the servers of client
+ *  c (cks_cluster_usage()) until it is `want`: a server frees space after it
+ *  answers, in another process, so there is no event to wait on. Returns
+ *  the last value seen (UINT64_MAX when no server answered). */
+uint64_t cks_test_usage_settles_at(cks_client_h c, uint64_t want, int ms);
 
 /** A client of the cluster in map file `map` (RS(4, 2), 64 KiB chunks) that
  *  authenticates with the cluster secret in file `secret`. */
