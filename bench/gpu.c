@@ -101,12 +101,15 @@ static cks_status_t gpu_wait_all(gpu_wait_t *w)
     return st;
 }
 
-/* Object i of n of a snapshot of `size` bytes: its offset and length. */
-static void gpu_part(uint64_t size, unsigned n, unsigned i, uint64_t *off_p, uint64_t *len_p)
+/* Object i of n of a snapshot of `size` bytes: its key (32 bytes), offset
+ * and length. */
+static void gpu_part(uint64_t size, unsigned n, unsigned i, char *key, uint64_t *off_p,
+                     uint64_t *len_p)
 {
     uint64_t each = size / n;
-    *off_p        = each * i;
-    *len_p        = i + 1 < n ? each : size - each * (n - 1);
+    snprintf(key, 32, "snapshot-%u", i);
+    *off_p = each * i;
+    *len_p = i + 1 < n ? each : size - each * (n - 1);
 }
 
 static double gbs(uint64_t bytes, double s)
@@ -154,8 +157,7 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned nobj, unsigned re
             cks_put_params_t p = {0};
             uint64_t off, len;
             char key[32];
-            gpu_part(size, nobj, i, &off, &len);
-            snprintf(key, sizeof(key), "snapshot-%u", i);
+            gpu_part(size, nobj, i, key, &off, &len);
             p.field_mask = CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED;
             p.job        = vp.job;
             p.version    = vp.version;
@@ -197,8 +199,7 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned nobj, unsigned re
             cks_get_params_t g = {0};
             uint64_t off, len;
             char key[32];
-            gpu_part(size, nobj, i, &off, &len);
-            snprintf(key, sizeof(key), "snapshot-%u", i);
+            gpu_part(size, nobj, i, key, &off, &len);
             g.field_mask  = CKS_GET_FIELD_MEM_TYPE;
             g.key         = key;
             g.buffer      = (uint8_t *)dev + off;
@@ -212,7 +213,8 @@ static int gpu_measure(cks_client_h c, uint64_t size, unsigned nobj, unsigned re
         (void)cks_version_delete(c, vp.job, vp.version);
         for (unsigned i = 0; st == CKS_OK && i < nobj; i++) {
             uint64_t off, len;
-            gpu_part(size, nobj, i, &off, &len);
+            char key[32];
+            gpu_part(size, nobj, i, key, &off, &len);
             st = lens[i] == len ? CKS_OK : CKS_ERR_INTERNAL;
         }
         free(lens);
