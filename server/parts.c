@@ -207,6 +207,9 @@ void cks_sv_put_part(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
 
 int cks_sv_parts_sweep(cks_server_h s)
 {
+    if (s->parts == NULL) {
+        return -1; /* the server's loop calls it every turn */
+    }
     uint64_t now = cks_time_ns(), next = UINT64_MAX;
     cks_sv_parts_t *p = s->parts;
     while (p != NULL) {
@@ -228,8 +231,8 @@ int cks_sv_parts_sweep(cks_server_h s)
         }
         p = following;
     }
-    if (next == UINT64_MAX) {
-        return s->parts != NULL ? 1000 : -1; /* a part in flight: look again */
+    if (next == UINT64_MAX) { /* none left, or parts in flight: look again */
+        return s->parts != NULL ? 1000 : -1;
     }
     uint64_t ms = (next - now + 999999u) / 1000000u;
     return ms > 1000 ? 1000 : (int)ms; /* a failed connection is seen within 1 s */
