@@ -11,6 +11,9 @@
 #include "client_int.h"
 
 #include <stdlib.h>
+#include <unistd.h>
+
+#define CKS_HUGE_PAGE (2u << 20)
 
 /* Tell every server that is up of a new region, and wait (bounded by the
  * client's timeout) until those on this host have mapped and faulted it in:
@@ -57,6 +60,24 @@ void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m)
     }
 }
 
+/* Say once per client, at info level, that a region of at least a huge
+ * page got base pages: every server on this host then faults in (and the
+ * hypervisor may trap) each 4 KiB of it. UCX takes huge pages where the host
+ * has some reserved (scripts/hugepages). */
+static void cks_cl_mem_pages_say(cks_client_h c, const cks_cl_mem_t *m)
+{
+    long base = sysconf(_SC_PAGESIZE);
+    cks_debug("cks_mem_alloc: %zu bytes at %p in pages of %zu bytes", m->len, m->base,
+              m->page);
+    if (m->len < CKS_HUGE_PAGE || m->page == 0 || m->page > (size_t)base ||
+        __atomic_exchange_n(&c->small_pages_said, 1, __ATOMIC_RELAXED)) {
+        return;
+    }
+    cks_info("cks_mem_alloc: %zu bytes in %ld-byte pages (no huge pages were free on this "
+             "host); servers on this host map them page by page",
+             m->len, base);
+}
+
 cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p)
 {
     cks_cl_mem_t *m;
@@ -74,7 +95,9 @@ cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p)
         free(m);
         return status;
     }
-    m->len = size;
+    m->len  = size;
+    m->page = cks_tp_mem_page_size(m->mem);
+    cks_cl_mem_pages_say(c, m);
     pthread_mutex_lock(&c->lock);
     m->next = c->mems;
     c->mems = m;

@@ -566,5 +566,11 @@ cks_status_t cks_client_stats(cks_client_h c, cks_client_stats_t *stats_p)
     }
     cks_cl_stage_stats(c, stats_p);
     stats_p->requests_in_flight = __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&c->lock);
+    for (const cks_cl_mem_t *m = c->mems; m != NULL; m = m->next) {
+        stats_p->registered_bytes += m->len;
+        stats_p->registered_huge_bytes += m->page > (size_t)sysconf(_SC_PAGESIZE) ? m->len : 0;
+    }
+    pthread_mutex_unlock(&c->lock);
     return CKS_OK;
 }

@@ -145,6 +145,13 @@ typedef struct {
                                       and the client's own (connection
                                       handshakes, the MEM_MAPs that announce
                                       its memory) */
+    uint64_t registered_bytes;      /**< bytes of cks_mem_alloc() memory held now
+                                         (the staging ring's included) */
+    uint64_t registered_huge_bytes; /**< of those, bytes in huge pages: UCX takes
+                                         them where the host has some reserved
+                                         (scripts/hugepages); servers on this
+                                         host then map the memory a huge page
+                                         at a time, not 4 KiB at a time */
 } cks_client_stats_t;
 
 /** Fill *stats_p. CKS_ERR_INVALID_PARAM on NULL arguments. */

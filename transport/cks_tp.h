@@ -1045,6 +1045,9 @@ cks_status_t cks_tp_mem_alloc(cks_tp_worker_h worker, size_t len, cks_tp_mem_h *
                               void **addr_p);
 /** Does mem (from cks_tp_mem_alloc()) hold [addr, addr + len)? */
 int cks_tp_mem_holds(cks_tp_mem_h mem, const void *addr, size_t len);
+/** The page size the kernel backs mem with (4096, or 2 MiB where UCX got
+ *  huge pages for it); 0 when it cannot be told. Any thread. */
+size_t cks_tp_mem_page_size(cks_tp_mem_h mem);
 /** Write the descriptor of [addr, addr + len) of mem into buf (at least
  *  CKS_TP_RMA_DESC_MAX bytes); *len_p gets its length. */
 cks_status_t cks_tp_mem_describe(cks_tp_mem_h mem, const void *addr, size_t len, void *buf,

@@ -117,6 +117,31 @@ int cks_tp_mem_holds(cks_tp_mem_h m, const void *addr, size_t len)
     return m->allocated && a >= b && a - b <= n && len <= n - (a - b);
 }
 
+size_t cks_tp_mem_page_size(cks_tp_mem_h m)
+{
+    /* the kernel's page size of the mapping that holds the region's header,
+     * from /proc/self/smaps (a range line, then its fields) */
+    FILE *f        = fopen("/proc/self/smaps", "r");
+    uintptr_t base = m != NULL ? (uintptr_t)m->base : 0;
+    char line[256];
+    int in_region = 0;
+    size_t kb     = 0;
+
+    if (f == NULL) {
+        return 0;
+    }
+    while (kb == 0 && fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi, v;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* no field's name parses so */
+            in_region = base >= lo && base < hi;
+        } else if (in_region && sscanf(line, "KernelPageSize: %lu kB", &v) == 1) {
+            kb = v;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
 cks_status_t cks_tp_mem_describe(cks_tp_mem_h m, const void *addr, size_t len, void *buf,
                                  size_t buf_len, size_t *len_p)
 {
