@@ -181,6 +181,8 @@ int cl_workers_run_at(cl_ctx_t *x, unsigned base, const cl_cmd_t *proto, cl_res_
             fprintf(stderr, "ckstore-bench: %s\n", res[w].err);
             rc = -1;
         }
+        x->alloc_bytes += res[w].alloc_bytes;
+        x->alloc_huge_bytes += res[w].alloc_huge_bytes;
         if (res[w].alloc_bytes > 0 && x->nallocs < CL_MAX_ALLOCS) {
             x->alloc_s_gib[x->nallocs++] =
                 res[w].alloc_s / ((double)res[w].alloc_bytes / (1u << 30));

@@ -89,7 +89,7 @@ typedef struct {
     unsigned encoders;
     uint64_t arena; /* per server; 0: computed */
     int arena_given;
-    const char *repair_rate; /* --repair-rate for the servers; NULL: their default */
+    const char *repair_rate;  /* --repair-rate for the servers; NULL: their default */
     const char *copy_threads; /* --copy-threads for the servers; NULL: their default */
     const char *coding_nice;  /* --coding-nice for the servers; NULL: their default */
     int stage_host; /* --stage-host: writers' puts staged through a ring that holds
@@ -196,6 +196,7 @@ typedef struct {
     double cpu_s;    /* this client process's CPU seconds in the timed part */
     double alloc_s;  /* preparation: seconds in cks_mem_alloc() of alloc_bytes */
     uint64_t alloc_bytes;
+    uint64_t alloc_huge_bytes; /* of those, bytes in huge pages (cks_client_stats()) */
     char err[256];
 } cl_res_t;
 
@@ -278,13 +279,15 @@ typedef struct {
  * the later ones. The snapshots need no run of their own (the main figures'
  * first entry is the first snapshot after start); the fresh restore is one
  * more restore per repetition, after the warm one, by fresh clients. The
- * reference for cks_mem_alloc() is the first touch of as many 4 KiB pages of
- * anonymous memory by one thread, measured next to it. */
+ * reference for cks_mem_alloc() is the first touch of as many pages of
+ * anonymous memory by one thread, measured next to it: 4 KiB pages, or 2 MiB
+ * ones where the clients' memory got huge pages (scripts/hugepages). */
 typedef struct {
     double fresh_s[CL_MAX_REPS]; /* restore by fresh clients into fresh buffers */
     double fresh_alloc_ms_gib[CL_MAX_REPS * CL_MAX_CLIENTS]; /* their cks_mem_alloc() */
-    double touch_ms_gib[CL_MAX_REPS]; /* first touch of 4 KiB pages, one thread */
+    double touch_ms_gib[CL_MAX_REPS]; /* first touch of those pages, one thread */
     unsigned nfresh, nfresh_alloc, ntouch;
+    int touch_huge; /* the last touch was of 2 MiB pages */
     /* the main figures' per-snapshot and healthy-restore seconds in the
      * order they were measured (the main report sorts those in place) */
     double stored[CL_MAX_SNAPS], prot[CL_MAX_SNAPS], stall[CL_MAX_SNAPS];
@@ -374,6 +377,7 @@ typedef struct cl_ctx {
     int peer_tried[BENCH_NPEERS];
     double alloc_s_gib[CL_MAX_ALLOCS];
     unsigned nallocs;
+    uint64_t alloc_bytes, alloc_huge_bytes; /* all preparations': bytes, in huge pages */
     /* the servers' CPU seconds when the last cl_workers_run() said GO: the
      * workers' preparation (connects, cks_mem_alloc()) is not the phase's */
     double cpu_go;

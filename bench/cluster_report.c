@@ -161,8 +161,10 @@ void cl_print_main(cl_ctx_t *x, bench_report_t *rep)
                "servers on "
                "this host map each buffer before it returns, and fault it in "
                "afterwards): median "
-               "%.0f ms per GiB over %u preparations\n",
-               cl_median(x->alloc_s_gib, x->nallocs) * 1e3, x->nallocs);
+               "%.0f ms per GiB over %u preparations; %.0f of %.0f MiB in huge pages\n",
+               cl_median(x->alloc_s_gib, x->nallocs) * 1e3, x->nallocs,
+               (double)x->alloc_huge_bytes / (1u << 20),
+               (double)x->alloc_bytes / (1u << 20));
     }
 
     /* what the seal costs after STORED: encode + CRC + chunk sends + commit on
@@ -370,8 +372,9 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
     for (unsigned i = 0; i < 2 * (x->fig.ndown + 2); i++) {
         int cli = i % 2, snap = i < 2;
         unsigned d = snap ? 0 : i / 2 - 1;
-        const double *v = snap ? (cli ? x->fig.cli_cpu_snap : x->fig.srv_cpu_snap)
-                               : (cli ? x->fig.cli_cpu_restore[d] : x->fig.srv_cpu_restore[d]);
+        const double *v =
+            snap ? (cli ? x->fig.cli_cpu_snap : x->fig.srv_cpu_snap)
+                 : (cli ? x->fig.cli_cpu_restore[d] : x->fig.srv_cpu_restore[d]);
         unsigned n = snap ? x->fig.ncpu_snap : x->fig.ncpu_restore[d];
         char what[80], down[24] = "";
         if (n == 0) {
@@ -388,7 +391,8 @@ void cl_print_figures(cl_ctx_t *x, bench_report_t *rep)
         r = bench_report_add(rep);
         cl_rec_common(x, r, cli ? "client_cpu_per_gb" : "server_cpu_per_gb");
         bench_rec_kv(r, KS("phase", snap ? "snapshot" : "restore"), KU("servers_down", d),
-                     KU("servers", x->nmap), KU("clients", snap ? x->o.clients : x->o.readers),
+                     KU("servers", x->nmap),
+                     KU("clients", snap ? x->o.clients : x->o.readers),
                      KF("s_per_gb", md), KF("min_s_per_gb", mn), KF("max_s_per_gb", mx),
                      KU("reps", n));
     }
@@ -537,7 +541,8 @@ void cl_cw_print(cl_ctx_t *x, bench_report_t *rep)
     if (x->cw.nfresh_alloc > 0 && x->cw.ntouch > 0) {
         double a = cl_cw_median_from(x->cw.fresh_alloc_ms_gib, 0, x->cw.nfresh_alloc);
         double t = cl_cw_median_from(x->cw.touch_ms_gib, 0, x->cw.ntouch);
-        snprintf(ref, sizeof(ref), "first touch, 4 KiB pages");
+        snprintf(ref, sizeof(ref), "first touch, %s pages",
+                 x->cw.touch_huge ? "2 MiB" : "4 KiB");
         cl_say(x, "%-46s %8.0f %8s %6s %6s  %-32s %8.0f %6.2f <= 1.0 %s\n",
                "cks_mem_alloc() of a fresh client, ms/GiB", a, "", "", "", ref, t, a / t,
                a / t <= 1.0 ? "met" : "MISSED");
@@ -547,7 +552,9 @@ void cl_cw_print(cl_ctx_t *x, bench_report_t *rep)
             bench_rec_kv(r, KS("phase", "cks_mem_alloc() of a fresh client, ms/GiB"),
                          KS("unit", "ms/GiB"), KF("cold", a), KS("ref", ref),
                          KF("ref_value", t), KF("ref_ratio", a / t),
-                         KF("ref_target", 1.0), KU("servers", x->nmap));
+                         KF("ref_target", 1.0), KU("servers", x->nmap),
+                         KU("alloc_bytes", x->alloc_bytes),
+                         KU("alloc_huge_bytes", x->alloc_huge_bytes));
         }
     }
 }

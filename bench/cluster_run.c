@@ -317,17 +317,27 @@ static void cl_cw_keep(cl_ctx_t *x)
     memcpy(x->cw.restore, x->fig.restore[0], sizeof(x->cw.restore));
 }
 
-/* ms per GiB to fault in `len` bytes of fresh anonymous 4 KiB pages by
- * writing them (NAN: no memory) */
-static double cl_cw_touch_ms_gib(uint64_t len)
+/* ms per GiB to fault in `len` bytes of fresh anonymous pages by writing
+ * them: 2 MiB pages when *huge (where the host gives none, 4 KiB ones, and
+ * *huge is cleared), else 4 KiB ones: the pages cks_mem_alloc() got (NAN: no
+ * memory) */
+static double cl_cw_touch_ms_gib(uint64_t len, int *huge)
 {
-    uint8_t *p =
-        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+    uint8_t *p = MAP_FAILED;
     double t0, t1;
-    if (p == MAP_FAILED) {
-        return NAN;
+    if (*huge) {
+        len = CKS_ALIGN_UP(len, 2u << 20);
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, flags | MAP_HUGETLB, -1, 0);
+        *huge = p != MAP_FAILED;
     }
-    madvise(p, len, MADV_NOHUGEPAGE); /* the pages cks_mem_alloc() gets here: 4 KiB */
+    if (p == MAP_FAILED) {
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (p == MAP_FAILED) {
+            return NAN;
+        }
+        madvise(p, len, MADV_NOHUGEPAGE);
+    }
     t0 = bench_now();
     memset(p, 1, len);
     t1 = bench_now();
@@ -339,7 +349,7 @@ static int cl_cw_restore_fresh(cl_ctx_t *x, const char *job, uint64_t version)
 {
     cl_res_t res[CL_MAX_CLIENTS];
     cl_cmd_t cmd;
-    uint64_t bytes, touch = 0;
+    uint64_t bytes, touch = 0, small = 0; /* small: bytes in 4 KiB pages */
     double secs;
 
     memset(&cmd, 0, sizeof(cmd));
@@ -376,10 +386,12 @@ static int cl_cw_restore_fresh(cl_ctx_t *x, const char *job, uint64_t version)
             x->cw.fresh_alloc_ms_gib[x->cw.nfresh_alloc++] =
                 res[w].alloc_s * 1e3 / ((double)res[w].alloc_bytes / (1u << 30));
             touch = res[w].alloc_bytes > touch ? res[w].alloc_bytes : touch;
+            small += res[w].alloc_bytes - res[w].alloc_huge_bytes;
         }
     }
     if (touch > 0 && x->cw.ntouch < CL_MAX_REPS) {
-        double ms = cl_cw_touch_ms_gib(touch);
+        x->cw.touch_huge = small == 0; /* every fresh client's memory in huge pages */
+        double ms = cl_cw_touch_ms_gib(touch, &x->cw.touch_huge);
         if (isfinite(ms)) {
             x->cw.touch_ms_gib[x->cw.ntouch++] = ms;
         }

@@ -346,9 +346,13 @@ static int cl_w_alloc_main(cl_worker_t *wk, const cl_cmd_t *cmd, cl_res_t *res)
                      wk->index);
             return -1;
         }
+        cks_client_stats_t cs;
         res->alloc_s = wk->src.alloc_s + wk->dst.alloc_s;
         res->alloc_bytes =
             (wk->src.ptr ? wk->src.len : 0) + (wk->dst.ptr ? wk->dst.len : 0);
+        res->alloc_huge_bytes = cks_client_stats(wk->client, &cs) == CKS_OK
+                                    ? CKS_MIN(cs.registered_huge_bytes, res->alloc_bytes)
+                                    : 0;
     } else if ((wk->index < x->o.clients &&
                 bench_buf_alloc(BENCH_MEM_THP, x->mix.bytes, &wk->src, err,
                                 sizeof(err)) != 0) ||
@@ -361,8 +365,8 @@ static int cl_w_alloc_main(cl_worker_t *wk, const cl_cmd_t *cmd, cl_res_t *res)
     }
     if (wk->src.ptr != NULL) {
         for (unsigned o = 0; o < x->mix.n; o++) {
-            cks_pattern_fill((uint8_t *)wk->src.ptr + x->mix.obj[o].off, x->mix.obj[o].size,
-                       cl_obj_seed(wk->index, o));
+            cks_pattern_fill((uint8_t *)wk->src.ptr + x->mix.obj[o].off,
+                             x->mix.obj[o].size, cl_obj_seed(wk->index, o));
         }
     }
     return 0;
@@ -531,7 +535,7 @@ static void cl_w_pec_setup(cl_worker_t *wk, const cl_cmd_t *cmd, cl_res_t *res)
     }
     for (size_t i = 0; i < wk->npobj; i++) {
         cks_pattern_fill((uint8_t *)wk->psrc.ptr + wk->poff[i], wk->pobj[i].size,
-                   7919u * (wk->index + 1) + i);
+                         7919u * (wk->index + 1) + i);
     }
     res->bytes = total;
     res->objects = wk->npobj;
