@@ -231,8 +231,9 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         op->cand_notfound |= candidate;
     }
     /* A server that has not caught up with the others since it started
-     * answers lists and stats BUSY: another server answers instead. */
-    int busy = op->status == CKS_ERR_BUSY && c->map != NULL;
+     * answers lists and stats BUSY: another server answers instead (a
+     * client of that one server alone asks it again after a pause). */
+    int busy = op->status == CKS_ERR_BUSY;
     if (op->target == CKS_TARGET_ANY && candidate && (busy || cks_cl_retryable(op->status))) {
         op->cand_unsure = 1; /* a candidate that could not say: ask the others too */
     }

@@ -697,6 +697,37 @@ static void setup_hold(void)
 
 TestSuite(repair_race, .init = setup_hold, .fini = cks_test_suite_teardown, .timeout = 120);
 
+/* A client of one server (no map, as `ckstore --server ADDR versions`) asks
+ * it for a list while it catches up after its start (its first round holds
+ * its lists 4 s: fault catchup_hold). The server answers BUSY ("ask another
+ * server, or again"); a client with a map asks another, and one without
+ * must ask the same server again after a pause, within its timeout. Before,
+ * it returned CKS_ERR_BUSY at once: `ckstore versions` right after a
+ * cluster started failed in scripts/demo. */
+Test(repair_race, a_client_of_one_server_that_catches_up_is_answered_after_it)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cks_client_h one = NULL;
+    cks_version_info_t list[4];
+    size_t n = 0;
+    int more = 0;
+    cr_assert_eq(cks_test_connect(&cl.srv[HOLDER], 15000, &one), CKS_OK);
+    /* it has not compared a round yet: it is catching up now */
+    cr_assert_eq(cks_test_log_count(cl.srv[HOLDER].log, "comparing after the hold"), 0,
+                 "the holder caught up before the test asked it");
+    uint64_t t0     = now_ms();
+    cks_status_t st = cks_version_list(one, JOB, NULL, list, 4, &n, &more);
+    uint64_t ms     = now_ms() - t0;
+    fprintf(stderr, "list on the catching-up server: %s after %llu ms\n", cks_status_name(st),
+            (unsigned long long)ms);
+    cr_assert(st == CKS_ERR_NO_SUCH_JOB || (st == CKS_OK && n == 0),
+              "a list on a server that catches up: %s after %llu ms", cks_status_name(st),
+              (unsigned long long)ms);
+    cr_assert_geq(cks_test_log_count(cl.srv[HOLDER].log, "comparing after the hold"), 1,
+                  "answered before the server caught up");
+    cks_client_destroy(one);
+}
+
 /* A round of the holder's takes every server's list (the version's first
  * coordinator c0 among them), then waits 4 s (fault catchup_hold). Meanwhile
  * c0 is killed and the version is written: its next candidate coordinates
