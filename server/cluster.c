@@ -76,6 +76,8 @@ CKS_SV_HANDLER(cks_sv_h_sync_list,
 CKS_SV_HANDLER(cks_sv_h_repair_check,
                cks_rp_repair_check(s, conn, hdr->req_id, &b->m_REPAIR_CHECK))
 CKS_SV_HANDLER(cks_sv_h_repair_status, cks_rp_repair_status(s, conn, hdr->req_id))
+CKS_SV_HANDLER(cks_sv_h_repair_done,
+               cks_rp_repair_done(s, conn, hdr->req_id, &b->m_REPAIR_DONE))
 
 void cks_sv_handlers_cluster(cks_server_h s)
 {
@@ -96,6 +98,7 @@ void cks_sv_handlers_cluster(cks_server_h s)
     h[CKS_MSG_SYNC_LIST]      = cks_sv_h_sync_list;
     h[CKS_MSG_REPAIR_CHECK]   = cks_sv_h_repair_check;
     h[CKS_MSG_REPAIR_STATUS]  = cks_sv_h_repair_status;
+    h[CKS_MSG_REPAIR_DONE]    = cks_sv_h_repair_done;
 }
 
 /* ---- life cycle and progress ------------------------------------------------------ */

@@ -114,7 +114,8 @@ void cks_sv_handlers_standalone(cks_server_h s)
     static const unsigned cluster_only[] = {
         CKS_MSG_CHUNK_PUT,      CKS_MSG_CHUNK_GET,    CKS_MSG_OBJECT_DONE,
         CKS_MSG_VERSION_COMMIT, CKS_MSG_VERSION_DROP, CKS_MSG_VERSION_CLAIM,
-        CKS_MSG_SYNC_LIST,      CKS_MSG_REPAIR_CHECK, CKS_MSG_REPAIR_STATUS};
+        CKS_MSG_SYNC_LIST,      CKS_MSG_REPAIR_CHECK, CKS_MSG_REPAIR_STATUS,
+        CKS_MSG_REPAIR_DONE};
     cks_sv_handler_t *h = s->handlers;
 
     memset(s->handlers, 0, sizeof(s->handlers)); /* replies: not requests */

@@ -32,7 +32,7 @@ cks_status_t cks_rp_init(cks_server_h s)
     rp->start_ns  = cks_time_ns();
     rp->tokens_ns = rp->start_ns;
     rp->win_ns    = rp->start_ns;
-    rp->next_check_ns = rp->start_ns + CKS_RP_CHECK_EVERY_NS;
+    rp->next_check_ns = rp->start_ns + cks_rp_check_every();
     rp->peer      = (size_t)-1;
     rp->held_tail = &rp->held;
     s->rp         = rp;
@@ -102,6 +102,10 @@ int cks_rp_progress(cks_server_h s)
     }
     if (rp->inflight == 0 && rp->taski >= rp->ntasks) {
         cks_rp_pool_drain(rp); /* nothing to rebuild: the buffers go back */
+        if (rp->parked == NULL && rp->taken != rp->taken_told) {
+            rp->taken_told = rp->taken;
+            cks_rp_tell_done(s);
+        }
     }
     int parked = cks_rp_parked_wake(s);
     if (parked >= 0 && parked < timeout) {

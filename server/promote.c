@@ -1,7 +1,8 @@
 /*
  * DESIGN: the coordinator's side of repair: it checks its DEGRADED
  * versions with their members and records each PROTECTED once every chunk
- * is back. See repair.c for the whole design.
+ * is back: every 2 s, and at once when a member says that it has nothing
+ * left to rebuild (REPAIR_DONE). See repair.c for the whole design.
  *
  * Never: mark a version PROTECTED before every member has its chunks.
  */
@@ -11,6 +12,12 @@
 #include <string.h>
 
 /* ---- coordinator: DEGRADED to PROTECTED ---------------------------------------------- */
+
+uint64_t cks_rp_check_every(void)
+{
+    /* test builds, fault repair_check_rare: only REPAIR_DONE makes it sooner */
+    return cks_fault_fire("repair_check_rare") ? CKS_RP_CHECK_RARE_NS : CKS_RP_CHECK_EVERY_NS;
+}
 
 static void cks_rp_promoted_sent(void *arg, cks_status_t status, const char *msg)
 {
@@ -87,7 +94,7 @@ void cks_rp_check_versions(cks_server_h s)
     cks_rp_vers_t vs = {NULL, 0, 0, 1, s};
     cks_md_txn_h txn;
 
-    rp->next_check_ns = cks_time_ns() + CKS_RP_CHECK_EVERY_NS;
+    rp->next_check_ns = cks_time_ns() + cks_rp_check_every();
     if (cks_md_txn_begin(s->md, 0, &txn) != CKS_OK) {
         return;
     }
@@ -170,4 +177,35 @@ void cks_rp_repair_check(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
                         status == CKS_OK ? NULL : "%llu chunks of version %llu missing here (%s)",
                         (unsigned long long)n, (unsigned long long)m->version,
                         cks_status_string(status));
+}
+
+static void cks_rp_told(void *arg, cks_status_t status, const char *msg)
+{
+    (void)arg; /* one that misses it checks at its next tick */
+    (void)status;
+    (void)msg;
+}
+
+void cks_rp_tell_done(cks_server_h s)
+{
+    cks_msg_version_ref_t m = {cks_wire_cstr(NULL), 0}; /* no version: all of them */
+    cks_debug("repair: nothing left to rebuild here; telling the coordinators");
+    s->rp->next_check_ns = 0;
+    for (size_t pos = 0; !s->stop && pos < cks_cluster_nservers(s->map); pos++) {
+        cks_tp_conn_h conn = pos == s->self ? NULL : cks_sv_peer_conn(s, pos);
+        if (conn != NULL) {
+            (void)cks_tp_call(conn, CKS_MSG_REPAIR_DONE, 0, &m, NULL, 0, NULL, CKS_RP_CALL_MS,
+                              cks_rp_told, NULL);
+        }
+    }
+}
+
+void cks_rp_repair_done(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_version_ref_t *m)
+{
+    (void)m; /* every DEGRADED version this server coordinates is checked */
+    if (s->rp != NULL) {
+        s->rp->next_check_ns = 0; /* cks_rp_progress() checks (after a check running now) */
+    }
+    cks_sv_reply_status(conn, req_id, s->rp != NULL ? CKS_OK : CKS_ERR_UNSUPPORTED, NULL);
 }

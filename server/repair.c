@@ -728,6 +728,7 @@ void cks_rp_work_start(cks_server_h s)
             uint8_t key[CKS_JOB_MAX_LEN + CKS_KEY_MAX_LEN + 32];
             cks_hmap_del(rp->queued, key, cks_rp_ckey(key, t));
             rp->taski++;
+            rp->taken++;
             continue; /* another member rebuilt it and sent it */
         }
         if (cap != UINT64_MAX && rp->tokens < cost && rp->inflight > 0) {
@@ -738,6 +739,7 @@ void cks_rp_work_start(cks_server_h s)
         }
         rp->tokens -= cap != UINT64_MAX ? cost : 0;
         rp->taski++;
+        rp->taken++;
         cks_rp_work_t *w = calloc(1, sizeof(*w));
         if (w == NULL) {
             return;

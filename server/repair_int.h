@@ -34,6 +34,7 @@
 #define CKS_RP_SCAN_EVERY_NS  (60ull * 1000000000ull)
 #define CKS_RP_RESCAN_NS      (5ull * 1000000000ull) /* after tasks failed */
 #define CKS_RP_CHECK_EVERY_NS (2ull * 1000000000ull)
+#define CKS_RP_CHECK_RARE_NS  (60ull * 1000000000ull) /* fault repair_check_rare */
 #define CKS_RP_TASKS_MAX      65536u
 #define CKS_RP_INFLIGHT       4u
 /* A task whose stripe lacks chunks on other members that answer, and whose
@@ -211,6 +212,7 @@ struct cks_rp {
     uint64_t chunks_done, bytes_done, failed;
     uint64_t chunks_sent;   /* of chunks_done: rebuilt for another member */
     cks_rp_work_t *parked, *parked_tail; /* oldest first */
+    uint64_t taken, taken_told; /* tasks taken off the list; at the last REPAIR_DONE */
     uint64_t failed_at_scan; /* `failed` when the last scan ran */
     uint64_t win_ns, win_bytes, rate;
     uint64_t warned_ns;
@@ -287,5 +289,11 @@ void cks_rp_pool_drain(cks_rp_t *rp);
  * the parked tasks are dropped. */
 int cks_rp_parked_wake(cks_server_h s);
 void cks_rp_parked_drop(cks_rp_t *rp);
+/* promote.c: repair has nothing left here (tasks were taken since the last
+ * time): every other server is told (REPAIR_DONE) and this one, so that
+ * coordinators check their DEGRADED versions now, not at their next tick */
+void cks_rp_tell_done(cks_server_h s);
+/* promote.c: ns between a coordinator's checks of its DEGRADED versions */
+uint64_t cks_rp_check_every(void);
 
 #endif

@@ -667,6 +667,10 @@ void cks_rp_sync_list(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
 void cks_rp_repair_check(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
                          const cks_msg_version_ref_t *m);
 void cks_rp_repair_status(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id);
+/** promote.c: a member has nothing left to rebuild: check the DEGRADED
+ *  versions this server coordinates now. */
+void cks_rp_repair_done(struct cks_server *s, cks_tp_conn_h conn, uint64_t req_id,
+                        const cks_msg_version_ref_t *m);
 /** member.c: a chunk that another member rebuilt for this one was recorded
  *  here: this server's own task for it (parked, waiting for it) ends. */
 void cks_rp_taken(struct cks_server *s, const char *job, size_t job_len, uint64_t version,

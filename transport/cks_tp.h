@@ -579,6 +579,7 @@ typedef struct {
     _(REPAIR_CHECK,      42, cks_msg_version_ref_t,          "s>s", 0, 0, 0, NOJOB, AUTHED, STATUS_REPLY) \
     _(REPAIR_STATUS,     43, cks_msg_repair_status_t,        "c>s", 0, 0, 0, NOJOB, AUTHED, REPAIR_STATUS_REPLY) \
     _(REPAIR_STATUS_REPLY,44, cks_msg_repair_status_reply_t,  "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
+    _(REPAIR_DONE,       47, cks_msg_version_ref_t,          "s>s", 0, 0, 0, NOJOB, AUTHED, STATUS_REPLY) \
     _(STATS,             45, cks_msg_stats_t,                "c>s", 0, 0, 0, OPEN,  AUTHED, STATS_REPLY) \
     _(STATS_REPLY,       46, cks_msg_stats_reply_t,          "s>c", 0, 0, 0, OPEN,  PRE,    NONE) \
     _(FLUSH_CHUNKS,      60, cks_msg_flush_t,                "c>s", 0, 0, 0, JOB,   AUTHED, STATUS_REPLY) \
@@ -629,7 +630,7 @@ unsigned cks_msg_flags(unsigned type);
 unsigned cks_msg_reply(unsigned type);
 /** 1 for the messages only servers send each other (the "s>s" rows of the
  *  table: CHUNK_PUT, OBJECT_DONE, VERSION_COMMIT, VERSION_DROP, VERSION_CLAIM,
- *  SYNC_LIST, REPAIR_CHECK), else 0. */
+ *  SYNC_LIST, REPAIR_CHECK, REPAIR_DONE), else 0. */
 int cks_msg_server_only(unsigned type);
 
 /** Pack header and body into buf (at least CKS_WIRE_HDR_LEN + CKS_WIRE_MAX_BODY

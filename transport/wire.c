@@ -261,6 +261,7 @@ static const cks_wire_desc_t cks_wire_desc[CKS_MSG_LAST] = {
     [CKS_MSG_SYNC_LIST]          = FD_TABLE(fd_sync_list),
     [CKS_MSG_SYNC_REPLY]         = FD_TABLE(fd_sync_reply),
     [CKS_MSG_REPAIR_CHECK]       = FD_TABLE(fd_version_ref),
+    [CKS_MSG_REPAIR_DONE]        = FD_TABLE(fd_version_ref),
     [CKS_MSG_REPAIR_STATUS]      = FD_TABLE(fd_repair_status),
     [CKS_MSG_REPAIR_STATUS_REPLY] = FD_TABLE(fd_repair_status_reply),
     [CKS_MSG_STATS]              = FD_TABLE(fd_stats),

@@ -146,8 +146,8 @@ static cks_client_h fresh_start(void (*prep)(cks_client_h, size_t, uint64_t *, u
     return c;
 }
 
-/* Wait (bounded) until version v is PROTECTED with full redundancy. */
-static void wait_protected(cks_client_h c, uint64_t v)
+/* Wait (at most ms) until version v is PROTECTED with full redundancy. */
+static void wait_protected_within(cks_client_h c, uint64_t v, int ms)
 {
     uint64_t t0 = now_ms();
     cks_version_info_t vi;
@@ -158,18 +158,23 @@ static void wait_protected(cks_client_h c, uint64_t v)
             break;
         }
         usleep(200 * 1000);
-    } while (now_ms() - t0 < WAIT_MS);
+    } while (now_ms() - t0 < (uint64_t)ms);
     if (st != CKS_OK || vi.state != CKS_VSTATE_PROTECTED) {
         dump_logs();
     }
     cr_assert_eq(st, CKS_OK, "stat of version %llu: %s", (unsigned long long)v,
                  cks_status_name(st));
     cr_assert_eq(vi.state, CKS_VSTATE_PROTECTED, "version %llu still %s after %d ms",
-                 (unsigned long long)v, cks_vstate_string(vi.state), WAIT_MS);
+                 (unsigned long long)v, cks_vstate_string(vi.state), ms);
     cr_assert_eq(vi.redundancy, M);
     cr_assert_eq(vi.missing, 0);
     fprintf(stderr, "version %llu PROTECTED %llu ms after the server returned\n",
                 (unsigned long long)v, (unsigned long long)(now_ms() - t0));
+}
+
+static void wait_protected(cks_client_h c, uint64_t v)
+{
+    wait_protected_within(c, v, WAIT_MS);
 }
 
 /* Wait (bounded) until server i has caught up and has nothing left to
@@ -683,6 +688,40 @@ Test(repair, deleted_version_is_never_learned_back)
     cr_assert_eq(vi.version, v2);
     cr_assert_eq(cks_version_stat(c, JOB, v1, &vi), CKS_ERR_NO_SUCH_VERSION);
     verify_version(c, v2, "after the delete and the restarts");
+    cks_client_destroy(c);
+}
+
+/* ---- a member that has nothing left to rebuild says so ------------------------ */
+
+static void setup_rare_checks(void)
+{
+    cks_test_suite_start("repair_check_rare:always", CKS_TEST_ALL);
+}
+
+TestSuite(repair_done, .init = setup_rare_checks, .fini = cks_test_suite_teardown,
+          .timeout = 120);
+
+/* A coordinator checks its DEGRADED versions every 2 s (here, with fault
+ * repair_check_rare, every 60 s); a member that rebuilt what it missed
+ * tells every server (REPAIR_DONE), and the coordinator checks at once: the
+ * version is PROTECTED within seconds of the server's return, not at the
+ * next tick. Then two other servers are lost and it restores exactly. */
+Test(repair_done, a_version_is_protected_once_its_members_rebuilt_not_at_the_next_check)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    size_t x;
+    uint64_t v1, v2;
+    cks_client_h c = fresh_start(write_then_without, &x, &v1, &v2);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(c, JOB, v2, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v2,
+                 cks_vstate_string(vi.state));
+    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+    wait_protected_within(c, v2, 20000); /* the 60 s tick is not it */
+    cks_client_destroy(c);
+    kill_two_others(x, x + 2);
+    c = connect_cluster(20000);
+    verify_version(c, v2, "after repair, two others down");
     cks_client_destroy(c);
 }
 

@@ -273,6 +273,7 @@ static const wm_msg_t wm_msgs[CKS_MSG_LAST] = {
     [CKS_MSG_SYNC_LIST] = WM_MSG_(cks_msg_sync_list_t, wm_f_sync_list),
     [CKS_MSG_SYNC_REPLY] = WM_MSG_(cks_msg_sync_reply_t, wm_f_sync_reply),
     [CKS_MSG_REPAIR_CHECK] = WM_MSG_(cks_msg_version_ref_t, wm_f_version_ref),
+    [CKS_MSG_REPAIR_DONE] = WM_MSG_(cks_msg_version_ref_t, wm_f_version_ref),
     [CKS_MSG_REPAIR_STATUS] = WM_MSG_(cks_msg_repair_status_t, wm_f_repair_status),
     [CKS_MSG_REPAIR_STATUS_REPLY] =
         WM_MSG_(cks_msg_repair_status_reply_t, wm_f_repair_status_reply),
