@@ -12,7 +12,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -86,8 +91,9 @@ static uint8_t *cks_arena_map(int fd, uint64_t size)
 }
 
 /* After pre-faulting: did the arena get huge pages? (ShmemPmdMapped counts
- * this process's shared memory mapped with 2 MiB pages.) */
-static void cks_arena_report_pages(const char *path)
+ * this process's shared memory mapped with 2 MiB pages; an arena on
+ * hugetlbfs has nothing but huge pages.) */
+static void cks_arena_report_pages(const char *path, int hugetlbfs)
 {
     char line[128];
     unsigned long long kb = 0;
@@ -102,12 +108,46 @@ static void cks_arena_report_pages(const char *path)
     if (f != NULL) {
         fclose(f);
     }
-    if (found && kb == 0) {
+    if (hugetlbfs) {
+        cks_info("arena %s is on hugetlbfs: huge pages", path);
+    } else if (found && kb == 0) {
         cks_warn("arena %s uses 4 KiB pages; UCX copies are faster with huge pages: "
                  "mount its tmpfs with huge=advise (e.g. mount -o remount,huge=advise "
                  "/dev/shm) or put it on hugetlbfs",
                  path);
     }
+}
+
+/* An arena file on hugetlbfs: its size must be a whole number of the
+ * mount's pages, and its pages are taken now (fallocate), so that a pool too
+ * small is refused with the count of pages needed (the mapping would only
+ * fail with ENOMEM). 1 on hugetlbfs, 0 elsewhere, -1 (with *status_p) on
+ * error; a new file that got no pages is emptied again. */
+static int cks_arena_hugetlbfs(int fd, const char *path, uint64_t size, int is_new,
+                               cks_status_t *status_p)
+{
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0 || (unsigned long)fs.f_type != HUGETLBFS_MAGIC) {
+        return 0;
+    }
+    if (fs.f_bsize <= 0 || size % (uint64_t)fs.f_bsize != 0) {
+        cks_error("arena file %s is on hugetlbfs: its size (%llu) must be a multiple of "
+                  "the huge page size (%ld bytes)",
+                  path, (unsigned long long)size, (long)fs.f_bsize);
+        *status_p = CKS_ERR_INVALID_PARAM;
+    } else if (fallocate(fd, 0, 0, (off_t)size) != 0) {
+        int err = errno;
+        cks_error("arena file %s: %s: %llu huge pages needed (scripts/hugepages --pool "
+                  "sets them aside)",
+                  path, strerror(err), (unsigned long long)(size / (uint64_t)fs.f_bsize));
+        *status_p = err == ENOSPC ? CKS_ERR_NO_MEMORY : CKS_ERR_IO;
+    } else {
+        return 1;
+    }
+    if (is_new && ftruncate(fd, 0) != 0) {
+        cks_warn("arena file %s: cannot empty it again: %s", path, strerror(errno));
+    }
+    return -1;
 }
 
 cks_status_t cks_arena_open(const char *path, uint64_t size, cks_arena_t **arena_p)
@@ -116,7 +156,7 @@ cks_status_t cks_arena_open(const char *path, uint64_t size, cks_arena_t **arena
     cks_arena_hdr_t *hdr;
     struct stat st;
     cks_arena_t *a;
-    int fd;
+    int fd, hugetlbfs;
 
     if (size < 2 * CKS_ARENA_HDR_LEN || size % 4096 != 0) {
         cks_error("arena size %llu must be a multiple of 4096 and at least 8 KiB",
@@ -140,6 +180,10 @@ cks_status_t cks_arena_open(const char *path, uint64_t size, cks_arena_t **arena
         status = CKS_ERR_INVALID_PARAM;
         goto err_close;
     }
+    hugetlbfs = cks_arena_hugetlbfs(fd, path, size, a->is_new, &status);
+    if (hugetlbfs < 0) {
+        goto err_close;
+    }
     if (a->is_new && ftruncate(fd, (off_t)size) != 0) {
         cks_error("arena file %s: cannot size to %llu: %s", path,
                   (unsigned long long)size, strerror(errno));
@@ -154,7 +198,7 @@ cks_status_t cks_arena_open(const char *path, uint64_t size, cks_arena_t **arena
     fd = -1;
     madvise(a->base, size, MADV_HUGEPAGE); /* honoured where the tmpfs allows it */
     cks_arena_prefault(a->base, size);
-    cks_arena_report_pages(path);
+    cks_arena_report_pages(path, hugetlbfs);
     hdr = (cks_arena_hdr_t *)a->base;
     if (a->is_new) {
         hdr->magic = CKS_ARENA_MAGIC;

@@ -304,6 +304,16 @@ int cks_test_server_start(cks_test_server_t *s, uint64_t arena_size)
     return server_init(s, arena_size) == 0 ? spawn(s) : -1;
 }
 
+int cks_test_server_start_in(cks_test_server_t *s, uint64_t arena_size, const char *arena_dir)
+{
+    memset(s, 0, sizeof(*s));
+    if (server_init(s, arena_size) != 0) {
+        return -1;
+    }
+    snprintf(s->arena, sizeof(s->arena), "%s/%s.arena", arena_dir, s->dir + 5);
+    return spawn(s);
+}
+
 /* Ports of cluster maps: random, and outside the kernel's ephemeral range
  * (net.ipv4.ip_local_port_range), so that no outgoing connection on this
  * machine can take the port of a server while it is down (a restart must

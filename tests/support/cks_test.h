@@ -85,6 +85,8 @@ void cks_test_cluster_cleanup(cks_test_cluster_t *c);
 /** Start a server with a fresh temp dir; waits (bounded) until it serves.
  *  Returns 0 or -1 (with a message on stderr). */
 int cks_test_server_start(cks_test_server_t *s, uint64_t arena_size);
+/** The same with its arena file in arena_dir (a hugetlbfs mount, say). */
+int cks_test_server_start_in(cks_test_server_t *s, uint64_t arena_size, const char *arena_dir);
 /** Start again on the same arena file and data dir. A standalone server
  *  gets a new port. A cluster member listens on its port in the map (ports
  *  of maps lie outside the kernel's ephemeral range, so no connection can
