@@ -235,7 +235,7 @@ int cl_finish(const cl_ctx_t *x, bench_report_t *rep, int rc)
             cl_say(x, "\nresults written to %s\n", x->o.json);
         }
     }
-    if (cl_shm_leftovers() != 0) {
+    if (cl_shm_leftovers(x) != 0) {
         rc = 1;
     }
     bench_report_free(rep);

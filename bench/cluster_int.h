@@ -89,6 +89,7 @@ typedef struct {
     unsigned encoders;
     uint64_t arena; /* per server; 0: computed */
     int arena_given;
+    const char *arena_dir;    /* --arena-dir: the servers' arena files (/dev/shm) */
     const char *repair_rate;  /* --repair-rate for the servers; NULL: their default */
     const char *copy_threads; /* --copy-threads for the servers; NULL: their default */
     const char *coding_nice;  /* --coding-nice for the servers; NULL: their default */
@@ -148,7 +149,7 @@ typedef struct {
     uint16_t port;
     volatile pid_t pid;
     int out_fd; /* read end of its stdout */
-    char arena[128];
+    char arena[256];
     char ddir[160];
     char log[160];
     char netns_path[128]; /* --hosts: /run/netns/NAME of its namespace; "": ours */
@@ -425,7 +426,7 @@ void cl_server_kill(const cl_ctx_t *x, cl_server_t *s);
 void cl_server_wipe(const cl_server_t *s);
 void cl_servers_stop(cl_ctx_t *x);
 double cl_servers_cpu(const cl_ctx_t *x);
-unsigned cl_shm_leftovers(void);
+unsigned cl_shm_leftovers(const cl_ctx_t *x);
 
 /* ---- cluster_clients.c ------------------------------------------------------------- */
 

@@ -142,7 +142,9 @@ uint64_t cl_arena_size(const cl_ctx_t *x)
  * references in memory. Returns 0 when it fits. */
 int cl_check_memory(const cl_ctx_t *x)
 {
-    uint64_t avail = bench_mem_available(), shm = bench_shm_free();
+    /* arenas elsewhere than /dev/shm (hugetlbfs): the servers say what is short */
+    int in_shm = strcmp(x->o.arena_dir, "/dev/shm") == 0;
+    uint64_t avail = bench_mem_available(), shm = in_shm ? bench_shm_free() : 0;
     uint64_t arenas = x->o.local * x->o.arena;
     uint64_t clients = 0, refsz, rank_max = 0;
     if (!x->o.pec_only) {
@@ -161,11 +163,11 @@ int cl_check_memory(const cl_ctx_t *x)
     refsz = 4 * x->o.size + (x->o.no_raw ? 0 : 4 * x->o.size + (64ull << 20));
     uint64_t ram = arenas + clients + refsz;
     cl_say(x,
-           "memory: arenas %u x %.2f GiB = %.2f GiB in /dev/shm (%.1f GiB free there), "
+           "memory: arenas %u x %.2f GiB = %.2f GiB in %s (%.1f GiB free there), "
            "client "
            "buffers %.2f GiB, references %.2f GiB; MemAvailable %.1f GiB\n",
-           x->o.local, cl_gib(x->o.arena), cl_gib(arenas), cl_gib(shm), cl_gib(clients),
-           cl_gib(refsz), cl_gib(avail));
+           x->o.local, cl_gib(x->o.arena), cl_gib(arenas), x->o.arena_dir, cl_gib(shm),
+           cl_gib(clients), cl_gib(refsz), cl_gib(avail));
     if (arenas > (8ull << 30)) {
         fprintf(stderr, "ckstore-bench: NOTE: the arenas take more than 8 GiB\n");
     }

@@ -77,6 +77,8 @@ static void cl_usage(FILE *f)
         "  -W, --window N         puts / gets in flight per client (4)\n"
         "  -e, --encoders N       encoder threads per server (1)\n"
         "      --arena SIZE       arena per server (default: sized from the run)\n"
+        "      --arena-dir DIR    the servers' arena files (default /dev/shm; a\n"
+        "                         hugetlbfs mount puts them in huge pages)\n"
         "      --no-degraded      skip the degraded restores (and the repair after "
         "them)\n"
         "      --repair-rate SIZE the servers' repair pacing cap while clients move "
@@ -158,6 +160,7 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
         BOPT("window", 'W', UINT, &o->window, .lo = 1, .hi = 256),
         BOPT("encoders", 'e', UINT, &o->encoders, .lo = 1, .hi = 64),
         BOPT("arena", 0, SIZE, &o->arena, .aux = &o->arena_given),
+        BOPT("arena-dir", 0, STR, &o->arena_dir),
         BOPT("no-degraded", 0, FLAG, &o->no_degraded),
         BOPT("repair-rate", 0, STR, &o->repair_rate),   /* the server checks it */
         BOPT("copy-threads", 0, STR, &o->copy_threads), /* idem */
@@ -209,6 +212,7 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
     o->objects = 8;
     o->reps = 3;
     o->window = 4;
+    o->arena_dir = "/dev/shm";
     o->encoders = 1;
     o->pec_layers = 4;
     o->pec_unit = 256ull << 10;
@@ -226,6 +230,10 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
         if (rc > 0) {
             exit(0);
         }
+        return -1;
+    }
+    if (strlen(x->o.arena_dir) > 200) {
+        fprintf(stderr, "ckstore-bench: --arena-dir: a path of at most 200 bytes\n");
         return -1;
     }
     if (x->o.chunk % 4096 != 0 || x->o.pec_fraction > 1) {

@@ -335,8 +335,8 @@ int cl_cluster_start(cl_ctx_t *x, uint64_t arena)
         cl_server_t *s = &x->srv[i];
         s->id = i;
         s->out_fd = -1;
-        snprintf(s->arena, sizeof(s->arena), "/dev/shm/ckstore-bench-cl-%d-%u.arena",
-                 (int)getpid(), i);
+        snprintf(s->arena, sizeof(s->arena), "%s/ckstore-bench-cl-%d-%u.arena",
+                 x->o.arena_dir, (int)getpid(), i);
         snprintf(s->ddir, sizeof(s->ddir), "%s/md%u", x->dir, i);
         snprintf(s->log, sizeof(s->log), "%s/server%u.log", x->dir, i);
         s->netns_path[0] = '\0';
@@ -399,14 +399,14 @@ double cl_servers_cpu(const cl_ctx_t *x)
     return any ? t : -1;
 }
 
-/* Files of ours left in /dev/shm (there should be none). */
-unsigned cl_shm_leftovers(void)
+/* Files of ours left in /dev/shm or --arena-dir (there should be none). */
+unsigned cl_shm_leftovers(const cl_ctx_t *x)
 {
     unsigned n = 0;
-    char path[160];
+    char path[256];
     struct stat st;
     for (unsigned i = 0; i < CL_MAX_SERVERS; i++) {
-        snprintf(path, sizeof(path), "/dev/shm/ckstore-bench-cl-%d-%u.arena",
+        snprintf(path, sizeof(path), "%s/ckstore-bench-cl-%d-%u.arena", x->o.arena_dir,
                  (int)getpid(), i);
         if (stat(path, &st) == 0) {
             fprintf(stderr, "ckstore-bench: left behind: %s\n", path);

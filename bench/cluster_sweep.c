@@ -71,7 +71,7 @@ static void cl_sweep_child(cl_ctx_t *pt, int fd)
     cl_workers_stop(pt);
     cl_servers_stop(pt);
     cl_remove_files(pt);
-    cl_shm_leftovers();
+    cl_shm_leftovers(pt);
     bench_write_full(fd, &res, sizeof(res));
 }
 

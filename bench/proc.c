@@ -192,31 +192,58 @@ int bench_find_server_bin(const char *given, char *out)
     return access(out, X_OK) == 0 ? 0 : -1;
 }
 
-int bench_free_ports(unsigned n, uint16_t *ports)
+/* A free TCP port on 127.0.0.1 at random in [lo, hi), held by *fd_p (bound,
+ * not listening) until the caller closes it; 0 when 200 tries found none. */
+static uint16_t bench_port_try(unsigned lo, unsigned hi, int *fd_p)
 {
-    int fds[256];
-    int rc = 0;
-    unsigned i;
-    if (n > 256) {
-        return -1;
-    }
-    for (i = 0; i < n; i++) {
+    for (int t = 0; t < 200; t++) {
         struct sockaddr_in a;
-        socklen_t alen = sizeof(a);
+        uint16_t port = (uint16_t)(lo + (unsigned)random() % (hi - lo));
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         memset(&a, 0, sizeof(a));
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof(a)) != 0 ||
-            getsockname(fds[i], (struct sockaddr *)&a, &alen) != 0) {
-            rc = -1;
-            if (fds[i] >= 0) {
-                close(fds[i]);
-            }
+        a.sin_port = htons(port);
+        if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+            *fd_p = fd;
+            return port;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+    }
+    return 0;
+}
+
+/* Ports below the kernel's ephemeral range (net.ipv4.ip_local_port_range),
+ * above the well-known ones: no outgoing connection of this machine can
+ * take a server's port while the bench has it down to restart it. */
+int bench_free_ports(unsigned n, uint16_t *ports)
+{
+    int fds[256];
+    unsigned i, elo = 32768, ehi = 60999;
+    static int seeded;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%u %u", &elo, &ehi) != 2) {
+            elo = 32768;
+        }
+        fclose(f);
+    }
+    if (n > 256 || elo < 12000) {
+        return -1; /* no room below the range on this machine */
+    }
+    if (!seeded) {
+        seeded = 1;
+        srandom((unsigned)time(NULL) ^ ((unsigned)getpid() << 16));
+    }
+    for (i = 0; i < n; i++) {
+        ports[i] = bench_port_try(10000, elo, &fds[i]);
+        if (ports[i] == 0) {
             break;
         }
-        ports[i] = ntohs(a.sin_port);
     }
+    int rc = i == n ? 0 : -1;
     while (i-- > 0) {
         close(fds[i]);
     }

@@ -39,8 +39,9 @@ void bench_stop_pid(pid_t pid, int sig, double timeout_s);
  *  the same directory). 0 when it is executable, else -1. */
 int bench_find_server_bin(const char *given, char *out);
 
-/** n distinct free TCP ports on 127.0.0.1 (bound together to port 0, read,
- *  released). 0 or -1. */
+/** n distinct free TCP ports on 127.0.0.1, at random below the kernel's
+ *  ephemeral range (bound together, then released): a server restarted on
+ *  its port finds it free. 0 or -1. */
 int bench_free_ports(unsigned n, uint16_t *ports);
 /** Connect to 127.0.0.1:port until it accepts, the deadline passes, or the
  *  process `pid` ends (0: not watched). 0 when it accepted. */
