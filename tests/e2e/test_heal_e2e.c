@@ -861,6 +861,33 @@ static int ch_lost_to_transport(const int *down)
     return lost;
 }
 
+/* A client of the test that UCX took out: the same shared-memory FIFO
+ * fault on the client's side (a server killed while it wrote a reply into
+ * the client's receive FIFO leaves the slot unwritten, and the client takes
+ * no reply from any server again; its handshakes, over TCP, still work). A
+ * client that gets no answer to `latest` in time while a fresh one does is
+ * such a one: it is replaced (*c_p, by one with timeout_ms) and 1 returned. */
+static int ch_client_lost_to_transport(cks_client_h *c_p, int timeout_ms)
+{
+    cks_version_info_t vi;
+    cks_status_t st = cks_version_latest(*c_p, "chaos", &vi);
+    if (st == CKS_OK || st == CKS_ERR_NO_SUCH_JOB || st == CKS_ERR_NO_SUCH_VERSION) {
+        return 0;
+    }
+    cks_client_h fresh = connect_cluster(timeout_ms);
+    cks_status_t fst   = cks_version_latest(fresh, "chaos", &vi);
+    if (fst != CKS_OK && fst != CKS_ERR_NO_SUCH_JOB && fst != CKS_ERR_NO_SUCH_VERSION) {
+        cks_client_destroy(fresh); /* no server answers either: not the client */
+        return 0;
+    }
+    fprintf(stderr, "  a client of the test got no answer (%s) where a new one did: UCX took "
+                    "it out; replaced\n",
+            cks_status_name(st));
+    cks_client_destroy(*c_p);
+    *c_p = fresh;
+    return 1;
+}
+
 /* One disruption: kill an up server (while fewer than M are unreachable),
  * bring a killed one back (restarted) or a cut one (plugged back in), stop
  * one for a moment, or (with ch_cuts) cut one off the network (while fewer
@@ -1527,6 +1554,10 @@ static void ch_random(int rounds, uint64_t bound_ms)
              * candidate, and fails only for that), or one UCX took out; the
              * trainer's retry, the next number, must commit */
             int tp = killed_during >= 0 ? 0 : ch_lost_to_transport(down);
+            if (killed_during < 0 && tp == 0) {
+                tp = ch_client_lost_to_transport(&c0, 5000) +
+                     ch_client_lost_to_transport(&c1, 5000);
+            }
             cr_assert(killed_during < 0 || killed_during != coord || st == CKS_ERR_DATA_LOST,
                       "version %llu failed after its coordinator %d was killed: %s (%s)",
                       (unsigned long long)v, coord, cks_status_name(st), why);
@@ -1668,8 +1699,8 @@ static void ch_random(int rounds, uint64_t bound_ms)
     }
     fprintf(stderr, "%d rounds in %llu ms: %d versions committed, %d retried after a server "
                     "was killed during them, %d lost a server after their chunks were stored "
-                    "with no redundancy to spare; %d kills, %d stops, %d servers UCX took "
-                    "out; %d versions deleted again; arena use %llu bytes (%llu before); %d "
+                    "with no redundancy to spare; %d kills, %d stops, %d servers or clients "
+                    "UCX took out; %d versions deleted again; arena use %llu bytes (%llu before); %d "
                     "committed after their coordinator was killed during them (taken over); "
                     "%d cuts (counted with the kills)\n",
             rounds, (unsigned long long)(ch_ms() - t0), committed, retried, lost, kills,
