@@ -1700,8 +1700,8 @@ static void ch_random(int rounds, uint64_t bound_ms)
     fprintf(stderr, "%d rounds in %llu ms: %d versions committed, %d retried after a server "
                     "was killed during them, %d lost a server after their chunks were stored "
                     "with no redundancy to spare; %d kills, %d stops, %d servers or clients "
-                    "UCX took out; %d versions deleted again; arena use %llu bytes (%llu before); %d "
-                    "committed after their coordinator was killed during them (taken over); "
+                    "UCX took out; %d versions deleted again; arena use %llu bytes (%llu "
+                    "before); %d committed after their coordinator was killed during them (taken over); "
                     "%d cuts (counted with the kills)\n",
             rounds, (unsigned long long)(ch_ms() - t0), committed, retried, lost, kills,
             stops, transport_lost, again, (unsigned long long)used, (unsigned long long)used0,
