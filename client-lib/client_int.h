@@ -183,7 +183,7 @@ typedef struct cks_cl_mem {
     struct cks_cl_mem *next;
     void *base;
     size_t len;
-    size_t page; /* the kernel's page size for it (0: not known) */
+    size_t page; /* the kernel's page size for it (0: not known yet) */
     cks_tp_mem_h mem;
 } cks_cl_mem_t;
 
@@ -243,7 +243,7 @@ struct cks_client {
     char last_error[CKS_MSG_MAX_LEN + 64];
     cks_hmap_t *put_counts;   /* job\0be64(version) -> cks_cl_puts_t (under lock) */
     cks_cl_mem_t *mems;       /* cks_mem_alloc() (under lock) */
-    int small_pages_said;     /* mem.c: logged that a region got base pages */
+    int pages_checked;        /* mem.c: a region of 2 MiB or more was checked */
     struct cks_cl_scratch *scratch; /* scratch.c: degraded reads' chunk buffers
                                        (progress thread; NULL until needed) */
     const cks_cl_mem_t *scratch_mem; /* its registered region (scratch.c sets

@@ -60,22 +60,25 @@ void cks_cl_mem_announce_all(cks_client_h c, const cks_cl_mem_t *m)
     }
 }
 
-/* Say once per client, at info level, that a region of at least a huge
- * page got base pages: every server on this host then faults in (and the
- * hypervisor may trap) each 4 KiB of it. UCX takes huge pages where the host
- * has some reserved (scripts/hugepages). */
-static void cks_cl_mem_pages_say(cks_client_h c, const cks_cl_mem_t *m)
+/* The region's page size, where the kernel tells it cheaply; for the first
+ * region of at least a huge page of a client, in any case: when that one got
+ * base pages, say so (info): every server on this host then faults in (and
+ * the hypervisor may trap) each 4 KiB of it. UCX takes huge pages where the
+ * host has some to give (scripts/hugepages). cks_client_stats() looks up
+ * the ones not known. */
+static void cks_cl_mem_pages(cks_client_h c, cks_cl_mem_t *m)
 {
     long base = sysconf(_SC_PAGESIZE);
-    cks_debug("cks_mem_alloc: %zu bytes at %p in pages of %zu bytes", m->len, m->base,
-              m->page);
-    if (m->len < CKS_HUGE_PAGE || m->page == 0 || m->page > (size_t)base ||
-        __atomic_exchange_n(&c->small_pages_said, 1, __ATOMIC_RELAXED)) {
-        return;
+    int first = m->len >= CKS_HUGE_PAGE &&
+                !__atomic_exchange_n(&c->pages_checked, 1, __ATOMIC_RELAXED);
+    m->page   = cks_tp_mem_page_size(m->mem, first);
+    cks_debug("cks_mem_alloc: %zu bytes at %p in pages of %zu bytes (0: not known yet)",
+              m->len, m->base, m->page);
+    if (first && m->page != 0 && m->page <= (size_t)base) {
+        cks_info("cks_mem_alloc: %zu bytes in %ld-byte pages (no huge pages were free on "
+                 "this host); servers on this host map them page by page",
+                 m->len, base);
     }
-    cks_info("cks_mem_alloc: %zu bytes in %ld-byte pages (no huge pages were free on this "
-             "host); servers on this host map them page by page",
-             m->len, base);
 }
 
 cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p)
@@ -96,8 +99,7 @@ cks_status_t cks_mem_alloc(cks_client_h c, size_t size, void **ptr_p)
         return status;
     }
     m->len  = size;
-    m->page = cks_tp_mem_page_size(m->mem);
-    cks_cl_mem_pages_say(c, m);
+    cks_cl_mem_pages(c, m);
     pthread_mutex_lock(&c->lock);
     m->next = c->mems;
     c->mems = m;

@@ -567,7 +567,10 @@ cks_status_t cks_client_stats(cks_client_h c, cks_client_stats_t *stats_p)
     cks_cl_stage_stats(c, stats_p);
     stats_p->requests_in_flight = __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
     pthread_mutex_lock(&c->lock);
-    for (const cks_cl_mem_t *m = c->mems; m != NULL; m = m->next) {
+    for (cks_cl_mem_t *m = c->mems; m != NULL; m = m->next) {
+        if (m->page == 0) {
+            m->page = cks_tp_mem_page_size(m->mem, 1); /* not known at allocation */
+        }
         stats_p->registered_bytes += m->len;
         stats_p->registered_huge_bytes += m->page > (size_t)sysconf(_SC_PAGESIZE) ? m->len : 0;
     }

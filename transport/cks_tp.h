@@ -1047,8 +1047,11 @@ cks_status_t cks_tp_mem_alloc(cks_tp_worker_h worker, size_t len, cks_tp_mem_h *
 /** Does mem (from cks_tp_mem_alloc()) hold [addr, addr + len)? */
 int cks_tp_mem_holds(cks_tp_mem_h mem, const void *addr, size_t len);
 /** The page size the kernel backs mem with (4096, or 2 MiB where UCX got
- *  huge pages for it); 0 when it cannot be told. Any thread. */
-size_t cks_tp_mem_page_size(cks_tp_mem_h mem);
+ *  huge pages for it); 0 when it cannot be told. Cheap where the kernel
+ *  answers PROCMAP_QUERY (6.11 on); elsewhere 0 unless `scan`, which reads
+ *  /proc/self/smaps, whose cost grows with the memory the process has
+ *  populated. Any thread. */
+size_t cks_tp_mem_page_size(cks_tp_mem_h mem, int scan);
 /** Write the descriptor of [addr, addr + len) of mem into buf (at least
  *  CKS_TP_RMA_DESC_MAX bytes); *len_p gets its length. */
 cks_status_t cks_tp_mem_describe(cks_tp_mem_h mem, const void *addr, size_t len, void *buf,

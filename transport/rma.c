@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <unistd.h>
@@ -117,17 +118,42 @@ int cks_tp_mem_holds(cks_tp_mem_h m, const void *addr, size_t len)
     return m->allocated && a >= b && a - b <= n && len <= n - (a - b);
 }
 
-size_t cks_tp_mem_page_size(cks_tp_mem_h m)
+/* PROCMAP_QUERY (Linux 6.11 and later; include/uapi/linux/fs.h): one
+ * mapping's facts, its page size among them, by an ioctl on /proc/self/maps,
+ * where /proc/self/smaps computes every mapping's figures up to the one
+ * asked for (about 11 ms per GiB of 4 KiB pages populated before it, here). */
+struct cks_procmap_query {
+    uint64_t size, query_flags, query_addr, vma_start, vma_end, vma_flags, vma_page_size;
+    uint64_t vma_offset, inode;
+    uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+    uint64_t vma_name_addr, build_id_addr;
+};
+#define CKS_PROCMAP_QUERY _IOWR('f', 17, struct cks_procmap_query)
+
+size_t cks_tp_mem_page_size(cks_tp_mem_h m, int scan)
 {
-    /* the kernel's page size of the mapping that holds the region's header,
-     * from /proc/self/smaps (a range line, then its fields) */
-    FILE *f        = fopen("/proc/self/smaps", "r");
+    /* the kernel's page size of the mapping that holds the region's header:
+     * by PROCMAP_QUERY, or from /proc/self/smaps (a range line, then its
+     * fields) on kernels without it */
     uintptr_t base = m != NULL ? (uintptr_t)m->base : 0;
+    struct cks_procmap_query q;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     char line[256];
     int in_region = 0;
     size_t kb     = 0;
+    FILE *f;
 
-    if (f == NULL) {
+    memset(&q, 0, sizeof(q));
+    q.size       = sizeof(q);
+    q.query_addr = base;
+    if (fd >= 0 && ioctl(fd, CKS_PROCMAP_QUERY, &q) == 0) {
+        close(fd);
+        return (size_t)q.vma_page_size;
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (!scan || (f = fopen("/proc/self/smaps", "r")) == NULL) {
         return 0;
     }
     while (kb == 0 && fgets(line, sizeof(line), f) != NULL) {
