@@ -158,9 +158,8 @@ void cl_print_main(cl_ctx_t *x, bench_report_t *rep)
         /* untimed preparation, but a cost a replacement rank pays once */
         cl_say(x,
                "cks_mem_alloc() of the clients' buffers (untimed preparation; the "
-               "servers on "
-               "this host map each buffer before it returns, and fault it in "
-               "afterwards): median "
+               "servers on this host map and fault in each buffer before it "
+               "returns): median "
                "%.0f ms per GiB over %u preparations; %.0f of %.0f MiB in huge pages\n",
                cl_median(x->alloc_s_gib, x->nallocs) * 1e3, x->nallocs,
                (double)x->alloc_huge_bytes / (1u << 20),

@@ -298,8 +298,9 @@ Test(huge_single, regions_in_huge_pages_are_mapped_so_by_the_server_and_round_tr
                  (unsigned long long)s.registered_huge_bytes,
                  (unsigned long long)s.registered_bytes, meminfo("HugePages_Free"));
 
-    /* the server maps the client's segment in huge pages, and faults it in
-     * (in the background after it answered the MEM_MAP: bounded wait) */
+    /* the server maps the client's segment in huge pages, and has faulted
+     * it in when its MEM_MAP answer came (cks_mem_alloc() waits for it);
+     * looked at again for a while all the same (another process's figures) */
     seg_t own = smaps_find(0, src, NULL), theirs = {.page_kb = -1};
     cr_assert_eq(own.page_kb, HUGE / 1024, "the client's region: %ld kB pages",
                  own.page_kb);
