@@ -559,6 +559,8 @@ void cks_cl_stage_free(cks_client_h c)
     free(st);
 }
 
+#define CKS_CL_PAGE_LOOKUPS 64 /* regions looked up by one cks_client_stats() */
+
 cks_status_t cks_client_stats(cks_client_h c, cks_client_stats_t *stats_p)
 {
     if (c == NULL || stats_p == NULL) {
@@ -566,10 +568,25 @@ cks_status_t cks_client_stats(cks_client_h c, cks_client_stats_t *stats_p)
     }
     cks_cl_stage_stats(c, stats_p);
     stats_p->requests_in_flight = __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
+    /* regions whose page size was not known at allocation: looked up by
+     * address outside the lock (a scan of /proc/self/smaps can take long,
+     * and the progress thread takes this lock for its submit queue) */
+    const void *look[CKS_CL_PAGE_LOOKUPS];
+    size_t page[CKS_CL_PAGE_LOOKUPS], n = 0;
+    pthread_mutex_lock(&c->lock);
+    for (const cks_cl_mem_t *m = c->mems; m != NULL && n < CKS_CL_PAGE_LOOKUPS; m = m->next) {
+        if (m->page == 0) {
+            look[n++] = m->base;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        page[i] = cks_tp_page_size_at(look[i], 1);
+    }
     pthread_mutex_lock(&c->lock);
     for (cks_cl_mem_t *m = c->mems; m != NULL; m = m->next) {
-        if (m->page == 0) {
-            m->page = cks_tp_mem_page_size(m->mem, 1); /* not known at allocation */
+        for (size_t i = 0; m->page == 0 && i < n; i++) {
+            m->page = look[i] == m->base ? page[i] : 0; /* what is mapped there now */
         }
         stats_p->registered_bytes += m->len;
         stats_p->registered_huge_bytes += m->page > (size_t)sysconf(_SC_PAGESIZE) ? m->len : 0;

@@ -1052,6 +1052,8 @@ int cks_tp_mem_holds(cks_tp_mem_h mem, const void *addr, size_t len);
  *  /proc/self/smaps, whose cost grows with the memory the process has
  *  populated. Any thread. */
 size_t cks_tp_mem_page_size(cks_tp_mem_h mem, int scan);
+/** The same for the mapping that holds addr (any mapping of this process). */
+size_t cks_tp_page_size_at(const void *addr, int scan);
 /** Write the descriptor of [addr, addr + len) of mem into buf (at least
  *  CKS_TP_RMA_DESC_MAX bytes); *len_p gets its length. */
 cks_status_t cks_tp_mem_describe(cks_tp_mem_h mem, const void *addr, size_t len, void *buf,

@@ -132,10 +132,15 @@ struct cks_procmap_query {
 
 size_t cks_tp_mem_page_size(cks_tp_mem_h m, int scan)
 {
-    /* the kernel's page size of the mapping that holds the region's header:
-     * by PROCMAP_QUERY, or from /proc/self/smaps (a range line, then its
+    return m != NULL ? cks_tp_page_size_at(m->base, scan) : 0;
+}
+
+size_t cks_tp_page_size_at(const void *addr, int scan)
+{
+    /* the kernel's page size of the mapping that holds addr: by
+     * PROCMAP_QUERY, or from /proc/self/smaps (a range line, then its
      * fields) on kernels without it */
-    uintptr_t base = m != NULL ? (uintptr_t)m->base : 0;
+    uintptr_t base = (uintptr_t)addr;
     struct cks_procmap_query q;
     int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     char line[256];
