@@ -146,6 +146,20 @@ static cks_client_h fresh_start(void (*prep)(cks_client_h, size_t, uint64_t *, u
     return c;
 }
 
+/* fresh_start(write_then_without): version *v2_p committed DEGRADED
+ * (redundancy M - 1) without server *x_p, which is then started again. */
+static cks_client_h degraded_then_back(size_t *x_p, uint64_t *v1_p, uint64_t *v2_p)
+{
+    cks_client_h c = fresh_start(write_then_without, x_p, v1_p, v2_p);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(c, JOB, *v2_p, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s",
+                 (unsigned long long)*v2_p, cks_vstate_string(vi.state));
+    cr_assert_eq(vi.redundancy, M - 1);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[*x_p]), 0);
+    return c;
+}
+
 /* Wait (at most ms) until version v is PROTECTED with full redundancy. */
 static void wait_protected_within(cks_client_h c, uint64_t v, int ms)
 {
@@ -252,14 +266,7 @@ Test(repair, returning_server_rebuilds_and_version_survives_m_other_losses)
 {
     size_t x;
     uint64_t v1, v2;
-    cks_client_h c = fresh_start(write_then_without, &x, &v1, &v2);
-    cks_version_info_t vi;
-    cr_assert_eq(cks_version_stat(c, JOB, v2, &vi), CKS_OK);
-    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v2,
-                 cks_vstate_string(vi.state));
-    cr_assert_eq(vi.redundancy, M - 1);
-
-    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+    cks_client_h c = degraded_then_back(&x, &v1, &v2);
     wait_protected(c, v2);
     cks_repair_info_t ri = wait_repaired(c, x);
     cr_assert_eq(ri.server_id, (uint32_t)cl.srv[x].id);
@@ -711,12 +718,7 @@ Test(repair_done, a_version_is_protected_once_its_members_rebuilt_not_at_the_nex
     CKS_TEST_NEEDS_FAULT_POINTS();
     size_t x;
     uint64_t v1, v2;
-    cks_client_h c = fresh_start(write_then_without, &x, &v1, &v2);
-    cks_version_info_t vi;
-    cr_assert_eq(cks_version_stat(c, JOB, v2, &vi), CKS_OK);
-    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v2,
-                 cks_vstate_string(vi.state));
-    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+    cks_client_h c = degraded_then_back(&x, &v1, &v2);
     wait_protected_within(c, v2, 20000); /* the 60 s tick is not it */
     cks_client_destroy(c);
     kill_two_others(x, x + 2);
