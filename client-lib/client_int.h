@@ -260,6 +260,8 @@ struct cks_client {
                                  `inflight`) and handshakes; atomic:
                                  cks_client_stats() */
     /* progress thread only */
+    cks_workq_t *work;        /* work.c: its threads (NULL until the first job) */
+    int work_none;            /* none could start, or stopped: callers run jobs */
     cks_hmap_t *inflight;     /* req_id -> op */
     cks_dl_list_t fl;         /* in flight, in deadline order (op->dl) */
 };
@@ -341,6 +343,26 @@ static inline const cks_cl_mem_t *cks_cl_scratch_mem(cks_client_h c)
 {
     return c->scratch_mem;
 }
+/* work.c: jobs run off the progress thread, finished on it. A job is its
+ * owner's memory (embed the struct); the queue holds it from a push that
+ * returns CKS_OK until `done`. */
+typedef struct cks_cl_work cks_cl_work_t;
+struct cks_cl_work {
+    cks_workq_job_t wq;
+    void (*run)(cks_cl_work_t *w);  /* on a work thread: touches only what the
+                                       progress thread leaves alone meanwhile */
+    void (*done)(cks_cl_work_t *w); /* then on the progress thread; may free w */
+};
+/* Threads for a client's helpers: 1, or one per 4 CPUs up to 4. */
+unsigned cks_cl_helper_threads(void);
+/* Queue w (progress thread; the queue starts at the first push). An error
+ * (no threads, or the client stopping): the job is the caller's, to run
+ * itself. */
+cks_status_t cks_cl_work_push(cks_client_h c, cks_cl_work_t *w);
+/* Finish the jobs done (each pass of the progress thread; how many), and at
+ * its end run the queued ones, finish them and stop the threads. */
+unsigned cks_cl_work_reap(cks_client_h c);
+void cks_cl_work_stop(cks_client_h c);
 /* scratch.c: the scratch region, where degraded reads put the chunks that
  * are not the caller's (progress thread). Allocate it now (cluster clients,
  * at create, before the progress thread starts): memory reserved up front,

@@ -120,6 +120,7 @@ void *cks_cl_thread(void *arg)
         int stop;
 
         cks_tp_worker_progress(c->tp);
+        cks_cl_work_reap(c);
         pthread_mutex_lock(&c->lock);
         list        = c->sub_head;
         c->sub_head = c->sub_tail = NULL;
@@ -143,7 +144,9 @@ void *cks_cl_thread(void *arg)
         pthread_mutex_lock(&c->lock);
         int queued = c->sub_head != NULL || c->stop;
         pthread_mutex_unlock(&c->lock);
-        if (queued) {
+        /* a job that finished before the arm (which may have taken its
+         * signal) is finished now, and the pass goes on */
+        if (queued || cks_cl_work_reap(c) > 0) {
             continue;
         }
         /* ops in flight: wake by the first deadline, and at least each
@@ -174,5 +177,6 @@ void *cks_cl_thread(void *arg)
     while (c->fl.head != NULL && cks_time_ns() < until) {
         cks_tp_worker_progress(c->tp);
     }
+    cks_cl_work_stop(c); /* the decodes of reads whose fetches all ended */
     return NULL;
 }

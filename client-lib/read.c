@@ -15,9 +15,9 @@
  * straight into the caller's buffer (those the first phase brought count),
  * parity and partly covered ones into slots of the client's scratch region
  * (scratch.c), which servers on this host write with one copy - and as
- * soon as they are, its missing data chunks are rebuilt with ISA-L, in
- * place where the range covers them whole, while other stripes' transfers
- * go on. The scratch bounds a client's degraded reads: a stripe that finds
+ * soon as they are, its missing data chunks are rebuilt with ISA-L on a
+ * work thread (work.c), in place where the range covers them whole, while
+ * the progress thread goes on with the other stripes' transfers. The scratch bounds a client's degraded reads: a stripe that finds
  * no room waits until another stripe is decoded.
  * Never: block, or hand back a byte that was not checked (whole chunks are
  * CRC-checked here, partial ones by the server before it sends them).
@@ -58,6 +58,7 @@ struct cks_read_stripe {
     uint32_t got;     /* chunks that arrived whole */
     unsigned pending; /* its reads in flight */
     int finished;     /* decoded, or lost */
+    int decoding;     /* its decode is on a work thread */
     /* degraded phase: chunks that do not go to the caller's buffer (parity,
      * partly covered data, rebuilt partly covered data), from the scratch */
     uint8_t *slot[CKS_PLACE_WIDTH_MAX];
@@ -297,46 +298,99 @@ static void cks_read_stripe_lost(cks_read_stripe_t *bs, unsigned have)
     cks_read_slots_free(bs, ~0u, 1);
 }
 
-/* A degraded stripe with k whole chunks: rebuild the missing data chunks it
- * needs (in place where the range covers them whole), and copy the range's
- * parts of the others out of their slots. */
+/* A degraded stripe's decode, on a work thread (work.c), while the progress
+ * thread goes on receiving the other stripes' chunks. */
+typedef struct {
+    cks_cl_work_t work;
+    cks_read_stripe_t *bs;
+    cks_ec_h ec;
+    unsigned have;
+    cks_status_t status;
+    uint8_t *chunks[CKS_PLACE_WIDTH_MAX];
+    uint8_t present[CKS_PLACE_WIDTH_MAX];
+} cks_read_dec_t;
+
+/* Rebuild the missing data chunks the range needs (in place where it covers
+ * them whole), and copy the range's parts of the others out of their slots.
+ * Nothing else touches the stripe's chunks meanwhile: it has no fetch in
+ * flight, and no other stripe writes where it does. */
+static void cks_read_decode_run(cks_cl_work_t *w)
+{
+    cks_read_dec_t *d     = CKS_CONTAINER_OF(w, cks_read_dec_t, work);
+    cks_read_stripe_t *bs = d->bs;
+    cks_read_t *rd        = bs->rd;
+    uint64_t stripe_b     = (uint64_t)rd->k * rd->chunk;
+
+    d->status = cks_ec_decode(d->ec, rd->chunk, d->chunks, d->present);
+    for (unsigned i = 0; d->status == CKS_OK && i < rd->k; i++) {
+        uint64_t base = bs->stripe * stripe_b + (uint64_t)i * rd->chunk;
+        uint64_t lo   = CKS_MAX(rd->off, base);
+        uint64_t hi   = CKS_MIN(rd->off + rd->len, base + rd->chunk);
+        if (lo < hi && d->chunks[i] != NULL && d->chunks[i] == bs->slot[i]) {
+            memcpy(rd->buf + (lo - rd->off), d->chunks[i] + (lo - base), hi - lo);
+        }
+    }
+}
+
+/* Back on the progress thread: the stripe is done (its slots go back), or
+ * lost; the read's hold for the decode is dropped. */
+static void cks_read_decode_done(cks_cl_work_t *w)
+{
+    cks_read_dec_t *d     = CKS_CONTAINER_OF(w, cks_read_dec_t, work);
+    cks_read_stripe_t *bs = d->bs;
+    cks_read_t *rd        = bs->rd;
+
+    bs->decoding = 0;
+    if (d->status != CKS_OK) {
+        cks_read_stripe_lost(bs, d->have);
+    } else {
+        bs->finished = 1;
+        cks_read_slots_free(bs, ~0u, 1);
+    }
+    free(d);
+    if (--rd->pending == 0) {
+        cks_read_end(rd);
+    }
+}
+
+/* A degraded stripe with k whole chunks: its decode goes to a work thread
+ * (the progress thread runs it when none can). */
 static void cks_read_stripe_decode(cks_read_stripe_t *bs)
 {
     cks_read_t *rd    = bs->rd;
     cks_client_h c    = rd->c;
-    unsigned width    = rd->k + rd->m, have = 0;
-    uint64_t stripe_b = (uint64_t)rd->k * rd->chunk;
-    uint8_t *chunks[CKS_PLACE_WIDTH_MAX];
-    uint8_t present[CKS_PLACE_WIDTH_MAX];
+    unsigned width    = rd->k + rd->m;
+    cks_read_dec_t *d = calloc(1, sizeof(*d));
 
-    if (c->ec[rd->k][rd->m] == NULL &&
-        cks_ec_create(rd->k, rd->m, &c->ec[rd->k][rd->m]) != CKS_OK) {
+    if (d == NULL || (c->ec[rd->k][rd->m] == NULL &&
+                      cks_ec_create(rd->k, rd->m, &c->ec[rd->k][rd->m]) != CKS_OK)) {
+        free(d);
         cks_read_stripe_lost(bs, 0);
         return;
     }
     for (unsigned i = 0; i < width; i++) {
         int whole;
-        int wanted = cks_read_wanted(rd, bs, i, &whole);
-        present[i] = (bs->got & (1u << i)) != 0;
+        int wanted    = cks_read_wanted(rd, bs, i, &whole);
+        d->present[i] = (bs->got & (1u << i)) != 0;
         /* rebuild only the missing data chunks the range needs */
-        chunks[i] = present[i] || wanted ? cks_read_chunk_dst(rd, bs, i) : NULL;
-        have += present[i];
+        d->chunks[i] = d->present[i] || wanted ? cks_read_chunk_dst(rd, bs, i) : NULL;
+        d->have += d->present[i];
     }
-    if (have < rd->k || cks_ec_decode(c->ec[rd->k][rd->m], rd->chunk, chunks, present) !=
-                            CKS_OK) {
-        cks_read_stripe_lost(bs, have);
+    if (d->have < rd->k) {
+        cks_read_stripe_lost(bs, d->have);
+        free(d);
         return;
     }
-    for (unsigned i = 0; i < rd->k; i++) {
-        uint64_t base = bs->stripe * stripe_b + (uint64_t)i * rd->chunk;
-        uint64_t lo   = CKS_MAX(rd->off, base);
-        uint64_t hi   = CKS_MIN(rd->off + rd->len, base + rd->chunk);
-        if (lo < hi && chunks[i] != NULL && chunks[i] == bs->slot[i]) {
-            memcpy(rd->buf + (lo - rd->off), chunks[i] + (lo - base), hi - lo);
-        }
+    d->bs        = bs;
+    d->ec        = c->ec[rd->k][rd->m];
+    d->work.run  = cks_read_decode_run;
+    d->work.done = cks_read_decode_done;
+    bs->decoding = 1;
+    rd->pending++; /* held until the decode is done */
+    if (cks_cl_work_push(c, &d->work) != CKS_OK) {
+        cks_read_decode_run(&d->work);
+        cks_read_decode_done(&d->work); /* the caller holds rd: it stays */
     }
-    bs->finished = 1;
-    cks_read_slots_free(bs, ~0u, 1);
 }
 
 /* A stripe with nothing in flight: done, decode, or fetch the next untried
@@ -350,7 +404,7 @@ static void cks_read_stripe_next(cks_read_stripe_t *bs)
     uint16_t group[CKS_PLACE_WIDTH_MAX];
     uint32_t pick = 0, slots = 0, last = 0;
 
-    if (bs->finished || bs->failed == 0) {
+    if (bs->finished || bs->decoding || bs->failed == 0) {
         return;
     }
     if (have >= rd->k) {

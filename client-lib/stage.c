@@ -236,8 +236,7 @@ static void cks_stage_crc_wake(void *arg)
  * the stage thread computes each CRC itself. */
 static void cks_stage_crc_start(cks_stage_t *st)
 {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned n = ncpu >= 8 ? (unsigned)CKS_MIN(ncpu / 4, 4) : 1u;
+    unsigned n           = cks_cl_helper_threads();
     cks_workq_params_t p = {.nthreads = n,
                             .run      = cks_stage_crc_run,
                             .wake     = cks_stage_crc_wake,

@@ -289,6 +289,9 @@ typedef struct {
                                  below the process (background work that
                                  yields the cores to the threads others wait
                                  on); 0: the process's own */
+    const char *name;         /* the threads' name (its first 15 characters;
+                                 ps, /proc/PID/task/TID/comm); NULL: the
+                                 process's */
 } cks_workq_params_t;
 
 /** Start the queue's threads. CKS_ERR_INVALID_PARAM for a bad params,

@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -105,6 +106,11 @@ static void *cks_workq_thread(void *arg)
 
     if (q->p.nice > 0) {
         cks_workq_lower_priority(q->p.nice);
+    }
+    if (q->p.name != NULL) {
+        char name[16];
+        snprintf(name, sizeof(name), "%s", q->p.name); /* the kernel keeps 15 */
+        (void)pthread_setname_np(pthread_self(), name);
     }
     pthread_mutex_lock(&q->lock);
     for (;;) {

@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -147,7 +148,8 @@ static void t_late(cks_workq_job_t *job, void *arg)
 
 static cks_workq_t *t_create(unsigned nthreads, unsigned flags, int with_late)
 {
-    cks_workq_params_t p = {nthreads, flags, t_run, t_wake, with_late ? t_late : NULL, NULL, 0};
+    cks_workq_params_t p = {nthreads, flags, t_run, t_wake, with_late ? t_late : NULL, NULL, 0,
+                            NULL};
     cks_workq_t *q       = NULL;
     cr_assert_eq(cks_workq_create(&p, &q), CKS_OK);
     ctx.q = q;
@@ -214,7 +216,7 @@ TestSuite(workq, .init = t_init, .timeout = 30);
 
 Test(workq, bad_params_are_refused)
 {
-    cks_workq_params_t p = {1, 0, t_run, NULL, NULL, NULL, 0};
+    cks_workq_params_t p = {1, 0, t_run, NULL, NULL, NULL, 0, NULL};
     cks_workq_t *q       = NULL;
 
     p.nthreads = 0;
@@ -269,6 +271,41 @@ Test(workq, nice_lowers_the_threads_priority_and_not_the_callers)
                  nice_seen[1], self);
     cr_assert_eq(getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid)), self,
                  "the creating thread's priority changed");
+}
+
+/* Each thread's name as its job saw it (the kernel's, /proc/.../comm). */
+static char name_seen[2][32];
+
+static void t_run_name(cks_workq_t *q, cks_workq_job_t *l, void *arg)
+{
+    (void)q;
+    (void)arg;
+    tjob_t *j = CKS_CONTAINER_OF(l, tjob_t, wq);
+    if (pthread_getname_np(pthread_self(), name_seen[j->id], sizeof(name_seen[j->id])) != 0) {
+        snprintf(name_seen[j->id], sizeof(name_seen[j->id]), "(getname failed)");
+    }
+}
+
+Test(workq, threads_take_the_name_given_cut_to_fifteen_characters)
+{
+    cks_workq_params_t p = {.nthreads = 1, .flags = CKS_WORKQ_DRAIN, .run = t_run_name};
+    char self[32]        = "";
+    cks_workq_t *q       = NULL;
+
+    p.name = "cks-a-long-queue-name"; /* job 0 */
+    cr_assert_eq(cks_workq_create(&p, &q), CKS_OK);
+    cr_assert_eq(cks_workq_push(q, &jobs[0].wq), CKS_OK);
+    cr_assert_null(cks_workq_stop(q));
+    cks_workq_destroy(q);
+    p.name = NULL; /* job 1: the process's */
+    cr_assert_eq(cks_workq_create(&p, &q), CKS_OK);
+    cr_assert_eq(cks_workq_push(q, &jobs[1].wq), CKS_OK);
+    cr_assert_null(cks_workq_stop(q));
+    cks_workq_destroy(q);
+    cr_assert_eq(pthread_getname_np(pthread_self(), self, sizeof(self)), 0);
+    cr_assert_str_eq(name_seen[0], "cks-a-long-queu");
+    cr_assert_str_eq(name_seen[1], self, "unnamed: '%s', the creator's '%s'", name_seen[1],
+                     self);
 }
 
 Test(workq, one_thread_runs_and_returns_jobs_in_push_order)

@@ -566,3 +566,66 @@ Test(cluster_faults, corrupted_chunk_is_decoded_around)
     }
     cr_assert(fired, "the corruption fault never fired");
 }
+
+/* Threads of this process named `name` (/proc/self/task/TID/comm). */
+static int threads_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int n = 0;
+    cr_assert_not_null(d);
+    while ((e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) {
+            continue; /* the thread left */
+        }
+        if (fgets(comm, sizeof(comm), f) != NULL) {
+            comm[strcspn(comm, "\n")] = 0;
+        }
+        fclose(f);
+        n += strcmp(comm, name) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Degraded reads decode on the client's work threads ("cks-work"), started
+ * at the first decode and stopped with the client, while the progress
+ * thread goes on; a client whose work threads cannot start (as test builds
+ * make them with CKS_NO_WORK_THREADS=1) decodes on its progress thread. Both restore every object
+ * and range exactly with servers 1 and 4 down. */
+Test(cluster_faults, degraded_reads_decode_on_work_threads_or_without_them)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cks_test_suite_start(NULL, -1);
+    cks_client_h c = written(16, 5);
+    cr_assert_eq(threads_named("cks-work"), 0, "a healthy write started work threads");
+    cr_assert_eq(verify_version(c, "moe", 5, NULL, 0), CKS_OK);
+    cr_assert_eq(threads_named("cks-work"), 0, "a healthy restore started work threads");
+    cks_client_destroy(c);
+    cks_test_cluster_kill(&cl, 1);
+    cks_test_cluster_kill(&cl, 4);
+
+    c = connect_cluster(4, 2, 64 * 1024);
+    cr_assert_eq(verify_version(c, "moe", 5, NULL, 0), CKS_OK, "degraded, work threads");
+    int during = threads_named("cks-work");
+    cks_client_destroy(c);
+    int after = threads_named("cks-work");
+
+    setenv("CKS_NO_WORK_THREADS", "1", 1); /* test builds */
+    c = connect_cluster(4, 2, 64 * 1024);
+    cks_status_t st = verify_version(c, "moe", 5, NULL, 0);
+    int without = threads_named("cks-work");
+    cks_client_destroy(c);
+    unsetenv("CKS_NO_WORK_THREADS");
+    cr_assert_eq(st, CKS_OK, "degraded, decoded on the progress thread: %s",
+                 cks_status_name(st));
+    cr_assert(during >= 1, "no work thread decoded the degraded stripes");
+    cr_assert_eq(after, 0, "%d work threads left after the client's destroy", after);
+    cr_assert_eq(without, 0, "work threads ran although none could start");
+}
