@@ -336,6 +336,12 @@ typedef struct {
     uint32_t clients, servers;
     uint64_t size, bytes;
     bench_stats_t st[3]; /* STORED, PROTECTED, restore: aggregate GB/s */
+    /* the same three, cold (the first after the servers start) and warm (the
+     * median of the later repetitions; NAN with one): aggregate GB/s */
+    double cold[3], warm[3];
+    /* server CPU seconds per GB of object bytes (all servers): snapshot,
+     * restore; cold and warm as above */
+    double cpu_cold[2], cpu_warm[2];
 } cl_sweep_pt_t;
 
 /* ---- the context ------------------------------------------------------------------- */

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,26 @@ static cl_ctx_t *cl_sweep_ctx(const cl_ctx_t *x, unsigned clients, unsigned serv
     return pt;
 }
 
+/* A point's cold figures (the first snapshot and restore after its servers
+ * started) and warm ones (the median of the later repetitions), GB/s and the
+ * servers' CPU seconds per GB. */
+static void cl_sweep_cold_warm(const cl_ctx_t *pt, cl_sweep_pt_t *res)
+{
+    const double *secs[3] = {pt->cw.stored, pt->cw.prot, pt->cw.restore};
+    const unsigned n[3]   = {pt->cw.nsnap, pt->cw.nsnap, pt->cw.nrestore};
+    const double *cpu[2]  = {pt->fig.srv_cpu_snap, pt->fig.srv_cpu_restore[0]};
+    const unsigned ncpu[2] = {pt->fig.ncpu_snap, pt->fig.ncpu_restore[0]};
+
+    for (unsigned f = 0; f < 3; f++) {
+        res->cold[f] = n[f] > 0 ? cl_cw_gbps(pt, secs[f][0]) : NAN;
+        res->warm[f] = cl_cw_gbps(pt, cl_cw_median_from(secs[f], 1, n[f]));
+    }
+    for (unsigned f = 0; f < 2; f++) {
+        res->cpu_cold[f] = ncpu[f] > 0 ? cpu[f][0] : NAN;
+        res->cpu_warm[f] = cl_cw_median_from(cpu[f], 1, ncpu[f]);
+    }
+}
+
 /* In the point's child: its cluster, clients and figures, sent back on fd. */
 static void cl_sweep_child(cl_ctx_t *pt, int fd)
 {
@@ -60,6 +81,7 @@ static void cl_sweep_child(cl_ctx_t *pt, int fd)
         cl_stats_of(pt->fig.bytes, pt->fig.stored, pt->fig.nsnap, &res.st[0]);
         cl_stats_of(pt->fig.bytes, pt->fig.prot, pt->fig.nsnap, &res.st[1]);
         cl_stats_of(pt->fig.bytes, pt->fig.restore[0], pt->fig.nrestore[0], &res.st[2]);
+        cl_sweep_cold_warm(pt, &res);
     }
     res.clients = pt->o.clients;
     res.servers = pt->o.local;
@@ -149,6 +171,42 @@ static void cl_run_sweeps(cl_ctx_t *x)
     bench_progress_clear();
 }
 
+/* A figure of a sweep record, left out when it was not measured. */
+static void cl_sweep_rec_f(bench_rec_t *r, const char *key, double v)
+{
+    if (isfinite(v)) {
+        bench_rec_f64(r, key, v);
+    }
+}
+
+/* The second table of a sweep: each point's cold and warm GB/s and the
+ * servers' CPU seconds per GB (what docs/CAPACITY.md takes as costs). */
+static void cl_print_sweep_cold_warm(cl_ctx_t *x, unsigned k)
+{
+    char sz[32];
+    cl_say(x,
+           "cold (the first after the servers start) / warm (median of the later reps), "
+           "aggregate GB/s; server CPU s per GB of object bytes, all servers, cold / warm\n");
+    cl_say(x, "%7s %7s %9s  %-15s %-15s %-15s %-15s %-15s\n", "clients", "servers", "size",
+           "STORED", "PROTECTED", "restore", "CPU snapshot", "CPU restore");
+    for (unsigned i = 0; i < x->sweep_n[k]; i++) {
+        const cl_sweep_pt_t *pt = &x->sweep_res[k][i];
+        if (pt->status != 0) {
+            continue;
+        }
+        cl_say(x, "%7u %7u %9s  ", pt->clients, pt->servers,
+               bench_size_str(pt->size, sz, sizeof(sz)));
+        for (unsigned f = 0; f < 5; f++) {
+            char cell[32];
+            double c = f < 3 ? pt->cold[f] : pt->cpu_cold[f - 3];
+            double w = f < 3 ? pt->warm[f] : pt->cpu_warm[f - 3];
+            snprintf(cell, sizeof(cell), f < 3 ? "%.2f / %.2f" : "%.3f / %.3f", c, w);
+            cl_say(x, "%-15s ", cell);
+        }
+        cl_say(x, "\n");
+    }
+}
+
 static void cl_print_sweeps(cl_ctx_t *x, bench_report_t *rep)
 {
     static const char *const ops[3] = {"sweep_snapshot_stored",
@@ -197,8 +255,13 @@ static void cl_print_sweeps(cl_ctx_t *x, bench_report_t *rep)
                 cl_rec_stats(r, &pt->st[f]);
                 bench_rec_kv(r, KF("per_server_gbps", pt->st[f].median / pt->servers),
                              KF("per_client_gbps", pt->st[f].median / pt->clients));
+                cl_sweep_rec_f(r, "cold_gbps", pt->cold[f]);
+                cl_sweep_rec_f(r, "warm_gbps", pt->warm[f]);
+                cl_sweep_rec_f(r, "server_cpu_s_per_gb_cold", pt->cpu_cold[f == 2]);
+                cl_sweep_rec_f(r, "server_cpu_s_per_gb_warm", pt->cpu_warm[f == 2]);
             }
         }
+        cl_print_sweep_cold_warm(x, k);
     }
 }
 
