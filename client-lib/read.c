@@ -17,8 +17,9 @@
  * (scratch.c), which servers on this host write with one copy - and as
  * soon as they are, its missing data chunks are rebuilt with ISA-L on a
  * work thread (work.c), in place where the range covers them whole, while
- * the progress thread goes on with the other stripes' transfers. The scratch bounds a client's degraded reads: a stripe that finds
- * no room waits until another stripe is decoded.
+ * the progress thread goes on with the other stripes' transfers. The
+ * scratch bounds a client's degraded reads: a stripe that finds no room
+ * waits until another stripe is decoded.
  * Never: block, or hand back a byte that was not checked (whole chunks are
  * CRC-checked here, partial ones by the server before it sends them).
  */
