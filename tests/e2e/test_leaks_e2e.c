@@ -217,8 +217,10 @@ Test(leaks, failed_chunk_records_leave_no_record)
     const uint64_t base = usage(c);
 
     begin(c, "dup", 1, 1);
-    cr_assert_eq(put_all(c, "dup", 1, buf), CKS_OK);
-    cks_status_t st = cks_version_seal(c, "dup", 1);
+    cks_status_t st = put_all(c, "dup", 1, buf);
+    print_error(c, st, "puts of version 1", msg, sizeof(msg));
+    cr_assert_eq(st, CKS_OK, "puts of version 1: %s (%s)", cks_status_name(st), msg);
+    st = cks_version_seal(c, "dup", 1);
     print_error(c, st, "seal of version 1", msg, sizeof(msg));
     int fired = 0;
     for (size_t i = 0; i < NSRV; i++) {
