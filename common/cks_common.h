@@ -176,7 +176,8 @@ static inline size_t cks_vkey(uint8_t *buf, const char *job, size_t job_len, uin
  * warning that it is ignored) and the arm calls return CKS_ERR_UNSUPPORTED.
  * Points: chunk_send, chunk_recv, chunk_corrupt (a stored chunk's bit flips),
  * chunk_wire_corrupt (a chunk's bit flips before its member checks it),
- * repair_fetch_corrupt (a chunk that repair read flips a bit on its way),
+ * repair_fetch_corrupt (a chunk that repair read flips a bit once it is
+ * there, as if after its member's check: the decoders' check must find it),
  * repair_wait_fg (repair starts no task until a client's data went through
  * the server, at most 10 s after its start: a test of the pacing sees it capped),
  * md_put, md_commit, md_manifest (the coordinator's manifest is not

@@ -54,7 +54,7 @@ void cks_rp_fini(cks_server_h s)
     }
     rp->taski = rp->ntasks; /* no task starts from here on */
     cks_rp_decoders_stop(s);
-    cks_rp_pool_drain(rp);
+    cks_rp_bufs_free(rp);
     cks_rp_parked_drop(rp);
     cks_rp_release_held(s, 1);
     cks_rp_round_reset(rp);

@@ -189,8 +189,13 @@ static void cks_rp_told(void *arg, cks_status_t status, const char *msg)
 void cks_rp_tell_done(cks_server_h s)
 {
     cks_msg_version_ref_t m = {cks_wire_cstr(NULL), 0}; /* no version: all of them */
-    cks_debug("repair: nothing left to rebuild here; telling the coordinators");
-    s->rp->next_check_ns = 0;
+    cks_rp_t *rp            = s->rp;
+    cks_info("repair: nothing left to rebuild here (%llu chunks rebuilt, %llu of them sent "
+             "to their members; %llu chunk reads written here by their members, %llu as "
+             "payloads); telling the coordinators",
+             (unsigned long long)rp->chunks_done, (unsigned long long)rp->chunks_sent,
+             (unsigned long long)rp->reads_into, (unsigned long long)rp->reads_payload);
+    rp->next_check_ns = 0;
     for (size_t pos = 0; !s->stop && pos < cks_cluster_nservers(s->map); pos++) {
         cks_tp_conn_h conn = pos == s->self ? NULL : cks_sv_peer_conn(s, pos);
         if (conn != NULL) {

@@ -58,38 +58,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- repair: fetch buffers, kept while repair runs ------------------------------- */
-
-/* A chunk-sized buffer: one kept from an earlier task (its pages already
- * touched), or a new one. */
-static uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk)
-{
-    if (chunk != rp->pool_chunk) {
-        cks_rp_pool_drain(rp);
-        rp->pool_chunk = chunk;
-    }
-    return rp->npool > 0 ? rp->pool[--rp->npool] : malloc(chunk);
-}
-
-static void cks_rp_buf_put(cks_rp_t *rp, uint8_t *buf, uint64_t chunk)
-{
-    if (buf == NULL) {
-        return;
-    }
-    if (chunk == rp->pool_chunk && rp->npool < CKS_RP_POOL_MAX) {
-        rp->pool[rp->npool++] = buf;
-    } else {
-        free(buf);
-    }
-}
-
-void cks_rp_pool_drain(cks_rp_t *rp)
-{
-    while (rp->npool > 0) {
-        free(rp->pool[--rp->npool]);
-    }
-}
-
 /* ---- repair: one task ------------------------------------------------------------- */
 
 /* The connection to the member of chunk i of the task's stripe; NULL while
@@ -220,7 +188,9 @@ static void cks_rp_decode_run(cks_workq_t *q, cks_workq_job_t *l, void *arg)
     (void)q;
     (void)arg;
     for (unsigned i = 0; i < w->t.k + w->t.m; i++) {
-        if (w->present[i] && cks_crc64(0, w->chunks[i], w->t.chunk) != w->f[i].crc) {
+        /* a chunk its member wrote here was checked as it was written */
+        if (w->present[i] && !w->f[i].checked &&
+            cks_crc64(0, w->chunks[i], w->t.chunk) != w->f[i].crc) {
             w->dstatus = CKS_ERR_CRC_MISMATCH;
             w->bad     = i;
             return;
@@ -412,11 +382,21 @@ static void cks_rp_fetch_end(cks_rp_fetch_t *f)
         return;
     }
     if (f->status == CKS_OK && cks_fault_fire("repair_fetch_corrupt")) {
-        f->buf[w->t.chunk / 2] ^= 0x10; /* a bit flips on the way */
+        f->buf[w->t.chunk / 2] ^= 0x10; /* a bit flips after its member's check: */
+        f->checked = 0;                  /* the decoders' check must find it */
     }
     if (f->status == CKS_OK) {
-        w->have++; /* its CRC is checked with the decode */
+        w->have++; /* its CRC is checked with the decode, unless its member did */
+        w->s->rp->reads_into += f->into ? 1 : 0;
+        w->s->rp->reads_payload += f->into ? 0 : 1;
     } else {
+        if (f->status == CKS_ERR_CRC_MISMATCH) { /* its member's check, as it wrote */
+            cks_warn("repair: chunk %u of stripe %llu of '%s' (version %llu of '%s') read "
+                     "from server %u fails its CRC: reading another",
+                     f->idx, (unsigned long long)w->t.stripe, w->t.key,
+                     (unsigned long long)w->t.version, w->t.job,
+                     cks_cluster_server(w->s->map, w->group[f->idx])->id);
+        }
         cks_rp_buf_put(w->s->rp, f->buf, w->t.chunk);
         f->buf = NULL;
     }
@@ -440,12 +420,22 @@ static void cks_rp_fetch_reply(void *arg, const cks_wire_hdr_t *hdr, const cks_m
     const cks_msg_chunk_get_reply_t *r   = &body->m_CHUNK_GET_REPLY;
     uint64_t len                         = f->w->t.chunk;
 
-    if (hdr->type != CKS_MSG_CHUNK_GET_REPLY || data == NULL || data->length != len ||
-        r->chunk_len != len || r->offset != 0 || r->length != len) {
+    if (hdr->type != CKS_MSG_CHUNK_GET_REPLY || r->chunk_len != len || r->offset != 0 ||
+        r->length != len) {
         f->status = CKS_ERR_BAD_MESSAGE;
         return;
     }
     f->crc = r->crc64;
+    if (hdr->flags & CKS_WIRE_F_RMA) {
+        /* its member wrote it into buf, checking it as it wrote */
+        f->checked = f->into && data == NULL;
+        f->status  = f->checked ? CKS_OK : CKS_ERR_BAD_MESSAGE;
+        return;
+    }
+    if (data == NULL || data->length != len) {
+        f->status = CKS_ERR_BAD_MESSAGE;
+        return;
+    }
     if (!data->is_rndv) {
         memcpy(f->buf, data->ptr, len);
         return;
@@ -462,6 +452,8 @@ static void cks_rp_fetch_reply(void *arg, const cks_wire_hdr_t *hdr, const cks_m
 static void cks_rp_fetch_done(void *arg, cks_status_t status, const char *msg)
 {
     cks_rp_fetch_t *f = arg;
+    free(f->desc); /* UCX let go of it */
+    f->desc = NULL;
     if (status != CKS_OK && f->status == CKS_OK) {
         f->status = status;
     }
@@ -489,13 +481,17 @@ static void cks_rp_fetch_more(cks_rp_work_t *w)
         f->idx     = i;
         f->status  = CKS_OK;
         f->pending = 1;
+        f->checked = 0;
+        f->into    = cks_rp_fetch_into(s, conn, f);
         cks_msg_chunk_get_t m = {{w->t.job, w->t.job_len}, w->t.version,
                                  {w->t.key, w->t.key_len}, w->t.stripe, i, 0, w->t.chunk};
         w->reading++;
-        if (cks_tp_call_data(conn, CKS_MSG_CHUNK_GET, CKS_WIRE_F_BACKGROUND, &m, CKS_RP_FETCH_MS,
-                             cks_rp_fetch_reply,
-                             cks_rp_fetch_done, f) != CKS_INPROGRESS) {
+        if (cks_tp_call_data_into(conn, CKS_MSG_CHUNK_GET, CKS_WIRE_F_BACKGROUND, &m,
+                                  f->desc, f->into ? f->desc_len : 0, CKS_RP_FETCH_MS,
+                                  cks_rp_fetch_reply, cks_rp_fetch_done, f) != CKS_INPROGRESS) {
             w->reading--;
+            free(f->desc);
+            f->desc = NULL;
             cks_rp_buf_put(s->rp, f->buf, w->t.chunk);
             f->buf = NULL;
         }

@@ -47,6 +47,7 @@
 /* Fetch buffers kept for the next task while repair runs (a chunk each),
  * returned when it has nothing left to do. */
 #define CKS_RP_POOL_MAX       (CKS_RP_INFLIGHT * CKS_PLACE_WIDTH_MAX)
+#define CKS_RP_REG_BYTES      (32ull << 20) /* the fetch region (repair_bufs.c) */
 #define CKS_RP_CHECKS_MAX     16u
 #define CKS_RP_RATE_DEFAULT   (256ull << 20)
 /* No client data through this server for this long: repair runs at its idle
@@ -111,6 +112,10 @@ struct cks_rp_fetch {
     uint64_t crc;
     unsigned pending;  /* the call, and a receipt it started */
     cks_status_t status;
+    int into;          /* read: its member writes it into buf (repair_bufs.c) */
+    int checked;       /* ... and checked its CRC as it wrote it */
+    uint8_t *desc;     /* buf's RMA descriptor, sent with the read (malloc) */
+    size_t desc_len;
 };
 
 /* A task being done: the probes of the other members, then its reads, the
@@ -205,6 +210,15 @@ struct cks_rp {
     uint8_t *pool[CKS_RP_POOL_MAX]; /* fetch buffers of pool_chunk bytes */
     size_t npool;
     uint64_t pool_chunk;
+    /* repair_bufs.c: the fetch region, members on this host write into */
+    cks_tp_mem_h reg_mem;   /* NULL: none yet (or none to be had: reg_none) */
+    int reg_none;
+    uint8_t *reg_base;
+    uint64_t reg_chunk;     /* its slots' size */
+    unsigned reg_slots;     /* at most 64 */
+    uint64_t reg_used;      /* bit per slot taken */
+    uint64_t reads_into;    /* chunk reads its members wrote into it */
+    uint64_t reads_payload; /* the others: payloads */
     uint64_t rate_cap;      /* while clients move data (--repair-rate; UINT64_MAX: none) */
     uint64_t idle_cap;      /* while they do not (--repair-idle-rate; UINT64_MAX: none) */
     double tokens;
@@ -239,6 +253,19 @@ typedef struct {
 
 /* A chunk placed here that is missing (cks_rp_walk()). */
 typedef void (*cks_rp_missing_cb_t)(const cks_rp_task_t *t, void *arg);
+
+/* repair_bufs.c: a chunk-sized fetch buffer (a slot of the fetch region
+ * when one is free, else malloc(); NULL without memory), whether a buffer is
+ * a slot, and its return; the pool's malloc() buffers freed (repair idle),
+ * and everything at the stop, before the transport's worker goes. */
+uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk);
+int cks_rp_buf_shared(const cks_rp_t *rp, const uint8_t *buf);
+void cks_rp_buf_put(cks_rp_t *rp, uint8_t *buf, uint64_t chunk);
+void cks_rp_bufs_free(cks_rp_t *rp);
+/* Will f's member (on conn) write its chunk into f->buf? 1 when f->buf is a
+ * slot and the member is on this host: f->desc (malloc) and f->desc_len
+ * then hold the slot's descriptor. */
+int cks_rp_fetch_into(cks_server_h s, cks_tp_conn_h conn, cks_rp_fetch_t *f);
 
 /* repair_scan.c: the key of a task's chunk in rp->queued (buf: at least
  * CKS_JOB_MAX_LEN + CKS_KEY_MAX_LEN + 32 bytes); its length. */

@@ -183,6 +183,21 @@ cks_status_t cks_tp_call_data(cks_tp_conn_h conn, unsigned type, uint32_t flags,
                               NULL, NULL, on_reply);
 }
 
+cks_status_t cks_tp_call_data_into(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                                   const void *body, const void *desc, size_t desc_len,
+                                   int timeout_ms, cks_tp_reply_cb_t on_reply,
+                                   cks_tp_call_cb_t cb, void *arg)
+{
+    if (on_reply == NULL || (desc_len > 0 && desc == NULL)) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (desc_len == 0) {
+        return cks_tp_call_data(conn, type, flags, body, timeout_ms, on_reply, cb, arg);
+    }
+    return cks_tp_call_hooked(conn, type, flags | CKS_WIRE_F_RMA, body, desc, desc_len, NULL,
+                              timeout_ms, cb, arg, NULL, NULL, on_reply);
+}
+
 cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flags,
                                        const void *body, const void *payload,
                                        size_t payload_len, cks_tp_mem_h payload_memh,

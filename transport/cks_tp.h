@@ -1010,6 +1010,18 @@ cks_status_t cks_tp_call_data(cks_tp_conn_h conn, unsigned type, uint32_t flags,
                               const void *body, int timeout_ms, cks_tp_reply_cb_t on_reply,
                               cks_tp_call_cb_t cb, void *arg);
 
+/** As cks_tp_call_data(), for a request whose reply's payload the peer may
+ *  write into our memory: `desc` (cks_tp_mem_describe() of where it goes;
+ *  desc_len 0: none, then exactly cks_tp_call_data()) goes as the request's
+ *  payload with CKS_WIRE_F_RMA and must stay valid until `cb` runs. A peer
+ *  that wrote the bytes there replies with CKS_WIRE_F_RMA and no payload
+ *  (`on_reply` gets data NULL); one that could not reach our memory may
+ *  send them as a payload instead, or fail the call. */
+cks_status_t cks_tp_call_data_into(cks_tp_conn_h conn, unsigned type, uint32_t flags,
+                                   const void *body, const void *desc, size_t desc_len,
+                                   int timeout_ms, cks_tp_reply_cb_t on_reply,
+                                   cks_tp_call_cb_t cb, void *arg);
+
 /** Fail calls past their deadline; returns the milliseconds until the next
  *  deadline (-1: none), for the owner's poll timeout. */
 int cks_tp_worker_expire(cks_tp_worker_h worker);

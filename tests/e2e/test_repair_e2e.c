@@ -259,6 +259,35 @@ static int cli_repair_status(char *out, size_t len)
     return cks_test_run(cmd, out, len);
 }
 
+/* What server i's log says its repair read, at the last time it had
+ * nothing left (its REPAIR_DONE): chunk reads its members wrote into its
+ * fetch region, and those that came as payloads; 0 when it never said. */
+static int repair_reads(size_t i, unsigned long long *into_p, unsigned long long *payload_p)
+{
+    static const char *const what = "chunk reads written here by their members, ";
+    FILE *f = fopen(cl.srv[i].log, "r");
+    char line[1024];
+    int found = 0;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        char *p = strstr(line, what);
+        char *q = p != NULL ? strrchr(line, ';') : NULL;
+        if (p == NULL || q == NULL || q <= p) {
+            continue;
+        }
+        /* "...; N chunk reads written here by their members, M as payloads)" */
+        char *n = p;
+        while (n > line && n[-1] != ';') {
+            n--;
+        }
+        found = sscanf(n, " %llu", into_p) == 1 &&
+                sscanf(p + strlen(what), "%llu", payload_p) == 1;
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return found;
+}
+
 /* (a) One server down while a version commits DEGRADED; it comes back,
  * rebuilds its chunks, and the version becomes PROTECTED; then two other
  * servers are killed and every version restores bit-exact. */
@@ -272,6 +301,14 @@ Test(repair, returning_server_rebuilds_and_version_survives_m_other_losses)
     cr_assert_eq(ri.server_id, (uint32_t)cl.srv[x].id);
     cr_assert_eq(ri.rate_cap, 256 * MiB, "the default pacing cap");
     cks_client_destroy(c);
+    /* every member is on this host: each wrote the chunk read from it
+     * straight into the returning server's fetch region */
+    unsigned long long into = 0, payload = 0;
+    cr_assert(cks_test_log_has(cl.srv[x].log, "chunk reads written here", 5000) &&
+                  repair_reads(x, &into, &payload),
+              "server %zu never said what its repair read", x);
+    cr_assert_gt(into, 0, "no chunk was written into the fetch region");
+    cr_assert_eq(payload, 0, "%llu chunks came as payloads (%llu written in)", payload, into);
 
     /* the command line: a header and one line per server, every one caught
      * up with nothing left; the returning one shows what it rebuilt */
@@ -891,5 +928,48 @@ Test(repair_crc, chunk_read_with_a_bad_crc_is_read_from_another_member)
     c = connect_cluster(20000);
     verify_version(c, v2, "after a repair that read a bad chunk, two others down");
     verify_version(c, v1, "after a repair that read a bad chunk, two others down");
+    cks_client_destroy(c);
+}
+
+/* The member whose check of a chunk it writes into a repair's fetch region
+ * fails (fault crc_check, once), and the server whose repair reads it. */
+#define CHECK_AT  3
+#define REPAIR_AT 2
+
+static void setup_member_check(void)
+{
+    cks_test_suite_start("crc_check:once", CHECK_AT);
+}
+
+TestSuite(repair_crc_member, .init = setup_member_check, .fini = cks_test_suite_teardown,
+          .timeout = 120);
+
+/* A member that writes a chunk into a returning server's fetch region
+ * checks it as it writes; one that fails its check (fault crc_check on
+ * server CHECK_AT) answers so, and the chunk is read from another member:
+ * what is rebuilt is right, and with two other servers down after the
+ * repair every version restores bit-exact. */
+Test(repair_crc_member, chunk_that_fails_its_members_check_is_read_from_another)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    uint64_t v1, v2;
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    write_then_without(c, REPAIR_AT, &v1, &v2);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[REPAIR_AT]), 0);
+    wait_protected(c, v2);
+    (void)wait_repaired(c, REPAIR_AT);
+    cks_client_destroy(c);
+    cr_assert(cks_test_log_has(cl.srv[CHECK_AT].log, "fault point 'crc_check' fired", 5000),
+              "the fault never fired");
+    char text[128];
+    snprintf(text, sizeof(text), "read from server %u fails its CRC: reading another",
+             (unsigned)cl.srv[CHECK_AT].id);
+    cr_assert(cks_test_log_has(cl.srv[REPAIR_AT].log, text, 5000),
+              "the failed check was not reported ('%s')", text);
+    kill_two_others(REPAIR_AT, REPAIR_AT + 1);
+    c = connect_cluster(20000);
+    verify_version(c, v2, "after a repair whose member's check failed, two others down");
+    verify_version(c, v1, "after a repair whose member's check failed, two others down");
     cks_client_destroy(c);
 }

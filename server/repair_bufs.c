@@ -1,0 +1,121 @@
+/*
+ * DESIGN: repair's fetch buffers: where the k chunks a rebuild reads land,
+ * and where the chunks it rebuilds for other members are decoded.
+ *
+ * First choice, a slot of the fetch region: shared memory from
+ * cks_tp_mem_alloc() (CKS_RP_REG_BYTES, carved into chunk-sized slots),
+ * made at the first rebuild and kept until the server stops. A member on
+ * this host then writes the chunk it serves straight into it (a CHUNK_GET
+ * that carries the slot's RMA descriptor, as a client's read does), with
+ * one copy on its own progress thread, checking the chunk's CRC from cache
+ * as it writes: the rebuilding server's progress thread copies nothing and
+ * its decoders need not check those chunks again. Kept for good because
+ * each member maps the region and faults its pages in at its first write
+ * into it: a region made anew for every rebuild would pay that every time.
+ * Otherwise (no region, all slots taken, a chunk larger than the region),
+ * malloc() memory, kept while repair has work (its pages already touched):
+ * the chunk then comes as a payload, copied by UCX on this side.
+ *
+ * Runs on the progress thread only.
+ */
+#include "repair_int.h"
+
+#include <stdlib.h>
+
+/* The region's slots for chunks of `chunk` bytes: made at the first call,
+ * carved again for another chunk size once every slot is back. */
+static int cks_rp_reg_ready(cks_rp_t *rp, uint64_t chunk)
+{
+    if (rp->reg_mem == NULL && !rp->reg_none) {
+        void *base = NULL;
+        if (cks_tp_mem_alloc(rp->s->tp, CKS_RP_REG_BYTES, &rp->reg_mem, &base) != CKS_OK) {
+            rp->reg_mem  = NULL;
+            rp->reg_none = 1;
+            cks_info("repair: no shared fetch region; chunks it reads come as payloads");
+            return 0;
+        }
+        rp->reg_base = base;
+    }
+    if (rp->reg_mem == NULL) {
+        return 0;
+    }
+    if (chunk != rp->reg_chunk && rp->reg_used == 0) {
+        uint64_t n     = chunk > 0 ? CKS_RP_REG_BYTES / chunk : 0;
+        rp->reg_chunk  = chunk;
+        rp->reg_slots  = (unsigned)(n > 64 ? 64 : n);
+    }
+    return chunk == rp->reg_chunk && rp->reg_slots > 0;
+}
+
+uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk)
+{
+    if (cks_rp_reg_ready(rp, chunk)) {
+        for (unsigned i = 0; i < rp->reg_slots; i++) {
+            if (!(rp->reg_used & (1ull << i))) {
+                rp->reg_used |= 1ull << i;
+                return rp->reg_base + (uint64_t)i * chunk;
+            }
+        }
+    }
+    if (chunk != rp->pool_chunk) {
+        cks_rp_pool_drain(rp);
+        rp->pool_chunk = chunk;
+    }
+    return rp->npool > 0 ? rp->pool[--rp->npool] : malloc(chunk);
+}
+
+int cks_rp_buf_shared(const cks_rp_t *rp, const uint8_t *buf)
+{
+    /* also after the stop freed the region: a late task's slots are not
+     * malloc() memory */
+    return rp->reg_base != NULL && buf >= rp->reg_base &&
+           buf < rp->reg_base + (uint64_t)rp->reg_slots * rp->reg_chunk;
+}
+
+void cks_rp_buf_put(cks_rp_t *rp, uint8_t *buf, uint64_t chunk)
+{
+    if (buf == NULL) {
+        return;
+    }
+    if (cks_rp_buf_shared(rp, buf)) {
+        rp->reg_used &= ~(1ull << ((uint64_t)(buf - rp->reg_base) / rp->reg_chunk));
+    } else if (chunk == rp->pool_chunk && rp->npool < CKS_RP_POOL_MAX) {
+        rp->pool[rp->npool++] = buf;
+    } else {
+        free(buf);
+    }
+}
+
+int cks_rp_fetch_into(cks_server_h s, cks_tp_conn_h conn, cks_rp_fetch_t *f)
+{
+    size_t len = 0;
+    if (s->rp->reg_mem == NULL || !cks_rp_buf_shared(s->rp, f->buf) || !cks_tp_conn_local(conn) ||
+        (f->desc = malloc(CKS_TP_RMA_DESC_MAX)) == NULL) {
+        return 0;
+    }
+    if (cks_tp_mem_describe(s->rp->reg_mem, f->buf, f->w->t.chunk, f->desc,
+                            CKS_TP_RMA_DESC_MAX, &len) != CKS_OK) {
+        free(f->desc);
+        f->desc = NULL;
+        return 0;
+    }
+    f->desc_len = len;
+    return 1;
+}
+
+void cks_rp_pool_drain(cks_rp_t *rp)
+{
+    while (rp->npool > 0) {
+        free(rp->pool[--rp->npool]);
+    }
+}
+
+void cks_rp_bufs_free(cks_rp_t *rp)
+{
+    cks_rp_pool_drain(rp);
+    if (rp->reg_mem != NULL) {
+        cks_tp_mem_unmap(rp->reg_mem); /* before the worker goes */
+    }
+    rp->reg_mem  = NULL;
+    rp->reg_none = 1; /* none made again */
+}
