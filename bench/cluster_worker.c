@@ -291,7 +291,10 @@ static cks_status_t cl_w_get_all(cl_worker_t *wk, cks_restore_h r,
     cks_status_t st2 = cl_win_wait(&w, 1, deadline);
     st = st != CKS_OK ? st : st2;
     if (w.inflight > 0) {
-        cks_restore_close(r);
+        /* timed out with gets in flight: destroying the client fails them
+         * (their callbacks run). They read r until then, so it is not
+         * closed first, nor after (its close would use the client): it is
+         * left, a few hundred bytes, on this error path */
         cl_w_client_drop(wk);
         cl_win_destroy(&w);
         return CKS_ERR_TIMEOUT;

@@ -183,7 +183,8 @@ static inline size_t cks_vkey(uint8_t *buf, const char *job, size_t job_len, uin
  * md_put, md_commit, md_manifest (the coordinator's manifest is not
  * recorded), md_chunk_dup (the second chunk record of a job is a duplicate),
  * chunk_get_slow (a chunk's send, not into the reader's memory, is held back
- * 1 s after its check),
+ * 1 s after its check), chunk_write_late (a whole chunk's write into the
+ * reader's memory is held back 11 s: past a repair read's timeout),
  * arena_alloc, encoder, crc_check, flush_die (a server writing a flush is
  * SIGKILLed halfway through its chunks), flush_publish_die (the server
  * publishing a flush is SIGKILLed after its manifest, before the rename),

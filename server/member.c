@@ -239,6 +239,13 @@ struct cks_sv_slow_send {
     cks_msg_chunk_get_reply_t r;
     const uint8_t *bytes;
     cks_chunk_out_t *o;
+    /* a write into the reader's memory (chunk_write_late): where, with
+     * copies of what the descriptor pointed at */
+    int into;
+    cks_tp_data_t dest;
+    uint64_t crc;
+    uint8_t rkey[CKS_TP_RMA_DESC_MAX];
+    uint8_t token[CKS_WIRE_NONCE_LEN];
 };
 
 static void cks_sv_chunk_crc_error(uint32_t idx, uint64_t stripe, const char *key,
@@ -271,10 +278,12 @@ void cks_sv_slow_sends(cks_server_h s, int all)
             continue;
         }
         *pp = w->next;
+        cks_tp_check_t check = {cks_crc64, w->crc, cks_crc64_combine};
         cks_status_t st = all ? CKS_ERR_CANCELED
                               : cks_tp_send_into(w->conn, CKS_MSG_CHUNK_GET_REPLY, w->req_id,
                                                  &w->r, w->bytes, w->r.length,
-                                                 s->arena_mem, NULL, NULL, cks_chunk_sent,
+                                                 s->arena_mem, w->into ? &w->dest : NULL,
+                                                 w->into ? &check : NULL, cks_chunk_sent,
                                                  w->o);
         if (st != CKS_INPROGRESS) {
             cks_chunk_sent(w->o, st);
@@ -363,10 +372,40 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.offset    = m->offset;
     r.length    = m->length;
     if (dest == NULL && cks_fault_fire("chunk_get_slow")) {
-        struct cks_sv_slow_send *w = malloc(sizeof(*w));
+        struct cks_sv_slow_send *w = calloc(1, sizeof(*w));
         if (w != NULL) {
-            *w = (struct cks_sv_slow_send){s->slow, cks_time_ns() + 1000000000ull, conn,
-                                           req_id, r, bytes + m->offset, o};
+            w->next   = s->slow;
+            w->due_ns = cks_time_ns() + 1000000000ull;
+            w->conn   = conn;
+            w->req_id = req_id;
+            w->r      = r;
+            w->bytes  = bytes + m->offset;
+            w->o      = o;
+            cks_tp_conn_get(conn);
+            s->slow = w;
+            return;
+        }
+    }
+    if (dest != NULL && whole && dest->rkey_len <= CKS_TP_RMA_DESC_MAX &&
+        cks_fault_fire("chunk_write_late")) {
+        /* the write into the reader's memory 11 s late: past a repair
+         * read's timeout (10 s), as from a member stopped, then resumed */
+        struct cks_sv_slow_send *w = calloc(1, sizeof(*w));
+        if (w != NULL) {
+            w->next   = s->slow;
+            w->due_ns = cks_time_ns() + 11000000000ull;
+            w->conn   = conn;
+            w->req_id = req_id;
+            w->r      = r;
+            w->bytes  = bytes + m->offset;
+            w->o      = o;
+            w->into   = 1;
+            w->dest = *dest;
+            w->crc  = ch.crc64;
+            memcpy(w->rkey, dest->rkey, dest->rkey_len);
+            memcpy(w->token, dest->rma_token, CKS_WIRE_NONCE_LEN);
+            w->dest.rkey      = w->rkey;
+            w->dest.rma_token = w->token;
             cks_tp_conn_get(conn);
             s->slow = w;
             return;

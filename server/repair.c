@@ -375,6 +375,13 @@ void cks_rp_decoders_stop(cks_server_h s)
     rp->wq = NULL;
 }
 
+/* A read that ended with no answer from its member (it may still act on it). */
+static int cks_rp_unanswered(cks_status_t st)
+{
+    return st == CKS_ERR_TIMEOUT || st == CKS_ERR_CONN_LOST || st == CKS_ERR_UNREACHABLE ||
+           st == CKS_ERR_TRANSPORT || st == CKS_ERR_CANCELED || st == CKS_ERR_SHUTTING_DOWN;
+}
+
 static void cks_rp_fetch_end(cks_rp_fetch_t *f)
 {
     cks_rp_work_t *w = f->w;
@@ -397,7 +404,11 @@ static void cks_rp_fetch_end(cks_rp_fetch_t *f)
                      (unsigned long long)w->t.version, w->t.job,
                      cks_cluster_server(w->s->map, w->group[f->idx])->id);
         }
-        cks_rp_buf_put(w->s->rp, f->buf, w->t.chunk);
+        if (f->into && cks_rp_unanswered(f->status)) {
+            cks_rp_buf_retire(w->s->rp, f->buf, w->t.chunk);
+        } else {
+            cks_rp_buf_put(w->s->rp, f->buf, w->t.chunk);
+        }
         f->buf = NULL;
     }
     w->reading--;

@@ -15,6 +15,11 @@
  * Otherwise (no region, all slots taken, a chunk larger than the region),
  * malloc() memory, kept while repair has work (its pages already touched):
  * the chunk then comes as a payload, copied by UCX on this side.
+ * A slot whose read ended without its member's answer (a timeout, a lost
+ * connection) is retired for good: that member may still write into it
+ * (stopped or slow, then resumed), and a slot handed to another read would
+ * take those bytes after they were checked. With every slot retired, reads
+ * go as payloads.
  *
  * Runs on the progress thread only.
  */
@@ -101,6 +106,21 @@ int cks_rp_fetch_into(cks_server_h s, cks_tp_conn_h conn, cks_rp_fetch_t *f)
     }
     f->desc_len = len;
     return 1;
+}
+
+void cks_rp_buf_retire(cks_rp_t *rp, uint8_t *buf, uint64_t chunk)
+{
+    if (!cks_rp_buf_shared(rp, buf)) {
+        cks_rp_buf_put(rp, buf, chunk); /* a payload's: UCX is done with it */
+        return;
+    }
+    /* its member may still be about to write there (stopped, or slow): the
+     * slot stays taken for good, so that no other read lands in it */
+    rp->reg_retired++;
+    cks_info("repair: fetch slot %llu retired (%llu so far): its read ended without an "
+             "answer, and its member may still write there",
+             (unsigned long long)((uint64_t)(buf - rp->reg_base) / rp->reg_chunk),
+             (unsigned long long)rp->reg_retired);
 }
 
 void cks_rp_pool_drain(cks_rp_t *rp)

@@ -216,7 +216,8 @@ struct cks_rp {
     uint8_t *reg_base;
     uint64_t reg_chunk;     /* its slots' size */
     unsigned reg_slots;     /* at most 64 */
-    uint64_t reg_used;      /* bit per slot taken */
+    uint64_t reg_used;      /* bit per slot taken (or retired) */
+    uint64_t reg_retired;   /* slots retired (repair_bufs.c) */
     uint64_t reads_into;    /* chunk reads its members wrote into it */
     uint64_t reads_payload; /* the others: payloads */
     uint64_t rate_cap;      /* while clients move data (--repair-rate; UINT64_MAX: none) */
@@ -262,6 +263,9 @@ uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk);
 int cks_rp_buf_shared(const cks_rp_t *rp, const uint8_t *buf);
 void cks_rp_buf_put(cks_rp_t *rp, uint8_t *buf, uint64_t chunk);
 void cks_rp_bufs_free(cks_rp_t *rp);
+/* A fetch buffer whose read ended without its member's answer: a slot is
+ * never handed out again; a malloc() one goes back as by cks_rp_buf_put(). */
+void cks_rp_buf_retire(cks_rp_t *rp, uint8_t *buf, uint64_t chunk);
 /* Will f's member (on conn) write its chunk into f->buf? 1 when f->buf is a
  * slot and the member is on this host: f->desc (malloc) and f->desc_len
  * then hold the slot's descriptor. */

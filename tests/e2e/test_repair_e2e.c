@@ -973,3 +973,47 @@ Test(repair_crc_member, chunk_that_fails_its_members_check_is_read_from_another)
     verify_version(c, v1, "after a repair whose member's check failed, two others down");
     cks_client_destroy(c);
 }
+
+/* The member whose write of a chunk into a repair's fetch region comes 11 s
+ * late (fault chunk_write_late, once): past the read's timeout (10 s). */
+#define LATE_AT 4
+
+static void setup_late_write(void)
+{
+    cks_test_suite_start("chunk_write_late:once", LATE_AT);
+}
+
+TestSuite(repair_late, .init = setup_late_write, .fini = cks_test_suite_teardown,
+          .timeout = 120);
+
+/* A repair read that times out leaves its member free to write later (a
+ * member stopped, then resumed): its fetch slot is retired for good, not
+ * handed to another read, which that late write would overwrite after its
+ * own member checked it. The chunk is read from another member; the late
+ * write lands in the retired slot; with two other servers down after the
+ * repair every version restores bit-exact. */
+Test(repair_late, slot_of_a_read_that_timed_out_is_retired)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    uint64_t v1, v2;
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    write_then_without(c, REPAIR_AT, &v1, &v2);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[REPAIR_AT]), 0);
+    wait_protected(c, v2);
+    (void)wait_repaired(c, REPAIR_AT);
+    cks_client_destroy(c);
+    cr_assert(cks_test_log_has(cl.srv[LATE_AT].log, "fault point 'chunk_write_late' fired", 0),
+              "the fault never fired");
+    cr_assert(cks_test_log_has(cl.srv[REPAIR_AT].log, "fetch slot", 5000) &&
+                  cks_test_log_has(cl.srv[REPAIR_AT].log, "retired (1 so far)", 0),
+              "the slot of the read that timed out was not retired");
+    /* the read timed out 10 s after it was sent, the task ended after it:
+     * the late write (11 s) lands within 2 s from here */
+    usleep(2000 * 1000);
+    kill_two_others(REPAIR_AT, LATE_AT + 1);
+    c = connect_cluster(20000);
+    verify_version(c, v2, "after a repair with a read that timed out, two others down");
+    verify_version(c, v1, "after a repair with a read that timed out, two others down");
+    cks_client_destroy(c);
+}
