@@ -463,8 +463,6 @@ static void cks_rp_fetch_reply(void *arg, const cks_wire_hdr_t *hdr, const cks_m
 static void cks_rp_fetch_done(void *arg, cks_status_t status, const char *msg)
 {
     cks_rp_fetch_t *f = arg;
-    free(f->desc); /* UCX let go of it */
-    f->desc = NULL;
     if (status != CKS_OK && f->status == CKS_OK) {
         f->status = status;
     }
@@ -501,8 +499,6 @@ static void cks_rp_fetch_more(cks_rp_work_t *w)
                                   f->desc, f->into ? f->desc_len : 0, CKS_RP_FETCH_MS,
                                   cks_rp_fetch_reply, cks_rp_fetch_done, f) != CKS_INPROGRESS) {
             w->reading--;
-            free(f->desc);
-            f->desc = NULL;
             cks_rp_buf_put(s->rp, f->buf, w->t.chunk);
             f->buf = NULL;
         }

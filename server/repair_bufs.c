@@ -40,14 +40,31 @@ static int cks_rp_reg_ready(cks_rp_t *rp, uint64_t chunk)
             return 0;
         }
         rp->reg_base = base;
+        rp->reg_desc = malloc(CKS_RP_REG_SLOTS * sizeof(*rp->reg_desc));
+        if (rp->reg_desc == NULL) {
+            cks_tp_mem_unmap(rp->reg_mem);
+            rp->reg_mem  = NULL;
+            rp->reg_base = NULL;
+            rp->reg_none = 1;
+            return 0;
+        }
     }
     if (rp->reg_mem == NULL) {
         return 0;
     }
     if (chunk != rp->reg_chunk && rp->reg_used == 0) {
-        uint64_t n     = chunk > 0 ? CKS_RP_REG_BYTES / chunk : 0;
-        rp->reg_chunk  = chunk;
-        rp->reg_slots  = (unsigned)(n > 64 ? 64 : n);
+        uint64_t n    = chunk > 0 ? CKS_RP_REG_BYTES / chunk : 0;
+        rp->reg_chunk = chunk;
+        rp->reg_slots = (unsigned)(n > CKS_RP_REG_SLOTS ? CKS_RP_REG_SLOTS : n);
+        /* each slot's descriptor, made once: a read sends its slot's */
+        for (unsigned i = 0; i < rp->reg_slots; i++) {
+            if (cks_tp_mem_describe(rp->reg_mem, rp->reg_base + (uint64_t)i * chunk, chunk,
+                                    rp->reg_desc[i], CKS_TP_RMA_DESC_MAX,
+                                    &rp->reg_desc_len[i]) != CKS_OK) {
+                rp->reg_slots = i; /* the slots before it */
+                break;
+            }
+        }
     }
     return chunk == rp->reg_chunk && rp->reg_slots > 0;
 }
@@ -93,18 +110,13 @@ void cks_rp_buf_put(cks_rp_t *rp, uint8_t *buf, uint64_t chunk)
 
 int cks_rp_fetch_into(cks_server_h s, cks_tp_conn_h conn, cks_rp_fetch_t *f)
 {
-    size_t len = 0;
-    if (s->rp->reg_mem == NULL || !cks_rp_buf_shared(s->rp, f->buf) || !cks_tp_conn_local(conn) ||
-        (f->desc = malloc(CKS_TP_RMA_DESC_MAX)) == NULL) {
+    cks_rp_t *rp = s->rp;
+    if (rp->reg_mem == NULL || !cks_rp_buf_shared(rp, f->buf) || !cks_tp_conn_local(conn)) {
         return 0;
     }
-    if (cks_tp_mem_describe(s->rp->reg_mem, f->buf, f->w->t.chunk, f->desc,
-                            CKS_TP_RMA_DESC_MAX, &len) != CKS_OK) {
-        free(f->desc);
-        f->desc = NULL;
-        return 0;
-    }
-    f->desc_len = len;
+    unsigned i  = (unsigned)((uint64_t)(f->buf - rp->reg_base) / rp->reg_chunk);
+    f->desc     = rp->reg_desc[i];
+    f->desc_len = rp->reg_desc_len[i];
     return 1;
 }
 
@@ -136,6 +148,8 @@ void cks_rp_bufs_free(cks_rp_t *rp)
     if (rp->reg_mem != NULL) {
         cks_tp_mem_unmap(rp->reg_mem); /* before the worker goes */
     }
+    free(rp->reg_desc);
+    rp->reg_desc = NULL;
     rp->reg_mem  = NULL;
     rp->reg_none = 1; /* none made again */
 }

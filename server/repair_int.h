@@ -48,6 +48,7 @@
  * returned when it has nothing left to do. */
 #define CKS_RP_POOL_MAX       (CKS_RP_INFLIGHT * CKS_PLACE_WIDTH_MAX)
 #define CKS_RP_REG_BYTES      (32ull << 20) /* the fetch region (repair_bufs.c) */
+#define CKS_RP_REG_SLOTS      64u           /* at most, of chunk size each */
 #define CKS_RP_CHECKS_MAX     16u
 #define CKS_RP_RATE_DEFAULT   (256ull << 20)
 /* No client data through this server for this long: repair runs at its idle
@@ -114,7 +115,7 @@ struct cks_rp_fetch {
     cks_status_t status;
     int into;          /* read: its member writes it into buf (repair_bufs.c) */
     int checked;       /* ... and checked its CRC as it wrote it */
-    uint8_t *desc;     /* buf's RMA descriptor, sent with the read (malloc) */
+    const uint8_t *desc; /* buf's RMA descriptor, sent with the read (its slot's) */
     size_t desc_len;
 };
 
@@ -215,7 +216,9 @@ struct cks_rp {
     int reg_none;
     uint8_t *reg_base;
     uint64_t reg_chunk;     /* its slots' size */
-    unsigned reg_slots;     /* at most 64 */
+    unsigned reg_slots;     /* at most CKS_RP_REG_SLOTS */
+    uint8_t (*reg_desc)[CKS_TP_RMA_DESC_MAX]; /* each slot's RMA descriptor */
+    size_t reg_desc_len[CKS_RP_REG_SLOTS];
     uint64_t reg_used;      /* bit per slot taken (or retired) */
     uint64_t reg_retired;   /* slots retired (repair_bufs.c) */
     uint64_t reads_into;    /* chunk reads its members wrote into it */
@@ -267,8 +270,8 @@ void cks_rp_bufs_free(cks_rp_t *rp);
  * never handed out again; a malloc() one goes back as by cks_rp_buf_put(). */
 void cks_rp_buf_retire(cks_rp_t *rp, uint8_t *buf, uint64_t chunk);
 /* Will f's member (on conn) write its chunk into f->buf? 1 when f->buf is a
- * slot and the member is on this host: f->desc (malloc) and f->desc_len
- * then hold the slot's descriptor. */
+ * slot and the member is on this host: f->desc and f->desc_len then name
+ * the slot's descriptor (the region's, described once). */
 int cks_rp_fetch_into(cks_server_h s, cks_tp_conn_h conn, cks_rp_fetch_t *f);
 
 /* repair_scan.c: the key of a task's chunk in rp->queued (buf: at least
