@@ -278,6 +278,11 @@ void cks_sv_slow_sends(cks_server_h s, int all)
             continue;
         }
         *pp = w->next;
+        if (w->into && !all) { /* the tests wait for this line */
+            cks_info("fault chunk_write_late: chunk %u of stripe %llu written into the "
+                     "reader's memory 11 s late", w->o->idx,
+                     (unsigned long long)w->o->stripe);
+        }
         cks_tp_check_t check = {cks_crc64, w->crc, cks_crc64_combine};
         cks_status_t st = all ? CKS_ERR_CANCELED
                               : cks_tp_send_into(w->conn, CKS_MSG_CHUNK_GET_REPLY, w->req_id,
@@ -371,41 +376,31 @@ void cks_sv_chunk_get(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     r.chunk_len = ch.len;
     r.offset    = m->offset;
     r.length    = m->length;
-    if (dest == NULL && cks_fault_fire("chunk_get_slow")) {
+    /* test builds: a send held back 1 s, not into the reader's memory; or
+     * a write into it held back 11 s, past a repair read's timeout (10 s),
+     * as from a member stopped, then resumed */
+    int late = dest != NULL && whole && dest->rkey_len <= CKS_TP_RMA_DESC_MAX &&
+               cks_fault_fire("chunk_write_late");
+    if (late || (dest == NULL && cks_fault_fire("chunk_get_slow"))) {
         struct cks_sv_slow_send *w = calloc(1, sizeof(*w));
         if (w != NULL) {
-            w->next   = s->slow;
-            w->due_ns = cks_time_ns() + 1000000000ull;
-            w->conn   = conn;
-            w->req_id = req_id;
-            w->r      = r;
-            w->bytes  = bytes + m->offset;
-            w->o      = o;
-            cks_tp_conn_get(conn);
-            s->slow = w;
-            return;
-        }
-    }
-    if (dest != NULL && whole && dest->rkey_len <= CKS_TP_RMA_DESC_MAX &&
-        cks_fault_fire("chunk_write_late")) {
-        /* the write into the reader's memory 11 s late: past a repair
-         * read's timeout (10 s), as from a member stopped, then resumed */
-        struct cks_sv_slow_send *w = calloc(1, sizeof(*w));
-        if (w != NULL) {
-            w->next   = s->slow;
-            w->due_ns = cks_time_ns() + 11000000000ull;
-            w->conn   = conn;
-            w->req_id = req_id;
-            w->r      = r;
-            w->bytes  = bytes + m->offset;
-            w->o      = o;
-            w->into   = 1;
-            w->dest = *dest;
-            w->crc  = ch.crc64;
-            memcpy(w->rkey, dest->rkey, dest->rkey_len);
-            memcpy(w->token, dest->rma_token, CKS_WIRE_NONCE_LEN);
-            w->dest.rkey      = w->rkey;
-            w->dest.rma_token = w->token;
+            *w = (struct cks_sv_slow_send){.next   = s->slow,
+                                           .due_ns = cks_time_ns() +
+                                                     (late ? 11000000000ull : 1000000000ull),
+                                           .conn   = conn,
+                                           .req_id = req_id,
+                                           .r      = r,
+                                           .bytes  = bytes + m->offset,
+                                           .o      = o,
+                                           .into   = late,
+                                           .crc    = ch.crc64};
+            if (late) { /* what the descriptor points at lives only during this call */
+                w->dest = *dest;
+                memcpy(w->rkey, dest->rkey, dest->rkey_len);
+                memcpy(w->token, dest->rma_token, CKS_WIRE_NONCE_LEN);
+                w->dest.rkey      = w->rkey;
+                w->dest.rma_token = w->token;
+            }
             cks_tp_conn_get(conn);
             s->slow = w;
             return;

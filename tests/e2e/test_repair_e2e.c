@@ -893,6 +893,32 @@ Test(repair_race, version_committed_while_a_round_lists_is_kept)
     cks_client_destroy(c);
 }
 
+/* Versions *v1_p and *v2_p written, the second with server x down; x back,
+ * every version PROTECTED and x's repair done (a fresh seed's data). */
+static void back_and_repaired(size_t x, uint64_t *v1_p, uint64_t *v2_p)
+{
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+    cks_client_h c = connect_cluster(20000);
+    write_then_without(c, x, v1_p, v2_p);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0);
+    wait_protected(c, *v2_p);
+    (void)wait_repaired(c, x);
+    cks_client_destroy(c);
+}
+
+/* Two servers other than x killed: versions v1 and v2 restore bit-exact
+ * (every stripe needs what x rebuilt). */
+static void two_others_down_exact(size_t x, uint64_t v1, uint64_t v2, const char *after)
+{
+    char when[160];
+    snprintf(when, sizeof(when), "%s, two others down", after);
+    kill_two_others(x, x + 1);
+    cks_client_h c = connect_cluster(20000);
+    verify_version(c, v2, when);
+    verify_version(c, v1, when);
+    cks_client_destroy(c);
+}
+
 /* The server whose repair reads a chunk that flips a bit on its way. */
 #define CORRUPT_AT 2
 
@@ -913,22 +939,12 @@ Test(repair_crc, chunk_read_with_a_bad_crc_is_read_from_another_member)
     CKS_TEST_NEEDS_FAULT_POINTS();
     const char *log = cl.srv[CORRUPT_AT].log;
     uint64_t v1, v2;
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    write_then_without(c, CORRUPT_AT, &v1, &v2);
-    cr_assert_eq(cks_test_server_restart(&cl.srv[CORRUPT_AT]), 0);
-    wait_protected(c, v2);
-    (void)wait_repaired(c, CORRUPT_AT);
-    cks_client_destroy(c);
+    back_and_repaired(CORRUPT_AT, &v1, &v2);
     cr_assert(cks_test_log_has(log, "fault point 'repair_fetch_corrupt' fired", 5000),
               "the fault never fired");
     cr_assert(cks_test_log_has(log, "fails its CRC: reading another", 5000),
               "the bad chunk was not reported");
-    kill_two_others(CORRUPT_AT, CORRUPT_AT + 1);
-    c = connect_cluster(20000);
-    verify_version(c, v2, "after a repair that read a bad chunk, two others down");
-    verify_version(c, v1, "after a repair that read a bad chunk, two others down");
-    cks_client_destroy(c);
+    two_others_down_exact(CORRUPT_AT, v1, v2, "after a repair that read a bad chunk");
 }
 
 /* The member whose check of a chunk it writes into a repair's fetch region
@@ -953,13 +969,7 @@ Test(repair_crc_member, chunk_that_fails_its_members_check_is_read_from_another)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
     uint64_t v1, v2;
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    write_then_without(c, REPAIR_AT, &v1, &v2);
-    cr_assert_eq(cks_test_server_restart(&cl.srv[REPAIR_AT]), 0);
-    wait_protected(c, v2);
-    (void)wait_repaired(c, REPAIR_AT);
-    cks_client_destroy(c);
+    back_and_repaired(REPAIR_AT, &v1, &v2);
     cr_assert(cks_test_log_has(cl.srv[CHECK_AT].log, "fault point 'crc_check' fired", 5000),
               "the fault never fired");
     char text[128];
@@ -967,11 +977,7 @@ Test(repair_crc_member, chunk_that_fails_its_members_check_is_read_from_another)
              (unsigned)cl.srv[CHECK_AT].id);
     cr_assert(cks_test_log_has(cl.srv[REPAIR_AT].log, text, 5000),
               "the failed check was not reported ('%s')", text);
-    kill_two_others(REPAIR_AT, REPAIR_AT + 1);
-    c = connect_cluster(20000);
-    verify_version(c, v2, "after a repair whose member's check failed, two others down");
-    verify_version(c, v1, "after a repair whose member's check failed, two others down");
-    cks_client_destroy(c);
+    two_others_down_exact(REPAIR_AT, v1, v2, "after a repair whose member's check failed");
 }
 
 /* The member whose write of a chunk into a repair's fetch region comes 11 s
@@ -996,24 +1002,16 @@ Test(repair_late, slot_of_a_read_that_timed_out_is_retired)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
     uint64_t v1, v2;
-    make_data(cks_test_seed(cks_test_seed_fresh()));
-    cks_client_h c = connect_cluster(20000);
-    write_then_without(c, REPAIR_AT, &v1, &v2);
-    cr_assert_eq(cks_test_server_restart(&cl.srv[REPAIR_AT]), 0);
-    wait_protected(c, v2);
-    (void)wait_repaired(c, REPAIR_AT);
-    cks_client_destroy(c);
+    back_and_repaired(REPAIR_AT, &v1, &v2);
     cr_assert(cks_test_log_has(cl.srv[LATE_AT].log, "fault point 'chunk_write_late' fired", 0),
               "the fault never fired");
     cr_assert(cks_test_log_has(cl.srv[REPAIR_AT].log, "fetch slot", 5000) &&
                   cks_test_log_has(cl.srv[REPAIR_AT].log, "retired (1 so far)", 0),
               "the slot of the read that timed out was not retired");
-    /* the read timed out 10 s after it was sent, the task ended after it:
-     * the late write (11 s) lands within 2 s from here */
-    usleep(2000 * 1000);
-    kill_two_others(REPAIR_AT, LATE_AT + 1);
-    c = connect_cluster(20000);
-    verify_version(c, v2, "after a repair with a read that timed out, two others down");
-    verify_version(c, v1, "after a repair with a read that timed out, two others down");
-    cks_client_destroy(c);
+    /* the late write lands in the retired slot (11 s after the read was
+     * sent: within seconds of the repair's end) */
+    cr_assert(cks_test_log_has(cl.srv[LATE_AT].log, "written into the reader's memory 11 s late",
+                               5000),
+              "the late write was never made");
+    two_others_down_exact(REPAIR_AT, v1, v2, "after a repair with a read that timed out");
 }
