@@ -121,8 +121,66 @@ static void cl_say_repair(cl_ctx_t *x, unsigned rep, const char *what,
            (unsigned long long)r->sent, (unsigned long long)r->chunks);
 }
 
+/* The reference of the snapshot taken while repair runs: the same servers
+ * killed and restarted at once, with their arenas and metadata, so that they
+ * miss nothing and there is nothing to rebuild, and a snapshot taken as soon
+ * as they have caught up - as that one was. Both then run right after a
+ * restart, while the restarted servers map the writer's buffers again, and
+ * differ in the repair alone. 0, or -1 (said why). */
+static int cl_heal_reference(cl_ctx_t *x, const char *job, const unsigned *ids,
+                             unsigned nids, unsigned rep, double during_s)
+{
+    double deadline = bench_now() + x->o.timeout_s + 10, stored_s = 0;
+    uint64_t left = 0, done = 0, hv = 3000000 + (uint64_t)rep * 1000;
+    cl_repair_t rr;
+    int clean = 0;
+
+    bench_progress("rep %u/%u: a restart with nothing to repair", rep + 1, x->o.reps);
+    for (unsigned d = 0; d < nids; d++) {
+        cl_server_kill(x, &x->srv[ids[d]]);
+    }
+    for (unsigned d = 0; d < nids; d++) {
+        if (cl_server_spawn(x, &x->srv[ids[d]], x->o.arena) != 0) {
+            return -1;
+        }
+    }
+    for (unsigned d = 0; d < nids; d++) {
+        if (cl_server_wait(&x->srv[ids[d]], deadline) != 0) {
+            return -1;
+        }
+    }
+    if (cl_client_connect(x) != 0) {
+        return -1;
+    }
+    while (!(clean = cl_repair_left(x, ids, nids, &left, &done, &rr)) &&
+           bench_now() < deadline) {
+        usleep(5 * 1000);
+    }
+    if (!clean) {
+        fprintf(stderr,
+                "ckstore-bench: the servers restarted with nothing missed did not catch "
+                "up in %.0f s (%llu bytes to rebuild)\n",
+                x->o.timeout_s + 10, (unsigned long long)left);
+        return -1;
+    }
+    if (cl_snapshot_down(x, job, &hv, 0, rep, "after a restart with nothing to repair",
+                         &stored_s) != 0) {
+        return -1;
+    }
+    cl_say(x,
+           "  rep %u: the snapshot while repair ran kept %.2f of that one (STORED "
+           "seconds %.3f against %.3f)\n",
+           rep + 1, during_s > 0 ? stored_s / during_s : NAN, during_s, stored_s);
+    if (x->fig.nnorepair < CL_MAX_REPS) {
+        x->fig.norepair_stored[x->fig.nnorepair++] = stored_s;
+    }
+    cks_status_t st = cks_version_delete(x->client, job, hv);
+    return st == CKS_OK ? 0 : cl_fail(x, "delete", st);
+}
+
 /* After the killed servers were restarted at t_spawn: in odd repetitions a
- * snapshot taken at once, while they rebuild what they missed; in the
+ * snapshot taken at once, while they rebuild what they missed, and its
+ * reference (cl_heal_reference()); in the
  * others the time until every kept version is PROTECTED again and the bytes
  * rebuilt. In the last repetition, a replacement: one of them killed again,
  * its arena and metadata deleted, started empty with its id, and timed the
@@ -178,6 +236,9 @@ int cl_heal_phase(cl_ctx_t *x, const char *job, uint64_t first, uint64_t newest,
             return cl_fail(x, "delete", st);
         }
         nvs--;
+        if (cl_heal_reference(x, job, ids, nids, rep, stored_s) != 0) {
+            return -1;
+        }
     } else {
         bench_progress("rep %u/%u: repair after the servers' return", rep + 1, x->o.reps);
         if (cl_repair_wait(x, job, ids, nids, vs, nvs, t_spawn, &r) < 0) {

@@ -260,8 +260,10 @@ typedef struct {
      * down), the repair after the killed servers return (rebuild GB/s,
      * seconds from their start to every version PROTECTED), a snapshot
      * taken while that repair runs (STORED seconds, repair bytes left at its
-     * start and end), and a replacement server (empty arena and metadata)
-     * taking a killed one's id (the same two figures) */
+     * start and end), the same snapshot after the same servers' restart with
+     * nothing to repair (STORED seconds: its reference), and a replacement
+     * server (empty arena and metadata) taking a killed one's id (the same
+     * two figures as the repair) */
     double down_stored[CL_MAX_DOWN + 1][CL_MAX_REPS];
     unsigned ndown_stored[CL_MAX_DOWN + 1];
     double repair_gbs[CL_MAX_REPS], repair_prot[CL_MAX_REPS];
@@ -269,6 +271,8 @@ typedef struct {
     double during_stored[CL_MAX_REPS];
     uint64_t during_left0[CL_MAX_REPS], during_left1[CL_MAX_REPS];
     unsigned nduring;
+    double norepair_stored[CL_MAX_REPS];
+    unsigned nnorepair;
     double repl_gbs, repl_prot;
     int repl_ok;
 } cl_main_t;
