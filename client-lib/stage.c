@@ -240,7 +240,8 @@ static void cks_stage_crc_start(cks_stage_t *st)
     cks_workq_params_t p = {.nthreads = n,
                             .run      = cks_stage_crc_run,
                             .wake     = cks_stage_crc_wake,
-                            .arg      = st};
+                            .arg      = st,
+                            .name     = "cks-stage-crc"};
     if (cks_workq_create(&p, &st->crcq) != CKS_OK) {
         st->crcq = NULL;
         cks_warn("staging ring: no CRC threads; the stage thread checks gets itself");

@@ -103,7 +103,8 @@ cks_status_t cks_enc_start(cks_enc_t *e, unsigned nthreads, unsigned nice,
                             .run      = cks_enc_work,
                             .wake     = cks_enc_wake,
                             .arg      = e,
-                            .nice     = nice};
+                            .nice     = nice,
+                            .name     = "cks-encoder"};
     cks_status_t status;
 
     memset(e, 0, sizeof(*e));

@@ -28,6 +28,7 @@
 static void *cks_fl_thread(void *arg)
 {
     struct cks_sv_flush *fl = arg;
+    (void)pthread_setname_np(pthread_self(), "cks-flush");
     pthread_mutex_lock(&fl->lock);
     for (;;) {
         while (fl->head == NULL && !fl->stop &&

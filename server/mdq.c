@@ -549,7 +549,8 @@ cks_status_t cks_mdq_start(cks_mdq_t *q, cks_md_h md, cks_tp_worker_h tp)
                             .run      = cks_mdq_run_batch,
                             .wake     = cks_mdq_wake,
                             .late     = cks_mdq_late,
-                            .arg      = q};
+                            .arg      = q,
+                            .name     = "cks-metadata"};
 
     memset(q, 0, sizeof(*q));
     q->md = md;

@@ -349,7 +349,8 @@ cks_status_t cks_rp_decoders_start(cks_server_h s, unsigned nthreads)
                             .run      = cks_rp_decode_run,
                             .wake     = cks_rp_decoders_wake,
                             .arg      = s,
-                            .nice     = cks_sv_coding_nice(s)};
+                            .nice     = cks_sv_coding_nice(s),
+                            .name     = "cks-repair"};
     return cks_workq_create(&p, &s->rp->wq);
 }
 

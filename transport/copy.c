@@ -113,6 +113,7 @@ static void *cks_tp_copy_thread(void *arg)
     cks_tp_copy_job_t *j;
     size_t off, n;
 
+    (void)pthread_setname_np(pthread_self(), "cks-copy");
     pthread_mutex_lock(&cp->lock);
     for (;;) {
         while (cp->head == NULL && !cp->stop) {

@@ -132,7 +132,8 @@ static cks_status_t cks_tp_pf_get(cks_tp_worker_h w, cks_workq_t **q_p)
                             .flags    = 0, /* at stop, what is queued is canceled */
                             .run      = cks_tp_pf_run,
                             .wake     = cks_tp_pf_wake,
-                            .arg      = w};
+                            .arg      = w,
+                            .name     = "cks-prefault"};
     cks_status_t status = w->pf != NULL ? CKS_OK : cks_workq_create(&p, &w->pf);
 
     if (status == CKS_OK) {

@@ -435,6 +435,40 @@ Test(cluster, client_stats_count_the_requests_in_flight)
     cks_client_destroy(c);
 }
 
+/* How many threads of process pid are named `name`. */
+static int threads_named_in(pid_t pid, const char *name)
+{
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    cr_assert_not_null(d);
+    while ((e = readdir(d)) != NULL) {
+        char path[300], comm[64] = "";
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%.20s/comm", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) {
+            continue; /* the thread left */
+        }
+        if (fgets(comm, sizeof(comm), f) != NULL) {
+            comm[strcspn(comm, "\n")] = 0;
+        }
+        fclose(f);
+        n += strcmp(comm, name) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
+static int threads_named(const char *name)
+{
+    return threads_named_in(getpid(), name);
+}
+
 /* Threads of process `pid` whose nice value is `nice` (/proc/PID/task/TID/
  * stat, field 19); -1 when the process's threads cannot be read. */
 static int threads_at_nice(pid_t pid, int nice)
@@ -488,7 +522,8 @@ static int threads_at_nice_wait(pid_t pid, int nice, int want)
  * server's others (default 5): where cores are short, the progress thread's
  * copies, which clients wait on, come first. One of each by default;
  * --encoders 3 makes three of each; --coding-nice 0 leaves them all at the
- * server's priority. */
+ * server's priority. They carry names ("cks-encoder", "cks-repair"), as the
+ * metadata thread does ("cks-metadata"). */
 Test(cluster, coding_threads_run_below_the_progress_thread)
 {
     cks_test_server_t *s = &cl.srv[0];
@@ -500,12 +535,19 @@ Test(cluster, coding_threads_run_below_the_progress_thread)
     int at5 = threads_at_nice_wait(s->pid, 5, 2);
     cr_assert_eq(at5, 2, "default: %d threads at nice 5", at5);
     cr_assert_eq(getpriority(PRIO_PROCESS, (id_t)s->pid), 0, "the progress thread");
+    /* named, for top -H and perf: one encoder, one repair decoder, the
+     * metadata thread */
+    cr_assert_eq(threads_named_in(s->pid, "cks-encoder"), 1);
+    cr_assert_eq(threads_named_in(s->pid, "cks-repair"), 1);
+    cr_assert_eq(threads_named_in(s->pid, "cks-metadata"), 1);
 
     cks_test_set_server_flags("--coding-nice 19 --encoders 3");
     cks_test_server_stop(s, SIGTERM);
     cr_assert_eq(cks_test_server_restart(s), 0);
     int at19 = threads_at_nice_wait(s->pid, 19, 6);
     at5      = threads_at_nice(s->pid, 5);
+    int enc3 = threads_named_in(s->pid, "cks-encoder");
+    int rep3 = threads_named_in(s->pid, "cks-repair");
     cks_test_set_server_flags("--coding-nice 0");
     cks_test_server_stop(s, SIGTERM);
     cr_assert_eq(cks_test_server_restart(s), 0);
@@ -519,6 +561,8 @@ Test(cluster, coding_threads_run_below_the_progress_thread)
     cr_assert_eq(at19, 6, "--coding-nice 19 --encoders 3: %d threads at 19 (%d at 5)", at19,
                  at5);
     cr_assert_eq(at0, all, "--coding-nice 0: %d of %d threads at nice 0", at0, all);
+    cr_assert(enc3 == 3 && rep3 == 3, "--encoders 3: %d encoder and %d repair threads",
+              enc3, rep3);
     cr_assert_eq(threads_at_nice_wait(s->pid, 5, 2), 2, "restarted with the defaults");
 }
 
@@ -568,31 +612,6 @@ Test(cluster_faults, corrupted_chunk_is_decoded_around)
 }
 
 /* Threads of this process named `name` (/proc/self/task/TID/comm). */
-static int threads_named(const char *name)
-{
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    int n = 0;
-    cr_assert_not_null(d);
-    while ((e = readdir(d)) != NULL) {
-        char path[300], comm[64] = "";
-        if (e->d_name[0] == '.') {
-            continue;
-        }
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL) {
-            continue; /* the thread left */
-        }
-        if (fgets(comm, sizeof(comm), f) != NULL) {
-            comm[strcspn(comm, "\n")] = 0;
-        }
-        fclose(f);
-        n += strcmp(comm, name) == 0;
-    }
-    closedir(d);
-    return n;
-}
 
 /* Degraded reads decode on the client's work threads ("cks-work"), started
  * at the first decode and stopped with the client, while the progress
