@@ -15,6 +15,8 @@ typedef struct {
     uint64_t done;      /* chunk bytes the servers rebuilt */
     uint64_t chunks, sent; /* chunks they rebuilt, and of those the ones sent to
                               another of them (one decode for a stripe) */
+    uint64_t decodes, decoded; /* their decodes (one per stripe), and the chunks
+                                  those rebuilt */
     double first, last; /* seconds since t0 of the first sample that saw
                            rebuilt bytes, and of the one that saw them all */
     double protected_s; /* seconds since t0 until every version was PROTECTED */
@@ -28,7 +30,7 @@ static int cl_repair_left(cl_ctx_t *x, const unsigned *ids, unsigned n, uint64_t
 {
     int all = 1;
     *left_p = *done_p = 0;
-    r->chunks = r->sent = 0;
+    r->chunks = r->sent = r->decodes = r->decoded = 0;
     for (unsigned i = 0; i < n; i++) {
         cks_repair_info_t ri;
         if (cks_repair_status(x->client, ids[i], &ri) != CKS_OK) {
@@ -39,6 +41,8 @@ static int cl_repair_left(cl_ctx_t *x, const unsigned *ids, unsigned n, uint64_t
         *done_p += ri.bytes_done;
         r->chunks += ri.chunks_done;
         r->sent += ri.chunks_sent;
+        r->decodes += ri.stripes_decoded;
+        r->decoded += ri.chunks_decoded;
         all = all && ri.caught_up && ri.chunks_left == 0;
     }
     return all;
@@ -96,6 +100,27 @@ static double cl_repair_gbs(const cl_repair_t *r)
     return r->done > 0 ? (double)r->done / (r->last - r->first + 0.02) / BENCH_GB : NAN;
 }
 
+/* What one core of ISA-L would take for the decodes of a repair: chunk
+ * bytes per second. A decode costs the k chunks it reads, whether it
+ * rebuilds one chunk of its stripe or two (decode[e]: object bytes, k chunks
+ * per stripe, per second with e lost), so the bound is the chunks rebuilt
+ * over the time of that many decodes: with 1 and 2 lost per stripe
+ * (at most 2 servers down here), 2D - C stripes lost one and C - D two.
+ * NAN when it cannot be told (no decode counted, a reference missing). */
+static double cl_repair_bound(const cl_ctx_t *x, const cl_repair_t *r)
+{
+    uint64_t d = r->decodes, c = r->decoded;
+    if (d == 0 || c < d || c > 2 * d || !x->refs.decode[1].ok ||
+        (c > d && (x->o.m < 2 || !x->refs.decode[2].ok))) {
+        return NAN;
+    }
+    /* in GB, and GB/s as the references are */
+    double chunk  = (double)x->o.chunk / BENCH_GB, stripe = x->o.k * chunk;
+    double t1     = (double)(2 * d - c) * stripe / x->refs.decode[1].st.median;
+    double t2     = c > d ? (double)(c - d) * stripe / x->refs.decode[2].st.median : 0;
+    return (double)c * chunk / (t1 + t2);
+}
+
 /* The servers' repair pacing cap (--repair-rate), bytes/s; 0: none or unknown. */
 static uint64_t cl_repair_cap(cl_ctx_t *x, unsigned id)
 {
@@ -115,10 +140,13 @@ static void cl_say_repair(cl_ctx_t *x, unsigned rep, const char *what,
     cl_say(x,
            "  rep %u: %s: %.1f MiB rebuilt at %.2f GB/s (%s), from %.2f s to %.2f s "
            "after the start; every version PROTECTED after %.2f s; %llu of %llu chunks "
-           "sent by the server that decoded their stripe\n",
+           "sent by the server that decoded their stripe; %llu decodes rebuilt %llu "
+           "chunks, which one core of ISA-L decodes at %.2f GB/s of chunks\n",
            rep + 1, what, (double)r->done / (1 << 20), cl_repair_gbs(r), capbuf,
            r->first < 0 ? 0.0 : r->first, r->last, r->protected_s,
-           (unsigned long long)r->sent, (unsigned long long)r->chunks);
+           (unsigned long long)r->sent, (unsigned long long)r->chunks,
+           (unsigned long long)r->decodes, (unsigned long long)r->decoded,
+           cl_repair_bound(x, r));
 }
 
 /* The reference of the snapshot taken while repair runs: the same servers
@@ -249,6 +277,7 @@ int cl_heal_phase(cl_ctx_t *x, const char *job, uint64_t first, uint64_t newest,
                                 : "repair by the servers back",
                       &r, ids[0]);
         if (x->fig.nrepair < CL_MAX_REPS && r.done > 0) {
+            x->fig.repair_bound[x->fig.nrepair] = cl_repair_bound(x, &r);
             x->fig.repair_gbs[x->fig.nrepair] = cl_repair_gbs(&r);
             x->fig.repair_prot[x->fig.nrepair++] = r.protected_s;
         }
@@ -272,8 +301,9 @@ int cl_heal_phase(cl_ctx_t *x, const char *job, uint64_t first, uint64_t newest,
     snprintf(what, sizeof(what), "replacement of server %u (empty arena and metadata)",
              s->id);
     cl_say_repair(x, rep, what, &r, s->id);
-    x->fig.repl_gbs = cl_repair_gbs(&r);
-    x->fig.repl_prot = r.protected_s;
-    x->fig.repl_ok = 1;
+    x->fig.repl_gbs   = cl_repair_gbs(&r);
+    x->fig.repl_bound = cl_repair_bound(x, &r);
+    x->fig.repl_prot  = r.protected_s;
+    x->fig.repl_ok    = 1;
     return 0;
 }

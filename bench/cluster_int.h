@@ -267,13 +267,14 @@ typedef struct {
     double down_stored[CL_MAX_DOWN + 1][CL_MAX_REPS];
     unsigned ndown_stored[CL_MAX_DOWN + 1];
     double repair_gbs[CL_MAX_REPS], repair_prot[CL_MAX_REPS];
+    double repair_bound[CL_MAX_REPS]; /* its decodes on one core of ISA-L, chunk B/s */
     unsigned nrepair;
     double during_stored[CL_MAX_REPS];
     uint64_t during_left0[CL_MAX_REPS], during_left1[CL_MAX_REPS];
     unsigned nduring;
     double norepair_stored[CL_MAX_REPS];
     unsigned nnorepair;
-    double repl_gbs, repl_prot;
+    double repl_gbs, repl_prot, repl_bound;
     int repl_ok;
 } cl_main_t;
 

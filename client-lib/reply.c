@@ -203,6 +203,8 @@ static int cks_cl_reply_repair(cks_client_h c, cks_op_t *op, const cks_wire_hdr_
     info->bytes_done  = r->bytes_done;
     info->rate        = r->rate;
     info->rate_cap    = r->rate_cap;
+    info->stripes_decoded = r->decodes;
+    info->chunks_decoded  = r->decoded;
     cks_cl_op_try_complete(c, op);
     return 1;
 }

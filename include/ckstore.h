@@ -244,6 +244,10 @@ typedef struct {
     uint64_t chunks_sent; /**< of chunks_done, those it rebuilt for another server and
                                that server took: where a stripe lacked chunks on
                                several servers, one of them decodes them all at once */
+    uint64_t stripes_decoded; /**< decodes it ran since it started (one per stripe) */
+    uint64_t chunks_decoded;  /**< the chunks those decodes rebuilt, for it and for others
+                                   (what a decode costs depends on the stripe's k, not
+                                   on how many chunks it rebuilds) */
 } cks_repair_info_t;
 
 /** Ask server number `server` (0 .. cks_cluster_stats().servers - 1, the

@@ -318,6 +318,10 @@ static void cks_rp_decode_done(cks_rp_work_t *w, int cancel)
         cks_rp_fetch_more(w);
         return;
     }
+    if (w->dstatus == CKS_OK) {
+        s->rp->decodes++;
+        s->rp->decoded += 1 + (unsigned)__builtin_popcount(w->outs);
+    }
     if (w->dstatus != CKS_OK) {
         cks_rp_work_end(w, w->dstatus, "decode");
     } else if (w->outs != 0) {
@@ -786,6 +790,8 @@ void cks_rp_repair_status(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id)
         r.chunks_done = rp->chunks_done;
         r.bytes_done  = rp->bytes_done;
         r.chunks_sent = rp->chunks_sent;
+        r.decodes     = rp->decodes;
+        r.decoded     = rp->decoded;
         r.rate        = rp->rate;
         r.rate_cap    = rp->rate_cap == UINT64_MAX ? 0 : rp->rate_cap;
     }

@@ -229,6 +229,8 @@ struct cks_rp {
     uint64_t tokens_ns;
     uint64_t chunks_done, bytes_done, failed;
     uint64_t chunks_sent;   /* of chunks_done: rebuilt for another member */
+    uint64_t decodes;       /* decodes that succeeded here (one per stripe) */
+    uint64_t decoded;       /* the chunks they rebuilt (here, and for members) */
     cks_rp_work_t *parked, *parked_tail; /* oldest first */
     uint64_t taken, taken_told; /* tasks taken off the list; at the last REPAIR_DONE */
     uint64_t failed_at_scan; /* `failed` when the last scan ran */

@@ -528,9 +528,9 @@ static int cmd_repair_status(void)
     if (st != CKS_OK) {
         return fail("repair status", st);
     }
-    printf("%-6s %-10s %12s %12s %12s %12s %12s %10s %10s\n", "SERVER", "CAUGHT-UP",
-           "CHUNKS-LEFT", "MIB-LEFT", "CHUNKS-DONE", "MIB-DONE", "CHUNKS-SENT", "MIB/S",
-           "CAP-MIB/S");
+    printf("%-6s %-10s %12s %12s %12s %12s %12s %10s %10s %10s\n", "SERVER", "CAUGHT-UP",
+           "CHUNKS-LEFT", "MIB-LEFT", "CHUNKS-DONE", "MIB-DONE", "CHUNKS-SENT", "DECODES",
+           "MIB/S", "CAP-MIB/S");
     for (size_t i = 0; i < t.servers; i++) {
         cks_repair_info_t r;
         st = cks_repair_status(cl, i, &r);
@@ -539,11 +539,11 @@ static int cmd_repair_status(void)
             rc = 1;
             continue;
         }
-        printf("%-6u %-10s %12llu %12.1f %12llu %12.1f %12llu %10.1f ", r.server_id,
+        printf("%-6u %-10s %12llu %12.1f %12llu %12.1f %12llu %10llu %10.1f ", r.server_id,
                r.caught_up ? "yes" : "no", (unsigned long long)r.chunks_left,
                (double)r.bytes_left / 1048576.0, (unsigned long long)r.chunks_done,
                (double)r.bytes_done / 1048576.0, (unsigned long long)r.chunks_sent,
-               (double)r.rate / 1048576.0);
+               (unsigned long long)r.stripes_decoded, (double)r.rate / 1048576.0);
         if (r.rate_cap == 0) {
             printf("%10s\n", "none");
         } else {

@@ -501,6 +501,8 @@ typedef struct {
     uint64_t chunks_sent; /* of chunks_done, rebuilt for another member and taken by it */
     uint64_t rate;        /* bytes/s rebuilt over the last seconds of work */
     uint64_t rate_cap;    /* the pacing cap, bytes/s (0: none) */
+    uint64_t decodes;     /* decodes that succeeded, one per stripe */
+    uint64_t decoded;     /* the chunks those decodes rebuilt */
 } cks_msg_repair_status_reply_t;
 
 /** Any -> server: its usage (STATS_REPLY). */

@@ -205,7 +205,9 @@ static const cks_wire_field_t fd_repair_status_reply[] = {
     FD_U64(cks_msg_repair_status_reply_t, bytes_done),
     FD_U64(cks_msg_repair_status_reply_t, chunks_sent),
     FD_U64(cks_msg_repair_status_reply_t, rate),
-    FD_U64(cks_msg_repair_status_reply_t, rate_cap)};
+    FD_U64(cks_msg_repair_status_reply_t, rate_cap),
+    FD_U64(cks_msg_repair_status_reply_t, decodes),
+    FD_U64(cks_msg_repair_status_reply_t, decoded)};
 static const cks_wire_field_t fd_stats[] = {FD_U32(cks_msg_stats_t, flags)};
 static const cks_wire_field_t fd_stats_reply[] = {
     FD_REPLY(cks_msg_stats_reply_t), FD_U64(cks_msg_stats_reply_t, arena_size),

@@ -561,6 +561,14 @@ Test(repair, two_servers_back_rebuild_each_stripe_with_one_decode)
     cr_assert_gt(sent, 0, "no stripe was rebuilt by one decode");
     cr_assert_eq(2 * sent, done, "%llu chunks rebuilt, %llu of them sent: some stripes were "
                  "decoded twice", (unsigned long long)done, (unsigned long long)sent);
+    /* one decode per stripe, each rebuilding both of its chunks: the figures
+     * the bench takes its decode bound from */
+    uint64_t decodes = a.stripes_decoded + b.stripes_decoded;
+    uint64_t decoded = a.chunks_decoded + b.chunks_decoded;
+    cr_assert(decodes == sent && decoded == done,
+              "%llu decodes rebuilt %llu chunks (%llu rebuilt, %llu sent)",
+              (unsigned long long)decodes, (unsigned long long)decoded,
+              (unsigned long long)done, (unsigned long long)sent);
     cks_client_destroy(c);
 
     for (size_t killed = 0, i = 0; i < NSRV && killed < 2; i++) {

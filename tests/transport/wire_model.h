@@ -217,7 +217,9 @@ static const wm_field_t wm_f_repair_status_reply[] = {
     WM_U64_(cks_msg_repair_status_reply_t, bytes_done),
     WM_U64_(cks_msg_repair_status_reply_t, chunks_sent),
     WM_U64_(cks_msg_repair_status_reply_t, rate),
-    WM_U64_(cks_msg_repair_status_reply_t, rate_cap)};
+    WM_U64_(cks_msg_repair_status_reply_t, rate_cap),
+    WM_U64_(cks_msg_repair_status_reply_t, decodes),
+    WM_U64_(cks_msg_repair_status_reply_t, decoded)};
 static const wm_field_t wm_f_stats[] = {WM_U32_(cks_msg_stats_t, flags)};
 static const wm_field_t wm_f_stats_reply[] = {
     WM_REPLY_(cks_msg_stats_reply_t), WM_U64_(cks_msg_stats_reply_t, arena_size),
