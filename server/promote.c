@@ -192,10 +192,11 @@ void cks_rp_tell_done(cks_server_h s)
     cks_rp_t *rp            = s->rp;
     cks_info("repair: nothing left to rebuild here (%llu chunks rebuilt, %llu of them sent "
              "to their members; %llu chunk reads written here by their members, %llu as "
-             "payloads; %llu fetch slots retired); telling the coordinators",
+             "payloads; %llu fetch slots retired, %llu handed to another server than "
+             "the one that wrote there last); telling the coordinators",
              (unsigned long long)rp->chunks_done, (unsigned long long)rp->chunks_sent,
              (unsigned long long)rp->reads_into, (unsigned long long)rp->reads_payload,
-             (unsigned long long)rp->reg_retired);
+             (unsigned long long)rp->reg_retired, (unsigned long long)rp->reg_new_writer);
     rp->next_check_ns = 0;
     for (size_t pos = 0; !s->stop && pos < cks_cluster_nservers(s->map); pos++) {
         cks_tp_conn_h conn = pos == s->self ? NULL : cks_sv_peer_conn(s, pos);

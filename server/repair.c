@@ -168,7 +168,7 @@ static void cks_rp_decode(cks_rp_work_t *w)
     for (unsigned j = 0; j < w->t.k + w->t.m; j++) {
         /* none read from it; without a buffer it is left to its member */
         if ((w->lost & (1u << j)) && j != w->t.idx && w->f[j].buf == NULL &&
-            (w->f[j].buf = cks_rp_buf_get(s->rp, w->t.chunk)) != NULL) {
+            (w->f[j].buf = cks_rp_buf_get(s->rp, w->t.chunk, (uint32_t)s->self)) != NULL) {
             w->chunks[j] = w->f[j].buf;
             w->outs |= 1u << j;
         }
@@ -488,7 +488,8 @@ static void cks_rp_fetch_more(cks_rp_work_t *w)
             continue; /* lacks it, or did not answer its probe in time */
         }
         cks_tp_conn_h conn = cks_rp_member(w, i);
-        if (conn == NULL || (f->buf = cks_rp_buf_get(s->rp, w->t.chunk)) == NULL) {
+        if (conn == NULL ||
+            (f->buf = cks_rp_buf_get(s->rp, w->t.chunk, (uint32_t)w->group[i])) == NULL) {
             continue;
         }
         f->w       = w;

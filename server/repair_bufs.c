@@ -12,6 +12,9 @@
  * its decoders need not check those chunks again. Kept for good because
  * each member maps the region and faults its pages in at its first write
  * into it: a region made anew for every rebuild would pay that every time.
+ * For the same reason a read takes a free slot that its member wrote last
+ * (else one nobody wrote yet, else any): each member then faults in the few
+ * slots it has in flight at once rather than, over a repair, all of them.
  * Otherwise (no region, all slots taken, a chunk larger than the region),
  * malloc() memory, kept while repair has work (its pages already touched):
  * the chunk then comes as a payload, copied by UCX on this side.
@@ -25,6 +28,7 @@
  */
 #include "repair_int.h"
 
+#include <limits.h>
 #include <stdlib.h>
 
 /* The region's slots for chunks of `chunk` bytes: made at the first call,
@@ -56,6 +60,9 @@ static int cks_rp_reg_ready(cks_rp_t *rp, uint64_t chunk)
         uint64_t n    = chunk > 0 ? CKS_RP_REG_BYTES / chunk : 0;
         rp->reg_chunk = chunk;
         rp->reg_slots = (unsigned)(n > CKS_RP_REG_SLOTS ? CKS_RP_REG_SLOTS : n);
+        for (unsigned i = 0; i < CKS_RP_REG_SLOTS; i++) {
+            rp->reg_writer[i] = CKS_RP_NOBODY;
+        }
         /* each slot's descriptor, made once: a read sends its slot's */
         for (unsigned i = 0; i < rp->reg_slots; i++) {
             if (cks_tp_mem_describe(rp->reg_mem, rp->reg_base + (uint64_t)i * chunk, chunk,
@@ -69,14 +76,33 @@ static int cks_rp_reg_ready(cks_rp_t *rp, uint64_t chunk)
     return chunk == rp->reg_chunk && rp->reg_slots > 0;
 }
 
-uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk)
+uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk, uint32_t who)
 {
     if (cks_rp_reg_ready(rp, chunk)) {
-        for (unsigned i = 0; i < rp->reg_slots; i++) {
-            if (!(rp->reg_used & (1ull << i))) {
-                rp->reg_used |= 1ull << i;
-                return rp->reg_base + (uint64_t)i * chunk;
+        /* a free slot that `who` wrote before, else one nobody wrote, else
+         * any: each member on this host faults in its mapping of a slot at
+         * its first write there (a trap per 4 KiB page where the pages are
+         * small), so each keeps to the few slots it has in flight at once
+         * instead of touching all of them over a repair */
+        unsigned pick = UINT_MAX, fresh = UINT_MAX, any = UINT_MAX;
+        for (unsigned i = 0; i < rp->reg_slots && pick == UINT_MAX; i++) {
+            if (rp->reg_used & (1ull << i)) {
+                continue;
             }
+            if (rp->reg_writer[i] == who) {
+                pick = i;
+            } else if (rp->reg_writer[i] == CKS_RP_NOBODY && fresh == UINT_MAX) {
+                fresh = i;
+            } else if (any == UINT_MAX) {
+                any = i;
+            }
+        }
+        pick = pick != UINT_MAX ? pick : fresh != UINT_MAX ? fresh : any;
+        if (pick != UINT_MAX) {
+            rp->reg_used |= 1ull << pick;
+            rp->reg_new_writer += rp->reg_writer[pick] != who;
+            rp->reg_writer[pick] = who;
+            return rp->reg_base + (uint64_t)pick * chunk;
         }
     }
     if (chunk != rp->pool_chunk) {

@@ -49,6 +49,7 @@
 #define CKS_RP_POOL_MAX       (CKS_RP_INFLIGHT * CKS_PLACE_WIDTH_MAX)
 #define CKS_RP_REG_BYTES      (32ull << 20) /* the fetch region (repair_bufs.c) */
 #define CKS_RP_REG_SLOTS      64u           /* at most, of chunk size each */
+#define CKS_RP_NOBODY         UINT32_MAX    /* a slot no server wrote yet */
 #define CKS_RP_CHECKS_MAX     16u
 #define CKS_RP_RATE_DEFAULT   (256ull << 20)
 /* No client data through this server for this long: repair runs at its idle
@@ -220,7 +221,10 @@ struct cks_rp {
     uint8_t (*reg_desc)[CKS_TP_RMA_DESC_MAX]; /* each slot's RMA descriptor */
     size_t reg_desc_len[CKS_RP_REG_SLOTS];
     uint64_t reg_used;      /* bit per slot taken (or retired) */
+    uint32_t reg_writer[CKS_RP_REG_SLOTS]; /* who wrote each slot last (a server's
+                                              position), CKS_RP_NOBODY: none yet */
     uint64_t reg_retired;   /* slots retired (repair_bufs.c) */
+    uint64_t reg_new_writer; /* slots handed to another server than their last writer */
     uint64_t reads_into;    /* chunk reads its members wrote into it */
     uint64_t reads_payload; /* the others: payloads */
     uint64_t rate_cap;      /* while clients move data (--repair-rate; UINT64_MAX: none) */
@@ -261,10 +265,12 @@ typedef struct {
 typedef void (*cks_rp_missing_cb_t)(const cks_rp_task_t *t, void *arg);
 
 /* repair_bufs.c: a chunk-sized fetch buffer (a slot of the fetch region
- * when one is free, else malloc(); NULL without memory), whether a buffer is
+ * when one is free - preferably one that `who`, the server position that
+ * will write it, wrote before -, else malloc(); NULL without memory),
+ * whether a buffer is
  * a slot, and its return; the pool's malloc() buffers freed (repair idle),
  * and everything at the stop, before the transport's worker goes. */
-uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk);
+uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk, uint32_t who);
 int cks_rp_buf_shared(const cks_rp_t *rp, const uint8_t *buf);
 void cks_rp_buf_put(cks_rp_t *rp, uint8_t *buf, uint64_t chunk);
 void cks_rp_bufs_free(cks_rp_t *rp);
