@@ -113,10 +113,11 @@ static double cl_repair_gbs(const cl_repair_t *r)
  * per stripe, per second with e lost), so the bound is the chunks rebuilt
  * over the time of that many decodes: with 1 and 2 lost per stripe
  * (at most 2 servers down here), 2D - C stripes lost one and C - D two.
- * NAN when it cannot be told (no decode counted, a reference missing). */
-static double cl_repair_bound(const cl_ctx_t *x, const cl_repair_t *r)
+ * NAN when it cannot be told (no decode counted, a reference missing).
+ * Taken with the references of the whole run (cl_print_targets()), not
+ * those of its start alone. */
+double cl_repair_bound(const cl_ctx_t *x, uint64_t d, uint64_t c)
 {
-    uint64_t d = r->decodes, c = r->decoded;
     if (d == 0 || c < d || c > 2 * d || !x->refs.decode[1].ok ||
         (c > d && (x->o.m < 2 || !x->refs.decode[2].ok))) {
         return NAN;
@@ -148,12 +149,11 @@ static void cl_say_repair(cl_ctx_t *x, unsigned rep, const char *what,
            "  rep %u: %s: %.1f MiB rebuilt at %.2f GB/s (%s), from %.2f s to %.2f s "
            "after the start; every version PROTECTED after %.2f s; %llu of %llu chunks "
            "sent by the server that decoded their stripe; %llu decodes rebuilt %llu "
-           "chunks, which one core of ISA-L decodes at %.2f GB/s of chunks\n",
+           "chunks\n",
            rep + 1, what, (double)r->done / (1 << 20), cl_repair_gbs(r), capbuf,
            r->first < 0 ? 0.0 : r->first, r->last, r->protected_s,
            (unsigned long long)r->sent, (unsigned long long)r->chunks,
-           (unsigned long long)r->decodes, (unsigned long long)r->decoded,
-           cl_repair_bound(x, r));
+           (unsigned long long)r->decodes, (unsigned long long)r->decoded);
 }
 
 /* The reference of the snapshot taken while repair runs: the same servers
@@ -284,7 +284,8 @@ int cl_heal_phase(cl_ctx_t *x, const char *job, uint64_t first, uint64_t newest,
                                 : "repair by the servers back",
                       &r, ids[0]);
         if (x->fig.nrepair < CL_MAX_REPS && r.done > 0) {
-            x->fig.repair_bound[x->fig.nrepair] = cl_repair_bound(x, &r);
+            x->fig.repair_dec[x->fig.nrepair][0] = r.decodes;
+            x->fig.repair_dec[x->fig.nrepair][1] = r.decoded;
             x->fig.repair_gbs[x->fig.nrepair] = cl_repair_gbs(&r);
             x->fig.repair_prot[x->fig.nrepair++] = r.protected_s;
         }
@@ -309,7 +310,8 @@ int cl_heal_phase(cl_ctx_t *x, const char *job, uint64_t first, uint64_t newest,
              s->id);
     cl_say_repair(x, rep, what, &r, s->id);
     x->fig.repl_gbs   = cl_repair_gbs(&r);
-    x->fig.repl_bound = cl_repair_bound(x, &r);
+    x->fig.repl_dec[0] = r.decodes;
+    x->fig.repl_dec[1] = r.decoded;
     x->fig.repl_prot  = r.protected_s;
     x->fig.repl_ok    = 1;
     return 0;

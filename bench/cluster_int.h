@@ -267,14 +267,15 @@ typedef struct {
     double down_stored[CL_MAX_DOWN + 1][CL_MAX_REPS];
     unsigned ndown_stored[CL_MAX_DOWN + 1];
     double repair_gbs[CL_MAX_REPS], repair_prot[CL_MAX_REPS];
-    double repair_bound[CL_MAX_REPS]; /* its decodes on one core of ISA-L, chunk B/s */
+    uint64_t repair_dec[CL_MAX_REPS][2]; /* its decodes, and the chunks they rebuilt */
     unsigned nrepair;
     double during_stored[CL_MAX_REPS];
     uint64_t during_left0[CL_MAX_REPS], during_left1[CL_MAX_REPS];
     unsigned nduring;
     double norepair_stored[CL_MAX_REPS];
     unsigned nnorepair;
-    double repl_gbs, repl_prot, repl_bound;
+    double repl_gbs, repl_prot;
+    uint64_t repl_dec[2];
     int repl_ok;
 } cl_main_t;
 
@@ -482,6 +483,8 @@ int cl_measure_main(cl_ctx_t *x);
 
 /* ---- cluster_heal.c ---------------------------------------------------------------- */
 
+/* One core of ISA-L running d decodes that rebuilt c chunks: chunk GB/s. */
+double cl_repair_bound(const cl_ctx_t *x, uint64_t d, uint64_t c);
 int cl_heal_phase(cl_ctx_t *x, const char *job, uint64_t first, uint64_t newest,
                   const uint64_t *downv, unsigned rep, double t_spawn);
 

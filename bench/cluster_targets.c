@@ -84,11 +84,14 @@ void cl_print_targets(cl_ctx_t *x, bench_report_t *rep)
     if (x->fig.nrepair > 0) {
         double mn, md, mx;
         unsigned e = x->fig.ndown;
-        double bmn, bmd, bmx;
+        double bmn, bmd, bmx, bounds[CL_MAX_REPS];
         cl_vstats(x->fig.repair_gbs, x->fig.nrepair, &mn, &md, &mx);
+        for (unsigned i = 0; i < x->fig.nrepair; i++) {
+            bounds[i] = cl_repair_bound(x, x->fig.repair_dec[i][0], x->fig.repair_dec[i][1]);
+        }
         /* the repairs' own decodes on one core of ISA-L (cl_repair_bound():
          * a stripe that lost one chunk costs a decode as one that lost two) */
-        cl_vstats(x->fig.repair_bound, x->fig.nrepair, &bmn, &bmd, &bmx);
+        cl_vstats(bounds, x->fig.nrepair, &bmn, &bmd, &bmx);
         cl_target_row(x, rep, "repair (rebuilt chunk bytes)", md, "GB/s", bmd,
                       "ISA-L decodes of it (chunk B/s)", 0.5, 1, NULL);
         /* before 2026-11-28 the bound took every stripe as having lost e =
@@ -102,7 +105,8 @@ void cl_print_targets(cl_ctx_t *x, bench_report_t *rep)
     }
     if (x->fig.repl_ok) {
         cl_target_row(x, rep, "repair by a replacement", x->fig.repl_gbs, "GB/s",
-                      x->fig.repl_bound, "ISA-L decodes of it (chunk B/s)", 0.5, 1, NULL);
+                      cl_repair_bound(x, x->fig.repl_dec[0], x->fig.repl_dec[1]),
+                      "ISA-L decodes of it (chunk B/s)", 0.5, 1, NULL);
     }
     if (x->fig.nduring > 0) {
         bench_stats_t ns;
