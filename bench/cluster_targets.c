@@ -40,6 +40,14 @@ void cl_target_row(cl_ctx_t *x, bench_report_t *rep, const char *name, double va
                  KF("miss", met ? 0.0 : miss));
 }
 
+/* A figure (GB/s) against a reference it was judged against before, under
+ * its target row: said, not judged. */
+static void cl_info_row(cl_ctx_t *x, double gbps, const char *ref_what, double ref)
+{
+    cl_say(x, "%-36s %9.2f %-5s %-28s %8.2f %6.2f  (not judged)\n", "", gbps, "GB/s",
+           ref_what, ref, gbps / ref);
+}
+
 void cl_print_targets(cl_ctx_t *x, bench_report_t *rep)
 {
     char put_what[40], get_what[40], what[64];
@@ -82,8 +90,7 @@ void cl_print_targets(cl_ctx_t *x, bench_report_t *rep)
         snprintf(name, sizeof(name), "degraded restore, %u down", d);
         cl_target_row(x, rep, name, st.median, "GB/s", fresh, "healthy, by a fresh client",
                       0.7, 1, NULL);
-        cl_say(x, "%-36s %9.2f %-5s %-28s %8.2f %6.2f  (not judged)\n", "", st.median,
-               "GB/s", "healthy restore (median)", restore, st.median / restore);
+        cl_info_row(x, st.median, "healthy restore (median)", restore);
     }
     for (unsigned d = 1; d <= x->fig.ndown; d++) {
         char name[64];
@@ -111,8 +118,7 @@ void cl_print_targets(cl_ctx_t *x, bench_report_t *rep)
                             ? x->refs.decode[e].st.median * e / x->o.k
                             : NAN;
         snprintf(what, sizeof(what), "ISA-L decode, all %u lost", e);
-        cl_say(x, "%-36s %9.2f %-5s %-28s %8.2f %6.2f  (not judged)\n", "", md, "GB/s",
-               what, dbound, md / dbound);
+        cl_info_row(x, md, what, dbound);
     }
     if (x->fig.repl_ok) {
         cl_target_row(x, rep, "repair by a replacement", x->fig.repl_gbs, "GB/s",
@@ -129,8 +135,7 @@ void cl_print_targets(cl_ctx_t *x, bench_report_t *rep)
         cl_target_row(x, rep, "snapshot STORED while repair runs", st.median, "GB/s",
                       x->fig.nnorepair > 0 ? ns.median : NAN,
                       "restarted, nothing to repair", 0.7, 1, NULL);
-        cl_say(x, "%-36s %9.2f %-5s %-28s %8.2f %6.2f  (not judged)\n", "", st.median,
-               "GB/s", "healthy snapshot STORED", stored, st.median / stored);
+        cl_info_row(x, st.median, "healthy snapshot STORED", stored);
     }
     cl_peer_targets(x, rep, stored, restore);
     {
