@@ -464,6 +464,7 @@ static int threads_named_in(pid_t pid, const char *name)
     return n;
 }
 
+/* Threads of this process named `name`. */
 static int threads_named(const char *name)
 {
     return threads_named_in(getpid(), name);
@@ -610,8 +611,6 @@ Test(cluster_faults, corrupted_chunk_is_decoded_around)
     }
     cr_assert(fired, "the corruption fault never fired");
 }
-
-/* Threads of this process named `name` (/proc/self/task/TID/comm). */
 
 /* Degraded reads decode on the client's work threads ("cks-work"), started
  * at the first decode and stopped with the client, while the progress
