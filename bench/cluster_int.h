@@ -285,12 +285,18 @@ typedef struct {
  * figures are medians over the repetitions; these keep the first apart from
  * the later ones. The snapshots need no run of their own (the main figures'
  * first entry is the first snapshot after start); the fresh restore is one
- * more restore per repetition, after the warm one, by fresh clients. The
+ * more restore per repetition, after the writer's, by fresh clients; the
+ * warm restore is the writer's restore of the same version once more, right
+ * after its first (in the repetitions after the first, that first one comes
+ * right after two servers restarted, while they map the writer's buffers
+ * again: no steady state). The
  * reference for cks_mem_alloc() is the first touch of as many pages of
  * anonymous memory by one thread, measured next to it: 4 KiB pages, or 2 MiB
  * ones where the clients' memory got huge pages (scripts/hugepages). */
 typedef struct {
     double fresh_s[CL_MAX_REPS]; /* restore by fresh clients into fresh buffers */
+    double again_s[CL_MAX_REPS]; /* the writer's restore again, at once: warm */
+    unsigned nagain;
     double fresh_alloc_ms_gib[CL_MAX_REPS * CL_MAX_CLIENTS]; /* their cks_mem_alloc() */
     double touch_ms_gib[CL_MAX_REPS]; /* first touch of those pages, one thread */
     unsigned nfresh, nfresh_alloc, ntouch;
