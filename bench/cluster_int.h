@@ -522,6 +522,11 @@ void cl_vstats(const double *v, unsigned n, double *min_p, double *med_p, double
 double cl_ck_median(const cl_ctx_t *x, int restore);
 double cl_cw_median_from(const double *v, unsigned first, unsigned n);
 double cl_cw_gbps(const cl_ctx_t *x, double secs);
+/* The warm figure of the snapshots (seconds, or ms): with --versions 2 or
+ * more, the median of the snapshots that came right after another in their
+ * repetition (a steady state); else of every one after the first (in a run
+ * with servers killed, those come right after two servers restarted). */
+double cl_cw_warm_snap(const cl_ctx_t *x, const double *v);
 void cl_rec_common(const cl_ctx_t *x, bench_rec_t *r, const char *op);
 void cl_rec_stats(bench_rec_t *r, const bench_stats_t *st);
 void cl_rec_ref(bench_rec_t *r, const cl_fig_t *f);

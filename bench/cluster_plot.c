@@ -126,12 +126,12 @@ void cl_cw_plot(cl_ctx_t *x)
     }
     cl_bar(b, &n, 16, "STORED, first after start", cl_cw_gbps(x, x->cw.stored[0]), 2);
     cl_bar(b, &n, 16, "STORED, steady",
-           cl_cw_gbps(x, cl_cw_median_from(x->cw.stored, 1, x->cw.nsnap)), 0);
+           cl_cw_gbps(x, cl_cw_warm_snap(x, x->cw.stored)), 0);
     cl_bar(b, &n, 16, "raw UCX put", cl_raw_best(x, BENCH_DIR_PUT, what, sizeof(what)),
            1);
     cl_bar(b, &n, 16, "PROTECTED, first after start", cl_cw_gbps(x, x->cw.prot[0]), 2);
     cl_bar(b, &n, 16, "PROTECTED, steady",
-           cl_cw_gbps(x, cl_cw_median_from(x->cw.prot, 1, x->cw.nsnap)), 0);
+           cl_cw_gbps(x, cl_cw_warm_snap(x, x->cw.prot)), 0);
     cl_bar(b, &n, 16, "restore, fresh client",
            x->cw.nfresh > 0
                ? cl_cw_gbps(x, cl_cw_median_from(x->cw.fresh_s, 0, x->cw.nfresh))
