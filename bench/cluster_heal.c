@@ -174,17 +174,7 @@ static int cl_heal_reference(cl_ctx_t *x, const char *job, const unsigned *ids,
     for (unsigned d = 0; d < nids; d++) {
         cl_server_kill(x, &x->srv[ids[d]]);
     }
-    for (unsigned d = 0; d < nids; d++) {
-        if (cl_server_spawn(x, &x->srv[ids[d]], x->o.arena) != 0) {
-            return -1;
-        }
-    }
-    for (unsigned d = 0; d < nids; d++) {
-        if (cl_server_wait(&x->srv[ids[d]], deadline) != 0) {
-            return -1;
-        }
-    }
-    if (cl_client_connect(x) != 0) {
+    if (cl_servers_respawn(x, ids, nids) != 0 || cl_client_connect(x) != 0) {
         return -1;
     }
     while (!(clean = cl_repair_left(x, ids, nids, &left, &done, &rr)) &&
@@ -298,8 +288,7 @@ int cl_heal_phase(cl_ctx_t *x, const char *job, uint64_t first, uint64_t newest,
     cl_server_kill(x, s);
     cl_server_wipe(s);
     double t0 = bench_now();
-    if (cl_server_spawn(x, s, x->o.arena) != 0 ||
-        cl_server_wait(s, bench_now() + x->o.timeout_s + 10) != 0) {
+    if (cl_servers_respawn(x, ids, 1) != 0) {
         return -1;
     }
     if (cl_repair_wait(x, job, ids, 1, vs, nvs, t0, &r) < 0) {

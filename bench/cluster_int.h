@@ -441,6 +441,9 @@ int cl_cluster_start(cl_ctx_t *x, uint64_t arena);
 int cl_server_spawn(cl_ctx_t *x, cl_server_t *s, uint64_t arena);
 int cl_server_wait(const cl_server_t *s, double deadline);
 void cl_server_kill(const cl_ctx_t *x, cl_server_t *s);
+/* Start the servers of positions ids again (their command lines, arenas and
+ * data dirs) and wait until each listens (bounded). 0, or -1 (said why). */
+int cl_servers_respawn(cl_ctx_t *x, const unsigned *ids, unsigned n);
 void cl_server_wipe(const cl_server_t *s);
 void cl_servers_stop(cl_ctx_t *x);
 double cl_servers_cpu(const cl_ctx_t *x);

@@ -483,19 +483,11 @@ int cl_measure_main(cl_ctx_t *x)
             }
         }
         if (x->fig.ndown > 0) {
-            double deadline = bench_now() + x->o.timeout_s + 10;
             double t_spawn = bench_now();
             bench_progress("rep %u/%u: restarting the killed servers", rep + 1,
                            x->o.reps);
-            for (unsigned d = 0; d < x->fig.ndown; d++) {
-                if (cl_server_spawn(x, &x->srv[x->fig.down_ids[d]], x->o.arena) != 0) {
-                    return -1;
-                }
-            }
-            for (unsigned d = 0; d < x->fig.ndown; d++) {
-                if (cl_server_wait(&x->srv[x->fig.down_ids[d]], deadline) != 0) {
-                    return -1;
-                }
+            if (cl_servers_respawn(x, x->fig.down_ids, x->fig.ndown) != 0) {
+                return -1;
             }
             /* the trainer goes on with the replacement ranks' clients (the
              * last degraded restore's): they find the restarted servers */

@@ -266,6 +266,22 @@ int cl_server_wait(const cl_server_t *s, double deadline)
     return -1;
 }
 
+int cl_servers_respawn(cl_ctx_t *x, const unsigned *ids, unsigned n)
+{
+    double deadline = bench_now() + x->o.timeout_s + 10;
+    for (unsigned d = 0; d < n; d++) {
+        if (cl_server_spawn(x, &x->srv[ids[d]], x->o.arena) != 0) {
+            return -1;
+        }
+    }
+    for (unsigned d = 0; d < n; d++) {
+        if (cl_server_wait(&x->srv[ids[d]], deadline) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* SIGKILL, and reap (bounded). */
 void cl_server_kill(const cl_ctx_t *x, cl_server_t *s)
 {
