@@ -638,6 +638,11 @@ static void cks_rp_probed_all(cks_rp_work_t *w)
 
     if (w->s->stop) {
         cks_rp_work_end(w, CKS_ERR_CANCELED, "stopping");
+    } else if (cks_rp_chunk_held(w->s, &w->t)) {
+        /* taken while the probes ran: a member that rebuilt it answers
+         * that it holds its own chunk only once this one took it */
+        w->s->rp->tokens += w->cost;
+        cks_rp_work_end(w, CKS_OK, "sent meanwhile");
     } else if (w->lost != 0 && w->t.parks < CKS_RP_PARKS_MAX &&
                cks_rp_decoder(&w->t, lacking) != w->t.idx) {
         cks_rp_park(w);
@@ -693,21 +698,6 @@ static void cks_rp_probe(cks_rp_work_t *w)
     }
 }
 
-/* Does this server hold the task's chunk by now (sent by another member
- * that rebuilt the stripe)? */
-static int cks_rp_held_here(cks_server_h s, const cks_rp_task_t *t)
-{
-    cks_md_txn_h txn;
-    cks_md_chunk_t ch;
-    if (cks_md_txn_begin(s->md, 0, &txn) != CKS_OK) {
-        return 0;
-    }
-    int held = cks_md_chunk_get(txn, t->job, t->job_len, t->version, t->key, t->key_len,
-                                t->stripe, t->idx, &ch) == CKS_OK;
-    cks_md_txn_abort(txn);
-    return held;
-}
-
 /* Start tasks while the pace allows. */
 void cks_rp_work_start(cks_server_h s)
 {
@@ -733,7 +723,7 @@ void cks_rp_work_start(cks_server_h s)
     while (!s->stop && rp->inflight < CKS_RP_INFLIGHT && rp->taski < rp->ntasks) {
         cks_rp_task_t *t = &rp->tasks[rp->taski];
         double cost      = (double)t->k * (double)t->chunk;
-        if (cks_rp_held_here(s, t)) {
+        if (cks_rp_chunk_held(s, t)) {
             uint8_t key[CKS_JOB_MAX_LEN + CKS_KEY_MAX_LEN + 32];
             cks_hmap_del(rp->queued, key, cks_rp_ckey(key, t));
             rp->taski++;

@@ -303,6 +303,10 @@ cks_status_t cks_rp_walk(cks_server_h s, cks_md_txn_h txn, const char *job,
                                 size_t job_len, const cks_md_version_t *rec,
                                 cks_rp_missing_cb_t cb, void *arg, uint64_t *n_p);
 
+/* Does this server hold the task's chunk by now (sent by another member
+ * that rebuilt the stripe)? */
+int cks_rp_chunk_held(cks_server_h s, const cks_rp_task_t *t);
+
 cks_status_t cks_rp_vers_add(const char *job, size_t job_len, const cks_md_version_t *v,
                                     void *arg);
 

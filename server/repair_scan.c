@@ -215,3 +215,18 @@ void cks_rp_scan(cks_server_h s)
                  "MiB/s)", rp->ntasks, (unsigned long long)(rp->rate_cap >> 20));
     }
 }
+
+/* Does this server hold the task's chunk by now (sent by another member
+ * that rebuilt the stripe)? */
+int cks_rp_chunk_held(cks_server_h s, const cks_rp_task_t *t)
+{
+    cks_md_txn_h txn;
+    cks_md_chunk_t ch;
+    if (cks_md_txn_begin(s->md, 0, &txn) != CKS_OK) {
+        return 0;
+    }
+    int held = cks_md_chunk_get(txn, t->job, t->job_len, t->version, t->key, t->key_len,
+                                t->stripe, t->idx, &ch) == CKS_OK;
+    cks_md_txn_abort(txn);
+    return held;
+}
