@@ -48,7 +48,7 @@ static void cks_tp_call_fail(cks_tp_worker_h w, cks_tp_call_req_t *c, cks_status
     snprintf(c->msg, sizeof(c->msg), "%s", msg);
     if (c->sending && c->abandon_ns == 0) {
         /* no reply is awaited now: what is left is UCX's hold of the send */
-        c->abandon_ns = cks_time_ns() + CKS_TP_ABANDON_NS;
+        c->abandon_ns = cks_time_ns() + c->grace_ns;
         cks_dl_move(&w->calls_dl, &c->dl, c->abandon_ns);
     }
     cks_tp_call_try_complete(w, c);
@@ -232,6 +232,7 @@ cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flag
     c->hook_arg    = hook_arg;
     c->on_reply    = on_reply;
     c->sending     = 1;
+    c->grace_ns    = CKS_MIN((uint64_t)timeout_ms * 1000000ull, CKS_TP_ABANDON_NS);
     if (cks_hmap_put(w->calls, &c->req_id, sizeof(c->req_id), c) != CKS_OK) {
         free(c);
         return CKS_ERR_NO_MEMORY;
@@ -268,8 +269,8 @@ cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flag
 static void cks_tp_call_abandon(cks_tp_worker_h w, cks_tp_call_req_t *c)
 {
     cks_tp_send_abandon(w, cks_tp_call_sent, c);
-    cks_warn("%s: UCX still held a send to %s %llu s after its call failed: given up",
-             w->name, c->conn->peer, (unsigned long long)(CKS_TP_ABANDON_NS / 1000000000ull));
+    cks_warn("%s: UCX still held a send to %s %llu ms after its call failed: given up",
+             w->name, c->conn->peer, (unsigned long long)(c->grace_ns / 1000000ull));
     c->sending = 0;
     cks_tp_call_try_complete(w, c);
 }
@@ -292,6 +293,7 @@ int cks_tp_worker_expire(cks_tp_worker_h w)
         }
         cks_tp_conn_h conn = c->conn;
         int in_flight      = c->sending;
+        uint64_t grace     = c->grace_ns;
         cks_tp_conn_get(conn); /* the call's reference goes when it ends */
         cks_warn("%s: %s did not answer %s in time", w->name, conn->peer,
                  cks_msg_name(c->type));
@@ -305,6 +307,7 @@ int cks_tp_worker_expire(cks_tp_worker_h w)
              * lost", which reads as a peer that went away and may be back
              * at once - a primary would send its chunks there again) */
             cks_tp_calls_fail_conn(w, conn, CKS_ERR_TIMEOUT);
+            conn->grace_ns = grace;
             cks_tp_conn_close(conn);
         }
         cks_tp_conn_put(conn);

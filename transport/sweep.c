@@ -80,7 +80,8 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
         }
         conn = after;
     }
-    /* Sends UCX still holds 5 s after their connection was closed (UCX 1.13
+    /* Sends UCX still holds a while after their connection was closed (5 s,
+     * or the timeout of the call that closed it where shorter; UCX 1.13
      * kept rendezvous sends to a peer killed on this host): their owners
      * are told now, so that what waits on them goes on - a chunk read's
      * space, held until its reply is sent, is returned - and the requests
@@ -98,8 +99,10 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
         if (s->cb == NULL || !s->conn->closed) {
             continue;
         }
-        if (now < s->conn->closed_ns + CKS_TP_ABANDON_NS) {
-            next = CKS_MIN(next, s->conn->closed_ns + CKS_TP_ABANDON_NS);
+        uint64_t due = s->conn->closed_ns +
+                       (s->conn->grace_ns != 0 ? s->conn->grace_ns : CKS_TP_ABANDON_NS);
+        if (now < due) {
+            next = CKS_MIN(next, due);
             continue;
         }
         cks_tp_done_cb_t cb = s->cb;
@@ -110,7 +113,7 @@ int cks_tp_worker_sweep(cks_tp_worker_h w)
         cb(arg, CKS_ERR_CONN_LOST);
     }
     if (abandoned > 0) {
-        cks_warn("%s: %u sends UCX still held 5 s after their connection closed: given up",
+        cks_warn("%s: %u sends UCX still held after their connection closed: given up",
                  w->name, abandoned);
     }
     int recv_ms = cks_tp_recvs_expire(w);

@@ -12,7 +12,9 @@
 
 #define CKS_TP_AM_ID 0
 #define CKS_TP_MAX_PENDING 256 /* default max_pending */
-/* a call failed while UCX held its send: given up this long after */
+/* a call failed while UCX held its send: given up this long after, or
+ * after the call's own timeout where that is shorter (a peer that stopped
+ * answering costs a caller at most twice the timeout it set) */
 #define CKS_TP_ABANDON_NS (5ull * 1000000000ull)
 /* How long a closed endpoint stays known as closed after UCX finished
  * closing it (see closing_eps). */
@@ -87,6 +89,7 @@ struct cks_tp_call_req {
     cks_tp_conn_h conn;
     int sending, replied;
     uint64_t abandon_ns; /* failed while UCX held its send: given up then */
+    uint64_t grace_ns;   /* how long after failing: CKS_TP_ABANDON_NS or its timeout */
     cks_status_t status;
     char msg[CKS_MSG_MAX_LEN + 1];
     cks_tp_call_cb_t cb;
@@ -102,6 +105,8 @@ struct cks_tp_conn {
     int failed;
     int closed;
     uint64_t closed_ns; /* when it was closed */
+    uint64_t grace_ns;  /* closed: its sends UCX holds are given up this long after
+                           (0: CKS_TP_ABANDON_NS; a timed-out call's timeout if shorter) */
     int implicit; /* made by UCX, adopted by cks_tp_conn_adopt() */
     int outgoing; /* made by cks_tp_conn_connect(): we chose the peer */
     int unanswered; /* outgoing, and a call on it timed out unanswered */
