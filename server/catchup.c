@@ -277,7 +277,9 @@ static void cks_rp_list_done(void *arg, cks_status_t status, const char *msg)
         rp->answered[rp->peer] = 0;
         cks_rp_next_peer(rp);
     } else {
-        rp->answered[rp->peer] = lc->synced ? 1 : 2;
+        rp->answered[rp->peer] = lc->synced == 1   ? CKS_RP_ANS_SYNCED
+                                 : lc->synced == 2 ? CKS_RP_ANS_WAITING
+                                                   : CKS_RP_ANS_CATCHING;
         if (lc->what == CKS_SYNC_JOBS) {
             if (!lc->more || lc->count == 0) {
                 rp->phase     = 1;
@@ -480,21 +482,25 @@ static int cks_rp_act_run(cks_server_h s, cks_rp_act_t *a)
 static void cks_rp_round_end(cks_server_h s)
 {
     cks_rp_t *rp = s->rp;
-    unsigned answered = 0, unsynced = 0;
+    unsigned answered = 0, unsynced = 0, catching = 0;
     uint64_t now      = cks_time_ns();
     for (size_t i = 0; i < cks_cluster_nservers(s->map); i++) {
-        answered += rp->answered[i] != 0;
-        unsynced += rp->answered[i] == 2;
+        answered += rp->answered[i] != CKS_RP_ANS_NONE;
+        unsynced += rp->answered[i] >= CKS_RP_ANS_CATCHING;
+        catching += rp->answered[i] == CKS_RP_ANS_CATCHING;
     }
     int first = !rp->synced;
     rp->round         = 0;
     rp->next_round_ns = now + (answered + 1 < cks_cluster_nservers(s->map) || unsynced > 0
                                    ? CKS_RP_ROUND_SOON_NS
                                    : CKS_RP_ROUND_EVERY_NS);
-    if (first && unsynced > 0 && now - rp->start_ns < CKS_RP_FIRST_WAIT_NS) {
+    if (first && catching > 0 && now - rp->start_ns < CKS_RP_FIRST_WAIT_NS) {
         /* not caught up yet: what was learned is kept, and the round runs
-         * again once those servers may have caught up */
+         * again once those servers may have caught up. Those that wait
+         * only on such servers themselves are not waited for: they would
+         * wait on this one in turn (servers restarted together) */
         rp->next_round_ns = now + CKS_RP_AGAIN_NS;
+        rp->waiting       = 1;
         cks_rp_round_reset(rp);
         return;
     }
@@ -678,7 +684,7 @@ void cks_rp_sync_list(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
     cks_msg_sync_reply_t r = {0};
     r.status = status;
     r.msg    = cks_wire_cstr(status == CKS_OK ? NULL : cks_status_string(status));
-    r.synced = s->rp != NULL && s->rp->synced;
+    r.synced = s->rp == NULL ? 0u : s->rp->synced ? 1u : s->rp->waiting ? 2u : 0u;
     r.count  = status == CKS_OK ? (uint32_t)count : 0;
     r.more   = status == CKS_OK ? (uint32_t)more : 0;
     if (status != CKS_OK || off == 0) {

@@ -17,6 +17,14 @@
  * restarted too) is run again, for at most this long after start: what it
  * holds may not be the truth yet (its drops in particular). */
 #define CKS_RP_FIRST_WAIT_NS  (3ull * 1000000000ull)
+/* How a server answered this round (rp->answered[]): not, caught up,
+ * catching up, or not caught up but waiting itself only on servers that
+ * have not caught up either (two restarted together wait on each other:
+ * waiting longer tells neither more) */
+#define CKS_RP_ANS_NONE       0
+#define CKS_RP_ANS_SYNCED     1
+#define CKS_RP_ANS_CATCHING   2
+#define CKS_RP_ANS_WAITING    3
 #define CKS_RP_AGAIN_NS       (200ull * 1000000ull)
 /* A version held here and listed by no server that answered a round is
  * dropped only when it was committed this long before the round began:
@@ -180,6 +188,8 @@ struct cks_rp {
     cks_rp_held_t *held, **held_tail; /* oldest first */
     unsigned nheld;
     int synced;            /* a round of catch-up ended since start */
+    int waiting;           /* not synced: its last round ran again only for servers that
+                              had not caught up (SYNC_REPLY's synced 2) */
     uint64_t start_ns;
     /* the round */
     int round;             /* a round is running */

@@ -480,7 +480,8 @@ typedef struct {
 
 typedef struct {
     CKS_MSG_REPLY_FIELDS;
-    uint32_t synced; /* 1: the answering server has caught up since it started */
+    uint32_t synced; /* 1: the answering server has caught up since it started; 2:
+                        not yet, and it waits only on servers that have not either */
     uint32_t count;  /* entries in the page that follows */
     uint32_t more;   /* 1: more entries after the last one */
 } cks_msg_sync_reply_t;

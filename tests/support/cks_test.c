@@ -647,32 +647,48 @@ int cks_test_server_restart(cks_test_server_t *s)
     return -1;
 }
 
-int cks_test_cluster_restart_all(cks_test_cluster_t *c)
+int cks_test_cluster_restart_some(cks_test_cluster_t *c, const size_t *which, size_t n)
 {
     int fd[CKS_TEST_MAX_SERVERS];
     long from[CKS_TEST_MAX_SERVERS];
     int rc = 0;
-    for (size_t i = 0; i < c->n; i++) {
-        cks_test_server_stop(&c->srv[i], SIGKILL);
+    if (n > CKS_TEST_MAX_SERVERS) {
+        return -1;
+    }
+    for (size_t j = 0; j < n; j++) {
+        if (which[j] >= c->n) {
+            return -1;
+        }
+        cks_test_server_stop(&c->srv[which[j]], SIGKILL);
     }
     /* all started before any is waited for: they start together */
-    for (size_t i = 0; i < c->n; i++) {
-        from[i] = file_size(c->srv[i].log);
-        if (spawn_begin(&c->srv[i], &fd[i]) != 0) {
-            fd[i] = -1;
+    for (size_t j = 0; j < n; j++) {
+        from[j] = file_size(c->srv[which[j]].log);
+        if (spawn_begin(&c->srv[which[j]], &fd[j]) != 0) {
+            fd[j] = -1;
         }
     }
-    for (size_t i = 0; i < c->n; i++) {
-        if (fd[i] >= 0 && spawn_wait(&c->srv[i], fd[i]) == 0) {
+    for (size_t j = 0; j < n; j++) {
+        cks_test_server_t *s = &c->srv[which[j]];
+        if (fd[j] >= 0 && spawn_wait(s, fd[j]) == 0) {
             continue;
         }
         /* its port was taken meanwhile: started again on another */
-        if (!log_has_from(c->srv[i].log, from[i], "cannot listen on") ||
-            cks_test_server_restart(&c->srv[i]) != 0) {
+        if (!log_has_from(s->log, from[j], "cannot listen on") ||
+            cks_test_server_restart(s) != 0) {
             rc = -1;
         }
     }
     return rc;
+}
+
+int cks_test_cluster_restart_all(cks_test_cluster_t *c)
+{
+    size_t all[CKS_TEST_MAX_SERVERS];
+    for (size_t i = 0; i < c->n && i < CKS_TEST_MAX_SERVERS; i++) {
+        all[i] = i;
+    }
+    return cks_test_cluster_restart_some(c, all, c->n);
 }
 
 int cks_test_server_stop(cks_test_server_t *s, int sig)

@@ -100,6 +100,8 @@ int cks_test_server_restart(cks_test_server_t *s);
  *  for. A member whose port was taken meanwhile is restarted as
  *  cks_test_server_restart() does. 0 when all run. */
 int cks_test_cluster_restart_all(cks_test_cluster_t *c);
+/** The same for the n members of c listed in `which` (indices). */
+int cks_test_cluster_restart_some(cks_test_cluster_t *c, const size_t *which, size_t n);
 /** Send sig to the server and reap it (bounded wait; SIGKILL after 10 s). */
 int cks_test_server_stop(cks_test_server_t *s, int sig);
 /** Stop if running and remove the temp dir. */
