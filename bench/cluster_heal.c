@@ -25,6 +25,9 @@ typedef struct {
     double first, last; /* seconds since t0 of the first sample that saw
                            rebuilt bytes, and of the one that saw them all */
     double protected_s; /* seconds since t0 until every version was PROTECTED */
+    int caught;         /* every one of the servers has caught up */
+    double caught_s;    /* seconds since t0 of the first sample that saw that */
+    uint64_t caught_done; /* the bytes rebuilt by then */
 } cl_repair_t;
 
 /* The repair figures of the servers in ids: *left_p chunk bytes they still
@@ -36,12 +39,14 @@ static int cl_repair_left(cl_ctx_t *x, const unsigned *ids, unsigned n, uint64_t
     int all = 1;
     *left_p = *done_p = 0;
     r->chunks = r->sent = r->decodes = r->decoded = 0;
+    r->caught = 1;
     for (unsigned i = 0; i < n; i++) {
         cks_repair_info_t ri;
         if (cks_repair_status(x->client, ids[i], &ri) != CKS_OK) {
-            all = 0;
+            all = r->caught = 0;
             continue;
         }
+        r->caught = r->caught && ri.caught_up;
         *left_p += ri.bytes_left;
         *done_p += ri.bytes_done;
         r->chunks += ri.chunks_done;
@@ -63,10 +68,15 @@ static int cl_repair_wait(cl_ctx_t *x, const char *job, const unsigned *ids,
     uint64_t left = 0, done = 0;
     unsigned v = 0;
     memset(r, 0, sizeof(*r));
-    r->first = -1;
+    r->first    = -1;
+    r->caught_s = -1;
     while (bench_now() < deadline) {
         int clean = cl_repair_left(x, ids, nids, &left, &done, r);
         double now = bench_now() - t0;
+        if (r->caught && r->caught_s < 0) {
+            r->caught_s    = now;
+            r->caught_done = done;
+        }
         if (done > r->done) {
             r->first = r->first < 0 ? now : r->first;
             r->last = now;
@@ -147,11 +157,13 @@ static void cl_say_repair(cl_ctx_t *x, unsigned rep, const char *what,
     }
     cl_say(x,
            "  rep %u: %s: %.1f MiB rebuilt at %.2f GB/s (%s), from %.2f s to %.2f s "
-           "after the start; every version PROTECTED after %.2f s; %llu of %llu chunks "
+           "after the start (all caught up after %.2f s, %.1f MiB rebuilt by then); every "
+           "version PROTECTED after %.2f s; %llu of %llu chunks "
            "sent by the server that decoded their stripe; %llu decodes rebuilt %llu "
            "chunks\n",
            rep + 1, what, (double)r->done / (1 << 20), cl_repair_gbs(r), capbuf,
-           r->first < 0 ? 0.0 : r->first, r->last, r->protected_s,
+           r->first < 0 ? 0.0 : r->first, r->last, r->caught_s,
+           (double)r->caught_done / (1 << 20), r->protected_s,
            (unsigned long long)r->sent, (unsigned long long)r->chunks,
            (unsigned long long)r->decodes, (unsigned long long)r->decoded);
 }
