@@ -501,6 +501,38 @@ static uint64_t version_led_by_neither(uint64_t from, size_t a, size_t b)
     return 0;
 }
 
+/* Write *v1, kill the two servers in back, write *v2 without them; neither
+ * version is coordinated by either of them. */
+static void write_then_write_without(cks_client_h c, const size_t back[2], uint64_t *v1,
+                                     uint64_t *v2)
+{
+    *v1 = version_led_by_neither(1, back[0], back[1]);
+    *v2 = version_led_by_neither(*v1 + 1, back[0], back[1]);
+    cr_assert_eq(write_version(c, *v1), CKS_OK);
+    cks_test_cluster_kill(&cl, back[0]);
+    cks_test_cluster_kill(&cl, back[1]);
+    fprintf(stderr, "servers %zu and %zu killed; version %llu written without them\n", back[0],
+            back[1], (unsigned long long)*v2);
+    cr_assert_eq(write_version(c, *v2), CKS_OK);
+}
+
+/* Kill two servers other than the two in back, and restore v1 (written
+ * before those two went down) and v2 (written while they were down) from a
+ * fresh client: bit-exact, from what the two rebuilt. */
+static void verify_two_others_down(const size_t back[2], uint64_t v1, uint64_t v2)
+{
+    for (size_t killed = 0, i = 0; i < NSRV && killed < 2; i++) {
+        if (i != back[0] && i != back[1]) {
+            cks_test_cluster_kill(&cl, i);
+            killed++;
+        }
+    }
+    cks_client_h c = connect_cluster(20000);
+    verify_version(c, v2, "written while the two servers back were down, two others down");
+    verify_version(c, v1, "written before, two others down");
+    cks_client_destroy(c);
+}
+
 /* Two servers back together: every stripe of a version written while both
  * were down lacks a chunk on each. One of the two rebuilds both from one
  * read of k chunks (its probes tell it that the other lacks its chunk too)
@@ -517,14 +549,8 @@ Test(repair, two_servers_back_rebuild_each_stripe_with_one_decode)
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
     size_t back[2] = {(size_t)(objs.seed % NSRV), (size_t)((objs.seed + 1) % NSRV)};
-    uint64_t v1    = version_led_by_neither(1, back[0], back[1]);
-    uint64_t v2    = version_led_by_neither(v1 + 1, back[0], back[1]);
-    cr_assert_eq(write_version(c, v1), CKS_OK);
-    cks_test_cluster_kill(&cl, back[0]);
-    cks_test_cluster_kill(&cl, back[1]);
-    fprintf(stderr, "servers %zu and %zu killed; version %llu written without them\n", back[0],
-            back[1], (unsigned long long)v2);
-    cr_assert_eq(write_version(c, v2), CKS_OK);
+    uint64_t v1, v2;
+    write_then_write_without(c, back, &v1, &v2);
 
     for (int i = 0; i < 2; i++) {
         snprintf(cl.srv[back[i]].faults, sizeof(cl.srv[back[i]].faults), "repair_wait_fg:always");
@@ -571,17 +597,7 @@ Test(repair, two_servers_back_rebuild_each_stripe_with_one_decode)
               (unsigned long long)decodes, (unsigned long long)decoded,
               (unsigned long long)done, (unsigned long long)sent);
     cks_client_destroy(c);
-
-    for (size_t killed = 0, i = 0; i < NSRV && killed < 2; i++) {
-        if (i != back[0] && i != back[1]) {
-            cks_test_cluster_kill(&cl, i);
-            killed++;
-        }
-    }
-    c = connect_cluster(20000);
-    verify_version(c, v2, "after two servers back rebuilt it, two others down");
-    verify_version(c, v1, "after two servers back, two others down");
-    cks_client_destroy(c);
+    verify_two_others_down(back, v1, v2);
 }
 
 static long log_size(const char *path)
@@ -629,12 +645,8 @@ Test(repair, two_servers_restarted_together_do_not_wait_on_each_other)
     make_data(cks_test_seed(cks_test_seed_fresh()));
     cks_client_h c = connect_cluster(20000);
     size_t back[2] = {(size_t)(objs.seed % NSRV), (size_t)((objs.seed + 3) % NSRV)};
-    uint64_t v1    = version_led_by_neither(1, back[0], back[1]);
-    uint64_t v2    = version_led_by_neither(v1 + 1, back[0], back[1]);
-    cr_assert_eq(write_version(c, v1), CKS_OK);
-    cks_test_cluster_kill(&cl, back[0]);
-    cks_test_cluster_kill(&cl, back[1]);
-    cr_assert_eq(write_version(c, v2), CKS_OK);
+    uint64_t v1, v2;
+    write_then_write_without(c, back, &v1, &v2);
     long from[2] = {log_size(cl.srv[back[0]].log), log_size(cl.srv[back[1]].log)};
     cr_assert_eq(cks_test_cluster_restart_some(&cl, back, 2), 0);
     double took[2] = {-1, -1};
@@ -659,16 +671,7 @@ Test(repair, two_servers_restarted_together_do_not_wait_on_each_other)
     (void)wait_repaired(c, back[0]);
     (void)wait_repaired(c, back[1]);
     cks_client_destroy(c);
-    for (size_t killed = 0, i = 0; i < NSRV && killed < 2; i++) {
-        if (i != back[0] && i != back[1]) {
-            cks_test_cluster_kill(&cl, i);
-            killed++;
-        }
-    }
-    c = connect_cluster(20000);
-    verify_version(c, v2, "written while both were down, two others down now");
-    verify_version(c, v1, "written before, two others down now");
-    cks_client_destroy(c);
+    verify_two_others_down(back, v1, v2);
 }
 
 /* (c) A server that missed commits, asked alone right after it restarts
