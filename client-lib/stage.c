@@ -191,7 +191,7 @@ cks_status_t cks_cl_stage_config(cks_client_h c, const cks_client_params_t *para
             params->stage_slices < 2 || params->stage_slices > CKS_STAGE_SLICES_MAX) {
             return CKS_ERR_INVALID_PARAM;
         }
-        c->stage_slice  = (params->stage_slice + CKS_STAGE_ALIGN - 1) & ~(uint64_t)(CKS_STAGE_ALIGN - 1);
+        c->stage_slice  = CKS_ALIGN_UP(params->stage_slice, (uint64_t)CKS_STAGE_ALIGN);
         c->stage_slices = params->stage_slices;
     }
     return CKS_OK;

@@ -54,7 +54,8 @@ typedef struct cks_stage_job cks_stage_job_t;
 cks_status_t cks_cl_stage_config(cks_client_h c, const cks_client_params_t *params);
 
 /* cks_put_nb() of a buffer whose mem_type is not CKS_MEM_HOST (or with a
- * COPIED callback, or CKS_PUT_FIELD_STAGED: host memory staged too): returns CKS_OK when the op goes on as an ordinary put
+ * COPIED callback, or CKS_PUT_FIELD_STAGED: host memory staged too):
+ * returns CKS_OK when the op goes on as an ordinary put
  * (host memory, or device memory that UCX moves itself: op->mem_type set),
  * CKS_INPROGRESS when the stage took the op over (it submits it, and runs
  * cb once), or an error (op freed, cb never runs). */

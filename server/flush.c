@@ -323,8 +323,8 @@ static int cks_fl_write_all(int fd, const uint8_t *p, uint64_t len)
 
 /* Wait (on the flush thread) until `len` more bytes may be written under
  * --flush-rate. The bucket refills at the rate and holds at most an eighth
- * of a second of bytes: writing B bytes takes at least B / rate - 1/8 s. Sleeps in slices of at most 100 ms so that a stop is
- * seen. */
+ * of a second of bytes: writing B bytes takes at least B / rate - 1/8 s.
+ * Sleeps in slices of at most 100 ms so that a stop is seen. */
 static void cks_fl_pace(struct cks_sv_flush *fl, uint64_t len)
 {
     if (fl->rate == UINT64_MAX) {

@@ -71,7 +71,8 @@ int cks_sv_reads_expire(cks_server_h s)
         r->closing = 1;
         cks_warn("a chunk's reply to %s has not gone out in %llu s: closing the connection "
                  "(arena space freed meanwhile waits for it)",
-                 cks_tp_conn_peer(r->conn), (unsigned long long)(CKS_SV_READ_HOLD_NS / 1000000000ull));
+                 cks_tp_conn_peer(r->conn),
+                 (unsigned long long)(CKS_SV_READ_HOLD_NS / 1000000000ull));
         cks_tp_conn_close(r->conn); /* r may end here: look again next time */
         return 0;
     }
