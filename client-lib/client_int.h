@@ -221,7 +221,13 @@ typedef struct {
     cks_op_t *wait_head, *wait_tail; /* waiting for the connection or the window */
     unsigned inflight;       /* requests sent and not finished (the window) */
     int no_rma;              /* it refused our memory descriptors: send the bytes */
+    uint64_t warned_ns;      /* when a request last warned that it went elsewhere:
+                                one warning per server per CKS_CL_WARN_EVERY_NS */
 } cks_cl_srv_t;
+
+/* A server that every request of a checkpoint finds down is said once a
+ * while at warn level, the other requests that go elsewhere at info. */
+#define CKS_CL_WARN_EVERY_NS (10ull * 1000000000ull)
 
 struct cks_client {
     char name[CKS_WIRE_MAX_NAME + 1];

@@ -76,6 +76,17 @@ int cks_cl_retryable(cks_status_t st)
  * (a server going down fails its ops one by one, and a retry sent at once
  * to another unreachable server could complete and free the next op of
  * that walk). 0 when the client is stopping: the op completes instead. */
+/* Is a warning about server s due (none for CKS_CL_WARN_EVERY_NS)? Taken if so. */
+static int cks_cl_warn_due(cks_cl_srv_t *s)
+{
+    uint64_t now = cks_time_ns();
+    if (s->warned_ns != 0 && now - s->warned_ns < CKS_CL_WARN_EVERY_NS) {
+        return 0;
+    }
+    s->warned_ns = now;
+    return 1;
+}
+
 static int cks_cl_requeue(cks_client_h c, cks_op_t *op)
 {
     pthread_mutex_lock(&c->lock);
@@ -275,7 +286,8 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             if (unreach && op->status == CKS_ERR_TIMEOUT) {
                 op->slow_mask |= 1u << op->tries; /* busy, maybe: see below */
             }
-            cks_log(unreach && op->tries == 0 ? CKS_LOG_WARN : CKS_LOG_INFO,
+            cks_log(unreach && !op->tries && cks_cl_warn_due(&c->srv[op->srv]) ? CKS_LOG_WARN
+                                                                               : CKS_LOG_INFO,
                     "%s: server %s:%u %s; asking the version's next coordinator candidate",
                     cks_msg_name(op->type), c->srv[op->srv].addr, c->srv[op->srv].port,
                     cks_status_string(op->status));
@@ -380,11 +392,11 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
     }
     if (op->target == CKS_TARGET_GROUP && cks_cl_retryable(op->status) &&
         op->tries + 1 < op->ngroup) {
-        /* the primary is unreachable: the next member of the group stores
-         * the object (it keeps its own chunk, and the primary's is missing
-         * until repaired) */
+        /* the primary is unreachable: the next member of the group stores the
+         * object (it keeps its own chunk; the primary's is missing until repaired) */
         cks_status_t failed = op->status;
-        cks_log(op->tries == 0 ? CKS_LOG_WARN : CKS_LOG_INFO,
+        cks_log(op->tries == 0 && cks_cl_warn_due(&c->srv[op->srv]) ? CKS_LOG_WARN
+                                                                    : CKS_LOG_INFO,
                 "put of '%.*s': server %s:%u %s; trying the group's next member",
                 (int)op->body.m_PUT.key.len, op->body.m_PUT.key.ptr, c->srv[op->srv].addr,
                 c->srv[op->srv].port, cks_status_string(op->status));

@@ -84,10 +84,12 @@ void cks_log_set_prefix(const char *prefix);
 void cks_log_write(cks_log_level_t level, const char *file, int line,
                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* `level` is evaluated once (it may be an expression with effects) */
 #define cks_log(level, ...) \
     do { \
-        if ((level) <= cks_log_threshold) \
-            cks_log_write((level), __FILE__, __LINE__, __VA_ARGS__); \
+        cks_log_level_t cks_log_level_ = (level); \
+        if (cks_log_level_ <= cks_log_threshold) \
+            cks_log_write(cks_log_level_, __FILE__, __LINE__, __VA_ARGS__); \
     } while (0)
 #define cks_error(...) cks_log(CKS_LOG_ERROR, __VA_ARGS__)
 #define cks_warn(...)  cks_log(CKS_LOG_WARN, __VA_ARGS__)

@@ -1,7 +1,8 @@
 /*
- * common/: fault points. In a build with them (-DCKS_FAULT_POINTS=ON, as
- * scripts/test builds), arming and firing behave as documented in
- * cks_common.h and a server started with CKS_FAULTS fires the point. In a
+ * common/: the log macro; fault points. In a build with them
+ * (-DCKS_FAULT_POINTS=ON, as scripts/test builds), arming and firing
+ * behave as documented in cks_common.h and a server started with
+ * CKS_FAULTS fires the point. In a
  * build without them (the default, release) nothing can be armed, and a
  * server started with CKS_FAULTS logs once that it ignores it and serves as
  * if it were not set. Each test that needs the other kind of build skips
@@ -13,6 +14,7 @@
 #include "ckstore.h"
 
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,4 +227,35 @@ Test(size_parse, bad_text_is_refused_and_leaves_the_output)
         cr_assert_eq(v, 12345, "'%s' changed the output", bad[i]);
     }
     cr_assert_eq(cks_size_parse(NULL, NULL), CKS_ERR_INVALID_PARAM);
+}
+
+/* ---- unit: the log macro --------------------------------------------------- */
+
+TestSuite(log, .timeout = 10);
+
+static int level_calls;
+
+static cks_log_level_t level_counted(cks_log_level_t level)
+{
+    level_calls++;
+    return level;
+}
+
+/* cks_log() evaluates its level once, whether the line is written or
+ * dropped: a level that an expression with effects decides (the client's
+ * "is a warning about this server due", which takes the warning) takes
+ * effect once, and a line is written at the level that passed the
+ * threshold. Before, a written line evaluated it twice: the warning taken
+ * by the test was gone by the second, and the line said "info". */
+Test(log, level_is_evaluated_once, .init = cr_redirect_stderr)
+{
+    cks_log_level_t was = cks_log_threshold;
+    cks_log_set_level(CKS_LOG_WARN);
+    cks_log(level_counted(CKS_LOG_WARN), "a warning the log test writes");
+    int written = level_calls;
+    cks_log(level_counted(CKS_LOG_DEBUG), "a line the threshold drops");
+    int dropped = level_calls - written;
+    cks_log_set_level(was);
+    cr_assert_eq(written, 1, "a written line evaluated its level %d times", written);
+    cr_assert_eq(dropped, 1, "a dropped line evaluated its level %d times", dropped);
 }

@@ -292,6 +292,77 @@ Test(cluster, three_down_is_a_clear_data_loss)
     cks_client_destroy(c);
 }
 
+/* A dead server that is the primary of several objects of a checkpoint is
+ * warned of once by the client, not once per object: the later puts that
+ * go to the group's next member say so at info level (the first line of a
+ * degraded checkpoint used to be one warning per object). The checkpoint
+ * commits DEGRADED and every object restores exactly. */
+Test(cluster, a_dead_primary_is_warned_of_once)
+{
+    enum { N = 24 };
+    char key[64], path[] = "/tmp/cks-test-warn-XXXXXX";
+    size_t nprim[NSRV] = {0}, victim = 0;
+    cks_test_objs_make(&objs, (const uint64_t[]){4097}, 1, cks_test_seed(17));
+    for (size_t i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "warn/obj%zu", i);
+        int pr = cks_test_primary(cl.map, "warn", key, 4, 2);
+        cr_assert(pr >= 0 && pr < (int)NSRV);
+        victim = ++nprim[pr] > nprim[victim] ? (size_t)pr : victim;
+    }
+    cr_assert_geq(nprim[victim], 2, "no server is the primary of two of %d keys", N);
+    uint64_t v = 1;
+    while (cks_test_coordinator(cl.map, "warn", v) == (int)victim && v < 100) {
+        v++;
+    }
+    cks_client_h c = connect_cluster(4, 2, 64 * 1024);
+    cks_test_cluster_kill(&cl, victim);
+
+    int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+    cr_assert(fd >= 0 && saved >= 0);
+    cr_assert_geq(dup2(fd, STDERR_FILENO), 0);
+    cks_version_params_t vp = {.job = "warn", .version = v};
+    cks_status_t st         = cks_version_begin(c, &vp);
+    for (size_t i = 0; st == CKS_OK && i < N; i++) {
+        snprintf(key, sizeof(key), "warn/obj%zu", i);
+        st = cks_test_put(c, "warn", v, key, objs.src[0], 4097);
+    }
+    st = st == CKS_OK ? cks_version_seal(c, "warn", v) : st;
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+
+    unsigned warned = 0, lines = 0;
+    char line[1024];
+    FILE *f = fdopen(fd, "r");
+    cr_assert_not_null(f);
+    rewind(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        lines++;
+        warned += strstr(line, " warn ") != NULL &&
+                  strstr(line, "trying the group's next member") != NULL;
+    }
+    fclose(f);
+    unlink(path);
+    fprintf(stderr, "server %zu (primary of %zu of %d objects) killed: %u warnings that puts "
+            "went to the next member, %u lines logged\n", victim, nprim[victim], N, warned,
+            lines);
+    cr_assert_eq(st, CKS_OK, "version %llu: %s", (unsigned long long)v, cks_status_name(st));
+    cr_assert_eq(warned, 1, "%u warnings for one dead primary of %zu objects", warned,
+                 nprim[victim]);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(c, "warn", v, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version is %s", cks_vstate_string(vi.state));
+    uint8_t got[8192];
+    cks_restore_h r = NULL;
+    cr_assert_eq(cks_restore_open(c, "warn", v, &r), CKS_OK);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "warn/obj%zu", i);
+        cr_assert_eq(cks_test_get_check(r, key, objs.src[0], 4097, got, sizeof(got), "warn"),
+                     CKS_OK, "%s", key);
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
 Test(cluster, server_killed_during_write)
 {
     cks_client_h c = written(13, 1);
