@@ -302,6 +302,9 @@ cks_status_t cks_stage_get(cks_client_h c, int host_ok, cks_stage_t **st_p, char
     st->fail_slice = -1;
     st->slice      = c->stage_slice;
     st->nslots     = c->stage_slices;
+    st->gslice     = CKS_MIN(st->slice, CKS_STAGE_GET_SLICE);
+    st->gslots     = (unsigned)CKS_MAX(1u, CKS_MIN((uint64_t)st->nslots,
+                                                   CKS_STAGE_GET_BYTES / st->gslice));
     status         = CKS_ERR_UNSUPPORTED;
     int host_engine = 0;
 #ifdef CKS_FAULT_POINTS
@@ -373,13 +376,14 @@ cks_status_t cks_stage_get(cks_client_h c, int host_ok, cks_stage_t **st_p, char
         cks_info("staging ring: %u x %llu-byte host slices for host-staged puts (no device "
                  "memory: %s)", st->nslots, (unsigned long long)st->slice, st->why);
     } else {
-        cks_info("device memory: %s (%s): puts %s; gets staged through %u x %llu-byte pinned "
-                 "host slices, CRCs on %u threads",
+        cks_info("device memory: %s (%s): puts %s; a ring of %u x %llu-byte pinned host "
+                 "slices, gets through %u x %llu bytes of it, CRCs on %u threads",
                  st->direct ? "direct" : "staged", st->ops->name,
                  st->direct ? "hand device pointers to UCX (it reports the CUDA memory type)"
                             : "staged (UCX has no CUDA transport; an object larger than "
                               "the ring goes in parts)",
-                 st->nslots, (unsigned long long)st->slice, st->crc_threads);
+                 st->nslots, (unsigned long long)st->slice, st->gslots,
+                 (unsigned long long)st->gslice, st->crc_threads);
     }
     __atomic_store_n(&c->stage, st, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&make_lock);

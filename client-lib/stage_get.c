@@ -58,6 +58,8 @@ cks_status_t cks_cl_stage_get(cks_restore_h r, const cks_get_params_t *p, uint64
     }
     j->st          = st;
     j->run         = cks_stage_run_get;
+    j->slice       = st->gslice;
+    j->nslots      = st->gslots;
     j->r           = r;
     j->dev         = p->buffer;
     j->device      = device;
@@ -84,8 +86,8 @@ static cks_status_t cks_stage_read_start(cks_stage_t *st, cks_stage_job_t *j, ui
     g.field_mask         = CKS_GET_FIELD_RANGE;
     g.key                = j->key;
     g.buffer             = st->ring + (uint64_t)slot * st->slice;
-    g.buffer_size        = st->slice;
-    g.offset             = j->offset + i * st->slice;
+    g.buffer_size        = j->slice;
+    g.offset             = j->offset + i * j->slice;
     g.length             = cks_stage_slice_len(st, j, i);
     st->state[slot]      = CKS_SLOT_BUSY;
     st->slot_slice[slot] = i;
@@ -154,7 +156,7 @@ static void cks_stage_get_stat(cks_stage_t *st, cks_stage_job_t *j)
         j->status = CKS_ERR_INVALID_PARAM;
         return;
     }
-    j->nslices = (j->len + st->slice - 1) / st->slice;
+    j->nslices = (j->len + j->slice - 1) / j->slice;
     /* a whole object from a standalone server: its CRC covers the whole
      * object only, which that server would check on every slice's read
      * (the object read nslices times over); it is checked here instead, on
@@ -169,7 +171,7 @@ static void cks_stage_get_stat(cks_stage_t *st, cks_stage_job_t *j)
  * on entry and exit (released while it waits). */
 static void cks_stage_get_free(cks_stage_t *st, uint64_t base, uint64_t seq)
 {
-    unsigned slot       = (unsigned)((base + seq) % st->nslots);
+    unsigned slot       = (unsigned)((base + seq) % st->gslots);
     cks_stage_job_t *j  = st->slot_job[slot];
     uint64_t i          = st->slot_slice[slot];
     if (st->slot_copied[slot]) {
@@ -262,10 +264,10 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *first)
     cks_stage_drain(st); /* earlier puts' slots */
     /* slices copying (and CRC-checked) at once, out of the ring's slots;
      * the others take reads */
-    uint64_t window = CKS_MAX(1u, CKS_MIN(st->crc_threads + 1u, st->nslots / 2u));
+    uint64_t window = CKS_MAX(1u, CKS_MIN(st->crc_threads + 1u, st->gslots / 2u));
     for (;;) {
         /* keep the ring full of reads, get after get */
-        while (issued < freed + st->nslots && io < nb) {
+        while (issued < freed + st->gslots && io < nb) {
             cks_stage_job_t *j = batch[io];
             if (!j->statted && j->status == CKS_OK) {
                 cks_stage_get_stat(st, j);
@@ -292,13 +294,13 @@ static void cks_stage_run_get(cks_stage_t *st, cks_stage_job_t *first)
         }
         /* the oldest slice, once its CRC is in, unless one copy is all
          * that runs while the next slice is still to come */
-        unsigned fslot = (unsigned)((base + freed) % st->nslots);
+        unsigned fslot = (unsigned)((base + freed) % st->gslots);
         if (freed < done && !st->crcs[fslot].queued &&
             (done - freed >= 2 || done == issued)) {
             cks_stage_get_free(st, base, freed++);
             continue;
         }
-        unsigned slot = (unsigned)((base + done) % st->nslots);
+        unsigned slot = (unsigned)((base + done) % st->gslots);
         if (done < issued && done - freed < window && st->state[slot] == CKS_SLOT_READY) {
             cks_stage_job_t *j = st->slot_job[slot];
             uint64_t i         = st->slot_slice[slot];

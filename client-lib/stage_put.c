@@ -101,6 +101,8 @@ cks_status_t cks_cl_stage_put(cks_client_h c, const cks_put_params_t *p, cks_op_
     j->st         = st;
     j->is_put     = 1;
     j->run        = cks_stage_run_put;
+    j->slice      = st->slice;
+    j->nslots     = st->nslots;
     j->host       = host_staged;
     j->dev        = (uint8_t *)p->buffer;
     j->len        = p->size;
@@ -138,13 +140,15 @@ cks_status_t cks_stage_prepare(cks_client_h c)
 uint64_t cks_stage_slice_len(const cks_stage_t *st, const cks_stage_job_t *j,
                                     uint64_t i)
 {
-    uint64_t off = i * st->slice;
-    return CKS_MIN(st->slice, j->len - off);
+    (void)st;
+    uint64_t off = i * j->slice;
+    return CKS_MIN(j->slice, j->len - off);
 }
 
 unsigned cks_stage_slot(const cks_stage_t *st, const cks_stage_job_t *j, uint64_t i)
 {
-    return (unsigned)((j->base + i) % st->nslots);
+    (void)st;
+    return (unsigned)((j->base + i) % j->nslots);
 }
 
 void cks_stage_deadline(struct timespec *ts, int ms)
@@ -301,7 +305,7 @@ cks_status_t cks_stage_copy_start(cks_stage_t *st, cks_stage_job_t *j, uint64_t 
 {
     uint64_t len = cks_stage_slice_len(st, j, i);
     uint8_t *host = st->ring + (uint64_t)slot * st->slice;
-    uint8_t *dev  = j->dev + i * st->slice;
+    uint8_t *dev  = j->dev + i * j->slice;
     if (st->fail_slice >= 0 && st->copies++ == (uint64_t)st->fail_slice) {
         cks_warn("staged %s: slice %llu: injected copy failure (CKS_STAGE_FAIL_SLICE)",
                  j->is_put ? "put" : "get", (unsigned long long)i);
@@ -340,16 +344,16 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
     struct timespec dl;
     cks_status_t status;
 
-    /* An object that fits in the ring is copied whole before its request
-     * goes out, so that a failed copy fails it before the server saw a
-     * byte; a larger one is sent while it is copied. */
-    int whole = j->nslices <= st->nslots;
+    /* An object that fits in the ring (and CKS_STAGE_WHOLE_MAX) is copied
+     * whole before its request goes out, so that a failed copy fails it
+     * before the server saw a byte; a larger one is sent while it is copied. */
+    int whole = j->nslices <= st->nslots && j->len <= CKS_STAGE_WHOLE_MAX;
     if (whole && j->base % st->nslots + j->nslices > st->nslots) {
         /* it would wrap: it starts at slot 0, so that its slots are one run
          * of the ring and it is sent from there as host memory */
         j->base += st->nslots - j->base % st->nslots;
     }
-    /* a larger one goes in parts: its PUT first, with no bytes, then each
+    /* the others go in parts: its PUT first, with no bytes, then each
      * slice, once copied, from its slot as a PUT_PART to the server the PUT
      * went to (on this host that server copies it from our mapped memory;
      * elsewhere UCX's zero-copy send), whose answer frees the slot */

@@ -272,6 +272,78 @@ Test(stage_cluster, roundtrip_sizes_ring_wrap, .init = setup_cluster,
     roundtrip();
 }
 
+/* A ring larger than what gets use (32 MiB, in slices of at most 4 MiB:
+ * CKS_STAGE_GET_BYTES): 10 slots of 5 MiB. Puts go through all of it: each
+ * of these objects fits in it, and the one larger than 32 MiB goes in parts
+ * all the same (CKS_STAGE_WHOLE_MAX: its sends overlap its copies). Gets go
+ * through 4 MiB of each of 8 slots. Objects around both slice sizes and a
+ * range across many get slices come back exactly. */
+static void large_ring(void)
+{
+    static const uint64_t lsz[] = {1, 4 * MiB - 1, 4 * MiB + 1, 5 * MiB + 3, 33 * MiB + 9};
+    enum { N = sizeof(lsz) / sizeof(lsz[0]) };
+    uint64_t seed = cks_test_seed(0x1a26e);
+    uint8_t *src[N], *dst = malloc(34 * MiB);
+    char key[32];
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    stage_env(NULL);
+    cks_client_h c = connect_staged(5 * MiB, 10);
+    cks_test_begin(c, "gpu", 3);
+    for (size_t i = 0; i < N; i++) {
+        src[i] = malloc(lsz[i]);
+        cks_test_fill(src[i], lsz[i], seed + i);
+        snprintf(key, sizeof(key), "big%zu", i);
+        cr_assert_eq(put_dev(c, "gpu", 3, key, src[i], lsz[i], CKS_MEM_CUDA), CKS_OK);
+    }
+    cr_assert_eq(cks_version_seal(c, "gpu", 3), CKS_OK);
+    cks_restore_h r;
+    cr_assert_eq(cks_restore_open(c, "gpu", 3, &r), CKS_OK);
+    for (size_t i = 0; i < N; i++) {
+        uint64_t len = 0;
+        snprintf(key, sizeof(key), "big%zu", i);
+        memset(dst, 0xee, lsz[i] + 1);
+        cr_assert_eq(get_dev(r, key, dst, lsz[i] + 1, &len, CKS_GET_VERIFY), CKS_OK, "%s", key);
+        cr_assert_eq(len, lsz[i]);
+        cr_assert(memcmp(dst, src[i], lsz[i]) == 0, "bytes of %s", key);
+        cr_assert_eq(dst[lsz[i]], 0xee, "a byte past %s was written", key);
+    }
+    cks_get_params_t g = {0};
+    uint64_t len       = 0;
+    g.field_mask       = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_RANGE;
+    g.key              = "big4";
+    g.buffer           = dst;
+    g.buffer_size      = 34 * MiB;
+    g.mem_type         = CKS_MEM_CUDA;
+    g.offset           = 5 * MiB + 3;
+    g.length           = 25 * MiB + 4099;
+    cr_assert_eq(cks_get(r, &g, &len), CKS_OK);
+    cr_assert(len == g.length && memcmp(dst, src[4] + g.offset, g.length) == 0, "the range");
+    cks_client_stats_t st;
+    cr_assert_eq(cks_client_stats(c, &st), CKS_OK);
+    cr_assert_eq(st.staged_puts_in_parts, 1, "%llu puts in parts",
+                 (unsigned long long)st.staged_puts_in_parts);
+    cr_assert_eq(st.device_gets_staged, N + 1);
+    cks_restore_close(r);
+    cks_client_destroy(c);
+    for (size_t i = 0; i < N; i++) {
+        free(src[i]);
+    }
+    free(dst);
+}
+
+Test(stage_single, gets_use_their_share_of_a_large_ring, .init = setup_single,
+     .fini = teardown_single, .timeout = 120)
+{
+    large_ring();
+}
+
+Test(stage_cluster, gets_use_their_share_of_a_large_ring, .init = setup_cluster,
+     .fini = teardown_cluster, .timeout = 180)
+{
+    large_ring();
+}
+
 /* Non-blocking puts of objects larger than the ring: each object's COPIED
  * comes before its STORED (its last slices were copied while the first
  * ones were sent: with a ring smaller than the object there is no other
