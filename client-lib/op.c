@@ -71,11 +71,6 @@ int cks_cl_retryable(cks_status_t st)
            st == CKS_ERR_TRANSPORT || st == CKS_ERR_SHUTTING_DOWN;
 }
 
-/* Send op again from the progress loop's next pass, not from inside the
- * failure being handled: that may be walking the lists a dispatch changes
- * (a server going down fails its ops one by one, and a retry sent at once
- * to another unreachable server could complete and free the next op of
- * that walk). 0 when the client is stopping: the op completes instead. */
 /* Is a warning about server s due (none for CKS_CL_WARN_EVERY_NS)? Taken if so. */
 static int cks_cl_warn_due(cks_cl_srv_t *s)
 {
@@ -87,6 +82,11 @@ static int cks_cl_warn_due(cks_cl_srv_t *s)
     return 1;
 }
 
+/* Send op again from the progress loop's next pass, not from inside the
+ * failure being handled: that may be walking the lists a dispatch changes
+ * (a server going down fails its ops one by one, and a retry sent at once
+ * to another unreachable server could complete and free the next op of
+ * that walk). 0 when the client is stopping: the op completes instead. */
 static int cks_cl_requeue(cks_client_h c, cks_op_t *op)
 {
     pthread_mutex_lock(&c->lock);

@@ -12,13 +12,6 @@
  * (a ring of 64 x 16 MiB: 19 - 20 GB/s against 29 - 32 for 8 x 4 MiB) */
 #define CKS_STAGE_GET_SLICE (4ull << 20)
 #define CKS_STAGE_GET_BYTES (32ull << 20)
-/* A put of at most this much that fits in the ring is copied whole and then
- * sent from the ring as one host put, while the next object is copied; a
- * larger one goes in parts, each slice sent once copied, so that its copies
- * and its sends overlap (a 1 GiB object through a ring of 64 x 16 MiB that
- * holds it was put at 15.6 - 16.0 GB/s whole on an H200 host, the same
- * object through the default ring in parts at 28 - 31) */
-#define CKS_STAGE_WHOLE_MAX (32ull << 20)
 
 typedef enum {
     CKS_SLOT_FREE = 0,

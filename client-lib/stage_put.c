@@ -344,16 +344,20 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
     struct timespec dl;
     cks_status_t status;
 
-    /* An object that fits in the ring (and CKS_STAGE_WHOLE_MAX) is copied
-     * whole before its request goes out, so that a failed copy fails it
-     * before the server saw a byte; a larger one is sent while it is copied. */
-    int whole = j->nslices <= st->nslots && j->len <= CKS_STAGE_WHOLE_MAX;
+    /* An object that fits in the ring is copied whole before its request
+     * goes out, so that a failed copy fails it before the server saw a
+     * byte, and is sent from the ring while the next object is copied; a
+     * larger one is sent while it is copied. (In parts, an object that fits
+     * would also be sent while copied, but the next object's copies would
+     * wait for its last part's answer: a snapshot of many objects that the
+     * ring holds would stall the trainer for its whole put.) */
+    int whole = j->nslices <= st->nslots;
     if (whole && j->base % st->nslots + j->nslices > st->nslots) {
         /* it would wrap: it starts at slot 0, so that its slots are one run
          * of the ring and it is sent from there as host memory */
         j->base += st->nslots - j->base % st->nslots;
     }
-    /* the others go in parts: its PUT first, with no bytes, then each
+    /* a larger one goes in parts: its PUT first, with no bytes, then each
      * slice, once copied, from its slot as a PUT_PART to the server the PUT
      * went to (on this host that server copies it from our mapped memory;
      * elsewhere UCX's zero-copy send), whose answer frees the slot */

@@ -130,9 +130,9 @@ typedef struct {
     uint64_t device_puts_direct; /**< puts of device memory handed to UCX */
     uint64_t device_puts_staged; /**< staged puts that completed (any status) */
     uint64_t staged_puts_in_parts; /**< of the staged puts (device or host), those
-                                        larger than the ring or than 32 MiB,
-                                        whose slices went as parts, each sent
-                                        as soon as it was copied */
+                                        larger than the ring, whose slices went
+                                        as parts, each sent as soon as it was
+                                        copied */
     uint64_t device_gets_staged; /**< staged gets that completed (any status) */
     uint64_t staged_bytes;    /**< bytes copied between device and ring */
     uint64_t stage_copy_ns;   /**< time the ring's thread waited for those copies
@@ -459,10 +459,9 @@ typedef struct {
  * A get's device buffer is written until the get's callback runs; a failed
  * get may have written any part of it. A staged put whose copy fails (a
  * copy error, a timeout) fails with that status, and the ring serves the
- * next object: an object of at most 32 MiB that fits in the ring
- * (stage_slice x stage_slices) is copied whole before its request goes out,
- * so the server never sees it; a larger one is sent in parts while it is
- * copied, and the server
+ * next object: an object that fits in the ring (stage_slice x stage_slices)
+ * is copied whole before its request goes out, so the server never sees
+ * it; a larger one is sent in parts while it is copied, and the server
  * gives up the parts it took (the version stays open, without the object;
  * cks_client_last_error() says "was not stored"). The ring's
  * memory is the library's; it is set up at the first device transfer,
