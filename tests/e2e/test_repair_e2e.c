@@ -26,7 +26,6 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <pthread.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -600,39 +599,6 @@ Test(repair, two_servers_back_rebuild_each_stripe_with_one_decode)
     verify_two_others_down(back, v1, v2);
 }
 
-static long log_size(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 ? (long)st.st_size : 0;
-}
-
-/* The seconds a server's log says its first catch-up took ("caught up with
- * N of M other servers in X s"), from byte `from` of the log on; -1 if it
- * says none. */
-static double caught_up_in(const char *log, long from)
-{
-    FILE *f = fopen(log, "r");
-    char line[1024];
-    double secs = -1;
-    if (f == NULL || fseek(f, from, SEEK_SET) != 0) {
-        if (f != NULL) {
-            fclose(f);
-        }
-        return -1;
-    }
-    while (fgets(line, sizeof(line), f) != NULL) {
-        const char *p = strstr(line, "caught up with ");
-        unsigned a, b;
-        double x;
-        if (p != NULL && sscanf(p, "caught up with %u of %u other servers in %lf s", &a, &b,
-                                &x) == 3) {
-            secs = x;
-        }
-    }
-    fclose(f);
-    return secs;
-}
-
 /* Two servers restarted together each find the other still catching up.
  * Each waits only for servers that will catch up without it: one that
  * itself waits only on servers not caught up (on this one) is not waited
@@ -647,14 +613,21 @@ Test(repair, two_servers_restarted_together_do_not_wait_on_each_other)
     size_t back[2] = {(size_t)(objs.seed % NSRV), (size_t)((objs.seed + 3) % NSRV)};
     uint64_t v1, v2;
     write_then_write_without(c, back, &v1, &v2);
-    long from[2] = {log_size(cl.srv[back[0]].log), log_size(cl.srv[back[1]].log)};
+    /* each start logs "caught up with N of M other servers in X s" once */
+    static const char said[] = "caught up with ";
+    int before[2] = {cks_test_log_count(cl.srv[back[0]].log, said),
+                     cks_test_log_count(cl.srv[back[1]].log, said)};
     cr_assert_eq(cks_test_cluster_restart_some(&cl, back, 2), 0);
     double took[2] = {-1, -1};
-    uint64_t t0    = now_ms();
-    while ((took[0] < 0 || took[1] < 0) && now_ms() - t0 < WAIT_MS) {
-        usleep(50 * 1000);
-        for (int i = 0; i < 2; i++) {
-            took[i] = caught_up_in(cl.srv[back[i]].log, from[i]);
+    for (int i = 0; i < 2; i++) {
+        char line[1024];
+        unsigned a, b;
+        if (cks_test_log_wait_count(cl.srv[back[i]].log, said, before[i], WAIT_MS) >
+                before[i] &&
+            cks_test_log_last(cl.srv[back[i]].log, said, line, sizeof(line)) &&
+            sscanf(strstr(line, said), "caught up with %u of %u other servers in %lf s", &a,
+                   &b, &took[i]) != 3) {
+            took[i] = -1;
         }
     }
     fprintf(stderr, "servers %zu and %zu restarted together: caught up in %.1f s and %.1f s\n",

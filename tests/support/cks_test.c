@@ -801,6 +801,23 @@ int cks_test_log_count(const char *path, const char *text)
     return n;
 }
 
+int cks_test_log_last(const char *path, const char *text, char *line, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    char buf[1024];
+    int found = 0;
+    while (f != NULL && len > 0 && fgets(buf, sizeof(buf), f) != NULL) {
+        if (strstr(buf, text) != NULL) {
+            snprintf(line, len, "%s", buf);
+            found = 1;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return found;
+}
+
 int cks_test_log_lines(const char *path, const char *text)
 {
     cr_assert_eq(access(path, R_OK), 0, "cannot read %s", path);

@@ -167,6 +167,9 @@ uint64_t cks_test_seed(uint64_t dflt);
 uint64_t cks_test_seed_fresh(void);
 /** Lines of the file (a server's log) that contain `text`. */
 int cks_test_log_count(const char *path, const char *text);
+/** The last line of the file (a server's log) that contains `text`, into
+ *  line (len bytes, NUL-terminated); 1 if there is one, else 0. */
+int cks_test_log_last(const char *path, const char *text, char *line, size_t len);
 /** cks_test_log_count() of a file that must be there: asserts that it can
  *  be read (a log that is missing fails the test instead of counting 0). */
 int cks_test_log_lines(const char *path, const char *text);
