@@ -532,19 +532,15 @@ void cl_cw_print(cl_ctx_t *x, bench_report_t *rep)
     cl_cw_row(x, rep, "snapshot PROTECTED, GB/s", 0, cl_cw_gbps(x, x->cw.prot[0]),
               cl_cw_gbps(x, cl_cw_warm_snap(x, x->cw.prot)), 0.8,
               "memcpy x k/(k+m)", bound, 0.8);
-    cl_cw_row(x, rep, "trainer stall, ms", 1, x->cw.stall[0] * 1e3,
-              cl_cw_warm_snap(x, x->cw.stall) * 1e3, NAN,
+    double warm_stall_ms = cl_cw_warm_snap(x, x->cw.stall) * 1e3;
+    cl_cw_row(x, rep, "trainer stall, ms", 1, x->cw.stall[0] * 1e3, warm_stall_ms, NAN,
               "one memcpy of a writer's bytes", memcpy_ms, 1.5);
     if (x->cw.nsnap > 1) {
         /* the warm stall against the same reference */
         cl_say(x, "%-46s %8s %8.2f %6s %6s  %-32s %8.2f %6.2f <= 1.5 %s\n",
-               "trainer stall, warm, ms", "",
-               cl_cw_warm_snap(x, x->cw.stall) * 1e3, "", "",
-               "one memcpy of a writer's bytes", memcpy_ms,
-               cl_cw_warm_snap(x, x->cw.stall) * 1e3 / memcpy_ms,
-               cl_cw_warm_snap(x, x->cw.stall) * 1e3 / memcpy_ms <= 1.5
-                   ? "met"
-                   : "MISSED");
+               "trainer stall, warm, ms", "", warm_stall_ms, "", "",
+               "one memcpy of a writer's bytes", memcpy_ms, warm_stall_ms / memcpy_ms,
+               warm_stall_ms / memcpy_ms <= 1.5 ? "met" : "MISSED");
     }
     snprintf(ref, sizeof(ref), "raw UCX get (%s)", isfinite(raw_get) ? get_what : "-");
     if (x->cw.nrestore > 0) {

@@ -80,10 +80,7 @@ uint8_t *cks_rp_buf_get(cks_rp_t *rp, uint64_t chunk, uint32_t who)
 {
     if (cks_rp_reg_ready(rp, chunk)) {
         /* a free slot that `who` wrote before, else one nobody wrote, else
-         * any: each member on this host faults in its mapping of a slot at
-         * its first write there (a trap per 4 KiB page where the pages are
-         * small), so each keeps to the few slots it has in flight at once
-         * instead of touching all of them over a repair */
+         * any (why: the DESIGN note above) */
         unsigned pick = UINT_MAX, fresh = UINT_MAX, any = UINT_MAX;
         for (unsigned i = 0; i < rp->reg_slots && pick == UINT_MAX; i++) {
             if (rp->reg_used & (1ull << i)) {
