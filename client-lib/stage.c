@@ -300,6 +300,7 @@ cks_status_t cks_stage_get(cks_client_h c, int host_ok, cks_stage_t **st_p, char
     st->c          = c;
     st->device     = -1;
     st->fail_slice = -1;
+    st->pause_part = -1;
     st->slice      = c->stage_slice;
     st->nslots     = c->stage_slices;
     st->gslice     = CKS_MIN(st->slice, CKS_STAGE_GET_SLICE);
@@ -318,6 +319,11 @@ cks_status_t cks_stage_get(cks_client_h c, int host_ok, cks_stage_t **st_p, char
     env = getenv("CKS_STAGE_FAIL_SLICE");
     if (env != NULL) {
         st->fail_slice = atoi(env);
+    }
+    env = getenv("CKS_STAGE_PAUSE_PART"); /* "N:path" */
+    if (env != NULL && strchr(env, ':') != NULL) {
+        st->pause_part = atoi(env);
+        snprintf(st->pause_path, sizeof(st->pause_path), "%s", strchr(env, ':') + 1);
     }
 #endif
 #ifdef CKS_HAVE_CUDA
@@ -536,6 +542,7 @@ void cks_cl_stage_stats(cks_client_h c, cks_client_stats_t *stats)
     stats->device_puts_direct = st->puts_direct;
     stats->device_puts_staged = st->puts_staged;
     stats->staged_puts_in_parts = st->puts_in_parts;
+    stats->staged_puts_resent   = st->puts_resent;
     stats->device_gets_staged = st->gets_staged;
     stats->staged_bytes       = st->staged_bytes;
     stats->stage_copy_ns      = st->copy_ns;

@@ -12,6 +12,9 @@
  * (a ring of 64 x 16 MiB: 19 - 20 GB/s against 29 - 32 for 8 x 4 MiB) */
 #define CKS_STAGE_GET_SLICE (4ull << 20)
 #define CKS_STAGE_GET_BYTES (32ull << 20)
+/* How often a put in parts starts again (its server lost mid-object) at
+ * most; the op's walk of its group bounds it first */
+#define CKS_STAGE_RESENDS 8u
 
 typedef enum {
     CKS_SLOT_FREE = 0,
@@ -45,6 +48,13 @@ struct cks_stage_job {
     unsigned parts_inflight; /* PUT_PARTs (and a cancel) not yet answered */
     int put_sent;           /* its PUT was sent, to srv (cks_stage_put_sent()) */
     size_t srv;             /* put: the server its PUT went to */
+    int resendable;         /* in parts to a cluster: its PUT may go to the
+                               group's next member, and its parts then again */
+    unsigned sends;         /* times its PUT was sent (cks_stage_put_sent()) */
+    unsigned gen;           /* the send its parts go to now (gen_known) */
+    int gen_known;
+    cks_status_t part_status; /* a resendable put's first failed part */
+    unsigned resends;       /* times its parts started again */
     int op_done;
     cks_status_t op_status;
     /* get */
@@ -129,6 +139,8 @@ struct cks_stage {
                                on the stage thread) */
     unsigned crc_threads;
     int fail_slice;         /* test builds: CKS_STAGE_FAIL_SLICE, -1: none */
+    int pause_part;         /* test builds: CKS_STAGE_PAUSE_PART, -1: none */
+    char pause_path[128];
     char why[160];          /* no_device: why there is no device */
     uint64_t host_ns[CKS_STAGE_SLICES_MAX]; /* a host-staged slice's memcpy() */
     uint64_t copies;        /* copies started (for fail_slice) */
@@ -136,6 +148,7 @@ struct cks_stage {
     uint64_t puts_direct, puts_staged, gets_staged, staged_bytes, copy_ns;
     uint64_t host_puts, host_bytes; /* host-staged puts (CKS_PUT_FIELD_STAGED) */
     uint64_t puts_in_parts; /* staged puts sent in parts */
+    uint64_t puts_resent;   /* of those, puts whose parts went again */
 };
 
 /* ---- between stage.c, stage_put.c and stage_get.c ---- */

@@ -3,7 +3,9 @@
  * CKS_PUT_FIELD_STAGED) copied slice by slice into ring slots on the stage
  * thread and sent from there, in order: whole from its slots when it fits
  * in the ring, else slice by slice as PUT_PARTs; the put ends when every
- * slice was sent and the server answered. See stage.c for the whole design.
+ * slice was sent and the server answered. In parts to a cluster, a PUT that
+ * moves to the group's next member (its server lost mid-object) takes the
+ * slices again from the start. See stage.c for the whole design.
  *
  * Never: reuse a slot UCX or a copy may still use.
  */
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* the stage thread runs it (job->run) */
 static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j);
@@ -170,6 +173,7 @@ static void cks_stage_put_sent(void *arg, size_t srv)
     pthread_mutex_lock(&j->st->lock);
     j->srv      = srv;
     j->put_sent = 1;
+    j->sends++; /* a second one: it moved (cks_stage_moved()) */
     pthread_cond_broadcast(&j->st->cond);
     pthread_mutex_unlock(&j->st->lock);
 }
@@ -187,7 +191,20 @@ static int cks_stage_wait_sent(cks_stage_t *st, cks_stage_job_t *j)
             break; /* the PUT's own timeout ends it */
         }
     }
+    if (j->put_sent && !j->gen_known) { /* the parts go to this send's server */
+        j->gen       = j->sends;
+        j->gen_known = 1;
+    }
     return j->put_sent && !j->op_done;
+}
+
+/* Has the PUT of a resendable put in parts gone again since its parts
+ * started (its server was lost), or did a part fail (its server may be
+ * lost: the PUT's fate says)? Its parts stop then (stage thread, lock held). */
+static int cks_stage_moved(const cks_stage_job_t *j)
+{
+    return j->resendable &&
+           ((j->gen_known && j->sends != j->gen) || j->part_status != CKS_OK);
 }
 
 /* The put's op completed (progress thread). */
@@ -228,8 +245,11 @@ static void cks_stage_part_done(void *arg, cks_status_t status)
     st->state[pt->slot] = CKS_SLOT_FREE;
     j->answered++;
     j->parts_inflight--;
-    if (status != CKS_OK && j->status == CKS_OK) {
-        j->status = status;
+    /* a resendable put's part failed: its PUT moves on, or fails (it cannot
+     * be STORED without this part); else the put fails here */
+    cks_status_t *first = j->resendable ? &j->part_status : &j->status;
+    if (status != CKS_OK && *first == CKS_OK) {
+        *first = status;
     }
     pthread_cond_broadcast(&st->cond);
     pthread_mutex_unlock(&st->lock);
@@ -336,48 +356,38 @@ cks_status_t cks_stage_copy_wait(cks_stage_t *st, const cks_stage_job_t *j,
     return status;
 }
 
-/* Run a staged put (stage thread, lock held on entry and exit). */
-static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
+/* Test builds: hold the stage thread after the part CKS_STAGE_PAUSE_PART
+ * names ("N:path") went, until the file `path`, created here, is removed
+ * (at most 30 s): a test kills the put's server meanwhile. */
+static void cks_stage_pause(cks_stage_t *st)
+{
+    FILE *f = fopen(st->pause_path, "w");
+    st->pause_part = -1;
+    if (f == NULL) {
+        return;
+    }
+    fclose(f);
+    cks_warn("staged put paused after a part (CKS_STAGE_PAUSE_PART) until %s is removed",
+             st->pause_path);
+    for (int i = 0; i < 3000 && access(st->pause_path, F_OK) == 0; i++) {
+        struct timespec dl;
+        cks_stage_deadline(&dl, 10);
+        pthread_cond_timedwait(&st->cond, &st->lock, &dl); /* answers come meanwhile */
+    }
+}
+
+/* Copy the put's slices into the ring, at most nslots ahead of the parts
+ * answered, and send each as a part once copied (in parts); until all are,
+ * a failure, its PUT's end, or (resendable) its move. Stage thread, lock
+ * held. */
+static void cks_stage_put_slices(cks_stage_t *st, cks_stage_job_t *j)
 {
     cks_client_h c   = st->c;
     uint64_t started = 0, copied = 0;
     struct timespec dl;
     cks_status_t status;
 
-    /* An object that fits in the ring is copied whole before its request
-     * goes out, so that a failed copy fails it before the server saw a
-     * byte, and is sent from the ring while the next object is copied; a
-     * larger one is sent while it is copied. (In parts, an object that fits
-     * would also be sent while copied, but the next object's copies would
-     * wait for its last part's answer: a snapshot of many objects that the
-     * ring holds would stall the trainer for its whole put.) */
-    int whole = j->nslices <= st->nslots;
-    if (whole && j->base % st->nslots + j->nslices > st->nslots) {
-        /* it would wrap: it starts at slot 0, so that its slots are one run
-         * of the ring and it is sent from there as host memory */
-        j->base += st->nslots - j->base % st->nslots;
-    }
-    /* a larger one goes in parts: its PUT first, with no bytes, then each
-     * slice, once copied, from its slot as a PUT_PART to the server the PUT
-     * went to (on this host that server copies it from our mapped memory;
-     * elsewhere UCX's zero-copy send), whose answer frees the slot */
-    j->parts = !whole;
-    if (j->parts) {
-        j->op->wire_flags |= CKS_WIRE_F_PARTS;
-        j->op->on_send     = cks_stage_put_sent;
-        j->op->on_send_arg = j;
-        /* its slots come back only as its parts are answered */
-        cks_stage_drain(st);
-        status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
-        if (status != CKS_INPROGRESS) {
-            j->op        = NULL; /* freed */
-            j->op_done   = 1;
-            j->op_status = status;
-            j->status    = status;
-        }
-    }
-    /* copy slice after slice, at most nslots ahead of the parts answered */
-    while (j->status == CKS_OK && copied < j->nslices && !j->op_done) {
+    while (j->status == CKS_OK && copied < j->nslices && !j->op_done && !cks_stage_moved(j)) {
         if (started < j->nslices && started < j->answered + st->nslots &&
             st->state[cks_stage_slot(st, j, started)] == CKS_SLOT_FREE) {
             unsigned slot = cks_stage_slot(st, j, started);
@@ -415,9 +425,9 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             copied++;
             pthread_cond_broadcast(&st->cond);
             if (j->parts) { /* its part goes now; its answer frees the slot */
-                if (!cks_stage_wait_sent(st, j)) {
+                if (!cks_stage_wait_sent(st, j) || cks_stage_moved(j)) {
                     st->state[slot] = CKS_SLOT_FREE;
-                    break; /* the PUT ended: its status is the put's */
+                    break; /* the PUT ended (its status is the put's), or moved */
                 }
                 j->parts_inflight++;
                 size_t srv = j->srv;
@@ -430,6 +440,9 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
                     j->status       = status;
                     break;
                 }
+                if (copied - 1 == (uint64_t)st->pause_part) { /* once: test builds */
+                    cks_stage_pause(st);
+                }
             }
             continue;
         }
@@ -438,7 +451,7 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
         cks_stage_deadline(&dl, c->timeout_ms);
         while ((started >= j->answered + st->nslots ||
                 st->state[cks_stage_slot(st, j, started)] != CKS_SLOT_FREE) &&
-               j->status == CKS_OK && !j->op_done) {
+               j->status == CKS_OK && !j->op_done && !cks_stage_moved(j)) {
             if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
                 break; /* the op's own timeout ends it */
             }
@@ -453,6 +466,109 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
         pthread_mutex_lock(&st->lock);
         copied++;
     }
+}
+
+/* A resendable put in parts whose slices all went, or whose parts stopped
+ * (cks_stage_moved()): once every part sent is answered, either its PUT
+ * ended (0: the put's outcome is its own), or it went to another server
+ * (its first lost mid-object), which waits for all the parts: its slots
+ * are freed and its slices are copied and sent again from the start (1),
+ * from the caller's buffer, which COPIED has not handed back. A part that
+ * failed while the PUT neither moved nor ended within the client's timeout
+ * fails the put (0). Stage thread, lock held. */
+static int cks_stage_resend(cks_stage_t *st, cks_stage_job_t *j)
+{
+    struct timespec dl;
+    int timed = 0;
+    if (!j->resendable || j->status != CKS_OK) {
+        return 0;
+    }
+    while (j->parts_inflight > 0) { /* answered, at the latest at their timeout */
+        pthread_cond_wait(&st->cond, &st->lock);
+    }
+    /* every part went: the PUT is answered once its server has them, or it
+     * moves (then its new server waits for them) */
+    while (!j->op_done && !(j->gen_known && j->sends != j->gen)) {
+        if (j->part_status == CKS_OK) {
+            pthread_cond_wait(&st->cond, &st->lock); /* at the latest its timeout */
+            continue;
+        }
+        if (!timed) {
+            cks_stage_deadline(&dl, st->c->timeout_ms);
+            timed = 1;
+        }
+        if (pthread_cond_timedwait(&st->cond, &st->lock, &dl) == ETIMEDOUT) {
+            break;
+        }
+    }
+    if (j->op_done) {
+        return 0;
+    }
+    if (!(j->gen_known && j->sends != j->gen) || j->resends >= CKS_STAGE_RESENDS) {
+        j->status = j->part_status != CKS_OK ? j->part_status : CKS_ERR_TIMEOUT;
+        return 0; /* given up at its server (a cancel) */
+    }
+    for (unsigned s = 0; s < st->nslots; s++) { /* nothing uses its slots now */
+        if (st->slot_job[s] == j) {
+            st->state[s]    = CKS_SLOT_FREE;
+            st->slot_job[s] = NULL;
+        }
+    }
+    const cks_cl_srv_t *to = &st->c->srv[j->srv];
+    cks_log(CKS_LOG_INFO, "staged put of '%s' (%llu bytes): its server was lost mid-object; "
+            "its parts go again, to %s:%u", j->key, (unsigned long long)j->len, to->addr,
+            to->port);
+    j->answered    = 0;
+    j->part_status = CKS_OK;
+    j->gen_known   = 0;
+    j->resends++;
+    return 1;
+}
+
+/* Run a staged put (stage thread, lock held on entry and exit). */
+static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
+{
+    cks_client_h c = st->c;
+    cks_status_t status;
+
+    /* An object that fits in the ring is copied whole before its request
+     * goes out, so that a failed copy fails it before the server saw a
+     * byte, and is sent from the ring while the next object is copied; a
+     * larger one is sent while it is copied. (In parts, an object that fits
+     * would also be sent while copied, but the next object's copies would
+     * wait for its last part's answer: a snapshot of many objects that the
+     * ring holds would stall the trainer for its whole put.) */
+    int whole = j->nslices <= st->nslots;
+    if (whole && j->base % st->nslots + j->nslices > st->nslots) {
+        /* it would wrap: it starts at slot 0, so that its slots are one run
+         * of the ring and it is sent from there as host memory */
+        j->base += st->nslots - j->base % st->nslots;
+    }
+    /* a larger one goes in parts: its PUT first, with no bytes, then each
+     * slice, once copied, from its slot as a PUT_PART to the server the PUT
+     * went to (on this host that server copies it from our mapped memory;
+     * elsewhere UCX's zero-copy send), whose answer frees the slot */
+    j->parts = !whole;
+    if (j->parts) {
+        j->op->wire_flags |= CKS_WIRE_F_PARTS;
+        j->op->on_send     = cks_stage_put_sent;
+        j->op->on_send_arg = j;
+        /* to a cluster: its PUT may move to the group's next member */
+        j->resendable = j->op->target == CKS_TARGET_GROUP && j->op->ngroup > 1;
+        /* its slots come back only as its parts are answered */
+        cks_stage_drain(st);
+        status = cks_cl_submit(c, j->op, cks_stage_put_op_done, j);
+        if (status != CKS_INPROGRESS) {
+            j->op        = NULL; /* freed */
+            j->op_done   = 1;
+            j->op_status = status;
+            j->status    = status;
+        }
+    }
+    /* copy and send; a server lost mid-object: again, to the next one */
+    do {
+        cks_stage_put_slices(st, j);
+    } while (cks_stage_resend(st, j));
     cks_status_t stage_status = j->status;
     if (j->status != CKS_OK) {
         pthread_cond_broadcast(&st->cond);
@@ -471,7 +587,9 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
             }
         }
     }
-    if (j->copied_cb != NULL) { /* the device buffer is the caller's again */
+    /* the buffer is the caller's again (a resendable put's at its end: until
+     * then its slices may be copied again) */
+    if (j->copied_cb != NULL && !j->resendable) {
         cks_done_cb_t cb = j->copied_cb;
         j->copied_cb     = NULL;
         pthread_mutex_unlock(&st->lock);
@@ -527,4 +645,5 @@ static void cks_stage_run_put(cks_stage_t *st, cks_stage_job_t *j)
     }
     *(j->host ? &st->host_puts : &st->puts_staged) += 1;
     st->puts_in_parts += j->parts;
+    st->puts_resent += j->resends > 0;
 }

@@ -133,6 +133,10 @@ typedef struct {
                                         larger than the ring, whose slices went
                                         as parts, each sent as soon as it was
                                         copied */
+    uint64_t staged_puts_resent; /**< of those, puts to a cluster whose server
+                                      was lost mid-object: their PUT went to
+                                      the group's next member, and their
+                                      slices were copied and sent again */
     uint64_t device_gets_staged; /**< staged gets that completed (any status) */
     uint64_t staged_bytes;    /**< bytes copied between device and ring */
     uint64_t stage_copy_ns;   /**< time the ring's thread waited for those copies
@@ -450,7 +454,10 @@ typedef struct {
  *      read the buffer for the last time; it is the caller's again, and
  *      training may overwrite it while the bytes travel on from host memory.
  *      Staged: when the last slice's device-to-host copy completed (a host
- *      buffer with CKS_PUT_FIELD_STAGED: its memcpy() into the ring). Direct
+ *      buffer with CKS_PUT_FIELD_STAGED: its memcpy() into the ring); for
+ *      an object larger than the ring put to a cluster, when the put
+ *      completes: until then a server lost mid-object makes the library
+ *      read the buffer again, to send it to the group's next member. Direct
  *      (and other host buffers): when the put completes, just before its
  *      callback.
  *   3. STORED (the put's callback, CKS_OK): the server holds the bytes.
@@ -480,7 +487,8 @@ enum {
      *  in flight, a trainer's buffers are free again after one memcpy of
      *  their bytes (its stall), whatever the servers' speed; an object larger
      *  than the ring is sent while it is copied, so COPIED comes as the
-     *  servers take it. Works without a GPU. Device memory is always staged
+     *  servers take it (to a cluster: when the put completes, above). Works
+     *  without a GPU. Device memory is always staged
      *  (or direct), flag or not. */
     CKS_PUT_FIELD_STAGED   = 1u << 3,
 };

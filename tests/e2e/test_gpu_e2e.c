@@ -769,6 +769,75 @@ Test(stage_cluster, a_put_in_parts_follows_its_put_to_the_next_member,
     free(dst);
 }
 
+/* A put in parts whose primary is killed mid-object: the stage thread is
+ * held after the object's part 2 went to it (CKS_STAGE_PAUSE_PART) while
+ * the test kills it. The PUT moves to the group's next member, and the
+ * slices are copied and sent there again from the start; COPIED runs once,
+ * after the last copy and before the put's own callback, both CKS_OK. The
+ * object restores exactly with the primary still down, and the version
+ * commits DEGRADED. */
+Test(stage_cluster, a_put_in_parts_whose_primary_dies_mid_object_goes_again,
+     .init = setup_cluster, .fini = teardown_cluster, .timeout = 180)
+{
+    uint64_t size = 9 * SLICE + 77; /* 10 slices: larger than the ring */
+    uint8_t *a = malloc(size), *dst = malloc(size);
+    trace_t t  = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    trace_arg_t arg = {&t, 0};
+    char pause[320], env[340];
+    uint64_t len = 0;
+    cks_restore_h r;
+    cks_client_stats_t s;
+    cks_version_info_t vi;
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cr_assert(a != NULL && dst != NULL);
+    cks_test_fill(a, size, cks_test_seed(0x3e5e));
+    int primary = cks_test_primary(clu.map, "mid", "big", 2, 1);
+    cr_assert_geq(primary, 0);
+    snprintf(pause, sizeof(pause), "%s/stage-pause", clu.dir);
+    snprintf(env, sizeof(env), "2:%s", pause);
+    stage_env(NULL);
+    setenv("CKS_STAGE_PAUSE_PART", env, 1);
+    cks_client_h c = connect_staged(SLICE, SLICES);
+    cks_test_begin(c, "mid", 1);
+    cks_put_params_t p = cks_test_put_params("mid", 1, "big", a, size);
+    p.field_mask |= CKS_PUT_FIELD_MEM_TYPE | CKS_PUT_FIELD_COPIED;
+    p.mem_type    = CKS_MEM_CUDA;
+    p.copied_cb   = copied_cb;
+    p.copied_arg  = &arg;
+    cr_assert_eq(cks_put_nb(c, &p, done_cb, &arg), CKS_INPROGRESS); /* its ring read it */
+    unsetenv("CKS_STAGE_PAUSE_PART");
+    /* the stage thread holds after part 2 went to the primary */
+    for (int i = 0; i < 3000 && access(pause, F_OK) != 0; i++) {
+        usleep(10 * 1000);
+    }
+    cr_assert_eq(access(pause, F_OK), 0, "the put never reached its part 2");
+    cr_assert_eq(t.n, 0, "the put ended before its primary was killed");
+    cks_test_cluster_kill(&clu, (size_t)primary);
+    unlink(pause);
+    trace_wait(&t, 1, 120);
+    cr_assert_eq(t.done, 1, "the put did not end");
+    cr_assert_eq(t.n, 2, "%d callbacks", t.n);
+    cr_assert(t.events[0] == 0 && t.events[1] == 100, "COPIED, then done: %d, %d",
+              t.events[0], t.events[1]);
+    cr_assert(t.status[0] == CKS_OK && t.status[1] == CKS_OK, "COPIED %s, done %s",
+              cks_status_name(t.status[0]), cks_status_name(t.status[1]));
+    cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+    cr_assert_eq(s.staged_puts_in_parts, 1);
+    cr_assert_eq(s.staged_puts_resent, 1, "%llu puts sent again",
+                 (unsigned long long)s.staged_puts_resent);
+    cr_assert_eq(cks_version_seal(c, "mid", 1), CKS_OK);
+    cr_assert_eq(cks_version_stat(c, "mid", 1, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "state %s", cks_vstate_string(vi.state));
+    cr_assert_eq(cks_restore_open(c, "mid", 1, &r), CKS_OK);
+    cr_assert_eq(get_dev(r, "big", dst, size, &len, CKS_GET_VERIFY), CKS_OK);
+    cr_assert(len == size && memcmp(dst, a, size) == 0, "WRONG BYTES");
+    cks_restore_close(r);
+    cks_client_destroy(c);
+    free(a);
+    free(dst);
+}
+
 Test(stage_single, error_mid_object_then_next, .init = setup_single, .fini = teardown_single,
      .timeout = 120)
 {
