@@ -596,6 +596,91 @@ Test(stage_cluster, gets_queued_together_share_the_ring, .init = setup_cluster,
     gets_in_a_batch();
 }
 
+/* Staged gets from a cluster with a server down (m = 1): a fresh client's
+ * gets in a batch - whole objects of one to several stripes, and a byte
+ * range - decode what the dead server held and restore every object
+ * exactly, with CKS_GET_VERIFY and without. */
+Test(stage_cluster, gets_with_a_server_down_are_exact, .init = setup_cluster,
+     .fini = teardown_cluster, .timeout = 180)
+{
+    enum { N = 6 };
+    static const uint64_t size[N] = {1, SLICE + 1, SLICES * SLICE + 5, 10 * SLICE + 7,
+                                     300 * KiB + 3, 10 * SLICE + 7};
+    uint8_t *src[N], *dst[N];
+    uint64_t len[N], seed = cks_test_seed(0xd0e1);
+    char key[N][16];
+    trace_t t;
+    trace_arg_t args[N];
+    cks_restore_h r;
+
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    stage_env(NULL);
+    cks_client_h c = connect_staged(SLICE, SLICES);
+    cks_test_begin(c, "down", 2);
+    for (int i = 0; i < N; i++) {
+        src[i] = malloc(size[i] + 1);
+        dst[i] = malloc(size[i] + 1);
+        cr_assert(src[i] != NULL && dst[i] != NULL);
+        cks_test_fill(src[i], size[i], seed + (uint64_t)i);
+        snprintf(key[i], sizeof(key[i]), "d%d", i);
+        if (i < N - 1) { /* the last is a range of d3 */
+            cr_assert_eq(put_dev(c, "down", 2, key[i], src[i], size[i], CKS_MEM_CUDA), CKS_OK);
+        }
+    }
+    memcpy(src[N - 1], src[3], size[3]);
+    snprintf(key[N - 1], sizeof(key[N - 1]), "d3");
+    cr_assert_eq(cks_version_seal(c, "down", 2), CKS_OK);
+    cks_client_destroy(c);
+    int primary = cks_test_primary(clu.map, "down", "d4", 2, 1);
+    cr_assert_geq(primary, 0);
+    cks_test_cluster_kill(&clu, (size_t)primary);
+
+    c = connect_staged(SLICE, SLICES); /* a fresh client, as a replacement rank */
+    for (int round = 0; round < 2; round++) {
+        uint32_t flags = round == 0 ? CKS_GET_VERIFY : 0;
+        memset(&t, 0, sizeof(t));
+        pthread_mutex_init(&t.lock, NULL);
+        pthread_cond_init(&t.cond, NULL);
+        cr_assert_eq(cks_restore_open(c, "down", 2, &r), CKS_OK);
+        for (int i = 0; i < N; i++) {
+            cks_get_params_t g = cks_test_get_params(key[i], dst[i], size[i] + 1);
+            g.field_mask       = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_FLAGS;
+            g.mem_type         = CKS_MEM_CUDA;
+            g.flags            = flags;
+            if (i == N - 1) { /* a byte range across slices and a stripe */
+                g.field_mask |= CKS_GET_FIELD_RANGE;
+                g.offset = SLICE / 2;
+                g.length = 8 * SLICE + 1;
+            }
+            memset(dst[i], 0xee, size[i] + 1);
+            len[i]     = UINT64_MAX;
+            args[i].t  = &t;
+            args[i].id = i;
+            cr_assert_eq(cks_get_nb(r, &g, &len[i], done_cb, &args[i]), CKS_INPROGRESS);
+        }
+        trace_wait(&t, N, 120);
+        cr_assert_eq(t.done, N, "gets done: %d of %d", t.done, N);
+        for (int e = 0; e < t.n; e++) {
+            int i = t.events[e] - 100;
+            cr_assert_eq(t.status[e], CKS_OK, "round %d, get %d: %s", round, i,
+                         cks_status_name(t.status[e]));
+            uint64_t off = i == N - 1 ? SLICE / 2 : 0, want = i == N - 1 ? 8 * SLICE + 1 : size[i];
+            cr_assert_eq(len[i], want, "get %d: %llu bytes", i, (unsigned long long)len[i]);
+            cr_assert(memcmp(dst[i], src[i] + off, want) == 0, "round %d: bytes of get %d",
+                      round, i);
+            cr_assert_eq(dst[i][want], 0xee, "get %d wrote past its bytes", i);
+        }
+        cks_restore_close(r);
+        pthread_mutex_destroy(&t.lock);
+        pthread_cond_destroy(&t.cond);
+    }
+    cks_client_destroy(c);
+    for (int i = 0; i < N; i++) {
+        free(src[i]);
+        free(dst[i]);
+    }
+}
+
 /* A client destroyed with staged puts queued and in flight (objects that fit
  * in the ring and larger ones): every callback runs exactly once, with
  * CKS_OK or CKS_ERR_CANCELED, and the destroy returns. */
