@@ -95,6 +95,7 @@ typedef struct {
     const char *coding_nice;  /* --coding-nice for the servers; NULL: their default */
     int stage_host; /* --stage-host: writers' puts staged through a ring that holds
                        a writer's snapshot (CKS_PUT_FIELD_STAGED); stall = COPIED */
+    int stage_default_ring; /* --stage-default-ring: the library's ring instead */
     const char *json;
     int quiet, verbose, no_raw, no_degraded, pec, pec_only;
     unsigned pec_k; /* 0: E/4 */

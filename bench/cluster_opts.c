@@ -93,6 +93,8 @@ static void cl_usage(FILE *f)
         "                         (CKS_PUT_FIELD_STAGED), all of its puts at once: the\n"
         "                         stall ends at the last COPIED, STORED is timed as\n"
         "                         before\n"
+        "      --stage-default-ring  with --stage-host, the library's default ring\n"
+        "                         (8 x 4 MiB) instead: larger objects go in parts\n"
         "      --pec              also full vs partial-expert checkpoints (8, 16 "
         "experts)\n"
         "      --pec-only         only those\n"
@@ -194,6 +196,7 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
              .fn = bench_opt_sizes, .count = &o->nsweep_sizes),
         BOPT("hosts", 0, FLAG, &o->hosts),
         BOPT("stage-host", 0, FLAG, &o->stage_host),
+        BOPT("stage-default-ring", 0, FLAG, &o->stage_default_ring),
         BOPT("json", 'j', STR, &o->json),
         BOPT("timeout", 't', DOUBLE, &o->timeout_s, .lo = 1),
         BOPT("verbose", 'v', FLAG, &o->verbose),
@@ -259,6 +262,10 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
     }
     if (x->o.pec_k > 0 && x->o.pec_fraction > 0) {
         fprintf(stderr, "ckstore-bench: --pec-k and --pec-fraction exclude each other\n");
+        return -1;
+    }
+    if (x->o.stage_default_ring && !x->o.stage_host) {
+        fprintf(stderr, "ckstore-bench: --stage-default-ring goes with --stage-host\n");
         return -1;
     }
     if (x->o.readers == 0) {

@@ -293,6 +293,7 @@ int cl_sweep_main(cl_ctx_t *x, bench_report_t *rep)
                  KU("k", x->o.k), KU("m", x->o.m), KU("chunk", x->o.chunk),
                  KU("objects", x->o.objects), KU("reps", x->o.reps),
                  KU("window", x->o.window), KU("stage_host", (uint64_t)x->o.stage_host),
+                 KU("stage_default_ring", (uint64_t)x->o.stage_default_ring),
                  KF("loadavg_start", load_start), KF("loadavg_end", load_end));
     return cl_finish(x, rep, 0);
 }

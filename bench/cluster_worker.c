@@ -181,7 +181,7 @@ static cks_status_t cl_w_connect(cl_worker_t *wk, cl_res_t *res)
     cl_w_client_destroy(wk);
     snprintf(name, sizeof(name), "ckstore-bench-client%u", wk->index);
     cl_client_params(x, &cp, name);
-    if (x->o.stage_host) {
+    if (x->o.stage_host && !x->o.stage_default_ring) {
         /* a ring that holds this writer's snapshot: a slice per object of
          * the largest size (at most 64 slices of at most 1 GiB) */
         uint64_t big = 4096;

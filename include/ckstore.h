@@ -133,10 +133,6 @@ typedef struct {
                                         larger than the ring, whose slices went
                                         as parts, each sent as soon as it was
                                         copied */
-    uint64_t staged_puts_resent; /**< of those, puts to a cluster whose server
-                                      was lost mid-object: their PUT went to
-                                      the group's next member, and their
-                                      slices were copied and sent again */
     uint64_t device_gets_staged; /**< staged gets that completed (any status) */
     uint64_t staged_bytes;    /**< bytes copied between device and ring */
     uint64_t stage_copy_ns;   /**< time the ring's thread waited for those copies
@@ -156,6 +152,10 @@ typedef struct {
                                          (scripts/hugepages); servers on this
                                          host then map the memory a huge page
                                          at a time, not 4 KiB at a time */
+    uint64_t staged_puts_resent; /**< of staged_puts_in_parts, puts to a cluster
+                                      whose server was lost mid-object: their
+                                      PUT went to the group's next member, and
+                                      their slices were copied and sent again */
 } cks_client_stats_t;
 
 /** Fill *stats_p. CKS_ERR_INVALID_PARAM on NULL arguments. */
