@@ -221,6 +221,7 @@ typedef struct {
     cks_op_t *wait_head, *wait_tail; /* waiting for the connection or the window */
     unsigned inflight;       /* requests sent and not finished (the window) */
     int no_rma;              /* it refused our memory descriptors: send the bytes */
+    unsigned maps_pending;   /* MEM_MAPs of a new connection not answered yet */
     uint64_t warned_ns;      /* when a request last warned that it went elsewhere:
                                 one warning per server per CKS_CL_WARN_EVERY_NS */
 } cks_cl_srv_t;
@@ -329,6 +330,7 @@ cks_status_t cks_op_name(cks_op_t *op, size_t *used, const char *name, size_t ma
 cks_op_t *cks_op_new(cks_op_kind_t kind, unsigned type);
 /* The callback of an op nobody waits for (a region announced). */
 void cks_cl_noop_done(void *arg, cks_status_t status);
+void cks_cl_map_done(void *arg, cks_status_t status);
 /* op.c: queue an op from any thread; CKS_INPROGRESS (cb runs once) or an error. */
 cks_status_t cks_cl_submit(cks_client_h c, cks_op_t *op, cks_done_cb_t cb, void *arg);
 /* Submit and wait. */

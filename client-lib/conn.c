@@ -49,7 +49,8 @@ cks_op_t *cks_cl_mem_map_op(const cks_cl_mem_t *m, size_t pos)
 
 /* The MEM_MAP ops for a server that came up, linked by next: one for every
  * region we have (cks_mem_alloc()'s, then the scratch), none unless it is on
- * this host and takes our memory. Progress thread. */
+ * this host and takes our memory. Each counts in its maps_pending until its
+ * answer (started with cks_cl_map_done()). Progress thread. */
 cks_op_t *cks_cl_mem_map_ops(cks_client_h c, size_t pos)
 {
     cks_op_t *ops = NULL, **end = &ops;
@@ -71,6 +72,9 @@ cks_op_t *cks_cl_mem_map_ops(cks_client_h c, size_t pos)
     }
     if (cks_cl_scratch_mem(c) != NULL) {
         *end = cks_cl_mem_map_op(cks_cl_scratch_mem(c), pos);
+    }
+    for (const cks_op_t *o = ops; o != NULL; o = o->next) {
+        c->srv[pos].maps_pending++;
     }
     return ops;
 }

@@ -483,7 +483,7 @@ static int cks_cl_rma_describe(cks_client_h c, cks_op_t *op, cks_tp_conn_h conn)
     cks_status_t status = CKS_ERR_INVALID_PARAM;
 
     if (len == 0 || op->mem_type != CKS_MEM_HOST || !cks_tp_conn_local(conn) ||
-        c->srv[op->srv].no_rma ||
+        c->srv[op->srv].no_rma || (op->kind != CKS_OP_MEM_MAP && c->srv[op->srv].maps_pending) ||
         (op->kind != CKS_OP_PUT && op->kind != CKS_OP_GET && op->kind != CKS_OP_CHUNK_GET &&
          op->kind != CKS_OP_MEM_MAP)) {
         return 0;
@@ -621,25 +621,23 @@ void cks_cl_srv_down(cks_client_h c, size_t pos, cks_status_t status)
 /* A connection that dispatch asked for ended (cks_cl_srv_connect()'s
  * callback). The server is up: the ops that waited go, and it is told of
  * every region we have (a server on this host maps and faults them in now,
- * a restarted one too, not during the first transfers; nobody waits for
- * these: a failure only means the first transfers fault the pages in). Or
- * it failed: the ops that waited fail, and the connection, if one was made,
- * is dropped. */
+ * a restarted one too; until it has, our transfers with it send the bytes
+ * instead of faulting its new mapping in as they copy). Or it failed: the
+ * ops that waited fail, and the connection, if one was made, is dropped. */
 static void cks_cl_srv_ended(cks_client_h c, size_t pos, cks_status_t status)
 {
     if (status != CKS_OK && c->srv[pos].conn != NULL) {
         cks_cl_srv_down(c, pos, status);
         return;
     }
+    cks_op_t *op = status == CKS_OK && c->srv[pos].state == CKS_SRV_UP
+                     ? cks_cl_mem_map_ops(c, pos) : NULL; /* counted in maps_pending */
     cks_cl_srv_settle(c, pos, status);
-    if (status == CKS_OK && c->srv[pos].state == CKS_SRV_UP) {
-        cks_op_t *op = cks_cl_mem_map_ops(c, pos);
-        while (op != NULL) {
-            cks_op_t *next = op->next;
-            op->next       = NULL;
-            cks_cl_start(c, op, cks_cl_noop_done, NULL);
-            op = next;
-        }
+    while (op != NULL) {
+        cks_op_t *next = op->next;
+        op->next       = NULL;
+        cks_cl_start(c, op, cks_cl_map_done, &c->srv[pos]);
+        op = next;
     }
 }
 

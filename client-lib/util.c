@@ -116,6 +116,15 @@ void cks_cl_noop_done(void *arg, cks_status_t status)
 {
 }
 
+/* A MEM_MAP of a new connection was answered (cks_cl_mem_map_ops()): the
+ * server mapped the region, or will fault it in as it copies. */
+void cks_cl_map_done(void *arg, cks_status_t status)
+{
+    cks_cl_srv_t *sv = arg;
+    (void)status;
+    sv->maps_pending--;
+}
+
 /* ---- puts per version (what a seal tells the coordinator) -------------------- */
 
 /* A put completed: count it for its version's seal, and add it to the
