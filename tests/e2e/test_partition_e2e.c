@@ -25,6 +25,7 @@
  * (a container without CAP_NET_ADMIN), or when tc/tbf is missing.
  */
 #include "ckstore.h"
+#include "cks_faults_gate.h"
 #include "cks_md.h"
 #include "cks_netns.h"
 #include "cks_test.h"
@@ -822,6 +823,94 @@ Test(partition, staged_puts_in_parts_over_tcp_are_exact)
                  (unsigned long long)s.staged_puts_in_parts);
     cr_assert_eq(cks_version_seal(c, JOB, 1), CKS_OK);
     cr_assert_eq(verify_version(c, 1, n, size, seed), CKS_OK);
+    cks_client_destroy(c);
+    free(buf);
+    assert_servers_alive();
+}
+
+/* A host-staged put in parts whose primary is cut off mid-object: the
+ * stage thread is held after the object's part 2 went to it
+ * (CKS_STAGE_PAUSE_PART) while the test cuts the primary off. The PUT times
+ * out (the client's 3 s) and moves to the group's next member; the parts
+ * sent to the cut primary end at their timeout, and the slices go again,
+ * from the start, to the next member. The put succeeds, the version commits
+ * DEGRADED (the cut server's chunk is missing) and restores bit-exact with
+ * the primary still cut off, and again once it is back. */
+Test(partition, a_staged_put_cut_from_its_primary_mid_object_goes_to_the_next_member)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    bring_up();
+    const uint64_t size = MiB + 4097; /* 17 slices of 64 KiB */
+    uint64_t seed = cks_test_seed(49), v = 1;
+    char key[64], pause[320], env[340];
+    /* a version whose object's primary does not coordinate it (its seal
+     * must reach the coordinator) */
+    for (key_name(key, sizeof(key), v, 0); primary_of(key) == coordinator_of(v) && v < 64;
+         key_name(key, sizeof(key), ++v, 0)) {
+    }
+    size_t victim = primary_of(key);
+    cr_assert_neq(victim, coordinator_of(v));
+    uint8_t *buf = malloc(size);
+    cr_assert_not_null(buf);
+    cks_test_fill(buf, size, seed_of(seed, v, 0));
+    snprintf(pause, sizeof(pause), "%s/stage-pause", cl.dir);
+    snprintf(env, sizeof(env), "2:%s", pause);
+
+    cks_client_params_t p = {0};
+    cks_client_h c        = NULL;
+    p.field_mask   = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
+                     CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_STAGE;
+    p.cluster      = cl.map;
+    p.ec_k         = 4;
+    p.ec_m         = 2;
+    p.chunk_size   = 256 * KiB;
+    p.timeout_ms   = TIMEOUT_MS;
+    p.stage_slice  = 64 * KiB;
+    p.stage_slices = 4;
+    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    cks_version_params_t vp = {.job = JOB, .version = v};
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    static waiter_t w; /* static: see snapshot_cut_from_a_primary_mid_put */
+    static slot_t slot;
+    waiter_init(&w);
+    slot = (slot_t){&w, 0};
+    cks_put_params_t q = {0};
+    q.field_mask = CKS_PUT_FIELD_TAGS | CKS_PUT_FIELD_STAGED;
+    q.job        = JOB;
+    q.version    = v;
+    q.key        = key;
+    q.buffer     = buf;
+    q.size       = size;
+    q.tags       = (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, 0};
+    setenv("CKS_STAGE_PAUSE_PART", env, 1); /* read as the put sets up the ring */
+    cr_assert_eq(cks_put_nb(c, &q, slot_done, &slot), CKS_INPROGRESS);
+    unsetenv("CKS_STAGE_PAUSE_PART");
+    uint64_t t0 = now_ms();
+    while (access(pause, F_OK) != 0 && now_ms() - t0 < BOUND_MS && waiter_done(&w) == 0) {
+        pause_ms(5);
+    }
+    cr_assert_eq(access(pause, F_OK), 0, "the put never reached its part 2 (%s)",
+                 cks_status_name(w.status[0]));
+    cr_assert_eq(cks_test_netns_cut(&net, (int)victim), 0);
+    uint64_t cut_at = now_ms();
+    unlink(pause);
+    cr_assert_eq(waiter_wait(&w, 1, BOUND_MS), 1, "the put still runs %d ms after the cut",
+                 BOUND_MS);
+    fprintf(stderr, "cut server %zu (the primary of %s): the put ended %s after %llu ms\n",
+            victim, key, cks_status_name(w.status[0]), (unsigned long long)(now_ms() - cut_at));
+    cr_assert_eq(w.status[0], CKS_OK, "the put: %s", cks_status_name(w.status[0]));
+    cks_client_stats_t s;
+    cr_assert_eq(cks_client_stats(c, &s), CKS_OK);
+    cr_assert_eq(s.staged_puts_in_parts, 1);
+    cr_assert_eq(s.staged_puts_resent, 1, "%llu puts sent again",
+                 (unsigned long long)s.staged_puts_resent);
+    cr_assert_eq(cks_version_seal(c, JOB, v), CKS_OK);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(c, JOB, v, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "state %s", cks_vstate_string(vi.state));
+    cr_assert_eq(verify_version(c, v, 1, size, seed), CKS_OK);
+    cr_assert_eq(cks_test_netns_heal(&net, (int)victim), 0);
+    verify_after_heal(c, v, 1, size, seed);
     cks_client_destroy(c);
     free(buf);
     assert_servers_alive();
