@@ -496,6 +496,43 @@ Test(stage_cluster, small_objects_in_flight_together, .init = setup_cluster,
  * with its own outcome, and the bytes are exact. Then the same with the
  * client's 5th copy failing (CKS_STAGE_FAIL_SLICE): exactly one get fails,
  * with the copy's error, and every other one is exact. */
+/* A batch of staged gets (the trace reset first): key i into dst[i], whose
+ * size[i] + 1 bytes are set to 0xee first, with `flags`; get `range` (-1:
+ * none) takes `length` bytes from `off` instead of the whole object. */
+typedef struct {
+    int n;
+    char (*key)[16];
+    uint8_t **dst;
+    const uint64_t *size;
+    uint64_t *len;
+    trace_arg_t *args;
+    int range;
+    uint64_t off, length;
+} batch_t;
+
+static void gets_start(cks_restore_h r, const batch_t *b, trace_t *t, uint32_t flags)
+{
+    memset(t, 0, sizeof(*t));
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->cond, NULL);
+    for (int i = 0; i < b->n; i++) {
+        cks_get_params_t g = cks_test_get_params(b->key[i], b->dst[i], b->size[i] + 1);
+        g.field_mask       = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_FLAGS;
+        g.mem_type         = CKS_MEM_CUDA;
+        g.flags            = flags;
+        if (i == b->range) {
+            g.field_mask |= CKS_GET_FIELD_RANGE;
+            g.offset = b->off;
+            g.length = b->length;
+        }
+        memset(b->dst[i], 0xee, b->size[i] + 1);
+        b->len[i]     = UINT64_MAX;
+        b->args[i].t  = t;
+        b->args[i].id = i;
+        cr_assert_eq(cks_get_nb(r, &g, &b->len[i], done_cb, &b->args[i]), CKS_INPROGRESS);
+    }
+}
+
 static void gets_in_a_batch(void)
 {
     uint64_t seed = cks_test_seed(0xba7c);
@@ -532,25 +569,9 @@ static void gets_in_a_batch(void)
             c = connect_staged(SLICE, SLICES);
         }
         cr_assert_eq(cks_restore_open(c, "batch", 1, &r), CKS_OK);
-        memset(&t, 0, sizeof(t));
-        pthread_mutex_init(&t.lock, NULL);
-        pthread_cond_init(&t.cond, NULL);
-        for (int i = 0; i < N; i++) {
-            cks_get_params_t g = cks_test_get_params(key[i], dst[i], size[i] + 1);
-            g.field_mask       = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_FLAGS;
-            g.mem_type         = CKS_MEM_CUDA;
-            g.flags            = CKS_GET_VERIFY;
-            if (i == 7) { /* a byte range across slices */
-                g.field_mask |= CKS_GET_FIELD_RANGE;
-                g.offset = SLICE / 2;
-                g.length = 3 * SLICE + 1;
-            }
-            memset(dst[i], 0xee, size[i] + 1);
-            len[i]      = UINT64_MAX;
-            args[i].t  = &t;
-            args[i].id = i;
-            cr_assert_eq(cks_get_nb(r, &g, &len[i], done_cb, &args[i]), CKS_INPROGRESS);
-        }
+        /* get 7: a byte range across slices */
+        batch_t b = {N, key, dst, size, len, args, 7, SLICE / 2, 3 * SLICE + 1};
+        gets_start(r, &b, &t, CKS_GET_VERIFY);
         trace_wait(&t, N, 120);
         cr_assert_eq(t.done, N, "gets done: %d of %d", t.done, N);
         cks_status_t st[N];
@@ -638,26 +659,10 @@ Test(stage_cluster, gets_with_a_server_down_are_exact, .init = setup_cluster,
     c = connect_staged(SLICE, SLICES); /* a fresh client, as a replacement rank */
     for (int round = 0; round < 2; round++) {
         uint32_t flags = round == 0 ? CKS_GET_VERIFY : 0;
-        memset(&t, 0, sizeof(t));
-        pthread_mutex_init(&t.lock, NULL);
-        pthread_cond_init(&t.cond, NULL);
         cr_assert_eq(cks_restore_open(c, "down", 2, &r), CKS_OK);
-        for (int i = 0; i < N; i++) {
-            cks_get_params_t g = cks_test_get_params(key[i], dst[i], size[i] + 1);
-            g.field_mask       = CKS_GET_FIELD_MEM_TYPE | CKS_GET_FIELD_FLAGS;
-            g.mem_type         = CKS_MEM_CUDA;
-            g.flags            = flags;
-            if (i == N - 1) { /* a byte range across slices and a stripe */
-                g.field_mask |= CKS_GET_FIELD_RANGE;
-                g.offset = SLICE / 2;
-                g.length = 8 * SLICE + 1;
-            }
-            memset(dst[i], 0xee, size[i] + 1);
-            len[i]     = UINT64_MAX;
-            args[i].t  = &t;
-            args[i].id = i;
-            cr_assert_eq(cks_get_nb(r, &g, &len[i], done_cb, &args[i]), CKS_INPROGRESS);
-        }
+        /* the last: a byte range across slices and a stripe */
+        batch_t b = {N, key, dst, size, len, args, N - 1, SLICE / 2, 8 * SLICE + 1};
+        gets_start(r, &b, &t, flags);
         trace_wait(&t, N, 120);
         cr_assert_eq(t.done, N, "gets done: %d of %d", t.done, N);
         for (int e = 0; e < t.n; e++) {

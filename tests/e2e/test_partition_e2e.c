@@ -76,6 +76,40 @@ static cks_client_h connect_client(int timeout_ms)
     return c;
 }
 
+/* A client whose puts with CKS_PUT_FIELD_STAGED go through a ring of
+ * 4 x 64 KiB: larger objects go in parts. */
+static cks_client_h connect_staged_client(int timeout_ms)
+{
+    cks_client_params_t p = {0};
+    cks_client_h c        = NULL;
+    p.field_mask   = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
+                     CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_STAGE;
+    p.cluster      = cl.map;
+    p.ec_k         = 4;
+    p.ec_m         = 2;
+    p.chunk_size   = 256 * KiB;
+    p.timeout_ms   = timeout_ms;
+    p.stage_slice  = 64 * KiB;
+    p.stage_slices = 4;
+    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    return c;
+}
+
+/* The parameters of a host-staged put of buf as object `key` of `version`. */
+static cks_put_params_t staged_put_params(const char *key, uint64_t version, const void *buf,
+                                          uint64_t size)
+{
+    cks_put_params_t q = {0};
+    q.field_mask = CKS_PUT_FIELD_TAGS | CKS_PUT_FIELD_STAGED;
+    q.job        = JOB;
+    q.version    = version;
+    q.key        = key;
+    q.buffer     = buf;
+    q.size       = size;
+    q.tags       = (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, 0};
+    return q;
+}
+
 /* Build the network, start the servers in it, enter the client namespace and
  * connect. Skips the test when the machine cannot do namespaces. */
 static void bring_up_servers(void);
@@ -780,38 +814,20 @@ static cks_status_t get_with_cut(uint64_t version, uint64_t size, uint64_t seed,
 Test(partition, staged_puts_in_parts_over_tcp_are_exact)
 {
     bring_up();
-    cks_client_params_t p = {0};
-    cks_client_h c = NULL;
     const uint64_t size = MiB + 4097; /* 17 slices of 64 KiB */
     const size_t n = 3;
     uint64_t seed = cks_test_seed(47);
     uint64_t rx0, tx0, rx1, tx1;
     uint8_t *buf = malloc(size);
     cr_assert_not_null(buf);
-    p.field_mask   = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
-                     CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_STAGE;
-    p.cluster      = cl.map;
-    p.ec_k         = 4;
-    p.ec_m         = 2;
-    p.chunk_size   = 256 * KiB;
-    p.timeout_ms   = 20000;
-    p.stage_slice  = 64 * KiB;
-    p.stage_slices = 4;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    cks_client_h c = connect_staged_client(20000);
     cks_test_begin(c, JOB, 1);
     cr_assert_eq(cks_test_netns_eth0_bytes(&rx0, &tx0), 0);
     for (size_t i = 0; i < n; i++) {
-        cks_put_params_t q = {0};
         char key[64];
         key_name(key, sizeof(key), 1, i);
         cks_test_fill(buf, size, seed_of(seed, 1, i));
-        q.field_mask = CKS_PUT_FIELD_TAGS | CKS_PUT_FIELD_STAGED;
-        q.job        = JOB;
-        q.version    = 1;
-        q.key        = key;
-        q.buffer     = buf;
-        q.size       = size;
-        q.tags       = (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, 0};
+        cks_put_params_t q = staged_put_params(key, 1, buf, size);
         cr_assert_eq(cks_put(c, &q), CKS_OK, "staged put %zu", i);
     }
     cr_assert_eq(cks_test_netns_eth0_bytes(&rx1, &tx1), 0);
@@ -856,32 +872,14 @@ Test(partition, a_staged_put_cut_from_its_primary_mid_object_goes_to_the_next_me
     snprintf(pause, sizeof(pause), "%s/stage-pause", cl.dir);
     snprintf(env, sizeof(env), "2:%s", pause);
 
-    cks_client_params_t p = {0};
-    cks_client_h c        = NULL;
-    p.field_mask   = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
-                     CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_STAGE;
-    p.cluster      = cl.map;
-    p.ec_k         = 4;
-    p.ec_m         = 2;
-    p.chunk_size   = 256 * KiB;
-    p.timeout_ms   = TIMEOUT_MS;
-    p.stage_slice  = 64 * KiB;
-    p.stage_slices = 4;
-    cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
+    cks_client_h c = connect_staged_client(TIMEOUT_MS);
     cks_version_params_t vp = {.job = JOB, .version = v};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
     static waiter_t w; /* static: see snapshot_cut_from_a_primary_mid_put */
     static slot_t slot;
     waiter_init(&w);
     slot = (slot_t){&w, 0};
-    cks_put_params_t q = {0};
-    q.field_mask = CKS_PUT_FIELD_TAGS | CKS_PUT_FIELD_STAGED;
-    q.job        = JOB;
-    q.version    = v;
-    q.key        = key;
-    q.buffer     = buf;
-    q.size       = size;
-    q.tags       = (cks_tags_t){CKS_KIND_DENSE, 0, CKS_TAG_NONE, 0};
+    cks_put_params_t q = staged_put_params(key, v, buf, size);
     setenv("CKS_STAGE_PAUSE_PART", env, 1); /* read as the put sets up the ring */
     cr_assert_eq(cks_put_nb(c, &q, slot_done, &slot), CKS_INPROGRESS);
     unsetenv("CKS_STAGE_PAUSE_PART");
