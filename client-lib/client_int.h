@@ -222,9 +222,24 @@ typedef struct {
     unsigned inflight;       /* requests sent and not finished (the window) */
     int no_rma;              /* it refused our memory descriptors: send the bytes */
     unsigned maps_pending;   /* MEM_MAPs of a new connection not answered yet */
+    int local;               /* its last connection that came up was on this host */
+    uint64_t rejoin_ns;      /* when to connect to it again on our own (0: not
+                                planned; cks_cl_rejoin_run()) */
+    uint64_t rejoin_wait_ns; /* the pause before the attempt after that */
+    int rejoining;           /* the connection being made is such an attempt */
     uint64_t warned_ns;      /* when a request last warned that it went elsewhere:
                                 one warning per server per CKS_CL_WARN_EVERY_NS */
 } cks_cl_srv_t;
+
+/* A server on this host that went down while we have registered regions is
+ * connected to again on our own, first after CKS_CL_REJOIN_FIRST_NS, then at
+ * pauses that double up to CKS_CL_REJOIN_MAX_NS, until it answers: a
+ * restarted server then maps and faults in our regions (MEM_MAP) well before
+ * our next transfer instead of during it (cks_cl_rejoin_run()). */
+#define CKS_CL_REJOIN_FIRST_NS (1000ull * 1000000ull)
+#define CKS_CL_REJOIN_MAX_NS   (30ull * 1000000000ull)
+
+int cks_cl_rejoin_run(cks_client_h c);
 
 /* A server that every request of a checkpoint finds down is said once a
  * while at warn level, the other requests that go elsewhere at info. */

@@ -30,7 +30,51 @@ cks_tp_conn_h cks_cl_srv_drop(cks_client_h c, size_t pos, cks_status_t status)
     sv->state          = CKS_SRV_IDLE;
     sv->last_error     = status;
     sv->failed_ns      = cks_time_ns();
+    pthread_mutex_lock(&c->lock);
+    int regions = c->mems != NULL;
+    pthread_mutex_unlock(&c->lock);
+    if (sv->local && regions && status != CKS_ERR_CANCELED && !c->stop && sv->rejoin_ns == 0) {
+        /* asked again on our own (cks_cl_rejoin_run()) */
+        sv->rejoin_wait_ns = sv->rejoin_wait_ns != 0 ? sv->rejoin_wait_ns
+                                                      : CKS_CL_REJOIN_FIRST_NS;
+        sv->rejoin_ns      = sv->failed_ns + sv->rejoin_wait_ns;
+    }
     return conn;
+}
+
+/* Connect again, on our own, to the servers whose time for it came
+ * (cks_cl_srv_drop() plans it; the pause doubles after each attempt): one
+ * that answers is told of our regions (cks_cl_srv_ended()), quietly - a
+ * failed attempt is logged at debug level and is no request's error. The
+ * ms until the next planned one (-1: none). Progress thread. */
+int cks_cl_rejoin_run(cks_client_h c)
+{
+    uint64_t now = cks_time_ns(), next = UINT64_MAX;
+    for (size_t pos = 0; pos < c->nsrv; pos++) {
+        cks_cl_srv_t *sv = &c->srv[pos];
+        if (sv->rejoin_ns == 0 || sv->state != CKS_SRV_IDLE) {
+            sv->rejoin_ns = 0; /* a request connects (its failure plans it again) */
+            continue;
+        }
+        if (sv->rejoin_ns > now) {
+            next = CKS_MIN(next, sv->rejoin_ns);
+            continue;
+        }
+        sv->rejoin_ns      = 0;
+        sv->rejoin_wait_ns = CKS_MIN(2 * sv->rejoin_wait_ns, CKS_CL_REJOIN_MAX_NS);
+        sv->rejoining      = 1;
+        cks_log(CKS_LOG_DEBUG, "server %s:%u: connecting again on our own", sv->addr,
+                sv->port);
+        cks_cl_srv_connect(c, pos, sv->ended); /* the op engine's, as it came up */
+        if (sv->state == CKS_SRV_IDLE && sv->rejoin_ns == 0) { /* failed at once */
+            sv->rejoining = 0;
+            sv->rejoin_ns = now + sv->rejoin_wait_ns;
+        }
+        if (sv->rejoin_ns != 0) {
+            next = CKS_MIN(next, sv->rejoin_ns);
+        }
+    }
+    return next == UINT64_MAX ? -1 : (int)CKS_MIN((next - now) / 1000000 + 1, 1000);
 }
 
 /* A MEM_MAP op for region m on server pos (NULL: no memory). */
@@ -84,22 +128,28 @@ cks_op_t *cks_cl_mem_map_ops(cks_client_h c, size_t pos)
 static void cks_cl_handshake_ended(cks_client_h c, cks_cl_srv_t *sv, cks_tp_conn_h conn,
                                    cks_status_t status)
 {
-    size_t pos = (size_t)(sv - c->srv);
+    size_t pos    = (size_t)(sv - c->srv);
+    int rejoining = sv->rejoining; /* our own attempt: no request's error */
+    sv->rejoining = 0;
     if (status == CKS_OK) {
-        sv->silent_ns = 0; /* it answers */
-        sv->heard_ns  = cks_time_ns();
-        sv->state     = CKS_SRV_UP;
+        sv->silent_ns      = 0; /* it answers */
+        sv->heard_ns       = cks_time_ns();
+        sv->state          = CKS_SRV_UP;
+        sv->local          = cks_tp_conn_local(conn);
+        sv->rejoin_ns      = 0;
+        sv->rejoin_wait_ns = 0;
         sv->ended(c, pos, CKS_OK);
         return;
     }
     const char *why = cks_tp_conn_handshake_error(conn);
-    cks_log(status == CKS_ERR_TIMEOUT || status == CKS_ERR_CONN_LOST ? CKS_LOG_DEBUG
-                                                                      : CKS_LOG_INFO,
+    cks_log(status == CKS_ERR_TIMEOUT || status == CKS_ERR_CONN_LOST || rejoining
+                ? CKS_LOG_DEBUG
+                : CKS_LOG_INFO,
             "handshake with %s:%u: %s (%s)", sv->addr, sv->port, cks_status_string(status), why);
-    if (status != CKS_ERR_CONN_LOST) {
+    if (status != CKS_ERR_CONN_LOST && !rejoining) {
         cks_cl_set_errorf(c, status, "%s", why);
     }
-    if (status == CKS_ERR_TIMEOUT) {
+    if (status == CKS_ERR_TIMEOUT && !rejoining) {
         /* silent: requests that can go elsewhere skip it a while */
         sv->silent_ns = cks_time_ns();
     }

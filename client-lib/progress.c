@@ -5,8 +5,9 @@
  * deadline (a server that let a prompt request time out is marked silent;
  * one that still holds a caller's buffer, or has nothing else in flight,
  * is dropped), dispatches the ops due again from the later list, expires
- * the handshakes' calls, and sleeps in poll() until the worker's event fd
- * or the first deadline. At the client's stop it cancels what is left and
+ * the handshakes' calls, connects again on its own to servers on this host
+ * that went down (cks_cl_rejoin_run()), and sleeps in poll() until the
+ * worker's event fd or the first deadline. At the client's stop it cancels what is left and
  * lets UCX release the buffers. See client.c for the whole design.
  *
  * Never: block anywhere but in poll(); touch an op after a completion that
@@ -138,6 +139,7 @@ void *cks_cl_thread(void *arg)
         if (stop) {
             break;
         }
+        int rejoin_ms = cks_cl_rejoin_run(c); /* servers on this host that went down */
         if (cks_tp_worker_arm(c->tp) == CKS_ERR_BUSY) {
             continue;
         }
@@ -157,7 +159,8 @@ void *cks_cl_thread(void *arg)
         if (c->fl.head != NULL && fl_ms < 0) {
             fl_ms = 1000;
         }
-        int timeout = cks_dl_sooner(fl_ms, cks_dl_sooner(later_ms, calls_ms));
+        int timeout = cks_dl_sooner(cks_dl_sooner(fl_ms, rejoin_ms),
+                                    cks_dl_sooner(later_ms, calls_ms));
         if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
             cks_error("poll: %s", strerror(errno));
         }

@@ -1057,6 +1057,43 @@ Test(rma_cluster, restores_into_shared_memory_with_two_servers_down)
     }
 }
 
+/* A running client whose server on this host was killed and restarted
+ * finds it again on its own (a connection of its own about a second after
+ * the loss, then at pauses that double): the restarted server maps and
+ * faults in the client's region with no request of the caller's, so that
+ * the next checkpoint does not pay for it; a restore through it is then
+ * exact. */
+Test(rma_cluster, a_restarted_server_maps_a_running_clients_memory_on_its_own)
+{
+    const size_t victim = 2, size = 8 * MiB;
+    make_cdata(303);
+    cks_client_h c = connect_cluster();
+    write_cversion(c, "moe", 1);
+    uint64_t used = 0;
+    (void)cks_cluster_usage(c, &used, NULL); /* connected to every server */
+    uint8_t *buf  = shm_alloc(c, size);
+    map_ent_t seg = own_segment(buf);
+    long kb       = segment_rss_kb(ccl.srv[victim].pid, &seg);
+    cr_assert_geq(kb, (long)(size / 1024), "server %zu maps %ld KiB of the region", victim, kb);
+    cks_test_cluster_kill(&ccl, victim);
+    (void)cks_cluster_usage(c, &used, NULL); /* the client finds it gone */
+    cr_assert_eq(cks_test_server_restart(&ccl.srv[victim]), 0);
+    /* no request from here on until the restarted server maps the region */
+    uint64_t t0 = cks_time_ns();
+    for (kb = -1; kb < (long)(size / 1024) && cks_time_ns() - t0 < 20000000000ull;) {
+        usleep(50 * 1000);
+        kb = segment_rss_kb(ccl.srv[victim].pid, &seg);
+    }
+    cr_assert_geq(kb, (long)(size / 1024),
+                  "server %zu, restarted, maps %ld KiB of the client's region after %llu ms",
+                  victim, kb, (unsigned long long)((cks_time_ns() - t0) / 1000000));
+    fprintf(stderr, "the restarted server mapped the region %llu ms after its start\n",
+            (unsigned long long)((cks_time_ns() - t0) / 1000000));
+    verify_cversion(c, "moe", 1, "after the restart");
+    cr_assert_eq(cks_mem_free(c, buf), CKS_OK);
+    cks_client_destroy(c);
+}
+
 Test(rma_cluster, ranges_across_stripes_with_one_server_down)
 {
     make_cdata(302);
