@@ -104,6 +104,7 @@ typedef struct {
     unsigned raw_setups;
     bench_mem_kind_t client_mem; /* the clients' main buffers: BENCH_MEM_CKS or _THP */
     double timeout_s;
+    double restart_pause_s; /* --restart-pause: after the restart and repair */
     char command[1024];
     const char *mix;     /* --mix: uniform, moe */
     unsigned readers;    /* client processes that restore (--readers; = clients) */

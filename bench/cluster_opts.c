@@ -88,6 +88,9 @@ static void cl_usage(FILE *f)
         "                         --copy-threads; default: the server's)\n"
         "      --coding-nice N    the servers' encoder and decoder priority\n"
         "                         (ckstore-server --coding-nice; default: the server's)\n"
+        "      --restart-pause SEC\n"
+        "                         a trainer's pause between the killed servers'\n"
+        "                         restart (and repair) and its next snapshot (0)\n"
         "      --stage-host       writers stage their puts through a ring of host\n"
         "                         memory that holds a writer's snapshot\n"
         "                         (CKS_PUT_FIELD_STAGED), all of its puts at once: the\n"
@@ -195,6 +198,7 @@ int cl_parse_opts(cl_ctx_t *x, int argc, char **argv)
         BOPT("sweep-sizes", 0, CALL, o->sweep_sizes, .hi = CL_MAX_SWEEP,
              .fn = bench_opt_sizes, .count = &o->nsweep_sizes),
         BOPT("hosts", 0, FLAG, &o->hosts),
+        BOPT("restart-pause", 0, DOUBLE, &o->restart_pause_s),
         BOPT("stage-host", 0, FLAG, &o->stage_host),
         BOPT("stage-default-ring", 0, FLAG, &o->stage_default_ring),
         BOPT("json", 'j', STR, &o->json),

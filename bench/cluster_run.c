@@ -498,6 +498,11 @@ int cl_measure_main(cl_ctx_t *x)
             if (cl_heal_phase(x, job, first, newest, downv, rep, t_spawn) != 0) {
                 return -1;
             }
+            if (x->o.restart_pause_s > 0) { /* a trainer's time between checkpoints */
+                bench_progress("rep %u/%u: %.1f s before the next snapshot", rep + 1,
+                               x->o.reps, x->o.restart_pause_s);
+                usleep((useconds_t)(x->o.restart_pause_s * 1e6));
+            }
         }
         for (uint64_t v = first; v <= newest; v++) {
             cks_status_t st = cks_version_delete(x->client, job, v);
