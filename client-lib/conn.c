@@ -30,6 +30,7 @@ cks_tp_conn_h cks_cl_srv_drop(cks_client_h c, size_t pos, cks_status_t status)
     sv->state          = CKS_SRV_IDLE;
     sv->last_error     = status;
     sv->failed_ns      = cks_time_ns();
+    sv->rejoining      = 0;
     pthread_mutex_lock(&c->lock);
     int regions = c->mems != NULL;
     pthread_mutex_unlock(&c->lock);

@@ -7,8 +7,9 @@
  * is dropped), dispatches the ops due again from the later list, expires
  * the handshakes' calls, connects again on its own to servers on this host
  * that went down (cks_cl_rejoin_run()), and sleeps in poll() until the
- * worker's event fd or the first deadline. At the client's stop it cancels what is left and
- * lets UCX release the buffers. See client.c for the whole design.
+ * worker's event fd or the first deadline. At the client's stop it cancels
+ * what is left and lets UCX release the buffers. See client.c for the whole
+ * design.
  *
  * Never: block anywhere but in poll(); touch an op after a completion that
  * may have freed it.
