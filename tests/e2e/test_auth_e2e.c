@@ -961,9 +961,12 @@ static void *fake_main(void *arg)
 static void fake_start_mode(fake_t *f, const char *path, uint16_t port, int forge)
 {
     struct timespec ts;
-    /* a killed server's port may still be held for a moment (or taken by
-     * another process): listening on it is tried again, bounded */
-    for (int attempt = 0; attempt < 30; attempt++) {
+    /* a killed server's port may still be held by its connections (closing,
+     * or in TIME_WAIT: 60 s at most), or taken by another process: the fake
+     * listens with SO_REUSEADDR (its own UCX context reads this) and tries
+     * again, bounded by 65 s (once 6 s were not enough in a full run) */
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 1);
+    for (int attempt = 0; attempt < 325; attempt++) {
         memset(f, 0, sizeof(*f));
         f->port  = port;
         f->forge = forge;
