@@ -449,6 +449,17 @@ cks_status_t cks_stage_classify(cks_client_h c, const void *ptr, cks_mem_type_t 
     return CKS_OK;
 }
 
+/* Free every slot job j holds (stage lock held; nothing uses them). */
+void cks_stage_free_slots(cks_stage_t *st, const cks_stage_job_t *j)
+{
+    for (unsigned s = 0; s < st->nslots; s++) {
+        if (st->slot_job[s] == j) {
+            st->state[s]    = CKS_SLOT_FREE;
+            st->slot_job[s] = NULL;
+        }
+    }
+}
+
 void cks_stage_enqueue(cks_stage_t *st, cks_stage_job_t *j)
 {
     pthread_mutex_lock(&st->lock);
@@ -505,12 +516,7 @@ static void *cks_stage_thread(void *arg)
         if (j->handed_off) {
             continue; /* its op's callback ends it; j may be gone already */
         }
-        for (unsigned s = 0; s < st->nslots; s++) { /* nothing uses its slots now */
-            if (st->slot_job[s] == j) {
-                st->state[s]    = CKS_SLOT_FREE;
-                st->slot_job[s] = NULL;
-            }
-        }
+        cks_stage_free_slots(st, j); /* nothing uses them now */
         pthread_cond_broadcast(&st->cond);
         pthread_mutex_unlock(&st->lock);
         if (j->is_put && j->copied_cb != NULL) {

@@ -164,6 +164,8 @@ cks_status_t cks_stage_classify(cks_client_h c, const void *ptr, cks_mem_type_t 
 
 void cks_stage_enqueue(cks_stage_t *st, cks_stage_job_t *j);
 
+void cks_stage_free_slots(cks_stage_t *st, const cks_stage_job_t *j);
+
 uint64_t cks_stage_slice_len(const cks_stage_t *st, const cks_stage_job_t *j,
                                     uint64_t i);
 

@@ -218,12 +218,7 @@ static void cks_stage_put_op_done(void *arg, cks_status_t status)
     j->op_status   = status;
     if (handed_off) {
         /* copied whole, then sent: UCX is done with its slots; it ends here */
-        for (unsigned s = 0; s < st->nslots; s++) {
-            if (st->slot_job[s] == j) {
-                st->state[s]    = CKS_SLOT_FREE;
-                st->slot_job[s] = NULL;
-            }
-        }
+        cks_stage_free_slots(st, j);
         *(j->host ? &st->host_puts : &st->puts_staged) += 1;
     }
     pthread_cond_broadcast(&st->cond);
@@ -508,12 +503,7 @@ static int cks_stage_resend(cks_stage_t *st, cks_stage_job_t *j)
         j->status = j->part_status != CKS_OK ? j->part_status : CKS_ERR_TIMEOUT;
         return 0; /* given up at its server (a cancel) */
     }
-    for (unsigned s = 0; s < st->nslots; s++) { /* nothing uses its slots now */
-        if (st->slot_job[s] == j) {
-            st->state[s]    = CKS_SLOT_FREE;
-            st->slot_job[s] = NULL;
-        }
-    }
+    cks_stage_free_slots(st, j); /* nothing uses them now */
     const cks_cl_srv_t *to = &st->c->srv[j->srv];
     cks_log(CKS_LOG_INFO, "staged put of '%s' (%llu bytes): its server was lost mid-object; "
             "its parts go again, to %s:%u", j->key, (unsigned long long)j->len, to->addr,
