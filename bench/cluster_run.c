@@ -489,6 +489,10 @@ int cl_measure_main(cl_ctx_t *x)
             if (cl_servers_respawn(x, x->fig.down_ids, x->fig.ndown) != 0) {
                 return -1;
             }
+            /* what a restart costs before the catch-up: mostly the arena's
+             * fault-in (server/arena.c) */
+            cl_say(x, "  rep %u: %u servers restarted on their arenas, listening after %.0f ms\n",
+                   rep + 1, x->fig.ndown, (bench_now() - t_spawn) * 1e3);
             /* the trainer goes on with the replacement ranks' clients (the
              * last degraded restore's): they find the restarted servers */
             fresh = CL_CLIENT_RECONNECT;
