@@ -1076,6 +1076,9 @@ cks_status_t cks_tp_mem_describe(cks_tp_mem_h mem, const void *addr, size_t len,
 /** Nonzero when the connection's peer is on this host and reached through a
  *  data endpoint that has shared-memory transports (descriptors help). */
 int cks_tp_conn_local(cks_tp_conn_h conn);
+/** Is the peer at `addr` ("ipv4" or "ipv4:port") on this host: a loopback
+ *  address, or one of this host's interfaces? Any thread. */
+int cks_tp_peer_is_local(const char *addr);
 
 /** A check of the bytes cks_tp_send_into() writes into a peer's memory:
  *  `fn` (a CRC with zlib-style chaining: seed 0, then the previous result)

@@ -450,7 +450,7 @@ void cks_tp_worker_address(cks_tp_worker_h w, const void **addr_p, size_t *len_p
 /* Is the peer ("ipv4:port") on this host: a loopback address, or an address
  * of one of our interfaces? Only such a peer can be reached by shared memory
  * or CMA; anything else is a network path (an unknown peer counts as one). */
-static int cks_tp_peer_is_local(const char *peer)
+int cks_tp_peer_is_local(const char *peer)
 {
     char ip[INET_ADDRSTRLEN];
     struct in_addr a;
