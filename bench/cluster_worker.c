@@ -175,7 +175,6 @@ static cks_status_t cl_w_connect(cl_worker_t *wk, cl_res_t *res)
     const cl_ctx_t *x = wk->x;
     cks_client_params_t cp;
     char name[64];
-    uint64_t used = 0;
     cks_status_t st;
 
     cl_w_client_destroy(wk);
@@ -198,14 +197,10 @@ static cks_status_t cl_w_connect(cl_worker_t *wk, cl_res_t *res)
         cl_w_err(wk, res, st, "connect");
         return st;
     }
-    /* asks every server: connects to every live one, marks the others down,
-     * so that the timed phase starts with the connections a running trainer
-     * (or a replacement rank that just started) has */
-    st = cks_cluster_usage(wk->client, &used, NULL);
-    if (st != CKS_OK) {
-        cl_w_err(wk, res, st, "usage");
-    }
-    return st;
+    /* nothing more: a replacement rank that just started has reached one
+     * server; its cks_mem_alloc() (next) connects to those on this host,
+     * its first requests to the others */
+    return CKS_OK;
 }
 
 static void cl_copied_cb(void *arg, cks_status_t st)
