@@ -680,7 +680,8 @@ int cl_worker_main(const cl_ctx_t *x, unsigned index, int cmd_fd, int res_fd)
             cl_w_connect(wk, &res); /* first: cks_mem_alloc() buffers belong to it */
         } else if (cmd.flags & CL_F_RECONNECT) {
             /* servers were restarted: a running trainer's client finds them
-             * again (it asks every server, as cl_w_connect() does) */
+             * again (asked every server: the connections its own rejoin
+             * makes to those on this host, 1 s after a loss at the soonest) */
             uint64_t used = 0;
             cks_status_t st = cks_cluster_usage(wk->client, &used, NULL);
             if (st != CKS_OK) {

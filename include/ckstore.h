@@ -394,10 +394,12 @@ CKS_API_VISIBLE cks_status_t cks_flushed_progress(const char *dir, const char *j
  *  copies) and restores into; prefer a few large allocations, carved up, to
  *  many small ones. With a server on another host it is ordinary memory.
  *  Like registering memory for RDMA, allocating costs more than malloc():
- *  before it returns, every connected server on this host maps the region
- *  and faults its pages in (tens of ms per GiB), so that the first transfers
- *  run as fast as the later ones; a server that connects later (a restarted
- *  one) does the same in the background. A server that cannot map it is
+ *  before it returns, every server of the cluster on this host is connected
+ *  to (each wait bounded by the client's timeout; a server that is down
+ *  fails at once) and maps the region and faults its pages in (with 4 KiB
+ *  pages about 0.2 s per GiB and server on an idle core), so that the first
+ *  transfers run as fast as the later ones; a server that connects later (a
+ *  restarted one) does the same in the background. A server that cannot map it is
  *  not an error: it faults pages in at the first transfers instead.
  *  *ptr_p belongs to the caller until cks_mem_free(); free every allocation
  *  before cks_client_destroy(). Any thread but a completion callback's. */
