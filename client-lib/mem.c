@@ -1,9 +1,10 @@
 /*
  * DESIGN: registered memory (cks_mem_alloc(), cks_mem_free()): buffers UCX
  * allocates in shared memory, kept on the client's list, and announced to
- * every server that is up so that one on this host maps and faults them in
- * at allocation, not during the first transfers (the scratch region too,
- * from the progress thread; a server that comes up later is told by the op
+ * every server that is up - on a cluster, after connecting to every server
+ * on this host - so that each on this host maps and faults them in at
+ * allocation, not during the first transfers (the scratch region too, from
+ * the progress thread; a server that comes up later is told by the op
  * engine, op.c). See client.c for the whole design.
  *
  * Never: free a region a transfer may still use (the caller's contract).
