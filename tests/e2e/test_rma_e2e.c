@@ -1122,7 +1122,8 @@ Test(rma_cluster, a_fresh_clients_region_is_mapped_by_every_server_on_the_host_a
                       "server %zu maps %ld KiB of the region when cks_mem_alloc() returns", i,
                       kb);
     }
-    /* and a version written from it and restored into it is exact */
+    /* and the fresh client's version, written from and restored into the
+     * regions it allocates next, is exact */
     make_cdata(304);
     write_cversion(c, "moe", 1);
     verify_cversion(c, "moe", 1, "a fresh client's first allocation");
