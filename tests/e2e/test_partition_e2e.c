@@ -76,19 +76,26 @@ static cks_client_h connect_client(int timeout_ms)
     return c;
 }
 
+/* The parameters of a client of the cluster: RS(4,2), 256 KiB chunks. */
+static cks_client_params_t cluster_params(int timeout_ms)
+{
+    cks_client_params_t p = {0};
+    p.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC | CKS_CLIENT_FIELD_TIMEOUT_MS;
+    p.cluster    = cl.map;
+    p.ec_k       = 4;
+    p.ec_m       = 2;
+    p.chunk_size = 256 * KiB;
+    p.timeout_ms = timeout_ms;
+    return p;
+}
+
 /* A client whose puts with CKS_PUT_FIELD_STAGED go through a ring of
  * 4 x 64 KiB: larger objects go in parts. */
 static cks_client_h connect_staged_client(int timeout_ms)
 {
-    cks_client_params_t p = {0};
+    cks_client_params_t p = cluster_params(timeout_ms);
     cks_client_h c        = NULL;
-    p.field_mask   = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
-                     CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_STAGE;
-    p.cluster      = cl.map;
-    p.ec_k         = 4;
-    p.ec_m         = 2;
-    p.chunk_size   = 256 * KiB;
-    p.timeout_ms   = timeout_ms;
+    p.field_mask |= CKS_CLIENT_FIELD_STAGE;
     p.stage_slice  = 64 * KiB;
     p.stage_slices = 4;
     cr_assert_eq(cks_client_create(&p, &c), CKS_OK);
@@ -1373,15 +1380,9 @@ Test(partition, put_goes_to_its_primary_back_from_a_cut_while_the_next_members_a
     uint16_t g[NSRV];
     char key[64];
     bring_up();
-    cks_client_params_t cp = {0};
+    cks_client_params_t cp = cluster_params(TIMEOUT_MS);
     cks_client_h c         = NULL;
-    cp.field_mask = CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC |
-                    CKS_CLIENT_FIELD_TIMEOUT_MS | CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
-    cp.cluster           = cl.map;
-    cp.ec_k              = 4;
-    cp.ec_m              = 2;
-    cp.chunk_size        = 256 * KiB;
-    cp.timeout_ms        = TIMEOUT_MS;
+    cp.field_mask |= CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
     cp.member_timeout_ms = 2000; /* the primary's chunk puts to the cut members */
     cr_assert_eq(cks_client_create(&cp, &c), CKS_OK);
     /* connected to every server before the cuts: B's next member is then
