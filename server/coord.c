@@ -51,8 +51,10 @@
  * forgotten its grant (a second coordinator would need a majority that only
  * forgotten grants make up). A coordinator that restarts with a version it
  * left open claims it again (round 0) before it drops it: refused (another
- * coordinator took it over, or it was committed), it keeps its record OPEN
- * and learns the outcome by catch-up.
+ * coordinator took it over, or it was committed), it keeps its record OPEN,
+ * learns the outcome by catch-up, and claims it again every 5 s until then
+ * (lost.c): a version the others retired before catch-up fetched it is
+ * then dropped here too.
  *
  * The files: claims.c keeps the grants, the reports kept and the versions
  * to claim again (the table every other file reads); this one holds the

@@ -162,16 +162,27 @@ static void cks_sv_lost_claimed(cks_server_h s, cks_tp_conn_h conn, uint64_t req
     if (r != NULL) {
         r->in_flight = 0;
     }
-    if (status != CKS_OK && status != CKS_ERR_VERSION_EXISTS &&
-        status != CKS_ERR_SHUTTING_DOWN && r != NULL && ++r->tries < CKS_SV_RELOST_TRIES) {
+    /* Refused because a server holds the version's record (VERSION_EXISTS:
+     * another candidate committed it, or it was aborted): catch-up brings
+     * the outcome here, and cks_sv_relost_run() then forgets the entry.
+     * Claimed again all the same: when every server that held it retired it
+     * (retention, a delete) before catch-up fetched its manifest here,
+     * nothing else would ever end the OPEN record, and a delete of the
+     * version would be answered BUSY for good
+     * (repair_race/version_left_open_by_its_restarted_coordinator_and_retired_elsewhere_ends).
+     * A claim wins only where a majority holds neither a record nor a grant. */
+    if (status != CKS_OK && status != CKS_ERR_SHUTTING_DOWN && r != NULL &&
+        ++r->tries < CKS_SV_RELOST_TRIES) {
         if (status == CKS_ERR_NOT_COORDINATOR) {
             r->round++; /* a higher ballot: granted where its holder does not answer */
         }
         r->next_ns = cks_time_ns() + CKS_SV_RELOST_EVERY_NS;
-        cks_info("version %llu of '%.*s', open here without its coordinator: %s; claimed "
-                 "again in %llu s (ballot %u)", (unsigned long long)m->version,
-                 (int)m->job.len, m->job.ptr, why != NULL ? why : cks_status_string(status),
-                 (unsigned long long)(CKS_SV_RELOST_EVERY_NS / 1000000000ull), r->round);
+        cks_log(status == CKS_ERR_VERSION_EXISTS && r->tries == 1 ? CKS_LOG_WARN : CKS_LOG_INFO,
+                "version %llu of '%.*s', open here without its coordinator: %s; kept OPEN "
+                "until its outcome comes (catch-up), claimed again in %llu s (ballot %u)",
+                (unsigned long long)m->version, (int)m->job.len, m->job.ptr,
+                why != NULL ? why : cks_status_string(status),
+                (unsigned long long)(CKS_SV_RELOST_EVERY_NS / 1000000000ull), r->round);
         return;
     }
     free(cks_sv_relost_find(s, &m->job, m->version, 1));
