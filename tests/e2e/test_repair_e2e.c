@@ -968,7 +968,7 @@ Test(repair_race, version_committed_while_a_round_lists_is_kept)
 /* A coordinator killed during its version (the puts done, no finish yet),
  * which the next candidate takes over and commits, comes back while the
  * others still hold the version: its claim of the version it left OPEN is
- * refused ("ended elsewhere"). Its first round takes every list (the
+ * refused (they hold its record). Its first round takes every list (the
  * version restorable in them) and holds them 4 s (fault catchup_hold);
  * meanwhile a newer version kept with retain 1 retires the old one on every
  * other server, so the round compares lists that name a version no server
@@ -1037,7 +1037,7 @@ Test(repair_race, version_left_open_by_its_restarted_coordinator_and_retired_els
     cr_assert(st == CKS_OK || st == CKS_ERR_NO_SUCH_VERSION,
               "delete of version %llu, left open by its restarted coordinator: %s (%s)",
               (unsigned long long)v, cks_status_name(st), why);
-    /* the holder lists no version but the one kept */
+    /* and the holder lists no version OPEN */
     cks_version_info_t list[8];
     size_t n = versions_on(HOLDER, list, 8);
     for (size_t i = 0; i < n; i++) {
