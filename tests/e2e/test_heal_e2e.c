@@ -1560,10 +1560,10 @@ static void ch_random(int rounds, uint64_t bound_ms)
              * candidate, and fails only for that), or one UCX took out; the
              * trainer's retry, the next number, must commit. A server UCX
              * took out counts as one more down also when one was killed: a
-             * takeover of a killed coordinator's version with m servers
-             * down besides and one more that UCX took out gathers no
-             * majority (seen: UNREACHABLE, 3 of 6 granted, the third a
-             * server whose endpoints timed out after a peer's kill) */
+             * takeover of a killed coordinator's version, with another
+             * server killed before (m down) and a third that UCX took out,
+             * gathers no majority (seen: UNREACHABLE, 3 of 6 granted, the
+             * third a server whose endpoints timed out after a peer's kill) */
             int tp = ch_lost_to_transport(down);
             if (killed_during < 0 && tp == 0) {
                 tp = ch_client_lost_to_transport(&c0, 5000) +
