@@ -978,6 +978,20 @@ Test(repair_race, version_committed_while_a_round_lists_is_kept)
  * randomized kill test (heal), whose versions are kept with retain 4. Now
  * it claims the version again until its record ends: once no other server
  * holds it, the claim wins and the version is dropped everywhere. */
+/* Object i's name, one whose primary is not the holder: killing the holder
+ * then takes no object it has not spread yet (its chunks of the others'
+ * objects count as missing: the version commits DEGRADED). */
+static void key_off_holder(size_t i, char *key, size_t len)
+{
+    for (unsigned n = 0; n < 1000; n++) {
+        snprintf(key, len, "open%zu.%u", i, n);
+        if (cks_test_primary(cl.map, JOB, key, K, M) != HOLDER) {
+            return;
+        }
+    }
+    cr_assert_fail("no name for object %zu led by a server other than %d", i, HOLDER);
+}
+
 Test(repair_race, version_left_open_by_its_restarted_coordinator_and_retired_elsewhere_ends)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
@@ -994,8 +1008,7 @@ Test(repair_race, version_left_open_by_its_restarted_coordinator_and_retired_els
         }
         for (v2 = v + 1; cks_test_coordinator(cl.map, JOB, v2) == HOLDER; v2++) {
         }
-        cr_assert_eq(cks_test_objs_put(c, JOB, v, &objs, key_of), CKS_OK);
-        usleep(500 * 1000); /* spread and reported: what a primary holds unspread dies */
+        cr_assert_eq(cks_test_objs_put(c, JOB, v, &objs, key_off_holder), CKS_OK);
         cks_test_cluster_kill(&cl, HOLDER);
         cks_status_t st = cks_version_seal(c, JOB, v);
         cks_client_last_error(c, why, sizeof(why));
@@ -1020,11 +1033,26 @@ Test(repair_race, version_left_open_by_its_restarted_coordinator_and_retired_els
         cr_assert_gt(cks_test_log_wait_count(log, "comparing after the hold", cmp, 20000), cmp);
     }
     cr_assert(shown, "no round held its lists while the newer version committed, in 3 tries");
-    /* a delete ends: the version is dropped (or was never anyone's) */
-    uint64_t t0     = now_ms();
+    /* the holder claims the version again and, once no other server holds
+     * it, drops it everywhere (before: it kept it OPEN, and never logged
+     * this); then a delete ends (answered BUSY only while the drop is on
+     * its way: asked again, bounded) */
+    char dropping[128];
+    snprintf(dropping, sizeof(dropping), "dropping version %llu of '%s' on every server",
+             (unsigned long long)v, JOB);
+    uint64_t t0 = now_ms();
+    int drops   = cks_test_log_wait_count(log, dropping, 0, WAIT_MS);
+    fprintf(stderr, "server %d dropped version %llu after %llu ms: %s\n", HOLDER,
+            (unsigned long long)v, (unsigned long long)(now_ms() - t0), drops ? "yes" : "no");
+    if (drops == 0) {
+        dump_logs();
+    }
+    cr_assert_gt(drops, 0, "server %d kept version %llu, left open by it, for %d ms", HOLDER,
+                 (unsigned long long)v, WAIT_MS);
+    t0              = now_ms();
     cks_status_t st = cks_version_delete(c, JOB, v);
-    while (st == CKS_ERR_BUSY && now_ms() - t0 < WAIT_MS) {
-        usleep(200 * 1000);
+    while (st == CKS_ERR_BUSY && now_ms() - t0 < 5000) {
+        usleep(20 * 1000);
         st = cks_version_delete(c, JOB, v);
     }
     fprintf(stderr, "delete of version %llu: %s after %llu ms\n", (unsigned long long)v,
