@@ -34,6 +34,10 @@ static inline int cks_sv_member_ms(uint32_t ms)
  * last one failed, or its handshake went unanswered for CKS_SV_PEER_HELLO_NS) */
 #define CKS_SV_PEER_PROBE_NS (50ull * 1000000ull)
 #define CKS_SV_PEER_HELLO_NS (1000ull * 1000000ull)
+/* A connection whose handshake went unanswered this long is not used for
+ * new calls: it was most likely made while the peer could not be reached,
+ * and its connect waits out TCP's SYN backoff (cks_sv_peer()) */
+#define CKS_SV_PEER_STALE_NS (2000ull * 1000000ull)
 #define CKS_SV_SEAL_TIMEOUT_NS (60ull * 1000000000ull)
 #define CKS_SV_CHUNK_MAX       (64u << 20)
 

@@ -43,14 +43,21 @@ cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
     cks_sv_peer_t *p = &s->peers[pos];
     const cks_cluster_server_t *cs;
 
-    if (p->conn != NULL && !cks_tp_conn_failed(p->conn) && !cks_tp_conn_unanswered(p->conn)) {
+    if (p->conn != NULL && !cks_tp_conn_failed(p->conn) && !cks_tp_conn_unanswered(p->conn) &&
+        (p->hello_ns == 0 || cks_time_ns() - p->hello_ns < CKS_SV_PEER_STALE_NS)) {
         return p->conn;
     }
     if (p->conn != NULL) {
         /* failed, or a call on it went unanswered: the peer may be a process
          * that is gone while UCX has not noticed (killed and started again on
          * its address, and our endpoint still reaches the old one); the next
-         * calls go on a new connection, those in flight keep their deadlines */
+         * calls go on a new connection, those in flight keep their deadlines.
+         * Its handshake unanswered for CKS_SV_PEER_STALE_NS: most likely made
+         * while this server was cut off, its connect waits out TCP's SYN
+         * backoff (seconds after the link is back), and the calls queued on
+         * it fail when the first of them times out - a primary's chunk puts
+         * queued behind an unanswered REPAIR_CHECK counted members that were
+         * up as unreachable (partition/primary_plugged_back_in_...) */
         cks_tp_conn_put(p->conn);
         p->conn = NULL;
     }

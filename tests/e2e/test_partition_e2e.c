@@ -1468,3 +1468,98 @@ Test(partition, put_goes_to_its_primary_back_from_a_cut_while_the_next_members_a
     cks_client_destroy(c);
     assert_servers_alive();
 }
+
+/* A server cut off and plugged back in is at once the primary of a
+ * version's objects. While it was cut off, it kept asking its peers about
+ * a DEGRADED version it coordinates (REPAIR_CHECK, every 2 s, 5 s timeout):
+ * each unanswered round made it connect to them anew, and those connects
+ * waited out TCP's SYN backoff. Plugged back in 3.5 s into such a round,
+ * the next SYN comes after the round's timeout: the chunk puts it queued
+ * on those connections failed with them ("timed out waiting for the peer
+ * connection failed") while every member was up, more than m counted
+ * unreachable, and the version was aborted (found by the random partition
+ * test). A version written right after the heal must commit, and restore
+ * bit-exact. One server is down throughout: it keeps the first version
+ * DEGRADED (its chunks cannot be rebuilt), and the objects of the second
+ * can lose only one more member. */
+#define BACK_OBJS 4
+
+Test(partition, primary_plugged_back_in_writes_on_connections_that_work, .timeout = 180)
+{
+    uint64_t seed = cks_test_seed(53);
+    const char *hs_failed = "handshake with a peer failed: timed out waiting for the peer";
+    bring_up();
+    /* P coordinates v0; v1's coordinator is neither P nor the server down */
+    uint64_t v0 = 1, v1;
+    size_t back = coordinator_of(v0), down = (back + 1) % NSRV;
+    for (v1 = v0 + 1; v1 < 64; v1++) {
+        size_t c1 = coordinator_of(v1);
+        if (c1 != back && c1 != down) {
+            break;
+        }
+    }
+    cr_assert_lt(v1, 64);
+    size_t objs[BACK_OBJS], n = 0;
+    char key[64];
+    for (size_t i = 0; i < 4096 && n < BACK_OBJS; i++) {
+        key_name(key, sizeof(key), v1, i);
+        if (primary_of(key) == back) {
+            objs[n++] = i;
+        }
+    }
+    cr_assert_eq(n, BACK_OBJS);
+    cks_test_cluster_kill(&cl, down);
+    cr_assert_eq(write_version(cli, v0, 4, 300 * KiB, seed), CKS_OK);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(cli, JOB, v0, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v0,
+                 cks_vstate_string(vi.state));
+    cks_client_destroy(cli);
+    cli = NULL;
+
+    /* cut P off until a round of its questions on connections made during
+     * the cut timed out (at X); the next round starts at X + 1 s, and P is
+     * plugged back in 3.5 s into it */
+    int before = cks_test_log_count(cl.srv[back].log, hs_failed);
+    cr_assert_eq(cks_test_netns_cut(&net, (int)back), 0);
+    uint64_t t_cut = now_ms();
+    cr_assert_gt(cks_test_log_wait_count(cl.srv[back].log, hs_failed, before + 1, 40000),
+                 before + 1, "server %zu did not time out its handshakes in 40 s of its cut",
+                 back);
+    uint64_t x = now_ms();
+    pause_ms(4500);
+    cr_assert_eq(cks_test_netns_heal(&net, (int)back), 0);
+    fprintf(stderr, "server %zu cut off for %llu ms; its round of questions timed out %llu ms "
+                    "before the heal\n",
+            back, (unsigned long long)(now_ms() - t_cut), (unsigned long long)(now_ms() - x));
+
+    /* a fresh client: its connections are made after the heal */
+    cks_client_params_t cp = cluster_params(30000);
+    cks_client_h c         = NULL;
+    cr_assert_eq(cks_client_create(&cp, &c), CKS_OK);
+    uint64_t t0             = now_ms();
+    cks_version_params_t vp = {.job = JOB, .version = v1};
+    cks_status_t st         = cks_version_begin(c, &vp);
+    uint8_t *buf            = malloc(300 * KiB);
+    for (size_t j = 0; st == CKS_OK && j < n; j++) {
+        st = put_one(c, v1, objs[j], 300 * KiB, seed, CKS_TAG_NONE, buf);
+    }
+    free(buf);
+    st = st == CKS_OK ? cks_version_seal(c, JOB, v1) : st;
+    char why[512] = "";
+    cks_client_last_error(c, why, sizeof(why));
+    fprintf(stderr, "version %llu, primary %zu just back, server %zu down: %s after %llu ms "
+                    "(%s)\n",
+            (unsigned long long)v1, back, down, cks_status_name(st),
+            (unsigned long long)(now_ms() - t0), st == CKS_OK ? "" : why);
+    cr_assert_eq(st, CKS_OK, "version %llu: %s (%s)", (unsigned long long)v1,
+                 cks_status_name(st), why);
+    cks_restore_h r = NULL;
+    cr_assert_eq(cks_restore_open(c, JOB, v1, &r), CKS_OK);
+    for (size_t j = 0; j < n; j++) {
+        st = verify_in(r, v1, objs[j], 300 * KiB, seed);
+        cr_assert_eq(st, CKS_OK, "object %zu: %s", objs[j], cks_status_name(st));
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
