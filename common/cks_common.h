@@ -193,7 +193,9 @@ static inline size_t cks_vkey(uint8_t *buf, const char *job, size_t job_len, uin
  * report_lost (a takeover's request to report objects again is answered
  * and not acted on), catchup_hold (a catch-up round waits 4 s between its
  * lists and its comparison), report_drop (a primary's report of an object
- * to a coordinator on another server is lost, as if its connection broke).
+ * to a coordinator on another server is lost, as if its connection broke),
+ * sentinel_lost (the worker drops its sentinel's message: a receive path
+ * that takes nothing, transport/sentinel.c).
  */
 typedef enum {
     CKS_FAULT_OFF    = 0,

@@ -15,6 +15,10 @@
 
 typedef struct cks_server *cks_server_h;
 
+/* The exit status of a server whose UCX receive path stalled
+ * (cks_server_params_t.stall_exit_s): EX_TEMPFAIL, start it again. */
+#define CKS_SV_EXIT_STALLED 75
+
 typedef struct {
     const char *name;       /* for logs and HELLO; default "ckstore-server" */
     const char *listen_addr;/* IPv4 address; default "0.0.0.0" */
@@ -42,6 +46,11 @@ typedef struct {
                                messages */
     unsigned auth_timeout_s;/* with a secret: close a connection that has not
                                authenticated this long; 0: 10 */
+    unsigned stall_exit_s;  /* exit (status CKS_SV_EXIT_STALLED) when UCX has
+                               taken none of the server's own check messages
+                               for this many seconds of running: its receive
+                               path is stalled (cks_tp_sentinel_start());
+                               0: 30; UINT_MAX: never */
     unsigned recv_timeout_s;/* close a connection whose payload (a put's or a
                                chunk's bytes) has not come this long, plus
                                its length at 16 MiB/s; 0: 30 */

@@ -47,6 +47,12 @@ static void usage(FILE *out)
             "                         chunk's bytes) has not arrived after S seconds\n"
             "                         plus 1 s per 16 MiB of it (default 30): its\n"
             "                         space is freed, the request fails\n"
+            "      --stall-exit S     exit with status 75 when UCX has taken none of\n"
+            "                         the server's own check messages for S seconds\n"
+            "                         (default 30; 0: never): its receive path is\n"
+            "                         stalled (a process on this host killed while\n"
+            "                         it sent to this one); a supervisor that starts\n"
+            "                         it again brings it back (catch-up and repair)\n"
             "  -S, --secret FILE      cluster secret (mode 0600): every client and peer\n"
             "                         must prove it before anything else (SECURITY.md)\n"
             "  -J, --job-secrets DIR  job secrets, one file per job name (mode 0600): a\n"
@@ -185,6 +191,7 @@ int main(int argc, char **argv)
         {"copy-threads", required_argument, NULL, 1021},
         {"recv-timeout", required_argument, NULL, 1022},
         {"coding-nice", required_argument, NULL, 1023},
+        {"stall-exit", required_argument, NULL, 1024},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -231,6 +238,12 @@ int main(int argc, char **argv)
             case 1002: p.max_pending = (unsigned)atoi(optarg); break;
             case 1003: p.reply_timeout_s = (unsigned)atoi(optarg); break;
             case 1022: p.recv_timeout_s = (unsigned)atoi(optarg); break;
+            case 1024:
+                if (!cks_opt_none_or(optarg, 86400, "stall-exit", " (seconds, 0: never)",
+                                     &p.stall_exit_s)) {
+                    return 2;
+                }
+                break;
             case 'S': p.secret_file = optarg; break;
             case 'J': p.job_secrets = optarg; break;
             case 1004: p.peer_secret_file = optarg; break;

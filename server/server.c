@@ -174,6 +174,9 @@ cks_status_t cks_server_create(const cks_server_params_t *params, cks_server_h *
     if (s->has_secret) {
         cks_tp_worker_require_auth(s->tp);
     }
+    if (params->stall_exit_s != UINT_MAX && (status = cks_tp_sentinel_start(s->tp)) != CKS_OK) {
+        cks_warn("no check of the receive path (--stall-exit): %s", cks_status_string(status));
+    }
     unsigned ncopy = params->copy_threads;
     if (ncopy == 0) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -269,12 +272,27 @@ cks_status_t cks_server_run(cks_server_h s)
     cks_info("%s serving on %s:%u (arena %llu MiB)", s->name, s->listen_addr,
              cks_server_port(s),
              (unsigned long long)(cks_arena_size(s->arena) >> 20));
+    unsigned stall_s = s->p.stall_exit_s ? s->p.stall_exit_s : CKS_SV_STALL_EXIT_S;
     while (!s->stop) {
         cks_tp_worker_progress(s->tp);
         cks_sv_drain_done(s);
         cks_sv_flush_progress(s);
         int timeout = cks_sv_cluster_progress(s);
         int sweep   = cks_tp_worker_sweep(s->tp); /* per-connection limits */
+        if (sweep >= 0 && (timeout < 0 || sweep < timeout)) {
+            timeout = sweep;
+        }
+        if (cks_tp_sentinel_poll(s->tp, &sweep) >= stall_s) {
+            /* nothing recovers a receive path stalled this way but a new
+             * process: the arena and LMDB are as a kill leaves them, which
+             * a restart takes up (catch-up, repair) */
+            cks_error("%s: UCX has taken none of this server's own check messages for %u "
+                      "s: its receive path is stalled (a process on this host killed while "
+                      "it sent to this one leaves UCX's shared-memory receive FIFO stuck); "
+                      "exiting with status %d to be started again",
+                      s->name, stall_s, CKS_SV_EXIT_STALLED);
+            _exit(CKS_SV_EXIT_STALLED);
+        }
         if (sweep >= 0 && (timeout < 0 || sweep < timeout)) {
             timeout = sweep;
         }

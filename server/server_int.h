@@ -234,6 +234,8 @@ typedef struct cks_mdq_job cks_mdq_job_t;
  * after this, plus its length at CKS_SV_RECV_MIN_RATE, closes its
  * connection (cks_tp_worker_params_t.recv_timeout_ms). */
 #define CKS_SV_RECV_TIMEOUT_MS 30000u
+/* cks_server_params_t.stall_exit_s by default */
+#define CKS_SV_STALL_EXIT_S 30u
 #define CKS_SV_RECV_MIN_RATE   (16ull << 20)
 typedef struct cks_sv_hold cks_sv_hold_t;
 

@@ -938,6 +938,23 @@ const char *cks_tp_conn_handshake_error(cks_tp_conn_h conn);
  *  Returns the milliseconds until the next check is due, or -1. */
 int cks_tp_worker_sweep(cks_tp_worker_h worker);
 
+/** Start the worker's sentinel (sentinel.c): a second UCX worker of the
+ *  same context that sends this one a small message every second, the way a
+ *  process on this host would (over shared memory where UCX has it), to
+ *  show that the worker still takes messages. UCX 1.13's shared-memory
+ *  receive path takes none from anyone, for good, after a sender on this
+ *  host was killed in the middle of a send. Stopped by
+ *  cks_tp_worker_destroy(). */
+cks_status_t cks_tp_sentinel_start(cks_tp_worker_h worker);
+/** On the worker's thread, from its loop: progress the sentinel and send
+ *  its next message when due. Returns for how many seconds (counted only
+ *  while this is called: a stopped process does not count) a message of
+ *  the sentinel has been waiting with none taken by the worker; 0 while
+ *  they arrive, or without a sentinel. *next_ms: when to call again (-1:
+ *  no need). */
+unsigned cks_tp_sentinel_poll(cks_tp_worker_h worker, int *next_ms);
+void cks_tp_sentinel_stop(cks_tp_worker_h worker);
+
 /** Serve nothing more from this connection, and close it in `ms` (by
  *  cks_tp_worker_sweep()): time for an answer already sent to arrive before
  *  the peer sees its connection go, and for the peer to close it first. */

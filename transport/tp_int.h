@@ -11,6 +11,8 @@
 #include <ucp/api/ucp.h>
 
 #define CKS_TP_AM_ID 0
+#define CKS_TP_AM_SENTINEL 1 /* sentinel.c: the worker's messages to itself */
+#define CKS_TP_SENTINEL_EVERY_NS (1000ull * 1000000ull)
 #define CKS_TP_MAX_PENDING 256 /* default max_pending */
 /* a call failed while UCX held its send: given up this long after, or
  * after the call's own timeout where that is shorter (a peer that stopped
@@ -224,6 +226,7 @@ struct cks_tp_worker {
     cks_dl_list_t calls_dl; /* calls in flight (cks_tp_call_req_t.dl) */
     int progressed;         /* the last cks_tp_worker_progress() did something */
     unsigned stalls;        /* arms refused since, with nothing progressed */
+    struct cks_tp_sentinel *sentinel; /* sentinel.c (NULL: none) */
 };
 
 /* ucx.c */

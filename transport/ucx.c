@@ -190,6 +190,7 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     if (w == NULL) {
         return;
     }
+    cks_tp_sentinel_stop(w);
     cks_tp_worker_quiesce(w);
     w->destroying = 1; /* sends UCX completes from here on touch nothing */
     /* receives UCX still holds: their completions, if any, touch nothing

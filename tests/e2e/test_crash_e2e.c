@@ -24,6 +24,8 @@
  * Bounded loops; no sleeps as synchronisation.
  */
 #include "ckstore.h"
+#include "cks_faults_gate.h"
+#include "cks_server.h"
 #include "cks_test.h"
 #include "cks_test_raw.h"
 #include "cks_tp.h"
@@ -253,4 +255,105 @@ Test(crash_stop, sigterm_with_calls_to_a_stopped_peer_exits_cleanly)
     }
     cr_assert_gt(canceled, 0, "no server had calls outstanding when it stopped: "
                               "the case was not reached");
+}
+
+/*
+ * stall_exit: a server checks that its UCX worker still takes messages: a
+ * second worker in the process sends it one every second, the way a process
+ * on this host does (transport/sentinel.c). UCX 1.13's shared-memory receive
+ * FIFO is stuck for good after a sender was SIGKILLed between taking a slot
+ * and writing it (seen in heal/random_kills_...: a server that answered
+ * nothing, its loop in the arm back-off for ever). Such a server exits with
+ * status CKS_SV_EXIT_STALLED (75) after --stall-exit seconds, for its
+ * supervisor to start it again; the stuck FIFO cannot be made on demand, so
+ * the fault point sentinel_lost drops the check's messages at the receiver.
+ *
+ *  - a server whose receive path takes nothing exits with 75, saying why, in
+ *    bounded time; started again on its data it restores what it held;
+ *  - a server stopped (SIGSTOP) longer than --stall-exit and continued does
+ *    not count the time it was stopped: it serves, and stays up.
+ */
+
+static cks_test_server_t st_srv;
+
+static void stall_fini(void)
+{
+    cks_test_set_server_flags(NULL);
+    if (st_srv.pid > 0) {
+        kill(st_srv.pid, SIGCONT);
+    }
+    cks_test_server_cleanup(&st_srv);
+}
+
+TestSuite(stall_exit, .fini = stall_fini, .timeout = 90);
+
+/* How the server ended, once it did within wait_ms (bounded, 20 ms steps);
+ * -1 when it still runs. */
+static int stall_wait_exit(cks_test_server_t *s, int wait_ms)
+{
+    for (int waited = 0; waited <= wait_ms; waited += 20) {
+        int ws = 0;
+        if (waitpid(s->pid, &ws, WNOHANG) == s->pid) {
+            s->pid = 0;
+            return ws;
+        }
+        usleep(20 * 1000);
+    }
+    return -1;
+}
+
+Test(stall_exit, a_server_whose_receive_path_takes_nothing_exits_to_be_started_again)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    const uint64_t size = 3 * MiB + 17;
+    uint8_t *buf        = cks_test_seeded_bytes(size + 2, 61);
+    cks_client_h c      = NULL;
+    cks_test_set_server_flags("--stall-exit 2");
+    cr_assert_eq(cks_test_server_start(&st_srv, 64 * MiB), 0);
+    cr_assert_eq(cks_test_connect(&st_srv, 10000, &c), CKS_OK);
+    cr_assert_eq(cks_test_write_objs(c, "stall", 1, buf, size, 2), CKS_OK);
+    cks_client_destroy(c);
+
+    /* the same server, its check's messages lost from now on */
+    snprintf(st_srv.faults, sizeof(st_srv.faults), "sentinel_lost:always");
+    cr_assert_eq(cks_test_server_restart(&st_srv), 0);
+    int ws = stall_wait_exit(&st_srv, 15000);
+    cr_assert_neq(ws, -1, "the server still runs 15 s after its check's messages stopped "
+                          "arriving (--stall-exit 2; log %s)", st_srv.log);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == CKS_SV_EXIT_STALLED,
+              "the server ended with %s %d, not exit status %d (log %s)",
+              WIFSIGNALED(ws) ? "signal" : "exit status",
+              WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws), CKS_SV_EXIT_STALLED, st_srv.log);
+    cr_assert_eq(cks_test_log_count(st_srv.log, "its receive path is stalled"), 1,
+                 "the server did not say why it exited (log %s)", st_srv.log);
+
+    /* started again by its supervisor: what it held restores */
+    st_srv.faults[0] = '\0';
+    cr_assert_eq(cks_test_server_restart(&st_srv), 0);
+    cr_assert_eq(cks_test_connect(&st_srv, 10000, &c), CKS_OK);
+    cks_test_verify_objs(c, "stall", 1, buf, size, 2);
+    cks_client_destroy(c);
+    free(buf);
+}
+
+Test(stall_exit, a_stopped_server_does_not_count_the_time_it_was_stopped)
+{
+    const uint64_t size = 1 * MiB + 5;
+    uint8_t *buf        = cks_test_seeded_bytes(size + 1, 67);
+    cks_client_h c      = NULL;
+    cks_test_set_server_flags("--stall-exit 2");
+    cr_assert_eq(cks_test_server_start(&st_srv, 64 * MiB), 0);
+    cr_assert_eq(kill(st_srv.pid, SIGSTOP), 0);
+    usleep(5 * 1000 * 1000); /* the stop itself: longer than --stall-exit */
+    cr_assert_eq(kill(st_srv.pid, SIGCONT), 0);
+    cr_assert_eq(cks_test_connect(&st_srv, 10000, &c), CKS_OK);
+    cr_assert_eq(cks_test_write_objs(c, "stall", 1, buf, size, 1), CKS_OK);
+    cks_test_verify_objs(c, "stall", 1, buf, size, 1);
+    cks_client_destroy(c);
+    int ws = stall_wait_exit(&st_srv, 4000); /* two of its checks' ticks and more */
+    cr_assert_eq(ws, -1, "the server exited after a stop of 5 s (%s %d; log %s)",
+                 WIFSIGNALED(ws) ? "signal" : "exit status",
+                 WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws), st_srv.log);
+    cr_assert_eq(cks_test_log_count(st_srv.log, "its receive path is stalled"), 0);
+    free(buf);
 }
