@@ -202,6 +202,9 @@ cks_status_t cks_client_create(const cks_client_params_t *params, cks_client_h *
         cks_cl_free(c);
         return status;
     }
+    if ((status = cks_tp_sentinel_start(c->tp)) != CKS_OK) { /* see cks_cl_thread() */
+        cks_warn("no check of the client's receive path: %s", cks_status_string(status));
+    }
     if (c->map != NULL) {
         cks_cl_scratch_prepare(c); /* before the thread: then it is the thread's */
     }

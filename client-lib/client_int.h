@@ -17,6 +17,7 @@
 
 #define CKS_CLIENT_TIMEOUT_DEFAULT 60000
 #define CKS_CL_WINDOW 64 /* requests in flight per server; more wait in the client */
+#define CKS_CL_RX_STALL_S 5 /* see cks_cl_sentinel() (progress.c) */
 /* an op that failed while UCX held its send: the send is given up this long after */
 #define CKS_CL_ABANDON_NS (5ull * 1000000000ull)
 /* A question every server answered "catching up" (servers that restarted
@@ -281,7 +282,10 @@ struct cks_client {
     unsigned long requests;   /* requests in flight (the sum of the servers'
                                  `inflight`) and handshakes; atomic:
                                  cks_client_stats() */
+    unsigned rx_stalled_s;    /* the sentinel's count (cks_tp_sentinel_poll());
+                                 atomic: cks_client_stats() */
     /* progress thread only */
+    int rx_stall_said;        /* the stall was logged */
     cks_workq_t *work;        /* work.c: its threads (NULL until the first job) */
     int work_none;            /* none could start, or stopped: callers run jobs */
     cks_hmap_t *inflight;     /* req_id -> op */

@@ -112,6 +112,30 @@ static void cks_cl_check_timeouts(cks_client_h c)
     }
 }
 
+/* The sentinel (transport/sentinel.c): a client whose UCX worker took none
+ * of its own check messages for CKS_CL_RX_STALL_S of running takes no reply
+ * any more - UCX 1.13's shared-memory receive FIFO stays stuck after a
+ * server on this host was killed while it sent to this client - and every
+ * request to a server will time out: said once, and in
+ * cks_client_stats_t.receive_stalled_s. The ms until it wants a pass. */
+static int cks_cl_sentinel(cks_client_h c)
+{
+    int next_ms;
+    unsigned dry = cks_tp_sentinel_poll(c->tp, &next_ms);
+    __atomic_store_n(&c->rx_stalled_s, dry, __ATOMIC_RELAXED);
+    if (dry >= CKS_CL_RX_STALL_S && !c->rx_stall_said) {
+        c->rx_stall_said = 1;
+        cks_error("this client's UCX worker has taken none of its own check messages for "
+                  "%u s: its receive path is stalled (a server on this host killed while "
+                  "it sent to this client leaves UCX's shared-memory receive FIFO stuck), "
+                  "and its requests will time out: destroy the client and create a new one",
+                  dry);
+    } else if (dry == 0) {
+        c->rx_stall_said = 0;
+    }
+    return next_ms;
+}
+
 void *cks_cl_thread(void *arg)
 {
     cks_client_h c    = arg;
@@ -122,6 +146,7 @@ void *cks_cl_thread(void *arg)
         int stop;
 
         cks_tp_worker_progress(c->tp);
+        int sentinel_ms = cks_cl_sentinel(c);
         cks_cl_work_reap(c);
         pthread_mutex_lock(&c->lock);
         list        = c->sub_head;
@@ -161,7 +186,8 @@ void *cks_cl_thread(void *arg)
             fl_ms = 1000;
         }
         int timeout = cks_dl_sooner(cks_dl_sooner(fl_ms, rejoin_ms),
-                                    cks_dl_sooner(later_ms, calls_ms));
+                                    cks_dl_sooner(cks_dl_sooner(later_ms, calls_ms),
+                                                  sentinel_ms));
         if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
             cks_error("poll: %s", strerror(errno));
         }

@@ -156,6 +156,15 @@ typedef struct {
                                       whose server was lost mid-object: their
                                       PUT went to the group's next member, and
                                       their slices were copied and sent again */
+    uint64_t receive_stalled_s; /**< seconds (of the client's progress thread
+                                     running) for which its UCX worker has taken
+                                     none of the client's own check messages;
+                                     0 while they arrive. From 5 on (logged as an
+                                     error) its receive path is stalled - UCX
+                                     1.13's shared-memory FIFO after a server on
+                                     this host was killed while it sent to this
+                                     client - and every request will time out:
+                                     destroy the client and create a new one */
 } cks_client_stats_t;
 
 /** Fill *stats_p. CKS_ERR_INVALID_PARAM on NULL arguments. */

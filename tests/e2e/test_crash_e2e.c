@@ -357,3 +357,46 @@ Test(stall_exit, a_stopped_server_does_not_count_the_time_it_was_stopped)
     cr_assert_eq(cks_test_log_count(st_srv.log, "its receive path is stalled"), 0);
     free(buf);
 }
+
+/* A client process whose worker takes none of its check's messages (fault
+ * sentinel_lost, armed from the environment when the library loads):
+ * cks_client_stats() says for how long, from 5 s on, and the client logs
+ * it once; without the fault it stays 0. Each run bounded (popen of a
+ * process that gives up after its SECONDS). */
+static int stall_client_run(const char *faults, unsigned seconds, uint64_t *most_p)
+{
+    char cmd[512], line[1024];
+    snprintf(cmd, sizeof(cmd), "CKS_FAULTS=%s UCX_NET_DEVICES=lo %s %s %u 2>&1", faults,
+             CKS_STALL_CLIENT_BIN, st_srv.addr, seconds);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    *most_p = UINT64_MAX;
+    int logged = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long v;
+        if (sscanf(line, "receive_stalled_s %llu", &v) == 1) {
+            *most_p = v;
+        }
+        logged += strstr(line, "its receive path is stalled") != NULL;
+        cr_log_info("stall_client: %s", line);
+    }
+    int ws = pclose(f);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) <= 1, "stall_client ended with %d", ws);
+    return logged;
+}
+
+Test(stall_exit, a_client_whose_receive_path_takes_nothing_says_so)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    uint64_t most = 0;
+    cr_assert_eq(cks_test_server_start(&st_srv, 64 * MiB), 0);
+    int logged = stall_client_run("none", 3, &most);
+    cr_assert_eq(most, 0, "a client whose check's messages arrive counted %llu s without one",
+                 (unsigned long long)most);
+    cr_assert_eq(logged, 0);
+    logged = stall_client_run("sentinel_lost:always", 15, &most);
+    cr_assert(most >= 5 && most != UINT64_MAX,
+              "a client whose worker takes none of its check's messages counted %llu s in "
+              "15 s (receive_stalled_s)", (unsigned long long)most);
+    cr_assert_eq(logged, 1, "the client logged its stall %d times", logged);
+}
