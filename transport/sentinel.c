@@ -122,18 +122,23 @@ unsigned cks_tp_sentinel_poll(cks_tp_worker_h w, int *next_ms)
     }
     sn->next_ns = now + CKS_TP_SENTINEL_EVERY_NS;
     *next_ms    = (int)(CKS_TP_SENTINEL_EVERY_NS / 1000000);
+    ucs_status_t st = sn->req != NULL ? ucp_request_check_status(sn->req) : UCS_OK;
+    if (sn->req != NULL && st != UCS_INPROGRESS) {
+        if (st != UCS_OK) { /* it never went: not one that waits */
+            cks_tp_status(st, "sentinel send");
+            sn->sent--;
+        }
+        ucp_request_free(sn->req);
+        sn->req = NULL;
+    }
     if (sn->got != sn->got_seen || sn->got == sn->sent) {
         sn->dry = 0; /* one came in, or none is out */
     } else {
         sn->dry++;
     }
     sn->got_seen = sn->got;
-    if (sn->req != NULL && ucp_request_check_status(sn->req) == UCS_INPROGRESS) {
-        return sn->dry; /* the last one has not gone yet */
-    }
     if (sn->req != NULL) {
-        ucp_request_free(sn->req);
-        sn->req = NULL;
+        return sn->dry; /* the last one has not gone yet */
     }
     ucp_request_param_t rp;
     memset(&rp, 0, sizeof(rp));
