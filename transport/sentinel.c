@@ -57,9 +57,7 @@ static ucs_status_t cks_tp_sentinel_am(void *arg, const void *header, size_t hea
 
 cks_status_t cks_tp_sentinel_start(cks_tp_worker_h w)
 {
-    ucp_worker_params_t wp;
     ucp_ep_params_t ep;
-    ucp_am_handler_param_t ap;
     struct cks_tp_sentinel *sn;
     cks_status_t status;
 
@@ -70,22 +68,11 @@ cks_status_t cks_tp_sentinel_start(cks_tp_worker_h w)
     if (sn == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
-    memset(&ap, 0, sizeof(ap));
-    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    ap.id    = CKS_TP_AM_SENTINEL;
-    ap.cb    = cks_tp_sentinel_am;
-    ap.arg   = w;
-    ap.flags = UCP_AM_FLAG_WHOLE_MSG;
-    status   = cks_tp_status(ucp_worker_set_am_recv_handler(w->worker, &ap), "sentinel handler");
-    if (status != CKS_OK) {
-        free(sn);
-        return status;
+    status = cks_tp_am_handler_set(w->worker, CKS_TP_AM_SENTINEL, cks_tp_sentinel_am, w,
+                                   "sentinel handler");
+    if (status == CKS_OK) {
+        status = cks_tp_ucp_worker_new(w->context, &sn->worker, "sentinel worker");
     }
-    memset(&wp, 0, sizeof(wp));
-    wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    status = cks_tp_status(ucp_worker_create(w->context, &wp, &sn->worker), "sentinel worker");
     if (status != CKS_OK) {
         free(sn);
         return status;

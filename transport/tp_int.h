@@ -25,6 +25,13 @@
 
 typedef struct cks_tp_send_req cks_tp_send_req_t;
 
+/* ucx.c: a worker of `context` for one thread; the active-message handler
+ * `id` of a worker (whole messages). `what` names the step in a log line. */
+cks_status_t cks_tp_ucp_worker_new(ucp_context_h context, ucp_worker_h *worker_p,
+                                   const char *what);
+cks_status_t cks_tp_am_handler_set(ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t cb,
+                                   void *arg, const char *what);
+
 struct cks_tp_send_req {
     cks_tp_send_req_t *next; /* free list; a connection's held sends */
     cks_tp_send_req_t *in_prev, *in_next; /* the worker's sends in UCX */

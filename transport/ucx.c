@@ -45,12 +45,34 @@ int cks_tp_worker_cuda_direct(cks_tp_worker_h w)
 }
 
 
+cks_status_t cks_tp_ucp_worker_new(ucp_context_h context, ucp_worker_h *worker_p,
+                                   const char *what)
+{
+    ucp_worker_params_t wp;
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    return cks_tp_status(ucp_worker_create(context, &wp, worker_p), what);
+}
+
+cks_status_t cks_tp_am_handler_set(ucp_worker_h worker, unsigned id, ucp_am_recv_callback_t cb,
+                                   void *arg, const char *what)
+{
+    ucp_am_handler_param_t ap;
+    memset(&ap, 0, sizeof(ap));
+    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    ap.id    = id;
+    ap.cb    = cb;
+    ap.arg   = arg;
+    ap.flags = UCP_AM_FLAG_WHOLE_MSG;
+    return cks_tp_status(ucp_worker_set_am_recv_handler(worker, &ap), what);
+}
+
 cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
                                   cks_tp_worker_h *worker_p)
 {
     ucp_params_t cp;
-    ucp_worker_params_t wp;
-    ucp_am_handler_param_t ap;
     ucp_config_t *config;
     cks_tp_worker_h w;
     cks_status_t status;
@@ -90,10 +112,7 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
     if (status != CKS_OK) {
         goto err_free;
     }
-    memset(&wp, 0, sizeof(wp));
-    wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    status = cks_tp_status(ucp_worker_create(w->context, &wp, &w->worker), "worker");
+    status = cks_tp_ucp_worker_new(w->context, &w->worker, "worker");
     if (status != CKS_OK) {
         goto err_cleanup;
     }
@@ -106,14 +125,7 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
     if (status != CKS_OK) {
         goto err_worker;
     }
-    memset(&ap, 0, sizeof(ap));
-    ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    ap.id    = CKS_TP_AM_ID;
-    ap.cb    = cks_tp_am_cb;
-    ap.arg   = w;
-    ap.flags = UCP_AM_FLAG_WHOLE_MSG;
-    status   = cks_tp_status(ucp_worker_set_am_recv_handler(w->worker, &ap), "am handler");
+    status = cks_tp_am_handler_set(w->worker, CKS_TP_AM_ID, cks_tp_am_cb, w, "am handler");
     if (status != CKS_OK) {
         goto err_address;
     }
