@@ -1,9 +1,11 @@
 /*
  * DESIGN: the transport's worker. Owns the UCP context and worker and puts
  * the parts together: status translation (status.c), connections and
- * listeners (conn.c), sends (send.c), the one active-message handler
- * (recv.c), calls (call.c), the periodic checks (sweep.c), registered
- * memory and one-copy transfers (rma.c, rma_xfer.c, copy.c, prefault.c).
+ * listeners (conn.c), sends (send.c), the active-message handler of
+ * peers' messages (recv.c), calls (call.c), the periodic checks (sweep.c),
+ * registered memory and one-copy transfers (rma.c, rma_xfer.c, copy.c,
+ * prefault.c), the check that the worker still receives (sentinel.c, with
+ * a handler of its own).
  * Each file calls only those below it; where a connection's end must reach
  * the layers above it (its held sends, its calls), the worker holds the
  * hooks (held_fail, calls_fail), set here.
