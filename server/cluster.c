@@ -163,6 +163,9 @@ int cks_sv_cluster_progress(cks_server_h s)
     if (s->slow != NULL) {
         cks_sv_slow_sends(s, 0);
     }
+    if (s->held_chunks != NULL) {
+        cks_sv_held_chunks(s, 0);
+    }
     if (s->owed != NULL && now >= s->owed_next_ns) {
         s->owed_next_ns = now + CKS_SV_OWED_EVERY;
         cks_sv_owed_send(s, 0);
@@ -241,6 +244,7 @@ void cks_sv_cluster_quiesce(cks_server_h s)
      * (their callbacks run, so nothing they own is left behind). */
     cks_sv_enc_spread(cks_enc_stop(&s->enc));
     cks_sv_slow_sends(s, 1); /* test builds: sends held back end now */
+    cks_sv_held_chunks(s, 1);
     cks_sv_owed_send(s, 1);  /* what was owed is forgotten (in memory only) */
 }
 

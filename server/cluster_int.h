@@ -93,6 +93,10 @@ void cks_cput_spread(struct cks_cput *p);
 
 void cks_sv_slow_sends(cks_server_h s, int all);
 
+/* Test builds: chunks held back by fault chunk_hold, recorded once due (all:
+ * failed now, at shutdown). */
+void cks_sv_held_chunks(cks_server_h s, int all);
+
 /* ---- between the coordinator's files (cluster.c's DESIGN names them, top
  * down; each calls only those below it) ---- */
 

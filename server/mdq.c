@@ -418,6 +418,20 @@ static cks_status_t cks_mdq_apply(cks_md_txn_h txn, cks_mdq_job_t *j)
                 if (status != CKS_OK) {
                     return status; /* dropped meanwhile: nothing needs the chunk */
                 }
+            } else {
+                /* a version aborted here (its drop came first) takes no chunk:
+                 * the primary that sent it may never report the object to
+                 * the coordinator (killed, or its receive path stalled), and
+                 * then nothing would ever drop the version again to free it */
+                cks_md_version_t now;
+                status = cks_md_version_get(txn, job, job_len, j->version, &now);
+                if (status == CKS_OK && now.state == CKS_VSTATE_ABORTED) {
+                    return CKS_ERR_VERSION_NOT_OPEN;
+                }
+                if (status != CKS_OK && status != CKS_ERR_NO_SUCH_VERSION &&
+                    status != CKS_ERR_NO_SUCH_JOB) {
+                    return status;
+                }
             }
             for (size_t i = 0; i < j->nchunks; i++) {
                 status = cks_md_chunk_put(txn, job, job_len, j->version, j->key, j->key_len,

@@ -102,11 +102,13 @@ void cks_sv_free_after_reads(cks_server_h s, uint64_t off, uint64_t len)
 
 /* ---- members: chunks ------------------------------------------------------------------- */
 
-typedef struct {
+typedef struct cks_chunk_in {
     cks_server_h s;
     cks_tp_conn_h conn;
     uint64_t req_id;
     cks_mdq_job_t *j;
+    struct cks_chunk_in *held_next; /* test builds: fault chunk_hold */
+    uint64_t held_due_ns;
 } cks_chunk_in_t;
 
 static void cks_chunk_recorded(cks_server_h s, cks_mdq_job_t *j)
@@ -120,7 +122,11 @@ static void cks_chunk_recorded(cks_server_h s, cks_mdq_job_t *j)
         /* a bit flips in memory after the chunk was checked and recorded */
         cks_arena_base(s->arena)[j->chunks[0].arena_offset + j->chunks[0].len / 2] ^= 0x10;
     }
-    if (j->status == CKS_ERR_CRC_MISMATCH) {
+    if (j->status == CKS_ERR_VERSION_NOT_OPEN) {
+        cks_info("chunk %u of stripe %llu of '%.*s' came after version %llu of '%s' was "
+                 "aborted: refused", j->chunks[0].idx, (unsigned long long)j->chunks[0].stripe,
+                 (int)j->key_len, j->key, (unsigned long long)j->version, j->job);
+    } else if (j->status == CKS_ERR_CRC_MISMATCH) {
         cks_error("chunk %u of stripe %llu of '%.*s' (version %llu of '%s') arrived with "
                   "bytes that fail its CRC: refused",
                   j->chunks[0].idx, (unsigned long long)j->chunks[0].stripe, (int)j->key_len,
@@ -130,6 +136,8 @@ static void cks_chunk_recorded(cks_server_h s, cks_mdq_job_t *j)
                         j->status == CKS_OK ? NULL
                         : j->status == CKS_ERR_CRC_MISMATCH
                             ? "chunk refused: its bytes fail the CRC the primary computed"
+                        : j->status == CKS_ERR_VERSION_NOT_OPEN
+                            ? "chunk refused: its version was aborted"
                             : "chunk not recorded");
     cks_tp_conn_put(c->conn);
     free(j->chunks);
@@ -155,7 +163,41 @@ static void cks_chunk_received(void *arg, cks_status_t status)
         cks_arena_base(c->s->arena)[ch->arena_offset + ch->len / 2] ^= 0x10;
     }
     j->data = cks_arena_base(c->s->arena) + ch->arena_offset; /* checked before recorded */
+    if (cks_fault_fire("chunk_hold")) {
+        /* test builds: the chunk is recorded 4 s after its bytes came, as
+         * one whose primary's messages come late would be (its version may
+         * have ended meanwhile); the test waits for this line */
+        cks_warn("fault chunk_hold: chunk %u of stripe %llu of '%.*s' (version %llu) held "
+                 "4 s before it is recorded", ch->idx, (unsigned long long)ch->stripe,
+                 (int)j->key_len, j->key, (unsigned long long)j->version);
+        c->held_due_ns   = cks_time_ns() + 4000000000ull;
+        c->held_next     = c->s->held_chunks;
+        c->s->held_chunks = c;
+        return;
+    }
     cks_mdq_push(&c->s->mdq, j);
+}
+
+void cks_sv_held_chunks(cks_server_h s, int all)
+{
+    cks_chunk_in_t **pp = &s->held_chunks;
+    uint64_t now        = cks_time_ns();
+    while (*pp != NULL) {
+        cks_chunk_in_t *c = *pp;
+        if (!all && c->held_due_ns > now) {
+            pp = &c->held_next;
+            continue;
+        }
+        *pp = c->held_next;
+        if (all) { /* shutting down */
+            c->j->status = CKS_ERR_CANCELED;
+            cks_chunk_recorded(s, c->j);
+        } else {
+            cks_info("fault chunk_hold: chunk %u of stripe %llu released to be recorded",
+                     c->j->chunks[0].idx, (unsigned long long)c->j->chunks[0].stripe);
+            cks_mdq_push(&s->mdq, c->j);
+        }
+    }
 }
 
 void cks_sv_chunk_put(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id,
