@@ -116,8 +116,13 @@ static void cks_cl_check_timeouts(cks_client_h c)
  * of its own check messages for CKS_CL_RX_STALL_S of running takes no reply
  * any more - UCX 1.13's shared-memory receive FIFO stays stuck after a
  * server on this host was killed while it sent to this client - and every
- * request to a server will time out: said once, and in
- * cks_client_stats_t.receive_stalled_s. The ms until it wants a pass. */
+ * request to a server would time out. The client replaces its worker
+ * (cks_tp_worker_renew()): the requests on its connections fail now, as
+ * when their servers are lost (those that can go elsewhere or again do),
+ * and the next ones connect through the new worker, which announces our
+ * memory to each server again (cks_cl_mem_map_ops()). Logged as an error,
+ * and in cks_client_stats_t (receive_stalled_s, receive_renewals). The ms
+ * until it wants a pass. */
 static int cks_cl_sentinel(cks_client_h c)
 {
     int next_ms;
@@ -127,9 +132,15 @@ static int cks_cl_sentinel(cks_client_h c)
         c->rx_stall_said = 1;
         cks_error("this client's UCX worker has taken none of its own check messages for "
                   "%u s: its receive path is stalled (a server on this host killed while "
-                  "it sent to this client leaves UCX's shared-memory receive FIFO stuck), "
-                  "and its requests will time out: destroy the client and create a new one",
-                  dry);
+                  "it sent to this client leaves UCX's shared-memory receive FIFO stuck): "
+                  "replacing the worker; the requests in flight fail", dry);
+        cks_status_t st = cks_tp_worker_renew(c->tp);
+        if (st != CKS_OK) {
+            cks_error("the client's UCX worker cannot be replaced (%s): its requests will "
+                      "time out; destroy the client and create a new one",
+                      cks_status_string(st));
+        }
+        next_ms = 0; /* the new worker's sentinel */
     } else if (dry == 0) {
         c->rx_stall_said = 0;
     }
@@ -188,6 +199,7 @@ void *cks_cl_thread(void *arg)
         int timeout = cks_dl_sooner(cks_dl_sooner(fl_ms, rejoin_ms),
                                     cks_dl_sooner(cks_dl_sooner(later_ms, calls_ms),
                                                   sentinel_ms));
+        pfd.fd = cks_tp_worker_efd(c->tp); /* a replaced worker has a new one */
         if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
             cks_error("poll: %s", strerror(errno));
         }

@@ -586,6 +586,7 @@ cks_status_t cks_client_stats(cks_client_h c, cks_client_stats_t *stats_p)
     cks_cl_stage_stats(c, stats_p);
     stats_p->requests_in_flight = __atomic_load_n(&c->requests, __ATOMIC_RELAXED);
     stats_p->receive_stalled_s  = __atomic_load_n(&c->rx_stalled_s, __ATOMIC_RELAXED);
+    stats_p->receive_renewals   = cks_tp_worker_renewals(c->tp);
     /* regions whose page size was not known at allocation: looked up by
      * address outside the lock (a scan of /proc/self/smaps can take long,
      * and the progress thread takes this lock for its submit queue) */

@@ -159,12 +159,18 @@ typedef struct {
     uint64_t receive_stalled_s; /**< seconds (of the client's progress thread
                                      running) for which its UCX worker has taken
                                      none of the client's own check messages;
-                                     0 while they arrive. From 5 on (logged as an
-                                     error) its receive path is stalled - UCX
-                                     1.13's shared-memory FIFO after a server on
-                                     this host was killed while it sent to this
-                                     client - and every request will time out:
-                                     destroy the client and create a new one */
+                                     0 while they arrive. At 5 (logged as an
+                                     error) its receive path counts as stalled -
+                                     UCX 1.13's shared-memory FIFO after a server
+                                     on this host was killed while it sent to
+                                     this client - and the client replaces its
+                                     UCX worker: the requests in flight fail
+                                     (CKS_ERR_CONN_LOST or UNREACHABLE, as when
+                                     their servers are lost), later ones connect
+                                     again; cks_mem_alloc() memory stays valid */
+    uint64_t receive_renewals;  /**< times the client replaced its UCX worker
+                                     so (at most 8; after that its requests time
+                                     out, logged: create a new client) */
 } cks_client_stats_t;
 
 /** Fill *stats_p. CKS_ERR_INVALID_PARAM on NULL arguments. */

@@ -955,6 +955,24 @@ cks_status_t cks_tp_sentinel_start(cks_tp_worker_h worker);
 unsigned cks_tp_sentinel_poll(cks_tp_worker_h worker, int *next_ms);
 void cks_tp_sentinel_stop(cks_tp_worker_h worker);
 
+/** Replace the worker's UCP worker by a new one of the same context, for a
+ *  worker whose receive path stalled (above): its registered memory stays
+ *  valid, its address changes. Every connection open now fails as if its
+ *  peer was lost (CKS_ERR_CONN_LOST: its calls fail and on_conn_err runs;
+ *  the owner still puts its references); sends and receives UCX held on
+ *  them complete with that error (their callbacks run here). New
+ *  connections go through the new worker, whose event fd
+ *  (cks_tp_worker_efd()) the owner waits on from now; a running sentinel
+ *  is started again on it. The old worker is never progressed again and
+ *  is freed by cks_tp_worker_destroy(). On the worker's thread, not from
+ *  one of its callbacks; not for a worker with a listener (a server's:
+ *  CKS_ERR_INVALID_PARAM). At most CKS_TP_RETIRED_MAX (8) times per worker,
+ *  then CKS_ERR_BAD_STATE; on any error nothing changed. */
+cks_status_t cks_tp_worker_renew(cks_tp_worker_h worker);
+/** How many times cks_tp_worker_renew() replaced the UCP worker (any
+ *  thread). */
+unsigned cks_tp_worker_renewals(cks_tp_worker_h worker);
+
 /** Serve nothing more from this connection, and close it in `ms` (by
  *  cks_tp_worker_sweep()): time for an answer already sent to arrive before
  *  the peer sees its connection go, and for the peer to close it first. */

@@ -285,8 +285,14 @@ static void cks_tp_ep_close(cks_tp_worker_h w, ucp_ep_h ep, int force)
 /* One ucp_worker_progress() call, then the closes its callbacks asked for. */
 unsigned cks_tp_progress_once(cks_tp_worker_h w)
 {
+    return cks_tp_progress_ucp(w, w->worker);
+}
+
+/* The same for `uw`: w's UCP worker, or one it replaced (its closes). */
+unsigned cks_tp_progress_ucp(cks_tp_worker_h w, ucp_worker_h uw)
+{
     w->in_progress++;
-    unsigned n = ucp_worker_progress(w->worker);
+    unsigned n = ucp_worker_progress(uw);
     /* a close may complete requests whose callbacks close more: those are
      * appended and taken by this same loop */
     for (size_t i = 0; i < w->ndeferred; i++) {
@@ -757,6 +763,7 @@ cks_status_t cks_tp_listener_create(cks_tp_worker_h w, const char *addr, uint16_
     }
     l->port     = ntohs(((struct sockaddr_in *)&attr.sockaddr)->sin_port);
     *listener_p = l;
+    w->nlisteners++;
     return CKS_OK;
 
 err_destroy:
@@ -774,6 +781,7 @@ uint16_t cks_tp_listener_port(cks_tp_listener_h l)
 void cks_tp_listener_destroy(cks_tp_listener_h l)
 {
     if (l != NULL) {
+        l->worker->nlisteners--;
         ucp_listener_destroy(l->listener);
         free(l);
     }

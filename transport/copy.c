@@ -103,7 +103,7 @@ static void cks_tp_copy_settle(struct cks_tp_copy *cp, cks_tp_copy_job_t *j, siz
     if (j->left == 0) {
         j->next  = cp->done;
         cp->done = j;
-        ucp_worker_signal(cp->w->worker); /* thread-safe: wakes the worker's thread */
+        cks_tp_worker_signal(cp->w); /* thread-safe: wakes the worker's thread */
     }
 }
 

@@ -65,7 +65,7 @@ static void cks_tp_pf_run(cks_workq_t *q, cks_workq_job_t *l, void *arg)
 static void cks_tp_pf_wake(void *arg)
 {
     cks_tp_worker_h w = arg;
-    ucp_worker_signal(w->worker); /* thread-safe: wakes the worker's thread */
+    cks_tp_worker_signal(w); /* thread-safe: wakes the worker's thread */
 }
 
 static void cks_tp_pf_finish(cks_tp_pf_job_t *j)

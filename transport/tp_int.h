@@ -13,6 +13,9 @@
 #define CKS_TP_AM_ID 0
 #define CKS_TP_AM_SENTINEL 1 /* sentinel.c: the worker's messages to itself */
 #define CKS_TP_SENTINEL_EVERY_NS (1000ull * 1000000ull)
+/* The most times cks_tp_worker_renew() replaces one worker's UCP worker
+ * (each one replaced keeps its shared-memory segments until the destroy). */
+#define CKS_TP_RETIRED_MAX 8u
 #define CKS_TP_MAX_PENDING 256 /* default max_pending */
 /* a call failed while UCX held its send: given up this long after, or
  * after the call's own timeout where that is shorter (a peer that stopped
@@ -121,6 +124,7 @@ struct cks_tp_conn {
     int unanswered; /* outgoing, and a call on it timed out unanswered */
     int local;    /* the data endpoint reaches a process of this host (shared memory) */
     int forged_logged; /* it answered a call of another connection (logged once) */
+    int retired;  /* its endpoints belong to a worker cks_tp_worker_renew() replaced */
     uint8_t *peer_waddr; /* the worker address the data endpoint was made from */
     size_t peer_waddr_len;
     int accepted;      /* made by a listener (cks_tp_listener_create()) */
@@ -234,6 +238,11 @@ struct cks_tp_worker {
     int progressed;         /* the last cks_tp_worker_progress() did something */
     unsigned stalls;        /* arms refused since, with nothing progressed */
     struct cks_tp_sentinel *sentinel; /* sentinel.c (NULL: none) */
+    /* UCP workers cks_tp_worker_renew() replaced: never progressed again,
+     * destroyed with this one (another thread may still signal one) */
+    ucp_worker_h retired[CKS_TP_RETIRED_MAX];
+    unsigned nretired;
+    unsigned nlisteners; /* open listeners (a worker with one is not renewed) */
 };
 
 /* ucx.c */
@@ -315,6 +324,7 @@ cks_tp_conn_h cks_tp_slot_find(cks_tp_worker_h w, ucp_ep_h ep);
 int cks_tp_ep_closing(cks_tp_worker_h w, ucp_ep_h ep);
 
 unsigned cks_tp_progress_once(cks_tp_worker_h w);
+unsigned cks_tp_progress_ucp(cks_tp_worker_h w, ucp_worker_h uw);
 
 void cks_tp_conn_detach(cks_tp_conn_h conn, int force);
 

@@ -71,6 +71,31 @@ cks_status_t cks_tp_am_handler_set(ucp_worker_h worker, unsigned id, ucp_am_recv
     return cks_tp_status(ucp_worker_set_am_recv_handler(worker, &ap), what);
 }
 
+/* A new UCP worker of w's context, ready to take w's messages. */
+static cks_status_t cks_tp_ucp_worker_ready(cks_tp_worker_h w, ucp_worker_h *uw_p, int *efd_p,
+                                            ucp_address_t **addr_p, size_t *addr_len_p)
+{
+    cks_status_t status = cks_tp_ucp_worker_new(w->context, uw_p, "worker");
+    if (status != CKS_OK) {
+        return status;
+    }
+    status = cks_tp_status(ucp_worker_get_efd(*uw_p, efd_p), "worker efd");
+    if (status == CKS_OK) {
+        status = cks_tp_status(ucp_worker_get_address(*uw_p, addr_p, addr_len_p),
+                               "worker address");
+    }
+    if (status == CKS_OK) {
+        status = cks_tp_am_handler_set(*uw_p, CKS_TP_AM_ID, cks_tp_am_cb, w, "am handler");
+        if (status != CKS_OK) {
+            ucp_worker_release_address(*uw_p, *addr_p);
+        }
+    }
+    if (status != CKS_OK) {
+        ucp_worker_destroy(*uw_p);
+    }
+    return status;
+}
+
 cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
                                   cks_tp_worker_h *worker_p)
 {
@@ -114,37 +139,121 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
     if (status != CKS_OK) {
         goto err_free;
     }
-    status = cks_tp_ucp_worker_new(w->context, &w->worker, "worker");
+    status = cks_tp_ucp_worker_ready(w, &w->worker, &w->efd, &w->address, &w->address_len);
     if (status != CKS_OK) {
         goto err_cleanup;
-    }
-    status = cks_tp_status(ucp_worker_get_efd(w->worker, &w->efd), "worker efd");
-    if (status != CKS_OK) {
-        goto err_worker;
-    }
-    status = cks_tp_status(ucp_worker_get_address(w->worker, &w->address, &w->address_len),
-                           "worker address");
-    if (status != CKS_OK) {
-        goto err_worker;
-    }
-    status = cks_tp_am_handler_set(w->worker, CKS_TP_AM_ID, cks_tp_am_cb, w, "am handler");
-    if (status != CKS_OK) {
-        goto err_address;
     }
     cks_tp_rma_init(w);
     *worker_p = w;
     return CKS_OK;
 
-err_address:
-    ucp_worker_release_address(w->worker, w->address);
-err_worker:
-    ucp_worker_destroy(w->worker);
 err_cleanup:
     ucp_cleanup(w->context);
 err_free:
     cks_hmap_destroy(w->calls);
     free(w);
     return status;
+}
+
+/*
+ * The replacement: the new UCP worker takes over first, so that whatever
+ * the owner does on hearing of its connections' end (a request sent again
+ * elsewhere, a new connection) goes through it. Then the connections that
+ * were open fail, as when their peers are lost; the old worker is
+ * progressed (bounded) only to finish their endpoints' closes, which
+ * complete the sends and receives UCX still held on them with errors.
+ * Those it still holds after that are given up: their owners are told now,
+ * and the requests stay with the old worker, never progressed again, until
+ * the destroy.
+ */
+cks_status_t cks_tp_worker_renew(cks_tp_worker_h w)
+{
+    ucp_worker_h uw, old = w->worker;
+    ucp_address_t *addr, *old_addr = w->address;
+    size_t addr_len, nold = 0;
+    int efd, watched = w->sentinel != NULL;
+    cks_tp_conn_h *olds;
+    cks_status_t status;
+
+    if (w->stopping || w->in_progress > 0 || w->nlisteners > 0) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    if (w->nretired >= CKS_TP_RETIRED_MAX) {
+        return CKS_ERR_BAD_STATE;
+    }
+    olds = malloc((w->nconns + 1) * sizeof(*olds));
+    if (olds == NULL) {
+        return CKS_ERR_NO_MEMORY;
+    }
+    status = cks_tp_ucp_worker_ready(w, &uw, &efd, &addr, &addr_len);
+    if (status != CKS_OK) {
+        free(olds);
+        return status;
+    }
+    cks_tp_sentinel_stop(w); /* its endpoint reaches the old worker */
+    w->retired[w->nretired] = old;
+    __atomic_add_fetch(&w->nretired, 1, __ATOMIC_RELAXED); /* cks_tp_worker_renewals() */
+    __atomic_store_n(&w->worker, uw, __ATOMIC_RELEASE); /* cks_tp_worker_signal() */
+    w->efd         = efd;
+    w->address     = addr;
+    w->address_len = addr_len;
+    ucp_worker_release_address(old, old_addr);
+    for (cks_tp_conn_h c = w->conns; c != NULL && nold <= w->nconns; c = c->next) {
+        cks_tp_conn_get(c); /* the owner may put its own reference below */
+        c->retired   = 1;
+        olds[nold++] = c;
+    }
+    for (size_t i = 0; i < nold; i++) {
+        if (!olds[i]->failed) {
+            cks_tp_conn_fail(olds[i], 1, CKS_ERR_CONN_LOST); /* its calls, its owner */
+        } else {
+            cks_tp_conn_detach(olds[i], 1);
+        }
+    }
+    uint64_t until = cks_time_ns() + 2000000000ull; /* bounded: 2 s */
+    while (w->closing > 0 && cks_time_ns() < until) {
+        cks_tp_progress_ucp(w, old);
+        cks_tp_progress_once(w);
+    }
+    unsigned given_up = 0;
+    for (cks_tp_send_req_t *s = w->inflight; s != NULL; s = s->in_next) {
+        if (s->conn != NULL && s->conn->retired && s->cb != NULL) {
+            cks_tp_done_cb_t cb = s->cb;
+            s->cb               = NULL;
+            given_up++;
+            cb(s->arg, CKS_ERR_CONN_LOST);
+        }
+    }
+    for (cks_dl_t *e = w->recvs.head, *nx; e != NULL; e = nx) {
+        cks_tp_recv_req_t *r = CKS_CONTAINER_OF(e, cks_tp_recv_req_t, dl);
+        nx                   = e->next;
+        if (r->conn == NULL || !r->conn->retired) {
+            continue;
+        }
+        cks_dl_del(&w->recvs, e);
+        e->prev = e->next = NULL;
+        cks_tp_done_cb_t cb = r->cb;
+        cks_tp_conn_h conn  = r->conn;
+        r->cb               = NULL;
+        r->conn             = NULL;
+        given_up++;
+        if (cb != NULL) {
+            cb(r->arg, CKS_ERR_CONN_LOST);
+        }
+        cks_tp_conn_put(conn);
+    }
+    for (size_t i = 0; i < nold; i++) {
+        cks_tp_conn_put(olds[i]);
+    }
+    free(olds);
+    if (watched && (status = cks_tp_sentinel_start(w)) != CKS_OK) {
+        cks_warn("%s: no check of the new worker's receive path: %s", w->name,
+                 cks_status_string(status));
+    }
+    cks_warn("%s: UCX worker replaced (%u of %u): %zu connections closed, %u transfers "
+             "UCX still held given up", w->name, w->nretired, CKS_TP_RETIRED_MAX, nold,
+             given_up);
+    return CKS_OK;
 }
 
 void cks_tp_worker_quiesce(cks_tp_worker_h w)
@@ -230,6 +339,9 @@ void cks_tp_worker_destroy(cks_tp_worker_h w)
     cks_hmap_destroy(w->calls);
     ucp_worker_release_address(w->worker, w->address);
     ucp_worker_destroy(w->worker);
+    for (unsigned i = 0; i < w->nretired; i++) {
+        ucp_worker_destroy(w->retired[i]); /* completes what it held: touches nothing */
+    }
     cks_tp_sends_free(w);
     ucp_cleanup(w->context);
     free(w->key_shape);
@@ -295,5 +407,13 @@ cks_status_t cks_tp_worker_wait(cks_tp_worker_h w, int timeout_ms)
 
 void cks_tp_worker_signal(cks_tp_worker_h w)
 {
-    ucp_worker_signal(w->worker);
+    /* any thread: the worker may be replaced meanwhile (a replaced one
+     * lives until the destroy; the loop then waits on the new one's fd,
+     * and the caller's queue is looked at before each wait) */
+    ucp_worker_signal(__atomic_load_n(&w->worker, __ATOMIC_ACQUIRE));
+}
+
+unsigned cks_tp_worker_renewals(cks_tp_worker_h w)
+{
+    return __atomic_load_n(&w->nretired, __ATOMIC_RELAXED); /* any thread */
 }

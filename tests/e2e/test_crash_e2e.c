@@ -359,44 +359,60 @@ Test(stall_exit, a_stopped_server_does_not_count_the_time_it_was_stopped)
 }
 
 /* A client process whose worker takes none of its check's messages (fault
- * sentinel_lost, armed from the environment when the library loads):
- * cks_client_stats() says for how long, from 5 s on, and the client logs
- * it once; without the fault it stays 0. Each run bounded (popen of a
- * process that gives up after its SECONDS). */
-static int stall_client_run(const char *faults, unsigned seconds, uint64_t *most_p)
+ * sentinel_lost, armed from the environment when the library loads; it
+ * spares a replaced worker): after 5 s the client logs it once and replaces
+ * its UCX worker, then writes a version through the new one and restores
+ * it and the one written before into fresh cks_mem_alloc() memory, exact.
+ * Without the fault nothing is replaced. Before: the client only said so,
+ * and its requests would have timed out for good. Each run bounded (popen
+ * of a process that gives up after its SECONDS). */
+typedef struct {
+    uint64_t most, renewals;
+    int logged, exact, replaced, rc;
+} stall_run_t;
+
+static stall_run_t stall_client_run(const char *faults, unsigned seconds, const char *job)
 {
     char cmd[512], line[1024];
-    snprintf(cmd, sizeof(cmd), "CKS_FAULTS=%s UCX_NET_DEVICES=lo %s %s %u 2>&1", faults,
-             CKS_STALL_CLIENT_BIN, st_srv.addr, seconds);
+    stall_run_t r = {UINT64_MAX, UINT64_MAX, 0, 0, 0, -1};
+    snprintf(cmd, sizeof(cmd), "CKS_FAULTS=%s UCX_NET_DEVICES=lo %s %s %u %s 2>&1", faults,
+             CKS_STALL_CLIENT_BIN, st_srv.addr, seconds, job);
     FILE *f = popen(cmd, "r");
     cr_assert_not_null(f);
-    *most_p = UINT64_MAX;
-    int logged = 0;
     while (fgets(line, sizeof(line), f) != NULL) {
         unsigned long long v;
         if (sscanf(line, "receive_stalled_s %llu", &v) == 1) {
-            *most_p = v;
+            r.most = v;
         }
-        logged += strstr(line, "its receive path is stalled") != NULL;
-        cr_log_info("stall_client: %s", line);
+        if (sscanf(line, "receive_renewals %llu", &v) == 1) {
+            r.renewals = v;
+        }
+        r.logged += strstr(line, "its receive path is stalled") != NULL;
+        r.replaced += strstr(line, "UCX worker replaced") != NULL;
+        r.exact += strstr(line, "versions 1 and 2 restore exact") != NULL;
+        fprintf(stderr, "stall_client: %s", line);
     }
     int ws = pclose(f);
-    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) <= 1, "stall_client ended with %d", ws);
-    return logged;
+    cr_assert(WIFEXITED(ws), "stall_client ended with %d", ws);
+    r.rc = WEXITSTATUS(ws);
+    return r;
 }
 
-Test(stall_exit, a_client_whose_receive_path_takes_nothing_says_so)
+Test(stall_exit, a_client_whose_receive_path_takes_nothing_replaces_its_worker)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
-    uint64_t most = 0;
     cr_assert_eq(cks_test_server_start(&st_srv, 64 * MiB), 0);
-    int logged = stall_client_run("none", 3, &most);
-    cr_assert_eq(most, 0, "a client whose check's messages arrive counted %llu s without one",
-                 (unsigned long long)most);
-    cr_assert_eq(logged, 0);
-    logged = stall_client_run("sentinel_lost:always", 15, &most);
-    cr_assert(most >= 5 && most != UINT64_MAX,
-              "a client whose worker takes none of its check's messages counted %llu s in "
-              "15 s (receive_stalled_s)", (unsigned long long)most);
-    cr_assert_eq(logged, 1, "the client logged its stall %d times", logged);
+    stall_run_t r = stall_client_run("none", 3, "calm");
+    cr_assert_eq(r.rc, 1, "stall_client without the fault exited %d", r.rc);
+    cr_assert_eq(r.most, 0, "a client whose check's messages arrive counted %llu s without one",
+                 (unsigned long long)r.most);
+    cr_assert_eq(r.renewals, 0);
+    cr_assert_eq(r.logged, 0);
+    r = stall_client_run("sentinel_lost:always", 20, "stalled");
+    cr_assert_eq(r.renewals, 1, "a client whose worker takes none of its check's messages "
+                 "replaced it %llu times in 20 s", (unsigned long long)r.renewals);
+    cr_assert_eq(r.logged, 1, "the client logged its stall %d times", r.logged);
+    cr_assert_eq(r.replaced, 1, "the transport did not say it replaced the worker");
+    cr_assert_eq(r.exact, 1, "after the renewal: not written and restored exact");
+    cr_assert_eq(r.rc, 0, "stall_client exited %d", r.rc);
 }
