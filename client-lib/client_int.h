@@ -286,6 +286,7 @@ struct cks_client {
                                  atomic: cks_client_stats() */
     /* progress thread only */
     int rx_stall_said;        /* the stall was logged */
+    int renewing;             /* cks_tp_worker_renew() runs (progress thread) */
     cks_workq_t *work;        /* work.c: its threads (NULL until the first job) */
     int work_none;            /* none could start, or stopped: callers run jobs */
     cks_hmap_t *inflight;     /* req_id -> op */

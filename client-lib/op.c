@@ -283,8 +283,10 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             if (unreach && op->tries == 0) {
                 op->unreach = op->status;
             }
-            if (unreach && op->status == CKS_ERR_TIMEOUT) {
-                op->slow_mask |= 1u << op->tries; /* busy, maybe: see below */
+            if (unreach && (op->status == CKS_ERR_TIMEOUT || c->renewing)) {
+                /* busy, maybe: see below; or up, its connection closed by
+                 * this client's worker replacement (progress.c) */
+                op->slow_mask |= 1u << op->tries;
             }
             cks_log(unreach && !op->tries && cks_cl_warn_due(&c->srv[op->srv]) ? CKS_LOG_WARN
                                                                                : CKS_LOG_INFO,

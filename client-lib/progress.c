@@ -134,7 +134,9 @@ static int cks_cl_sentinel(cks_client_h c)
                   "%u s: its receive path is stalled (a server on this host killed while "
                   "it sent to this client leaves UCX's shared-memory receive FIFO stuck): "
                   "replacing the worker; the requests in flight fail", dry);
+        c->renewing     = 1; /* a seal failed now is sent again (op.c) */
         cks_status_t st = cks_tp_worker_renew(c->tp);
+        c->renewing     = 0;
         if (st != CKS_OK) {
             cks_error("the client's UCX worker cannot be replaced (%s): its requests will "
                       "time out; destroy the client and create a new one",

@@ -121,6 +121,61 @@ static int puts_check(cks_client_h c, size_t n, const uint8_t *src, uint8_t *buf
     return ok && failed_after == 0;
 }
 
+static int finish0 = CKS_INPROGRESS; /* rank 0's finish of version 4 */
+
+static void finish0_done(void *arg, cks_status_t st)
+{
+    (void)arg;
+    __atomic_store_n(&finish0, (int)st, __ATOMIC_RELEASE);
+}
+
+/* Cluster: rank 0's finish of version 4 (2 ranks) was in flight when the
+ * worker was replaced; rank 1 finishes now. 1 when rank 0's finish ended
+ * (whatever its answer) and, if both answered OK, both objects restore
+ * exact; else 0. */
+static int ranks_check(cks_client_h c, uint8_t *src, uint8_t *buf, uint8_t *want)
+{
+    cks_put_params_t pp = {.job = job, .version = 4, .key = "r1", .buffer = src,
+                           .size = SIZE};
+    fill(src, 41);
+    cks_status_t st = cks_put(c, &pp);
+    cks_status_t f1 = st == CKS_OK ? cks_version_finish(c, job, 4, 1) : st;
+    for (int i = 0; i < 3000 && __atomic_load_n(&finish0, __ATOMIC_ACQUIRE) == CKS_INPROGRESS;
+         i++) {
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    int f0 = __atomic_load_n(&finish0, __ATOMIC_ACQUIRE);
+    char why[256];
+    cks_client_last_error(c, why, sizeof(why));
+    printf("version 4: rank 0's finish (in flight at the renewal): %s; rank 1's: %s (%s)\n",
+           cks_status_name((cks_status_t)f0), cks_status_name(f1), why);
+    if (f0 == CKS_INPROGRESS) {
+        return 0;
+    }
+    if (f0 != CKS_OK || f1 != CKS_OK) {
+        return 1;
+    }
+    cks_restore_h r;
+    int wrong = 0;
+    st        = cks_restore_open(c, job, 4, &r);
+    if (st == CKS_OK) {
+        for (int k = 0; k < 2 && st == CKS_OK && !wrong; k++) {
+            cks_get_params_t g = {.key = k ? "r1" : "r0", .buffer = buf, .buffer_size = SIZE};
+            uint64_t len       = 0;
+            fill(want, k ? 41 : 40);
+            st    = cks_get(r, &g, &len);
+            wrong = st == CKS_OK && (len != SIZE || memcmp(buf, want, SIZE) != 0);
+        }
+        cks_restore_close(r);
+    }
+    st = wrong ? CKS_ERR_CRC_MISMATCH : st; /* said below as WRONG BYTES */
+    printf("version 4 restores: %s\n", st == CKS_OK ? "exact"
+                                        : wrong ? "WRONG BYTES"
+                                                : cks_status_name(st));
+    return st == CKS_OK;
+}
+
 int main(int argc, char **argv)
 {
     cks_client_params_t p = {0};
@@ -134,8 +189,15 @@ int main(int argc, char **argv)
         return 2;
     }
     job          = argv[3];
-    p.field_mask = CKS_CLIENT_FIELD_SERVER | CKS_CLIENT_FIELD_TIMEOUT_MS;
+    int cluster  = strchr(argv[1], '/') != NULL; /* a cluster map */
+    p.field_mask = (cluster ? CKS_CLIENT_FIELD_CLUSTER | CKS_CLIENT_FIELD_EC
+                            : CKS_CLIENT_FIELD_SERVER) |
+                   CKS_CLIENT_FIELD_TIMEOUT_MS;
     p.server     = argv[1];
+    p.cluster    = argv[1];
+    p.ec_k       = 4;
+    p.ec_m       = 2;
+    p.chunk_size = 64u << 10;
     p.timeout_ms = 10000;
     if (cks_client_create(&p, &c) != CKS_OK || cks_mem_alloc(c, SIZE, &src) != CKS_OK) {
         fprintf(stderr, "stall_client: no client of %s\n", argv[1]);
@@ -152,6 +214,18 @@ int main(int argc, char **argv)
         return 2;
     }
     fill(src3, 3);
+    if (cluster) { /* rank 0 of version 4 finishes; its finish waits for rank 1 */
+        cks_version_params_t vp4 = {.field_mask = CKS_VERSION_FIELD_NRANKS, .job = job,
+                                    .version = 4, .nranks = 2};
+        cks_put_params_t pp      = {.job = job, .version = 4, .key = "r0", .buffer = src,
+                                    .size = SIZE};
+        fill(src, 40);
+        if (cks_version_begin(c, &vp4) != CKS_OK || cks_put(c, &pp) != CKS_OK ||
+            cks_version_finish_nb(c, job, 4, 0, finish0_done, NULL) != CKS_INPROGRESS) {
+            fprintf(stderr, "stall_client: version 4 not begun, written or finished\n");
+            return 2;
+        }
+    }
     size_t n = 0, made_after = 0;
     int ticks = atoi(argv[2]) * 100;
     for (int i = 0; i < ticks && made_after < 50; i++) {
@@ -191,7 +265,8 @@ int main(int argc, char **argv)
                    cks_status_name(ws), cks_status_name(s3));
             rc = 3;
         } else if (!restores_exact(c, 1, dst, want) || !restores_exact(c, 2, dst, want) ||
-                   !puts_check(c, n, src3, dst)) {
+                   !puts_check(c, n, src3, dst) ||
+                   (cluster && !ranks_check(c, src, dst, want))) {
             rc = 3;
         } else {
             printf("after renewal: version 2 written, versions 1 and 2 restore exact\n");

@@ -275,6 +275,7 @@ Test(crash_stop, sigterm_with_calls_to_a_stopped_peer_exits_cleanly)
  */
 
 static cks_test_server_t st_srv;
+static cks_test_cluster_t st_cl;
 
 static void stall_fini(void)
 {
@@ -283,6 +284,7 @@ static void stall_fini(void)
         kill(st_srv.pid, SIGCONT);
     }
     cks_test_server_cleanup(&st_srv);
+    cks_test_cluster_cleanup(&st_cl);
 }
 
 TestSuite(stall_exit, .fini = stall_fini, .timeout = 90);
@@ -368,15 +370,16 @@ Test(stall_exit, a_stopped_server_does_not_count_the_time_it_was_stopped)
  * of a process that gives up after its SECONDS). */
 typedef struct {
     uint64_t most, renewals;
-    int logged, exact, replaced, rc;
+    int logged, exact, replaced, ranks, rc;
 } stall_run_t;
 
-static stall_run_t stall_client_run(const char *faults, unsigned seconds, const char *job)
+static stall_run_t stall_client_run(const char *faults, unsigned seconds, const char *job,
+                                    const char *target)
 {
     char cmd[512], line[1024];
-    stall_run_t r = {UINT64_MAX, UINT64_MAX, 0, 0, 0, -1};
+    stall_run_t r = {UINT64_MAX, UINT64_MAX, 0, 0, 0, 0, -1};
     snprintf(cmd, sizeof(cmd), "CKS_FAULTS=%s UCX_NET_DEVICES=lo %s %s %u %s 2>&1", faults,
-             CKS_STALL_CLIENT_BIN, st_srv.addr, seconds, job);
+             CKS_STALL_CLIENT_BIN, target, seconds, job);
     FILE *f = popen(cmd, "r");
     cr_assert_not_null(f);
     while (fgets(line, sizeof(line), f) != NULL) {
@@ -390,6 +393,7 @@ static stall_run_t stall_client_run(const char *faults, unsigned seconds, const 
         r.logged += strstr(line, "its receive path is stalled") != NULL;
         r.replaced += strstr(line, "UCX worker replaced") != NULL;
         r.exact += strstr(line, "versions 1 and 2 restore exact") != NULL;
+        r.ranks += strstr(line, "version 4 restores: exact") != NULL;
         fprintf(stderr, "stall_client: %s", line);
     }
     int ws = pclose(f);
@@ -402,17 +406,36 @@ Test(stall_exit, a_client_whose_receive_path_takes_nothing_replaces_its_worker)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
     cr_assert_eq(cks_test_server_start(&st_srv, 64 * MiB), 0);
-    stall_run_t r = stall_client_run("none", 3, "calm");
+    stall_run_t r = stall_client_run("none", 3, "calm", st_srv.addr);
     cr_assert_eq(r.rc, 1, "stall_client without the fault exited %d", r.rc);
     cr_assert_eq(r.most, 0, "a client whose check's messages arrive counted %llu s without one",
                  (unsigned long long)r.most);
     cr_assert_eq(r.renewals, 0);
     cr_assert_eq(r.logged, 0);
-    r = stall_client_run("sentinel_lost:always", 20, "stalled");
+    r = stall_client_run("sentinel_lost:always", 20, "stalled", st_srv.addr);
     cr_assert_eq(r.renewals, 1, "a client whose worker takes none of its check's messages "
                  "replaced it %llu times in 20 s", (unsigned long long)r.renewals);
     cr_assert_eq(r.logged, 1, "the client logged its stall %d times", r.logged);
     cr_assert_eq(r.replaced, 1, "the transport did not say it replaced the worker");
     cr_assert_eq(r.exact, 1, "after the renewal: not written and restored exact");
+    cr_assert_eq(r.rc, 0, "stall_client exited %d", r.rc);
+}
+
+/* The same in a client of a 6-server cluster, in the middle of a
+ * checkpoint: rank 0 of a 2-rank version has finished, and its finish
+ * waits at the coordinator for rank 1 when the worker is replaced. Rank
+ * 0's finish must end (not hang) and rank 1's finish, made after the
+ * renewal, commits the version, which restores exact; versions written
+ * before and after, and the puts around the renewal, as above. */
+Test(stall_exit, a_cluster_client_replaces_its_worker_in_the_middle_of_a_checkpoint,
+     .timeout = 150)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    cr_assert_eq(cks_test_cluster_start(&st_cl, 6, 3, 256 * MiB, -1, NULL), 0);
+    stall_run_t r = stall_client_run("sentinel_lost:always", 20, "ranks", st_cl.map);
+    cr_assert_eq(r.renewals, 1, "the cluster client replaced its worker %llu times in 20 s",
+                 (unsigned long long)r.renewals);
+    cr_assert_eq(r.exact, 1, "after the renewal: not written and restored exact");
+    cr_assert_eq(r.ranks, 1, "the 2-rank version did not commit and restore exact");
     cr_assert_eq(r.rc, 0, "stall_client exited %d", r.rc);
 }
