@@ -825,6 +825,13 @@ static int ch_unreachable(const int *down)
  * their number is returned. Such a server counts as one more down: a
  * checkpoint that fails with it and m others down is no fault of ours. */
 static int ch_stall_exits; /* of those, servers that exited on their own check */
+static uint64_t ch_renewals; /* UCX workers the test's clients replaced themselves */
+
+static uint64_t ch_renewals_of(cks_client_h c)
+{
+    cks_client_stats_t cs = {0};
+    return cks_client_stats(c, &cs) == CKS_OK ? cs.receive_renewals : 0;
+}
 
 static int ch_lost_to_transport(const int *down)
 {
@@ -898,6 +905,7 @@ static int ch_client_lost_to_transport(cks_client_h *c_p, int timeout_ms)
     fprintf(stderr, "  a client of the test got no answer (%s) where a new one did: UCX took "
                     "it out (its receive path stalled for %llu s by its own check); replaced\n",
             cks_status_name(st), (unsigned long long)cs.receive_stalled_s);
+    ch_renewals += ch_renewals_of(*c_p);
     cks_client_destroy(*c_p);
     *c_p = fresh;
     return 1;
@@ -1530,6 +1538,7 @@ static void ch_random(int rounds, uint64_t bound_ms)
      * a chunk before it counts the chunk missing (CKS_SV_MEMBER_TIMEOUT_MS),
      * and a coordinator as long for the manifest */
     ch_stall_exits = 0;
+    ch_renewals    = 0;
     cks_client_h c0 = connect_cluster(5000), c1 = connect_cluster(5000);
     cr_assert_eq(cks_cluster_usage(c0, &used0, NULL), CKS_OK);
 
@@ -1730,10 +1739,12 @@ static void ch_random(int rounds, uint64_t bound_ms)
                     "UCX took out (%d servers exited on their check of their receive path); "
                     "%d versions deleted again; arena use %llu bytes (%llu "
                     "before); %d committed after their coordinator was killed during them (taken over); "
-                    "%d cuts (counted with the kills)\n",
+                    "%d cuts (counted with the kills); %llu UCX workers the test's clients "
+                    "replaced after their receive path stalled\n",
             rounds, (unsigned long long)(ch_ms() - t0), committed, retried, lost, kills,
             stops, transport_lost, ch_stall_exits, again, (unsigned long long)used,
-            (unsigned long long)used0, taken_over, ch_ncuts);
+            (unsigned long long)used0, taken_over, ch_ncuts,
+            (unsigned long long)(ch_renewals + ch_renewals_of(c0) + ch_renewals_of(c1)));
     for (size_t i = 0; used != used0 && i < NSRV; i++) {
         cks_client_h one = NULL;
         uint64_t u       = 0;
