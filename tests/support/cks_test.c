@@ -720,31 +720,55 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 }
 
 /* A sanitizer's report in a server's log (ASan, UBSan, LSan): the server hit
- * a memory error, whether or not the test saw its effect. Printed and failed. */
+ * a memory error, whether or not the test saw its effect. Printed, failed,
+ * and marked with a line "[SANITIZER] ..." that scripts/test counts as a
+ * failure (a cr_expect() in a suite's fini, where most cleanups run, does
+ * not fail the test that ran). One report is known and not counted: UCX
+ * 1.13's SIGSEGV in ucp_cm_server_conn_request_cb on its async thread when
+ * a listener is destroyed while a connection request arrives (a server
+ * shutting down while peers connect; fixed in UCX 1.14, docs/ARCHITECTURE.md,
+ * known limits): said on a line "known UCX 1.13 bug ...". */
 static void cks_test_server_sanitized(const cks_test_server_t *s)
 {
     static const char *marks[] = {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
                                   "runtime error:"};
     char line[1024];
-    int printing = 0, printed = 0, found = 0;
+    int printing = 0, printed = 0, reports = 0, known = 0;
     FILE *f = s->log[0] != '\0' ? fopen(s->log, "r") : NULL;
     if (f == NULL) {
         return;
     }
-    while (fgets(line, sizeof(line), f) != NULL && printed < 60) {
-        for (size_t i = 0; !printing && i < sizeof(marks) / sizeof(marks[0]); i++) {
+    while (fgets(line, sizeof(line), f) != NULL) {
+        for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++) {
             if (strstr(line, marks[i]) != NULL) {
-                printing = found = 1;
-                fprintf(stderr, "sanitizer report in the server log %s:\n", s->log);
+                reports++;
+                printing = printed < 60;
+                if (printing) {
+                    fprintf(stderr, "sanitizer report in the server log %s:\n", s->log);
+                }
+                break;
             }
         }
-        if (printing) {
+        known += strstr(line, "SUMMARY: AddressSanitizer: SEGV") != NULL &&
+                 strstr(line, "in ucp_cm_server_conn_request_cb") != NULL;
+        if (printing && printed < 60) {
             fputs(line, stderr);
             printed++;
         }
     }
     fclose(f);
-    cr_expect(!found, "a server hit a memory or UB error (its report above, log %s)", s->log);
+    if (reports == 0) {
+        return;
+    }
+    if (known == reports) {
+        fprintf(stderr, "known UCX 1.13 bug in the server log %s, not counted: SIGSEGV in "
+                        "ucp_cm_server_conn_request_cb (a listener destroyed while a "
+                        "connection request arrived; fixed in UCX 1.14)\n", s->log);
+        return;
+    }
+    fprintf(stderr, "[SANITIZER] a server hit a memory or UB error (its report above, log %s)\n",
+            s->log);
+    cr_expect(0, "a server hit a memory or UB error (its report above, log %s)", s->log);
 }
 
 void cks_test_server_cleanup(cks_test_server_t *s)
