@@ -224,10 +224,12 @@ cks_status_t cks_tp_worker_renew(cks_tp_worker_h w)
             cb(s->arg, CKS_ERR_CONN_LOST);
         }
     }
-    for (cks_dl_t *e = w->recvs.head, *nx; e != NULL; e = nx) {
+    /* a callback may end other receives (a close it asks for completes
+     * them): each one taken is unlinked first, and the walk starts again */
+    for (cks_dl_t *e = w->recvs.head; e != NULL;) {
         cks_tp_recv_req_t *r = CKS_CONTAINER_OF(e, cks_tp_recv_req_t, dl);
-        nx                   = e->next;
         if (r->conn == NULL || !r->conn->retired) {
+            e = e->next;
             continue;
         }
         cks_dl_del(&w->recvs, e);
@@ -241,6 +243,7 @@ cks_status_t cks_tp_worker_renew(cks_tp_worker_h w)
             cb(r->arg, CKS_ERR_CONN_LOST);
         }
         cks_tp_conn_put(conn);
+        e = w->recvs.head;
     }
     for (size_t i = 0; i < nold; i++) {
         cks_tp_conn_put(olds[i]);
