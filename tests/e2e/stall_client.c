@@ -4,8 +4,12 @@
  * cks_mem_alloc() memory), then, for at most SECONDS, keeps two puts of
  * version 3 in flight (16 KiB each, cks_put_nb(), a new one each 10 ms)
  * and reads cks_client_stats(), until the client has replaced its UCX
- * worker (receive_renewals) and 50 puts were made after that. It prints
- * the largest receive_stalled_s it saw, the renewals, and the puts. After
+ * worker (receive_renewals) and 50 puts were made after that. It says
+ * "stalled 4 s" when the check has counted 4 s (the renewal comes at 5)
+ * and "renewed" once it came, each at once (flushed): the test may stop
+ * the server between the two, so that the puts in flight wait there
+ * through the renewal. It prints the largest receive_stalled_s it saw, the
+ * renewals, and the puts. After
  * a renewal it writes version 2 through the new worker, seals version 3,
  * and restores all three into fresh cks_mem_alloc() memory: every put
  * answered OK restores exact, one that failed (in flight when the worker
@@ -231,6 +235,16 @@ int main(int argc, char **argv)
     for (int i = 0; i < ticks && made_after < 50; i++) {
         struct timespec ts = {0, 10 * 1000000L};
         if (cks_client_stats(c, &st) == CKS_OK) {
+            if (st.receive_stalled_s >= 4 && most < 4) {
+                /* the renewal comes at 5: the test may stop the server now,
+                 * so that the puts in flight wait there through it */
+                printf("stalled 4 s\n");
+                fflush(stdout);
+            }
+            if (st.receive_renewals > 0 && renewals == 0) {
+                printf("renewed\n");
+                fflush(stdout);
+            }
             most     = st.receive_stalled_s > most ? st.receive_stalled_s : most;
             renewals = st.receive_renewals;
         }

@@ -365,25 +365,38 @@ Test(stall_exit, a_stopped_server_does_not_count_the_time_it_was_stopped)
  * spares a replaced worker): after 5 s the client logs it once and replaces
  * its UCX worker, then writes a version through the new one and restores
  * it and the one written before into fresh cks_mem_alloc() memory, exact.
+ * The server is stopped (SIGSTOP) from the client's fourth second until the
+ * renewal, so that puts are in flight through it: they fail, and are absent
+ * or exact in their version; every put made after the renewal succeeds.
  * Without the fault nothing is replaced. Before: the client only said so,
  * and its requests would have timed out for good. Each run bounded (popen
- * of a process that gives up after its SECONDS). */
+ * of a process that gives up after its SECONDS; the server is continued
+ * whatever the helper said, and by the suite's fini). */
 typedef struct {
     uint64_t most, renewals;
     int logged, exact, replaced, ranks, rc;
+    unsigned puts_failed; /* puts of version 3 that failed (in flight at the renewal) */
 } stall_run_t;
 
 static stall_run_t stall_client_run(const char *faults, unsigned seconds, const char *job,
-                                    const char *target)
+                                    const char *target, pid_t stop)
 {
     char cmd[512], line[1024];
-    stall_run_t r = {UINT64_MAX, UINT64_MAX, 0, 0, 0, 0, -1};
+    stall_run_t r = {UINT64_MAX, UINT64_MAX, 0, 0, 0, 0, -1, 0};
     snprintf(cmd, sizeof(cmd), "CKS_FAULTS=%s UCX_NET_DEVICES=lo %s %s %u %s 2>&1", faults,
              CKS_STALL_CLIENT_BIN, target, seconds, job);
     FILE *f = popen(cmd, "r");
     cr_assert_not_null(f);
+    int stopped = 0;
     while (fgets(line, sizeof(line), f) != NULL) {
         unsigned long long v;
+        if (stop > 0 && strncmp(line, "stalled 4 s", 11) == 0) {
+            stopped = kill(stop, SIGSTOP) == 0; /* the puts in flight wait there */
+        }
+        if (stopped && strncmp(line, "renewed", 7) == 0) {
+            kill(stop, SIGCONT);
+            stopped = 0;
+        }
         if (sscanf(line, "receive_stalled_s %llu", &v) == 1) {
             r.most = v;
         }
@@ -393,8 +406,12 @@ static stall_run_t stall_client_run(const char *faults, unsigned seconds, const 
         r.logged += strstr(line, "its receive path is stalled") != NULL;
         r.replaced += strstr(line, "UCX worker replaced") != NULL;
         r.exact += strstr(line, "versions 1 and 2 restore exact") != NULL;
+        sscanf(line, "puts of version 3: %*u, %u failed", &r.puts_failed);
         r.ranks += strstr(line, "version 4 restores: exact") != NULL;
         fprintf(stderr, "stall_client: %s", line);
+    }
+    if (stopped) {
+        kill(stop, SIGCONT); /* no renewal came */
     }
     int ws = pclose(f);
     cr_assert(WIFEXITED(ws), "stall_client ended with %d", ws);
@@ -406,18 +423,21 @@ Test(stall_exit, a_client_whose_receive_path_takes_nothing_replaces_its_worker)
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
     cr_assert_eq(cks_test_server_start(&st_srv, 64 * MiB), 0);
-    stall_run_t r = stall_client_run("none", 3, "calm", st_srv.addr);
+    stall_run_t r = stall_client_run("none", 3, "calm", st_srv.addr, 0);
     cr_assert_eq(r.rc, 1, "stall_client without the fault exited %d", r.rc);
     cr_assert_eq(r.most, 0, "a client whose check's messages arrive counted %llu s without one",
                  (unsigned long long)r.most);
     cr_assert_eq(r.renewals, 0);
     cr_assert_eq(r.logged, 0);
-    r = stall_client_run("sentinel_lost:always", 20, "stalled", st_srv.addr);
+    r = stall_client_run("sentinel_lost:always", 20, "stalled", st_srv.addr,
+                         st_srv.pid);
     cr_assert_eq(r.renewals, 1, "a client whose worker takes none of its check's messages "
                  "replaced it %llu times in 20 s", (unsigned long long)r.renewals);
     cr_assert_eq(r.logged, 1, "the client logged its stall %d times", r.logged);
     cr_assert_eq(r.replaced, 1, "the transport did not say it replaced the worker");
     cr_assert_eq(r.exact, 1, "after the renewal: not written and restored exact");
+    cr_assert_gt(r.puts_failed, 0, "no put was in flight at the renewal (the server was "
+                 "stopped through it)");
     cr_assert_eq(r.rc, 0, "stall_client exited %d", r.rc);
 }
 
@@ -432,7 +452,7 @@ Test(stall_exit, a_cluster_client_replaces_its_worker_in_the_middle_of_a_checkpo
 {
     CKS_TEST_NEEDS_FAULT_POINTS();
     cr_assert_eq(cks_test_cluster_start(&st_cl, 6, 3, 256 * MiB, -1, NULL), 0);
-    stall_run_t r = stall_client_run("sentinel_lost:always", 20, "ranks", st_cl.map);
+    stall_run_t r = stall_client_run("sentinel_lost:always", 20, "ranks", st_cl.map, 0);
     cr_assert_eq(r.renewals, 1, "the cluster client replaced its worker %llu times in 20 s",
                  (unsigned long long)r.renewals);
     cr_assert_eq(r.exact, 1, "after the renewal: not written and restored exact");
