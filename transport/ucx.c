@@ -203,8 +203,10 @@ cks_status_t cks_tp_worker_renew(cks_tp_worker_h w)
         c->retired   = 1;
         olds[nold++] = c;
     }
+    size_t nopen = 0;
     for (size_t i = 0; i < nold; i++) {
         if (!olds[i]->failed) {
+            nopen += !olds[i]->closed;
             cks_tp_conn_fail(olds[i], 1, CKS_ERR_CONN_LOST); /* its calls, its owner */
         } else {
             cks_tp_conn_detach(olds[i], 1);
@@ -254,7 +256,7 @@ cks_status_t cks_tp_worker_renew(cks_tp_worker_h w)
                  cks_status_string(status));
     }
     cks_warn("%s: UCX worker replaced (%u of %u): %zu connections closed, %u transfers "
-             "UCX still held given up", w->name, w->nretired, CKS_TP_RETIRED_MAX, nold,
+             "UCX still held given up", w->name, w->nretired, CKS_TP_RETIRED_MAX, nopen,
              given_up);
     return CKS_OK;
 }

@@ -459,3 +459,67 @@ Test(stall_exit, a_cluster_client_replaces_its_worker_in_the_middle_of_a_checkpo
     cr_assert_eq(r.ranks, 1, "the 2-rank version did not commit and restore exact");
     cr_assert_eq(r.rc, 0, "stall_client exited %d", r.rc);
 }
+
+/* cks_tp_worker_renew() itself, on a raw transport client of a standalone
+ * server: a handshake outstanding at the renewal ends with an error there
+ * (never later, never not at all), the connection that was up fails and its
+ * owner is told; a new connection through the new worker shakes hands and
+ * gets its data endpoint. Eight renewals are allowed, the ninth is refused
+ * (CKS_ERR_BAD_STATE) and changes nothing: the worker still connects. A
+ * worker with a listener (a server's) is not renewed. Under ASan the
+ * destroy, with eight replaced workers kept, leaks nothing. */
+static void renew_hs_end(void *arg, cks_status_t status)
+{
+    *(cks_status_t *)arg = status;
+}
+
+static void renew_accept(void *arg, cks_tp_conn_h conn)
+{
+    (void)arg;
+    cks_tp_conn_put(conn);
+}
+
+Test(stall_exit, a_transport_worker_renewed_fails_its_connections_and_connects_again)
+{
+    cks_test_raw_t r;
+    cks_tp_conn_h conn2, conn3;
+    cks_status_t hs = CKS_INPROGRESS;
+    cr_assert_eq(cks_test_server_start(&st_srv, 64 * MiB), 0);
+    cks_test_raw_open(&r, st_srv.port, "renew-raw");
+
+    /* a second connection whose handshake is in flight (not progressed) */
+    cr_assert_eq(cks_tp_conn_connect(r.w, "127.0.0.1", st_srv.port, &conn2), CKS_OK);
+    cr_assert_eq(cks_tp_conn_handshake(conn2, "renew-raw", NULL, 10000, renew_hs_end, &hs),
+                 CKS_INPROGRESS);
+    cr_assert_eq(cks_tp_worker_renew(r.w), CKS_OK);
+    cr_assert_eq(cks_tp_worker_renewals(r.w), 1);
+    cr_assert_neq(hs, CKS_INPROGRESS, "the handshake in flight did not end at the renewal");
+    cr_assert_neq(hs, CKS_OK);
+    cr_assert(cks_tp_conn_failed(r.conn), "the connection that was up did not fail");
+    cr_assert_geq(r.lost, 1, "its owner was not told");
+    cks_tp_conn_put(conn2);
+
+    /* through the new worker */
+    cr_assert_eq(cks_test_raw_handshake(r.w, st_srv.port, "renew-raw", NULL, &conn3), CKS_OK);
+    CKS_TEST_RAW_WAIT(&r, cks_tp_conn_local(conn3), 5000);
+    cr_assert(cks_tp_conn_local(conn3), "no data endpoint through the new worker");
+    cks_tp_conn_put(conn3);
+
+    for (unsigned i = 2; i <= 8; i++) {
+        cr_assert_eq(cks_tp_worker_renew(r.w), CKS_OK, "renewal %u", i);
+    }
+    cr_assert_eq(cks_tp_worker_renew(r.w), CKS_ERR_BAD_STATE);
+    cr_assert_eq(cks_tp_worker_renewals(r.w), 8);
+    cr_assert_eq(cks_test_raw_handshake(r.w, st_srv.port, "renew-raw", NULL, &conn3), CKS_OK);
+    cks_tp_conn_put(conn3);
+    cks_test_raw_close(&r);
+
+    cks_test_raw_t l;
+    cks_tp_listener_h lis;
+    cr_assert_eq(cks_test_raw_worker(&l, "renew-listener"), CKS_OK);
+    cr_assert_eq(cks_tp_listener_create(l.w, "127.0.0.1", 0, renew_accept, NULL, &lis), CKS_OK);
+    cr_assert_eq(cks_tp_worker_renew(l.w), CKS_ERR_INVALID_PARAM);
+    cr_assert_eq(cks_tp_worker_renewals(l.w), 0);
+    cks_tp_listener_destroy(lis);
+    cks_tp_worker_destroy(l.w);
+}
