@@ -58,7 +58,12 @@ static void cks_tp_call_sent(void *arg, cks_status_t status)
 {
     cks_tp_call_req_t *c = arg;
     cks_tp_worker_h w    = c->conn->worker;
-    c->sending           = 0;
+    if (cks_fault_fire("call_send_held")) {
+        /* test builds: the send's completion never comes, as when UCX
+         * holds a send its peer has answered (seen for a chunk put) */
+        return;
+    }
+    c->sending = 0;
     if (status != CKS_OK && !c->replied) {
         cks_tp_call_fail(w, c, status, "send failed"); /* completes the call */
     } else {
@@ -140,6 +145,15 @@ int cks_tp_call_reply(cks_tp_worker_h w, cks_tp_conn_h conn, int via_data,
         }
         if (c->on_reply != NULL && c->status == CKS_OK) {
             c->on_reply(c->arg, hdr, body, data);
+        }
+        if (c->sending && c->abandon_ns == 0) {
+            /* answered while UCX still holds the send (the peer needs the
+             * payload no more): its completion is waited for at most the
+             * grace, then given up (cks_tp_worker_expire()); before, such a
+             * call waited for it without a deadline, and its owner never
+             * heard of it */
+            c->abandon_ns = cks_time_ns() + c->grace_ns;
+            cks_dl_move(&w->calls_dl, &c->dl, c->abandon_ns);
         }
         cks_tp_call_try_complete(w, c);
     }
@@ -269,7 +283,7 @@ cks_status_t cks_tp_call_hooked(cks_tp_conn_h conn, unsigned type, uint32_t flag
 static void cks_tp_call_abandon(cks_tp_worker_h w, cks_tp_call_req_t *c)
 {
     cks_tp_send_abandon(w, cks_tp_call_sent, c);
-    cks_warn("%s: UCX still held a send to %s %llu ms after its call failed: given up",
+    cks_warn("%s: UCX still held a send to %s %llu ms after its call ended: given up",
              w->name, c->conn->peer, (unsigned long long)(c->grace_ns / 1000000ull));
     c->sending = 0;
     cks_tp_call_try_complete(w, c);
