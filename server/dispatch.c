@@ -264,9 +264,17 @@ static int cks_rp_hold(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, unsi
     hjob->ptr = h->job;
     if (type == CKS_MSG_VERSION_SEAL) {
         /* its primaries point into the message, which is gone when the seal
-         * is handled: held without them (the version then waits for the
-         * objects of a primary that died, until its deadline, as before) */
+         * is handled: copied (without them a version whose seal came while
+         * its coordinator caught up waited for the objects of a primary
+         * that died until its deadline, instead of failing at once) */
+        const cks_wire_str_t *pr = &b->m_VERSION_SEAL.primaries;
         h->b.m_VERSION_SEAL.primaries = cks_wire_cstr(NULL);
+        if (pr->len > 0 && pr->len <= CKS_WIRE_MAX_SEAL_PRIMARIES * CKS_WIRE_SEAL_PRIMARY_LEN &&
+            (h->primaries = malloc(pr->len)) != NULL) {
+            memcpy(h->primaries, pr->ptr, pr->len);
+            h->b.m_VERSION_SEAL.primaries = (cks_wire_str_t){(const char *)h->primaries,
+                                                             pr->len};
+        }
     }
     if (key != NULL) {
         memcpy(h->key, key->ptr, key->len);
@@ -293,6 +301,7 @@ void cks_rp_release_held(cks_server_h s, int cancel)
             cks_sv_redispatch(s, h->conn, h->type, h->req_id, &h->b);
         }
         cks_tp_conn_put(h->conn);
+        free(h->primaries);
         free(h);
     }
     rp->held_tail = &rp->held;

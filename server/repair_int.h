@@ -179,6 +179,7 @@ typedef struct cks_rp_held {
     cks_msg_any_t b;
     char job[CKS_JOB_MAX_LEN + 1];
     char key[CKS_KEY_MAX_LEN + 1];
+    uint8_t *primaries; /* a seal's, copied (NULL: none) */
 } cks_rp_held_t;
 
 #define CKS_RP_HELD_MAX 1024u

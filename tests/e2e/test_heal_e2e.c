@@ -630,6 +630,69 @@ Test(heal, primary_killed_after_stored_fails_the_finish_at_once, .timeout = 240)
     free(want);
 }
 
+/* The same, when the rank's finish reaches the version's next candidate
+ * while that one catches up after a restart (fault catchup_hold holds its
+ * first round 4 s): the finish is held there until it has caught up, then
+ * taken over. Before: a held finish lost the counts of the objects it
+ * stored on each primary, so the takeover could not see that the dead
+ * coordinator - also a primary - owed an object, and the version ran into
+ * its deadline (CKS_ERR_TIMEOUT; seen in the randomized kill test under
+ * ASan, seed 471413889206). Now the finish fails at once with
+ * CKS_ERR_DATA_LOST, naming the server. */
+Test(heal, finish_held_by_a_candidate_catching_up_knows_the_dead_primary, .timeout = 240)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    int down[NSRV] = {0}, cand[NSRV];
+    char why[512], name[32];
+    uint8_t *buf = malloc(4 * MiB);
+    cr_assert(buf != NULL);
+    make_data(cks_test_seed(cks_test_seed_fresh()));
+
+    uint64_t v = version_with_live_coordinator(1, down);
+    cr_assert_geq(cks_test_coordinators(cl.map, "heal", v, cand, NSRV), 2);
+    size_t x = (size_t)cand[0], d = (size_t)cand[1]; /* the coordinator, the next one */
+    snprintf(cl.srv[x].faults, sizeof(cl.srv[x].faults), "put_stall:always");
+    cks_test_server_stop(&cl.srv[x], SIGTERM);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[x]), 0, "restart of server %zu", x);
+    cks_client_h c = connect_cluster(60000);
+    snprintf(cl.srv[d].faults, sizeof(cl.srv[d].faults), "catchup_hold");
+    cks_test_server_stop(&cl.srv[d], SIGTERM);
+    cr_assert_eq(cks_test_server_restart(&cl.srv[d]), 0, "restart of server %zu", d);
+
+    uint64_t t0             = cks_time_ns();
+    cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_TIMEOUT, .job = "heal",
+                               .version = v, .timeout_s = 60};
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    int n = 0;
+    while (n < ST_MAX && (n < NOBJ || cks_test_log_count(cl.srv[x].log, "fault put_stall") == 0)) {
+        cks_status_t st = st_put(c, v, n, buf);
+        cr_assert_eq(st, CKS_OK, "put %d: %s", n, cks_status_name(st));
+        n++;
+    }
+    cr_assert_gt(cks_test_log_count(cl.srv[x].log, "fault put_stall"), 0,
+                 "none of %d objects has server %zu as its primary", n, x);
+    cks_test_cluster_kill(&cl, x);
+    double before = (double)(cks_time_ns() - t0) / 1e9;
+
+    uint64_t t1     = cks_time_ns();
+    cks_status_t st = cks_version_finish(c, "heal", v, 0);
+    double secs     = (double)(cks_time_ns() - t1) / 1e9;
+    cks_client_last_error(c, why, sizeof(why));
+    int held = cks_test_log_count(cl.srv[d].log, "fault point 'catchup_hold' fired");
+    fprintf(stderr, "version %llu: coordinator %zu killed %.2f s after server %zu restarted "
+                    "(its catch-up held: %d); finish after %.2f s: %s (%s)\n",
+            (unsigned long long)v, x, before, d, held, secs, cks_status_name(st), why);
+    cr_assert_eq(held, 1, "server %zu did not hold its catch-up", d);
+    cr_assert_lt(before, 4.0, "the finish came after server %zu's catch-up hold", d);
+    cr_assert_eq(st, CKS_ERR_DATA_LOST, "finish with the dead coordinator owing an object: "
+                 "%s (%s)", cks_status_name(st), why);
+    cr_assert_lt(secs, 30.0, "the finish took %.2f s (the version's deadline is 60 s)", secs);
+    snprintf(name, sizeof(name), "server %d ", cl.srv[x].id);
+    cr_assert(strstr(why, name) != NULL, "'%s' does not name %s", why, name);
+    cks_client_destroy(c);
+    free(buf);
+}
+
 /* ---- randomized: kills, restarts and stops between and during checkpoints ---- */
 
 
