@@ -546,6 +546,19 @@ static void st_verify(cks_client_h c, uint64_t v, int n, uint8_t *got, uint8_t *
     cks_restore_close(r);
 }
 
+/* Put objects of version v (at least NOBJ) until server x, whose puts stall
+ * (fault put_stall), holds one: how many were put (at most ST_MAX). */
+static int st_put_until_held(cks_client_h c, uint64_t v, size_t x, uint8_t *buf)
+{
+    int n = 0;
+    while (n < ST_MAX && (n < NOBJ || cks_test_log_count(cl.srv[x].log, "fault put_stall") == 0)) {
+        cks_status_t st = st_put(c, v, n, buf);
+        cr_assert_eq(st, CKS_OK, "put %d: %s", n, cks_status_name(st));
+        n++;
+    }
+    return n;
+}
+
 /* A primary answers STORED for an object and is killed before it spreads
  * it or reports it to the coordinator (fault put_stall holds every object
  * it is primary of; the kill comes once one is held). The coordinator
@@ -573,12 +586,7 @@ Test(heal, primary_killed_after_stored_fails_the_finish_at_once, .timeout = 240)
     cks_client_h c = connect_cluster(60000); /* the default request timeout */
     cks_version_params_t vp = {.job = "heal", .version = v};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    int n = 0;
-    while (n < ST_MAX && (n < NOBJ || cks_test_log_count(cl.srv[x].log, "fault put_stall") == 0)) {
-        cks_status_t st = st_put(c, v, n, buf);
-        cr_assert_eq(st, CKS_OK, "put %d: %s", n, cks_status_name(st));
-        n++;
-    }
+    int n = st_put_until_held(c, v, x, buf);
     int held = cks_test_log_count(cl.srv[x].log, "fault put_stall");
     cr_assert_gt(held, 0, "none of %d objects has server %zu as its primary", n, x);
     cks_test_cluster_kill(&cl, x);
@@ -663,12 +671,7 @@ Test(heal, finish_held_by_a_candidate_catching_up_knows_the_dead_primary, .timeo
     cks_version_params_t vp = {.field_mask = CKS_VERSION_FIELD_TIMEOUT, .job = "heal",
                                .version = v, .timeout_s = 60};
     cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
-    int n = 0;
-    while (n < ST_MAX && (n < NOBJ || cks_test_log_count(cl.srv[x].log, "fault put_stall") == 0)) {
-        cks_status_t st = st_put(c, v, n, buf);
-        cr_assert_eq(st, CKS_OK, "put %d: %s", n, cks_status_name(st));
-        n++;
-    }
+    int n = st_put_until_held(c, v, x, buf);
     cr_assert_gt(cks_test_log_count(cl.srv[x].log, "fault put_stall"), 0,
                  "none of %d objects has server %zu as its primary", n, x);
     cks_test_cluster_kill(&cl, x);
