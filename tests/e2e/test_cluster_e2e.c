@@ -590,6 +590,18 @@ static int threads_at_nice_wait(pid_t pid, int nice, int want)
     return n;
 }
 
+/* threads_named_in(), again every 20 ms until it is `want` (at most 2 s): a
+ * thread sets its priority and its name one after the other. */
+static int threads_named_wait(pid_t pid, const char *name, int want)
+{
+    int n = threads_named_in(pid, name);
+    for (int i = 0; i < 100 && n != want; i++) {
+        usleep(20000);
+        n = threads_named_in(pid, name);
+    }
+    return n;
+}
+
 /* The encoder and repair decoder threads run --coding-nice levels below the
  * server's others (default 5): where cores are short, the progress thread's
  * copies, which clients wait on, come first. One of each by default;
@@ -609,17 +621,17 @@ Test(cluster, coding_threads_run_below_the_progress_thread)
     cr_assert_eq(getpriority(PRIO_PROCESS, (id_t)s->pid), 0, "the progress thread");
     /* named, for top -H and perf: one encoder, one repair decoder, the
      * metadata thread */
-    cr_assert_eq(threads_named_in(s->pid, "cks-encoder"), 1);
-    cr_assert_eq(threads_named_in(s->pid, "cks-repair"), 1);
-    cr_assert_eq(threads_named_in(s->pid, "cks-metadata"), 1);
+    cr_assert_eq(threads_named_wait(s->pid, "cks-encoder", 1), 1);
+    cr_assert_eq(threads_named_wait(s->pid, "cks-repair", 1), 1);
+    cr_assert_eq(threads_named_wait(s->pid, "cks-metadata", 1), 1);
 
     cks_test_set_server_flags("--coding-nice 19 --encoders 3");
     cks_test_server_stop(s, SIGTERM);
     cr_assert_eq(cks_test_server_restart(s), 0);
     int at19 = threads_at_nice_wait(s->pid, 19, 6);
     at5      = threads_at_nice(s->pid, 5);
-    int enc3 = threads_named_in(s->pid, "cks-encoder");
-    int rep3 = threads_named_in(s->pid, "cks-repair");
+    int enc3 = threads_named_wait(s->pid, "cks-encoder", 3);
+    int rep3 = threads_named_wait(s->pid, "cks-repair", 3);
     cks_test_set_server_flags("--coding-nice 0");
     cks_test_server_stop(s, SIGTERM);
     cr_assert_eq(cks_test_server_restart(s), 0);
