@@ -60,7 +60,7 @@ static void cks_tp_call_sent(void *arg, cks_status_t status)
     cks_tp_worker_h w    = c->conn->worker;
     if (cks_fault_fire("call_send_held")) {
         /* test builds: the send's completion never comes, as when UCX
-         * holds a send its peer has answered (seen for a chunk put) */
+         * holds a send its peer has answered */
         return;
     }
     c->sending = 0;
