@@ -271,7 +271,11 @@ Test(crash_stop, sigterm_with_calls_to_a_stopped_peer_exits_cleanly)
  *  - a server whose receive path takes nothing exits with 75, saying why, in
  *    bounded time; started again on its data it restores what it held;
  *  - a server stopped (SIGSTOP) longer than --stall-exit and continued does
- *    not count the time it was stopped: it serves, and stays up.
+ *    not count the time it was stopped: it serves, and stays up;
+ *  - a client whose receive path takes nothing replaces its UCX worker
+ *    (cks_tp_worker_renew()) and goes on: against one server, and in a
+ *    cluster in the middle of a 2-rank checkpoint; and the transport's
+ *    renewal itself, on a raw client.
  */
 
 static cks_test_server_t st_srv;
