@@ -26,6 +26,7 @@
  */
 #include "ckstore.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +41,41 @@ static char keys[NPUT_MAX][16];
 static int put_status[NPUT_MAX]; /* CKS_INPROGRESS until answered */
 static int after_renewal[NPUT_MAX];
 static int inflight;
+/* the callbacks' signal (they run on the client's progress thread) */
+static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cv    = PTHREAD_COND_INITIALIZER;
+
+static void signal_done(void)
+{
+    pthread_mutex_lock(&done_lock);
+    pthread_cond_broadcast(&done_cv);
+    pthread_mutex_unlock(&done_lock);
+}
+
+static int puts_ended(void)
+{
+    return __atomic_load_n(&inflight, __ATOMIC_ACQUIRE) == 0;
+}
+
+static int finish0_ended(void);
+
+/* Wait until ended() holds (the callbacks signal each change), at most 30 s. */
+static void wait_for(int (*ended)(void))
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&done_lock);
+    while (!ended() && pthread_cond_timedwait(&done_cv, &done_lock, &until) == 0) {
+    }
+    pthread_mutex_unlock(&done_lock);
+}
 
 static void put_done(void *arg, cks_status_t st)
 {
     __atomic_store_n(&put_status[(size_t)arg], (int)st, __ATOMIC_RELEASE);
     __atomic_sub_fetch(&inflight, 1, __ATOMIC_ACQ_REL);
+    signal_done();
 }
 
 static void fill(uint8_t *p, uint64_t seed)
@@ -131,6 +162,12 @@ static void finish0_done(void *arg, cks_status_t st)
 {
     (void)arg;
     __atomic_store_n(&finish0, (int)st, __ATOMIC_RELEASE);
+    signal_done();
+}
+
+static int finish0_ended(void)
+{
+    return __atomic_load_n(&finish0, __ATOMIC_ACQUIRE) != CKS_INPROGRESS;
 }
 
 /* Cluster: rank 0's finish of version 4 (2 ranks) was in flight when the
@@ -144,11 +181,7 @@ static int ranks_check(cks_client_h c, uint8_t *src, uint8_t *buf, uint8_t *want
     fill(src, 41);
     cks_status_t st = cks_put(c, &pp);
     cks_status_t f1 = st == CKS_OK ? cks_version_finish(c, job, 4, 1) : st;
-    for (int i = 0; i < 3000 && __atomic_load_n(&finish0, __ATOMIC_ACQUIRE) == CKS_INPROGRESS;
-         i++) {
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    wait_for(finish0_ended);
     int f0 = __atomic_load_n(&finish0, __ATOMIC_ACQUIRE);
     char why[256];
     cks_client_last_error(c, why, sizeof(why));
@@ -233,7 +266,7 @@ int main(int argc, char **argv)
     size_t n = 0, made_after = 0;
     int ticks = atoi(argv[2]) * 100;
     for (int i = 0; i < ticks && made_after < 50; i++) {
-        struct timespec ts = {0, 10 * 1000000L};
+        struct timespec ts = {0, 10 * 1000000L}; /* the pace of the puts, not a wait */
         if (cks_client_stats(c, &st) == CKS_OK) {
             if (st.receive_stalled_s >= 4 && most < 4) {
                 /* the renewal comes at 5: the test may stop the server now,
@@ -264,10 +297,7 @@ int main(int argc, char **argv)
         }
         nanosleep(&ts, NULL);
     }
-    for (int i = 0; i < 3000 && __atomic_load_n(&inflight, __ATOMIC_ACQUIRE) > 0; i++) {
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL); /* the client's timeout (10 s) ends each */
-    }
+    wait_for(puts_ended); /* the client's timeout (10 s) ends each */
     printf("receive_stalled_s %llu\nreceive_renewals %llu\n", (unsigned long long)most,
            (unsigned long long)renewals);
     int rc = renewals > 0 ? 0 : 1;
