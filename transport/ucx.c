@@ -27,6 +27,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,21 @@ static cks_status_t cks_tp_ucp_worker_ready(cks_tp_worker_h w, ucp_worker_h *uw_
     return status;
 }
 
+/* UCX settings this transport needs where the user set none, in the
+ * process environment (read by every UCX context made later; a user's own
+ * value wins): UCX's TCP lanes connect with a blocking connect() unless
+ * told otherwise (UCX 1.13). To a host that drops the SYNs - cut off, or a
+ * firewall that passes only the listening port - that held the calling
+ * progress thread in the kernel's SYN retries for about two minutes, every
+ * other peer unanswered. Set once, before the first context: the
+ * environment is not written while this library's threads read it. */
+static pthread_once_t cks_tp_env_once = PTHREAD_ONCE_INIT;
+
+static void cks_tp_env_defaults(void)
+{
+    setenv("UCX_TCP_CONN_NB", "y", 0);
+}
+
 cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
                                   cks_tp_worker_h *worker_p)
 {
@@ -122,6 +138,7 @@ cks_status_t cks_tp_worker_create(const cks_tp_worker_params_t *params,
                            strcmp(getenv("CKS_TP_DATA_PEER_ERRMODE"), "0") != 0;
     snprintf(w->name, sizeof(w->name), "%s", params->name ? params->name : "ckstore");
 
+    pthread_once(&cks_tp_env_once, cks_tp_env_defaults);
     status = cks_tp_status(ucp_config_read(NULL, NULL, &config), "config read");
     if (status != CKS_OK) {
         goto err_free;

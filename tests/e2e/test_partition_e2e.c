@@ -1563,3 +1563,53 @@ Test(partition, primary_plugged_back_in_writes_on_connections_that_work, .timeou
     cks_restore_close(r);
     cks_client_destroy(c);
 }
+
+/*
+ * A host whose firewall passes only the server's listening port: UCX's
+ * connection manager reaches it, then the data lanes' connections (to
+ * ports UCX picks) get no answer. UCX 1.13 made those connections with a
+ * blocking connect() by default, so whoever connected to that host - the
+ * client, and every server that probes it - sat in the kernel's SYN
+ * retries for about two minutes, its progress thread answering nothing
+ * (before: the version did not commit, "... did not answer HELLO in time"
+ * from servers that were up). Every process sets UCX's TCP transport to
+ * connect without blocking (transport/ucx.c): the firewalled server is then
+ * one server unreachable, and a version written meanwhile commits DEGRADED
+ * in bounded time and restores bit-exact.
+ */
+Test(partition, a_host_that_passes_only_the_listening_port_stalls_no_one, .timeout = 180)
+{
+    uint64_t seed = cks_test_seed(54);
+    bring_up_servers();
+    uint64_t v = 1;
+    size_t walled = (coordinator_of(v) + 1) % NSRV;
+    if (cks_test_netns_only_port(&net, walled, cl.srv[walled].port) != 0) {
+        teardown();
+        cr_skip_test("no port filter here (nftables' nft is needed)");
+    }
+    cr_assert_eq(cks_test_netns_enter_client(&net), 0);
+    uint64_t t0 = now_ms();
+    cli         = connect_client(TIMEOUT_MS);
+    cks_status_t st = write_version(cli, v, 8, 300 * KiB, seed);
+    uint64_t took   = now_ms() - t0;
+    char why[512]   = "";
+    cks_client_last_error(cli, why, sizeof(why));
+    fprintf(stderr, "server %zu takes only TCP to its port %u: version %llu %s after %llu ms "
+                    "(%s)\n",
+            walled, cl.srv[walled].port, (unsigned long long)v, cks_status_name(st),
+            (unsigned long long)took, st == CKS_OK ? "" : why);
+    assert_servers_alive();
+    cr_assert_eq(st, CKS_OK, "version %llu: %s (%s)", (unsigned long long)v,
+                 cks_status_name(st), why);
+    cr_assert_lt(took, (uint64_t)BOUND_MS, "the version took %llu ms",
+                 (unsigned long long)took);
+    cks_version_info_t vi;
+    cr_assert_eq(cks_version_stat(cli, JOB, v, &vi), CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v,
+                 cks_vstate_string(vi.state));
+    cr_assert_eq(verify_version(cli, v, 8, 300 * KiB, seed), CKS_OK);
+    /* the filter lifted, the server is one of the cluster again */
+    cr_assert_eq(cks_test_netns_only_port(&net, walled, 0), 0);
+    write_after_heal(cli, v + 1, seed);
+    assert_servers_alive();
+}

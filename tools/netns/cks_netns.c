@@ -119,11 +119,11 @@ int cks_test_netns_run(char *const argv[], int quiet)
 /* Run a command given as words, NULL-terminated; 0 when it exits with 0. */
 static int cmd(int quiet, const char *first, ...)
 {
-    char *argv[24];
+    char *argv[32];
     size_t n = 0;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a != NULL && n < 23; a = va_arg(ap, const char *)) {
+    for (const char *a = first; a != NULL && n < 31; a = va_arg(ap, const char *)) {
         argv[n++] = (char *)a;
     }
     va_end(ap);
@@ -382,6 +382,28 @@ int cks_test_netns_hide(cks_test_netns_t *t, size_t host, int hide)
     /* a blackhole route in the client's namespace: its packets to the host
      * are dropped there, silently; everyone else still reaches the host */
     return cmd(0, "ip", "-n", t->client, "route", hide ? "add" : "del", "blackhole", dst, NULL);
+}
+
+int cks_test_netns_only_port(cks_test_netns_t *t, size_t host, unsigned port)
+{
+    char rules[320];
+    if (host >= t->nhosts || port > 65535) {
+        return -1;
+    }
+    if (port == 0) {
+        return cmd(1, "ip", "netns", "exec", t->host[host], "nft", "delete", "table", "inet",
+                   "ckst", NULL);
+    }
+    /* stateful, as a host firewall is: the host's own connections (and
+     * those to itself) work, one from another host to any other port gets
+     * no answer */
+    snprintf(rules, sizeof(rules),
+             "add table inet ckst; "
+             "add chain inet ckst in { type filter hook input priority 0; policy accept; }; "
+             "add rule inet ckst in iif lo accept; "
+             "add rule inet ckst in ct state established,related accept; "
+             "add rule inet ckst in tcp dport != %u drop", port);
+    return cmd(0, "ip", "netns", "exec", t->host[host], "nft", rules, NULL);
 }
 
 int cks_test_netns_cut(cks_test_netns_t *t, int host)

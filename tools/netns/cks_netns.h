@@ -16,7 +16,7 @@
  * Names carry the pid of the test process, so parallel runs do not collide,
  * and namespaces left by a process that no longer exists are removed by
  * cks_test_netns_create(). Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and
- * iproute2 (`ip`, `bridge`; `tc` for shaping).
+ * iproute2 (`ip`, `bridge`; `tc` for shaping; `nft` for a host's port filter).
  *
  * Links are cut at the bridge: the host's bridge port is disabled, so the
  * bridge drops every frame to and from it while both ends of the veth pair
@@ -70,6 +70,11 @@ int cks_test_netns_enter_host(cks_test_netns_t *t, size_t host);
  *  route to its address there; 0: removed): the client cannot reach it,
  *  every other host still can. 0 or -1. */
 int cks_test_netns_hide(cks_test_netns_t *t, size_t host, int hide);
+/** Let host `host` take only TCP to `port` (its listening port), as a
+ *  firewall that opens one port would: every other TCP segment that reaches
+ *  it is dropped, silently (an nftables rule in its namespace; needs `nft`).
+ *  port 0 removes the rule. 0, or -1 when it cannot be set. */
+int cks_test_netns_only_port(cks_test_netns_t *t, size_t host, unsigned port);
 /** Cut host `host` (or CKS_TEST_NETNS_CLIENT) off the bridge, silently. */
 int cks_test_netns_cut(cks_test_netns_t *t, int host);
 /** Plug it back in. */
