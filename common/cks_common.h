@@ -195,7 +195,8 @@ static inline size_t cks_vkey(uint8_t *buf, const char *job, size_t job_len, uin
  * lists and its comparison), report_drop (a primary's report of an object
  * to a coordinator on another server is lost, as if its connection broke),
  * sentinel_lost (the worker drops its sentinel's message: a receive path
- * that takes nothing, transport/sentinel.c).
+ * that takes nothing, transport/sentinel.c), claim_release_late (a claim
+ * that lost is withdrawn - here and from its grantors - 1.5 s late).
  */
 typedef enum {
     CKS_FAULT_OFF    = 0,

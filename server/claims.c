@@ -117,6 +117,14 @@ cks_status_t cks_sv_fence_here(cks_server_h s, const cks_wire_str_t *job,
     cks_sv_claim_t *cl = cks_sv_claim_get(s, job->ptr, job->len, version);
     cks_status_t st;
 
+    if (cl != NULL && !cl->fenced && cl->round == 0 && round == 0 && cl->coord != coord) {
+        /* the begin claim of another server, held here while the
+         * fencing one won a majority at round 0: that claim cannot win
+         * too, and is withdrawn once it loses - ask again (fence.c) */
+        snprintf(why, why_len, "version %llu of '%.*s': server %u's begin claim is held here "
+                 "for now", (unsigned long long)version, (int)job->len, job->ptr, cl->coord);
+        return CKS_ERR_BUSY;
+    }
     if (cl != NULL && (cl->coord != coord || cl->round != round)) {
         snprintf(why, why_len, "version %llu of '%.*s' is coordinated by server %u (ballot "
                  "%u) here, not by server %u (ballot %u)", (unsigned long long)version,

@@ -160,6 +160,12 @@ int cks_sv_cluster_progress(cks_server_h s)
     if (s->relost != NULL) {
         cks_sv_relost_run(s, now);
     }
+    if (s->fences_again != NULL) {
+        cks_sv_fences_again(s, 0);
+    }
+    if (s->late_releases != NULL) {
+        cks_sv_late_releases(s, 0);
+    }
     if (s->slow != NULL) {
         cks_sv_slow_sends(s, 0);
     }
@@ -201,6 +207,10 @@ int cks_sv_cluster_progress(cks_server_h s)
     }
     if (owing && (timeout < 0 || timeout > (int)(CKS_SV_OWED_EVERY_NS / 1000000))) {
         timeout = (int)(CKS_SV_OWED_EVERY_NS / 1000000); /* the next question */
+    }
+    if (s->fences_again != NULL &&
+        (timeout < 0 || timeout > (int)(CKS_SV_FENCE_PAUSE_NS / 1000000))) {
+        timeout = (int)(CKS_SV_FENCE_PAUSE_NS / 1000000); /* a fence asked again */
     }
     /* wake at least once a second while seals wait */
     return timeout < 0 || timeout > 1000 ? 1000 : timeout;
@@ -245,6 +255,8 @@ void cks_sv_cluster_quiesce(cks_server_h s)
     cks_sv_enc_spread(cks_enc_stop(&s->enc));
     cks_sv_slow_sends(s, 1); /* test builds: sends held back end now */
     cks_sv_held_chunks(s, 1);
+    cks_sv_fences_again(s, 1); /* their outcomes are not recorded */
+    cks_sv_late_releases(s, 1);
     cks_sv_owed_send(s, 1);  /* what was owed is forgotten (in memory only) */
 }
 

@@ -304,27 +304,99 @@ void cks_sv_claim_noop(void *arg, cks_status_t status, const char *msg)
     (void)msg;
 }
 
+/* ---- withdrawing a claim -------------------------------------------------------- */
+
+/* Test builds (fault claim_release_late): a withdrawal - this server's own
+ * grant forgotten, a RELEASE to a grantor - done 1.5 s late, as by a
+ * claimant whose answers come slowly (a candidate that cannot reach some
+ * servers waits for them up to CKS_SV_CLAIM_TIMEOUT_MS). */
+struct cks_sv_late_release {
+    struct cks_sv_late_release *next;
+    uint64_t due_ns;
+    size_t pos;
+    cks_msg_version_claim_t r; /* r.job points into job */
+    char job[CKS_JOB_MAX_LEN + 1];
+};
+
+static int cks_sv_release_held(cks_server_h s, size_t pos, const cks_msg_version_claim_t *r)
+{
+    struct cks_sv_late_release *l;
+    if (!cks_fault_fire("claim_release_late") || r->job.len > CKS_JOB_MAX_LEN ||
+        (l = calloc(1, sizeof(*l))) == NULL) {
+        return 0;
+    }
+    l->due_ns = cks_time_ns() + 1500000000ull;
+    l->pos    = pos;
+    l->r      = *r;
+    memcpy(l->job, r->job.ptr, r->job.len);
+    l->r.job = (cks_wire_str_t){l->job, r->job.len};
+    l->next  = s->late_releases;
+    s->late_releases = l;
+    cks_warn("fault claim_release_late: the claim of version %llu of '%s' (ballot %u) is "
+             "withdrawn from server %zu in 1.5 s", (unsigned long long)r->version, l->job,
+             r->round, pos);
+    return 1;
+}
+
+/* Withdraw the claim in r (a RELEASE) from the server at pos: this one's
+ * own grant forgotten, or the RELEASE sent. */
+static void cks_sv_release_at(cks_server_h s, size_t pos, const cks_msg_version_claim_t *r)
+{
+    if (pos == s->self) {
+        cks_sv_claim_t *cl = cks_sv_claim_get(s, r->job.ptr, r->job.len, r->version);
+        if (cl != NULL && cl->coord == s->self && cl->round == r->round && !cl->fenced) {
+            cks_sv_claim_forget(s, r->job.ptr, r->job.len, r->version);
+        }
+        return;
+    }
+    cks_tp_conn_h conn = cks_sv_peer(s, pos);
+    if (conn != NULL) {
+        cks_tp_call(conn, CKS_MSG_VERSION_CLAIM, 0, r, NULL, 0, NULL, CKS_SV_CLAIM_TIMEOUT_MS,
+                    cks_sv_claim_noop, NULL);
+    }
+}
+
+static void cks_sv_release(cks_server_h s, size_t pos, const cks_msg_version_claim_t *r)
+{
+    if (!cks_sv_release_held(s, pos, r)) {
+        cks_sv_release_at(s, pos, r);
+    }
+}
+
+void cks_sv_late_releases(cks_server_h s, int all)
+{
+    uint64_t now                      = cks_time_ns();
+    struct cks_sv_late_release **pp   = &s->late_releases;
+    while (*pp != NULL) {
+        struct cks_sv_late_release *l = *pp;
+        if (!all && l->due_ns > now) {
+            pp = &l->next;
+            continue;
+        }
+        *pp = l->next;
+        if (!all && !s->stop) {
+            cks_info("fault claim_release_late: the claim of version %llu of '%s' withdrawn "
+                     "from server %zu", (unsigned long long)l->r.version, l->job, l->pos);
+            cks_sv_release_at(s, l->pos, &l->r);
+        }
+        free(l);
+    }
+}
+
 /* Withdraw a claim that did not win: here, and where it was granted. */
 static void cks_sv_claim_release(struct cks_sv_claiming *c)
 {
     cks_server_h s = c->s;
     cks_msg_version_claim_t r;
-    cks_sv_claim_t *cl;
 
     if (s->stop || s->claims == NULL) {
         return; /* shutting down: the grants expire */
     }
     cks_sv_claim_msg(&r, c, CKS_CLAIM_OP_RELEASE);
-    cl = cks_sv_claim_get(s, c->job, c->m.job.len, c->m.version);
-    if (cl != NULL && cl->coord == s->self && cl->round == c->round && !cl->fenced) {
-        cks_sv_claim_forget(s, c->job, c->m.job.len, c->m.version);
-    }
+    cks_sv_release(s, s->self, &r);
     for (size_t pos = 0; pos < cks_cluster_nservers(s->map); pos++) {
-        cks_tp_conn_h conn =
-            c->grantors[pos] == CKS_SV_GRANTED && pos != s->self ? cks_sv_peer(s, pos) : NULL;
-        if (conn != NULL) {
-            cks_tp_call(conn, CKS_MSG_VERSION_CLAIM, 0, &r, NULL, 0, NULL,
-                        CKS_SV_CLAIM_TIMEOUT_MS, cks_sv_claim_noop, NULL);
+        if (c->grantors[pos] == CKS_SV_GRANTED && pos != s->self) {
+            cks_sv_release(s, pos, &r);
         }
     }
 }
@@ -383,20 +455,9 @@ static void cks_sv_claim_answered(void *arg, cks_status_t status, const char *ms
 
     c->answered++;
     if (status == CKS_OK && c->lost && !c->s->stop) {
-        cks_msg_version_claim_t r;
+        cks_msg_version_claim_t r; /* a grant after the claim lost: withdrawn */
         cks_sv_claim_msg(&r, c, CKS_CLAIM_OP_RELEASE);
-        if (call->pos == c->s->self) {
-            cks_sv_claim_t *cl = cks_sv_claim_get(c->s, c->job, c->m.job.len, c->m.version);
-            if (cl != NULL && cl->coord == c->s->self && cl->round == c->round && !cl->fenced) {
-                cks_sv_claim_forget(c->s, c->job, c->m.job.len, c->m.version);
-            }
-        } else {
-            cks_tp_conn_h conn = cks_sv_peer(c->s, call->pos);
-            if (conn != NULL) {
-                cks_tp_call(conn, CKS_MSG_VERSION_CLAIM, 0, &r, NULL, 0, NULL,
-                            CKS_SV_CLAIM_TIMEOUT_MS, cks_sv_claim_noop, NULL);
-            }
-        }
+        cks_sv_release(c->s, call->pos, &r);
     } else if (status == CKS_OK) {
         c->granted++;
         c->grantors[call->pos] = CKS_SV_GRANTED;

@@ -387,6 +387,8 @@ struct cks_server {
      * and dropped everywhere once this server wins (every few seconds,
      * bounded) */
     struct cks_sv_relost *relost;
+    struct cks_sv_fencing *fences_again; /* fences to ask again after a pause (fence.c) */
+    struct cks_sv_late_release *late_releases; /* test builds: claims withdrawn late */
     struct cks_sv_parts *parts; /* puts taking their bytes in parts (parts.c) */
 };
 
@@ -473,6 +475,17 @@ typedef void (*cks_sv_fenced_t)(struct cks_server *s, cks_sv_version_t *v,
 /** Ask every server to fence v's ballot (round v->round, this server). */
 void cks_sv_fence(struct cks_server *s, cks_sv_version_t *v, uint32_t ttl_s,
                   cks_sv_fenced_t done);
+/* A fence refused by servers that hold another server's begin claim (one
+ * that cannot win: see fence.c) is asked again this often, this many rounds
+ * in all: such a claim ends within a claim's timeout. */
+#define CKS_SV_FENCE_PAUSE_NS (250ull * 1000000ull)
+#define CKS_SV_FENCE_TRIES 12u
+/** Test builds: claim withdrawals held back by fault claim_release_late,
+ *  those due (all: dropped, as the server shuts down; coord.c). */
+void cks_sv_late_releases(struct cks_server *s, int all);
+/** Fences waiting to ask again: those due (all: every one, ended as the
+ *  server shuts down). Returns nothing; from the cluster's progress. */
+void cks_sv_fences_again(struct cks_server *s, int all);
 
 /* grant.c */
 /** VERSION_CLAIM from a peer. */
