@@ -9,7 +9,7 @@
  * Never: encode or write LMDB here (encoder threads and the metadata
  * writer do), or wait: every step is a callback.
  */
-#include "cluster_int.h"
+#include "primary_int.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,111 +18,9 @@
 
 /* ---- the primary's puts -------------------------------------------------------------- */
 
-typedef struct cks_cput {
-    cks_server_h s;
-    cks_sv_version_t *v;        /* dup-key tracking on this primary */
-    cks_msg_object_entry_t e;   /* strings point at key[] */
-    char key[CKS_KEY_MAX_LEN + 1];
-    unsigned k, m;
-    uint64_t chunk, stripes;
-    int member_ms;              /* how long a member may take a chunk */
-    uint64_t off, len;          /* the arena extent */
-    cks_enc_job_t enc;
-    unsigned acks;              /* chunk puts in flight */
-    cks_status_t status;
-    char why[CKS_MSG_MAX_LEN];
-    cks_md_chunk_t *local;      /* chunks that stay on this server */
-    size_t nlocal;
-    uint8_t *missing;           /* per stripe: chunks no member took */
-    uint32_t nmissing;
-    uint16_t down[CKS_PLACE_WIDTH_MAX]; /* positions of the members that failed */
-    unsigned ndown;
-    cks_tp_conn_h conn;         /* the client, until STORED */
-    uint64_t req_id;
-    int counted;                /* its bytes are in s->unspread */
-    int owed;                   /* its STORED answer waits (backpressure) */
-    struct cks_cput *owed_next;
-    /* where OBJECT_DONE goes: the coordinator granted the version here
-     * first, then the version's candidates in order (coord.c) */
-    uint16_t coords[CKS_COORD_CANDIDATES_MAX + 1];
-    unsigned ncoords, coord_try;
-    /* chunks not sent because their member failed a moment ago (their
-     * space kept): sent after all when the object would fail without them */
-    struct cks_cput_ack **skipped;
-    size_t nskipped;
-    int stalled; /* test builds (fault put_stall): answered STORED, never spread */
-} cks_cput_t;
-
-typedef struct cks_cput_ack {
-    cks_cput_t *p;
-    uint64_t off; /* the slice that was sent */
-    uint64_t stripe;
-    unsigned idx;
-    uint16_t pos; /* the member */
-    int resent;   /* sent again once on a new connection */
-} cks_cput_ack_t;
-
 static cks_status_t cks_cput_send_chunk(cks_cput_ack_t *a, cks_tp_conn_h conn);
 static void cks_cput_acked(void *arg, cks_status_t status, const char *msg);
 static void cks_cput_settle(cks_cput_t *p);
-
-/* Backpressure: a primary whose unspread puts exceed half of its arena's
- * free space (and an eighth of the arena) answers the next puts (STORED) as
- * that backlog drains, oldest first, or at the latest when the put itself
- * is spread: a client waits instead of filling the arenas ("arena full",
- * chunk puts queued past their timeout). With room, puts are answered as
- * they land: a trainer does not wait for its earlier objects' encoding. */
-static uint64_t cks_sv_unspread_max(cks_server_h s)
-{
-    uint64_t size = cks_arena_size(s->arena), used = cks_arena_used(s->arena);
-    return CKS_MAX(size / 8, used < size ? (size - used) / 2 : 0);
-}
-
-static void cks_cput_answer(cks_cput_t *p, cks_status_t status)
-{
-    cks_sv_reply_status(p->conn, p->req_id, status, status == CKS_OK ? NULL : "%s", p->why);
-    cks_tp_conn_put(p->conn);
-    p->conn = NULL;
-}
-
-/* Answer the waiting puts while the backlog allows, oldest first. */
-static void cks_sv_owed_answer(cks_server_h s)
-{
-    while (s->owed_head != NULL && s->unspread <= cks_sv_unspread_max(s)) {
-        cks_cput_t *p = s->owed_head;
-        s->owed_head  = p->owed_next;
-        if (s->owed_head == NULL) {
-            s->owed_tail = NULL;
-        }
-        p->owed = 0;
-        cks_cput_answer(p, CKS_OK);
-    }
-}
-
-/* A put leaves the backlog (spread, or failed): its own answer, if it still
- * waits, goes now; then the others the backlog allows. */
-static void cks_cput_unspread(cks_cput_t *p)
-{
-    cks_server_h s = p->s;
-    if (p->counted) {
-        s->unspread -= p->len;
-        p->counted = 0;
-    }
-    if (p->owed) {
-        cks_cput_t **pp = &s->owed_head, *prev = NULL;
-        while (*pp != p) {
-            prev = *pp;
-            pp   = &(*pp)->owed_next;
-        }
-        *pp = p->owed_next;
-        if (s->owed_tail == p) {
-            s->owed_tail = prev;
-        }
-        p->owed = 0;
-        cks_cput_answer(p, p->status);
-    }
-    cks_sv_owed_answer(s);
-}
 
 static void cks_cput_free(cks_cput_t *p)
 {
