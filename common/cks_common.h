@@ -196,7 +196,9 @@ static inline size_t cks_vkey(uint8_t *buf, const char *job, size_t job_len, uin
  * to a coordinator on another server is lost, as if its connection broke),
  * sentinel_lost (the worker drops its sentinel's message: a receive path
  * that takes nothing, transport/sentinel.c), claim_release_late (a claim
- * that lost is withdrawn - here and from its grantors - 1.5 s late).
+ * that lost is withdrawn - here and from its grantors - 1.5 s late),
+ * chunk_send_timeout (a primary's chunk put fails at once with a timeout,
+ * as on a connection that failed).
  */
 typedef enum {
     CKS_FAULT_OFF    = 0,

@@ -331,6 +331,7 @@ static cks_status_t cks_cput_send_chunk(cks_cput_ack_t *a, cks_tp_conn_h conn)
         .idx     = a->idx,
         .crc64   = p->enc.crcs[a->stripe * (p->k + p->m) + a->idx],
     };
+    a->sent_ns = cks_time_ns();
     return cks_tp_call(conn, CKS_MSG_CHUNK_PUT, 0, &m, cks_arena_base(s->arena) + a->off,
                        p->chunk, s->arena_mem, p->member_ms, cks_cput_acked, a);
 }
@@ -339,11 +340,16 @@ static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
 {
     cks_cput_ack_t *a = arg;
     cks_cput_t *p     = a->p;
-    if ((status == CKS_ERR_CONN_LOST || status == CKS_ERR_UNREACHABLE) && !a->resent &&
-        !p->s->stop) {
+    /* a timeout long before the member's is the transport's: a connection
+     * made while the member was cut off fails as it comes back */
+    int early = status == CKS_ERR_TIMEOUT &&
+                cks_time_ns() - a->sent_ns < (uint64_t)p->member_ms * 500000ull;
+    if ((status == CKS_ERR_CONN_LOST || status == CKS_ERR_UNREACHABLE || early) &&
+        !a->resent && !p->s->stop) {
         /* the connection broke at once: it may have led to a process that
-         * is gone while the member runs again (restarted); one more try, on
-         * a new connection, before the chunk counts as missing */
+         * is gone while the member runs again (restarted), or been made
+         * while it was cut off; one more try, on a new connection, before
+         * the chunk counts as missing */
         cks_tp_conn_h conn = cks_sv_peer(p->s, a->pos);
         a->resent          = 1;
         cks_debug("chunk %u of stripe %llu of '%s' to server %u: %s (%s); sent again on a "
@@ -470,7 +476,7 @@ void cks_cput_spread(cks_cput_t *p)
                     free(a);
                     cks_arena_free(s->arena, p->off + rel, p->chunk);
                 } else {
-                    *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i], 0};
+                    *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i], 0, 0};
                     p->skipped[p->nskipped++] = a;
                 }
                 continue;
@@ -487,7 +493,7 @@ void cks_cput_spread(cks_cput_t *p)
                 cks_arena_free(s->arena, p->off + rel, p->chunk);
                 continue;
             }
-            *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i], 0};
+            *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i], 0, 0};
             p->acks++;
             if (cks_fault_fire("chunk_send")) {
                 /* the send is lost: the chunk is missing, the member is not down */
@@ -495,6 +501,13 @@ void cks_cput_spread(cks_cput_t *p)
                 p->acks--;
                 cks_cput_missing(p, st, group[i]);
                 cks_arena_free(s->arena, p->off + rel, p->chunk);
+                continue;
+            }
+            if (cks_fault_fire("chunk_send_timeout")) { /* as a failed connection's */
+                a->sent_ns = cks_time_ns();
+                cks_warn("fault chunk_send_timeout: chunk %u of stripe %llu of '%s' failed at "
+                         "once", a->idx, (unsigned long long)a->stripe, p->key);
+                cks_cput_acked(a, CKS_ERR_TIMEOUT, "send failed (fault chunk_send_timeout)");
                 continue;
             }
             if (cks_cput_send_chunk(a, conn) != CKS_INPROGRESS) {

@@ -49,6 +49,7 @@ typedef struct cks_cput_ack {
     unsigned idx;
     uint16_t pos; /* the member */
     int resent;   /* sent again once on a new connection */
+    uint64_t sent_ns; /* when it was (last) sent */
 } cks_cput_ack_t;
 
 /* backlog.c: backpressure on the puts answered STORED and not yet spread */
