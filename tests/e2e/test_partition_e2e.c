@@ -1571,11 +1571,13 @@ Test(partition, primary_plugged_back_in_writes_on_connections_that_work, .timeou
  * blocking connect() by default, so whoever connected to that host - the
  * client, and every server that probes it - sat in the kernel's SYN
  * retries for about two minutes, its progress thread answering nothing
- * (before: the version did not commit, "... did not answer HELLO in time"
- * from servers that were up). Every process sets UCX's TCP transport to
- * connect without blocking (transport/ucx.c): the firewalled server is then
- * one server unreachable, and a version written meanwhile commits DEGRADED
- * in bounded time and restores bit-exact.
+ * (before: the client's own progress thread sat 134 s in connect() and the
+ * test ran out of time; under a first, stateless rule a healthy server
+ * answered nothing for 134 s and the version took 148 s). Every process
+ * sets UCX's TCP transport to connect without blocking (transport/ucx.c):
+ * the firewalled server is then one server unreachable, and a version
+ * written meanwhile commits DEGRADED in bounded time and restores
+ * bit-exact.
  */
 Test(partition, a_host_that_passes_only_the_listening_port_stalls_no_one, .timeout = 180)
 {

@@ -70,10 +70,12 @@ int cks_test_netns_enter_host(cks_test_netns_t *t, size_t host);
  *  route to its address there; 0: removed): the client cannot reach it,
  *  every other host still can. 0 or -1. */
 int cks_test_netns_hide(cks_test_netns_t *t, size_t host, int hide);
-/** Let host `host` take only TCP to `port` (its listening port), as a
- *  firewall that opens one port would: every other TCP segment that reaches
- *  it is dropped, silently (an nftables rule in its namespace; needs `nft`).
- *  port 0 removes the rule. 0, or -1 when it cannot be set. */
+/** Let host `host` take TCP connections only to `port` (its listening
+ *  port), as a firewall that opens one port would: a connection from
+ *  another host to any other port gets no answer (its SYNs are dropped);
+ *  the host's own connections and loopback still work (an nftables rule in
+ *  its namespace; needs `nft`). port 0 removes the rule. 0, or -1 when it
+ *  cannot be set. */
 int cks_test_netns_only_port(cks_test_netns_t *t, size_t host, unsigned port);
 /** Cut host `host` (or CKS_TEST_NETNS_CLIENT) off the bridge, silently. */
 int cks_test_netns_cut(cks_test_netns_t *t, int host);
