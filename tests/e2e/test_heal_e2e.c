@@ -520,15 +520,16 @@ static cks_status_t st_put(cks_client_h c, uint64_t v, int i, uint8_t *buf)
     return cks_put(c, &p);
 }
 
-/* Objects 0..n-1 of version v, bit-exact. */
-static void st_verify(cks_client_h c, uint64_t v, int n, uint8_t *got, uint8_t *want)
+/* Objects first..first+n-1 of version v, bit-exact. */
+static void st_verify_from(cks_client_h c, uint64_t v, int first, int n, uint8_t *got,
+                           uint8_t *want)
 {
     cks_restore_h r = NULL;
     char key[64];
     cks_status_t st = cks_restore_open(c, "heal", v, &r);
     cr_assert_eq(st, CKS_OK, "open version %llu: %s", (unsigned long long)v,
                  cks_status_name(st));
-    for (int i = 0; i < n; i++) {
+    for (int i = first; i < first + n; i++) {
         cks_get_params_t g = {0};
         uint64_t len       = UINT64_MAX;
         st_key(key, sizeof(key), i);
@@ -544,6 +545,12 @@ static void st_verify(cks_client_h c, uint64_t v, int n, uint8_t *got, uint8_t *
                   (unsigned long long)v, key);
     }
     cks_restore_close(r);
+}
+
+/* Objects 0..n-1 of version v, bit-exact. */
+static void st_verify(cks_client_h c, uint64_t v, int n, uint8_t *got, uint8_t *want)
+{
+    st_verify_from(c, v, 0, n, got, want);
 }
 
 /* Put objects of version v (at least NOBJ) until server x, whose puts stall
@@ -774,15 +781,7 @@ Test(heal, claim_of_a_candidate_that_missed_the_begin_does_not_fail_the_commit,
     cr_assert_eq(cks_version_stat(c, "heal", v, &vi), CKS_OK);
     cr_assert(vi.state == CKS_VSTATE_PROTECTED || vi.state == CKS_VSTATE_DEGRADED,
               "version %llu is %s", (unsigned long long)v, cks_vstate_string(vi.state));
-    cks_restore_h r = NULL;
-    uint64_t len    = UINT64_MAX;
-    cr_assert_eq(cks_restore_open(c, "heal", v, &r), CKS_OK);
-    cks_get_params_t g = {.key = key, .buffer = buf, .buffer_size = 4 * MiB};
-    st_fill(want, v, obj);
-    cr_assert_eq(cks_get(r, &g, &len), CKS_OK);
-    cr_assert_eq(len, st_size(obj));
-    cr_assert(memcmp(buf, want, len) == 0, "'%s': bytes differ", key);
-    cks_restore_close(r);
+    st_verify_from(c, v, obj, 1, buf, want);
     cks_client_destroy(c);
     free(buf);
     free(want);
@@ -846,15 +845,7 @@ Test(heal, chunk_put_failed_at_once_by_its_connection_is_sent_again, .timeout = 
     cr_assert_eq(cks_version_stat(c, "heal", v, &vi), CKS_OK);
     cr_assert_eq(vi.state, CKS_VSTATE_DEGRADED, "version %llu is %s", (unsigned long long)v,
                  cks_vstate_string(vi.state));
-    cks_restore_h r = NULL;
-    uint64_t len    = UINT64_MAX;
-    cr_assert_eq(cks_restore_open(c, "heal", v, &r), CKS_OK);
-    cks_get_params_t g = {.key = key, .buffer = buf, .buffer_size = 4 * MiB};
-    st_fill(want, v, obj);
-    cr_assert_eq(cks_get(r, &g, &len), CKS_OK);
-    cr_assert_eq(len, st_size(obj));
-    cr_assert(memcmp(buf, want, len) == 0, "'%s': bytes differ", key);
-    cks_restore_close(r);
+    st_verify_from(c, v, obj, 1, buf, want);
     cks_client_destroy(c);
     free(buf);
     free(want);
