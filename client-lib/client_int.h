@@ -169,6 +169,11 @@ struct cks_op {
     unsigned rewalks;       /* PUT: walks of its group after the first
                                (CKS_CL_REWALK_PAUSE_NS) */
     uint32_t resent_mask;   /* VERSION_SEAL: those it was sent again to */
+    uint32_t unfenced_mask; /* VERSION_SEAL, VERSION_ABORT: the candidates (bit =
+                               position in group) that had the version and
+                               could not record its outcome, no majority
+                               having fenced their ballot (CKS_ERR_NO_QUORUM) */
+    char unfenced_why[CKS_MSG_MAX_LEN + 1]; /* the last one's text (why) */
     unsigned quorum_tries;  /* VERSION_BEGIN: asked again after CKS_ERR_NO_QUORUM */
     int patient;            /* CHUNK_GET that the read cannot do without: it
                                waits for its server's connection (not failed

@@ -276,7 +276,14 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
                        op->status == CKS_ERR_NO_SUCH_JOB) &&
                       (op->type == CKS_MSG_VERSION_SEAL || op->type == CKS_MSG_VERSION_ABORT ||
                        op->type == CKS_MSG_OBJECT_DELETE);
-        if (unreach || op->status == CKS_ERR_NOT_COORDINATOR || notopen) {
+        /* its coordinator could not get a majority to fence its ballot: a
+         * later candidate may have taken the version over */
+        int unfenced = op->answered && op->status == CKS_ERR_NO_QUORUM &&
+                       (op->type == CKS_MSG_VERSION_SEAL || op->type == CKS_MSG_VERSION_ABORT);
+        if (unreach || op->status == CKS_ERR_NOT_COORDINATOR || notopen || unfenced) {
+            if (unfenced) {
+                op->unfenced_mask |= 1u << op->tries;
+            }
             if (notopen) {
                 op->notfound = op->status;
             }
@@ -365,17 +372,29 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
         cks_cl_later_add(c, op, cks_time_ns() + CKS_CL_QUORUM_PAUSE_NS);
         return;
     }
+    int no_record = op->status == CKS_ERR_NO_SUCH_VERSION || op->status == CKS_ERR_NO_SUCH_JOB ||
+                    op->status == CKS_ERR_NO_QUORUM;
     if (op->target == CKS_TARGET_COORD &&
         ((cks_cl_retryable(op->status) && !op->answered) ||
-         op->status == CKS_ERR_NOT_COORDINATOR)) {
+         op->status == CKS_ERR_NOT_COORDINATOR || (op->unfenced_mask != 0 && no_record))) {
         /* no candidate took it: the first one's answer, or why it could not
-         * be reached (the others named it as the coordinator) */
+         * be reached (the others named it as the coordinator), or that the
+         * one that had it could not record its outcome */
         uint64_t version = op->type == CKS_MSG_VERSION_SEAL ? op->body.m_VERSION_SEAL.version
                          : op->type == CKS_MSG_OBJECT_DELETE
                              ? op->body.m_OBJECT_DELETE.version
                          : op->type == CKS_MSG_VERSION_BEGIN ? op->body.m_VERSION_BEGIN.version
                                                              : op->body.m_VERSION_ABORT.version;
-        if (op->notfound != CKS_OK) {
+        if (op->unfenced_mask != 0) {
+            /* the version was open there, so "no such version" elsewhere
+             * does not say it ended */
+            const cks_cl_srv_t *sv = &c->srv[op->group[cks_cl_highest_bit(op->unfenced_mask)]];
+            cks_cl_set_errorf(c, CKS_ERR_NO_QUORUM, "%s of version %llu: outcome not "
+                              "recorded yet (cks_version_stat() tells it later); coordinator "
+                              "%s:%u: %s", cks_msg_name(op->type), (unsigned long long)version,
+                              sv->addr, sv->port, op->unfenced_why);
+            op->status = CKS_ERR_NO_QUORUM;
+        } else if (op->notfound != CKS_OK) {
             cks_cl_set_errorf(c, op->notfound, "%s of version %llu: %s (no coordinator "
                               "candidate has it open)", cks_msg_name(op->type),
                               (unsigned long long)version, cks_status_string(op->notfound));

@@ -25,6 +25,12 @@ static void cks_cl_reply_error(cks_client_h c, cks_op_t *op, int32_t st,
     if (!op->background) {
         cks_cl_set_error(c, status, msg->ptr, msg->len);
     }
+    if (status == CKS_ERR_NO_QUORUM &&
+        (op->type == CKS_MSG_VERSION_SEAL || op->type == CKS_MSG_VERSION_ABORT)) {
+        /* a coordinator that could not fence: kept for the final error (op.c) */
+        snprintf(op->unfenced_why, sizeof(op->unfenced_why), "%.*s",
+                 (int)CKS_MIN(msg->len, (size_t)CKS_MSG_MAX_LEN), msg->ptr);
+    }
     op->answered = op->status == CKS_OK;
     cks_cl_op_fail(c, op, status);
 }

@@ -214,7 +214,12 @@ CKS_API_VISIBLE cks_status_t cks_version_begin(cks_client_h c, const cks_version
 /** A rank finished writing `version` (it put everything it will put). The call
  *  completes when the version's outcome is known: CKS_OK once every rank has
  *  finished and every object is protected (the version is restorable), or
- *  the reason it was aborted. Ranks are 0 .. nranks-1, each finishes once. */
+ *  the reason it was aborted. CKS_ERR_NO_QUORUM when its coordinator could
+ *  not get a majority of the servers to record the outcome and no other
+ *  server took the version over: the outcome is not known yet (once a
+ *  majority is reachable it is aborted, unless another server took it over
+ *  meanwhile; cks_version_stat() tells).
+ *  Ranks are 0 .. nranks-1, each finishes once. */
 CKS_API_VISIBLE cks_status_t cks_version_finish_nb(cks_client_h c, const char *job,
                                                    uint64_t version, uint32_t rank,
                                                    cks_done_cb_t cb, void *arg);

@@ -460,9 +460,12 @@ static void cks_sv_cv_disown(cks_server_h s, cks_sv_version_t *v, cks_status_t s
              (unsigned long long)v->version, v->job,
              v->wait == CKS_SV_WAIT_SEAL ? "commit" : "abort", cks_status_string(status),
              why != NULL ? why : "");
+    /* NO_QUORUM: the ranks learn that the outcome is not recorded, unless a
+     * later candidate took the version over (they ask it next) */
+    cks_status_t reply = status == CKS_ERR_NO_QUORUM ? status : CKS_ERR_NOT_COORDINATOR;
     for (size_t i = 0; i < v->nwaiters; i++) {
         cks_sv_waiter_t *w = &v->waiters[i];
-        cks_sv_reply_status(w->conn, w->req_id, CKS_ERR_NOT_COORDINATOR,
+        cks_sv_reply_status(w->conn, w->req_id, reply,
                             "server %zu cannot record the outcome of version %llu: %s",
                             s->self, (unsigned long long)v->version, why != NULL ? why : "");
         cks_tp_conn_put(w->conn);

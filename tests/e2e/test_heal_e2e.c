@@ -487,6 +487,71 @@ Test(heal, version_with_its_coordinator_down_is_coordinated_by_the_next)
     cks_client_destroy(c);
 }
 
+/* A rank's finish whose coordinator cannot get a majority of the servers to
+ * fence its ballot (three of six killed after the begin, the next candidate
+ * up): the finish fails with CKS_ERR_NO_QUORUM and says that the outcome is
+ * not recorded, naming the coordinator. Before, the rank was told
+ * CKS_ERR_NO_SUCH_VERSION or NO_SUCH_JOB by the next candidates, as if the
+ * version had never begun. With the servers back, the coordinator wins its
+ * claim and drops the version (lost.c): it ends ABORTED, and a second
+ * finish is not OK. */
+static uint64_t ch_ms(void);
+static void ch_pause_ms(unsigned ms);
+
+Test(heal, finish_whose_coordinator_finds_no_majority_says_so, .timeout = 240)
+{
+    int down[NSRV] = {0};
+    int cand[NSRV];
+    size_t killed[3], nkilled = 0;
+    char why[512], port[16];
+    cks_client_h c = connect_cluster(5000);
+    uint64_t v     = version_with_live_coordinator(1, down);
+    cr_assert_geq(cks_test_coordinators(cl.map, "heal", v, cand, NSRV), 3);
+    cks_test_begin(c, "heal", v);
+    for (size_t s = 0; s < NSRV && nkilled < 3; s++) {
+        if ((int)s != cand[0] && (int)s != cand[1]) {
+            cks_test_cluster_kill(&cl, s);
+            down[s]            = 1;
+            killed[nkilled++] = s;
+        }
+    }
+    cks_status_t st = cks_version_seal(c, "heal", v);
+    cks_client_last_error(c, why, sizeof(why));
+    fprintf(stderr, "finish with 3 of 6 down: %s: %s\n", cks_status_name(st), why);
+    cr_assert_eq(st, CKS_ERR_NO_QUORUM, "finish with 3 of 6 servers down: %s (%s)",
+                 cks_status_name(st), why);
+    snprintf(port, sizeof(port), ":%u:", cl.srv[cand[0]].port);
+    cr_assert(strstr(why, port) != NULL && strstr(why, "majority") != NULL &&
+                  strstr(why, "not recorded") != NULL,
+              "the error does not name coordinator %d and why: %s", cand[0], why);
+    const char *unreached = strstr(why, "unreachable:");
+    cr_assert_not_null(unreached, "the error names no server unreachable: %s", why);
+    for (size_t i = 0; i < nkilled; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), " %zu", killed[i]);
+        cr_assert_not_null(strstr(unreached, name), "server %zu is not named: %s", killed[i],
+                           why);
+    }
+
+    cr_assert_eq(cks_test_cluster_restart_some(&cl, killed, nkilled), 0);
+    cks_version_info_t vi = {0};
+    uint64_t t0           = ch_ms();
+    do {
+        st = cks_version_stat(c, "heal", v, &vi);
+        if (st == CKS_OK && vi.state != CKS_VSTATE_OPEN) {
+            break;
+        }
+        ch_pause_ms(250);
+    } while (ch_ms() - t0 < 60000);
+    fprintf(stderr, "after the restart: %s, %s after %llu ms\n", cks_status_name(st),
+            cks_vstate_string(vi.state), (unsigned long long)(ch_ms() - t0));
+    cr_assert_eq(st, CKS_OK);
+    cr_assert_eq(vi.state, CKS_VSTATE_ABORTED, "version %llu is %s", (unsigned long long)v,
+                 cks_vstate_string(vi.state));
+    cr_assert_neq(cks_version_seal(c, "heal", v), CKS_OK);
+    cks_client_destroy(c);
+}
+
 /* ---- a primary that dies after STORED, before it spread the object ---- */
 
 #define ST_MAX 64 /* objects at most, until one is held on the victim */
