@@ -40,7 +40,8 @@
  * yet", naming the coordinator and the servers it could not reach.
  *
  * heal_partition/random_cuts_kills_and_stops: 6 more in the release pass
- * (none under ASan; CKS_TEST_PARTITION_ROUNDS=N runs N) with the six servers on hosts of their own (network namespaces, UCX over TCP, the
+ * (none under ASan; CKS_TEST_PARTITION_ROUNDS=N runs N) with the six
+ * servers on hosts of their own (network namespaces, UCX over TCP, the
  * client on a host of its own), where a disruption may also cut a server
  * off the network (silently: no reset) and plug it back in later; a cut
  * server counts as one of the m unreachable. Skipped where namespaces
@@ -494,11 +495,13 @@ Test(heal, version_with_its_coordinator_down_is_coordinated_by_the_next)
 /* A rank's finish whose coordinator cannot get a majority of the servers to
  * fence its ballot (three of six killed after the begin, the next candidate
  * up): the finish fails with CKS_ERR_NO_QUORUM and says that the outcome is
- * not recorded, naming the coordinator. Before, the rank was told
- * CKS_ERR_NO_SUCH_VERSION or NO_SUCH_JOB by the next candidates, as if the
- * version had never begun. With the servers back, the coordinator wins its
- * claim and drops the version (lost.c): it ends ABORTED, and a second
- * finish is not OK. */
+ * not recorded, naming the coordinator and the servers it could not reach.
+ * Before, the rank was told CKS_ERR_UNREACHABLE, "version 1 of 'heal' is
+ * coordinated by server 5" (the coordinator itself, which had answered);
+ * where the first candidate had missed the begin, CKS_ERR_NO_SUCH_JOB, as
+ * if the version had never begun. With the servers back, the coordinator
+ * wins its claim and drops the version (lost.c): it ends ABORTED, and a
+ * second finish is not OK. */
 static uint64_t ch_ms(void);
 static void ch_pause_ms(unsigned ms);
 
@@ -515,7 +518,7 @@ Test(heal, finish_whose_coordinator_finds_no_majority_says_so, .timeout = 240)
     for (size_t s = 0; s < NSRV && nkilled < 3; s++) {
         if ((int)s != cand[0] && (int)s != cand[1]) {
             cks_test_cluster_kill(&cl, s);
-            down[s]            = 1;
+            down[s]           = 1;
             killed[nkilled++] = s;
         }
     }
