@@ -144,9 +144,17 @@ Test(cluster, round_trip_and_any_two_servers_down, .timeout = 600)
             cks_client_last_error(c, why, sizeof(why));
             cr_assert_eq(st, CKS_OK, "restore with servers %zu and %zu down: %s: %s (%s)",
                          a, b, bad, cks_status_string(st), why);
-            cks_client_destroy(c);
             cr_assert_eq(cks_test_server_restart(&cl.srv[a]), 0);
             cr_assert_eq(cks_test_server_restart(&cl.srv[b]), 0);
+            /* caught up before the next pair is killed: a server killed while
+             * it sends to a live one on this host can leave that one's
+             * shared-memory FIFO stuck (UCX 1.13; docs/ARCHITECTURE.md, Known
+             * limits), and a restarted server's catch-up asks every other;
+             * in one suite run a live server then answered nothing for 20 s
+             * and the restore lost a third server */
+            cks_test_wait_caught_up(c, a, 30000);
+            cks_test_wait_caught_up(c, b, 30000);
+            cks_client_destroy(c);
         }
     }
 }
