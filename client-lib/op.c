@@ -788,32 +788,3 @@ cks_status_t cks_cl_run(cks_client_h c, cks_op_t *op)
     cks_waiter_init(&w);
     return cks_waiter_wait(&w, cks_cl_submit(c, op, cks_waiter_cb, &w));
 }
-
-/* op->group: the coordinator candidates of (job, version), the first asked
- * (the standalone server when there is no map). */
-static void cks_cl_candidates(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
-                              uint64_t version)
-{
-    op->tries  = 0;
-    op->ngroup = 1;
-    op->group[0] = 0;
-    if (c->map != NULL) {
-        op->ngroup = (unsigned)cks_place_coordinators(c->map, job, job_len, version,
-                                                      op->group, CKS_COORD_CANDIDATES_MAX);
-    }
-    op->srv = op->group[0];
-}
-
-void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
-                           uint64_t version)
-{
-    cks_cl_candidates(c, op, job, job_len, version);
-    op->target = c->map != NULL ? CKS_TARGET_COORD : CKS_TARGET_FIXED;
-}
-
-void cks_cl_coord_first(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
-                        uint64_t version)
-{
-    cks_cl_candidates(c, op, job, job_len, version);
-    op->coord_first = 1;
-}

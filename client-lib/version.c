@@ -3,8 +3,9 @@
  * abort, delete and delete markers, stat, `latest`, lists, and the
  * cluster's usage and repair figures - as ops for the engine in op.c:
  * each packs its request into an op (client_int.h), picks whom it goes to
- * (a fixed server, the version's coordinator candidates or any server) and
- * waits for it, or returns at once (*_nb). Puts are put.c's.
+ * (a fixed server, the version's coordinator candidates, first or only:
+ * cks_cl_coord_first(), cks_cl_to_coordinator(), or any server) and waits
+ * for it, or returns at once (*_nb). Puts are put.c's.
  *
  * Never: touch UCX or a server's connection state here (the progress thread
  * in op.c owns them); keep a caller's buffer after its op completed.
@@ -17,6 +18,35 @@
 #include <time.h>
 
 /* ---- versions ----------------------------------------------------------------------- */
+
+/* op->group: the coordinator candidates of (job, version), the first asked
+ * (the standalone server when there is no map). */
+static void cks_cl_candidates(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
+                              uint64_t version)
+{
+    op->tries  = 0;
+    op->ngroup = 1;
+    op->group[0] = 0;
+    if (c->map != NULL) {
+        op->ngroup = (unsigned)cks_place_coordinators(c->map, job, job_len, version,
+                                                      op->group, CKS_COORD_CANDIDATES_MAX);
+    }
+    op->srv = op->group[0];
+}
+
+void cks_cl_to_coordinator(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
+                           uint64_t version)
+{
+    cks_cl_candidates(c, op, job, job_len, version);
+    op->target = c->map != NULL ? CKS_TARGET_COORD : CKS_TARGET_FIXED;
+}
+
+void cks_cl_coord_first(cks_client_h c, cks_op_t *op, const char *job, size_t job_len,
+                        uint64_t version)
+{
+    cks_cl_candidates(c, op, job, job_len, version);
+    op->coord_first = 1;
+}
 
 /* An op whose body is (job, version): seal, abort, delete. A seal's op has
  * room after it for the primaries its body names (cks_cl_seal_primaries():
