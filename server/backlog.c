@@ -64,4 +64,3 @@ void cks_cput_unspread(cks_cput_t *p)
     }
     cks_sv_owed_answer(s);
 }
-
