@@ -173,7 +173,8 @@ struct cks_op {
                                position in group) that had the version and
                                could not record its outcome, no majority
                                having fenced their ballot (CKS_ERR_NO_QUORUM) */
-    char unfenced_why[CKS_MSG_MAX_LEN + 1]; /* the last one's text (why) */
+    char *unfenced_why;     /* VERSION_SEAL, VERSION_ABORT: the last one's text, in
+                               room after the op (version.c); NULL for others */
     unsigned quorum_tries;  /* VERSION_BEGIN: asked again after CKS_ERR_NO_QUORUM */
     int patient;            /* CHUNK_GET that the read cannot do without: it
                                waits for its server's connection (not failed

@@ -392,7 +392,8 @@ void cks_cl_op_try_complete(cks_client_h c, cks_op_t *op)
             cks_cl_set_errorf(c, CKS_ERR_NO_QUORUM, "%s of version %llu: outcome not "
                               "recorded yet (cks_version_stat() tells it later); coordinator "
                               "%s:%u: %s", cks_msg_name(op->type), (unsigned long long)version,
-                              sv->addr, sv->port, op->unfenced_why);
+                              sv->addr, sv->port,
+                              op->unfenced_why != NULL ? op->unfenced_why : "");
             op->status = CKS_ERR_NO_QUORUM;
         } else if (op->notfound != CKS_OK) {
             cks_cl_set_errorf(c, op->notfound, "%s of version %llu: %s (no coordinator "

@@ -25,10 +25,9 @@ static void cks_cl_reply_error(cks_client_h c, cks_op_t *op, int32_t st,
     if (!op->background) {
         cks_cl_set_error(c, status, msg->ptr, msg->len);
     }
-    if (status == CKS_ERR_NO_QUORUM &&
-        (op->type == CKS_MSG_VERSION_SEAL || op->type == CKS_MSG_VERSION_ABORT)) {
+    if (status == CKS_ERR_NO_QUORUM && op->unfenced_why != NULL) {
         /* a coordinator that could not fence: kept for the final error (op.c) */
-        snprintf(op->unfenced_why, sizeof(op->unfenced_why), "%.*s",
+        snprintf(op->unfenced_why, CKS_MSG_MAX_LEN + 1, "%.*s",
                  (int)CKS_MIN(msg->len, (size_t)CKS_MSG_MAX_LEN), msg->ptr);
     }
     op->answered = op->status == CKS_OK;

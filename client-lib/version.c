@@ -48,19 +48,23 @@ void cks_cl_coord_first(cks_client_h c, cks_op_t *op, const char *job, size_t jo
     op->coord_first = 1;
 }
 
-/* An op whose body is (job, version): seal, abort, delete. A seal's op has
- * room after it for the primaries its body names (cks_cl_seal_primaries():
- * op->names is too small), so that they go with the op wherever it is freed. */
+/* An op whose body is (job, version): seal, abort. A seal's op has room
+ * after it for the primaries its body names (cks_cl_seal_primaries():
+ * op->names is too small), then, as an abort's, for the text of a
+ * coordinator that could not fence its ballot (op->unfenced_why): they go
+ * with the op wherever it is freed, and no other op carries them. */
 static cks_status_t cks_cl_version_ref_op(unsigned type, cks_op_kind_t kind, const char *job,
                                           uint64_t version, cks_op_t **op_p)
 {
     size_t used  = 0;
+    size_t prims = type == CKS_MSG_VERSION_SEAL
+                       ? CKS_WIRE_MAX_SEAL_PRIMARIES * CKS_WIRE_SEAL_PRIMARY_LEN
+                       : 0;
     cks_wire_str_t job_str;
     cks_op_t *op = cks_op_new(kind, type);
-    if (op != NULL && type == CKS_MSG_VERSION_SEAL) {
+    if (op != NULL) {
         /* before any string points into it */
-        cks_op_t *big = realloc(op, sizeof(*op) + CKS_WIRE_MAX_SEAL_PRIMARIES *
-                                                      CKS_WIRE_SEAL_PRIMARY_LEN);
+        cks_op_t *big = realloc(op, sizeof(*op) + prims + CKS_MSG_MAX_LEN + 1);
         if (big == NULL) {
             free(op);
         }
@@ -69,6 +73,8 @@ static cks_status_t cks_cl_version_ref_op(unsigned type, cks_op_kind_t kind, con
     if (op == NULL) {
         return CKS_ERR_NO_MEMORY;
     }
+    op->unfenced_why    = (char *)(op + 1) + prims;
+    op->unfenced_why[0] = '\0';
     cks_status_t status = cks_op_name(op, &used, job, CKS_JOB_MAX_LEN, &job_str);
     if (status != CKS_OK) {
         free(op);
