@@ -39,7 +39,7 @@
  * (three of six down) fails with CKS_ERR_NO_QUORUM, "outcome not recorded
  * yet", naming the coordinator and the servers it could not reach.
  *
- * heal_partition/random_cuts_kills_and_stops: 6 more in the release pass
+ * heal_partition/random_cuts_kills_and_stops: 50 more in the release pass
  * (none under ASan; CKS_TEST_PARTITION_ROUNDS=N runs N) with the six
  * servers on hosts of their own (network namespaces, UCX over TCP, the
  * client on a host of its own), where a disruption may also cut a server
@@ -934,12 +934,14 @@ Test(heal, chunk_put_failed_at_once_by_its_connection_is_sent_again, .timeout = 
 #define CH_NET_ROUNDS 0 /* the release pass runs them (the suite's time) */
 #else
 #define CH_ROUNDS     50
-#define CH_NET_ROUNDS 6 /* over TCP, a cut costs the first request to it a
-                           timeout (5 s at the client, 10 s between servers):
-                           5-12 s a round; CKS_TEST_PARTITION_ROUNDS=N runs N */
+#define CH_NET_ROUNDS 50 /* over TCP, a cut costs the first request to it a
+                            timeout (5 s at the client, 10 s between servers):
+                            0-25 s a round, 5-9 s on average; scripts/test
+                            runs this binary in a lane of its own, beside
+                            the rest; CKS_TEST_PARTITION_ROUNDS=N runs N */
 #endif
 #define CH_BOUND_MS     240000
-#define CH_NET_BOUND_MS 480000
+#define CH_NET_BOUND_MS 720000
 #define CH_OBJS     2 /* per rank */
 #define CH_RETAIN   4
 
@@ -2210,9 +2212,9 @@ static void teardown_net(void)
     ch_cuts = 0;
 }
 
-TestSuite(heal_partition, .init = setup_net, .fini = teardown_net, .timeout = 600);
+TestSuite(heal_partition, .init = setup_net, .fini = teardown_net, .timeout = 900);
 
-Test(heal_partition, random_cuts_kills_and_stops_between_and_during_checkpoints, .timeout = 600)
+Test(heal_partition, random_cuts_kills_and_stops_between_and_during_checkpoints, .timeout = 900)
 {
     ch_random(ch_net_rounds(), CH_NET_BOUND_MS);
 }
