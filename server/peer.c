@@ -1,7 +1,8 @@
 /*
  * DESIGN: a cluster server's connections to the other servers (peers):
  * made on first use, each with its handshake; a member that failed a chunk
- * put is skipped a while and probed with new handshakes until it answers;
+ * put or let a handshake time out is skipped a while and probed with new
+ * handshakes until it answers;
  * and the small helpers every cluster role shares.
  *
  * Never: wait here (every step is a callback on the progress thread).
@@ -17,22 +18,42 @@
 
 /* A handshake with a peer: which one, and its number. */
 typedef struct {
-    cks_sv_peer_t *p; /* s->peers[], as long as the server lives */
+    cks_server_h s;
+    size_t pos; /* s->peers[pos], as long as the server lives */
     uint64_t gen;
 } cks_sv_hello_t;
 
 static void cks_sv_hello_done(void *arg, cks_status_t status)
 {
     cks_sv_hello_t *h = arg;
-    if (status != CKS_OK) {
-        /* a probe of a skipped member fails every 50 ms while it is down */
-        cks_log(h->p->down_ns != 0 ? CKS_LOG_DEBUG : CKS_LOG_WARN,
-                "handshake with a peer failed: %s", cks_status_string(status));
+    cks_sv_peer_t *p  = &h->s->peers[h->pos];
+    uint64_t now      = cks_time_ns();
+    if (status == CKS_OK) {
+        p->down_ns = 0; /* it answers: no longer skipped (a restarted server) */
+    } else if (p->hello_gen == h->gen && status == CKS_ERR_TIMEOUT &&
+               (p->down_ns == 0 || now - p->down_ns >= CKS_SV_PEER_DOWN_MAX_NS)) {
+        /* a peer that answers no handshake in time (cut off, stopped) is
+         * skipped as a member whose chunk put timed out is, whichever call
+         * found it: before, each primary learned it only from a chunk put's
+         * own timeout, and a server whose repair reads or catch-up had found
+         * it silent still made its next objects wait the member timeout for
+         * it. A refused or lost connection (killed, not yet started, or a
+         * peer that refused our proof) costs a chunk put nothing: it fails
+         * at once, and is not probed every 50 ms for that */
+        const cks_cluster_server_t *cs = cks_cluster_server(h->s->map, h->pos);
+        cks_log(CKS_LOG_WARN,
+                "handshake with a peer failed: %s (server %zu, %s:%u): its chunks are "
+                "counted missing at once until it answers one",
+                cks_status_string(status), h->pos, cs->addr, cs->port);
+        p->down_ns = now;
     } else {
-        h->p->down_ns = 0; /* it answers: no longer skipped (a restarted server) */
+        /* a probe of a skipped member fails every 50 ms while it is down */
+        cks_log(p->down_ns != 0 ? CKS_LOG_DEBUG : CKS_LOG_WARN,
+                "handshake with a peer failed: %s (server %zu)", cks_status_string(status),
+                h->pos);
     }
-    if (h->p->hello_gen == h->gen) {
-        h->p->hello_ns = 0;
+    if (p->hello_gen == h->gen) {
+        p->hello_ns = 0;
     }
     free(h);
 }
@@ -76,7 +97,7 @@ cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
         p->conn = NULL;
         return NULL;
     }
-    *h          = (cks_sv_hello_t){p, ++p->hello_gen};
+    *h          = (cks_sv_hello_t){s, pos, ++p->hello_gen};
     p->hello_ns = cks_time_ns();
     if (cks_tp_conn_handshake(p->conn, s->name, s->has_peer_secret ? &s->peer_secret : NULL,
                               CKS_SV_CALL_TIMEOUT_MS, cks_sv_hello_done, h) !=
@@ -108,20 +129,22 @@ int cks_sv_cluster_conn_err(cks_server_h s, cks_tp_conn_h conn)
     return 1;
 }
 
-/* Did this member fail a chunk put a moment ago? While it is skipped, a
- * handshake on a new connection is tried every CKS_SV_PEER_PROBE_NS (here,
- * and from the server loop: cks_sv_peers_probe()): a server restarted on
- * its address answers it, and is used again at once (cks_sv_hello_done()).
- * After CKS_SV_PEER_DOWN_NS it is skipped only while no handshaken
- * connection to it stands (before, every 5 s a member cut off cost the
- * objects then in flight a 10 s timeout again). */
+/* Did this member fail a chunk put, or let a handshake time out, a moment
+ * ago? While it is skipped, a handshake on a new connection is tried every
+ * CKS_SV_PEER_PROBE_NS (here, and from the server loop:
+ * cks_sv_peers_probe()): a server restarted on its address answers it, and
+ * is used again at once (cks_sv_hello_done()). After CKS_SV_PEER_DOWN_NS it
+ * is skipped only while no handshaken connection to it stands (before,
+ * every 5 s a member cut off cost the objects then in flight a 10 s timeout
+ * again); a connection whose handshake or a call went unanswered is none. */
 int cks_sv_peer_down(cks_server_h s, size_t pos)
 {
     cks_sv_peer_t *p = &s->peers[pos];
     uint64_t now     = cks_time_ns();
     if (p->down_ns == 0 || now - p->down_ns >= CKS_SV_PEER_DOWN_MAX_NS ||
         (now - p->down_ns >= CKS_SV_PEER_DOWN_NS && p->hello_ns == 0 &&
-         p->conn != NULL && !cks_tp_conn_failed(p->conn))) {
+         p->conn != NULL && !cks_tp_conn_failed(p->conn) &&
+         !cks_tp_conn_unanswered(p->conn))) {
         return 0;
     }
     if (!s->stop && now - p->probe_ns >= CKS_SV_PEER_PROBE_NS) {
