@@ -23,34 +23,52 @@ typedef struct {
     uint64_t gen;
 } cks_sv_hello_t;
 
+/* The peer at `pos` left a handshake of ours unanswered in time (cut off,
+ * stopped): it is skipped as a member whose chunk put timed out is,
+ * whichever call found it, until it answers a handshake (the probes of
+ * cks_sv_peer_down(): a live peer answers one within milliseconds).
+ * Before, each primary learned it only from a chunk put's own timeout, and
+ * a server whose catch-up or repair reads had found it silent still made
+ * its next objects wait the member timeout for it. A call that timed out
+ * does not count (a live peer may take its time over one), nor does a
+ * refused or lost connection (killed, not yet started, or a peer that
+ * refused our proof): it costs a chunk put nothing, failing at once. */
+static void cks_sv_peer_silent(cks_server_h s, size_t pos, const char *what)
+{
+    cks_sv_peer_t *p = &s->peers[pos];
+    uint64_t now     = cks_time_ns();
+    if (p->down_ns != 0 && now - p->down_ns < CKS_SV_PEER_DOWN_MAX_NS) {
+        return; /* skipped already */
+    }
+    const cks_cluster_server_t *cs = cks_cluster_server(s->map, pos);
+    cks_warn("server %zu (%s:%u) is silent (it %s): its chunks are counted missing at once "
+             "until it answers a handshake",
+             pos, cs->addr, cs->port, what);
+    p->down_ns = now;
+}
+
 static void cks_sv_hello_done(void *arg, cks_status_t status)
 {
     cks_sv_hello_t *h = arg;
     cks_sv_peer_t *p  = &h->s->peers[h->pos];
-    uint64_t now      = cks_time_ns();
+    int ours          = p->hello_gen == h->gen;
+    uint64_t waited   = ours && p->hello_ns != 0 ? cks_time_ns() - p->hello_ns : 0;
     if (status == CKS_OK) {
         p->down_ns = 0; /* it answers: no longer skipped (a restarted server) */
-    } else if (p->hello_gen == h->gen && status == CKS_ERR_TIMEOUT &&
-               (p->down_ns == 0 || now - p->down_ns >= CKS_SV_PEER_DOWN_MAX_NS)) {
-        /* a peer that answers no handshake in time (cut off, stopped) is
-         * skipped as a member whose chunk put timed out is, whichever call
-         * found it: before, each primary learned it only from a chunk put's
-         * own timeout, and a server whose repair reads or catch-up had found
-         * it silent still made its next objects wait the member timeout for
-         * it. A refused or lost connection (killed, not yet started, or a
-         * peer that refused our proof) costs a chunk put nothing: it fails
-         * at once, and is not probed every 50 ms for that */
-        const cks_cluster_server_t *cs = cks_cluster_server(h->s->map, h->pos);
-        cks_log(CKS_LOG_WARN,
-                "handshake with a peer failed: %s (server %zu, %s:%u): its chunks are "
-                "counted missing at once until it answers one",
-                cks_status_string(status), h->pos, cs->addr, cs->port);
-        p->down_ns = now;
     } else {
         /* a probe of a skipped member fails every 50 ms while it is down */
         cks_log(p->down_ns != 0 ? CKS_LOG_DEBUG : CKS_LOG_WARN,
                 "handshake with a peer failed: %s (server %zu)", cks_status_string(status),
                 h->pos);
+        /* silent: no answer in time, or a failure that came only after a
+         * second without one (a host gone from the network: "destination
+         * unreachable" once its address no longer resolves), not a refusal */
+        if (ours && (status == CKS_ERR_TIMEOUT ||
+                     (cks_sv_unreachable(status) && waited >= CKS_SV_PEER_HELLO_NS))) {
+            cks_sv_peer_silent(h->s, h->pos, status == CKS_ERR_TIMEOUT
+                                                 ? "let a handshake time out"
+                                                 : "failed a handshake after a second");
+        }
     }
     if (p->hello_gen == h->gen) {
         p->hello_ns = 0;
@@ -69,6 +87,12 @@ cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
         return p->conn;
     }
     if (p->conn != NULL) {
+        if (!cks_tp_conn_failed(p->conn) && p->hello_ns != 0 &&
+            cks_time_ns() - p->hello_ns >= CKS_SV_PEER_STALE_NS) {
+            /* a live peer answers a handshake within milliseconds (a call
+             * may take its time: a call that timed out does not count) */
+            cks_sv_peer_silent(s, pos, "left a handshake unanswered for 2 s");
+        }
         /* failed, or a call on it went unanswered: the peer may be a process
          * that is gone while UCX has not noticed (killed and started again on
          * its address, and our endpoint still reaches the old one); the next

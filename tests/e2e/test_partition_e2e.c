@@ -1404,8 +1404,8 @@ Test(partition, member_found_silent_by_the_servers_own_calls_costs_no_member_tim
     /* the servers that started before it found it silent then, until it
      * answered their next handshake: only what they say after the cut
      * counts */
-    snprintf(said, sizeof(said), "(server %zu, %s:%u): its chunks are counted missing", member,
-             net.host_addr[member], (unsigned)cl.srv[member].port);
+    snprintf(said, sizeof(said), "server %zu (%s:%u) is silent", member, net.host_addr[member],
+             (unsigned)cl.srv[member].port);
     for (size_t i = 0; i < NSRV; i++) {
         before[i] = i == member ? 0 : cks_test_log_lines(cl.srv[i].log, said);
     }
@@ -1503,8 +1503,8 @@ Test(partition, put_goes_to_its_primary_back_from_a_cut_while_the_next_members_a
     /* the primary cut off: B goes to its next member after a timeout, and
      * the client counts the primary as silent */
     char marked[96];
-    snprintf(marked, sizeof(marked), "(server %u, %s:%u): its chunks are counted missing", kg[0],
-             net.host_addr[kg[0]], (unsigned)cl.srv[kg[0]].port);
+    snprintf(marked, sizeof(marked), "server %u (%s:%u) is silent", kg[0], net.host_addr[kg[0]],
+             (unsigned)cl.srv[kg[0]].port);
     int marked0 = cks_test_log_lines(cl.srv[b_taker].log, marked);
     cr_assert_eq(cks_test_netns_cut(&net, kg[0]), 0);
     cks_status_t st = put_one(c, v, b_i, 300 * KiB, seed, CKS_TAG_NONE, NULL);
