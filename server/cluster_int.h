@@ -23,11 +23,11 @@ static inline int cks_sv_member_ms(uint32_t ms)
                ? (int)ms
                : CKS_SV_MEMBER_TIMEOUT_MS;
 }
-/* A member that failed a chunk put, or let a handshake (any call's) time
- * out, is skipped (its chunks counted missing at once) for this long, so
- * that one dead server does not cost every object of a checkpoint a
- * timeout; after that, for as long as it answers
- * none of the handshakes tried meanwhile (cut off, killed), up to
+/* A member that failed a chunk put, or left a handshake (any call's)
+ * unanswered (peer.c), is skipped (its chunks counted missing at once) for
+ * this long, so that one dead server does not cost every object of a
+ * checkpoint a timeout; after that, for as long as it answers none of the
+ * handshakes tried meanwhile (cut off, killed), up to
  * CKS_SV_PEER_DOWN_MAX_NS, when a chunk put asks it again. */
 #define CKS_SV_PEER_DOWN_NS     (5ull * 1000000000ull)
 #define CKS_SV_PEER_DOWN_MAX_NS (60ull * 1000000000ull)

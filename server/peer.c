@@ -1,8 +1,8 @@
 /*
  * DESIGN: a cluster server's connections to the other servers (peers):
  * made on first use, each with its handshake; a member that failed a chunk
- * put or let a handshake time out is skipped a while and probed with new
- * handshakes until it answers;
+ * put or left a handshake unanswered (cks_sv_peer_silent()) is skipped a
+ * while and probed with new handshakes until it answers;
  * and the small helpers every cluster role shares.
  *
  * Never: wait here (every step is a callback on the progress thread).
@@ -70,7 +70,7 @@ static void cks_sv_hello_done(void *arg, cks_status_t status)
                                                  : "failed a handshake after a second");
         }
     }
-    if (p->hello_gen == h->gen) {
+    if (ours) {
         p->hello_ns = 0;
     }
     free(h);
@@ -153,8 +153,8 @@ int cks_sv_cluster_conn_err(cks_server_h s, cks_tp_conn_h conn)
     return 1;
 }
 
-/* Did this member fail a chunk put, or let a handshake time out, a moment
- * ago? While it is skipped, a handshake on a new connection is tried every
+/* Did this member fail a chunk put, or leave a handshake unanswered, a
+ * moment ago? While it is skipped, a handshake on a new connection is tried every
  * CKS_SV_PEER_PROBE_NS (here, and from the server loop:
  * cks_sv_peers_probe()): a server restarted on its address answers it, and
  * is used again at once (cks_sv_hello_done()). After CKS_SV_PEER_DOWN_NS it

@@ -1385,7 +1385,7 @@ Test(partition, member_cut_off_during_chunk_puts_costs_one_member_timeout)
 
 /*
  * A member that the other servers' own calls found silent (catch-up,
- * repair: a handshake it let time out) costs the next version no member
+ * repair: a handshake it left unanswered) costs the next version no member
  * timeout: its chunks are counted missing at once. Before, a server learned
  * it only from a chunk put of its own that timed out, so a version written
  * after a server was cut off waited the member timeout (10 s) at each
