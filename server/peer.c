@@ -81,14 +81,14 @@ cks_tp_conn_h cks_sv_peer(cks_server_h s, size_t pos)
 {
     cks_sv_peer_t *p = &s->peers[pos];
     const cks_cluster_server_t *cs;
+    int stale = p->hello_ns != 0 && cks_time_ns() - p->hello_ns >= CKS_SV_PEER_STALE_NS;
 
     if (p->conn != NULL && !cks_tp_conn_failed(p->conn) && !cks_tp_conn_unanswered(p->conn) &&
-        (p->hello_ns == 0 || cks_time_ns() - p->hello_ns < CKS_SV_PEER_STALE_NS)) {
+        !stale) {
         return p->conn;
     }
     if (p->conn != NULL) {
-        if (!cks_tp_conn_failed(p->conn) && p->hello_ns != 0 &&
-            cks_time_ns() - p->hello_ns >= CKS_SV_PEER_STALE_NS) {
+        if (!cks_tp_conn_failed(p->conn) && stale) {
             /* a live peer answers a handshake within milliseconds (a call
              * may take its time: a call that timed out does not count) */
             cks_sv_peer_silent(s, pos, "left a handshake unanswered for 2 s");
