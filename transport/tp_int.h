@@ -204,6 +204,7 @@ struct cks_tp_worker {
     cks_tp_send_req_t *free_sends;
     cks_tp_send_req_t *inflight; /* sends UCX holds (a list through in_next) */
     unsigned closing; /* endpoint close requests in flight */
+    int flushing;     /* cks_tp_worker_quiesce()'s flush: 1 in flight, 0 done, -1 failed */
     int stopping;     /* cks_tp_worker_quiesce() ran: no new connections or calls */
     int destroying;   /* cks_tp_worker_destroy() freed the connections */
     /* Endpoints to close once ucp_worker_progress() has returned, not from

@@ -278,6 +278,51 @@ cks_status_t cks_tp_worker_renew(cks_tp_worker_h w)
     return CKS_OK;
 }
 
+static void cks_tp_flush_done(void *request, ucs_status_t st, void *arg)
+{
+    cks_tp_worker_h w = arg;
+    w->flushing       = st == UCS_OK ? 0 : -1;
+    ucp_request_free(request);
+}
+
+/* Let UCX finish what it does on its own before the worker goes (bounded by
+ * `until`): an endpoint UCX made for a peer's connection to us (a server's
+ * data endpoint to a client) answers that peer's wireup once its own TCP
+ * connect completes, and ucp_worker_destroy() aborts the process on such an
+ * answer still queued (UCX 1.13: "Assertion ... got REP message" in
+ * ucp_request_send_state_ff(), seen in a client destroyed right after a
+ * call to a server plugged back in). A worker flush completes only when no
+ * TCP connect is in progress and every endpoint's queue is empty. A flush
+ * that ended with an error is asked again (3 tries in all). */
+static void cks_tp_worker_flush(cks_tp_worker_h w, uint64_t until)
+{
+    ucp_request_param_t fp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                              UCP_OP_ATTR_FIELD_USER_DATA,
+                              .cb.send      = cks_tp_flush_done,
+                              .user_data    = w};
+    for (int tries = 0; tries < 3 && cks_time_ns() < until; tries++) {
+        void *req = ucp_worker_flush_nbx(w->worker, &fp);
+        if (req == NULL) {
+            return; /* nothing in flight */
+        }
+        if (!UCS_PTR_IS_ERR(req)) {
+            w->flushing = 1;
+            while (w->flushing == 1 && cks_time_ns() < until) {
+                cks_tp_progress_once(w);
+            }
+            if (w->flushing == 0) {
+                return;
+            }
+            if (w->flushing == 1) {
+                /* freed by UCX when it completes, or with the worker */
+                cks_warn("%s: UCX did not finish its own connections in time", w->name);
+                return;
+            }
+        }
+        cks_tp_progress_once(w); /* failed: asked again after a pass */
+    }
+}
+
 void cks_tp_worker_quiesce(cks_tp_worker_h w)
 {
     if (w == NULL || w->stopping) {
@@ -310,6 +355,7 @@ void cks_tp_worker_quiesce(cks_tp_worker_h w)
     if (w->closing > 0) {
         cks_warn("%s: %u endpoints did not finish closing", w->name, w->closing);
     }
+    cks_tp_worker_flush(w, until);
     /* Sends UCX still holds (to a stopped peer whose endpoint did not let
      * go of them): their owners are told now, while what they touch still
      * exists, and the requests are left to UCX (freed at destroy). */
