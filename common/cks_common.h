@@ -198,7 +198,10 @@ static inline size_t cks_vkey(uint8_t *buf, const char *job, size_t job_len, uin
  * that takes nothing, transport/sentinel.c), claim_release_late (a claim
  * that lost is withdrawn - here and from its grantors - 1.5 s late),
  * chunk_send_timeout (a primary's chunk put fails at once with a timeout,
- * as on a connection that failed).
+ * as on a connection that failed; its first try, and a second chance's),
+ * chunk_resend_timeout (the same for the try again on a new connection
+ * that follows such a failure), chunk_again_timeout (the same for the tries
+ * every 200 ms of a chunk its object needs).
  */
 typedef enum {
     CKS_FAULT_OFF    = 0,

@@ -172,6 +172,9 @@ int cks_sv_cluster_progress(cks_server_h s)
     if (s->held_chunks != NULL) {
         cks_sv_held_chunks(s, 0);
     }
+    if (s->chunks_again != NULL) {
+        cks_sv_chunks_again(s, 0);
+    }
     if (s->owed != NULL && now >= s->owed_next_ns) {
         s->owed_next_ns = now + CKS_SV_OWED_EVERY;
         cks_sv_owed_send(s, 0);
@@ -207,6 +210,10 @@ int cks_sv_cluster_progress(cks_server_h s)
     }
     if (owing && (timeout < 0 || timeout > (int)(CKS_SV_OWED_EVERY_NS / 1000000))) {
         timeout = (int)(CKS_SV_OWED_EVERY_NS / 1000000); /* the next question */
+    }
+    if (s->chunks_again != NULL &&
+        (timeout < 0 || timeout > (int)(CKS_SV_CHUNK_AGAIN_NS / 1000000))) {
+        timeout = (int)(CKS_SV_CHUNK_AGAIN_NS / 1000000); /* a chunk sent again */
     }
     if (s->fences_again != NULL &&
         (timeout < 0 || timeout > (int)(CKS_SV_FENCE_PAUSE_NS / 1000000))) {
@@ -255,6 +262,7 @@ void cks_sv_cluster_quiesce(cks_server_h s)
     cks_sv_enc_spread(cks_enc_stop(&s->enc));
     cks_sv_slow_sends(s, 1); /* test builds: sends held back end now */
     cks_sv_held_chunks(s, 1);
+    cks_sv_chunks_again(s, 1);
     cks_sv_fences_again(s, 1); /* their outcomes are not recorded */
     cks_sv_late_releases(s, 1);
     cks_sv_owed_send(s, 1);  /* what was owed is forgotten (in memory only) */

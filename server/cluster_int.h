@@ -97,6 +97,10 @@ void cks_sv_slow_sends(cks_server_h s, int all);
 /* Test builds: chunks held back by fault chunk_hold, recorded once due (all:
  * failed now, at shutdown). */
 void cks_sv_held_chunks(cks_server_h s, int all);
+/** Send again the chunks on s->chunks_again that are due (all: fail them, at a stop). */
+void cks_sv_chunks_again(cks_server_h s, int all);
+/* a chunk its stripe cannot do without, whose connection failed at once: sent again this often */
+#define CKS_SV_CHUNK_AGAIN_NS (200ull * 1000000ull)
 
 /* ---- between the coordinator's files (cluster.c's DESIGN names them, top
  * down; each calls only those below it) ---- */

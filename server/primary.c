@@ -19,6 +19,7 @@
 /* ---- the primary's puts -------------------------------------------------------------- */
 
 static cks_status_t cks_cput_send_chunk(cks_cput_ack_t *a, cks_tp_conn_h conn);
+static void cks_cput_try(cks_cput_ack_t *a, cks_tp_conn_h conn, const char *fault);
 static void cks_cput_acked(void *arg, cks_status_t status, const char *msg);
 static void cks_cput_settle(cks_cput_t *p);
 
@@ -32,6 +33,7 @@ static void cks_cput_free(cks_cput_t *p)
     free(p->enc.crcs);
     free(p->local);
     free(p->missing);
+    free(p->took);
     free(p->skipped);
     if (p->status != CKS_OK) {
         cks_hmap_del(v->keys, p->key, p->e.key.len); /* the key may be written again */
@@ -262,12 +264,10 @@ static int cks_cput_second_chance(cks_cput_t *p)
         }
     }
     for (size_t i = 0; i < p->nskipped; i++) {
-        cks_cput_ack_t *a  = p->skipped[i];
-        cks_tp_conn_h conn = cks_sv_peer(s, a->pos);
+        cks_cput_ack_t *a = p->skipped[i];
+        a->needed_ns      = cks_time_ns(); /* its member timeout runs from here */
         p->acks++;
-        if (conn == NULL || cks_cput_send_chunk(a, conn) != CKS_INPROGRESS) {
-            cks_cput_acked(a, CKS_ERR_UNREACHABLE, "send failed");
-        }
+        cks_cput_try(a, cks_sv_peer(s, a->pos), "chunk_send_timeout");
     }
     p->nskipped = 0;
     if (--p->acks == 0) {
@@ -336,36 +336,104 @@ static cks_status_t cks_cput_send_chunk(cks_cput_ack_t *a, cks_tp_conn_h conn)
                        p->chunk, s->arena_mem, p->member_ms, cks_cput_acked, a);
 }
 
+/* Send `a` on conn (NULL: none could be made) - or, in test builds, fail it
+ * at once with a timeout as a connection that failed does (fault `fault`). */
+static void cks_cput_try(cks_cput_ack_t *a, cks_tp_conn_h conn, const char *fault)
+{
+    if (conn != NULL && cks_fault_fire(fault)) {
+        a->sent_ns = cks_time_ns();
+        cks_warn("fault %s: chunk %u of stripe %llu of '%s' failed at once", fault, a->idx,
+                 (unsigned long long)a->stripe, a->p->key);
+        cks_cput_acked(a, CKS_ERR_TIMEOUT, "send failed (fault)");
+    } else if (conn == NULL || cks_cput_send_chunk(a, conn) != CKS_INPROGRESS) {
+        cks_cput_acked(a, CKS_ERR_UNREACHABLE, "send failed");
+    }
+}
+
+/* Send `a` again in CKS_SV_CHUNK_AGAIN_NS (cks_sv_chunks_again()). */
+static void cks_cput_again(cks_cput_ack_t *a)
+{
+    cks_server_h s  = a->p->s;
+    a->again_ns     = cks_time_ns() + CKS_SV_CHUNK_AGAIN_NS;
+    a->again_next   = s->chunks_again;
+    s->chunks_again = a;
+}
+
+void cks_sv_chunks_again(cks_server_h s, int all)
+{
+    cks_cput_ack_t *due = NULL, **pp = &s->chunks_again;
+    uint64_t now        = cks_time_ns();
+    while (*pp != NULL) { /* those due leave first: a send that fails queues again */
+        cks_cput_ack_t *a = *pp;
+        if (!all && a->again_ns > now) {
+            pp = &a->again_next;
+            continue;
+        }
+        *pp           = a->again_next;
+        a->again_next = due;
+        due           = a;
+    }
+    while (due != NULL) {
+        cks_cput_ack_t *a = due;
+        due               = a->again_next;
+        a->again_next     = NULL;
+        if (all) {
+            cks_cput_acked(a, CKS_ERR_SHUTTING_DOWN, "the server stops");
+        } else if (a->p->took[a->stripe] >= a->p->k) {
+            cks_cput_acked(a, CKS_ERR_UNREACHABLE, "(its stripe was stored without it)");
+        } else {
+            cks_cput_try(a, cks_sv_peer(s, a->pos), "chunk_again_timeout");
+        }
+    }
+}
+
 static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
 {
     cks_cput_ack_t *a = arg;
     cks_cput_t *p     = a->p;
+    uint64_t now      = cks_time_ns();
     /* a timeout long before the member's is the transport's: a connection
      * made while the member was cut off fails as it comes back */
-    int early = status == CKS_ERR_TIMEOUT &&
-                cks_time_ns() - a->sent_ns < (uint64_t)p->member_ms * 500000ull;
-    if ((status == CKS_ERR_CONN_LOST || status == CKS_ERR_UNREACHABLE || early) &&
-        !a->resent && !p->s->stop) {
+    int early   = status == CKS_ERR_TIMEOUT &&
+                  now - a->sent_ns < (uint64_t)p->member_ms * 500000ull;
+    int at_once = (status == CKS_ERR_CONN_LOST || status == CKS_ERR_UNREACHABLE || early) &&
+                  !p->s->stop;
+    if (at_once && !a->resent) {
         /* the connection broke at once: it may have led to a process that
          * is gone while the member runs again (restarted), or been made
          * while it was cut off; one more try, on a new connection, before
          * the chunk counts as missing */
-        cks_tp_conn_h conn = cks_sv_peer(p->s, a->pos);
-        a->resent          = 1;
+        a->resent = 1;
         cks_debug("chunk %u of stripe %llu of '%s' to server %u: %s (%s); sent again on a "
                   "new connection", a->idx, (unsigned long long)a->stripe, p->key,
                   cks_cluster_server(p->s->map, a->pos)->id, cks_status_string(status), msg);
-        if (conn != NULL && cks_cput_send_chunk(a, conn) == CKS_INPROGRESS) {
-            return;
-        }
+        cks_cput_try(a, cks_sv_peer(p->s, a->pos), "chunk_resend_timeout");
+        return;
     }
-    cks_arena_free(p->s->arena, a->off, p->chunk); /* UCX is done with it */
+    /* A chunk the object needs (its second chance, and its stripe has
+     * fewer than k chunks stored) whose member fails at once: the member
+     * gets the member timeout to take it, tried every
+     * CKS_SV_CHUNK_AGAIN_NS, as a silent one gets to answer. A server just
+     * plugged back in: its peers' connections made while it was cut off
+     * fail as it returns, and a new one may too for a moment (seen:
+     * "destination unreachable" on the first try and the resend, 1 s after
+     * the heal, and a version failed with two other servers killed -
+     * heal_partition/random_...) */
+    if (at_once && a->needed_ns != 0 && p->took[a->stripe] < p->k &&
+        now - a->needed_ns < (uint64_t)p->member_ms * 1000000ull) {
+        cks_cput_again(a);
+        return;
+    }
+    int keep = at_once && a->needed_ns == 0 && p->skipped != NULL &&
+               p->nskipped < p->stripes * (p->k + p->m);
+    if (!keep) {
+        cks_arena_free(p->s->arena, a->off, p->chunk); /* UCX is done with it */
+    }
     if (status == CKS_ERR_UNREACHABLE || status == CKS_ERR_TIMEOUT ||
         status == CKS_ERR_CONN_LOST || status == CKS_ERR_SHUTTING_DOWN ||
         status == CKS_ERR_CANCELED) {
         /* the member is gone or does not answer: the chunk is missing, and
          * the object is stored DEGRADED if its stripes survive that */
-        uint64_t now = cks_time_ns();
         if (now - p->s->peers[a->pos].warned_ns > 1000000000ull) { /* once a second */
             p->s->peers[a->pos].warned_ns = now;
             const cks_cluster_server_t *cs = cks_cluster_server(p->s->map, a->pos);
@@ -385,8 +453,16 @@ static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
                       (unsigned long long)a->stripe, cks_status_string(status), msg);
     } else {
         p->s->peers[a->pos].down_ns = 0;
+        p->took[a->stripe]++;
     }
-    free(a);
+    if (keep) {
+        /* missing, its slice kept: sent after all should the object fail
+         * without it (cks_cput_second_chance()) */
+        a->resent                 = 0;
+        p->skipped[p->nskipped++] = a;
+    } else {
+        free(a);
+    }
     if (--p->acks == 0) {
         cks_cput_settle(p);
     }
@@ -435,8 +511,9 @@ void cks_cput_spread(cks_cput_t *p)
     }
     p->local   = calloc(p->stripes * width, sizeof(*p->local));
     p->missing = calloc(p->stripes ? p->stripes : 1, 1);
+    p->took    = calloc(p->stripes ? p->stripes : 1, 1);
     p->skipped = calloc(p->stripes * width + 1, sizeof(*p->skipped));
-    if (p->local == NULL || p->missing == NULL || p->skipped == NULL) {
+    if (p->local == NULL || p->missing == NULL || p->took == NULL || p->skipped == NULL) {
         cks_cput_fail(p, CKS_ERR_NO_MEMORY, "server out of memory");
         cks_arena_free(s->arena, p->off, p->len);
         cks_cput_settle(p);
@@ -459,6 +536,7 @@ void cks_cput_spread(cks_cput_t *p)
                 c->crc64          = crc;
                 c->arena_offset   = cks_cput_keep_local(p, p->off + rel);
                 c->arena_len      = p->chunk;
+                p->took[st]++;
                 continue;
             }
             if (status != CKS_OK) {
@@ -476,7 +554,8 @@ void cks_cput_spread(cks_cput_t *p)
                     free(a);
                     cks_arena_free(s->arena, p->off + rel, p->chunk);
                 } else {
-                    *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i], 0, 0};
+                    *a = (cks_cput_ack_t){
+                        .p = p, .off = p->off + rel, .stripe = st, .idx = i, .pos = group[i]};
                     p->skipped[p->nskipped++] = a;
                 }
                 continue;
@@ -493,7 +572,8 @@ void cks_cput_spread(cks_cput_t *p)
                 cks_arena_free(s->arena, p->off + rel, p->chunk);
                 continue;
             }
-            *a = (cks_cput_ack_t){p, p->off + rel, st, i, group[i], 0, 0};
+            *a = (cks_cput_ack_t){
+                .p = p, .off = p->off + rel, .stripe = st, .idx = i, .pos = group[i]};
             p->acks++;
             if (cks_fault_fire("chunk_send")) {
                 /* the send is lost: the chunk is missing, the member is not down */
@@ -503,16 +583,7 @@ void cks_cput_spread(cks_cput_t *p)
                 cks_arena_free(s->arena, p->off + rel, p->chunk);
                 continue;
             }
-            if (cks_fault_fire("chunk_send_timeout")) { /* as a failed connection's */
-                a->sent_ns = cks_time_ns();
-                cks_warn("fault chunk_send_timeout: chunk %u of stripe %llu of '%s' failed at "
-                         "once", a->idx, (unsigned long long)a->stripe, p->key);
-                cks_cput_acked(a, CKS_ERR_TIMEOUT, "send failed (fault chunk_send_timeout)");
-                continue;
-            }
-            if (cks_cput_send_chunk(a, conn) != CKS_INPROGRESS) {
-                cks_cput_acked(a, CKS_ERR_UNREACHABLE, "send failed");
-            }
+            cks_cput_try(a, conn, "chunk_send_timeout"); /* fails as a failed connection's */
         }
     }
     if (--p->acks == 0) {

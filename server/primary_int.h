@@ -23,6 +23,7 @@ typedef struct cks_cput {
     cks_md_chunk_t *local;      /* chunks that stay on this server */
     size_t nlocal;
     uint8_t *missing;           /* per stripe: chunks no member took */
+    uint8_t *took;              /* per stripe: chunks stored (here, or a member took them) */
     uint32_t nmissing;
     uint16_t down[CKS_PLACE_WIDTH_MAX]; /* positions of the members that failed */
     unsigned ndown;
@@ -50,6 +51,9 @@ typedef struct cks_cput_ack {
     uint16_t pos; /* the member */
     int resent;   /* sent again once on a new connection */
     uint64_t sent_ns; /* when it was (last) sent */
+    uint64_t needed_ns; /* its second chance began (0: none): tried until the member timeout */
+    uint64_t again_ns;  /* on s->chunks_again: when it is sent again */
+    struct cks_cput_ack *again_next;
 } cks_cput_ack_t;
 
 /* backlog.c: backpressure on the puts answered STORED and not yet spread */

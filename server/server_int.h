@@ -353,6 +353,7 @@ struct cks_server {
     size_t ndeferred, capdeferred;
     struct cks_sv_slow_send *slow; /* test builds: sends held back by a fault */
     struct cks_chunk_in *held_chunks; /* test builds: chunks held back (chunk_hold) */
+    struct cks_cput_ack *chunks_again; /* chunks a stripe needs, sent again soon (primary.c) */
     cks_sv_owed_t *owed;   /* drops peers missed, oldest first */
     size_t nowed;
     uint64_t owed_next_ns; /* next time they are sent again */

@@ -859,22 +859,12 @@ Test(heal, claim_of_a_candidate_that_missed_the_begin_does_not_fail_the_commit,
     free(want);
 }
 
-/*
- * A chunk put that its connection fails at once with a timeout - the
- * transport's, long before the member's: a connection made while the member
- * was cut off fails just as the member is back - is sent again on a new
- * connection, as one that failed with "connection lost" already was. Seen
- * in the randomized partition test: a primary's chunk to a server plugged
- * back in a second before failed that way, and with two other servers
- * unreachable the object missed 3 of 6 chunks and its version was aborted
- * (CKS_ERR_UNREACHABLE). Fault chunk_send_timeout fails every chunk put of
- * the primary that way on its first try; two other servers are killed.
- * Before: every chunk counted missing and the version failed; now it
- * commits DEGRADED and restores bit-exact.
- */
-Test(heal, chunk_put_failed_at_once_by_its_connection_is_sent_again, .timeout = 240)
+/* One object put by a primary whose chunk puts fail as `faults` say (its
+ * server restarted with them), two other servers killed: the version
+ * commits DEGRADED and restores bit-exact. The primary's log lines that
+ * hold each of `lines` (NULL-terminated) are counted into counts[]. */
+static void at_once_version(const char *faults, const char *const *lines, int *counts)
 {
-    CKS_TEST_NEEDS_FAULT_POINTS();
     int down[NSRV] = {0}, obj = -1;
     char why[512], key[64];
     uint8_t *buf = malloc(4 * MiB), *want = malloc(4 * MiB);
@@ -888,7 +878,7 @@ Test(heal, chunk_put_failed_at_once_by_its_connection_is_sent_again, .timeout = 
         obj = cks_test_primary(cl.map, "heal", key, K, M) == (int)p ? 3 + 8 * i : -1;
     }
     cr_assert(obj >= 0);
-    snprintf(cl.srv[p].faults, sizeof(cl.srv[p].faults), "chunk_send_timeout:always");
+    snprintf(cl.srv[p].faults, sizeof(cl.srv[p].faults), "%s", faults);
     cks_test_server_stop(&cl.srv[p], SIGTERM);
     cr_assert_eq(cks_test_server_restart(&cl.srv[p]), 0, "restart of server %zu", p);
     cks_client_h c = connect_cluster(30000);
@@ -906,9 +896,11 @@ Test(heal, chunk_put_failed_at_once_by_its_connection_is_sent_again, .timeout = 
     cr_assert_eq(st, CKS_OK, "put of '%s': %s", key, cks_status_name(st));
     st = cks_version_finish(c, "heal", v, 0);
     cks_client_last_error(c, why, sizeof(why));
-    int faults = cks_test_log_count(cl.srv[p].log, "fault chunk_send_timeout");
-    fprintf(stderr, "version %llu: primary %zu (its chunk puts failed at once %d times), "
-                    "servers %zu and %zu killed: %s (%s)\n",
+    for (size_t i = 0; lines[i] != NULL; i++) {
+        counts[i] = cks_test_log_count(cl.srv[p].log, lines[i]);
+        fprintf(stderr, "primary %zu: %d lines with \"%s\"\n", p, counts[i], lines[i]);
+    }
+    fprintf(stderr, "version %llu: primary %zu (%s), servers %zu and %zu killed: %s (%s)\n",
             (unsigned long long)v, p, faults, killed[0], killed[1], cks_status_name(st),
             st == CKS_OK ? "" : why);
     cr_assert_eq(st, CKS_OK, "finish of version %llu: %s (%s)", (unsigned long long)v,
@@ -921,6 +913,55 @@ Test(heal, chunk_put_failed_at_once_by_its_connection_is_sent_again, .timeout = 
     cks_client_destroy(c);
     free(buf);
     free(want);
+}
+
+/*
+ * A chunk put that its connection fails at once with a timeout - the
+ * transport's, long before the member's: a connection made while the member
+ * was cut off fails just as the member is back - is sent again on a new
+ * connection, as one that failed with "connection lost" already was. Seen
+ * in the randomized partition test: a primary's chunk to a server plugged
+ * back in a second before failed that way, and with two other servers
+ * unreachable the object missed 3 of 6 chunks and its version was aborted
+ * (CKS_ERR_UNREACHABLE). Fault chunk_send_timeout fails every chunk put of
+ * the primary that way on its first try; two other servers are killed.
+ * Before: every chunk counted missing and the version failed; now it
+ * commits DEGRADED and restores bit-exact.
+ */
+Test(heal, chunk_put_failed_at_once_by_its_connection_is_sent_again, .timeout = 240)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    const char *lines[] = {"fault chunk_send_timeout", NULL};
+    int counts[1];
+    at_once_version("chunk_send_timeout:always", lines, counts);
+    cr_assert_gt(counts[0], 0, "the fault never fired");
+}
+
+/*
+ * A chunk put whose try on a new connection fails at once too: a server
+ * plugged back in a second before, whose peers' connections made while it
+ * was cut off fail as it returns - and for a moment so may a new one (seen
+ * in the randomized partition test: "destination unreachable" on both
+ * tries, 1 s after the heal; with two other servers killed the object
+ * missed 3 of 6 chunks and its version was aborted, CKS_ERR_UNREACHABLE).
+ * Such a chunk keeps its space and is sent after all when the object would
+ * fail without it; there it is tried again every 200 ms until the member
+ * timeout while its stripe has fewer than k chunks stored. Faults fail
+ * every first try and every try on a new connection of the primary, the
+ * second chance's too: it is the tries every 200 ms that store the chunks.
+ * Before: every chunk counted missing and the version failed; now it
+ * commits DEGRADED and restores bit-exact.
+ */
+Test(heal, chunk_put_failed_at_once_twice_is_tried_again_while_its_stripe_needs_it,
+     .timeout = 240)
+{
+    CKS_TEST_NEEDS_FAULT_POINTS();
+    const char *lines[] = {"fault chunk_resend_timeout",
+                           "members that failed a moment ago after all", NULL};
+    int counts[2];
+    at_once_version("chunk_send_timeout:always,chunk_resend_timeout:always", lines, counts);
+    cr_assert_gt(counts[0], 0, "the fault never fired");
+    cr_assert_gt(counts[1], 0, "no second chance");
 }
 
 /* ---- randomized: kills, restarts and stops between and during checkpoints ---- */
