@@ -878,10 +878,16 @@ static void at_once_version(const char *faults, const char *const *lines, int *c
         obj = cks_test_primary(cl.map, "heal", key, K, M) == (int)p ? 3 + 8 * i : -1;
     }
     cr_assert(obj >= 0);
+    /* p stops once the servers have connected to each other: a connection
+     * request that reaches it as it stops hits UCX 1.13's listener fault
+     * (not counted; it did in most runs when p stopped at once) */
+    cks_client_h c = connect_cluster(30000);
+    for (size_t i = 0; i < NSRV; i++) {
+        cks_test_wait_caught_up(c, i, 30000);
+    }
     snprintf(cl.srv[p].faults, sizeof(cl.srv[p].faults), "%s", faults);
     cks_test_server_stop(&cl.srv[p], SIGTERM);
     cr_assert_eq(cks_test_server_restart(&cl.srv[p]), 0, "restart of server %zu", p);
-    cks_client_h c = connect_cluster(30000);
     cks_test_wait_caught_up(c, p, 30000);
     size_t killed[2], n = 0;
     for (size_t i = 0; i < NSRV && n < 2; i++) {
