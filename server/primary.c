@@ -379,8 +379,8 @@ void cks_sv_chunks_again(cks_server_h s, int all)
         a->again_next     = NULL;
         if (all) {
             cks_cput_acked(a, CKS_ERR_SHUTTING_DOWN, "the server stops");
-        } else if (a->p->took[a->stripe] >= a->p->k) {
-            cks_cput_acked(a, CKS_ERR_UNREACHABLE, "(its stripe was stored without it)");
+        } else if (a->p->took[a->stripe] >= a->p->k || a->p->status != CKS_OK) {
+            cks_cput_acked(a, CKS_ERR_UNREACHABLE, "(its object needs it no more)");
         } else {
             cks_cput_try(a, cks_sv_peer(s, a->pos), "chunk_again_timeout");
         }
@@ -419,7 +419,7 @@ static void cks_cput_acked(void *arg, cks_status_t status, const char *msg)
      * "destination unreachable" on the first try and the resend, 1 s after
      * the heal, and a version failed with two other servers killed -
      * heal_partition/random_...) */
-    if (at_once && a->needed_ns != 0 && p->took[a->stripe] < p->k &&
+    if (at_once && a->needed_ns != 0 && p->took[a->stripe] < p->k && p->status == CKS_OK &&
         now - a->needed_ns < (uint64_t)p->member_ms * 1000000ull) {
         cks_cput_again(a);
         return;
