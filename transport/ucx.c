@@ -286,9 +286,9 @@ static void cks_tp_flush_done(void *request, ucs_status_t st, void *arg)
 }
 
 /* Let UCX finish what it does on its own before the worker goes (bounded by
- * `until`): an endpoint UCX made for a peer's connection to us (a server's
- * data endpoint to a client) answers that peer's wireup once its own TCP
- * connect completes, and ucp_worker_destroy() aborts the process on such an
+ * `until`): an endpoint UCX made for a peer's connection to us answers that
+ * peer's wireup once its own TCP connect completes, and
+ * ucp_worker_destroy() aborts the process on such an
  * answer still queued (UCX 1.13: "Assertion ... got REP message" in
  * ucp_request_send_state_ff(), seen in a client destroyed right after a
  * call to a server plugged back in). A worker flush completes only when no
