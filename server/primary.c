@@ -32,8 +32,7 @@ static void cks_cput_free(cks_cput_t *p)
     cks_cput_unspread(p);
     free(p->enc.crcs);
     free(p->local);
-    free(p->missing);
-    free(p->took);
+    free(p->missing); /* p->took lies in the same allocation */
     free(p->skipped);
     if (p->status != CKS_OK) {
         cks_hmap_del(v->keys, p->key, p->e.key.len); /* the key may be written again */
@@ -510,10 +509,10 @@ void cks_cput_spread(cks_cput_t *p)
         return;
     }
     p->local   = calloc(p->stripes * width, sizeof(*p->local));
-    p->missing = calloc(p->stripes ? p->stripes : 1, 1);
-    p->took    = calloc(p->stripes ? p->stripes : 1, 1);
+    p->missing = calloc(2 * (p->stripes ? p->stripes : 1), 1); /* and took, after it */
+    p->took    = p->missing != NULL ? p->missing + (p->stripes ? p->stripes : 1) : NULL;
     p->skipped = calloc(p->stripes * width + 1, sizeof(*p->skipped));
-    if (p->local == NULL || p->missing == NULL || p->took == NULL || p->skipped == NULL) {
+    if (p->local == NULL || p->missing == NULL || p->skipped == NULL) {
         cks_cput_fail(p, CKS_ERR_NO_MEMORY, "server out of memory");
         cks_arena_free(s->arena, p->off, p->len);
         cks_cput_settle(p);

@@ -23,7 +23,8 @@ typedef struct cks_cput {
     cks_md_chunk_t *local;      /* chunks that stay on this server */
     size_t nlocal;
     uint8_t *missing;           /* per stripe: chunks no member took */
-    uint8_t *took;              /* per stripe: chunks stored (here, or a member took them) */
+    uint8_t *took;              /* per stripe: chunks stored (here, or a member took them);
+                                   in missing's allocation */
     uint32_t nmissing;
     uint16_t down[CKS_PLACE_WIDTH_MAX]; /* positions of the members that failed */
     unsigned ndown;
