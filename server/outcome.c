@@ -15,6 +15,7 @@
 #include <string.h>
 
 static void cks_bcast_send(cks_bcast_t *b);
+static void cks_sv_waiters_answer(cks_server_h s, cks_sv_version_t *v);
 static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v);
 
 /* ---- drops a peer missed ------------------------------------------------------------ */
@@ -224,6 +225,16 @@ static void cks_sv_bcast(cks_server_h s, cks_sv_version_t *v, int drop, uint32_t
         v->bcast++;
         cks_bcast_send(b);
     }
+    if (drop && v->wait == CKS_SV_WAIT_ABORT && v->bcast > 1) {
+        /* An abort is decided once recorded here: a server that does not
+         * take the drop is owed it (cks_bcast_done()), whatever it answers,
+         * and no server holds a manifest of the version to restore from.
+         * Its callers are answered now, not after the slowest server (a
+         * cut one: its member timeout); later callers are told that the
+         * version is not open (seal.c). */
+        cks_sv_waiters_answer(s, v);
+        v->told = 1;
+    }
     if (--v->bcast == 0) {
         cks_sv_bcast_finish(s, v);
     }
@@ -232,7 +243,11 @@ static void cks_sv_bcast(cks_server_h s, cks_sv_version_t *v, int drop, uint32_t
 /* The reason a failed version was aborted, kept for ranks that finish later. */
 static void cks_sv_aborted_note(cks_server_h s, const cks_sv_version_t *v)
 {
-    cks_sv_aborted_t *a = &s->aborted[s->aborted_next++ % CKS_SV_ABORTED_MAX];
+    cks_wire_str_t job        = {v->job, v->job_len};
+    const cks_sv_aborted_t *k = cks_sv_aborted_find(s, &job, v->version);
+    /* noted once (an abort's callers may be answered before its drop ends) */
+    cks_sv_aborted_t *a = k != NULL ? &s->aborted[k - s->aborted]
+                                    : &s->aborted[s->aborted_next++ % CKS_SV_ABORTED_MAX];
     memcpy(a->job, v->job, v->job_len);
     a->job[v->job_len] = '\0';
     a->version         = v->version;
@@ -274,11 +289,10 @@ static void cks_sv_cv_coord_free(cks_sv_version_t *v)
     v->stored_on = v->reported_by = NULL;
 }
 
-/* The version's outcome is known everywhere: answer everyone who waits. */
-static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
+/* Answer everyone who waits for the version's outcome. */
+static void cks_sv_waiters_answer(cks_server_h s, cks_sv_version_t *v)
 {
     int committed = v->wait == CKS_SV_WAIT_SEAL && v->bcast_reply == CKS_OK;
-    cks_sv_kept_forget(s, v->job, v->job_len, v->version);
     if (v->wait == CKS_SV_WAIT_ABORT && v->failed != CKS_OK) {
         cks_sv_aborted_note(s, v);
     }
@@ -298,7 +312,17 @@ static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
     free(v->waiters);
     v->waiters  = NULL;
     v->nwaiters = v->capwaiters = 0;
-    v->wait     = CKS_SV_WAIT_NONE;
+}
+
+/* The version's outcome is known everywhere (or owed to those that did not
+ * take it): answer everyone who still waits. */
+static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
+{
+    int committed = v->wait == CKS_SV_WAIT_SEAL && v->bcast_reply == CKS_OK;
+    cks_sv_kept_forget(s, v->job, v->job_len, v->version);
+    cks_sv_waiters_answer(s, v);
+    v->wait = CKS_SV_WAIT_NONE;
+    v->told = 0;
     if (committed) {
         cks_sv_flush_committed(s, v->job, v->job_len, v->version); /* --flush-every */
     }

@@ -39,8 +39,12 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
     /* a rank's seal sent again (its first went unanswered): not a second
      * finish of that rank */
     int resent = type == CKS_MSG_VERSION_SEAL && (flags & CKS_WIRE_F_RESENT);
+    /* an abort whose callers were answered while its drop still goes out:
+     * a seal or an abort is told, as after it, that the version ended */
+    int told = v != NULL && v->bcast > 0 && v->told && v->wait == CKS_SV_WAIT_ABORT &&
+               type != CKS_MSG_VERSION_DELETE;
 
-    if (v != NULL && v->bcast > 0 &&
+    if (v != NULL && v->bcast > 0 && !told &&
         (v->wait == CKS_SV_WAIT_ABORT || (resent && v->wait == CKS_SV_WAIT_SEAL)) &&
         type != CKS_MSG_VERSION_DELETE) {
         /* already being aborted (an object failed, or the deadline): this
@@ -50,7 +54,7 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
         }
         return;
     }
-    if (v != NULL && v->bcast > 0) {
+    if (v != NULL && v->bcast > 0 && !told) {
         cks_sv_reply_status(conn, req_id, CKS_ERR_BUSY,
                             "version %llu is being committed, aborted or deleted",
                             (unsigned long long)version);
