@@ -28,6 +28,10 @@ typedef struct {
     int caught;         /* every one of the servers has caught up */
     double caught_s;    /* seconds since t0 of the first sample that saw that */
     uint64_t caught_done; /* the bytes rebuilt by then */
+    /* every server's CPU seconds (user + system) from the sample before the
+     * first that saw rebuilt bytes to the one that saw them all, and that
+     * span's seconds: how busy the machine's cores were while it rebuilt */
+    double cpu_s, span_s;
 } cl_repair_t;
 
 /* The repair figures of the servers in ids: *left_p chunk bytes they still
@@ -67,21 +71,30 @@ static int cl_repair_wait(cl_ctx_t *x, const char *job, const unsigned *ids,
     double deadline = bench_now() + x->o.timeout_s * 4 + 30;
     uint64_t left = 0, done = 0;
     unsigned v = 0;
+    double prev_s = 0, prev_cpu = cl_servers_cpu(x), cpu0 = 0, t_cpu0 = 0;
     memset(r, 0, sizeof(*r));
     r->first    = -1;
     r->caught_s = -1;
     while (bench_now() < deadline) {
-        int clean = cl_repair_left(x, ids, nids, &left, &done, r);
-        double now = bench_now() - t0;
+        int clean  = cl_repair_left(x, ids, nids, &left, &done, r);
+        double now = bench_now() - t0, cpu = cl_servers_cpu(x);
         if (r->caught && r->caught_s < 0) {
             r->caught_s    = now;
             r->caught_done = done;
         }
         if (done > r->done) {
-            r->first = r->first < 0 ? now : r->first;
-            r->last = now;
-            r->done = done;
+            if (r->first < 0) {
+                r->first = now;
+                cpu0     = prev_cpu;
+                t_cpu0   = prev_s;
+            }
+            r->last   = now;
+            r->done   = done;
+            r->cpu_s  = cpu - cpu0;
+            r->span_s = now - t_cpu0;
         }
+        prev_s   = now;
+        prev_cpu = cpu;
         if (clean) {
             for (; v < nvs; v++) { /* a version PROTECTED stays so: ask the rest */
                 cks_version_info_t vi;
@@ -160,12 +173,13 @@ static void cl_say_repair(cl_ctx_t *x, unsigned rep, const char *what,
            "after the start (all caught up after %.2f s, %.1f MiB rebuilt by then); every "
            "version PROTECTED after %.2f s; %llu of %llu chunks "
            "sent by the server that decoded their stripe; %llu decodes rebuilt %llu "
-           "chunks\n",
+           "chunks; the servers used %.2f CPU seconds in its %.2f s (%.2f of %ld cores)\n",
            rep + 1, what, (double)r->done / (1 << 20), cl_repair_gbs(r), capbuf,
            r->first < 0 ? 0.0 : r->first, r->last, r->caught_s,
            (double)r->caught_done / (1 << 20), r->protected_s,
            (unsigned long long)r->sent, (unsigned long long)r->chunks,
-           (unsigned long long)r->decodes, (unsigned long long)r->decoded);
+           (unsigned long long)r->decodes, (unsigned long long)r->decoded, r->cpu_s,
+           r->span_s, r->span_s > 0 ? r->cpu_s / r->span_s : NAN, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 /* The reference of the snapshot taken while repair runs: the same servers
