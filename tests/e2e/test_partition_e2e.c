@@ -624,6 +624,13 @@ Test(partition, snapshot_cut_from_a_primary_mid_put)
      * later (owed), and the writer hears that the abort took effect */
     cr_assert_eq(st, CKS_OK, "abort with server %zu cut off: %s", victim, cks_status_name(st));
     cr_assert_lt(now_ms() - t1, BOUND_MS);
+    /* asked again while the drop may still wait for the cut server: the
+     * version has ended, as it has once the drop is out */
+    t1 = now_ms();
+    st = cks_version_abort(cli, JOB, 2);
+    fprintf(stderr, "abort again: %s after %llu ms\n", cks_status_name(st),
+            (unsigned long long)(now_ms() - t1));
+    cr_assert_eq(st, CKS_ERR_VERSION_NOT_OPEN, "abort again: %s", cks_status_name(st));
     assert_not_restorable(cli, 2);
     /* the previous version, with the server still cut off: from parity */
     cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
