@@ -116,6 +116,29 @@ static void cks_sv_cv_expire(const void *key, size_t len, void *value, void *arg
     }
 }
 
+/* arg: {now, ms until the next grace ends (-1: none), a version whose grace
+ * ended (answered after the walk: answers may end connections)} */
+static void cks_sv_cv_grace_each(const void *key, size_t len, void *value, void *arg)
+{
+    void **a              = arg;
+    cks_sv_version_t *v   = value;
+    uint64_t now          = *(uint64_t *)a[0];
+    int *ms               = a[1];
+    cks_sv_version_t **due = a[2];
+    (void)key;
+    (void)len;
+    if (v->told_due_ns == 0 || v->bcast == 0) {
+        return;
+    }
+    int left = now >= v->told_due_ns ? 0 : (int)((v->told_due_ns - now + 999999) / 1000000);
+    if (left == 0 && *due == NULL) {
+        *due = v;
+    }
+    if (*ms < 0 || left < *ms) {
+        *ms = left;
+    }
+}
+
 void cks_sv_cv_kick(const void *key, size_t len, void *value, void *arg)
 {
     cks_sv_version_t *v = value;
@@ -191,6 +214,13 @@ int cks_sv_cluster_progress(cks_server_h s)
     int owing   = 0;
     void *oa[3] = {s, &now, &owing};
     cks_hmap_foreach(s->versions, cks_sv_cv_owed_each, oa);
+    int grace_ms              = -1;
+    cks_sv_version_t *graced = NULL;
+    void *ga[3]               = {&now, &grace_ms, &graced};
+    cks_hmap_foreach(s->versions, cks_sv_cv_grace_each, ga);
+    if (graced != NULL) {
+        cks_sv_drop_grace(s, graced); /* others due: the next pass (timeout 0) */
+    }
     cks_sv_version_t *late = NULL;
     cks_hmap_foreach(s->versions, cks_sv_cv_kick, &late);
     if (late != NULL) {
@@ -204,6 +234,9 @@ int cks_sv_cluster_progress(cks_server_h s)
     }
     if (rp_timeout >= 0 && (timeout < 0 || rp_timeout < timeout)) {
         timeout = rp_timeout;
+    }
+    if (grace_ms >= 0 && (timeout < 0 || grace_ms < timeout)) {
+        timeout = grace_ms; /* an abort's or delete's callers answered */
     }
     if (probing && (timeout < 0 || timeout > (int)(CKS_SV_PEER_PROBE_NS / 1000000))) {
         timeout = (int)(CKS_SV_PEER_PROBE_NS / 1000000); /* the next probe */

@@ -156,6 +156,11 @@ void cks_sv_cv_owed_each(const void *key, size_t len, void *value, void *arg);
 
 void cks_sv_owed_send(cks_server_h s, int all_cancel);
 
+/* How long an abort's or delete's callers wait for a server that does not
+ * take its drop (cks_sv_drop_grace()). */
+#define CKS_SV_DROP_GRACE_NS (1000ull * 1000000ull)
+void cks_sv_drop_grace(cks_server_h s, cks_sv_version_t *v);
+
 const cks_sv_aborted_t *cks_sv_aborted_find(cks_server_h s, const cks_wire_str_t *job,
                                                    uint64_t version);
 

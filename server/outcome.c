@@ -225,15 +225,11 @@ static void cks_sv_bcast(cks_server_h s, cks_sv_version_t *v, int drop, uint32_t
         v->bcast++;
         cks_bcast_send(b);
     }
-    if (drop && v->wait == CKS_SV_WAIT_ABORT && v->bcast > 1) {
-        /* An abort is decided once recorded here: a server that does not
-         * take the drop is owed it (cks_bcast_done()), whatever it answers,
-         * and no server holds a manifest of the version to restore from.
-         * Its callers are answered now, not after the slowest server (a
-         * cut one: its member timeout); later callers are told that the
-         * version is not open (seal.c). */
-        cks_sv_waiters_answer(s, v);
-        v->told = 1;
+    if (drop && (v->wait == CKS_SV_WAIT_ABORT || v->wait == CKS_SV_WAIT_DELETE) &&
+        v->bcast > 1) {
+        /* cks_sv_drop_grace() answers its callers then if some server has
+         * not taken it by that time */
+        v->told_due_ns = cks_time_ns() + CKS_SV_DROP_GRACE_NS;
     }
     if (--v->bcast == 0) {
         cks_sv_bcast_finish(s, v);
@@ -321,8 +317,9 @@ static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
     int committed = v->wait == CKS_SV_WAIT_SEAL && v->bcast_reply == CKS_OK;
     cks_sv_kept_forget(s, v->job, v->job_len, v->version);
     cks_sv_waiters_answer(s, v);
-    v->wait = CKS_SV_WAIT_NONE;
-    v->told = 0;
+    v->wait        = CKS_SV_WAIT_NONE;
+    v->told        = 0;
+    v->told_due_ns = 0;
     if (committed) {
         cks_sv_flush_committed(s, v->job, v->job_len, v->version); /* --flush-every */
     }
@@ -336,6 +333,25 @@ static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
         return;
     }
     cks_sv_version_release(s, v);
+}
+
+/* An abort or a delete is decided once its drop is recorded here: a server
+ * that does not take the drop is owed it (cks_bcast_done()), whatever it
+ * answers, and a restore asks the coordinator first, whose "no such
+ * version" is the truth. So its callers wait for the servers that answer
+ * (a list on any of them then no longer shows the version), but not past
+ * CKS_SV_DROP_GRACE_NS for one that does not (a cut one would hold them
+ * for its member timeout, longer than a client waits); later callers are
+ * told that the version ended (seal.c). The cluster's progress calls this
+ * once that grace has passed and the drop still goes out. */
+void cks_sv_drop_grace(cks_server_h s, cks_sv_version_t *v)
+{
+    cks_info("version %llu of '%s': its %s answered; its drop still goes to %u servers",
+             (unsigned long long)v->version, v->job,
+             v->wait == CKS_SV_WAIT_DELETE ? "delete" : "abort", v->bcast);
+    cks_sv_waiters_answer(s, v);
+    v->told        = 1;
+    v->told_due_ns = 0;
 }
 
 static void cks_sv_cv_recorded(cks_server_h s, cks_mdq_job_t *j)

@@ -39,10 +39,19 @@ void cks_sv_cluster_end(cks_server_h s, cks_tp_conn_h conn, uint64_t req_id, uns
     /* a rank's seal sent again (its first went unanswered): not a second
      * finish of that rank */
     int resent = type == CKS_MSG_VERSION_SEAL && (flags & CKS_WIRE_F_RESENT);
-    /* an abort whose callers were answered while its drop still goes out:
-     * a seal or an abort is told, as after it, that the version ended */
-    int told = v != NULL && v->bcast > 0 && v->told && v->wait == CKS_SV_WAIT_ABORT &&
-               type != CKS_MSG_VERSION_DELETE;
+    /* an abort or delete whose callers were answered while its drop still
+     * goes out: a seal or an abort is told, as after it, that the version
+     * ended; a delete, that it was deleted (or BUSY after an abort: one
+     * drop at a time) */
+    int told = v != NULL && v->bcast > 0 && v->told && type != CKS_MSG_VERSION_DELETE;
+
+    if (v != NULL && v->bcast > 0 && v->told && type == CKS_MSG_VERSION_DELETE &&
+        v->wait == CKS_SV_WAIT_DELETE) {
+        cks_sv_reply_status(conn, req_id, CKS_ERR_NO_SUCH_VERSION,
+                            "version %llu of '%.*s' was deleted", (unsigned long long)version,
+                            (int)job->len, job->ptr);
+        return;
+    }
 
     if (v != NULL && v->bcast > 0 && !told &&
         (v->wait == CKS_SV_WAIT_ABORT || (resent && v->wait == CKS_SV_WAIT_SEAL)) &&

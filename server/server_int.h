@@ -67,8 +67,9 @@ struct cks_sv_version {
     uint64_t open_deadline_ns; /* abort when not every rank finished by then */
     uint32_t member_ms;    /* the begin's member timeout (0: the default) */
     cks_hmap_t *deleted;   /* keys of the parent removed in this version */
-    int told;              /* an abort's callers were answered before its drop
-                              reached every server (outcome.c) */
+    int told;              /* an abort's or delete's callers were answered before
+                              its drop reached every server (outcome.c) */
+    uint64_t told_due_ns;  /* ... when, unless every server took it before */
     int redrop;            /* an object came in while the version's drop was being
                               sent: send the drop once more when it ends */
     cks_hmap_t *reported;  /* keys reported done -> index in objs + 1 (a put

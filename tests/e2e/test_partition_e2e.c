@@ -621,7 +621,8 @@ Test(partition, snapshot_cut_from_a_primary_mid_put)
     fprintf(stderr, "abort: %s after %llu ms\n", cks_status_name(st),
             (unsigned long long)(now_ms() - t1));
     /* the coordinator recorded the abort: its drop reaches the cut server
-     * later (owed), and the writer hears that the abort took effect */
+     * later (owed), and the writer hears, within the drop's grace (1 s),
+     * that the abort took effect */
     cr_assert_eq(st, CKS_OK, "abort with server %zu cut off: %s", victim, cks_status_name(st));
     cr_assert_lt(now_ms() - t1, BOUND_MS);
     /* asked again while the drop may still wait for the cut server: the
@@ -930,6 +931,51 @@ Test(partition, a_staged_put_cut_from_its_primary_mid_object_goes_to_the_next_me
     cks_client_destroy(c);
     free(buf);
     assert_servers_alive();
+}
+
+/* A version deleted while a server that holds its chunks is cut off: the
+ * delete is answered once the servers that answer took its drop, within
+ * the drop's grace (1 s), not after the cut server's member timeout (it
+ * failed with CKS_ERR_TIMEOUT after 15 s before); the version is gone for
+ * the client, the one before it restores; healed, the cut server drops it
+ * too (its arena use back to what it was without the version). */
+Test(partition, delete_with_a_server_cut_off_is_answered_within_the_drop_grace)
+{
+    bring_up();
+    uint64_t seed = cks_test_seed(36);
+    cr_assert_eq(write_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
+    size_t coord  = coordinator_of(2), victim = (coord + 1) % NSRV;
+    uint64_t base = server_usage(victim);
+    cr_assert_eq(write_version(cli, 2, 3, 1 * MiB, seed), CKS_OK);
+    uint64_t with = server_usage(victim);
+    cr_assert_gt(with, base, "server %zu holds no chunk of version 2", victim);
+    cr_assert_eq(cks_test_netns_cut(&net, (int)victim), 0);
+
+    uint64_t t0     = now_ms();
+    cks_status_t st = cks_version_delete(cli, JOB, 2);
+    uint64_t took   = now_ms() - t0;
+    fprintf(stderr, "delete with server %zu cut off: %s after %llu ms\n", victim,
+            cks_status_name(st), (unsigned long long)took);
+    cr_assert_eq(st, CKS_OK, "delete with server %zu cut off: %s", victim, cks_status_name(st));
+    cr_assert_lt(took, 2000, "the delete waited %llu ms for the cut server",
+                 (unsigned long long)took);
+    assert_not_restorable(cli, 2);
+    cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
+
+    cr_assert_eq(cks_test_netns_heal(&net, (int)victim), 0);
+    uint64_t t1 = now_ms(), after = server_usage(victim);
+    while (after != base && now_ms() - t1 < BOUND_MS) {
+        pause_ms(200);
+        after = server_usage(victim);
+    }
+    fprintf(stderr, "server %zu: %llu bytes in use %llu ms after the heal (%llu with version "
+                    "2, %llu without)\n", victim, (unsigned long long)after,
+            (unsigned long long)(now_ms() - t1), (unsigned long long)with,
+            (unsigned long long)base);
+    cr_assert_eq(after, base, "server %zu still holds %llu bytes of version 2", victim,
+                 (unsigned long long)(after - base));
+    assert_not_restorable(cli, 2);
+    verify_after_heal(cli, 1, 3, 1 * MiB, seed);
 }
 
 /* One server cut off in the middle of a restore: the get completes, bit-exact,
