@@ -346,9 +346,11 @@ static void cks_sv_bcast_finish(cks_server_h s, cks_sv_version_t *v)
  * once that grace has passed and the drop still goes out. */
 void cks_sv_drop_grace(cks_server_h s, cks_sv_version_t *v)
 {
-    cks_info("version %llu of '%s': its %s answered; its drop still goes to %u servers",
-             (unsigned long long)v->version, v->job,
-             v->wait == CKS_SV_WAIT_DELETE ? "delete" : "abort", v->bcast);
+    if (v->nwaiters > 0) {
+        cks_info("version %llu of '%s': its %s answered; its drop still goes to %u servers",
+                 (unsigned long long)v->version, v->job,
+                 v->wait == CKS_SV_WAIT_DELETE ? "delete" : "abort", v->bcast);
+    }
     cks_sv_waiters_answer(s, v);
     v->told        = 1;
     v->told_due_ns = 0;
