@@ -287,14 +287,16 @@ CKS_API_VISIBLE cks_status_t cks_version_seal_nb(cks_client_h c, const char *job
 CKS_API_VISIBLE cks_status_t cks_version_seal(cks_client_h c, const char *job, uint64_t version);
 
 /** Give up on an open version: it becomes ABORTED and its space is freed.
- *  CKS_OK once its coordinator recorded the abort (a server it cannot reach
- *  learns it later); CKS_ERR_VERSION_NOT_OPEN when the version had ended
- *  already (committed, or aborted by another rank or by a failure). */
+ *  CKS_OK once its coordinator recorded the abort and the servers that
+ *  answer took it (1 s at most: a server that does not answer learns it
+ *  later); CKS_ERR_VERSION_NOT_OPEN when the version had ended already
+ *  (committed, or aborted by another rank or by a failure). */
 CKS_API_VISIBLE cks_status_t cks_version_abort(cks_client_h c, const char *job, uint64_t version);
 
-/** Delete a version and free its space. CKS_ERR_BUSY while the version is
- *  open ("abort it first"), or while its commit, abort or delete still goes
- *  out to the servers: try again. */
+/** Delete a version and free its space: answered as an abort is (1 s at
+ *  most for a server that does not answer). CKS_ERR_BUSY while the version
+ *  is open ("abort it first"), or while its commit or abort still goes out
+ *  to the servers: try again. */
 CKS_API_VISIBLE cks_status_t cks_version_delete(cks_client_h c, const char *job, uint64_t version);
 
 /** What is known of a version. */
