@@ -534,6 +534,19 @@ static uint64_t server_usage(size_t i)
     return used;
 }
 
+/* Server i's arena use once it is `want` again, or when BOUND_MS have
+ * passed; *ms_p: how long that took. */
+static uint64_t server_usage_back_to(size_t i, uint64_t want, uint64_t *ms_p)
+{
+    uint64_t t0 = now_ms(), used = server_usage(i);
+    for (int t = 0; t < BOUND_MS / 200 && used != want && now_ms() - t0 < BOUND_MS; t++) {
+        pause_ms(200);
+        used = server_usage(i);
+    }
+    *ms_p = now_ms() - t0;
+    return used;
+}
+
 Test(partition, snapshot_cut_from_a_primary_mid_put)
 {
     /* a payload that stops coming frees its space after 3 s (+ 1 s per
@@ -656,14 +669,10 @@ Test(partition, snapshot_cut_from_a_primary_mid_put)
      * version 2: the put whose bytes stopped coming let go of its space
      * (its connection closed after --recv-timeout), and the abort's drop
      * reached it after the heal */
-    uint64_t t2 = now_ms(), victim_after = server_usage(victim);
-    while (victim_after != victim_before && now_ms() - t2 < BOUND_MS) {
-        pause_ms(200);
-        victim_after = server_usage(victim);
-    }
+    uint64_t waited = 0, victim_after = server_usage_back_to(victim, victim_before, &waited);
     fprintf(stderr, "server %zu: %llu bytes in use %llu ms after the heal (%llu before "
                     "version 2)\n", victim, (unsigned long long)victim_after,
-            (unsigned long long)(now_ms() - t2), (unsigned long long)victim_before);
+            (unsigned long long)waited, (unsigned long long)victim_before);
     cr_assert_eq(victim_after, victim_before, "server %zu still holds %llu bytes of version 2",
                  victim, (unsigned long long)(victim_after - victim_before));
     write_after_heal(cli, 3, seed);
@@ -963,15 +972,10 @@ Test(partition, delete_with_a_server_cut_off_is_answered_within_the_drop_grace)
     cr_assert_eq(verify_version(cli, 1, 3, 1 * MiB, seed), CKS_OK);
 
     cr_assert_eq(cks_test_netns_heal(&net, (int)victim), 0);
-    uint64_t t1 = now_ms(), after = server_usage(victim);
-    while (after != base && now_ms() - t1 < BOUND_MS) {
-        pause_ms(200);
-        after = server_usage(victim);
-    }
+    uint64_t waited = 0, after = server_usage_back_to(victim, base, &waited);
     fprintf(stderr, "server %zu: %llu bytes in use %llu ms after the heal (%llu with version "
                     "2, %llu without)\n", victim, (unsigned long long)after,
-            (unsigned long long)(now_ms() - t1), (unsigned long long)with,
-            (unsigned long long)base);
+            (unsigned long long)waited, (unsigned long long)with, (unsigned long long)base);
     cr_assert_eq(after, base, "server %zu still holds %llu bytes of version 2", victim,
                  (unsigned long long)(after - base));
     assert_not_restorable(cli, 2);
