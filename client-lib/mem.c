@@ -3,7 +3,8 @@
  * allocates in shared memory, kept on the client's list, and announced to
  * every server that is up - on a cluster, after connecting to every server
  * on this host - so that each on this host maps and faults them in at
- * allocation, not during the first transfers (the scratch region too, from
+ * allocation, not during the first transfers, as this process does too
+ * (the scratch region too, from
  * the progress thread; a server that comes up later is told by the op
  * engine, op.c). See client.c for the whole design.
  *
@@ -64,6 +65,15 @@ static void cks_cl_mem_register(cks_client_h c, const cks_cl_mem_t *m)
         cks_op_t *op = cks_cl_mem_map_op(m, i);
         cks_waiter_init(&w[i]);
         st[i] = op != NULL ? cks_cl_submit(c, op, cks_waiter_cb, &w[i]) : CKS_ERR_NO_MEMORY;
+    }
+    /* our own page tables too, while the servers fill theirs: the servers
+     * write a restore's bytes through their mappings, so without this every
+     * first access of ours (a degraded restore's decode into the buffer, the
+     * trainer's reads of what was restored, its writes before a put) took
+     * a page fault per 4 KiB page */
+    if (cks_tp_mem_populate(m->mem) != CKS_OK) {
+        cks_debug("%zu bytes at %p: not faulted in ahead here (the kernel cannot)", m->len,
+                  m->base);
     }
     for (size_t i = 0; w != NULL && st != NULL && i < c->nsrv; i++) {
         st[i] = cks_waiter_wait(&w[i], st[i]);

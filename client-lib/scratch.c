@@ -63,6 +63,9 @@ static struct cks_cl_scratch *cks_scratch_get(cks_client_h c)
     sc->mem.len    = units * CKS_CL_SCRATCH_UNIT;
     c->scratch_mem = &sc->mem;
     cks_cl_mem_announce_all(c, &sc->mem); /* servers on this host map it now */
+    /* and this process's page tables, while they do: the decoder reads the
+     * parity they write here (mem.c, cks_cl_mem_register()) */
+    (void)cks_tp_mem_populate(sc->mem.mem);
     return sc;
 }
 

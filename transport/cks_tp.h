@@ -1094,6 +1094,13 @@ cks_status_t cks_tp_data_recv(cks_tp_worker_h worker, cks_tp_data_t *data, void 
  *  (UCX-allocated shared memory). Free with cks_tp_mem_unmap(). Any thread. */
 cks_status_t cks_tp_mem_alloc(cks_tp_worker_h worker, size_t len, cks_tp_mem_h *mem_p,
                               void **addr_p);
+/** Fault every page of mem into this process's page tables for writing
+ *  (MADV_POPULATE_WRITE, Linux 5.8 on), as registering memory for RDMA
+ *  pins it: the owner's own first accesses (its writes before a put, a
+ *  degraded restore's decodes into it, its reads after a restore) then take
+ *  no page fault each. CKS_OK, or CKS_ERR_UNSUPPORTED where the kernel
+ *  cannot (those accesses then fault as before). Any thread. */
+cks_status_t cks_tp_mem_populate(cks_tp_mem_h mem);
 /** Does mem (from cks_tp_mem_alloc()) hold [addr, addr + len)? */
 int cks_tp_mem_holds(cks_tp_mem_h mem, const void *addr, size_t len);
 /** The page size the kernel backs mem with (4096, or 2 MiB where UCX got

@@ -111,6 +111,15 @@ cks_status_t cks_tp_mem_alloc(cks_tp_worker_h w, size_t len, cks_tp_mem_h *mem_p
     return CKS_OK;
 }
 
+cks_status_t cks_tp_mem_populate(cks_tp_mem_h m)
+{
+    if (m == NULL || !m->allocated) {
+        return CKS_ERR_INVALID_PARAM;
+    }
+    /* base is page-aligned (UCX maps the region); so is its length */
+    return madvise(m->base, m->len, MADV_POPULATE_WRITE) == 0 ? CKS_OK : CKS_ERR_UNSUPPORTED;
+}
+
 int cks_tp_mem_holds(cks_tp_mem_h m, const void *addr, size_t len)
 {
     uintptr_t a = (uintptr_t)addr, b = (uintptr_t)m->base + CKS_TP_MEM_HDR;
