@@ -1095,11 +1095,13 @@ cks_status_t cks_tp_data_recv(cks_tp_worker_h worker, cks_tp_data_t *data, void 
 cks_status_t cks_tp_mem_alloc(cks_tp_worker_h worker, size_t len, cks_tp_mem_h *mem_p,
                               void **addr_p);
 /** Fault every page of mem into this process's page tables for writing
- *  (MADV_POPULATE_WRITE, Linux 5.8 on), as registering memory for RDMA
+ *  (MADV_POPULATE_WRITE, Linux 5.14 on), as registering memory for RDMA
  *  pins it: the owner's own first accesses (its writes before a put, a
  *  degraded restore's decodes into it, its reads after a restore) then take
- *  no page fault each. CKS_OK, or CKS_ERR_UNSUPPORTED where the kernel
- *  cannot (those accesses then fault as before). Any thread. */
+ *  no page fault each. CKS_OK; CKS_ERR_UNSUPPORTED where the kernel cannot
+ *  (an older one, or no memory for the pages now): those accesses then
+ *  fault as before. CKS_ERR_INVALID_PARAM for memory not from
+ *  cks_tp_mem_alloc(). Any thread. */
 cks_status_t cks_tp_mem_populate(cks_tp_mem_h mem);
 /** Does mem (from cks_tp_mem_alloc()) hold [addr, addr + len)? */
 int cks_tp_mem_holds(cks_tp_mem_h mem, const void *addr, size_t len);
