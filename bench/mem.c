@@ -237,7 +237,8 @@ double bench_memcpy_once(void *dst, const void *src, size_t size)
     return bench_now() - t0;
 }
 
-/* Client buffers from cks_mem_alloc(), pre-faulted like the others. */
+/* Client buffers from cks_mem_alloc(), which faults them in (in this process
+ * and in every server on this host) before it returns. */
 int bench_ck_buf_alloc(cks_client_h client, size_t len, bench_buf_t *buf)
 {
     double t0       = bench_now();
@@ -250,7 +251,10 @@ int bench_ck_buf_alloc(cks_client_h client, size_t len, bench_buf_t *buf)
     buf->len     = len;
     buf->map_len = 0;
     buf->kind    = BENCH_MEM_CKS;
-    memset(buf->ptr, 0, len);
+    /* not touched here: a replacement rank restores straight into what it
+     * allocated (until 2026-11-29 a memset here faulted the pages into the
+     * client, which hid that cks_mem_alloc() left its own page tables
+     * empty; the kernel hands the region over zeroed) */
     return 0;
 }
 
