@@ -62,10 +62,12 @@ static struct cks_cl_scratch *cks_scratch_get(cks_client_h c)
     sc->units      = units;
     sc->mem.len    = units * CKS_CL_SCRATCH_UNIT;
     c->scratch_mem = &sc->mem;
-    cks_cl_mem_announce_all(c, &sc->mem); /* servers on this host map it now */
-    /* and this process's page tables, while they do: the decoder reads the
-     * parity they write here (mem.c, cks_cl_mem_register()) */
-    (void)cks_tp_mem_populate(sc->mem.mem);
+    /* servers on this host map it now; unlike cks_mem_alloc()'s regions it
+     * is not faulted in here as well: the parity they write into it faults
+     * a slot's pages in once, at its first use, and faulting all 32 MiB in
+     * ahead cost every client that much while degraded restores gained
+     * nothing measurable (docs/PERFORMANCE.md) */
+    cks_cl_mem_announce_all(c, &sc->mem);
     return sc;
 }
 
