@@ -1156,8 +1156,8 @@ static long own_minor_faults(void)
  * into this process's page tables too, as the servers fault it into theirs
  * (registration at allocation), so the restore takes no page fault per page
  * of it. Before, each 4 KiB of the region cost one on the decoder's thread
- * (about 1500 for this restore's 1280 pages, 215 after; a 2-down restore of 64 MiB objects
- * by a fresh process: 2.6 GB/s, 5.2 once faulted in ahead). */
+ * (about 1500 for this restore's 1280 pages, 215 after; a 2-down restore
+ * of 64 MiB objects by a fresh process: 2.6 GB/s, 5.2 once faulted in). */
 Test(rma_cluster, a_degraded_restore_into_a_fresh_region_faults_in_none_of_its_pages)
 {
     const size_t down[2] = {1, 4}, big = CNOBJ - 1; /* 5 MiB: 1280 pages */
