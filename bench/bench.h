@@ -140,6 +140,28 @@ void bench_ck_buf_free(struct cks_client *client, bench_buf_t *buf);
  *  Returns -1 when smaps cannot be read. */
 int bench_huge_percent(pid_t pid, const void *addr, size_t len, const char *path);
 
+/** The kinds of page a region can have, for a first-touch reference. */
+typedef enum {
+    BENCH_PAGES_BASE,    /* 4 KiB pages (MADV_NOHUGEPAGE) */
+    BENCH_PAGES_HUGETLB, /* reserved huge pages (scripts/hugepages) */
+    BENCH_PAGES_THP,     /* transparent huge pages (MADV_HUGEPAGE) */
+} bench_pages_t;
+
+/** Milliseconds per GiB to fault in `len` bytes of fresh anonymous memory
+ *  of the kind *kind by writing them once, one thread; where the host has no
+ *  reserved huge pages, base pages instead, and *kind says so. NAN: no
+ *  memory. The region is unmapped before it returns. */
+double bench_touch_ms_gib(size_t len, bench_pages_t *kind);
+const char *bench_pages_name(bench_pages_t kind);
+
+/** Write `len` bytes of fresh anonymous memory in transparent huge pages
+ *  once, then unmap it; milliseconds per GiB it took (NAN: no memory). On a
+ *  VM that hands idle free memory back to its host (virtio-balloon free page
+ *  reporting), this has the host back that much of the free memory again,
+ *  so that first touches made within the next second or so cost what the
+ *  guest's own faults cost, whichever of them comes first. */
+double bench_back_free_memory(size_t len);
+
 
 /** Time one memcpy of `size` bytes; seconds. */
 double bench_memcpy_once(void *dst, const void *src, size_t size);

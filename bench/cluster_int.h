@@ -199,7 +199,10 @@ typedef struct {
     double cpu_s;    /* this client process's CPU seconds in the timed part */
     double alloc_s;  /* preparation: seconds in cks_mem_alloc() of alloc_bytes */
     uint64_t alloc_bytes;
-    uint64_t alloc_huge_bytes; /* of those, bytes in huge pages (cks_client_stats()) */
+    uint64_t alloc_huge_bytes; /* of those, bytes in huge pages, reserved or transparent */
+    double touch_ms_gib; /* a fresh restore's: the first touch of as much memory
+                            of the same kind of page, next to it (0: none) */
+    int32_t touch_pages; /* bench_pages_t of that touch */
     char err[256];
 } cl_res_t;
 
@@ -293,16 +296,21 @@ typedef struct {
  * right after two servers restarted, while they map the writer's buffers
  * again: no steady state). The
  * reference for cks_mem_alloc() is the first touch of as many pages of
- * anonymous memory by one thread, measured next to it: 4 KiB pages, or 2 MiB
- * ones where the clients' memory got huge pages (scripts/hugepages). */
+ * anonymous memory by one thread of the same process, right after it: 4 KiB
+ * pages, or 2 MiB ones where the clients' memory got huge pages, reserved
+ * (scripts/hugepages) or transparent (cluster_worker.c). */
 typedef struct {
     double fresh_s[CL_MAX_REPS]; /* restore by fresh clients into fresh buffers */
     double again_s[CL_MAX_REPS]; /* the writer's restore again, at once: warm */
     unsigned nagain;
     double fresh_alloc_ms_gib[CL_MAX_REPS * CL_MAX_CLIENTS]; /* their cks_mem_alloc() */
-    double touch_ms_gib[CL_MAX_REPS]; /* first touch of those pages, one thread */
+    double touch_ms_gib[CL_MAX_REPS * CL_MAX_CLIENTS]; /* first touch of as many
+                                                             pages, by each of them */
     unsigned nfresh, nfresh_alloc, ntouch;
-    int touch_huge; /* the last touch was of 2 MiB pages */
+    int touch_pages; /* bench_pages_t of the last touch */
+    double back_ms_gib[CL_MAX_REPS]; /* the host's backing of free memory before
+                                        them (bench_back_free_memory()) */
+    unsigned nback;
     /* the main figures' per-snapshot and healthy-restore seconds in the
      * order they were measured (the main report sorts those in place) */
     double stored[CL_MAX_SNAPS], prot[CL_MAX_SNAPS], stall[CL_MAX_SNAPS];

@@ -344,40 +344,31 @@ static void cl_cw_keep(cl_ctx_t *x)
     memcpy(x->cw.restore, x->fig.restore[0], sizeof(x->cw.restore));
 }
 
-/* ms per GiB to fault in `len` bytes of fresh anonymous pages by writing
- * them: 2 MiB pages when *huge (where the host gives none, 4 KiB ones, and
- * *huge is cleared), else 4 KiB ones: the pages cks_mem_alloc() got (NAN: no
- * memory) */
-static double cl_cw_touch_ms_gib(uint64_t len, int *huge)
-{
-    const int flags = MAP_PRIVATE | MAP_ANONYMOUS;
-    uint8_t *p = MAP_FAILED;
-    double t0, t1;
-    if (*huge) {
-        len = CKS_ALIGN_UP(len, 2u << 20);
-        p = mmap(NULL, len, PROT_READ | PROT_WRITE, flags | MAP_HUGETLB, -1, 0);
-        *huge = p != MAP_FAILED;
-    }
-    if (p == MAP_FAILED) {
-        p = mmap(NULL, len, PROT_READ | PROT_WRITE, flags, -1, 0);
-        if (p == MAP_FAILED) {
-            return NAN;
-        }
-        madvise(p, len, MADV_NOHUGEPAGE);
-    }
-    t0 = bench_now();
-    memset(p, 1, len);
-    t1 = bench_now();
-    munmap(p, len);
-    return (t1 - t0) * 1e3 / ((double)len / (1u << 30));
-}
-
 static int cl_cw_restore_fresh(cl_ctx_t *x, const char *job, uint64_t version)
 {
     cl_res_t res[CL_MAX_CLIENTS];
     cl_cmd_t cmd;
-    uint64_t bytes, touch = 0, small = 0; /* small: bytes in 4 KiB pages */
+    uint64_t bytes;
     double secs;
+
+    /* what the fresh processes will fault in: their buffers and as much
+     * again for the reference touch next to them; backed by the host first,
+     * so that neither meets memory the VM handed back to it (whichever came
+     * first would get the memory the host still backs: docs/PERFORMANCE.md) */
+    uint64_t need = 0;
+    for (unsigned w = 0; w < x->o.readers; w++) {
+        unsigned first, count;
+        cl_read_share(x, w, x->o.readers, &first, &count);
+        need += w < x->o.clients ? x->mix.bytes : 0;
+        for (unsigned g = first; g < first + count; g++) {
+            need += x->mix.obj[g % x->mix.n].size;
+        }
+    }
+    uint64_t avail = (uint64_t)sysconf(_SC_AVPHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    double back    = bench_back_free_memory(CKS_MIN(2 * need + (64u << 20), avail / 2));
+    if (isfinite(back) && x->cw.nback < CL_MAX_REPS) {
+        x->cw.back_ms_gib[x->cw.nback++] = back;
+    }
 
     memset(&cmd, 0, sizeof(cmd));
     cmd.op = CL_CMD_RESTORE;
@@ -412,15 +403,11 @@ static int cl_cw_restore_fresh(cl_ctx_t *x, const char *job, uint64_t version)
         if (res[w].alloc_bytes > 0 && x->cw.nfresh_alloc < CL_MAX_REPS * CL_MAX_CLIENTS) {
             x->cw.fresh_alloc_ms_gib[x->cw.nfresh_alloc++] =
                 res[w].alloc_s * 1e3 / ((double)res[w].alloc_bytes / (1u << 30));
-            touch = res[w].alloc_bytes > touch ? res[w].alloc_bytes : touch;
-            small += res[w].alloc_bytes - res[w].alloc_huge_bytes;
         }
-    }
-    if (touch > 0 && x->cw.ntouch < CL_MAX_REPS) {
-        x->cw.touch_huge = small == 0; /* every fresh client's memory in huge pages */
-        double ms = cl_cw_touch_ms_gib(touch, &x->cw.touch_huge);
-        if (isfinite(ms)) {
-            x->cw.touch_ms_gib[x->cw.ntouch++] = ms;
+        if (res[w].touch_ms_gib > 0 && isfinite(res[w].touch_ms_gib) &&
+            x->cw.ntouch < CL_MAX_REPS * CL_MAX_CLIENTS) {
+            x->cw.touch_ms_gib[x->cw.ntouch++] = res[w].touch_ms_gib;
+            x->cw.touch_pages = res[w].touch_pages;
         }
     }
     cl_say(x, "  restore by fresh %s into fresh buffers: %.2f GB/s\n",

@@ -321,6 +321,39 @@ static cks_status_t cl_w_put_finish(cl_worker_t *wk, const cl_cmd_t *cmd,
     return st;
 }
 
+/* What pages the cks_mem_alloc() buffers got: reserved huge pages (the
+ * library counts them), transparent ones (UCX's "thp" allocation, where no
+ * shared-memory transport is in use: across hosts; smaps tells), or 4 KiB
+ * ones. For a fresh process's restore, the reference of its allocation: the
+ * first touch of as much fresh memory of the same kind, here and now, while
+ * the buffers still hold theirs (on a VM that hands freed memory back to its
+ * host, memory freed moments ago faults in several times faster than memory
+ * that sat free: a touch elsewhere or later would not compare) */
+static void cl_w_alloc_pages(cl_worker_t *wk, const cl_cmd_t *cmd, cl_res_t *res)
+{
+    cks_client_stats_t cs;
+    uint64_t reserved = 0, thp = 0;
+    const bench_buf_t *buf[2] = {&wk->src, &wk->dst};
+    bench_pages_t kind;
+
+    if (cks_client_stats(wk->client, &cs) == CKS_OK) {
+        reserved = CKS_MIN(cs.registered_huge_bytes, res->alloc_bytes);
+    }
+    for (unsigned i = 0; i < 2; i++) {
+        int pct = buf[i]->ptr != NULL ? bench_huge_percent(0, buf[i]->ptr, buf[i]->len, NULL)
+                                      : 0;
+        thp += pct > 0 ? buf[i]->len / 100 * (uint64_t)pct : 0;
+    }
+    res->alloc_huge_bytes = CKS_MIN(reserved + thp, res->alloc_bytes);
+    kind = reserved > 0                     ? BENCH_PAGES_HUGETLB
+           : thp > res->alloc_bytes / 2     ? BENCH_PAGES_THP
+                                            : BENCH_PAGES_BASE;
+    if ((cmd->flags & CL_F_FRESH) && cmd->op == CL_CMD_RESTORE && res->alloc_bytes > 0) {
+        res->touch_ms_gib = bench_touch_ms_gib(res->alloc_bytes, &kind);
+        res->touch_pages  = (int32_t)kind;
+    }
+}
+
 static int cl_w_alloc_main(cl_worker_t *wk, const cl_cmd_t *cmd, cl_res_t *res)
 {
     const cl_ctx_t *x = wk->x;
@@ -344,13 +377,10 @@ static int cl_w_alloc_main(cl_worker_t *wk, const cl_cmd_t *cmd, cl_res_t *res)
                      wk->index);
             return -1;
         }
-        cks_client_stats_t cs;
         res->alloc_s = wk->src.alloc_s + wk->dst.alloc_s;
         res->alloc_bytes =
             (wk->src.ptr ? wk->src.len : 0) + (wk->dst.ptr ? wk->dst.len : 0);
-        res->alloc_huge_bytes = cks_client_stats(wk->client, &cs) == CKS_OK
-                                    ? CKS_MIN(cs.registered_huge_bytes, res->alloc_bytes)
-                                    : 0;
+        cl_w_alloc_pages(wk, cmd, res);
     } else if ((wk->index < x->o.clients &&
                 bench_buf_alloc(BENCH_MEM_THP, x->mix.bytes, &wk->src, err,
                                 sizeof(err)) != 0) ||

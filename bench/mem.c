@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,6 +227,51 @@ int bench_huge_percent(pid_t pid, const void *addr, size_t len, const char *path
     }
     fclose(f);
     return rss > 0 ? (int)((100 * huge + rss / 2) / rss) : 0;
+}
+
+double bench_touch_ms_gib(size_t len, bench_pages_t *kind)
+{
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+    uint8_t *p      = MAP_FAILED;
+    size_t map_len  = len;
+    double t0, t1;
+    if (*kind == BENCH_PAGES_HUGETLB) {
+        map_len = CKS_ALIGN_UP(len, BENCH_HUGE);
+        p       = mmap(NULL, map_len, PROT_READ | PROT_WRITE, flags | MAP_HUGETLB, -1, 0);
+        *kind   = p != MAP_FAILED ? BENCH_PAGES_HUGETLB : BENCH_PAGES_BASE;
+    }
+    if (p == MAP_FAILED) {
+        /* one huge page more, to start the touched range on a boundary */
+        map_len = CKS_ALIGN_UP(len, BENCH_HUGE) + BENCH_HUGE;
+        p       = mmap(NULL, map_len, PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (p == MAP_FAILED) {
+            return NAN;
+        }
+    }
+    uint8_t *q = *kind == BENCH_PAGES_HUGETLB
+                     ? p
+                     : (uint8_t *)CKS_ALIGN_UP((uintptr_t)p, (uintptr_t)BENCH_HUGE);
+    if (*kind != BENCH_PAGES_HUGETLB) {
+        madvise(q, len, *kind == BENCH_PAGES_THP ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    }
+    t0 = bench_now();
+    memset(q, 1, len);
+    t1 = bench_now();
+    munmap(p, map_len);
+    return (t1 - t0) * 1e3 / ((double)len / (1u << 30));
+}
+
+double bench_back_free_memory(size_t len)
+{
+    bench_pages_t kind = BENCH_PAGES_THP;
+    return bench_touch_ms_gib(len, &kind);
+}
+
+const char *bench_pages_name(bench_pages_t kind)
+{
+    return kind == BENCH_PAGES_HUGETLB ? "2 MiB"
+           : kind == BENCH_PAGES_THP   ? "THP 2 MiB"
+                                       : "4 KiB";
 }
 
 double bench_memcpy_once(void *dst, const void *src, size_t size)

@@ -147,11 +147,15 @@ typedef struct {
                                       its memory) */
     uint64_t registered_bytes;      /**< bytes of cks_mem_alloc() memory held now
                                          (the staging ring's included) */
-    uint64_t registered_huge_bytes; /**< of those, bytes in huge pages: UCX takes
-                                         them where the host has some reserved
+    uint64_t registered_huge_bytes; /**< of those, bytes in reserved huge pages:
+                                         UCX takes them where the host has some
                                          (scripts/hugepages); servers on this
                                          host then map the memory a huge page
-                                         at a time, not 4 KiB at a time */
+                                         at a time, not 4 KiB at a time.
+                                         Transparent huge pages (UCX's choice
+                                         where no shared-memory transport is in
+                                         use: servers on other hosts) are not
+                                         counted */
     uint64_t staged_puts_resent; /**< of staged_puts_in_parts, puts to a cluster
                                       whose server was lost mid-object: their
                                       PUT went to the group's next member, and
