@@ -376,6 +376,8 @@ typedef struct cl_ctx {
     cl_server_t srv[CL_MAX_SERVERS];
     unsigned nsrv; /* servers we started (0 with --cluster) */
     unsigned nmap; /* servers in the map */
+    double placement_max_ratio; /* the busiest primary's bytes over the mean
+                                   (cl_placement_say(); 0: not known) */
     char dir[64];  /* mkdtemp: map, logs, data dirs */
     char map[128]; /* the map file clients and servers read */
     char bin[PATH_MAX];
@@ -541,6 +543,8 @@ double cl_cw_gbps(const cl_ctx_t *x, double secs);
  * with servers killed, those come right after two servers restarted). */
 double cl_cw_warm_snap(const cl_ctx_t *x, const double *v);
 void cl_rec_common(const cl_ctx_t *x, bench_rec_t *r, const char *op);
+/** Print where the writers' objects of `job` have their primaries. */
+void cl_placement_say(cl_ctx_t *x, const char *job);
 void cl_rec_stats(bench_rec_t *r, const bench_stats_t *st);
 void cl_rec_ref(bench_rec_t *r, const cl_fig_t *f);
 void cl_print_main(cl_ctx_t *x, bench_report_t *rep);

@@ -8,7 +8,9 @@
  */
 #include "cluster_int.h"
 #include "cks_coding.h"
+#include "cks_md.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static double cl_gib(uint64_t b)
@@ -178,4 +180,61 @@ int cl_check_memory(const cl_ctx_t *x)
         return -1;
     }
     return 0;
+}
+
+/* Where the writers' objects have their primaries (cks_place(): a hash of
+ * the job and the key, so it changes with the job's name, here the bench's
+ * pid): a snapshot is STORED when the busiest primary has pulled all of
+ * its objects, so with few objects per server its STORED figure follows
+ * this more than anything else (docs/PERFORMANCE.md, "Where a snapshot's
+ * objects land"). */
+void cl_placement_say(cl_ctx_t *x, const char *job)
+{
+    const char *path = x->o.map != NULL ? x->o.map : x->map;
+    cks_cluster_h map = NULL;
+    char err[256];
+    unsigned *objs = NULL, nobj = 0, busiest = 0, used = 0;
+    uint64_t *bytes = NULL, most = 0;
+    size_t n;
+
+    if (cks_cluster_load(path, &map, err, sizeof(err)) != CKS_OK) {
+        return;
+    }
+    n     = cks_cluster_nservers(map);
+    objs  = calloc(n, sizeof(*objs));
+    bytes = calloc(n, sizeof(*bytes));
+    for (unsigned w = 0; objs != NULL && bytes != NULL && w < x->o.clients; w++) {
+        for (unsigned o = 0; o < x->mix.n; o++) {
+            char key[96];
+            uint16_t group[CKS_PLACE_WIDTH_MAX];
+            cl_obj_key(x, w, o, key, sizeof(key));
+            if (cks_place(map, job, strlen(job), key, strlen(key), 0, x->o.k, x->o.m, NULL,
+                          group) != CKS_OK) {
+                continue;
+            }
+            objs[group[0]]++;
+            bytes[group[0]] += x->mix.obj[o].size;
+            nobj++;
+        }
+    }
+    for (size_t i = 0; objs != NULL && bytes != NULL && i < n; i++) {
+        used += objs[i] > 0;
+        if (bytes[i] > most) {
+            most    = bytes[i];
+            busiest = objs[i];
+        }
+    }
+    if (nobj > 0) {
+        double mean = (double)(x->mix.bytes * x->o.clients) / (double)n;
+        cl_say(x,
+               "placement of job %s: the primaries of its %u objects are %u of %zu servers; "
+               "the busiest has %u of them, %.0f MiB (%.2f x the mean %.0f MiB): each "
+               "snapshot is STORED once that one has pulled them\n",
+               job, nobj, used, n, busiest, (double)most / (1u << 20),
+               (double)most / mean, mean / (1u << 20));
+        x->placement_max_ratio = (double)most / mean;
+    }
+    free(objs);
+    free(bytes);
+    cks_cluster_free(map);
 }

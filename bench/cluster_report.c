@@ -77,6 +77,10 @@ static void cl_main_row(cl_ctx_t *x, bench_report_t *rep, const char *op, unsign
     if (strcmp(op, "restore_degraded") == 0) {
         bench_rec_u64(r, "servers_down", down);
     }
+    if (strncmp(op, "snapshot", 8) == 0 && x->placement_max_ratio > 0) {
+        /* the busiest primary's object bytes over the mean (cl_placement_say()) */
+        bench_rec_f64(r, "busiest_primary_ratio", x->placement_max_ratio);
+    }
     cl_rec_stats(r, &st);
     bench_rec_kv(r, KF("ratio", ratio), KF("ref_gbps", ref), KS("ref", ref_what));
     if (isfinite(healthy)) {

@@ -421,6 +421,7 @@ int cl_measure_main(cl_ctx_t *x)
     int fresh = CL_CLIENT_FRESH;
 
     snprintf(job, sizeof(job), "bench-%d", (int)getpid());
+    cl_placement_say(x, job);
     x->fig.ndown = 0;
     if (x->o.local > 0 && !x->o.no_degraded) {
         x->fig.ndown = x->o.m < CL_MAX_DOWN ? x->o.m : CL_MAX_DOWN;
