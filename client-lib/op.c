@@ -700,7 +700,12 @@ void cks_cl_dispatch(cks_client_h c, cks_op_t *op)
     cks_cl_srv_t *sv = &c->srv[op->srv];
 
     uint64_t now = cks_time_ns();
-    if (sv->silent_ns != 0 && op->kind != CKS_OP_CONNECT &&
+    /* a put's second walk of its group (cks_cl_put_rewalk()) skips no one:
+     * it waits for the handshake that asks a silent member (bounded by the
+     * client's timeout) rather than fail with m servers down - one plugged
+     * back in took more than the walk's pause to answer a new connection */
+    int rewalk = op->target == CKS_TARGET_GROUP && op->rewalks > 0;
+    if (sv->silent_ns != 0 && op->kind != CKS_OP_CONNECT && !rewalk &&
         (sv->state != CKS_SRV_UP || now - sv->silent_ns < CKS_CL_SILENT_NS) &&
         cks_cl_has_alternative(c, op)) {
         /* it let a request time out: this one goes elsewhere at once; a new

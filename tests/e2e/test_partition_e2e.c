@@ -1621,6 +1621,112 @@ Test(partition, put_goes_to_its_primary_back_from_a_cut_while_the_next_members_a
     assert_servers_alive();
 }
 
+/* SIGCONT a stopped server after a pause, from a thread of its own. */
+typedef struct {
+    pid_t pid;
+    unsigned ms;
+} cont_after_t;
+
+static void *cont_after(void *arg)
+{
+    cont_after_t *a = arg;
+    pause_ms(a->ms);
+    kill(a->pid, SIGCONT);
+    return NULL;
+}
+
+/* As above, but the primary back from its cut is slow to answer a new
+ * connection (stopped for 1.2 s as the put starts), and the next two
+ * members of its group are down (killed): the put's first walk skips the
+ * primary (silent: it let a request time out a moment before) and asks it
+ * on a new connection; its second walk, 500 ms later, must wait for that
+ * connection (the client's timeout bounds it), not skip the primary again.
+ * Before, it skipped it, and the put failed ("3 members of its group
+ * unreachable") with only m servers down: found by the random partition
+ * test, where a server plugged back in took more than 500 ms to answer. */
+Test(partition, put_waits_on_its_second_walk_for_a_primary_slow_to_answer_again,
+     .timeout = 180)
+{
+    uint64_t seed = cks_test_seed(59);
+    uint16_t kg[NSRV], g[NSRV];
+    char key[64], why[512] = "";
+    bring_up();
+    cks_client_params_t cp = cluster_params(TIMEOUT_MS);
+    cks_client_h c         = NULL;
+    cp.field_mask |= CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
+    cp.member_timeout_ms = 2000;
+    cr_assert_eq(cks_client_create(&cp, &c), CKS_OK);
+    uint64_t used = 0;
+    cr_assert_eq(cks_cluster_usage(c, &used, NULL), CKS_OK);
+    cr_assert_eq(cks_test_client_quiet(c, 5000), 0);
+
+    /* K: an object whose primary and next two members do not coordinate
+     * the version; B: another with the same primary, whose next member
+     * (which takes B while the primary is cut off) is neither */
+    uint64_t v   = 1;
+    size_t coord = coordinator_of(v), k_i = SIZE_MAX, b_i = SIZE_MAX;
+    for (size_t i = 0; i < 512 && k_i == SIZE_MAX; i++) {
+        key_name(key, sizeof(key), v, i);
+        group_of(key, kg);
+        if (kg[0] != coord && kg[1] != coord && kg[2] != coord) {
+            k_i = i;
+        }
+    }
+    cr_assert_neq(k_i, SIZE_MAX);
+    for (size_t i = 0; i < 512 && b_i == SIZE_MAX; i++) {
+        key_name(key, sizeof(key), v, i);
+        group_of(key, g);
+        if (i != k_i && g[0] == kg[0] && g[1] != coord && g[1] != kg[1] && g[1] != kg[2]) {
+            b_i = i;
+        }
+    }
+    cr_assert_neq(b_i, SIZE_MAX);
+    size_t prim = kg[0];
+    fprintf(stderr, "version 1 (coordinator %zu): objects %zu and %zu with primary %zu; "
+                    "%zu's next members %u, %u (killed), %zu's %u\n",
+            coord, b_i, k_i, prim, k_i, kg[1], kg[2], b_i, g[1]);
+
+    cks_version_params_t vp = {.job = JOB, .version = v};
+    cr_assert_eq(cks_version_begin(c, &vp), CKS_OK);
+    /* the primary cut off: B goes to its next member after a timeout, and
+     * the client counts the primary as silent */
+    cr_assert_eq(cks_test_netns_cut(&net, (int)prim), 0);
+    cks_status_t st = put_one(c, v, b_i, 300 * KiB, seed, CKS_TAG_NONE, NULL);
+    cr_assert_eq(st, CKS_OK, "put of object %zu with its primary cut off: %s", b_i,
+                 cks_status_name(st));
+    /* back, but stopped until 1.2 s into K's put; K's next members down */
+    cr_assert_eq(cks_test_netns_heal(&net, (int)prim), 0);
+    cks_test_cluster_kill(&cl, kg[1]);
+    cks_test_cluster_kill(&cl, kg[2]);
+    cr_assert_eq(kill(cl.srv[prim].pid, SIGSTOP), 0);
+    cont_after_t ca = {.pid = cl.srv[prim].pid, .ms = 1200};
+    pthread_t th;
+    uint64_t t0 = now_ms();
+    cr_assert_eq(pthread_create(&th, NULL, cont_after, &ca), 0);
+    st            = put_one(c, v, k_i, 300 * KiB, seed, CKS_TAG_NONE, NULL);
+    uint64_t took = now_ms() - t0;
+    pthread_join(th, NULL);
+    cks_client_last_error(c, why, sizeof(why));
+    fprintf(stderr, "put of object %zu, primary %zu back and stopped for 1.2 s, members %u "
+                    "and %u down: %s after %llu ms (%s)\n",
+            k_i, prim, kg[1], kg[2], cks_status_name(st), (unsigned long long)took,
+            st == CKS_OK ? "" : why);
+    cr_assert_eq(st, CKS_OK, "put of object %zu: %s (%s)", k_i, cks_status_name(st), why);
+    cr_assert_lt(took, BOUND_MS);
+    st = cks_version_seal(c, JOB, v);
+    cks_client_last_error(c, why, sizeof(why));
+    cr_assert_eq(st, CKS_OK, "seal: %s (%s)", cks_status_name(st), why);
+    size_t idx[2]   = {b_i, k_i};
+    cks_restore_h r = NULL;
+    cr_assert_eq(cks_restore_open(c, JOB, v, &r), CKS_OK);
+    for (size_t j = 0; j < 2; j++) {
+        st = verify_in(r, v, idx[j], 300 * KiB, seed);
+        cr_assert_eq(st, CKS_OK, "object %zu: %s", idx[j], cks_status_name(st));
+    }
+    cks_restore_close(r);
+    cks_client_destroy(c);
+}
+
 /* A server cut off and plugged back in is at once the primary of a
  * version's objects. While it was cut off, it kept asking its peers about
  * a DEGRADED version it coordinates (REPAIR_CHECK, every 2 s, 5 s timeout):
