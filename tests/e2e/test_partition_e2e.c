@@ -1504,6 +1504,70 @@ static void group_of(const char *key, uint16_t group[NSRV])
     cks_cluster_free(map);
 }
 
+/* A client whose versions wait 2 s on a member (the primary's chunk puts
+ * to cut or dead members), connected to every server before any cut: the
+ * next member of a put is then asked on a connection that stands, not on a
+ * new one whose handshake must end within the 3 s timeout (it did not once,
+ * under the full suite's load, and the put went to the member after it). */
+static cks_client_h connected_member_client(void)
+{
+    cks_client_params_t cp = cluster_params(TIMEOUT_MS);
+    cks_client_h c         = NULL;
+    uint64_t used          = 0;
+    cp.field_mask |= CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
+    cp.member_timeout_ms = 2000;
+    cr_assert_eq(cks_client_create(&cp, &c), CKS_OK);
+    cr_assert_eq(cks_cluster_usage(c, &used, NULL), CKS_OK);
+    cr_assert_eq(cks_test_client_quiet(c, 5000), 0);
+    return c;
+}
+
+/* Objects K and B of version v: K's primary and next two members do not
+ * coordinate it; B has K's primary, and its next member (which takes B while
+ * that primary is cut off) does not coordinate it either, nor (spare_next)
+ * is it one of K's next two. Their groups in kg and g. */
+static void pick_k_and_b(uint64_t v, size_t coord, int spare_next, uint16_t kg[NSRV],
+                         uint16_t g[NSRV], size_t *k_p, size_t *b_p)
+{
+    char key[64];
+    *k_p = *b_p = SIZE_MAX;
+    for (size_t i = 0; i < 512 && *k_p == SIZE_MAX; i++) {
+        key_name(key, sizeof(key), v, i);
+        group_of(key, kg);
+        if (kg[0] != coord && kg[1] != coord && kg[2] != coord) {
+            *k_p = i;
+        }
+    }
+    cr_assert_neq(*k_p, SIZE_MAX);
+    for (size_t i = 0; i < 512 && *b_p == SIZE_MAX; i++) {
+        key_name(key, sizeof(key), v, i);
+        group_of(key, g);
+        if (i != *k_p && g[0] == kg[0] && g[1] != coord &&
+            (!spare_next || (g[1] != kg[1] && g[1] != kg[2]))) {
+            *b_p = i;
+        }
+    }
+    cr_assert_neq(*b_p, SIZE_MAX);
+}
+
+/* Seal version v, then restore objects b_i and k_i (300 KiB each) exactly. */
+static void seal_and_verify_pair(cks_client_h c, uint64_t v, size_t b_i, size_t k_i,
+                                 uint64_t seed)
+{
+    char why[512] = "";
+    cks_status_t st = cks_version_seal(c, JOB, v);
+    cks_client_last_error(c, why, sizeof(why));
+    cr_assert_eq(st, CKS_OK, "seal: %s (%s)", cks_status_name(st), why);
+    size_t idx[2]   = {b_i, k_i};
+    cks_restore_h r = NULL;
+    cr_assert_eq(cks_restore_open(c, JOB, v, &r), CKS_OK);
+    for (size_t j = 0; j < 2; j++) {
+        st = verify_in(r, v, idx[j], 300 * KiB, seed);
+        cr_assert_eq(st, CKS_OK, "object %zu: %s", idx[j], cks_status_name(st));
+    }
+    cks_restore_close(r);
+}
+
 /* A put whose primary was cut off and is back, while the next members of
  * its group are cut off now: the primary takes it. Before, the put failed
  * ("3 members of its group unreachable"): the client skipped the primary
@@ -1516,43 +1580,15 @@ Test(partition, put_goes_to_its_primary_back_from_a_cut_while_the_next_members_a
 {
     uint64_t seed = cks_test_seed(47);
     uint16_t g[NSRV];
-    char key[64];
     bring_up();
-    cks_client_params_t cp = cluster_params(TIMEOUT_MS);
-    cks_client_h c         = NULL;
-    cp.field_mask |= CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
-    cp.member_timeout_ms = 2000; /* the primary's chunk puts to the cut members */
-    cr_assert_eq(cks_client_create(&cp, &c), CKS_OK);
-    /* connected to every server before the cuts: B's next member is then
-     * asked on a connection that stands, not on a new one whose handshake
-     * must end within the 3 s timeout (it did not once, under the full
-     * suite's load, and B went to the member after it) */
-    uint64_t used = 0;
-    cr_assert_eq(cks_cluster_usage(c, &used, NULL), CKS_OK);
-    cr_assert_eq(cks_test_client_quiet(c, 5000), 0);
+    cks_client_h c = connected_member_client();
 
     /* K: an object whose primary and next two members do not coordinate
      * the version; B: another with the same primary */
-    uint64_t v      = 1;
-    size_t coord    = coordinator_of(v);
-    size_t k_i      = SIZE_MAX, b_i = SIZE_MAX;
+    uint64_t v   = 1;
+    size_t coord = coordinator_of(v), k_i, b_i;
     uint16_t kg[NSRV];
-    for (size_t i = 0; i < 512 && k_i == SIZE_MAX; i++) {
-        key_name(key, sizeof(key), v, i);
-        group_of(key, kg);
-        if (kg[0] != coord && kg[1] != coord && kg[2] != coord) {
-            k_i = i;
-        }
-    }
-    cr_assert_neq(k_i, SIZE_MAX);
-    for (size_t i = 0; i < 512 && b_i == SIZE_MAX; i++) {
-        key_name(key, sizeof(key), v, i);
-        group_of(key, g);
-        if (i != k_i && g[0] == kg[0] && g[1] != coord) {
-            b_i = i;
-        }
-    }
-    cr_assert_neq(b_i, SIZE_MAX);
+    pick_k_and_b(v, coord, 0, kg, g, &k_i, &b_i);
     size_t b_taker = g[1]; /* the member that takes B while its primary is cut off */
     fprintf(stderr, "version 1 (coordinator %zu): objects %zu and %zu with primary %u; "
                     "%zu's next members %u, %u\n",
@@ -1606,17 +1642,7 @@ Test(partition, put_goes_to_its_primary_back_from_a_cut_while_the_next_members_a
     cr_assert_lt(took, BOUND_MS);
     cr_assert_eq(cks_test_netns_heal(&net, kg[1]), 0);
     cr_assert_eq(cks_test_netns_heal(&net, kg[2]), 0);
-    st = cks_version_seal(c, JOB, v);
-    cks_client_last_error(c, why, sizeof(why));
-    cr_assert_eq(st, CKS_OK, "seal: %s (%s)", cks_status_name(st), why);
-    size_t idx[2]   = {b_i, k_i};
-    cks_restore_h r = NULL;
-    cr_assert_eq(cks_restore_open(c, JOB, v, &r), CKS_OK);
-    for (size_t j = 0; j < 2; j++) {
-        st = verify_in(r, v, idx[j], 300 * KiB, seed);
-        cr_assert_eq(st, CKS_OK, "object %zu: %s", idx[j], cks_status_name(st));
-    }
-    cks_restore_close(r);
+    seal_and_verify_pair(c, v, b_i, k_i, seed);
     cks_client_destroy(c);
     assert_servers_alive();
 }
@@ -1649,38 +1675,16 @@ Test(partition, put_waits_on_its_second_walk_for_a_primary_slow_to_answer_again,
 {
     uint64_t seed = cks_test_seed(59);
     uint16_t kg[NSRV], g[NSRV];
-    char key[64], why[512] = "";
+    char why[512] = "";
     bring_up();
-    cks_client_params_t cp = cluster_params(TIMEOUT_MS);
-    cks_client_h c         = NULL;
-    cp.field_mask |= CKS_CLIENT_FIELD_MEMBER_TIMEOUT;
-    cp.member_timeout_ms = 2000;
-    cr_assert_eq(cks_client_create(&cp, &c), CKS_OK);
-    uint64_t used = 0;
-    cr_assert_eq(cks_cluster_usage(c, &used, NULL), CKS_OK);
-    cr_assert_eq(cks_test_client_quiet(c, 5000), 0);
+    cks_client_h c = connected_member_client();
 
     /* K: an object whose primary and next two members do not coordinate
      * the version; B: another with the same primary, whose next member
      * (which takes B while the primary is cut off) is neither */
     uint64_t v   = 1;
-    size_t coord = coordinator_of(v), k_i = SIZE_MAX, b_i = SIZE_MAX;
-    for (size_t i = 0; i < 512 && k_i == SIZE_MAX; i++) {
-        key_name(key, sizeof(key), v, i);
-        group_of(key, kg);
-        if (kg[0] != coord && kg[1] != coord && kg[2] != coord) {
-            k_i = i;
-        }
-    }
-    cr_assert_neq(k_i, SIZE_MAX);
-    for (size_t i = 0; i < 512 && b_i == SIZE_MAX; i++) {
-        key_name(key, sizeof(key), v, i);
-        group_of(key, g);
-        if (i != k_i && g[0] == kg[0] && g[1] != coord && g[1] != kg[1] && g[1] != kg[2]) {
-            b_i = i;
-        }
-    }
-    cr_assert_neq(b_i, SIZE_MAX);
+    size_t coord = coordinator_of(v), k_i, b_i;
+    pick_k_and_b(v, coord, 1, kg, g, &k_i, &b_i);
     size_t prim = kg[0];
     fprintf(stderr, "version 1 (coordinator %zu): objects %zu and %zu with primary %zu; "
                     "%zu's next members %u, %u (killed), %zu's %u\n",
@@ -1713,17 +1717,7 @@ Test(partition, put_waits_on_its_second_walk_for_a_primary_slow_to_answer_again,
             st == CKS_OK ? "" : why);
     cr_assert_eq(st, CKS_OK, "put of object %zu: %s (%s)", k_i, cks_status_name(st), why);
     cr_assert_lt(took, BOUND_MS);
-    st = cks_version_seal(c, JOB, v);
-    cks_client_last_error(c, why, sizeof(why));
-    cr_assert_eq(st, CKS_OK, "seal: %s (%s)", cks_status_name(st), why);
-    size_t idx[2]   = {b_i, k_i};
-    cks_restore_h r = NULL;
-    cr_assert_eq(cks_restore_open(c, JOB, v, &r), CKS_OK);
-    for (size_t j = 0; j < 2; j++) {
-        st = verify_in(r, v, idx[j], 300 * KiB, seed);
-        cr_assert_eq(st, CKS_OK, "object %zu: %s", idx[j], cks_status_name(st));
-    }
-    cks_restore_close(r);
+    seal_and_verify_pair(c, v, b_i, k_i, seed);
     cks_client_destroy(c);
 }
 
