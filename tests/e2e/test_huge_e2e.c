@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -88,14 +90,43 @@ static int write_nr(long nr)
     return (f != NULL && fclose(f) == 0 && ok) ? 0 : -1;
 }
 
+/* The host's huge pages are one setting for every process: a test holds
+ * this lock from huge_reserve() to huge_release(), so that two runs of this
+ * binary at once (scripts/test runs its release and ASan passes side by
+ * side) do not change the limit under each other. Before, one put it back
+ * while the other still allocated (a client's second region in 4 KiB
+ * pages: "10813454 of 19202126 registered bytes in huge pages"), and the
+ * limit was left raised after both. */
+#define HUGE_LOCK      "/tmp/ckstore-test-hugepages.lock"
+#define HUGE_LOCK_WAIT 600 /* s: longer than this binary's tests take */
+static int huge_lock_fd = -1;
+
+static void huge_lock(void)
+{
+    if (huge_lock_fd >= 0) {
+        return;
+    }
+    huge_lock_fd = open(HUGE_LOCK, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    cr_assert_geq(huge_lock_fd, 0, "open %s: %s", HUGE_LOCK, strerror(errno));
+    for (int i = 0; flock(huge_lock_fd, LOCK_EX | LOCK_NB) != 0; i++) {
+        cr_assert_lt(i, HUGE_LOCK_WAIT * 10, "another test held %s for %d s", HUGE_LOCK,
+                     HUGE_LOCK_WAIT);
+        usleep(100 * 1000);
+    }
+}
+
 /* Put the limit back as it was (a .fini, also after a failed test; a
  * skipped test's .fini does not run); the kernel frees surplus pages as
- * their last user lets go of them. */
+ * their last user lets go of them. Then let the next test have them. */
 static void huge_release(void)
 {
     if (nr_before >= 0) {
         (void)write_nr(nr_before);
         nr_before = -1;
+    }
+    if (huge_lock_fd >= 0) {
+        close(huge_lock_fd); /* drops the lock */
+        huge_lock_fd = -1;
     }
 }
 
@@ -104,6 +135,7 @@ static void huge_release(void)
  * (raising OVERCOMMIT where that is short); or skip the test saying why. */
 static void huge_reserve(void)
 {
+    huge_lock();
     long free_now = meminfo("HugePages_Free"), over = read_nr();
     /* UCX also takes huge pages for its shared-memory FIFOs (one or two a
      * process) where it can: SLACK more for those */
