@@ -231,31 +231,24 @@ int bench_huge_percent(pid_t pid, const void *addr, size_t len, const char *path
 
 double bench_touch_ms_gib(size_t len, bench_pages_t *kind)
 {
-    const int flags = MAP_PRIVATE | MAP_ANONYMOUS;
-    uint8_t *p      = MAP_FAILED;
-    size_t map_len  = len;
+    size_t map_len = CKS_ALIGN_UP(len, BENCH_HUGE);
+    uint8_t *p     = NULL;
     double t0, t1;
     if (*kind == BENCH_PAGES_HUGETLB) {
-        map_len = CKS_ALIGN_UP(len, BENCH_HUGE);
-        p       = mmap(NULL, map_len, PROT_READ | PROT_WRITE, flags | MAP_HUGETLB, -1, 0);
-        *kind   = p != MAP_FAILED ? BENCH_PAGES_HUGETLB : BENCH_PAGES_BASE;
+        p = mmap(NULL, map_len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+        p = p != MAP_FAILED ? p : NULL;
+        *kind = p != NULL ? BENCH_PAGES_HUGETLB : BENCH_PAGES_BASE;
     }
-    if (p == MAP_FAILED) {
-        /* one huge page more, to start the touched range on a boundary */
-        map_len = CKS_ALIGN_UP(len, BENCH_HUGE) + BENCH_HUGE;
-        p       = mmap(NULL, map_len, PROT_READ | PROT_WRITE, flags, -1, 0);
-        if (p == MAP_FAILED) {
+    if (p == NULL) {
+        /* on a 2 MiB boundary, so that THP can map every page of it */
+        if ((p = bench_map_aligned(map_len, -1, &map_len)) == NULL) {
             return NAN;
         }
-    }
-    uint8_t *q = *kind == BENCH_PAGES_HUGETLB
-                     ? p
-                     : (uint8_t *)CKS_ALIGN_UP((uintptr_t)p, (uintptr_t)BENCH_HUGE);
-    if (*kind != BENCH_PAGES_HUGETLB) {
-        madvise(q, len, *kind == BENCH_PAGES_THP ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+        madvise(p, len, *kind == BENCH_PAGES_THP ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     }
     t0 = bench_now();
-    memset(q, 1, len);
+    memset(p, 1, len);
     t1 = bench_now();
     munmap(p, map_len);
     return (t1 - t0) * 1e3 / ((double)len / (1u << 30));
